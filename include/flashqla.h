@@ -1,0 +1,284 @@
+/*
+ * flashqla.h - the whole public API of flashqla, a library of Gated DeltaNet
+ * (GDN) linear-attention kernels: chunked prefill forward and backward,
+ * decode and multi-token verify, on a CPU backend and a CUDA (sm_90a) backend.
+ *
+ * C99, no CUDA types. Conventions (cuBLAS / ggml style):
+ *   - every call returns an fqla_status; fqla_last_error(ctx) holds a message
+ *     that names the offending argument; the library never prints or exits;
+ *   - tensors are described by fqla_tensor (shape and strides in elements,
+ *     outermost first, the last dimension contiguous);
+ *   - workspace is owned by the caller (size from the *_workspace_size query);
+ *   - the stream (cudaStream_t as void *, NULL = default stream; ignored by
+ *     the CPU backend) is the last argument; no hidden allocation or
+ *     synchronisation inside a CUDA call.
+ *
+ * The computation (per sequence n and value head h, state S of K x V, starting
+ * at initial_state[n, h] or 0; q/k head of value head h is h / (HV / H)):
+ *
+ *     S   <- exp(g_t) * S
+ *     u_t  = beta_t * (v_t - S^T k_t)
+ *     S   <- S + k_t u_t^T
+ *     o_t  = S^T (scale * q_t)
+ *
+ * with the optional in-kernel transforms applied to the raw inputs first:
+ *     use_qk_l2norm:      q <- q / sqrt(sum q^2 + 1e-6), same for k
+ *     use_gate_in_kernel: g <- -exp(A_log[h]) * softplus(g_raw + dt_bias[h])
+ *     use_beta_sigmoid:   beta <- sigmoid(beta_raw), times 2 if allow_neg_eigval
+ *
+ * Shapes (B batch, T tokens, H q/k heads, HV value heads, K / V head dims,
+ * N sequences: N = B, or the number of cu_seqlens intervals with B == 1):
+ *     q, k          [B, T, H, K]
+ *     v, o          [B, T, HV, V]
+ *     g, beta       [B, T, HV]
+ *     A_log, dt_bias [HV]
+ *     states        [N, HV, K, V]  ([N, HV, V, K] with state_v_first)
+ *     cu_seqlens    [N + 1], int32 or int64, requires B == 1
+ *
+ * NaN or Inf inside tensor values is not validated (as in cuBLAS); it
+ * propagates to the outputs.
+ */
+#ifndef FLASHQLA_H
+#define FLASHQLA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FQLA_VERSION_MAJOR 0
+#define FQLA_VERSION_MINOR 1
+#define FQLA_VERSION_PATCH 0
+#define FQLA_VERSION_STRING "0.1.0"
+/* FQLA_VERSION_MAJOR * 10000 + FQLA_VERSION_MINOR * 100 + FQLA_VERSION_PATCH */
+#define FQLA_VERSION 100
+
+/* The version the library was built as (FQLA_VERSION of its headers). */
+int fqla_version(void);
+
+/* ------------------------------------------------------------------------ */
+/* Status                                                                    */
+
+typedef enum fqla_status {
+    FQLA_STATUS_SUCCESS = 0,
+    FQLA_STATUS_INVALID_VALUE,       /* a bad argument: pointer, shape, stride, value */
+    FQLA_STATUS_INVALID_CONTEXT,     /* NULL or destroyed context */
+    FQLA_STATUS_NOT_SUPPORTED,       /* legal, but no kernel of this backend covers it */
+    FQLA_STATUS_ARCH_MISMATCH,       /* the GPU is not the architecture the kernels need */
+    FQLA_STATUS_MISALIGNED,          /* a pointer or stride not aligned as required */
+    FQLA_STATUS_WORKSPACE_TOO_SMALL, /* workspace smaller than the query said */
+    FQLA_STATUS_OVERFLOW,            /* a size whose product overflows 64 bits */
+    FQLA_STATUS_ALLOC_FAILED,        /* host memory could not be allocated (CPU backend) */
+    FQLA_STATUS_BACKEND_UNAVAILABLE, /* backend not compiled in, or no device present */
+    FQLA_STATUS_DEVICE_ERROR,        /* the CUDA runtime reported an error */
+    FQLA_STATUS_INTERNAL_ERROR
+} fqla_status;
+
+/* A static string naming the status ("FQLA_STATUS_INVALID_VALUE"). */
+const char *fqla_status_string(fqla_status status);
+
+/* ------------------------------------------------------------------------ */
+/* Context                                                                   */
+
+typedef enum fqla_backend {
+    FQLA_BACKEND_CPU = 0,           /* fast fp32 path, multi-threaded */
+    FQLA_BACKEND_CUDA = 1,          /* sm_90a kernels */
+    FQLA_BACKEND_CPU_REFERENCE = 2  /* fp64 token recurrence: the oracle (slow) */
+} fqla_backend;
+
+typedef struct fqla_context fqla_context;
+
+/* Creates a context for a backend and device (device is the CUDA ordinal;
+ * 0 for the CPU backends). *ctx is set to NULL on failure; the reason is then
+ * in fqla_last_error(NULL). */
+fqla_status fqla_context_create(fqla_context **ctx, fqla_backend backend, int device);
+/* Destroys a context. NULL is a no-op; a destroyed context is rejected by
+ * every later call with FQLA_STATUS_INVALID_CONTEXT. */
+fqla_status fqla_context_destroy(fqla_context *ctx);
+/* CPU backends: worker threads per call (>= 1; 0 = number of online cores). */
+fqla_status fqla_context_set_threads(fqla_context *ctx, int threads);
+
+/* The last error message of ctx (of the calling thread when ctx is NULL or
+ * not a live context); "" when the last call succeeded. Valid until the next
+ * call on that context. */
+const char *fqla_last_error(const fqla_context *ctx);
+
+typedef struct fqla_device_info {
+    fqla_backend backend;
+    int device;
+    char name[128];      /* GPU name, or "cpu" */
+    int cc_major;        /* compute capability (0 on the CPU) */
+    int cc_minor;
+    int sm_count;        /* SMs, or online CPU cores */
+    int threads;         /* CPU worker threads (0 on CUDA) */
+} fqla_device_info;
+
+fqla_status fqla_context_info(const fqla_context *ctx, fqla_device_info *info);
+
+/* Whether a backend is compiled in and has a usable device (returns
+ * FQLA_STATUS_SUCCESS or FQLA_STATUS_BACKEND_UNAVAILABLE; a reason string is
+ * written to why[0..why_size) when why is not NULL). */
+fqla_status fqla_backend_available(fqla_backend backend, char *why, size_t why_size);
+
+/* ------------------------------------------------------------------------ */
+/* Tensors                                                                   */
+
+typedef enum fqla_dtype {
+    FQLA_DTYPE_F32 = 0,
+    FQLA_DTYPE_F16 = 1,
+    FQLA_DTYPE_BF16 = 2,
+    FQLA_DTYPE_F64 = 3,   /* accepted by FQLA_BACKEND_CPU_REFERENCE only */
+    FQLA_DTYPE_I32 = 4,   /* cu_seqlens, slots */
+    FQLA_DTYPE_I64 = 5
+} fqla_dtype;
+
+const char *fqla_dtype_string(fqla_dtype dtype);
+size_t fqla_dtype_size(fqla_dtype dtype);
+
+#define FQLA_MAX_DIMS 6
+
+/* A strided view. data == NULL marks an optional tensor as absent. Strides are
+ * in elements, outermost first; the last one must be 1. */
+typedef struct fqla_tensor {
+    void *data;
+    fqla_dtype dtype;
+    int ndim;
+    int64_t shape[FQLA_MAX_DIMS];
+    int64_t strides[FQLA_MAX_DIMS];
+} fqla_tensor;
+
+/* A contiguous (row-major) tensor over data. shape has ndim entries. */
+fqla_tensor fqla_tensor_contiguous(void *data, fqla_dtype dtype, int ndim, const int64_t *shape);
+/* Number of elements (product of the shape; 0 for an absent tensor). */
+int64_t fqla_tensor_numel(const fqla_tensor *t);
+
+/* ------------------------------------------------------------------------ */
+/* Options shared by every operation                                          */
+
+/* scale == FQLA_SCALE_DEFAULT selects 1 / sqrt(K); otherwise it must be finite
+ * and > 0. */
+#define FQLA_SCALE_DEFAULT 0.0
+
+typedef struct fqla_options {
+    double scale;
+    int use_qk_l2norm;        /* q, k <- x / sqrt(sum x^2 + 1e-6) inside */
+    int use_gate_in_kernel;   /* g is the raw gate input a; needs A_log, dt_bias */
+    int use_beta_sigmoid;     /* beta is the raw input b: beta = sigmoid(b) */
+    int allow_neg_eigval;     /* with use_beta_sigmoid: beta = 2 sigmoid(b) */
+    int state_v_first;        /* states are [.., V, K] instead of [.., K, V] */
+} fqla_options;
+
+/* ------------------------------------------------------------------------ */
+/* Forward (chunked prefill)                                                  */
+
+typedef struct fqla_fwd_args {
+    fqla_tensor q;              /* [B, T, H, K]                           in  */
+    fqla_tensor k;              /* [B, T, H, K]                           in  */
+    fqla_tensor v;              /* [B, T, HV, V]                          in  */
+    fqla_tensor g;              /* [B, T, HV] log decay <= 0 (raw a with use_gate_in_kernel), f32 or bf16 */
+    fqla_tensor beta;           /* [B, T, HV] (raw b with use_beta_sigmoid), f32 or bf16 */
+    fqla_tensor A_log;          /* [HV] f32, use_gate_in_kernel only          */
+    fqla_tensor dt_bias;        /* [HV] f32, use_gate_in_kernel only          */
+    fqla_tensor initial_state;  /* [N, HV, K, V] f32 (bf16 on CPU), optional  */
+    fqla_tensor cu_seqlens;     /* [N + 1] i32/i64, optional; B must be 1     */
+    const int64_t *cu_seqlens_host; /* [N + 1] host copy of cu_seqlens, optional
+                                       (CUDA: used for validation and planning
+                                       without synchronising) */
+    fqla_tensor o;              /* [B, T, HV, V], dtype of q             out  */
+    fqla_tensor final_state;    /* [N, HV, K, V] f32, optional           out  */
+    fqla_options opt;
+} fqla_fwd_args;
+
+/* Zeroes args and sets the defaults (scale = FQLA_SCALE_DEFAULT). */
+void fqla_fwd_args_init(fqla_fwd_args *args);
+
+/* FQLA_STATUS_SUCCESS when this backend can run args as given (nothing runs;
+ * no data is read); otherwise the status the call would return. */
+fqla_status fqla_fwd_supported(fqla_context *ctx, const fqla_fwd_args *args);
+fqla_status fqla_fwd_workspace_size(fqla_context *ctx, const fqla_fwd_args *args, size_t *bytes);
+/* Rows of o beyond the last cu_seqlens entry are written as zeros. */
+fqla_status fqla_fwd(fqla_context *ctx, const fqla_fwd_args *args,
+                     void *workspace, size_t workspace_bytes, void *stream);
+
+/* ------------------------------------------------------------------------ */
+/* Backward                                                                   */
+
+/* Gradients are with respect to the tensors passed to the forward: with
+ * use_gate_in_kernel dg is the gradient of the raw gate input a, with
+ * use_beta_sigmoid dbeta that of b, with use_qk_l2norm dq/dk those of the raw
+ * q/k. dq and dk are summed over each GVA group. */
+typedef struct fqla_bwd_args {
+    /* the forward's inputs, exactly as given to fqla_fwd */
+    fqla_tensor q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens;
+    const int64_t *cu_seqlens_host;
+    fqla_tensor d_o;            /* [B, T, HV, V], dtype of q              in  */
+    fqla_tensor d_final_state;  /* [N, HV, K, V] f32, optional            in  */
+    fqla_tensor dq;             /* [B, T, H, K], dtype of q              out  */
+    fqla_tensor dk;             /* [B, T, H, K], dtype of q              out  */
+    fqla_tensor dv;             /* [B, T, HV, V], dtype of q             out  */
+    fqla_tensor dg;             /* [B, T, HV] f32                        out  */
+    fqla_tensor dbeta;          /* [B, T, HV] f32                        out  */
+    fqla_tensor d_initial_state;/* [N, HV, K, V] f32, required iff initial_state given  out */
+    fqla_tensor dA_log;         /* [HV] f32, required iff use_gate_in_kernel  out */
+    fqla_tensor ddt_bias;       /* [HV] f32, required iff use_gate_in_kernel  out */
+    fqla_options opt;
+} fqla_bwd_args;
+
+void fqla_bwd_args_init(fqla_bwd_args *args);
+fqla_status fqla_bwd_supported(fqla_context *ctx, const fqla_bwd_args *args);
+fqla_status fqla_bwd_workspace_size(fqla_context *ctx, const fqla_bwd_args *args, size_t *bytes);
+fqla_status fqla_bwd(fqla_context *ctx, const fqla_bwd_args *args,
+                     void *workspace, size_t workspace_bytes, void *stream);
+
+/* ------------------------------------------------------------------------ */
+/* Decode (one token) and verify (T draft tokens) on a state pool            */
+
+/* B sequences, each with T new tokens (T = 1 for fqla_decode), reading the
+ * state pool entry slots[b]. A negative slot marks padding: nothing is read or
+ * written for that sequence and its o rows are zeroed. A slot >= P is an
+ * error (checked on the CPU, and on CUDA when slots_host is given; without it
+ * a CUDA kernel skips such a sequence and writes NaN to its o rows).
+ * Duplicate non-negative slots are an error when the slots can be read on the
+ * host; on CUDA without slots_host the result is undefined, as for a scatter
+ * with repeated indices.
+ *
+ * fqla_decode writes the state after the token back to state_pool[slots[b]].
+ * fqla_verify leaves the pool untouched and writes the state after every
+ * token t to exactly one of
+ *     step_states [B, T, HV, K, V] (dtype of the pool), or
+ *     step_slots  [B, T] i32/i64: state_pool[step_slots[b, t]] (negative = skip),
+ * so an engine keeps the state at the accepted position. */
+typedef struct fqla_decode_args {
+    fqla_tensor q;              /* [B, T, H, K]                           in  */
+    fqla_tensor k;              /* [B, T, H, K]                           in  */
+    fqla_tensor v;              /* [B, T, HV, V]                          in  */
+    fqla_tensor g;              /* [B, T, HV] (raw a with use_gate_in_kernel) */
+    fqla_tensor beta;           /* [B, T, HV] (raw b with use_beta_sigmoid)  */
+    fqla_tensor A_log;          /* [HV] f32, use_gate_in_kernel only          */
+    fqla_tensor dt_bias;        /* [HV] f32, use_gate_in_kernel only          */
+    fqla_tensor state_pool;     /* [P, HV, K, V] ([P, HV, V, K]), f32 or bf16, in/out */
+    fqla_tensor slots;          /* [B] i32/i64                            in  */
+    const int64_t *slots_host;  /* [B] host copy of slots, optional           */
+    fqla_tensor o;              /* [B, T, HV, V], dtype of q             out  */
+    fqla_tensor step_states;    /* verify: [B, T, HV, K, V] (or [.., V, K]) out */
+    fqla_tensor step_slots;     /* verify: [B, T] i32/i64                 in  */
+    fqla_options opt;
+} fqla_decode_args;
+
+void fqla_decode_args_init(fqla_decode_args *args);
+fqla_status fqla_decode_supported(fqla_context *ctx, const fqla_decode_args *args);
+fqla_status fqla_decode_workspace_size(fqla_context *ctx, const fqla_decode_args *args, size_t *bytes);
+fqla_status fqla_decode(fqla_context *ctx, const fqla_decode_args *args,
+                        void *workspace, size_t workspace_bytes, void *stream);
+
+fqla_status fqla_verify_supported(fqla_context *ctx, const fqla_decode_args *args);
+fqla_status fqla_verify_workspace_size(fqla_context *ctx, const fqla_decode_args *args, size_t *bytes);
+fqla_status fqla_verify(fqla_context *ctx, const fqla_decode_args *args,
+                        void *workspace, size_t workspace_bytes, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FLASHQLA_H */

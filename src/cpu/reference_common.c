@@ -1,0 +1,245 @@
+/*
+ * reference_common.c - shared pieces of the fp64 reference (see
+ * reference_common.h): token loading with the in-kernel transforms, state
+ * layout, the one-token step of DESIGN.md §1, row zeroing and a pthread loop.
+ */
+#include "cpu/reference_common.h"
+#include "cpu/transforms.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+double fqla_ref_load_qk(const fqla_ref_inputs *in, const fqla_tensor *x,
+                        int64_t b, int64_t t, int64_t hk, double *dst)
+{
+    int64_t K = in->p->K;
+    fqla_ref_load_row(x, b, t, hk, K, dst);
+    if (in->p->opt.use_qk_l2norm)
+        return fqla_l2norm(dst, K);
+    return 1.0;
+}
+
+void fqla_ref_load_row(const fqla_tensor *x, int64_t b, int64_t t, int64_t h, int64_t n, double *dst)
+{
+    int64_t base = b * x->strides[0] + t * x->strides[1] + h * x->strides[2];
+    for (int64_t j = 0; j < n; j++)
+        dst[j] = fqla_load(x, base + j * x->strides[3]);
+}
+
+void fqla_ref_store_row(const fqla_tensor *x, int64_t b, int64_t t, int64_t h, int64_t n, const double *src)
+{
+    int64_t base = b * x->strides[0] + t * x->strides[1] + h * x->strides[2];
+    for (int64_t j = 0; j < n; j++)
+        fqla_store(x, base + j * x->strides[3], src[j]);
+}
+
+void fqla_ref_load_v(const fqla_ref_inputs *in, int64_t b, int64_t t, int64_t h, double *dst)
+{
+    fqla_ref_load_row(in->v, b, t, h, in->p->V, dst);
+}
+
+double fqla_ref_load_bth(const fqla_tensor *x, int64_t b, int64_t t, int64_t h)
+{
+    return fqla_load(x, b * x->strides[0] + t * x->strides[1] + h * x->strides[2]);
+}
+
+void fqla_ref_store_bth(const fqla_tensor *x, int64_t b, int64_t t, int64_t h, double value)
+{
+    fqla_store(x, b * x->strides[0] + t * x->strides[1] + h * x->strides[2], value);
+}
+
+double fqla_ref_gate(const fqla_ref_inputs *in, int64_t b, int64_t t, int64_t h)
+{
+    double g = fqla_ref_load_bth(in->g, b, t, h);
+    if (in->p->opt.use_gate_in_kernel) {
+        double A_log = fqla_load(in->A_log, h * in->A_log->strides[0]);
+        double dt_bias = fqla_load(in->dt_bias, h * in->dt_bias->strides[0]);
+        g = fqla_gate_value(g, A_log, dt_bias);
+    }
+    return g;
+}
+
+double fqla_ref_beta(const fqla_ref_inputs *in, int64_t b, int64_t t, int64_t h)
+{
+    double beta = fqla_ref_load_bth(in->beta, b, t, h);
+    if (in->p->opt.use_beta_sigmoid)
+        beta = fqla_beta_value(beta, in->p->opt.allow_neg_eigval);
+    return beta;
+}
+
+int64_t fqla_ref_state_base(const fqla_tensor *t, const int64_t *lead)
+{
+    int64_t off = 0;
+    for (int d = 0; d < t->ndim - 2; d++)
+        off += lead[d] * t->strides[d];
+    return off;
+}
+
+void fqla_ref_state_load(const fqla_tensor *t, int64_t base, int64_t K, int64_t V,
+                         int v_first, double *S)
+{
+    int64_t s_row = t->strides[t->ndim - 2], s_col = t->strides[t->ndim - 1];
+    /* element (i, j) sits at [.., i, j], or at [.., j, i] with state_v_first */
+    int64_t si = v_first ? s_col : s_row, sj = v_first ? s_row : s_col;
+    for (int64_t i = 0; i < K; i++)
+        for (int64_t j = 0; j < V; j++)
+            S[i * V + j] = fqla_load(t, base + i * si + j * sj);
+}
+
+void fqla_ref_state_store(const fqla_tensor *t, int64_t base, int64_t K, int64_t V,
+                          int v_first, const double *S)
+{
+    int64_t s_row = t->strides[t->ndim - 2], s_col = t->strides[t->ndim - 1];
+    int64_t si = v_first ? s_col : s_row, sj = v_first ? s_row : s_col;
+    for (int64_t i = 0; i < K; i++)
+        for (int64_t j = 0; j < V; j++)
+            fqla_store(t, base + i * si + j * sj, S[i * V + j]);
+}
+
+void fqla_ref_step(double *S, int64_t K, int64_t V, const double *k, const double *v,
+                   double g, double beta, double *w, double *u)
+{
+    double a = exp(g);
+    for (int64_t x = 0; x < K * V; x++)
+        S[x] *= a;
+    for (int64_t j = 0; j < V; j++)
+        w[j] = 0;
+    for (int64_t i = 0; i < K; i++)
+        for (int64_t j = 0; j < V; j++)
+            w[j] += k[i] * S[i * V + j];
+    /* w becomes u in place */
+    for (int64_t j = 0; j < V; j++)
+        w[j] = beta * (v[j] - w[j]);
+    for (int64_t i = 0; i < K; i++)
+        for (int64_t j = 0; j < V; j++)
+            S[i * V + j] += k[i] * w[j];
+    if (u)
+        memcpy(u, w, (size_t)V * sizeof *u);
+}
+
+void fqla_ref_store_output(const fqla_tensor *o, int64_t b, int64_t t, int64_t h,
+                           const double *S, int64_t K, int64_t V, const double *q, double scale)
+{
+    int64_t base = b * o->strides[0] + t * o->strides[1] + h * o->strides[2];
+    for (int64_t j = 0; j < V; j++) {
+        double acc = 0;
+        for (int64_t i = 0; i < K; i++)
+            acc += S[i * V + j] * q[i];
+        fqla_store(o, base + j * o->strides[3], scale * acc);
+    }
+}
+
+/* Zeroes the sub-tensor below the leading indices idx[0..d) (recursive over
+ * the remaining dims). */
+static void zero_from(const fqla_tensor *x, int d, int64_t off)
+{
+    if (d == x->ndim) {
+        fqla_store(x, off, 0.0);
+        return;
+    }
+    for (int64_t i = 0; i < x->shape[d]; i++)
+        zero_from(x, d + 1, off + i * x->strides[d]);
+}
+
+void fqla_ref_zero_rows(const fqla_tensor *x, int64_t b, int64_t t0, int64_t t1)
+{
+    if (!x || !x->data)
+        return;
+    for (int64_t t = t0; t < t1; t++)
+        zero_from(x, 2, b * x->strides[0] + t * x->strides[1]);
+}
+
+void fqla_ref_zero_uncovered(const fqla_problem *p, const fqla_tensor *x)
+{
+    if (!p->varlen)
+        return; /* without cu_seqlens every row belongs to its batch row's sequence */
+    int64_t end = 0;
+    if (p->N > 0) {
+        int64_t b, start, len;
+        fqla_seq_bounds(p, p->N - 1, &b, &start, &len);
+        end = start + len;
+    }
+    for (int64_t b = 0; b < p->B; b++)
+        fqla_ref_zero_rows(x, b, end, p->T);
+}
+
+int64_t fqla_ref_load_index(const fqla_tensor *t, int64_t offset)
+{
+    if (t->dtype == FQLA_DTYPE_I32)
+        return ((const int32_t *)t->data)[offset];
+    if (t->dtype == FQLA_DTYPE_I64)
+        return ((const int64_t *)t->data)[offset];
+    return (int64_t)fqla_load(t, offset);
+}
+
+/* ---- the task loop ---- */
+
+typedef struct task_pool {
+    pthread_mutex_t lock;
+    int64_t next, ntasks;
+    int64_t failed_task;     /* lowest failing task, or ntasks */
+    fqla_status failed_status;
+    fqla_ref_task_fn fn;
+    void *arg;
+} task_pool;
+
+static void *worker(void *vp)
+{
+    task_pool *tp = vp;
+    for (;;) {
+        pthread_mutex_lock(&tp->lock);
+        int64_t task = tp->next < tp->ntasks ? tp->next++ : -1;
+        pthread_mutex_unlock(&tp->lock);
+        if (task < 0)
+            return NULL;
+        fqla_status st = tp->fn(tp->arg, task);
+        if (st != FQLA_STATUS_SUCCESS) {
+            pthread_mutex_lock(&tp->lock);
+            if (task < tp->failed_task) {
+                tp->failed_task = task;
+                tp->failed_status = st;
+            }
+            pthread_mutex_unlock(&tp->lock);
+        }
+    }
+}
+
+fqla_status fqla_ref_parallel(int threads, int64_t ntasks, fqla_ref_task_fn fn, void *arg)
+{
+    if (threads > ntasks)
+        threads = (int)ntasks;
+    if (threads <= 1) {
+        fqla_status first = FQLA_STATUS_SUCCESS;
+        for (int64_t task = 0; task < ntasks; task++) {
+            fqla_status st = fn(arg, task);
+            if (st != FQLA_STATUS_SUCCESS && first == FQLA_STATUS_SUCCESS)
+                first = st;
+        }
+        return first;
+    }
+    task_pool tp;
+    tp.next = 0;
+    tp.ntasks = ntasks;
+    tp.failed_task = ntasks;
+    tp.failed_status = FQLA_STATUS_SUCCESS;
+    tp.fn = fn;
+    tp.arg = arg;
+    if (pthread_mutex_init(&tp.lock, NULL) != 0)
+        return fqla_ref_parallel(1, ntasks, fn, arg);
+    pthread_t *tid = malloc((size_t)(threads - 1) * sizeof *tid);
+    int started = 0;
+    if (tid) {
+        /* A thread that cannot be created is not an error: the calling
+         * thread takes the work. */
+        while (started < threads - 1 && pthread_create(&tid[started], NULL, worker, &tp) == 0)
+            started++;
+    }
+    worker(&tp);
+    for (int i = 0; i < started; i++)
+        pthread_join(tid[i], NULL);
+    free(tid);
+    pthread_mutex_destroy(&tp.lock);
+    return tp.failed_status;
+}

@@ -167,13 +167,14 @@ int cli_info(int argc, char **argv)
     if (available[2] && ndev == 0) ndev = 1; /* the library found one even if we cannot count */
     printf("devices:\n");
     for (int i = 0; i < 2; i++) {
+        /* both CPU backends see the same host: report it once */
         fqla_context *ctx = NULL;
         fqla_device_info info;
         if (!available[i] || fqla_context_create(&ctx, backends[i], 0) != FQLA_STATUS_SUCCESS) continue;
         if (fqla_context_info(ctx, &info) == FQLA_STATUS_SUCCESS)
-            printf("  %-10s %s, %d cores, %d worker threads by default\n", cli_backend_name(backends[i]),
-                   info.name, info.sm_count, info.threads);
+            printf("  host       %d cores online, %d worker threads per call by default\n", info.sm_count, info.threads);
         fqla_context_destroy(ctx);
+        break;
     }
     for (int dev = 0; dev < ndev; dev++) {
         fqla_context *ctx = NULL;

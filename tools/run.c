@@ -415,7 +415,7 @@ static int check_prefix(run_state *rs, const cli_layer *host, const run_opts *o,
         call_failed("fqla_fwd_supported (reference)", fqla_fwd_supported(rctx, &a), rctx);
         goto done;
     }
-    snprintf(ref_note, note_size, "fp64 reference (%s in, %s out)", cli_dtype_name(host->io), cli_dtype_name(ref_io));
+    snprintf(ref_note, note_size, "the fp64 reference (same %s-rounded inputs, %s o)", cli_dtype_name(host->io), cli_dtype_name(ref_io));
     if ((rc = alloc_workspace(rctx, &ref, 0, 0, &ws, &ws_bytes)) != 0) goto done;
     rc = CLI_EXIT_FAIL;
     if ((st = fwd_once(rctx, &ref, ws, ws_bytes)) != FQLA_STATUS_SUCCESS) {
@@ -506,7 +506,7 @@ int cli_run(int argc, char **argv)
     double med = cli_median(ms, repeat);
     double tps = tokens / (med * 1e-3);
     printf("time:     %.3f ms per forward (median of %d; min %.3f, max %.3f)\n", med, repeat, tmin, tmax);
-    printf("tokens/s: %.4g (%lld tokens)\n", tps, (long long)tokens);
+    printf("tokens/s: %.0f (%lld tokens)\n", tps, (long long)tokens);
 
     char err[512];
     if (rs.have_dev && cli_layer_outputs_to_host(&host, &rs.dev, err, sizeof err) != 0) {
@@ -520,12 +520,17 @@ int cli_run(int argc, char **argv)
     char ref_note[128] = "";
     int checked = 0;
     if (check > 0) {
-        int64_t ct = check;
+        int64_t ct = check, checked_tokens = 0;
+        for (int64_t n = 0; n < s->N; n++) {
+            int64_t b, st, len;
+            cli_shape_seq(s, n, &b, &st, &len);
+            checked_tokens += len < ct ? len : ct;
+        }
         if ((rc = check_prefix(&rs, &host, &o, ct, &ro, &rst, ref_note, sizeof ref_note)) != 0) goto done;
         rc = CLI_EXIT_FAIL;
         checked = 1;
-        printf("check:    first %lld tokens of each sequence, %s vs %s\n", (long long)ct,
-               cli_backend_name(rs.backend), ref_note);
+        printf("check:    first %lld tokens of each sequence (%lld tokens), %s vs %s\n", (long long)ct,
+               (long long)checked_tokens, cli_backend_name(rs.backend), ref_note);
         printf("  o:           rel %.3e (worst: sequence %lld, head %lld: %.3e)\n", ro.rel,
                (long long)ro.worst_seq, (long long)ro.worst_head, ro.worst);
         printf("  final state: rel %.3e (worst: sequence %lld, head %lld: %.3e)\n", rst.rel,
@@ -535,7 +540,7 @@ int cli_run(int argc, char **argv)
         printf("check:    skipped (--check-tokens 0)\n");
     }
     int pass = finite && (!checked || (ro.rel <= tol && rst.rel <= tol));
-    printf("summary: %s backend=%s dtype=%s B=%lld T=%lld H=%lld HV=%lld K=%lld V=%lld ms=%.3f tokens_per_s=%.4g",
+    printf("summary: %s backend=%s dtype=%s B=%lld T=%lld H=%lld HV=%lld K=%lld V=%lld ms=%.3f tokens_per_s=%.0f",
            pass ? "PASS" : "FAIL", cli_backend_name(rs.backend), cli_dtype_name(o.dtype), (long long)s->B,
            (long long)s->T, (long long)s->H, (long long)s->HV, (long long)s->K, (long long)s->V, med, tps);
     if (checked)

@@ -1,0 +1,212 @@
+/*
+ * test_cli.c - the `flashqla` program end to end: runs the built binary on
+ * small shapes and checks its exit statuses, its summary line and its error
+ * figures against the fp64 reference (fp32 within 1e-4, bf16 within 5e-3 and
+ * above the bf16 rounding floor), a bad option naming itself with status 2,
+ * and that --tol below the real error makes it fail with status 1.
+ *
+ * The binary is found beside the test's build folder (build/tests/test_cli ->
+ * build/flashqla; build/asan/tests/test_cli -> build/flashqla) or in
+ * FQLA_CLI; when it is not built the cases are skipped, never passed.
+ */
+#include "common/check.h"
+#include "flashqla.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char cli[1024];
+static char out[1 << 16];
+
+static int find_cli(const char *argv0)
+{
+    const char *env = getenv("FQLA_CLI");
+    if (env && *env) {
+        snprintf(cli, sizeof cli, "%s", env);
+        return access(cli, X_OK) == 0;
+    }
+    char dir[900];
+    snprintf(dir, sizeof dir, "%s", argv0);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = '\0';
+    else snprintf(dir, sizeof dir, ".");
+    const char *rel[] = { "/../flashqla", "/../../flashqla" };
+    for (int i = 0; i < 2; i++) {
+        snprintf(cli, sizeof cli, "%s%s", dir, rel[i]);
+        if (access(cli, X_OK) == 0) return 1;
+    }
+    snprintf(cli, sizeof cli, "build/flashqla");
+    return access(cli, X_OK) == 0;
+}
+
+/* Runs `flashqla ARGS` with stdout and stderr captured into out; returns the
+ * exit status (or -1 when it did not exit normally). */
+static int run_cli(const char *args)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "'%s' %s 2>&1", cli, args);
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = '\0';
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* The value after "key=" on the summary line, or -1. */
+static double summary_value(const char *key)
+{
+    const char *line = strstr(out, "summary: ");
+    if (!line) return -1;
+    char pat[64];
+    snprintf(pat, sizeof pat, " %s=", key);
+    const char *at = strstr(line, pat);
+    return at ? strtod(at + strlen(pat), NULL) : -1;
+}
+
+static const char *small = "--H 2 --HV 4 --K 64 --V 64 --repeat 1";
+
+static void help_and_version(void)
+{
+    int rc = run_cli("--help");
+    CHECK(rc == 0, "--help: exit status %d", rc);
+    CHECK(strstr(out, "run") && strstr(out, "info"), "--help does not list the commands:\n%s", out);
+    rc = run_cli("run --help");
+    CHECK(rc == 0, "run --help: exit status %d", rc);
+    CHECK(strstr(out, "--check-tokens") != NULL, "run --help does not list --check-tokens");
+    rc = run_cli("--version");
+    CHECK(rc == 0 && strstr(out, FQLA_VERSION_STRING) != NULL, "--version: status %d, output %s", rc, out);
+}
+
+static void info_lists_backends(void)
+{
+    int rc = run_cli("info");
+    CHECK(rc == 0, "info: exit status %d\n%s", rc, out);
+    CHECK(strstr(out, "flashqla " FQLA_VERSION_STRING) != NULL, "info: no version line:\n%s", out);
+    CHECK(strstr(out, "  cpu        available") != NULL, "info: the CPU backend is not available:\n%s", out);
+    CHECK(strstr(out, "  cuda       ") != NULL, "info: no line for the CUDA backend:\n%s", out);
+    /* the CPU fast path must report K = V = 128 fp32 for the forward */
+    const char *row = strstr(out, "  cpu        fwd");
+    CHECK(row && strstr(row, "128: fp32") != NULL, "info: cpu fwd row lacks 128: fp32:\n%s", out);
+}
+
+static void run_fp32_matches_reference(void)
+{
+    char args[512];
+    snprintf(args, sizeof args, "run %s --T 150 --dtype fp32 --backend cpu --check-tokens 150 --seed %llu",
+             small, (unsigned long long)(check_seed() % 100000));
+    int rc = run_cli(args);
+    CHECK(rc == 0, "%s: exit status %d\n%s", args, rc, out);
+    CHECK(strstr(out, "summary: PASS") != NULL, "no PASS summary:\n%s", out);
+    double ro = summary_value("rel_o"), rs = summary_value("rel_state");
+    /* above zero: the two backends really ran (fp32 output rounding alone is ~1e-8) */
+    CHECK(ro > 0 && ro <= 1e-4, "rel_o = %g, expected in (0, 1e-4]", ro);
+    CHECK(rs >= 0 && rs <= 1e-4, "rel_state = %g, expected <= 1e-4", rs);
+    CHECK(summary_value("tokens_per_s") > 0, "no tokens/s in the summary:\n%s", out);
+}
+
+static void run_bf16_varlen(void)
+{
+    char args[512];
+    snprintf(args, sizeof args, "run %s --varlen 70,0,130 --backend cpu --check-tokens 100 --seed %llu",
+             small, (unsigned long long)(check_seed() % 100000 + 1));
+    int rc = run_cli(args);
+    CHECK(rc == 0, "%s: exit status %d\n%s", args, rc, out);
+    CHECK(strstr(out, "3 sequences") != NULL, "config does not show 3 sequences:\n%s", out);
+    CHECK(strstr(out, "(170 tokens)") != NULL, "check should cover 70 + 0 + 100 tokens:\n%s", out);
+    double ro = summary_value("rel_o");
+    /* bf16 output rounding alone gives ~1e-3; far below it means o was not compared */
+    CHECK(ro > 1e-4 && ro <= 5e-3, "rel_o = %g, expected in (1e-4, 5e-3]", ro);
+}
+
+static void run_reference_backend(void)
+{
+    int rc = run_cli("run --H 1 --HV 2 --K 64 --V 64 --T 40 --B 2 --dtype fp16 --backend reference --repeat 1");
+    CHECK(rc == 0, "reference backend run: exit status %d\n%s", rc, out);
+    CHECK(strstr(out, "backend=reference") != NULL, "summary does not name the reference backend:\n%s", out);
+}
+
+static void same_seed_same_figures(void)
+{
+    char args[512], first[256] = "";
+    snprintf(args, sizeof args, "run %s --T 90 --backend cpu --seed 7", small);
+    run_cli(args);
+    const char *rel = strstr(out, "rel_o=");
+    if (rel) snprintf(first, sizeof first, "%.20s", rel);
+    run_cli(args);
+    rel = strstr(out, "rel_o=");
+    CHECK(first[0] && rel && strncmp(first, rel, strlen(first)) == 0,
+          "the same seed gave different errors: %s vs %.20s", first, rel ? rel : "(none)");
+    snprintf(args, sizeof args, "run %s --T 90 --backend cpu --seed 8", small);
+    run_cli(args);
+    rel = strstr(out, "rel_o=");
+    CHECK(rel && strncmp(first, rel, strlen(first)) != 0, "seeds 7 and 8 gave the same inputs");
+}
+
+static void tolerance_failure_exits_1(void)
+{
+    char args[512];
+    snprintf(args, sizeof args, "run %s --T 64 --backend cpu --tol 1e-12", small);
+    int rc = run_cli(args);
+    CHECK(rc == 1, "--tol 1e-12 on bf16: exit status %d, expected 1\n%s", rc, out);
+    CHECK(strstr(out, "summary: FAIL") != NULL, "no FAIL summary:\n%s", out);
+}
+
+static void bad_options_exit_2(void)
+{
+    static const struct { const char *args, *names; } bad[] = {
+        { "run --T 0", "--T" },
+        { "run --K abc", "--K" },
+        { "run --frobnicate 3", "--frobnicate" },
+        { "run --HV 5 --H 2", "--HV" },
+        { "run --dtype int8", "--dtype" },
+        { "run --backend tpu", "--backend" },
+        { "run --varlen 3,,4", "--varlen" },
+        { "run --varlen 64 --B 2", "--B" },
+        { "run --T", "--T" },
+        { "info --all", "--all" },
+        { "frobnicate", "frobnicate" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int rc = run_cli(bad[i].args);
+        CHECK(rc == 2, "'%s': exit status %d, expected 2", bad[i].args, rc);
+        CHECK(strstr(out, bad[i].names) != NULL, "'%s': the message does not name %s:\n%s",
+              bad[i].args, bad[i].names, out);
+    }
+}
+
+static void cuda_request_without_gpu(void)
+{
+    int rc = run_cli("run --backend cuda --T 8 --H 1 --HV 1 --K 64 --V 64 --repeat 1");
+    CHECK(rc == 1, "--backend cuda without a GPU: exit status %d, expected 1\n%s", rc, out);
+    CHECK(strstr(out, "cuda") != NULL, "the message does not mention cuda:\n%s", out);
+}
+
+int main(int argc, char **argv)
+{
+    (void)argc;
+    if (!find_cli(argv[0])) {
+        check_skip("flashqla CLI", "build/flashqla not built (run `make` first)");
+        return check_summary();
+    }
+    check_seed();
+    CHECK_RUN(help_and_version);
+    CHECK_RUN(info_lists_backends);
+    CHECK_RUN(run_fp32_matches_reference);
+    CHECK_RUN(run_bf16_varlen);
+    CHECK_RUN(run_reference_backend);
+    CHECK_RUN(same_seed_same_figures);
+    CHECK_RUN(tolerance_failure_exits_1);
+    CHECK_RUN(bad_options_exit_2);
+    /* ask the binary, not this test's library: the sanitizer build of the
+     * tests has CUDA stubbed out even on a GPU machine */
+    run_cli("info");
+    if (strstr(out, "  cuda       available"))
+        check_skip("cuda_request_without_gpu", "a GPU is present");
+    else
+        CHECK_RUN(cuda_request_without_gpu);
+    return check_summary();
+}

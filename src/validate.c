@@ -433,10 +433,10 @@ static int cmp_slot_ref(const void *x, const void *y)
     return a->step < b->step ? -1 : a->step > b->step;
 }
 
-static void describe_ref(const slot_ref *r, char *buf, size_t n)
+static void describe_ref(const slot_ref *r, const char *slots_name, char *buf, size_t n)
 {
     if (r->step < 0)
-        snprintf(buf, n, "slots[%lld]", (long long)r->seq);
+        snprintf(buf, n, "%s[%lld]", slots_name, (long long)r->seq);
     else
         snprintf(buf, n, "step_slots[%lld, %lld]", (long long)r->seq, (long long)r->step);
 }
@@ -488,8 +488,8 @@ static fqla_status check_slot_values(fqla_context *ctx, const int64_t *slots,
         for (int64_t i = 1; i < n; i++) {
             if (refs[i].value != refs[i - 1].value) continue;
             char x[64], y[64];
-            describe_ref(&refs[i - 1], x, sizeof x);
-            describe_ref(&refs[i], y, sizeof y);
+            describe_ref(&refs[i - 1], sname, x, sizeof x);
+            describe_ref(&refs[i], sname, y, sizeof y);
             st = fqla_fail(ctx, FQLA_STATUS_INVALID_VALUE,
                            "%s = %s = %lld: each state_pool entry may be used by one sequence or step only",
                            x, y, (long long)refs[i].value);

@@ -94,7 +94,7 @@ fqla_status fqla_vt_add(fqla_context *ctx, fqla_vt_list *L, const char *name,
                         int zero_dim, int output)
 {
     if (t->ndim != ndim)
-        return fqla_fail(ctx, FQLA_STATUS_INVALID_VALUE, "%s: ndim = %d but expected %d %s",
+        return fqla_fail(ctx, FQLA_STATUS_INVALID_VALUE, "%s: ndim = %d but expected %d (layout %s)",
                          name, t->ndim, ndim, layout);
     int64_t es = elem_size(t->dtype);
     if (es == 0)
@@ -105,8 +105,8 @@ fqla_status fqla_vt_add(fqla_context *ctx, fqla_vt_list *L, const char *name,
         int64_t n = t->shape[d];
         if (n < 0 || (n == 0 && d != zero_dim))
             return fqla_fail(ctx, FQLA_STATUS_INVALID_VALUE,
-                             "%s: shape[%d] = %lld must be > 0 %s", name, d, (long long)n,
-                             layout);
+                             "%s: shape[%d] = %lld but sizes must be > 0%s (layout %s)", name, d,
+                             (long long)n, d == zero_dim ? " (T >= 0)" : "", layout);
         if (t->strides[d] < 0)
             return fqla_fail(ctx, FQLA_STATUS_INVALID_VALUE,
                              "%s: stride[%d] = %lld is negative", name, d,
@@ -116,16 +116,21 @@ fqla_status fqla_vt_add(fqla_context *ctx, fqla_vt_list *L, const char *name,
         return fqla_fail(ctx, FQLA_STATUS_INVALID_VALUE,
                          "%s: stride[%d] = %lld but the last dimension must be contiguous (stride 1)",
                          name, ndim - 1, (long long)t->strides[ndim - 1]);
-    for (int d = 0; d < ndim; d++) {
-        int64_t step;
+    for (int d = 0; d < ndim; d++)
         if (!fqla_vt_mul(numel, t->shape[d], &numel))
             return fqla_fail(ctx, FQLA_STATUS_OVERFLOW,
-                             "%s: the element count of shape %s overflows int64", name, layout);
-        if (t->shape[d] > 0 && (!fqla_vt_mul(t->shape[d] - 1, t->strides[d], &step) ||
-                                !add_i64(reach, step, &reach)))
+                             "%s: the element count of its shape %s overflows int64", name, layout);
+    for (int d = 0; d < ndim; d++) {
+        int64_t step;
+        if (t->shape[d] == 0) continue;
+        if (!fqla_vt_mul(t->shape[d] - 1, t->strides[d], &step))
             return fqla_fail(ctx, FQLA_STATUS_OVERFLOW,
-                             "%s: the offset reached through stride[%d] = %lld overflows int64",
-                             name, d, (long long)t->strides[d]);
+                             "%s: (shape[%d] - 1) * stride[%d] = %lld * %lld overflows int64", name,
+                             d, d, (long long)(t->shape[d] - 1), (long long)t->strides[d]);
+        if (!add_i64(reach, step, &reach))
+            return fqla_fail(ctx, FQLA_STATUS_OVERFLOW,
+                             "%s: its largest element offset (sum of (shape[d] - 1) * stride[d]) overflows int64",
+                             name);
     }
     int64_t bytes = 0;
     uintptr_t lo = (uintptr_t)t->data, hi = lo;
@@ -184,7 +189,8 @@ fqla_status fqla_vt_aligned16(fqla_context *ctx, const char *name, const fqla_te
         return fqla_fail(ctx, FQLA_STATUS_MISALIGNED,
                          "%s: data pointer %p is not 16-byte aligned (needed by the CUDA kernels' TMA loads)",
                          name, t->data);
-    for (int d = 0; d + 1 < t->ndim; d++) {
+    /* innermost first: a padded row is the likely cause and is named first */
+    for (int d = t->ndim - 2; d >= 0; d--) {
         if (t->shape[d] <= 1) continue; /* the stride of a length-1 dimension is never used */
         if ((t->strides[d] * es) % 16 != 0)
             return fqla_fail(ctx, FQLA_STATUS_MISALIGNED,

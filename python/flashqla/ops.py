@@ -1,0 +1,300 @@
+"""The flashqla operations on torch tensors, and their torch.library
+registrations (flashqla::fwd, flashqla::bwd, flashqla::decode,
+flashqla::verify) with fake implementations for torch.compile.
+
+Each operation has one implementation (`*_impl`), a plain Python function
+that packs the tensors into the C argument struct, takes a per-thread context
+for (backend, device), sizes and allocates the workspace (CUDA) and calls the
+library on the current stream. The registered custom ops call exactly these
+functions. The public wrappers (chunk.py, serving.py) call the impls
+directly in eager mode, because a call through the torch dispatcher costs
+about 25 us in CPython (torch.library.custom_op) while the whole eager budget
+is 20 us; under torch.compile they call the registered ops.
+
+Inputs reaching an impl are already normalised by the wrappers: dtypes the
+library takes, the last dimension contiguous, every tensor on one device.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Optional
+
+import torch
+
+from . import _lib
+
+# --------------------------------------------------------------------------
+# Tensor -> packed fqla_tensor values
+
+DTYPES = {
+    torch.float32: _lib.DTYPE_F32,
+    torch.float16: _lib.DTYPE_F16,
+    torch.bfloat16: _lib.DTYPE_BF16,
+    torch.float64: _lib.DTYPE_F64,
+    torch.int32: _lib.DTYPE_I32,
+    torch.int64: _lib.DTYPE_I64,
+}
+_ZEROS = (0,) * _lib.MAX_DIMS
+_ABSENT = _lib.ABSENT
+
+
+def tv(x):
+    """The 15 packed values of the fqla_tensor describing x (absent for None)."""
+    if x is None:
+        return _ABSENT
+    s = x.shape
+    pad = _ZEROS[len(s):]
+    return (x.data_ptr(), DTYPES[x.dtype], len(s), *s, *pad, *x.stride(), *pad)
+
+
+# Option bits of the `flags` argument of the registered ops (one int keeps
+# the op schemas short).
+L2NORM = 1
+GATE_IN_KERNEL = 2
+BETA_SIGMOID = 4
+NEG_EIGVAL = 8
+STATE_V_FIRST = 16
+
+
+def options(scale, flags):
+    return (float(scale), flags & L2NORM and 1, flags & GATE_IN_KERNEL and 1,
+            flags & BETA_SIGMOID and 1, flags & NEG_EIGVAL and 1, flags & STATE_V_FIRST and 1)
+
+
+# Backend codes of the `backend` argument: the fqla_backend values, plus AUTO.
+AUTO = -1
+_NAMES = {None: AUTO, "auto": AUTO, "cpu": _lib.BACKEND_CPU, "cuda": _lib.BACKEND_CUDA,
+          "reference": _lib.BACKEND_CPU_REFERENCE}
+
+
+def backend_code(name):
+    try:
+        return _NAMES[name]
+    except KeyError:
+        raise ValueError(f"backend must be one of None, 'auto', 'cpu', 'cuda', 'reference'; got {name!r}") from None
+
+
+def resolve(x, backend):
+    """(fqla_backend, device ordinal) for tensors living where x lives."""
+    dev = x.device
+    if dev.type == "cuda":
+        if backend not in (AUTO, _lib.BACKEND_CUDA):
+            raise ValueError("flashqla: the CPU backends take CPU tensors; these are on " + str(dev))
+        idx = dev.index
+        return _lib.BACKEND_CUDA, torch.cuda.current_device() if idx is None else idx
+    if dev.type != "cpu":
+        raise NotImplementedError(f"flashqla: tensors on {dev.type} are not supported (cpu or cuda)")
+    if backend == _lib.BACKEND_CUDA:
+        raise ValueError("flashqla: backend 'cuda' takes CUDA tensors; these are on the CPU")
+    if backend == AUTO:
+        # fp64 only exists in the reference (the oracle; used by gradcheck)
+        return (_lib.BACKEND_CPU_REFERENCE if x.dtype == torch.float64 else _lib.BACKEND_CPU), 0
+    return backend, 0
+
+
+def _stream(device):
+    try:
+        return torch._C._cuda_getCurrentRawStream(device)
+    except AttributeError:  # older torch
+        return torch.cuda.current_stream(device).cuda_stream
+
+
+_SIZE_T = ctypes.c_size_t
+
+
+def _call(op, be, device, buf, like):
+    """Runs fqla_<op> on the packed args in buf; raises on failure."""
+    lib = _lib.lib
+    ctx = _lib.context(be, device)
+    run = getattr(lib, "fqla_" + op)
+    if be == _lib.BACKEND_CUDA:
+        size = _SIZE_T()
+        st = getattr(lib, f"fqla_{op}_workspace_size")(ctx, buf, ctypes.byref(size))
+        if st:
+            raise _lib.error(st, ctx, op)
+        n = size.value
+        # the caching allocator is stream-ordered: freeing ws when this
+        # returns is safe even though the kernels have not run yet
+        ws = torch.empty(n, dtype=torch.uint8, device=like.device) if n else None
+        st = run(ctx, buf, ws.data_ptr() if n else None, n, _stream(device))
+    else:
+        st = run(ctx, buf, None, 0, None)
+    if st:
+        raise _lib.error(st, ctx, op)
+
+
+def _host_ptr(x):
+    return x.data_ptr() if x is not None else 0
+
+
+# --------------------------------------------------------------------------
+# Forward
+
+
+def state_shape(N, HV, K, V, flags):
+    return (N, HV, V, K) if flags & STATE_V_FIRST else (N, HV, K, V)
+
+
+def fwd_alloc(q, v, initial_state, cu_seqlens, flags, output_final_state, state_dtype):
+    B, T, HV, V = v.shape
+    K = q.shape[3]
+    o = torch.empty((B, T, HV, V), dtype=q.dtype, device=q.device)
+    if output_final_state:
+        N = B if cu_seqlens is None else cu_seqlens.shape[0] - 1
+        ht = torch.empty(state_shape(N, HV, K, V, flags), dtype=state_dtype, device=q.device)
+    else:
+        ht = torch.empty((0,), dtype=state_dtype, device=q.device)
+    return o, ht
+
+
+def state_dtype_for(q, initial_state):
+    if initial_state is not None:
+        return initial_state.dtype
+    return torch.float64 if q.dtype == torch.float64 else torch.float32
+
+
+def fwd_impl(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, cu_seqlens_cpu,
+             scale, flags, output_final_state, backend):
+    be, device = resolve(q, backend)
+    o, ht = fwd_alloc(q, v, initial_state, cu_seqlens, flags, output_final_state,
+                      state_dtype_for(q, initial_state))
+    buf = _lib.FwdBuffer()
+    _lib.FWD_PACK.pack_into(
+        buf, 0, *tv(q), *tv(k), *tv(v), *tv(g), *tv(beta), *tv(A_log), *tv(dt_bias),
+        *tv(initial_state), *tv(cu_seqlens),
+        _host_ptr(cu_seqlens_cpu) if be == _lib.BACKEND_CUDA else 0,
+        *tv(o), *tv(ht if output_final_state else None), *options(scale, flags))
+    _call("fwd", be, device, buf, q)
+    return o, ht
+
+
+@torch.library.custom_op("flashqla::fwd", mutates_args=())
+def fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
+           beta: torch.Tensor, A_log: Optional[torch.Tensor], dt_bias: Optional[torch.Tensor],
+           initial_state: Optional[torch.Tensor], cu_seqlens: Optional[torch.Tensor],
+           cu_seqlens_cpu: Optional[torch.Tensor], scale: float, flags: int,
+           output_final_state: bool, backend: int) -> tuple[torch.Tensor, torch.Tensor]:
+    return fwd_impl(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, cu_seqlens_cpu,
+                    scale, flags, output_final_state, backend)
+
+
+@fwd_op.register_fake
+def _fwd_fake(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, cu_seqlens_cpu,
+              scale, flags, output_final_state, backend):
+    return fwd_alloc(q, v, initial_state, cu_seqlens, flags, output_final_state,
+                     state_dtype_for(q, initial_state))
+
+
+# --------------------------------------------------------------------------
+# Backward
+
+_EMPTY_CACHE = {}
+
+
+def _none_or(x):
+    return x if x is not None and x.numel() else None
+
+
+def bwd_alloc(q, k, v, initial_state, A_log, flags):
+    gd = torch.float64 if q.dtype == torch.float64 else torch.float32
+    B, T, HV, V = v.shape
+    dev = q.device
+    dq = torch.empty_like(q, memory_format=torch.contiguous_format)
+    dk = torch.empty_like(k, memory_format=torch.contiguous_format)
+    dv = torch.empty_like(v, memory_format=torch.contiguous_format)
+    dg = torch.empty((B, T, HV), dtype=gd, device=dev)
+    dbeta = torch.empty((B, T, HV), dtype=gd, device=dev)
+    empty = torch.empty((0,), dtype=gd, device=dev)
+    dh0 = (torch.empty(initial_state.shape, dtype=gd, device=dev)
+           if initial_state is not None else empty)
+    if flags & GATE_IN_KERNEL:
+        dA = torch.empty((HV,), dtype=gd, device=dev)
+        ddt = torch.empty((HV,), dtype=gd, device=dev)
+    else:
+        dA = ddt = empty
+    return dq, dk, dv, dg, dbeta, dh0, dA, ddt
+
+
+def bwd_impl(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, cu_seqlens_cpu,
+             d_o, d_final_state, scale, flags, backend):
+    be, device = resolve(q, backend)
+    outs = bwd_alloc(q, k, v, initial_state, A_log, flags)
+    dq, dk, dv, dg, dbeta, dh0, dA, ddt = outs
+    gate = flags & GATE_IN_KERNEL
+    buf = _lib.BwdBuffer()
+    _lib.BWD_PACK.pack_into(
+        buf, 0, *tv(q), *tv(k), *tv(v), *tv(g), *tv(beta), *tv(A_log), *tv(dt_bias),
+        *tv(initial_state), *tv(cu_seqlens),
+        _host_ptr(cu_seqlens_cpu) if be == _lib.BACKEND_CUDA else 0,
+        *tv(d_o), *tv(d_final_state), *tv(dq), *tv(dk), *tv(dv), *tv(dg), *tv(dbeta),
+        *tv(dh0 if initial_state is not None else None),
+        *tv(dA if gate else None), *tv(ddt if gate else None), *options(scale, flags))
+    _call("bwd", be, device, buf, q)
+    return outs
+
+
+@torch.library.custom_op("flashqla::bwd", mutates_args=())
+def bwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
+           beta: torch.Tensor, A_log: Optional[torch.Tensor], dt_bias: Optional[torch.Tensor],
+           initial_state: Optional[torch.Tensor], cu_seqlens: Optional[torch.Tensor],
+           cu_seqlens_cpu: Optional[torch.Tensor], d_o: torch.Tensor,
+           d_final_state: Optional[torch.Tensor], scale: float, flags: int,
+           backend: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+                                  torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    return bwd_impl(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, cu_seqlens_cpu,
+                    d_o, d_final_state, scale, flags, backend)
+
+
+@bwd_op.register_fake
+def _bwd_fake(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, cu_seqlens_cpu,
+              d_o, d_final_state, scale, flags, backend):
+    return bwd_alloc(q, k, v, initial_state, A_log, flags)
+
+
+# --------------------------------------------------------------------------
+# Decode and verify (in-place on the pool and on the caller's output)
+
+
+def decode_impl(q, k, v, g, beta, A_log, dt_bias, state_pool, slots, slots_cpu, o,
+                step_states, step_slots, scale, flags, verify, backend):
+    be, device = resolve(q, backend)
+    buf = _lib.DecodeBuffer()
+    _lib.DEC_PACK.pack_into(
+        buf, 0, *tv(q), *tv(k), *tv(v), *tv(g), *tv(beta), *tv(A_log), *tv(dt_bias),
+        *tv(state_pool), *tv(slots),
+        _host_ptr(slots_cpu) if be == _lib.BACKEND_CUDA else 0,
+        *tv(o), *tv(step_states), *tv(step_slots), *options(scale, flags))
+    _call("verify" if verify else "decode", be, device, buf, q)
+
+
+@torch.library.custom_op("flashqla::decode", mutates_args=("state_pool", "o"))
+def decode_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
+              beta: torch.Tensor, A_log: Optional[torch.Tensor], dt_bias: Optional[torch.Tensor],
+              state_pool: torch.Tensor, slots: torch.Tensor, slots_cpu: Optional[torch.Tensor],
+              o: torch.Tensor, scale: float, flags: int, backend: int) -> None:
+    decode_impl(q, k, v, g, beta, A_log, dt_bias, state_pool, slots, slots_cpu, o,
+                None, None, scale, flags, False, backend)
+
+
+@decode_op.register_fake
+def _decode_fake(q, k, v, g, beta, A_log, dt_bias, state_pool, slots, slots_cpu, o,
+                 scale, flags, backend):
+    return None
+
+
+@torch.library.custom_op("flashqla::verify", mutates_args=("state_pool", "o", "step_states"))
+def verify_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
+              beta: torch.Tensor, A_log: Optional[torch.Tensor], dt_bias: Optional[torch.Tensor],
+              state_pool: torch.Tensor, slots: torch.Tensor, slots_cpu: Optional[torch.Tensor],
+              o: torch.Tensor, step_states: Optional[torch.Tensor],
+              step_slots: Optional[torch.Tensor], scale: float, flags: int,
+              backend: int) -> None:
+    decode_impl(q, k, v, g, beta, A_log, dt_bias, state_pool, slots, slots_cpu, o,
+                step_states, step_slots, scale, flags, True, backend)
+
+
+@verify_op.register_fake
+def _verify_fake(q, k, v, g, beta, A_log, dt_bias, state_pool, slots, slots_cpu, o,
+                 step_states, step_slots, scale, flags, backend):
+    return None

@@ -1,0 +1,156 @@
+"""Serving entry points: decode (one token per sequence) and verify (T draft
+tokens per sequence) on a state pool, the way vLLM and SGLang call GDN.
+
+Conventions:
+  - state_pool [P, HV, K, V] ([P, HV, V, K] with state_v_first=True, the
+    vLLM/SGLang layout), fp32 or bf16 storage, math in fp32; updated in place;
+  - slots [B] int32/int64 pool rows; a negative slot (-1, padding in a
+    captured CUDA graph) is skipped: its pool row is neither read nor
+    written and its output rows are zeros;
+  - raw gate inputs: with A_log given, `a` is the raw gate input and
+    g = -exp(A_log) * softplus(a + dt_bias) is computed in the kernel;
+    `b` is the beta logit, beta = sigmoid(b) (2 sigmoid(b) with
+    allow_neg_eigval); q and k are l2-normalised in the kernel by default;
+  - out: an optional preallocated output, written in place (as vLLM's
+    core_attn_out).
+Both are CUDA-graph safe on CUDA tensors (no allocation, no host read)
+unless slots_cpu is given, and run under torch.compile as the custom ops
+flashqla::decode / flashqla::verify (no graph break).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import _lib, ops
+from .chunk import fix_strides, same_device
+
+_F32 = torch.float32
+_F64 = torch.float64
+_GATE_OK = (torch.float32, torch.bfloat16)
+
+
+def _prepare(q, k, v, a, b, A_log, dt_bias, state_pool, slots, scale,
+             use_qk_l2norm_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval,
+             state_v_first, backend, tokens_dim):
+    be = ops.backend_code(backend)
+    dev = q.device
+    same_device(dev, ("k", "v", "a", "b", "A_log", "dt_bias", "state_pool", "slots"),
+                k, v, a, b, A_log, dt_bias, state_pool, slots)
+    squeeze = False
+    if not tokens_dim and q.dim() == 3:
+        # decode accepts [B, H, K] / [B, HV, V] / [B, HV] (T = 1 squeezed)
+        q, k, v, a, b = q.unsqueeze(1), k.unsqueeze(1), v.unsqueeze(1), a.unsqueeze(1), b.unsqueeze(1)
+        squeeze = True
+    reference = (be == _lib.BACKEND_CPU_REFERENCE
+                 or (be == ops.AUTO and dev.type == "cpu" and q.dtype == _F64))
+    wide = _F64 if reference and q.dtype == _F64 else _F32
+    q, k, v = fix_strides(q), fix_strides(k), fix_strides(v)
+    if not (a.dtype == b.dtype and (a.dtype in _GATE_OK or (reference and a.dtype == _F64))):
+        a, b = a.to(wide), b.to(wide)
+    a, b = fix_strides(a), fix_strides(b)
+    flags = 0
+    if use_qk_l2norm_in_kernel:
+        flags |= ops.L2NORM
+    if use_beta_sigmoid_in_kernel:
+        flags |= ops.BETA_SIGMOID
+        if allow_neg_eigval:
+            flags |= ops.NEG_EIGVAL
+    if state_v_first:
+        flags |= ops.STATE_V_FIRST
+    if A_log is not None:
+        flags |= ops.GATE_IN_KERNEL
+        if A_log.dtype != wide:
+            A_log = A_log.to(wide)
+        if dt_bias is None:
+            dt_bias = torch.zeros(v.shape[2], dtype=wide, device=dev)
+        elif dt_bias.dtype != wide:
+            dt_bias = dt_bias.to(wide)
+        A_log, dt_bias = fix_strides(A_log), fix_strides(dt_bias)
+    elif dt_bias is not None:
+        raise ValueError("flashqla: dt_bias without A_log (give A_log to compute the gate in the kernel)")
+    scale = 0.0 if scale is None else float(scale)
+    return q, k, v, a, b, A_log, dt_bias, fix_strides(slots), scale, flags, be, squeeze
+
+
+def _out(out, q, v, squeeze):
+    B, T, HV, V = v.shape
+    if out is None:
+        return torch.empty((B, T, HV, V), dtype=q.dtype, device=q.device), None
+    if squeeze and out.dim() == 3:
+        return out.unsqueeze(1), out
+    return out, out
+
+
+def _slots_host(slots_cpu, on_cuda):
+    if slots_cpu is None or not on_cuda:
+        return None
+    if slots_cpu.device.type != "cpu":
+        raise ValueError("flashqla: slots_cpu must be a CPU tensor")
+    if slots_cpu.dtype != torch.int64 or not slots_cpu.is_contiguous():
+        slots_cpu = slots_cpu.to(torch.int64).contiguous()
+    return slots_cpu
+
+
+def decode(q, k, v, a, b, A_log, dt_bias, state_pool, slots, *, scale=None,
+           use_qk_l2norm_in_kernel=True, use_beta_sigmoid_in_kernel=True,
+           allow_neg_eigval=False, state_v_first=False, slots_cpu=None, out=None,
+           backend=None):
+    """One decode step for B sequences on a state pool.
+
+    q, k [B, 1, H, K] (or [B, H, K]); v [B, 1, HV, V] (or [B, HV, V]);
+    a, b [B, 1, HV] (or [B, HV]) raw gate and beta inputs (with A_log=None,
+    `a` is the log decay g itself; with use_beta_sigmoid_in_kernel=False,
+    `b` is beta itself); A_log, dt_bias [HV] fp32; state_pool
+    [P, HV, K, V] (or [P, HV, V, K] with state_v_first) updated in place at
+    rows slots[b] (negative = padding, skipped). Returns o shaped like v
+    (out, when given, is written and returned).
+    """
+    (q, k, v, a, b, A_log, dt_bias, slots, scale, flags, be, squeeze) = _prepare(
+        q, k, v, a, b, A_log, dt_bias, state_pool, slots, scale, use_qk_l2norm_in_kernel,
+        use_beta_sigmoid_in_kernel, allow_neg_eigval, state_v_first, backend, False)
+    o, user_out = _out(out, q, v, squeeze)
+    slots_cpu = _slots_host(slots_cpu, q.device.type == "cuda")
+    if torch.compiler.is_compiling():
+        ops.decode_op(q, k, v, a, b, A_log, dt_bias, state_pool, slots, slots_cpu, o,
+                      scale, flags, be)
+    else:
+        ops.decode_impl(q, k, v, a, b, A_log, dt_bias, state_pool, slots, slots_cpu, o,
+                        None, None, scale, flags, False, be)
+    if user_out is not None:
+        return user_out
+    return o.squeeze(1) if squeeze else o
+
+
+def verify(q, k, v, a, b, A_log, dt_bias, state_pool, slots, *, step_states=None,
+           step_slots=None, scale=None, use_qk_l2norm_in_kernel=True,
+           use_beta_sigmoid_in_kernel=True, allow_neg_eigval=False, state_v_first=False,
+           slots_cpu=None, out=None, backend=None):
+    """Speculative-decode verification: T draft tokens per sequence, in order.
+
+    q, k [B, T, H, K]; v [B, T, HV, V]; a, b [B, T, HV]; the state starts at
+    state_pool[slots[b]] (negative = padding). The pool row itself is left
+    untouched; the state after every token t goes to exactly one of
+      step_states [B, T, HV, K, V] (dtype of the pool), or
+      step_slots  [B, T] int: state_pool[step_slots[b, t]] (negative = skip),
+    so the engine keeps the state at the accepted position (every
+    non-negative slot in slots and step_slots must be distinct). Returns o
+    [B, T, HV, V].
+    """
+    if (step_states is None) == (step_slots is None):
+        raise ValueError("flashqla.verify: give exactly one of step_states or step_slots")
+    (q, k, v, a, b, A_log, dt_bias, slots, scale, flags, be, _) = _prepare(
+        q, k, v, a, b, A_log, dt_bias, state_pool, slots, scale, use_qk_l2norm_in_kernel,
+        use_beta_sigmoid_in_kernel, allow_neg_eigval, state_v_first, backend, True)
+    same_device(q.device, ("step_states", "step_slots"), step_states, step_slots)
+    if step_slots is not None:
+        step_slots = fix_strides(step_slots)
+    o, user_out = _out(out, q, v, False)
+    slots_cpu = _slots_host(slots_cpu, q.device.type == "cuda")
+    if torch.compiler.is_compiling():
+        ops.verify_op(q, k, v, a, b, A_log, dt_bias, state_pool, slots, slots_cpu, o,
+                      step_states, step_slots, scale, flags, be)
+    else:
+        ops.decode_impl(q, k, v, a, b, A_log, dt_bias, state_pool, slots, slots_cpu, o,
+                        step_states, step_slots, scale, flags, True, be)
+    return o if user_out is None else user_out

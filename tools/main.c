@@ -24,6 +24,9 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+    /* line-buffered, so the results and the progress on stderr interleave
+     * in order even when both go to one pipe or log file */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 2) {
         usage(stderr);
         return CLI_EXIT_USAGE;

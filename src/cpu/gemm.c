@@ -1,0 +1,110 @@
+/*
+ * gemm.c - fp32 matrix product and element-wise helpers (see gemm.h for the
+ * shape rules and why the loops look the way they do).
+ *
+ * The product walks 8-column panels of B (a k x 8 panel stays in L1 while
+ * every 4-row block of A passes over it) and runs the 4 x 8 micro-kernel on
+ * each block. Triangular flags shorten the k range or skip blocks; they
+ * never change the order of the additions of the terms that remain, so a
+ * flagged product is bit-identical to the full one.
+ */
+#include "cpu/gemm.h"
+
+/* C[4 x 8] (+)= A[4 x (p0..p1)] B[(p0..p1) x 8]. Eight float[4] accumulators:
+ * gcc -O2 keeps each in one SSE register and vectorises every c-loop. */
+static void kernel_4x8(int acc, int64_t p0, int64_t p1, const float *restrict A, int64_t lda,
+                       const float *restrict B, int64_t ldb, float *restrict C, int64_t ldc)
+{
+    float c00[4] = {0}, c10[4] = {0}, c20[4] = {0}, c30[4] = {0};
+    float c01[4] = {0}, c11[4] = {0}, c21[4] = {0}, c31[4] = {0};
+    const float *a0 = A, *a1 = A + lda, *a2 = A + 2 * lda, *a3 = A + 3 * lda;
+    for (int64_t p = p0; p < p1; p++) {
+        const float *b = B + p * ldb;
+        float x0 = a0[p], x1 = a1[p], x2 = a2[p], x3 = a3[p];
+        for (int c = 0; c < 4; c++) {
+            c00[c] += x0 * b[c];
+            c10[c] += x1 * b[c];
+            c20[c] += x2 * b[c];
+            c30[c] += x3 * b[c];
+        }
+        for (int c = 0; c < 4; c++) {
+            c01[c] += x0 * b[4 + c];
+            c11[c] += x1 * b[4 + c];
+            c21[c] += x2 * b[4 + c];
+            c31[c] += x3 * b[4 + c];
+        }
+    }
+    float *r0 = C, *r1 = C + ldc, *r2 = C + 2 * ldc, *r3 = C + 3 * ldc;
+    if (acc) {
+        for (int c = 0; c < 4; c++) { r0[c] += c00[c]; r0[4 + c] += c01[c]; }
+        for (int c = 0; c < 4; c++) { r1[c] += c10[c]; r1[4 + c] += c11[c]; }
+        for (int c = 0; c < 4; c++) { r2[c] += c20[c]; r2[4 + c] += c21[c]; }
+        for (int c = 0; c < 4; c++) { r3[c] += c30[c]; r3[4 + c] += c31[c]; }
+    } else {
+        for (int c = 0; c < 4; c++) { r0[c] = c00[c]; r0[4 + c] = c01[c]; }
+        for (int c = 0; c < 4; c++) { r1[c] = c10[c]; r1[4 + c] = c11[c]; }
+        for (int c = 0; c < 4; c++) { r2[c] = c20[c]; r2[4 + c] = c21[c]; }
+        for (int c = 0; c < 4; c++) { r3[c] = c30[c]; r3[4 + c] = c31[c]; }
+    }
+}
+
+void fqla_gemm(int flags, int64_t m, int64_t n, int64_t k,
+               const float *A, int64_t lda, const float *B, int64_t ldb,
+               float *C, int64_t ldc)
+{
+    int acc = (flags & FQLA_GEMM_ACC) != 0;
+    for (int64_t j = 0; j < n; j += 8) {
+        /* rows i..i+3 reach column j only when i + 3 >= j */
+        int64_t i0 = (flags & FQLA_GEMM_C_LOWER) ? (j / 4) * 4 : 0;
+        for (int64_t i = i0; i < m; i += 4) {
+            int64_t p0 = 0, p1 = k;
+            if ((flags & FQLA_GEMM_A_LOWER) && i + 4 < p1)
+                p1 = i + 4;
+            if ((flags & FQLA_GEMM_A_UPPER) && i > p0)
+                p0 = i < k ? i : k;
+            kernel_4x8(acc, p0, p1, A + i * lda, lda, B + j, ldb, C + i * ldc + j, ldc);
+        }
+    }
+}
+
+void fqla_transpose(int64_t rows, int64_t cols, const float *src, int64_t lds,
+                    float *dst, int64_t ldd)
+{
+    /* 8 x 8 tiles keep both sides in a few cache lines */
+    for (int64_t i0 = 0; i0 < rows; i0 += 8)
+        for (int64_t j0 = 0; j0 < cols; j0 += 8) {
+            int64_t i1 = i0 + 8 < rows ? i0 + 8 : rows, j1 = j0 + 8 < cols ? j0 + 8 : cols;
+            for (int64_t j = j0; j < j1; j++)
+                for (int64_t i = i0; i < i1; i++)
+                    dst[j * ldd + i] = src[i * lds + j];
+        }
+}
+
+void fqla_scale8(int64_t n, float a, float *x)
+{
+    for (int64_t i = 0; i < n; i += 8)
+        for (int c = 0; c < 8; c++)
+            x[i + c] *= a;
+}
+
+void fqla_axpy8(int64_t n, float a, const float *restrict x, float *restrict y)
+{
+    for (int64_t i = 0; i < n; i += 8)
+        for (int c = 0; c < 8; c++)
+            y[i + c] += a * x[i + c];
+}
+
+void fqla_mul8(int64_t n, const float *restrict x, const float *restrict y, float *restrict z)
+{
+    for (int64_t i = 0; i < n; i += 8)
+        for (int c = 0; c < 8; c++)
+            z[i + c] = x[i + c] * y[i + c];
+}
+
+double fqla_dot_f64(int64_t n, const float *x, const float *y)
+{
+    double s = 0;
+    for (int64_t i = 0; i < n; i++)
+        s += (double)x[i] * y[i];
+    return s;
+}

@@ -1,19 +1,169 @@
-/* Placeholder until the fwd kernels land: reports NOT_SUPPORTED. */
+/*
+ * fwd.cu - the CUDA forward's entry points (declared in cuda_backend.h):
+ * what the kernels cover, the exact workspace, and the two launches
+ * (fwd_prepare.cu, then fwd_chunk.cu) on the caller's stream. Nothing here
+ * allocates, synchronises or reads device memory on the host, so a call can
+ * be captured in a CUDA graph.
+ *
+ * Covered: q/k/v/o bf16 or fp16; K in {64, 128, 256}; V a multiple of 32;
+ * g, beta f32 or bf16; initial / final state f32 or bf16, either layout;
+ * varlen (int32 / int64 cu_seqlens, read on the device) and padded batches;
+ * GVA; the in-kernel l2norm, gate and beta sigmoid. fp32 and fp64 q/k/v
+ * return NOT_SUPPORTED.
+ */
 #include "cuda/cuda_backend.h"
+#include "cuda/fwd_common.cuh"
+
+#include <string.h>
+
+namespace {
+
+int64_t slots_of(const fqla_problem *p)
+{
+    if (p->varlen) return p->T / FQLA_FWD_CHUNK + p->N;
+    return p->N * ((p->T + FQLA_FWD_CHUNK - 1) / FQLA_FWD_CHUNK);
+}
+
+/* V slice per CTA: narrow slices when there are too few recurrences to fill
+ * the GPU (the recurrence is a latency-bound chain), 64 otherwise. */
+int pick_bv(const fqla_context *ctx, const fqla_problem *p)
+{
+    if (p->K == 256) return 32;
+    if (p->V % 64 != 0) return 32;
+    int64_t ctas64 = p->N * p->HV * (p->V / 64);
+    int sms = ctx->info.sm_count > 0 ? ctx->info.sm_count : 132;
+    return ctas64 * 2 <= sms ? 32 : 64;
+}
+
+const char *dname(fqla_dtype d) { return fqla_dtype_string(d); }
+
+} // namespace
 
 fqla_status fqla_cuda_fwd_supported(fqla_context *ctx, const fqla_problem *p, const fqla_fwd_args *a)
 {
-    (void)p; (void)a;
-    return fqla_fail(ctx, FQLA_STATUS_NOT_SUPPORTED, "CUDA backend: the fwd kernels are not built yet");
+    if (p->io_dtype != FQLA_DTYPE_BF16 && p->io_dtype != FQLA_DTYPE_F16)
+        return fqla_fail(ctx, FQLA_STATUS_NOT_SUPPORTED,
+                         "q/k/v/o: dtype %s is not supported by the CUDA forward (BF16 or F16)",
+                         dname(p->io_dtype));
+    if (p->K != 64 && p->K != 128 && p->K != 256)
+        return fqla_fail(ctx, FQLA_STATUS_NOT_SUPPORTED,
+                         "K = %lld is not supported by the CUDA forward (64, 128 or 256)", (long long)p->K);
+    if (p->V % 32 != 0 || p->V > 1024)
+        return fqla_fail(ctx, FQLA_STATUS_NOT_SUPPORTED,
+                         "V = %lld is not supported by the CUDA forward (a multiple of 32, at most 1024)",
+                         (long long)p->V);
+    if (a->g.dtype != FQLA_DTYPE_F32 && a->g.dtype != FQLA_DTYPE_BF16)
+        return fqla_fail(ctx, FQLA_STATUS_NOT_SUPPORTED, "g: dtype %s is not supported by the CUDA forward (F32 or BF16)",
+                         dname(a->g.dtype));
+    if (a->beta.dtype != FQLA_DTYPE_F32 && a->beta.dtype != FQLA_DTYPE_BF16)
+        return fqla_fail(ctx, FQLA_STATUS_NOT_SUPPORTED,
+                         "beta: dtype %s is not supported by the CUDA forward (F32 or BF16)", dname(a->beta.dtype));
+    if (a->initial_state.data && a->initial_state.dtype != FQLA_DTYPE_F32 &&
+        a->initial_state.dtype != FQLA_DTYPE_BF16)
+        return fqla_fail(ctx, FQLA_STATUS_NOT_SUPPORTED,
+                         "initial_state: dtype %s is not supported by the CUDA forward (F32 or BF16)",
+                         dname(a->initial_state.dtype));
+    if (a->final_state.data && a->final_state.dtype != FQLA_DTYPE_F32 && a->final_state.dtype != FQLA_DTYPE_BF16)
+        return fqla_fail(ctx, FQLA_STATUS_NOT_SUPPORTED,
+                         "final_state: dtype %s is not supported by the CUDA forward (F32 or BF16)",
+                         dname(a->final_state.dtype));
+    if (p->opt.use_gate_in_kernel &&
+        ((a->A_log.data && a->A_log.dtype != FQLA_DTYPE_F32) || (a->dt_bias.data && a->dt_bias.dtype != FQLA_DTYPE_F32)))
+        return fqla_fail(ctx, FQLA_STATUS_NOT_SUPPORTED, "A_log / dt_bias: the CUDA forward takes F32");
+    if (p->N * p->HV > 0x7fffffffLL || slots_of(p) + p->T / FQLA_FWD_CHUNK + 1 > 0x7fffffffLL)
+        return fqla_fail(ctx, FQLA_STATUS_NOT_SUPPORTED,
+                         "N * HV = %lld or T = %lld is beyond the CUDA forward's grid", (long long)(p->N * p->HV),
+                         (long long)p->T);
+    int bv = pick_bv(ctx, p);
+    if (!fqla_fwd_chunk_has((int)p->K, bv))
+        return fqla_fail(ctx, FQLA_STATUS_INTERNAL_ERROR, "CUDA forward: no chunk kernel for K = %lld, BV = %d",
+                         (long long)p->K, bv);
+    return FQLA_STATUS_SUCCESS;
 }
+
 fqla_status fqla_cuda_fwd_workspace(fqla_context *ctx, const fqla_problem *p, const fqla_fwd_args *a, size_t *bytes)
 {
     *bytes = 0;
-    return fqla_cuda_fwd_supported(ctx, p, a);
+    fqla_status st = fqla_cuda_fwd_supported(ctx, p, a);
+    if (st != FQLA_STATUS_SUCCESS) return st;
+    *bytes = fqla_fwd_ws(slots_of(p), p->H, p->HV, p->opt.use_qk_l2norm, 2).total;
+    return FQLA_STATUS_SUCCESS;
 }
+
 fqla_status fqla_cuda_fwd_run(fqla_context *ctx, const fqla_problem *p, const fqla_fwd_args *a,
                               void *workspace, size_t workspace_bytes, cudaStream_t stream)
 {
-    (void)workspace; (void)workspace_bytes; (void)stream;
-    return fqla_cuda_fwd_supported(ctx, p, a);
+    fqla_status st = fqla_cuda_fwd_supported(ctx, p, a);
+    if (st != FQLA_STATUS_SUCCESS) return st;
+    const int64_t slots = slots_of(p);
+    const fqla_fwd_ws_layout L = fqla_fwd_ws(slots, p->H, p->HV, p->opt.use_qk_l2norm, 2);
+    if (workspace_bytes < L.total || (L.total > 0 && !workspace))
+        return fqla_fail(ctx, FQLA_STATUS_WORKSPACE_TOO_SMALL, "workspace: %zu bytes given, %zu bytes needed",
+                         workspace_bytes, L.total);
+    if (p->N == 0 || p->HV == 0) return FQLA_STATUS_SUCCESS;
+
+    fqla_fwd_params k;
+    memset(&k, 0, sizeof k);
+    k.q = a->q.data; k.k = a->k.data; k.v = a->v.data; k.o = a->o.data;
+    k.q_sb = a->q.strides[0]; k.q_st = a->q.strides[1]; k.q_sh = a->q.strides[2];
+    k.k_sb = a->k.strides[0]; k.k_st = a->k.strides[1]; k.k_sh = a->k.strides[2];
+    k.v_sb = a->v.strides[0]; k.v_st = a->v.strides[1]; k.v_sh = a->v.strides[2];
+    k.o_sb = a->o.strides[0]; k.o_st = a->o.strides[1]; k.o_sh = a->o.strides[2];
+    k.g = a->g.data; k.beta = a->beta.data;
+    k.g_sb = a->g.strides[0]; k.g_st = a->g.strides[1]; k.g_sh = a->g.strides[2];
+    k.b_sb = a->beta.strides[0]; k.b_st = a->beta.strides[1]; k.b_sh = a->beta.strides[2];
+    k.g_bf16 = a->g.dtype == FQLA_DTYPE_BF16;
+    k.beta_bf16 = a->beta.dtype == FQLA_DTYPE_BF16;
+    if (p->opt.use_gate_in_kernel) {
+        k.A_log = (const float *)a->A_log.data;
+        k.dt_bias = (const float *)a->dt_bias.data;
+        k.alog_s = a->A_log.strides[0];
+        k.dtb_s = a->dt_bias.strides[0];
+    }
+    if (a->initial_state.data) {
+        k.h0 = a->initial_state.data;
+        k.h0_bf16 = a->initial_state.dtype == FQLA_DTYPE_BF16;
+        k.h0_sn = a->initial_state.strides[0];
+        k.h0_sh = a->initial_state.strides[1];
+        k.h0_s2 = a->initial_state.strides[2];
+    }
+    if (a->final_state.data) {
+        k.ht = a->final_state.data;
+        k.ht_bf16 = a->final_state.dtype == FQLA_DTYPE_BF16;
+        k.ht_sn = a->final_state.strides[0];
+        k.ht_sh = a->final_state.strides[1];
+        k.ht_s2 = a->final_state.strides[2];
+    }
+    k.v_first = p->opt.state_v_first;
+    k.varlen = p->varlen;
+    if (p->varlen) {
+        k.cu = a->cu_seqlens.data;
+        k.cu64 = a->cu_seqlens.dtype == FQLA_DTYPE_I64;
+    }
+    k.T = p->T;
+    k.N = p->N;
+    k.slots = slots;
+    k.cps = (p->T + FQLA_FWD_CHUNK - 1) / FQLA_FWD_CHUNK;
+    k.H = (int)p->H;
+    k.HV = (int)p->HV;
+    k.group = (int)p->group;
+    k.K = (int)p->K;
+    k.V = (int)p->V;
+    k.scale = (float)p->scale;
+    k.l2norm = p->opt.use_qk_l2norm;
+    k.gate_in_kernel = p->opt.use_gate_in_kernel;
+    k.beta_sigmoid = p->opt.use_beta_sigmoid;
+    k.neg_eig = p->opt.allow_neg_eigval;
+    unsigned char *ws = (unsigned char *)workspace;
+    k.gam = (float *)(ws + L.gam);
+    k.rq = p->opt.use_qk_l2norm ? (float *)(ws + L.rq) : NULL;
+    k.rk = p->opt.use_qk_l2norm ? (float *)(ws + L.rk) : NULL;
+    k.Ag = ws + L.Ag;
+    k.Pg = ws + L.Pg;
+
+    const int io_bf16 = p->io_dtype == FQLA_DTYPE_BF16;
+    st = fqla_cuda_check(ctx, fqla_fwd_launch_prepare(k, io_bf16, stream), "CUDA forward: prepare kernel launch");
+    if (st != FQLA_STATUS_SUCCESS) return st;
+    return fqla_cuda_check(ctx, fqla_fwd_launch_chunk(k, io_bf16, pick_bv(ctx, p), stream),
+                           "CUDA forward: chunk kernel launch");
 }

@@ -1,0 +1,380 @@
+/*
+ * fwd_chunk.cu - the forward's sequential kernel: one CTA of 256 threads per
+ * (sequence, value head, V slice of BV columns) walks the sequence's chunks
+ * in order with the fp32 state slice S (K x BV) in registers (DESIGN.md §2):
+ *
+ *   U  = K S,  Qs = Q S                      (S rounded to the io dtype)
+ *   W  = V - diag(e^gamma rk) U              -> shared, io dtype
+ *   O  = diag(scale rq e^gamma) Qs           (registers)
+ *   Vd = Ag W                                -> shared (Ag from the prepare kernel)
+ *   O += Pg Vd                               -> shared, stored to o one chunk later
+ *   S  = e^gamma_C S + K^T diag(e^(gamma_C - gamma) rk) Vd
+ *
+ * rq, rk are the l2norm factors (1 without use_qk_l2norm): K^T diag(rk) is the
+ * normalised K^T, so q and k are never rewritten. Products are mma.sync
+ * m16n8k16 with fp32 accumulation; the next chunk's tiles (Q, K, V, Ag, Pg,
+ * gamma, rq, rk) stream in with cp.async while the current one computes.
+ * Rows past the sequence end load as zeros, so they add nothing to S.
+ */
+#include "cuda/fwd_common.cuh"
+#include "cuda/fwd_ptx.cuh"
+
+namespace {
+
+constexpr int C = FQLA_FWD_CHUNK;
+constexpr int LDA = C + 8; /* Ag, Pg rows */
+
+template <int KD, int BV>
+struct chunk_cfg {
+    static constexpr int LDQ = KD + 8;
+    static constexpr int LDV = BV + 8;
+    /* element offsets (b16 units) of the shared tiles */
+    static constexpr int oQ = 0;                       /* [2][64][LDQ] */
+    static constexpr int oK = oQ + 2 * C * LDQ;        /* [2][64][LDQ] */
+    static constexpr int oV = oK + 2 * C * LDQ;        /* [2][64][LDV] */
+    static constexpr int oAg = oV + 2 * C * LDV;       /* [2][64][LDA] */
+    static constexpr int oPg = oAg + 2 * C * LDA;      /* [2][64][LDA] */
+    static constexpr int oSb = oPg + 2 * C * LDA;      /* [KD][LDV] */
+    static constexpr int oW = oSb + KD * LDV;          /* [64][LDV] */
+    static constexpr int oVd = oW + C * LDV;
+    static constexpr int oVp = oVd + C * LDV;
+    static constexpr int oO = oVp + C * LDV;
+    static constexpr int oEnd = oO + C * LDV;
+    static constexpr size_t bytes = (size_t)oEnd * 2 + 6 * C * sizeof(float); /* + gam, rq, rk x2 */
+    /* state fragments: warps along m (WM), m-tiles per warp (SMT), n-tiles per warp (SNT) */
+    static constexpr int MT = KD / 16;
+    static constexpr int SMT = MT >= 8 ? MT / 8 : 1;
+    static constexpr int WM = MT >= 8 ? 8 : MT;
+    static constexpr int SNW = 8 / WM;
+    static constexpr int SNT = (BV / 8) / SNW;
+    /* chunk-row products (64 x BV): n-tiles per warp */
+    static constexpr int CNT = BV / 16;
+    static_assert(SNT % 2 == 0 && CNT % 2 == 0, "n-tiles come in pairs");
+};
+
+template <typename T, int KD, int BV>
+__global__ void __launch_bounds__(FQLA_FWD_THREADS, 1) fwd_chunk_kernel(const fqla_fwd_params p)
+{
+    typedef fqla_io<T> io;
+    typedef chunk_cfg<KD, BV> cfg;
+    constexpr int LDQ = cfg::LDQ, LDV = cfg::LDV;
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    T *sm = reinterpret_cast<T *>(smem_raw);
+    T *Qs = sm + cfg::oQ, *Ks = sm + cfg::oK, *Vs = sm + cfg::oV;
+    T *Ags = sm + cfg::oAg, *Pgs = sm + cfg::oPg;
+    T *Sb = sm + cfg::oSb, *Ws = sm + cfg::oW, *Vds = sm + cfg::oVd, *Vps = sm + cfg::oVp, *Os = sm + cfg::oO;
+    float *gam = reinterpret_cast<float *>(sm + cfg::oEnd); /* [2][64] */
+    float *rqs = gam + 2 * C;                                /* [2][64] */
+    float *rks = rqs + 2 * C;                                /* [2][64] */
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, tq = lane & 3;
+    const int64_t n = blockIdx.x / p.HV;
+    const int hv = blockIdx.x % p.HV;
+    const int hq = hv / p.group;
+    const int v0 = blockIdx.y * BV;
+
+    int64_t batch, start, len, slot0;
+    fqla_fwd_seq(p, n, batch, start, len, slot0);
+    const int64_t nch = (len + C - 1) / C;
+
+    /* state fragments */
+    const int sm0 = (warp % cfg::WM) * cfg::SMT;
+    const int sn0 = (warp / cfg::WM) * cfg::SNT * 8;
+    float S[cfg::SMT][cfg::SNT][4];
+#pragma unroll
+    for (int mi = 0; mi < cfg::SMT; mi++)
+#pragma unroll
+        for (int ni = 0; ni < cfg::SNT; ni++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float x = 0.f;
+                if (p.h0) {
+                    int row = 16 * (sm0 + mi) + g + 8 * (e >> 1);
+                    int col = v0 + sn0 + 8 * ni + 2 * tq + (e & 1);
+                    int64_t off = n * p.h0_sn + hv * p.h0_sh +
+                                  (p.v_first ? (int64_t)col * p.h0_s2 + row : (int64_t)row * p.h0_s2 + col);
+                    x = p.h0_bf16 ? __bfloat162float(((const __nv_bfloat16 *)p.h0)[off])
+                                  : ((const float *)p.h0)[off];
+                }
+                S[mi][ni][e] = x;
+            }
+
+    /* chunk-row product mapping: warp -> 16 rows (mw), BV/2 columns (n0).
+     * mw pairs 0/3 and 1/2 share an SM sub-partition (warps w and w + 4), so
+     * the triangular products Ag W and Pg Vd load every partition evenly. */
+    const int mw = warp < 4 ? warp : 7 - warp;
+    const int n0 = (warp >> 2) * (BV / 2);
+    const int r0 = 16 * mw + g, r1 = r0 + 8;
+
+    const T *qb = (const T *)p.q + batch * p.q_sb + hq * p.q_sh;
+    const T *kb = (const T *)p.k + batch * p.k_sb + hq * p.k_sh;
+    const T *vb = (const T *)p.v + batch * p.v_sb + hv * p.v_sh + v0;
+    T *ob = (T *)p.o + batch * p.o_sb + hv * p.o_sh + v0;
+
+    if (!p.l2norm && tid < 2 * C) {
+        rqs[tid] = 1.f;
+        rks[tid] = 1.f;
+    }
+
+    /* Issues the cp.async loads of chunk cc into buffer b. */
+    auto load_chunk = [&](int64_t cc, int b) {
+        const int64_t t0 = start + cc * C;
+        const int nvalid = (int)min((int64_t)C, len - cc * C);
+        constexpr int VQ = KD / 8;
+        for (int idx = tid; idx < C * VQ; idx += FQLA_FWD_THREADS) {
+            int i = idx / VQ, cv = idx % VQ;
+            int ok = i < nvalid;
+            int64_t t = t0 + (ok ? i : 0);
+            fqla_cp_async16(Qs + (b * C + i) * LDQ + cv * 8, qb + t * p.q_st + cv * 8, ok ? 16 : 0);
+            fqla_cp_async16(Ks + (b * C + i) * LDQ + cv * 8, kb + t * p.k_st + cv * 8, ok ? 16 : 0);
+        }
+        constexpr int VV = BV / 8;
+        for (int idx = tid; idx < C * VV; idx += FQLA_FWD_THREADS) {
+            int i = idx / VV, cv = idx % VV;
+            int ok = i < nvalid;
+            int64_t t = t0 + (ok ? i : 0);
+            fqla_cp_async16(Vs + (b * C + i) * LDV + cv * 8, vb + t * p.v_st + cv * 8, ok ? 16 : 0);
+        }
+        const size_t tile = ((size_t)(slot0 + cc) * p.HV + hv) * C * C;
+        const T *ag = (const T *)p.Ag + tile, *pg = (const T *)p.Pg + tile;
+        for (int idx = tid; idx < C * 8; idx += FQLA_FWD_THREADS) {
+            int i = idx >> 3, cv = idx & 7;
+            fqla_cp_async16(Ags + (b * C + i) * LDA + cv * 8, ag + i * C + cv * 8, 16);
+            fqla_cp_async16(Pgs + (b * C + i) * LDA + cv * 8, pg + i * C + cv * 8, 16);
+        }
+        if (tid < 16) {
+            const float *src = p.gam + ((size_t)(slot0 + cc) * p.HV + hv) * C;
+            fqla_cp_async16(gam + b * C + tid * 4, src + tid * 4, 16);
+        } else if (p.l2norm && tid < 48) {
+            int j = tid & 15;
+            const float *src = (tid < 32 ? p.rq : p.rk) + ((size_t)(slot0 + cc) * p.H + hq) * C;
+            fqla_cp_async16((tid < 32 ? rqs : rks) + b * C + j * 4, src + j * 4, 16);
+        }
+        fqla_cp_async_commit();
+    };
+
+    /* Stores chunk cc's output rows from Os. */
+    auto store_out = [&](int64_t cc) {
+        const int64_t t0 = start + cc * C;
+        const int nvalid = (int)min((int64_t)C, len - cc * C);
+        constexpr int VV = BV / 8;
+        for (int idx = tid; idx < nvalid * VV; idx += FQLA_FWD_THREADS) {
+            int i = idx / VV, cv = idx % VV;
+            *reinterpret_cast<uint4 *>(ob + (t0 + i) * p.o_st + cv * 8) =
+                *reinterpret_cast<const uint4 *>(Os + i * LDV + cv * 8);
+        }
+    };
+
+    if (nch > 0) load_chunk(0, 0);
+
+    for (int64_t c = 0; c < nch; c++) {
+        const int b = (int)(c & 1);
+        fqla_cp_async_wait_all();
+        __syncthreads(); /* A: chunk c landed; iteration c - 1 finished everywhere */
+        if (c + 1 < nch) load_chunk(c + 1, b ^ 1);
+        if (c > 0) store_out(c - 1);
+        /* S -> Sb (io dtype) */
+#pragma unroll
+        for (int mi = 0; mi < cfg::SMT; mi++)
+#pragma unroll
+            for (int ni = 0; ni < cfg::SNT; ni++) {
+                int row = 16 * (sm0 + mi) + g, col = sn0 + 8 * ni + 2 * tq;
+                *reinterpret_cast<uint32_t *>(Sb + row * LDV + col) = io::pack(S[mi][ni][0], S[mi][ni][1]);
+                *reinterpret_cast<uint32_t *>(Sb + (row + 8) * LDV + col) = io::pack(S[mi][ni][2], S[mi][ni][3]);
+            }
+        __syncthreads(); /* B */
+
+        const T *Qc = Qs + b * C * LDQ, *Kc = Ks + b * C * LDQ, *Vc = Vs + b * C * LDV;
+        const float *gm = gam + b * C, *rq = rqs + b * C, *rk = rks + b * C;
+        const float gC = gm[C - 1];
+
+        /* U = K S and Qs = Q S */
+        float accU[cfg::CNT][4], accO[cfg::CNT][4];
+#pragma unroll
+        for (int i = 0; i < cfg::CNT; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) accU[i][e] = accO[i][e] = 0.f;
+#pragma unroll 2
+        for (int ks = 0; ks < KD / 16; ks++) {
+            uint32_t ak[4], aq[4];
+            fqla_frag_a(ak, Kc, LDQ, 16 * mw, 16 * ks, lane);
+            fqla_frag_a(aq, Qc, LDQ, 16 * mw, 16 * ks, lane);
+#pragma unroll
+            for (int np = 0; np < cfg::CNT / 2; np++) {
+                uint32_t bb[4];
+                fqla_frag_b_kn(bb, Sb, LDV, 16 * ks, n0 + 16 * np, lane);
+                io::mma(accU[2 * np], ak, bb[0], bb[1]);
+                io::mma(accU[2 * np + 1], ak, bb[2], bb[3]);
+                io::mma(accO[2 * np], aq, bb[0], bb[1]);
+                io::mma(accO[2 * np + 1], aq, bb[2], bb[3]);
+            }
+        }
+        {
+            const float e0 = __expf(gm[r0]), e1 = __expf(gm[r1]);
+            const float u0 = e0 * rk[r0], u1 = e1 * rk[r1];
+            const float o0 = p.scale * rq[r0] * e0, o1 = p.scale * rq[r1] * e1;
+#pragma unroll
+            for (int nt = 0; nt < cfg::CNT; nt++) {
+                int col = n0 + 8 * nt + 2 * tq;
+                float2 va = io::unpack(*reinterpret_cast<const uint32_t *>(Vc + r0 * LDV + col));
+                float2 vb2 = io::unpack(*reinterpret_cast<const uint32_t *>(Vc + r1 * LDV + col));
+                *reinterpret_cast<uint32_t *>(Ws + r0 * LDV + col) =
+                    io::pack(va.x - u0 * accU[nt][0], va.y - u0 * accU[nt][1]);
+                *reinterpret_cast<uint32_t *>(Ws + r1 * LDV + col) =
+                    io::pack(vb2.x - u1 * accU[nt][2], vb2.y - u1 * accU[nt][3]);
+                accO[nt][0] *= o0;
+                accO[nt][1] *= o0;
+                accO[nt][2] *= o1;
+                accO[nt][3] *= o1;
+            }
+        }
+        __syncthreads(); /* C */
+
+        /* Vd = Ag W (Ag lower triangular: k-blocks 0..mw) */
+        {
+            const T *Ac = Ags + b * C * LDA;
+            float accV[cfg::CNT][4];
+#pragma unroll
+            for (int i = 0; i < cfg::CNT; i++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) accV[i][e] = 0.f;
+            for (int ks = 0; ks <= mw; ks++) {
+                uint32_t a[4];
+                fqla_frag_a(a, Ac, LDA, 16 * mw, 16 * ks, lane);
+#pragma unroll
+                for (int np = 0; np < cfg::CNT / 2; np++) {
+                    uint32_t bb[4];
+                    fqla_frag_b_kn(bb, Ws, LDV, 16 * ks, n0 + 16 * np, lane);
+                    io::mma(accV[2 * np], a, bb[0], bb[1]);
+                    io::mma(accV[2 * np + 1], a, bb[2], bb[3]);
+                }
+            }
+            const float d0 = __expf(gC - gm[r0]) * rk[r0], d1 = __expf(gC - gm[r1]) * rk[r1];
+#pragma unroll
+            for (int nt = 0; nt < cfg::CNT; nt++) {
+                int col = n0 + 8 * nt + 2 * tq;
+                *reinterpret_cast<uint32_t *>(Vds + r0 * LDV + col) = io::pack(accV[nt][0], accV[nt][1]);
+                *reinterpret_cast<uint32_t *>(Vds + r1 * LDV + col) = io::pack(accV[nt][2], accV[nt][3]);
+                *reinterpret_cast<uint32_t *>(Vps + r0 * LDV + col) =
+                    io::pack(d0 * accV[nt][0], d0 * accV[nt][1]);
+                *reinterpret_cast<uint32_t *>(Vps + r1 * LDV + col) =
+                    io::pack(d1 * accV[nt][2], d1 * accV[nt][3]);
+            }
+        }
+        __syncthreads(); /* D */
+
+        /* O += Pg Vd -> Os */
+        {
+            const T *Pc = Pgs + b * C * LDA;
+            for (int ks = 0; ks <= mw; ks++) {
+                uint32_t a[4];
+                fqla_frag_a(a, Pc, LDA, 16 * mw, 16 * ks, lane);
+#pragma unroll
+                for (int np = 0; np < cfg::CNT / 2; np++) {
+                    uint32_t bb[4];
+                    fqla_frag_b_kn(bb, Vds, LDV, 16 * ks, n0 + 16 * np, lane);
+                    io::mma(accO[2 * np], a, bb[0], bb[1]);
+                    io::mma(accO[2 * np + 1], a, bb[2], bb[3]);
+                }
+            }
+#pragma unroll
+            for (int nt = 0; nt < cfg::CNT; nt++) {
+                int col = n0 + 8 * nt + 2 * tq;
+                *reinterpret_cast<uint32_t *>(Os + r0 * LDV + col) = io::pack(accO[nt][0], accO[nt][1]);
+                *reinterpret_cast<uint32_t *>(Os + r1 * LDV + col) = io::pack(accO[nt][2], accO[nt][3]);
+            }
+        }
+
+        /* S = e^gamma_C S + K^T Vp */
+        {
+            const float eC = __expf(gC);
+#pragma unroll
+            for (int mi = 0; mi < cfg::SMT; mi++)
+#pragma unroll
+                for (int ni = 0; ni < cfg::SNT; ni++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) S[mi][ni][e] *= eC;
+#pragma unroll
+            for (int ks = 0; ks < C / 16; ks++) {
+                uint32_t a[cfg::SMT][4];
+#pragma unroll
+                for (int mi = 0; mi < cfg::SMT; mi++)
+                    fqla_frag_a_t(a[mi], Kc, LDQ, 16 * (sm0 + mi), 16 * ks, lane);
+#pragma unroll
+                for (int np = 0; np < cfg::SNT / 2; np++) {
+                    uint32_t bb[4];
+                    fqla_frag_b_kn(bb, Vps, LDV, 16 * ks, sn0 + 16 * np, lane);
+#pragma unroll
+                    for (int mi = 0; mi < cfg::SMT; mi++) {
+                        io::mma(S[mi][2 * np], a[mi], bb[0], bb[1]);
+                        io::mma(S[mi][2 * np + 1], a[mi], bb[2], bb[3]);
+                    }
+                }
+            }
+        }
+    }
+    __syncthreads();
+    if (nch > 0) store_out(nch - 1);
+
+    if (p.ht) {
+#pragma unroll
+        for (int mi = 0; mi < cfg::SMT; mi++)
+#pragma unroll
+            for (int ni = 0; ni < cfg::SNT; ni++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int row = 16 * (sm0 + mi) + g + 8 * (e >> 1);
+                    int col = v0 + sn0 + 8 * ni + 2 * tq + (e & 1);
+                    int64_t off = n * p.ht_sn + hv * p.ht_sh +
+                                  (p.v_first ? (int64_t)col * p.ht_s2 + row : (int64_t)row * p.ht_s2 + col);
+                    if (p.ht_bf16) ((__nv_bfloat16 *)p.ht)[off] = __float2bfloat16_rn(S[mi][ni][e]);
+                    else ((float *)p.ht)[off] = S[mi][ni][e];
+                }
+    }
+}
+
+template <typename T, int KD, int BV>
+cudaError_t launch(const fqla_fwd_params &p, cudaStream_t stream)
+{
+    typedef chunk_cfg<KD, BV> cfg;
+    /* Raise the shared-memory limit once per device (a host-side setting,
+     * kept out of later calls so that they stay cheap under graph capture). */
+    static volatile int configured[64];
+    int dev = 0;
+    cudaError_t err = cudaGetDevice(&dev);
+    if (err != cudaSuccess) return err;
+    if (dev < 0 || dev >= 64 || !configured[dev]) {
+        err = cudaFuncSetAttribute(fwd_chunk_kernel<T, KD, BV>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)cfg::bytes);
+        if (err != cudaSuccess) return err;
+        if (dev >= 0 && dev < 64) configured[dev] = 1;
+    }
+    dim3 grid((unsigned)(p.N * p.HV), (unsigned)(p.V / BV));
+    fwd_chunk_kernel<T, KD, BV><<<grid, FQLA_FWD_THREADS, cfg::bytes, stream>>>(p);
+    return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t launch_cfg(const fqla_fwd_params &p, int bv, cudaStream_t stream)
+{
+    if (p.K == 64 && bv == 32) return launch<T, 64, 32>(p, stream);
+    if (p.K == 64 && bv == 64) return launch<T, 64, 64>(p, stream);
+    if (p.K == 128 && bv == 32) return launch<T, 128, 32>(p, stream);
+    if (p.K == 128 && bv == 64) return launch<T, 128, 64>(p, stream);
+    if (p.K == 256 && bv == 32) return launch<T, 256, 32>(p, stream);
+    return cudaErrorInvalidValue;
+}
+
+} // namespace
+
+int fqla_fwd_chunk_has(int kd, int bv)
+{
+    return (kd == 64 && (bv == 32 || bv == 64)) || (kd == 128 && (bv == 32 || bv == 64)) ||
+           (kd == 256 && bv == 32);
+}
+
+cudaError_t fqla_fwd_launch_chunk(const fqla_fwd_params &p, int io_bf16, int bv, cudaStream_t stream)
+{
+    if (p.N * p.HV == 0) return cudaSuccess;
+    return io_bf16 ? launch_cfg<__nv_bfloat16>(p, bv, stream) : launch_cfg<__half>(p, bv, stream);
+}

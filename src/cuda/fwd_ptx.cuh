@@ -1,0 +1,123 @@
+/*
+ * fwd_ptx.cuh - the few PTX wrappers the forward kernels use: warp-level
+ * tensor-core products (mma.sync m16n8k16, fp32 accumulate), ldmatrix
+ * fragment loads, cp.async 16-byte copies with zero fill, and the bf16/fp16
+ * element traits (pack two floats, unpack a pair).
+ *
+ * Fragment layouts (PTX ISA, mma.m16n8k16; g = lane / 4, t = lane % 4):
+ *   accumulator c[4]: (row g, cols 2t, 2t+1), (row g + 8, cols 2t, 2t+1)
+ *   A (16 x 16) a[4]: rows g / g+8, cols 2t.. and 2t+8..
+ *   B (16 x 8)  b[2]: k = 2t.. and 2t+8.., column n = g
+ */
+#ifndef FQLA_CUDA_FWD_PTX_CUH
+#define FQLA_CUDA_FWD_PTX_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#define FQLA_DEV __device__ __forceinline__
+
+FQLA_DEV uint32_t fqla_smem_u32(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+/* Four 8x8 b16 matrices; lane l gives the row address of matrix l / 8. */
+FQLA_DEV void fqla_ldsm_x4(uint32_t (&r)[4], const void *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(fqla_smem_u32(p)));
+}
+/* The same, each 8x8 matrix transposed in flight. */
+FQLA_DEV void fqla_ldsm_x4_t(uint32_t (&r)[4], const void *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(fqla_smem_u32(p)));
+}
+
+/* 16-byte global -> shared copy; src_bytes = 0 writes zeros (src unread). */
+FQLA_DEV void fqla_cp_async16(void *dst, const void *src, int src_bytes)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+                 :: "r"(fqla_smem_u32(dst)), "l"(src), "r"(src_bytes) : "memory");
+}
+FQLA_DEV void fqla_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+FQLA_DEV void fqla_cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+
+/* Element traits: T is __nv_bfloat16 or __half. */
+template <typename T> struct fqla_io;
+
+template <> struct fqla_io<__nv_bfloat16> {
+    static FQLA_DEV uint32_t pack(float lo, float hi)
+    {
+        __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+        return *reinterpret_cast<uint32_t *>(&h);
+    }
+    static FQLA_DEV float2 unpack(uint32_t x)
+    {
+        return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 *>(&x));
+    }
+    static FQLA_DEV float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
+    /* D += A B, bf16 operands, fp32 accumulate */
+    static FQLA_DEV void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+    {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                     "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+};
+
+template <> struct fqla_io<__half> {
+    static FQLA_DEV uint32_t pack(float lo, float hi)
+    {
+        __half2 h = __floats2half2_rn(lo, hi);
+        return *reinterpret_cast<uint32_t *>(&h);
+    }
+    static FQLA_DEV float2 unpack(uint32_t x)
+    {
+        return __half22float2(*reinterpret_cast<__half2 *>(&x));
+    }
+    static FQLA_DEV float to_f(__half x) { return __half2float(x); }
+    static FQLA_DEV void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+    {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                     "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+};
+
+/* Fragment loaders over shared memory tiles of b16 elements (ld in elements,
+ * a multiple of 8, rows 16-byte aligned). */
+
+/* A fragment (16 x 16) at (m0, k0) of a row-major [m][k] tile. */
+template <typename T>
+FQLA_DEV void fqla_frag_a(uint32_t (&a)[4], const T *base, int ld, int m0, int k0, int lane)
+{
+    fqla_ldsm_x4(a, base + (m0 + (lane & 15)) * ld + k0 + ((lane >> 4) << 3));
+}
+/* A fragment (16 x 16) at (m0, k0) of A = X^T where X is a row-major [k][m] tile. */
+template <typename T>
+FQLA_DEV void fqla_frag_a_t(uint32_t (&a)[4], const T *base, int ld, int m0, int k0, int lane)
+{
+    fqla_ldsm_x4_t(a, base + (k0 + (lane & 7) + ((lane >> 4) << 3)) * ld + m0 + (((lane >> 3) & 1) << 3));
+}
+/* B fragments of two n-tiles (k0.., n0.. and n0+8..) from a row-major [k][n]
+ * tile: b[0], b[1] for n-tile n0, b[2], b[3] for n0 + 8. */
+template <typename T>
+FQLA_DEV void fqla_frag_b_kn(uint32_t (&b)[4], const T *base, int ld, int k0, int n0, int lane)
+{
+    fqla_ldsm_x4_t(b, base + (k0 + (lane & 7) + (((lane >> 3) & 1) << 3)) * ld + n0 + ((lane >> 4) << 3));
+}
+/* The same from a row-major [n][k] tile (B^T stored, e.g. keys for Q K^T). */
+template <typename T>
+FQLA_DEV void fqla_frag_b_nk(uint32_t (&b)[4], const T *base, int ld, int k0, int n0, int lane)
+{
+    fqla_ldsm_x4(b, base + (n0 + (lane & 7) + ((lane >> 4) << 3)) * ld + k0 + (((lane >> 3) & 1) << 3));
+}
+
+#endif

@@ -1,0 +1,704 @@
+/*
+ * test_gpu_fwd.c - the CUDA chunked-prefill forward against the fp64 CPU
+ * reference (FQLA_BACKEND_CPU_REFERENCE) on the same input values.
+ *
+ * Covered: T in {1, 63, 64, 65, 1000}; batches and varlen (int32 / int64
+ * cu_seqlens, zero-length sequences, trailing rows after the last sequence,
+ * which must come back as zeros); GVA ratios 1, 2, 4; K = V in {64, 128, 256};
+ * bf16 and fp16; with and without h0 / final state; state_v_first; bf16 g,
+ * beta and h0; in-kernel l2norm, gate and beta sigmoid (allow_neg_eigval);
+ * strong decay (cumulative -1300) and no decay. Robustness: outputs poisoned
+ * with NaN before the call, guard bands around o and the final state left
+ * untouched, bit-identical reruns, CUDA-graph capture and replay with new
+ * data, NOT_SUPPORTED for what the kernels do not cover.
+ *
+ * Thresholds (TESTING.md): rel L2 <= 5e-3 for o and the final state, per
+ * (sequence, value head). Without a CUDA device every case is skipped.
+ */
+#include "common/check.h"
+#include "flashqla.h"
+#include "internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CASES(X)                                                                                 \
+    X(fwd_lengths) X(fwd_varlen) X(fwd_varlen_i64_zero_len) X(fwd_trailing_rows) X(fwd_gva)       \
+    X(fwd_head_dims) X(fwd_fp16) X(fwd_options) X(fwd_v_first_bf16_state) X(fwd_decay_extremes) \
+    X(fwd_robustness) X(fwd_graph_replay) X(fwd_not_supported)
+
+#ifdef FQLA_HAVE_CUDA
+
+/* The few CUDA runtime entry points the test needs (C ABI of libcudart). */
+typedef int cuda_err;
+typedef struct CUstream_st *cuda_stream;
+typedef struct CUgraph_st *cuda_graph;
+typedef struct CUgraphExec_st *cuda_graph_exec;
+extern cuda_err cudaMalloc(void **p, size_t n);
+extern cuda_err cudaFree(void *p);
+extern cuda_err cudaMemcpy(void *dst, const void *src, size_t n, int kind);
+extern cuda_err cudaDeviceSynchronize(void);
+extern cuda_err cudaStreamCreate(cuda_stream *s);
+extern cuda_err cudaStreamDestroy(cuda_stream s);
+extern cuda_err cudaStreamSynchronize(cuda_stream s);
+extern cuda_err cudaStreamBeginCapture(cuda_stream s, int mode);
+extern cuda_err cudaStreamEndCapture(cuda_stream s, cuda_graph *g);
+extern cuda_err cudaGraphInstantiate(cuda_graph_exec *e, cuda_graph g, unsigned long long flags);
+extern cuda_err cudaGraphLaunch(cuda_graph_exec e, cuda_stream s);
+extern cuda_err cudaGraphExecDestroy(cuda_graph_exec e);
+extern cuda_err cudaGraphDestroy(cuda_graph g);
+extern const char *cudaGetErrorString(cuda_err e);
+#define H2D 1
+#define D2H 2
+
+#define CU(call)                                                                \
+    do {                                                                        \
+        cuda_err e_ = (call);                                                   \
+        CHECK(e_ == 0, "%s: %s", #call, cudaGetErrorString(e_));                \
+    } while (0)
+
+#define GUARD 4096 /* bytes of guard band on each side of every output */
+
+static fqla_context *gpu, *ref;
+
+/* ------------------------------------------------------------------------ */
+/* A forward problem: exact input values in fp64, stored in the GPU dtypes    */
+
+typedef struct spec {
+    int B, T, H, HV, K, V;
+    int ncu;             /* varlen: N + 1 entries in cu[] (0 = padded batch) */
+    int64_t cu[16];
+    int cu64;
+    int cu_host;         /* also pass cu_seqlens_host */
+    fqla_dtype io, gate, h0_dtype, ht_dtype;
+    int h0, ht, v_first, l2norm, gate_in, beta_sig, neg_eig;
+    int decay;           /* 0 normal, 1 strong (g = -20), 2 none (g = 0) */
+    int beta_mode;       /* 0 sigmoid(randn), 1 beta in {0, 1} and near 2 */
+} spec;
+
+typedef struct prob {
+    spec s;
+    int N;
+    int64_t nq, nv, ng, ns;   /* element counts */
+    double *q, *k, *v, *g, *beta, *h0, *A_log, *dt_bias;
+    double *o_ref, *ht_ref;
+    double *o, *ht;           /* GPU results, converted */
+    /* device buffers (outputs carry GUARD bytes on each side) */
+    void *dq, *dk, *dv, *dg, *dbeta, *dh0, *dA, *ddt, *dcu;
+    unsigned char *do_raw, *dht_raw;
+    void *ws;
+    size_t ws_bytes;
+} prob;
+
+static size_t dsize(fqla_dtype d) { return fqla_dtype_size(d); }
+
+/* Rounds x to dtype d and back (the value the GPU will see). */
+static double round_to(fqla_dtype d, double x)
+{
+    switch (d) {
+    case FQLA_DTYPE_BF16: return fqla_bf16_to_f32(fqla_f32_to_bf16((float)x));
+    case FQLA_DTYPE_F16: return fqla_f16_to_f32(fqla_f32_to_f16((float)x));
+    case FQLA_DTYPE_F32: return (float)x;
+    default: return x;
+    }
+}
+
+static void *to_dtype(fqla_dtype d, const double *x, int64_t n)
+{
+    void *out = malloc((size_t)(n > 0 ? n : 1) * dsize(d));
+    for (int64_t i = 0; i < n; i++) {
+        if (d == FQLA_DTYPE_BF16) ((uint16_t *)out)[i] = fqla_f32_to_bf16((float)x[i]);
+        else if (d == FQLA_DTYPE_F16) ((uint16_t *)out)[i] = fqla_f32_to_f16((float)x[i]);
+        else if (d == FQLA_DTYPE_F32) ((float *)out)[i] = (float)x[i];
+        else ((double *)out)[i] = x[i];
+    }
+    return out;
+}
+
+static void from_dtype(fqla_dtype d, const void *src, double *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        if (d == FQLA_DTYPE_BF16) x[i] = fqla_bf16_to_f32(((const uint16_t *)src)[i]);
+        else if (d == FQLA_DTYPE_F16) x[i] = fqla_f16_to_f32(((const uint16_t *)src)[i]);
+        else if (d == FQLA_DTYPE_F32) x[i] = ((const float *)src)[i];
+        else x[i] = ((const double *)src)[i];
+    }
+}
+
+static void *upload(fqla_dtype d, const double *x, int64_t n)
+{
+    void *dev = NULL, *h = to_dtype(d, x, n);
+    CU(cudaMalloc(&dev, (size_t)(n > 0 ? n : 1) * dsize(d)));
+    if (n > 0) CU(cudaMemcpy(dev, h, (size_t)n * dsize(d), H2D));
+    free(h);
+    return dev;
+}
+
+static double sigm(double x) { return 1.0 / (1.0 + exp(-x)); }
+
+/* Fresh random inputs for p->s (never zeros). */
+static void draw(prob *p)
+{
+    const spec *s = &p->s;
+    int64_t rows = (int64_t)s->B * s->T;
+    for (int64_t i = 0; i < rows * s->H; i++) {
+        double nq = 0, nk = 0;
+        double *q = p->q + i * s->K, *k = p->k + i * s->K;
+        for (int j = 0; j < s->K; j++) {
+            q[j] = check_normal();
+            k[j] = check_normal();
+            nq += q[j] * q[j];
+            nk += k[j] * k[j];
+        }
+        /* without the in-kernel l2norm the caller passes unit keys (and queries) */
+        for (int j = 0; j < s->K; j++) {
+            if (!s->l2norm) {
+                q[j] /= sqrt(nq);
+                k[j] /= sqrt(nk);
+            }
+            q[j] = round_to(s->io, q[j]);
+            k[j] = round_to(s->io, k[j]);
+        }
+    }
+    for (int64_t i = 0; i < p->nv; i++) p->v[i] = round_to(s->io, check_normal());
+    for (int64_t i = 0; i < p->ng; i++) {
+        int hv = (int)(i % s->HV);
+        double x = check_normal();
+        double gv;
+        if (s->gate_in) gv = x; /* raw a */
+        else if (s->decay == 1) gv = -20.0 + 0.5 * check_uniform();
+        else if (s->decay == 2) gv = 0.0;
+        else gv = (hv % 4 == 3) ? 0.0 : -log1p(exp(-x)) / 16.0 * (1 + hv % 3);
+        p->g[i] = round_to(s->gate, gv);
+        double b;
+        if (s->beta_sig) b = 2.0 * check_normal();
+        else if (s->beta_mode == 1) {
+            double u = check_uniform();
+            b = u < 0.3 ? 0.0 : (u < 0.6 ? 1.0 : 1.99);
+        } else b = sigm(check_normal());
+        p->beta[i] = round_to(s->gate, b);
+    }
+    for (int64_t i = 0; i < p->ns; i++) p->h0[i] = round_to(s->h0_dtype, check_normal());
+    for (int h = 0; h < s->HV; h++) {
+        p->A_log[h] = (float)(log(0.5 + 8 * check_uniform()));
+        p->dt_bias[h] = (float)(0.5 * check_normal());
+    }
+}
+
+static void prob_init(prob *p, const spec *s)
+{
+    memset(p, 0, sizeof *p);
+    p->s = *s;
+    p->N = s->ncu ? s->ncu - 1 : s->B;
+    p->nq = (int64_t)s->B * s->T * s->H * s->K;
+    p->nv = (int64_t)s->B * s->T * s->HV * s->V;
+    p->ng = (int64_t)s->B * s->T * s->HV;
+    p->ns = (int64_t)p->N * s->HV * s->K * s->V;
+    p->q = calloc((size_t)p->nq + 1, 8);
+    p->k = calloc((size_t)p->nq + 1, 8);
+    p->v = calloc((size_t)p->nv + 1, 8);
+    p->g = calloc((size_t)p->ng + 1, 8);
+    p->beta = calloc((size_t)p->ng + 1, 8);
+    p->h0 = calloc((size_t)p->ns + 1, 8);
+    p->A_log = calloc((size_t)s->HV, 8);
+    p->dt_bias = calloc((size_t)s->HV, 8);
+    p->o_ref = calloc((size_t)p->nv + 1, 8);
+    p->ht_ref = calloc((size_t)p->ns + 1, 8);
+    p->o = calloc((size_t)p->nv + 1, 8);
+    p->ht = calloc((size_t)p->ns + 1, 8);
+    draw(p);
+}
+
+static void prob_free(prob *p)
+{
+    free(p->q); free(p->k); free(p->v); free(p->g); free(p->beta); free(p->h0);
+    free(p->A_log); free(p->dt_bias); free(p->o_ref); free(p->ht_ref); free(p->o); free(p->ht);
+    void *bufs[] = {p->dq, p->dk, p->dv, p->dg, p->dbeta, p->dh0, p->dA, p->ddt, p->dcu, p->do_raw, p->dht_raw, p->ws};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]) cudaFree(bufs[i]);
+}
+
+static void shape4(int64_t *sh, int64_t a, int64_t b, int64_t c, int64_t d)
+{
+    sh[0] = a; sh[1] = b; sh[2] = c; sh[3] = d;
+}
+
+/* Arguments over either host fp64 arrays (ref) or device buffers (gpu). */
+static void make_args(prob *p, int on_gpu, fqla_fwd_args *a)
+{
+    const spec *s = &p->s;
+    int64_t sq[4], sv[4], sg[3] = {s->B, s->T, s->HV}, ss[4], sc[1] = {p->N + 1}, sh[1] = {s->HV};
+    shape4(sq, s->B, s->T, s->H, s->K);
+    shape4(sv, s->B, s->T, s->HV, s->V);
+    if (s->v_first) shape4(ss, p->N, s->HV, s->V, s->K);
+    else shape4(ss, p->N, s->HV, s->K, s->V);
+    fqla_dtype io = on_gpu ? s->io : FQLA_DTYPE_F64, gd = on_gpu ? s->gate : FQLA_DTYPE_F64;
+    fqla_fwd_args_init(a);
+    a->q = fqla_tensor_contiguous(on_gpu ? p->dq : (void *)p->q, io, 4, sq);
+    a->k = fqla_tensor_contiguous(on_gpu ? p->dk : (void *)p->k, io, 4, sq);
+    a->v = fqla_tensor_contiguous(on_gpu ? p->dv : (void *)p->v, io, 4, sv);
+    a->o = fqla_tensor_contiguous(on_gpu ? (void *)(p->do_raw + GUARD) : (void *)p->o_ref, io, 4, sv);
+    a->g = fqla_tensor_contiguous(on_gpu ? p->dg : (void *)p->g, gd, 3, sg);
+    a->beta = fqla_tensor_contiguous(on_gpu ? p->dbeta : (void *)p->beta, gd, 3, sg);
+    if (s->gate_in) {
+        a->A_log = fqla_tensor_contiguous(on_gpu ? p->dA : (void *)p->A_log, on_gpu ? FQLA_DTYPE_F32 : FQLA_DTYPE_F64, 1, sh);
+        a->dt_bias = fqla_tensor_contiguous(on_gpu ? p->ddt : (void *)p->dt_bias, on_gpu ? FQLA_DTYPE_F32 : FQLA_DTYPE_F64, 1, sh);
+    }
+    if (s->h0) a->initial_state = fqla_tensor_contiguous(on_gpu ? p->dh0 : (void *)p->h0, on_gpu ? s->h0_dtype : FQLA_DTYPE_F64, 4, ss);
+    if (s->ht)
+        a->final_state = fqla_tensor_contiguous(on_gpu ? (void *)(p->dht_raw + GUARD) : (void *)p->ht_ref,
+                                                on_gpu ? s->ht_dtype : FQLA_DTYPE_F64, 4, ss);
+    if (s->ncu) {
+        a->cu_seqlens = fqla_tensor_contiguous(on_gpu ? p->dcu : (void *)p->s.cu, s->cu64 || !on_gpu ? FQLA_DTYPE_I64 : FQLA_DTYPE_I32, 1, sc);
+        if (s->cu_host || !on_gpu) a->cu_seqlens_host = p->s.cu;
+    }
+    a->opt.use_qk_l2norm = s->l2norm;
+    a->opt.use_gate_in_kernel = s->gate_in;
+    a->opt.use_beta_sigmoid = s->beta_sig;
+    a->opt.allow_neg_eigval = s->neg_eig;
+    a->opt.state_v_first = s->v_first;
+}
+
+static void run_ref(prob *p)
+{
+    fqla_fwd_args a;
+    make_args(p, 0, &a);
+    fqla_status st = fqla_fwd(ref, &a, NULL, 0, NULL);
+    CHECK(st == FQLA_STATUS_SUCCESS, "reference fwd: %s: %s", fqla_status_string(st), fqla_last_error(ref));
+}
+
+static const uint16_t NAN16 = 0x7fc0; /* bf16 quiet NaN; also a NaN as fp16 (0x7fc0) */
+#define GUARD_BYTE 0xa5
+
+/* Allocates device inputs/outputs and uploads the current host inputs. */
+static void upload_all(prob *p)
+{
+    const spec *s = &p->s;
+    p->dq = upload(s->io, p->q, p->nq);
+    p->dk = upload(s->io, p->k, p->nq);
+    p->dv = upload(s->io, p->v, p->nv);
+    p->dg = upload(s->gate, p->g, p->ng);
+    p->dbeta = upload(s->gate, p->beta, p->ng);
+    p->dh0 = upload(s->h0_dtype, p->h0, p->ns);
+    p->dA = upload(FQLA_DTYPE_F32, p->A_log, s->HV);
+    p->ddt = upload(FQLA_DTYPE_F32, p->dt_bias, s->HV);
+    if (s->ncu) {
+        double cud[16];
+        for (int i = 0; i < s->ncu; i++) cud[i] = (double)s->cu[i];
+        p->dcu = upload(s->cu64 ? FQLA_DTYPE_I64 : FQLA_DTYPE_I32, cud, s->ncu);
+    }
+    void *d = NULL;
+    CU(cudaMalloc(&d, (size_t)p->nv * dsize(s->io) + 2 * GUARD));
+    p->do_raw = d;
+    d = NULL;
+    CU(cudaMalloc(&d, (size_t)p->ns * dsize(s->ht_dtype) + 2 * GUARD));
+    p->dht_raw = d;
+}
+
+/* Re-uploads inputs into the existing buffers (graph replay with new data). */
+static void reupload(prob *p)
+{
+    const spec *s = &p->s;
+    void *h;
+    struct { void *dev; fqla_dtype d; const double *x; int64_t n; } t[] = {
+        {p->dq, s->io, p->q, p->nq}, {p->dk, s->io, p->k, p->nq}, {p->dv, s->io, p->v, p->nv},
+        {p->dg, s->gate, p->g, p->ng}, {p->dbeta, s->gate, p->beta, p->ng}, {p->dh0, s->h0_dtype, p->h0, p->ns}};
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        if (t[i].n == 0) continue;
+        h = to_dtype(t[i].d, t[i].x, t[i].n);
+        CU(cudaMemcpy(t[i].dev, h, (size_t)t[i].n * dsize(t[i].d), H2D));
+        free(h);
+    }
+}
+
+/* Fills the output buffers: NaN inside, GUARD_BYTE in the bands. */
+static void poison(prob *p)
+{
+    const spec *s = &p->s;
+    size_t ob = (size_t)p->nv * dsize(s->io), hb = (size_t)p->ns * dsize(s->ht_dtype);
+    unsigned char *h = malloc(ob + 2 * GUARD);
+    memset(h, GUARD_BYTE, ob + 2 * GUARD);
+    for (size_t i = 0; i < ob / 2; i++) memcpy(h + GUARD + 2 * i, &NAN16, 2);
+    CU(cudaMemcpy(p->do_raw, h, ob + 2 * GUARD, H2D));
+    free(h);
+    h = malloc(hb + 2 * GUARD);
+    memset(h, GUARD_BYTE, hb + 2 * GUARD);
+    if (s->ht_dtype == FQLA_DTYPE_F32)
+        for (size_t i = 0; i < hb / 4; i++) {
+            float nanf_ = NAN;
+            memcpy(h + GUARD + 4 * i, &nanf_, 4);
+        }
+    else
+        for (size_t i = 0; i < hb / 2; i++) memcpy(h + GUARD + 2 * i, &NAN16, 2);
+    CU(cudaMemcpy(p->dht_raw, h, hb + 2 * GUARD, H2D));
+    free(h);
+}
+
+static fqla_status run_gpu(prob *p, void *stream)
+{
+    fqla_fwd_args a;
+    size_t need = 0;
+    make_args(p, 1, &a);
+    fqla_status st = fqla_fwd_workspace_size(gpu, &a, &need);
+    if (st != FQLA_STATUS_SUCCESS) return st;
+    if (need > p->ws_bytes) {
+        if (p->ws) cudaFree(p->ws);
+        p->ws = NULL;
+        CU(cudaMalloc(&p->ws, need));
+        p->ws_bytes = need;
+    }
+    return fqla_fwd(gpu, &a, p->ws, p->ws_bytes, stream);
+}
+
+/* Downloads o and the final state (with their guard bands, checked). */
+static void download(prob *p, unsigned char **o_bytes, unsigned char **ht_bytes)
+{
+    const spec *s = &p->s;
+    size_t ob = (size_t)p->nv * dsize(s->io), hb = (size_t)p->ns * dsize(s->ht_dtype);
+    unsigned char *h = malloc(ob + 2 * GUARD), *g = malloc(hb + 2 * GUARD);
+    CU(cudaDeviceSynchronize());
+    CU(cudaMemcpy(h, p->do_raw, ob + 2 * GUARD, D2H));
+    CU(cudaMemcpy(g, p->dht_raw, hb + 2 * GUARD, D2H));
+    int bad = 0;
+    for (size_t i = 0; i < GUARD; i++) {
+        bad += h[i] != GUARD_BYTE || h[GUARD + ob + i] != GUARD_BYTE;
+        bad += g[i] != GUARD_BYTE || g[GUARD + hb + i] != GUARD_BYTE;
+    }
+    CHECK(bad == 0, "%d guard-band bytes around o / final_state changed", bad);
+    from_dtype(s->io, h + GUARD, p->o, p->nv);
+    if (s->ht) from_dtype(s->ht_dtype, g + GUARD, p->ht, p->ns);
+    if (o_bytes) *o_bytes = h; else free(h);
+    if (ht_bytes) *ht_bytes = g; else free(g);
+}
+
+/* Sequence n's token range in the (B, T) rows. */
+static void seq_range(const prob *p, int n, int64_t *row0, int64_t *len)
+{
+    if (p->s.ncu) {
+        *row0 = p->s.cu[n];
+        *len = p->s.cu[n + 1] - p->s.cu[n];
+    } else {
+        *row0 = (int64_t)n * p->s.T;
+        *len = p->s.T;
+    }
+}
+
+/* Compares GPU o / final state with the reference per (sequence, head). */
+static void compare(prob *p, const char *what)
+{
+    const spec *s = &p->s;
+    double tol = 5e-3, worst_o = 0, worst_h = 0;
+    int wn = -1, wh = -1;
+    for (int n = 0; n < p->N; n++) {
+        int64_t row0, len;
+        seq_range(p, n, &row0, &len);
+        for (int h = 0; h < s->HV; h++) {
+            double num = 0, den = 0;
+            int nan = 0;
+            for (int64_t t = 0; t < len; t++)
+                for (int j = 0; j < s->V; j++) {
+                    int64_t i = ((row0 + t) * s->HV + h) * s->V + j;
+                    double d = p->o[i] - p->o_ref[i];
+                    nan += !isfinite(p->o[i]);
+                    num += d * d;
+                    den += p->o_ref[i] * p->o_ref[i];
+                }
+            double r = nan ? INFINITY : (den > 0 ? sqrt(num / den) : sqrt(num));
+            if (r > worst_o || nan) { worst_o = r; wn = n; wh = h; }
+            if (s->ht) {
+                num = den = 0;
+                nan = 0;
+                int64_t base = ((int64_t)n * s->HV + h) * s->K * s->V;
+                for (int64_t i = 0; i < (int64_t)s->K * s->V; i++) {
+                    double d = p->ht[base + i] - p->ht_ref[base + i];
+                    nan += !isfinite(p->ht[base + i]);
+                    num += d * d;
+                    den += p->ht_ref[base + i] * p->ht_ref[base + i];
+                }
+                r = nan ? INFINITY : (den > 0 ? sqrt(num / den) : sqrt(num));
+                if (r > worst_h) worst_h = r;
+            }
+        }
+    }
+    CHECK(worst_o <= tol, "%s: o rel error %.3g > %.1g (sequence %d, head %d)", what, worst_o, tol, wn, wh);
+    CHECK(worst_h <= tol, "%s: final_state rel error %.3g > %.1g", what, worst_h, tol);
+    /* rows after the last sequence: exact zeros */
+    if (s->ncu) {
+        int64_t bad = 0;
+        for (int64_t i = s->cu[s->ncu - 1] * s->HV * s->V; i < p->nv; i++) bad += p->o[i] != 0.0;
+        CHECK(bad == 0, "%s: %lld trailing o values not zero", what, (long long)bad);
+    }
+    printf("  %-40s o %.2e  state %.2e\n", what, worst_o, worst_h);
+}
+
+/* One full check of a spec: poison, run, compare with the reference. */
+static void check_spec(const spec *s, const char *what)
+{
+    prob p;
+    prob_init(&p, s);
+    upload_all(&p);
+    poison(&p);
+    fqla_status st = run_gpu(&p, NULL);
+    CHECK(st == FQLA_STATUS_SUCCESS, "%s: fqla_fwd: %s: %s", what, fqla_status_string(st), fqla_last_error(gpu));
+    if (st == FQLA_STATUS_SUCCESS) {
+        download(&p, NULL, NULL);
+        run_ref(&p);
+        compare(&p, what);
+    }
+    prob_free(&p);
+}
+
+static spec base_spec(int B, int T, int H, int HV, int D)
+{
+    spec s;
+    memset(&s, 0, sizeof s);
+    s.B = B; s.T = T; s.H = H; s.HV = HV; s.K = D; s.V = D;
+    s.io = FQLA_DTYPE_BF16;
+    s.gate = FQLA_DTYPE_F32;
+    s.h0_dtype = FQLA_DTYPE_F32;
+    s.ht_dtype = FQLA_DTYPE_F32;
+    s.h0 = 1;
+    s.ht = 1;
+    return s;
+}
+
+static void set_cu(spec *s, const int64_t *cu, int n)
+{
+    s->ncu = n;
+    for (int i = 0; i < n; i++) s->cu[i] = cu[i];
+}
+
+/* ------------------------------------------------------------------------ */
+
+static void fwd_lengths(void)
+{
+    const int Ts[] = {1, 63, 64, 65, 1000};
+    for (int i = 0; i < 5; i++) {
+        spec s = base_spec(2, Ts[i], 2, 4, 128);
+        if (check_quick() && Ts[i] > 100) continue;
+        char what[64];
+        snprintf(what, sizeof what, "B=2 T=%d H=2 HV=4 K=V=128", Ts[i]);
+        check_spec(&s, what);
+    }
+}
+
+static void fwd_varlen(void)
+{
+    const int64_t cu[] = {0, 1, 100, 300, 1200, 2048};
+    spec s = base_spec(1, 2048, 2, 4, 128);
+    set_cu(&s, cu, 6);
+    check_spec(&s, "varlen [0,1,100,300,1200,2048] i32");
+    const int64_t cu2[] = {0, 15};
+    spec s2 = base_spec(1, 15, 1, 1, 128);
+    set_cu(&s2, cu2, 2);
+    s2.h0 = 0;
+    check_spec(&s2, "varlen [0,15] no h0");
+}
+
+static void fwd_varlen_i64_zero_len(void)
+{
+    const int64_t cu[] = {0, 64, 64, 128};
+    spec s = base_spec(1, 128, 2, 4, 128);
+    set_cu(&s, cu, 4);
+    s.cu64 = 1;
+    s.cu_host = 1;
+    check_spec(&s, "varlen [0,64,64,128] i64 + host copy");
+}
+
+static void fwd_trailing_rows(void)
+{
+    const int64_t cu[] = {0, 211, 985};
+    spec s = base_spec(1, 1000, 2, 4, 128);
+    set_cu(&s, cu, 3);
+    check_spec(&s, "varlen [0,211,985] T=1000 trailing rows");
+}
+
+static void fwd_gva(void)
+{
+    const int hh[][2] = {{1, 1}, {4, 4}, {2, 8}, {4, 16}};
+    for (int i = 0; i < 4; i++) {
+        spec s = base_spec(1, 200, hh[i][0], hh[i][1], 128);
+        char what[64];
+        snprintf(what, sizeof what, "GVA H=%d HV=%d T=200", hh[i][0], hh[i][1]);
+        check_spec(&s, what);
+    }
+}
+
+static void fwd_head_dims(void)
+{
+    spec s = base_spec(2, 300, 2, 4, 64);
+    check_spec(&s, "K=V=64 T=300");
+    s = base_spec(1, 200, 1, 2, 256);
+    check_spec(&s, "K=V=256 T=200");
+    s = base_spec(1, 130, 2, 2, 128);
+    s.V = 64;
+    check_spec(&s, "K=128 V=64 T=130");
+}
+
+static void fwd_fp16(void)
+{
+    spec s = base_spec(2, 150, 2, 4, 128);
+    s.io = FQLA_DTYPE_F16;
+    check_spec(&s, "fp16 T=150");
+}
+
+static void fwd_options(void)
+{
+    spec s = base_spec(1, 300, 2, 4, 128);
+    s.l2norm = 1;
+    s.gate_in = 1;
+    s.beta_sig = 1;
+    check_spec(&s, "l2norm + gate + beta sigmoid");
+    s.neg_eig = 1;
+    s.gate = FQLA_DTYPE_BF16;
+    check_spec(&s, "... + allow_neg_eigval, bf16 g/beta");
+}
+
+static void fwd_v_first_bf16_state(void)
+{
+    spec s = base_spec(2, 100, 2, 4, 128);
+    s.v_first = 1;
+    check_spec(&s, "state_v_first");
+    s.v_first = 0;
+    s.h0_dtype = FQLA_DTYPE_BF16;
+    s.ht_dtype = FQLA_DTYPE_BF16;
+    check_spec(&s, "bf16 h0 and final state");
+}
+
+static void fwd_decay_extremes(void)
+{
+    spec s = base_spec(1, 130, 2, 4, 128);
+    s.decay = 1;
+    check_spec(&s, "strong decay g=-20 (cumulative -2600)");
+    s.decay = 2;
+    s.beta_mode = 1;
+    check_spec(&s, "no decay, beta in {0, 1, 1.99}");
+}
+
+/* NaN poison, guard bands, bit-identical reruns. */
+static void fwd_robustness(void)
+{
+    const int64_t cu[] = {0, 70, 75, 333};
+    spec s = base_spec(1, 400, 2, 4, 128);
+    set_cu(&s, cu, 4);
+    prob p;
+    prob_init(&p, &s);
+    upload_all(&p);
+    unsigned char *o1, *h1, *o2, *h2;
+    poison(&p);
+    CHECK(run_gpu(&p, NULL) == FQLA_STATUS_SUCCESS, "first run: %s", fqla_last_error(gpu));
+    download(&p, &o1, &h1);
+    poison(&p);
+    CHECK(run_gpu(&p, NULL) == FQLA_STATUS_SUCCESS, "second run: %s", fqla_last_error(gpu));
+    download(&p, &o2, &h2);
+    size_t ob = (size_t)p.nv * 2 + 2 * GUARD, hb = (size_t)p.ns * 4 + 2 * GUARD;
+    CHECK(memcmp(o1, o2, ob) == 0, "o differs between two identical runs");
+    CHECK(memcmp(h1, h2, hb) == 0, "final_state differs between two identical runs");
+    run_ref(&p);
+    compare(&p, "robustness varlen [0,70,75,333] T=400");
+    free(o1); free(h1); free(o2); free(h2);
+    prob_free(&p);
+}
+
+/* Capture one call in a CUDA graph; replay it on new inputs in the same
+ * buffers; the result must equal an eager run bit for bit. */
+static void fwd_graph_replay(void)
+{
+    const int64_t cu[] = {0, 100, 500};
+    spec s = base_spec(1, 520, 2, 4, 128);
+    set_cu(&s, cu, 3);
+    prob p;
+    prob_init(&p, &s);
+    upload_all(&p);
+    cuda_stream st = NULL;
+    cuda_graph g = NULL;
+    cuda_graph_exec ge = NULL;
+    CU(cudaStreamCreate(&st));
+    /* an eager call first sizes the workspace, so capture allocates nothing */
+    CHECK(run_gpu(&p, st) == FQLA_STATUS_SUCCESS, "eager run: %s", fqla_last_error(gpu));
+    CU(cudaStreamSynchronize(st));
+    CU(cudaStreamBeginCapture(st, 0 /* global */));
+    fqla_status fs = run_gpu(&p, st);
+    CU(cudaStreamEndCapture(st, &g));
+    CHECK(fs == FQLA_STATUS_SUCCESS, "captured call: %s", fqla_last_error(gpu));
+    CU(cudaGraphInstantiate(&ge, g, 0));
+    /* new data in the same buffers */
+    draw(&p);
+    reupload(&p);
+    poison(&p);
+    CU(cudaGraphLaunch(ge, st));
+    CU(cudaStreamSynchronize(st));
+    unsigned char *o1, *h1, *o2, *h2;
+    download(&p, &o1, &h1);
+    run_ref(&p);
+    compare(&p, "graph replay on new data");
+    poison(&p);
+    CHECK(run_gpu(&p, st) == FQLA_STATUS_SUCCESS, "eager rerun: %s", fqla_last_error(gpu));
+    CU(cudaStreamSynchronize(st));
+    download(&p, &o2, &h2);
+    CHECK(memcmp(o1, o2, (size_t)p.nv * 2 + 2 * GUARD) == 0, "graph replay and eager run differ (o)");
+    CHECK(memcmp(h1, h2, (size_t)p.ns * 4 + 2 * GUARD) == 0, "graph replay and eager run differ (state)");
+    free(o1); free(h1); free(o2); free(h2);
+    if (ge) cudaGraphExecDestroy(ge);
+    if (g) cudaGraphDestroy(g);
+    cudaStreamDestroy(st);
+    prob_free(&p);
+}
+
+static void fwd_not_supported(void)
+{
+    spec s = base_spec(1, 64, 1, 1, 128);
+    s.io = FQLA_DTYPE_F32;
+    prob p;
+    prob_init(&p, &s);
+    upload_all(&p);
+    fqla_fwd_args a;
+    make_args(&p, 1, &a);
+    fqla_status st = fqla_fwd_supported(gpu, &a);
+    CHECK(st == FQLA_STATUS_NOT_SUPPORTED, "fp32 q/k/v: %s", fqla_status_string(st));
+    CHECK(strstr(fqla_last_error(gpu), "F32") != NULL, "message should name the dtype: %s", fqla_last_error(gpu));
+    prob_free(&p);
+    s = base_spec(1, 64, 1, 1, 96);
+    prob_init(&p, &s);
+    upload_all(&p);
+    make_args(&p, 1, &a);
+    st = fqla_fwd_supported(gpu, &a);
+    CHECK(st == FQLA_STATUS_NOT_SUPPORTED, "K = 96: %s", fqla_status_string(st));
+    CHECK(strstr(fqla_last_error(gpu), "96") != NULL, "message should name K: %s", fqla_last_error(gpu));
+    prob_free(&p);
+}
+
+int main(void)
+{
+    char why[256] = "";
+    check_rng_seed(check_seed());
+    if (fqla_backend_available(FQLA_BACKEND_CUDA, why, sizeof why) != FQLA_STATUS_SUCCESS ||
+        fqla_context_create(&gpu, FQLA_BACKEND_CUDA, 0) != FQLA_STATUS_SUCCESS) {
+        char msg[400];
+        snprintf(msg, sizeof msg, "no usable CUDA device: %s %s", why, fqla_last_error(NULL));
+#define SKIP(name) check_skip(#name, msg);
+        CASES(SKIP)
+        return check_summary();
+    }
+    if (fqla_context_create(&ref, FQLA_BACKEND_CPU_REFERENCE, 0) != FQLA_STATUS_SUCCESS) {
+        fprintf(stderr, "cannot create the reference context: %s\n", fqla_last_error(NULL));
+        return 1;
+    }
+#define RUN(name) CHECK_RUN(name);
+    CASES(RUN)
+    fqla_context_destroy(ref);
+    fqla_context_destroy(gpu);
+    return check_summary();
+}
+
+#else /* no CUDA in this build */
+
+int main(void)
+{
+#define SKIP_NOCUDA(name) check_skip(#name, "built without CUDA (no nvcc)");
+    CASES(SKIP_NOCUDA)
+    return check_summary();
+}
+
+#endif

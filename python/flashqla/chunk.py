@@ -85,6 +85,24 @@ def chunk_gated_delta_rule(
     context parallel) is not supported. backend: None (by device and dtype),
     'cpu', 'cuda' or 'reference' (the fp64 oracle, CPU tensors).
     """
+    args = prepare(q, k, v, g, beta, scale, initial_state, output_final_state,
+                   use_qk_l2norm_in_kernel, use_gate_in_kernel, A_log, dt_bias,
+                   use_beta_sigmoid_in_kernel, allow_neg_eigval, state_v_first, cu_seqlens,
+                   cu_seqlens_cpu, cp_context, backend)
+    if torch.compiler.is_compiling():
+        o, ht = ops.fwd_op(*args)
+    elif _needs_grad(*args[:8]):
+        o, ht = ChunkFunction.apply(*args)
+    else:
+        o, ht = ops.fwd_impl(*args)
+    return o, (ht if output_final_state else None)
+
+
+def prepare(q, k, v, g, beta, scale, initial_state, output_final_state,
+            use_qk_l2norm_in_kernel, use_gate_in_kernel, A_log, dt_bias,
+            use_beta_sigmoid_in_kernel, allow_neg_eigval, state_v_first, cu_seqlens,
+            cu_seqlens_cpu, cp_context, backend):
+    """FLA's arguments -> the 14 arguments of ops.fwd_impl / flashqla::fwd."""
     if cp_context is not None:
         raise NotImplementedError("flashqla: cp_context (inter-card context parallel) is not supported")
     be = ops.backend_code(backend)
@@ -155,12 +173,5 @@ def chunk_gated_delta_rule(
         cu_seqlens_cpu = None
 
     scale = 0.0 if scale is None else float(scale)
-    args = (q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, cu_seqlens_cpu,
+    return (q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, cu_seqlens_cpu,
             scale, flags, bool(output_final_state), be)
-    if torch.compiler.is_compiling():
-        o, ht = ops.fwd_op(*args)
-    elif _needs_grad(q, k, v, g, beta, A_log, dt_bias, initial_state):
-        o, ht = ChunkFunction.apply(*args)
-    else:
-        o, ht = ops.fwd_impl(*args)
-    return o, (ht if output_final_state else None)

@@ -189,13 +189,6 @@ def _fwd_fake(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, cu_se
 # --------------------------------------------------------------------------
 # Backward
 
-_EMPTY_CACHE = {}
-
-
-def _none_or(x):
-    return x if x is not None and x.numel() else None
-
-
 def bwd_alloc(q, k, v, initial_state, A_log, flags):
     gd = torch.float64 if q.dtype == torch.float64 else torch.float32
     B, T, HV, V = v.shape
@@ -205,14 +198,12 @@ def bwd_alloc(q, k, v, initial_state, A_log, flags):
     dv = torch.empty_like(v, memory_format=torch.contiguous_format)
     dg = torch.empty((B, T, HV), dtype=gd, device=dev)
     dbeta = torch.empty((B, T, HV), dtype=gd, device=dev)
-    empty = torch.empty((0,), dtype=gd, device=dev)
-    dh0 = (torch.empty(initial_state.shape, dtype=gd, device=dev)
-           if initial_state is not None else empty)
-    if flags & GATE_IN_KERNEL:
-        dA = torch.empty((HV,), dtype=gd, device=dev)
-        ddt = torch.empty((HV,), dtype=gd, device=dev)
-    else:
-        dA = ddt = empty
+    # absent gradients are distinct empty tensors: custom-op outputs may not alias
+    dh0 = torch.empty(initial_state.shape if initial_state is not None else (0,),
+                      dtype=gd, device=dev)
+    heads = (HV,) if flags & GATE_IN_KERNEL else (0,)
+    dA = torch.empty(heads, dtype=gd, device=dev)
+    ddt = torch.empty(heads, dtype=gd, device=dev)
     return dq, dk, dv, dg, dbeta, dh0, dA, ddt
 
 
@@ -297,4 +288,65 @@ def verify_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor
 @verify_op.register_fake
 def _verify_fake(q, k, v, g, beta, A_log, dt_bias, state_pool, slots, slots_cpu, o,
                  step_states, step_slots, scale, flags, backend):
+    return None
+
+
+# --------------------------------------------------------------------------
+# "Would this run?" without running or allocating: the library's
+# fqla_*_supported reads no data, so the outputs are described at made-up,
+# far-apart, 256-byte aligned addresses (only their shapes, dtypes and spans
+# are checked, and those spans cannot overlap real tensors' addresses).
+
+_FAKE_BASE = 1 << 60
+_FAKE_STEP = 1 << 52
+
+
+def _fake(i, shape, dtype):
+    strides = []
+    n = 1
+    for d in reversed(shape):
+        strides.append(n)
+        n *= d
+    return (_FAKE_BASE + i * _FAKE_STEP, DTYPES[dtype], len(shape), *shape,
+            *_ZEROS[len(shape):], *reversed(strides), *_ZEROS[len(shape):])
+
+
+def fwd_supported(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, cu_seqlens_cpu,
+                  scale, flags, output_final_state, backend, backward=False):
+    """None when the backend runs this forward (and its backward, with
+    backward=True); otherwise the exception the call would raise."""
+    be, device = resolve(q, backend)
+    lib = _lib.lib
+    ctx = _lib.context(be, device)
+    B, T, HV, V = v.shape
+    H, K = q.shape[2], q.shape[3]
+    sd = state_dtype_for(q, initial_state)
+    N = B if cu_seqlens is None else cu_seqlens.shape[0] - 1
+    host = _host_ptr(cu_seqlens_cpu) if be == _lib.BACKEND_CUDA else 0
+    common = (*tv(q), *tv(k), *tv(v), *tv(g), *tv(beta), *tv(A_log), *tv(dt_bias),
+              *tv(initial_state), *tv(cu_seqlens), host)
+    opt = options(scale, flags)
+    sshape = state_shape(N, HV, K, V, flags)
+    buf = _lib.FwdBuffer()
+    _lib.FWD_PACK.pack_into(buf, 0, *common, *_fake(0, (B, T, HV, V), q.dtype),
+                            *(_fake(1, sshape, sd) if output_final_state else _ABSENT), *opt)
+    st = lib.fqla_fwd_supported(ctx, buf)
+    if st:
+        return _lib.error(st, ctx, "fwd")
+    if not backward:
+        return None
+    gd = torch.float64 if q.dtype == torch.float64 else torch.float32
+    gate = flags & GATE_IN_KERNEL
+    buf = _lib.BwdBuffer()
+    _lib.BWD_PACK.pack_into(
+        buf, 0, *common, *_fake(0, (B, T, HV, V), q.dtype),
+        *(_fake(1, sshape, gd) if output_final_state else _ABSENT),
+        *_fake(2, (B, T, H, K), q.dtype), *_fake(3, (B, T, H, K), q.dtype),
+        *_fake(4, (B, T, HV, V), q.dtype), *_fake(5, (B, T, HV), gd), *_fake(6, (B, T, HV), gd),
+        *(_fake(7, tuple(initial_state.shape), gd) if initial_state is not None else _ABSENT),
+        *(_fake(8, (HV,), gd) if gate else _ABSENT), *(_fake(9, (HV,), gd) if gate else _ABSENT),
+        *opt)
+    st = lib.fqla_bwd_supported(ctx, buf)
+    if st:
+        return _lib.error(st, ctx, "bwd")
     return None

@@ -227,14 +227,23 @@ static int open_context(fqla_context **ctx, fqla_backend b, const run_opts *o, c
  * On failure leaves why filled and nothing allocated. */
 static int try_cuda(run_state *rs, const cli_layer *host, const run_opts *o, char *why, size_t n)
 {
+    fqla_fwd_args a;
+    fqla_status st;
     if (open_context(&rs->ctx, FQLA_BACKEND_CUDA, o, why, n) != 0) return -1;
+    /* Ask first with the host buffers (same alignment; a CUDA supported()
+     * reads no data), so an unsupported case costs no upload; then again
+     * below on the real device buffers. */
+    cli_layer_args(host, &a);
+    if ((st = fqla_fwd_supported(rs->ctx, &a)) != FQLA_STATUS_SUCCESS) {
+        snprintf(why, n, "%s: %s", fqla_status_string(st), fqla_last_error(rs->ctx));
+        goto fail;
+    }
     fprintf(stderr, "flashqla run: copying %.1f MB of inputs to the GPU\n",
             cli_layer_bytes(&host->s, host->io) / 1e6);
     if (cli_layer_to_device(&rs->dev, host, o->device, why, n) != 0) goto fail;
     rs->have_dev = 1;
-    fqla_fwd_args a;
     cli_layer_args(&rs->dev, &a);
-    fqla_status st = fqla_fwd_supported(rs->ctx, &a);
+    st = fqla_fwd_supported(rs->ctx, &a);
     if (st != FQLA_STATUS_SUCCESS) {
         snprintf(why, n, "%s: %s", fqla_status_string(st), fqla_last_error(rs->ctx));
         goto fail;

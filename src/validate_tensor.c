@@ -100,6 +100,11 @@ fqla_status fqla_vt_add(fqla_context *ctx, fqla_vt_list *L, const char *name,
     if (es == 0)
         return fqla_fail(ctx, FQLA_STATUS_INVALID_VALUE, "%s: dtype %d is not an fqla_dtype",
                          name, (int)t->dtype);
+    /* every backend loads whole elements: C needs them aligned to their size */
+    if ((uintptr_t)t->data % (uintptr_t)es != 0)
+        return fqla_fail(ctx, FQLA_STATUS_MISALIGNED,
+                         "%s: data pointer %p is not aligned to its element size (%d bytes for %s)",
+                         name, t->data, (int)es, fqla_vt_dtype_name(t->dtype));
     int64_t numel = 1, reach = 0;
     for (int d = 0; d < ndim; d++) {
         int64_t n = t->shape[d];

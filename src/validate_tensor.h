@@ -51,7 +51,9 @@ int fqla_vt_mul(int64_t a, int64_t b, int64_t *r);
 fqla_status fqla_vt_required(fqla_context *ctx, const char *name, const fqla_tensor *t,
                              int ndim, int zero_dim);
 
-/* Rank, sizes (> 0; >= 0 for zero_dim), strides, overflow of the element count
+/* Rank, dtype in the enum, data aligned to the element size (MISALIGNED
+ * otherwise, on every backend), sizes (> 0; >= 0 for zero_dim), strides,
+ * overflow of the element count
  * and byte span; for outputs also that distinct indices never share memory.
  * Appends the tensor to L for the aliasing check. layout is shown in messages
  * ("[B, T, H, K]"). */

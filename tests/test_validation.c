@@ -380,6 +380,8 @@ static void b_fwd_o_alias_q_tail(fx *f)
 }
 static void b_fwd_ht_alias_h0(fx *f) { f->fa.final_state.data = f->fa.initial_state.data; }
 static void b_fwd_ht_alias_o(fx *f) { f->fa.final_state.data = (float *)f->fa.o.data + 3; }
+static void b_fwd_g_odd_pointer(fx *f) { f->fa.g.data = (char *)f->fa.g.data + 2; }
+static void b_bwd_dht_odd_pointer(fx *f) { f->ba.d_final_state.data = (char *)f->ba.d_final_state.data + 1; }
 static void b_fwd_q_misaligned(fx *f) { f->fa.q.data = (float *)f->fa.q.data + 1; }
 static void b_fwd_o_misaligned(fx *f) { f->fa.o.data = (float *)f->fa.o.data + 2; }
 static void b_fwd_k_stride_misaligned(fx *f)
@@ -623,6 +625,8 @@ static const bad_case bad_cases[] = {
     {"fwd_final_state_aliases_initial", OP_FWD, NULL, b_fwd_ht_alias_h0, 0, INV, "final_state: memory overlaps input initial_state"},
     {"fwd_final_state_aliases_o", OP_FWD, NULL, b_fwd_ht_alias_o, 0, INV, "overlaps output"},
     /* alignment (CUDA rules: host_readable = 0) */
+    {"fwd_g_not_element_aligned", OP_FWD, NULL, b_fwd_g_odd_pointer, 0, MIS, "g: data pointer"},
+    {"bwd_d_final_state_not_element_aligned", OP_BWD, NULL, b_bwd_dht_odd_pointer, 0, MIS, "d_final_state: data pointer"},
     {"fwd_cuda_q_misaligned", OP_FWD, NULL, b_fwd_q_misaligned, 1, MIS, "q: data pointer"},
     {"fwd_cuda_o_misaligned", OP_FWD, NULL, b_fwd_o_misaligned, 1, MIS, "o: data pointer"},
     {"fwd_cuda_k_stride_misaligned", OP_FWD, NULL, b_fwd_k_stride_misaligned, 1, MIS, "k: stride[2] = 33"},

@@ -1,0 +1,278 @@
+#!/usr/bin/env python3
+"""bench_fwd.py - flashqla's CUDA forward against FLA's chunk_gated_delta_rule
+forward, in the same process, on the same inputs (BENCHMARKS.md).
+
+For every (head config, sequence pattern) row: build the inputs of
+BENCHMARKS.md (l2-normalised bf16 q/k, bf16 v, fp32 g = logsigmoid(randn)/16
+with a random quarter of the value heads ungated, fp32 beta, fp32 h0, final
+state on), check flashqla's o and final state against FLA's (a sanity check;
+correctness proper is tests/test_gpu_fwd.c against the fp64 reference), then
+time both with CUDA-graph replay (several calls per graph, L2 flushed by a
+256 MB write before each replay, median of the replays), append a row to
+bench/results/fwd-<gpu>.csv and print the advantage over the published
+FlashQLA / FlashInfer anchors (bench/anchors_h200.csv).
+
+    python3 bench/bench_fwd.py [--models 'TP8,TP1'] [--seqlens '1x32768,8192x4'] [--lib build/libflashqla.so]
+"""
+import argparse
+import ctypes as C
+import csv
+import datetime
+import math
+import os
+import statistics
+import subprocess
+import sys
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+F32, F16, BF16, F64, I32, I64 = range(6)
+TORCH_DT = {torch.float32: F32, torch.float16: F16, torch.bfloat16: BF16, torch.float64: F64,
+            torch.int32: I32, torch.int64: I64}
+
+
+class Tensor(C.Structure):
+    _fields_ = [("data", C.c_void_p), ("dtype", C.c_int), ("ndim", C.c_int),
+                ("shape", C.c_int64 * 6), ("strides", C.c_int64 * 6)]
+
+
+class Options(C.Structure):
+    _fields_ = [("scale", C.c_double), ("use_qk_l2norm", C.c_int), ("use_gate_in_kernel", C.c_int),
+                ("use_beta_sigmoid", C.c_int), ("allow_neg_eigval", C.c_int), ("state_v_first", C.c_int)]
+
+
+class FwdArgs(C.Structure):
+    _fields_ = [("q", Tensor), ("k", Tensor), ("v", Tensor), ("g", Tensor), ("beta", Tensor),
+                ("A_log", Tensor), ("dt_bias", Tensor), ("initial_state", Tensor), ("cu_seqlens", Tensor),
+                ("cu_seqlens_host", C.POINTER(C.c_int64)), ("o", Tensor), ("final_state", Tensor),
+                ("opt", Options)]
+
+
+def desc(t):
+    """fqla_tensor over a torch tensor (or an absent one for None)."""
+    d = Tensor()
+    if t is None:
+        return d
+    d.data = t.data_ptr()
+    d.dtype = TORCH_DT[t.dtype]
+    d.ndim = t.dim()
+    for i in range(t.dim()):
+        d.shape[i] = t.shape[i]
+        d.strides[i] = t.stride(i)
+    return d
+
+
+class Lib:
+    def __init__(self, path):
+        self.L = C.CDLL(path)
+        self.L.fqla_last_error.restype = C.c_char_p
+        self.L.fqla_status_string.restype = C.c_char_p
+        self.ctx = C.c_void_p()
+        st = self.L.fqla_context_create(C.byref(self.ctx), 1, torch.cuda.current_device())
+        if st != 0:
+            raise RuntimeError("fqla_context_create: " + self.L.fqla_last_error(None).decode())
+
+    def check(self, st, what):
+        if st != 0:
+            raise RuntimeError("%s: %s: %s" % (what, self.L.fqla_status_string(st).decode(),
+                                               self.L.fqla_last_error(self.ctx).decode()))
+
+
+class FqlaFwd:
+    """One configured flashqla forward call (args, workspace) over fixed tensors."""
+
+    def __init__(self, lib, q, k, v, g, beta, h0, cu, cu_host, o, ht):
+        self.lib = lib
+        a = FwdArgs()
+        a.q, a.k, a.v, a.g, a.beta = desc(q), desc(k), desc(v), desc(g), desc(beta)
+        a.initial_state, a.o, a.final_state = desc(h0), desc(o), desc(ht)
+        if cu is not None:
+            a.cu_seqlens = desc(cu)
+            self.cu_host = (C.c_int64 * len(cu_host))(*cu_host)
+            a.cu_seqlens_host = C.cast(self.cu_host, C.POINTER(C.c_int64))
+        self.args = a
+        n = C.c_size_t()
+        lib.check(lib.L.fqla_fwd_workspace_size(lib.ctx, C.byref(a), C.byref(n)), "fqla_fwd_workspace_size")
+        self.ws = torch.empty(max(int(n.value), 1), dtype=torch.uint8, device="cuda")
+        self.ws_bytes = int(n.value)
+
+    def __call__(self):
+        s = torch.cuda.current_stream().cuda_stream
+        self.lib.check(self.lib.L.fqla_fwd(self.lib.ctx, C.byref(self.args), C.c_void_p(self.ws.data_ptr()),
+                                           C.c_size_t(self.ws_bytes), C.c_void_p(s)), "fqla_fwd")
+
+
+def parse_seqlens(label):
+    if "+" in label:
+        return [int(x) for x in label.split("+")]
+    a, b = label.split("x")
+    if a == "1":
+        return [int(b)]
+    return [int(a)] * int(b)
+
+
+def make_inputs(hq, hv, lens, seed=0, D=128):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    T = sum(lens)
+    dev = "cuda"
+    q = torch.nn.functional.normalize(torch.randn(1, T, hq, D, device=dev, generator=gen), dim=-1).bfloat16()
+    k = torch.nn.functional.normalize(torch.randn(1, T, hq, D, device=dev, generator=gen), dim=-1).bfloat16()
+    v = torch.randn(1, T, hv, D, device=dev, generator=gen).bfloat16()
+    g = torch.nn.functional.logsigmoid(torch.randn(1, T, hv, device=dev, generator=gen)) / 16
+    gated = torch.randperm(hv, device=dev, generator=gen)[: math.ceil(0.75 * hv)]
+    mask = torch.zeros(hv, device=dev)
+    mask[gated] = 1
+    g = (g * mask).float().contiguous()
+    beta = torch.sigmoid(torch.randn(1, T, hv, device=dev, generator=gen)).float()
+    h0 = torch.randn(len(lens), hv, D, D, device=dev, generator=gen).float()
+    cu_host = [0]
+    for L in lens:
+        cu_host.append(cu_host[-1] + L)
+    cu = torch.tensor(cu_host, dtype=torch.int64, device=dev)
+    return q, k, v, g, beta, h0, cu, cu_host
+
+
+def time_graph(fn, flush, calls, replays):
+    """Median ms per call over graph replays of `calls` back-to-back calls."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    torch.cuda.synchronize()
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(replays):
+        flush.zero_()
+        e0 = torch.cuda.Event(enable_timing=True)
+        e1 = torch.cuda.Event(enable_timing=True)
+        e0.record()
+        graph.replay()
+        e1.record()
+        torch.cuda.synchronize()
+        times.append(e0.elapsed_time(e1) / calls)
+    del graph
+    return statistics.median(times)
+
+
+def rel(x, ref):
+    x, ref = x.double(), ref.double()
+    return ((x - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+def load_anchors():
+    out = {}
+    path = os.path.join(HERE, "anchors_h200.csv")
+    if not os.path.exists(path):
+        return out
+    with open(path) as f:
+        for r in csv.DictReader(f):
+            if r["op"] == "fwd":
+                out[(r["model"], r["seqlens"])] = r
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lib", default=os.path.join(ROOT, "build", "libflashqla.so"))
+    ap.add_argument("--models", default="", help="comma-separated substrings of model labels (default: all)")
+    ap.add_argument("--seqlens", default="", help="comma-separated seqlens labels (default: all)")
+    ap.add_argument("--calls", type=int, default=4, help="calls per captured graph")
+    ap.add_argument("--replays", type=int, default=10)
+    ap.add_argument("--out", default=os.path.join(HERE, "results", "fwd-h200.csv"))
+    ap.add_argument("--no-fla", action="store_true", help="time flashqla only")
+    a = ap.parse_args()
+
+    anchors = load_anchors()
+    rows = []
+    seen = set()
+    for (model, sl), r in anchors.items():
+        if (model, sl) not in seen:
+            seen.add((model, sl))
+            rows.append((model, int(r["h_qk"]), int(r["h_v"]), sl))
+    if a.models:
+        keys = a.models.split(",")
+        rows = [r for r in rows if any(k == r[0] or r[0].endswith(" " + k) for k in keys)]
+    if a.seqlens:
+        keys = a.seqlens.split(",")
+        rows = [r for r in rows if r[3] in keys]
+
+    fla_fwd = None
+    if not a.no_fla:
+        from fla.ops.gated_delta_rule.chunk import chunk_gated_delta_rule_fwd as fla_fwd
+
+    lib = Lib(a.lib)
+    gpu = torch.cuda.get_device_name().replace(" ", "_")
+    gpu_tag = "h200" if "H200" in gpu else gpu
+    try:
+        commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True).stdout.strip() or "unknown"
+    except OSError:
+        commit = "unknown"
+    date = datetime.date.today().isoformat()
+    flush = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.float32, device="cuda")
+    os.makedirs(os.path.dirname(a.out), exist_ok=True)
+    new = not os.path.exists(a.out)
+    fout = open(a.out, "a", newline="")
+    w = csv.writer(fout)
+    if new:
+        w.writerow(["op", "model", "h_qk", "h_v", "seqlens", "flashqla_ms", "fla_ms", "gpu", "commit", "date"])
+
+    adv_fq, adv_best = [], []
+    print("%-22s %-12s %9s %9s %7s %7s %7s %9s %9s" % ("model", "seqlens", "fqla_ms", "fla_ms", "x_fla",
+                                                       "adv_fq", "adv_best", "o_rel", "ht_rel"))
+    for model, hq, hv, sl in rows:
+        lens = parse_seqlens(sl)
+        q, k, v, g, beta, h0, cu, cu_host = make_inputs(hq, hv, lens)
+        o = torch.empty_like(v)
+        ht = torch.empty_like(h0)
+        ours = FqlaFwd(lib, q, k, v, g, beta, h0, cu, cu_host, o, ht)
+        ours()
+        torch.cuda.synchronize()
+        scale = 128 ** -0.5
+        fla_ms = float("nan")
+        o_rel = ht_rel = float("nan")
+        if fla_fwd is not None:
+            def run_fla():
+                return fla_fwd(q, k, v, g, beta, scale, h0, True, cu_seqlens=cu)
+            res = run_fla()
+            torch.cuda.synchronize()
+            o_rel, ht_rel = rel(o, res[1]), rel(ht, res[3])
+            del res
+            fla_ms = time_graph(run_fla, flush, a.calls, a.replays)
+        ms = time_graph(ours, flush, a.calls, a.replays)
+        x = fla_ms / ms
+        an = anchors.get((model, sl))
+        af = ab = float("nan")
+        if an is not None and not math.isnan(x):
+            pub = float(an["fla_ms"])
+            af = x / (pub / float(an["flashqla_ms"]))
+            ai = x / (pub / float(an["flashinfer_ms"]))
+            ab = min(af, ai)
+            adv_fq.append(af)
+            adv_best.append(ab)
+        print("%-22s %-12s %9.4f %9.4f %7.2f %7.2f %7.2f %9.2e %9.2e" % (model, sl, ms, fla_ms, x, af, ab,
+                                                                        o_rel, ht_rel), flush=True)
+        w.writerow(["fwd", model, hq, hv, sl, "%.4f" % ms, "%.4f" % fla_ms, gpu_tag, commit, date])
+        fout.flush()
+        del q, k, v, g, beta, h0, o, ht, ours
+        torch.cuda.empty_cache()
+    fout.close()
+    if adv_fq:
+        gm = lambda xs: math.exp(sum(math.log(x) for x in xs) / len(xs))
+        print("fwd rows=%d geomean_adv_flashqla=%.2f geomean_adv_best=%.2f min_adv_best=%.2f" %
+              (len(adv_fq), gm(adv_fq), gm(adv_best), min(adv_best)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# fwd_device.sh - one device-machine session for the CUDA forward: the GPU
+# forward tests against the fp64 reference, compute-sanitizer memcheck on
+# small shapes, and the FLA comparison benchmark (bench/bench_fwd.py).
+# Logs go to $OUT. Uses binaries carried in $FWD_BIN (default .fwdbin:
+# test_gpu_fwd and libflashqla.so built on the dev machine) when they start,
+# otherwise builds them here. FLA comes from the wheels in .whl.
+#
+#   tools/gpu/fwd_device.sh [tests] [memcheck] [bench]     (default: all three)
+#   BENCH_ARGS='--models ...' to pick benchmark rows.
+set -u
+OUT=${OUT:-/tmp/fwd_out}
+mkdir -p "$OUT"
+BIN=${FWD_BIN:-.fwdbin}
+export PYTHONUNBUFFERED=1
+steps=${*:-tests memcheck bench}
+t_start=$(date +%s)
+stamp() { echo "[$(( $(date +%s) - t_start ))s] $*" | tee -a "$OUT/summary.txt"; }
+
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv > "$OUT/gpu.txt" 2>&1
+
+# binaries: carried ones if they run, else build
+if ! ldd "$BIN/test_gpu_fwd" 2>&1 | grep -q "not found" && [ -x "$BIN/test_gpu_fwd" ]; then
+  stamp "using carried binaries"
+else
+  stamp "building"
+  make -j16 build/libflashqla.so build/tests/test_gpu_fwd > "$OUT/build.log" 2>&1 || { stamp "build failed"; tail -30 "$OUT/build.log"; }
+  mkdir -p .fwdbin_dev && cp build/libflashqla.so build/tests/test_gpu_fwd .fwdbin_dev/ && BIN=.fwdbin_dev
+fi
+
+for s in $steps; do
+  case $s in
+  tests)
+    stamp "tests"
+    timeout 240 "$BIN/test_gpu_fwd" > "$OUT/test.log" 2>&1; rc=$?
+    stamp "tests rc=$rc: $(tail -n 1 "$OUT/test.log")"
+    tests_rc=$rc
+    grep -E "FAIL|^  " "$OUT/test.log" | head -60
+    ;;
+  memcheck)
+    stamp "memcheck"
+    FQLA_TEST_FILTER=zero_len,trailing,head_dims timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 \
+      "$BIN/test_gpu_fwd" > "$OUT/memcheck.log" 2>&1; rc=$?
+    stamp "memcheck rc=$rc: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -n 1)"
+    ;;
+  bench)
+    if [ "${tests_rc:-0}" -ne 0 ] && [ -z "${FORCE_BENCH:-}" ]; then stamp "bench skipped: tests failed"; continue; fi
+    stamp "bench"
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+      > "$OUT/pip.log" 2>&1 || stamp "pip failed"
+    export PYTHONPATH=/tmp/site
+    eval "timeout ${BENCH_TIMEOUT:-200} python3 bench/bench_fwd.py --lib $BIN/libflashqla.so --out $OUT/fwd-h200.csv ${BENCH_ARGS:-}" \
+      > "$OUT/bench.log" 2>&1; rc=$?
+    stamp "bench rc=$rc"
+    tail -n 45 "$OUT/bench.log"
+    ;;
+  esac
+done
+stamp "done"

@@ -32,14 +32,14 @@ for s in $steps; do
   case $s in
   tests)
     stamp "tests"
-    timeout 240 "$BIN/test_gpu_fwd" > "$OUT/test.log" 2>&1; rc=$?
+    timeout 120 "$BIN/test_gpu_fwd" > "$OUT/test.log" 2>&1; rc=$?
     stamp "tests rc=$rc: $(tail -n 1 "$OUT/test.log")"
     tests_rc=$rc
     grep -E "FAIL|^  " "$OUT/test.log" | head -60
     ;;
   memcheck)
     stamp "memcheck"
-    FQLA_TEST_FILTER=zero_len,trailing,head_dims timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 \
+    FQLA_TEST_FILTER=zero_len,trailing,head_dims timeout 90 compute-sanitizer --tool memcheck --error-exitcode 9 \
       "$BIN/test_gpu_fwd" > "$OUT/memcheck.log" 2>&1; rc=$?
     stamp "memcheck rc=$rc: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -n 1)"
     ;;
@@ -49,7 +49,7 @@ for s in $steps; do
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
       > "$OUT/pip.log" 2>&1 || stamp "pip failed"
     export PYTHONPATH=/tmp/site
-    eval "timeout ${BENCH_TIMEOUT:-200} python3 bench/bench_fwd.py --lib $BIN/libflashqla.so --out $OUT/fwd-h200.csv ${BENCH_ARGS:-}" \
+    eval "timeout ${BENCH_TIMEOUT:-165} python3 bench/bench_fwd.py --lib $BIN/libflashqla.so --out $OUT/fwd-h200.csv ${BENCH_ARGS:-}" \
       > "$OUT/bench.log" 2>&1; rc=$?
     stamp "bench rc=$rc"
     tail -n 45 "$OUT/bench.log"

@@ -48,7 +48,8 @@ typedef struct bwd_scratch {
     double *vb;      /* [REF_BLOCK, V] */
     double *gb, *bb; /* [REF_BLOCK] transformed gate and beta */
     double *dq, *dk; /* [len, K] gradients w.r.t. the transformed q, k, summed over the group */
-    double *dov, *w, *u, *du, *tmp; /* [V] */
+    double *rb;      /* [REF_BLOCK, V] residuals r = v - S1^T k of the block */
+    double *dov, *w, *du, *tmp; /* [V] */
     double *xk;      /* [K] */
 } bwd_scratch;
 
@@ -76,74 +77,57 @@ static void load_block(const bwd_job *job, bwd_scratch *s, int64_t b, int64_t t0
     }
 }
 
-/* Backward of one token (see the file header). S0 / S2: states before and
- * after it; q, k, v, g, beta: its transformed inputs; dS updated in place
- * from the gradient into S2 to the gradient into S0. Accumulates into dq, dk
- * ([K]); returns dv in s->du (scaled) and dg, dbeta through the pointers. */
+/* Backward of one token (see the file header), in two passes over the
+ * state. S0 / S2: states before and after it; q, k, v, g, beta: its
+ * transformed inputs; r = v - S1^T k its residual (u = beta r), kept from the
+ * recomputation. dS is updated in place from the gradient into S2 to the
+ * gradient into S0. Adds into dq, dk ([K]); writes dv [V], dg and dbeta. */
 static void token_backward(const fqla_problem *p, bwd_scratch *s, const double *S0, const double *S2,
-                           const double *q, const double *k, const double *v, double g, double beta,
+                           const double *q, const double *k, const double *r, double g, double beta,
                            const double *dov, double *dq, double *dk, double *dv,
                            double *dg_out, double *dbeta_out)
 {
     int64_t K = p->K, V = p->V;
     double a = exp(g), scale = p->scale;
-    double *dS = s->dS, *w = s->w, *u = s->u, *du = s->du;
+    double *dS = s->dS, *du = s->du;
 
-    /* o = scale S2^T q */
-    for (int64_t i = 0; i < K; i++) {
-        double acc = 0;
-        for (int64_t j = 0; j < V; j++)
-            acc += S2[i * V + j] * dov[j];
-        dq[i] += scale * acc;
-    }
-    for (int64_t i = 0; i < K; i++)
-        for (int64_t j = 0; j < V; j++)
-            dS[i * V + j] += scale * q[i] * dov[j];
-
-    /* w = S1^T k = a S0^T k, u = beta (v - w) */
-    for (int64_t j = 0; j < V; j++)
-        w[j] = 0;
-    for (int64_t i = 0; i < K; i++)
-        for (int64_t j = 0; j < V; j++)
-            w[j] += k[i] * S0[i * V + j];
-    for (int64_t j = 0; j < V; j++) {
-        w[j] *= a;
-        u[j] = beta * (v[j] - w[j]);
-    }
-
-    /* S2 = S1 + k u^T: du = dS^T k, dk += dS u */
+    /* Pass 1. o = scale S2^T q: dq = scale S2 do, dS += scale q do^T.
+     * S2 = S1 + k u^T: du = dS^T k, dk += dS u (with the dS just updated). */
     for (int64_t j = 0; j < V; j++)
         du[j] = 0;
     for (int64_t i = 0; i < K; i++) {
-        double acc = 0;
+        double acc_q = 0, acc_k = 0, sq = scale * q[i];
         for (int64_t j = 0; j < V; j++) {
-            du[j] += dS[i * V + j] * k[i];
-            acc += dS[i * V + j] * u[j];
+            acc_q += S2[i * V + j] * dov[j];
+            double d = dS[i * V + j] + sq * dov[j];
+            dS[i * V + j] = d;
+            du[j] += d * k[i];
+            acc_k += d * r[j];
         }
-        dk[i] += acc;
+        dq[i] += scale * acc_q;
+        dk[i] += beta * acc_k;
     }
 
-    /* u = beta (v - S1^T k) */
+    /* u = beta (v - S1^T k): dbeta = <du, r>, dv = beta du, and through
+     * S1^T k: dk -= beta S1 du, dS1 = dS - beta k du^T. Then S1 = a S0:
+     * dg = a <dS1, S0> as one direct sum, dS0 = a dS1. */
     double dbeta = 0;
     for (int64_t j = 0; j < V; j++) {
-        dbeta += du[j] * (v[j] - w[j]);
+        dbeta += du[j] * r[j];
         dv[j] = beta * du[j];
     }
-    /* dk += S1 dw with dw = -beta du, S1 = a S0 */
-    for (int64_t i = 0; i < K; i++) {
-        double acc = 0;
-        for (int64_t j = 0; j < V; j++)
-            acc += S0[i * V + j] * du[j];
-        dk[i] -= beta * a * acc;
-    }
-    /* dS1 = dS - beta k du^T; dg = a <dS1, S0>; dS0 = a dS1 */
     double dot = 0;
-    for (int64_t i = 0; i < K; i++)
+    for (int64_t i = 0; i < K; i++) {
+        double acc = 0, bk = beta * k[i];
         for (int64_t j = 0; j < V; j++) {
-            double d1 = dS[i * V + j] - beta * k[i] * du[j];
-            dot += d1 * S0[i * V + j];
+            double s0 = S0[i * V + j];
+            double d1 = dS[i * V + j] - bk * du[j];
+            acc += s0 * du[j];
+            dot += d1 * s0;
             dS[i * V + j] = a * d1;
         }
+        dk[i] -= beta * a * acc;
+    }
     *dg_out = a * dot;
     *dbeta_out = dbeta;
 }
@@ -194,7 +178,7 @@ static void head_backward(const bwd_job *job, bwd_scratch *s, int64_t n, int64_t
         memcpy(s->ck + c * KV, S, (size_t)KV * sizeof *S);
         load_block(job, s, b, t0, bl, h, 0);
         for (int64_t j = 0; j < bl; j++)
-            fqla_ref_step(S, K, V, s->kb + j * K, s->vb + j * V, s->gb[j], s->bb[j], s->w, NULL);
+            fqla_ref_step(S, K, V, s->kb + j * K, s->vb + j * V, s->gb[j], s->bb[j], s->w, NULL, 0, NULL);
     }
 
     if (a->d_final_state.data)
@@ -211,14 +195,14 @@ static void head_backward(const bwd_job *job, bwd_scratch *s, int64_t n, int64_t
         for (int64_t j = 0; j < bl; j++) {
             memcpy(s->st + (j + 1) * KV, s->st + j * KV, (size_t)KV * sizeof *s->st);
             fqla_ref_step(s->st + (j + 1) * KV, K, V, s->kb + j * K, s->vb + j * V,
-                          s->gb[j], s->bb[j], s->w, NULL);
+                          s->gb[j], s->bb[j], s->rb + j * V, NULL, 0, NULL);
         }
         for (int64_t j = bl - 1; j >= 0; j--) {
             int64_t t = t0 + j, tl = t - start;
             double dg, dbeta;
             fqla_ref_load_row(&a->d_o, b, t, h, V, s->dov);
             token_backward(p, s, s->st + j * KV, s->st + (j + 1) * KV, s->qb + j * K, s->kb + j * K,
-                           s->vb + j * V, s->gb[j], s->bb[j], s->dov,
+                           s->rb + j * V, s->gb[j], s->bb[j], s->dov,
                            s->dq + tl * K, s->dk + tl * K, s->tmp, &dg, &dbeta);
             fqla_ref_store_row(&a->dv, b, t, h, V, s->tmp);
             store_gate_grads(job, n, b, t, h, dg, dbeta);
@@ -258,7 +242,7 @@ static fqla_status bwd_task(void *arg, int64_t task)
 
     /* One allocation for everything the task needs. */
     int64_t total = nblk * KV + (REF_BLOCK + 1) * KV + KV + 2 * REF_BLOCK * K
-                    + REF_BLOCK * V + 2 * REF_BLOCK + 2 * len * K + 5 * V + K;
+                    + 2 * REF_BLOCK * V + 2 * REF_BLOCK + 2 * len * K + 4 * V + K;
     double *mem = calloc((size_t)total, sizeof *mem);
     if (!mem)
         return FQLA_STATUS_ALLOC_FAILED;
@@ -270,13 +254,13 @@ static fqla_status bwd_task(void *arg, int64_t task)
     s.qb = carve(&cur, REF_BLOCK * K);
     s.kb = carve(&cur, REF_BLOCK * K);
     s.vb = carve(&cur, REF_BLOCK * V);
+    s.rb = carve(&cur, REF_BLOCK * V);
     s.gb = carve(&cur, REF_BLOCK);
     s.bb = carve(&cur, REF_BLOCK);
     s.dq = carve(&cur, len * K);   /* zeroed by calloc */
     s.dk = carve(&cur, len * K);
     s.dov = carve(&cur, V);
     s.w = carve(&cur, V);
-    s.u = carve(&cur, V);
     s.du = carve(&cur, V);
     s.tmp = carve(&cur, V);
     s.xk = carve(&cur, K);

@@ -99,36 +99,33 @@ void fqla_ref_state_store(const fqla_tensor *t, int64_t base, int64_t K, int64_t
 }
 
 void fqla_ref_step(double *S, int64_t K, int64_t V, const double *k, const double *v,
-                   double g, double beta, double *w, double *u)
+                   double g, double beta, double *r, const double *q, double scale, double *o)
 {
     double a = exp(g);
-    for (int64_t x = 0; x < K * V; x++)
-        S[x] *= a;
+    /* S1^T k = a (S^T k): the decay is applied to the reduction rather than
+     * to every element first, which saves a pass over S */
     for (int64_t j = 0; j < V; j++)
-        w[j] = 0;
+        r[j] = 0;
     for (int64_t i = 0; i < K; i++)
         for (int64_t j = 0; j < V; j++)
-            w[j] += k[i] * S[i * V + j];
-    /* w becomes u in place */
+            r[j] += k[i] * S[i * V + j];
     for (int64_t j = 0; j < V; j++)
-        w[j] = beta * (v[j] - w[j]);
-    for (int64_t i = 0; i < K; i++)
+        r[j] = v[j] - a * r[j];
+    if (o)
         for (int64_t j = 0; j < V; j++)
-            S[i * V + j] += k[i] * w[j];
-    if (u)
-        memcpy(u, w, (size_t)V * sizeof *u);
-}
-
-void fqla_ref_store_output(const fqla_tensor *o, int64_t b, int64_t t, int64_t h,
-                           const double *S, int64_t K, int64_t V, const double *q, double scale)
-{
-    int64_t base = b * o->strides[0] + t * o->strides[1] + h * o->strides[2];
-    for (int64_t j = 0; j < V; j++) {
-        double acc = 0;
-        for (int64_t i = 0; i < K; i++)
-            acc += S[i * V + j] * q[i];
-        fqla_store(o, base + j * o->strides[3], scale * acc);
+            o[j] = 0;
+    for (int64_t i = 0; i < K; i++) {
+        double bk = beta * k[i];
+        for (int64_t j = 0; j < V; j++) {
+            double s = a * S[i * V + j] + bk * r[j];
+            S[i * V + j] = s;
+            if (o)
+                o[j] += s * q[i];
+        }
     }
+    if (o)
+        for (int64_t j = 0; j < V; j++)
+            o[j] *= scale;
 }
 
 /* Zeroes the sub-tensor below the leading indices idx[0..d) (recursive over

@@ -42,14 +42,12 @@ void fqla_ref_state_load(const fqla_tensor *t, int64_t base, int64_t K, int64_t 
 void fqla_ref_state_store(const fqla_tensor *t, int64_t base, int64_t K, int64_t V,
                           int v_first, const double *S);
 
-/* One token of the recurrence on S (K x V, row-major):
- *   S <- exp(g) S;  u = beta (v - S^T k);  S <- S + k u^T
- * u may be NULL; otherwise it receives u [V]. w is [V] scratch. */
+/* One token of the recurrence on S (K x V, row-major), in two passes over S:
+ *   S <- exp(g) S;  r = v - S^T k;  S <- S + beta k r^T
+ * r [V] receives the residual (u = beta r). When o is not NULL it receives
+ * o = scale S^T q of the updated state (q [K]). */
 void fqla_ref_step(double *S, int64_t K, int64_t V, const double *k, const double *v,
-                   double g, double beta, double *w, double *u);
-/* o = scale * S^T q, stored into the [B, T, HV, V] tensor o at (b, t, h). */
-void fqla_ref_store_output(const fqla_tensor *o, int64_t b, int64_t t, int64_t h,
-                           const double *S, int64_t K, int64_t V, const double *q, double scale);
+                   double g, double beta, double *r, const double *q, double scale, double *o);
 
 /* Writes zeros into rows [t0, t1) of batch row b of a [B, T, ...] tensor
  * (3-D or 4-D); absent tensors are ignored. */

@@ -40,10 +40,10 @@ static fqla_status decode_task(void *arg, int64_t task)
         return FQLA_STATUS_SUCCESS;
     }
 
-    double *S = malloc((size_t)(K * V + 2 * K + 2 * V) * sizeof *S);
+    double *S = malloc((size_t)(K * V + 2 * K + 3 * V) * sizeof *S);
     if (!S)
         return FQLA_STATUS_ALLOC_FAILED;
-    double *q = S + K * V, *k = q + K, *v = k + K, *w = v + V;
+    double *q = S + K * V, *k = q + K, *v = k + K, *w = v + V, *ov = w + V;
 
     int64_t lead[2] = {slot, h};
     fqla_ref_state_load(&a->state_pool, fqla_ref_state_base(&a->state_pool, lead), K, V, v_first, S);
@@ -53,8 +53,8 @@ static fqla_status decode_task(void *arg, int64_t task)
         fqla_ref_load_v(&job->in, b, t, h, v);
         double g = fqla_ref_gate(&job->in, b, t, h);
         double beta = fqla_ref_beta(&job->in, b, t, h);
-        fqla_ref_step(S, K, V, k, v, g, beta, w, NULL);
-        fqla_ref_store_output(&a->o, b, t, h, S, K, V, q, p->scale);
+        fqla_ref_step(S, K, V, k, v, g, beta, w, q, p->scale, ov);
+        fqla_ref_store_row(&a->o, b, t, h, V, ov);
         if (!job->verify)
             continue;
         if (a->step_states.data) {

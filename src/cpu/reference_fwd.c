@@ -29,10 +29,10 @@ static fqla_status fwd_task(void *arg, int64_t task)
     int v_first = p->opt.state_v_first;
     fqla_seq_bounds(p, n, &b, &start, &len);
 
-    double *S = malloc((size_t)(K * V + 2 * K + 2 * V) * sizeof *S);
+    double *S = malloc((size_t)(K * V + 2 * K + 3 * V) * sizeof *S);
     if (!S)
         return FQLA_STATUS_ALLOC_FAILED;
-    double *q = S + K * V, *k = q + K, *v = k + K, *w = v + V;
+    double *q = S + K * V, *k = q + K, *v = k + K, *w = v + V, *ov = w + V;
 
     int64_t lead[2] = {n, h};
     if (a->initial_state.data)
@@ -47,8 +47,8 @@ static fqla_status fwd_task(void *arg, int64_t task)
         fqla_ref_load_v(&job->in, b, t, h, v);
         double g = fqla_ref_gate(&job->in, b, t, h);
         double beta = fqla_ref_beta(&job->in, b, t, h);
-        fqla_ref_step(S, K, V, k, v, g, beta, w, NULL);
-        fqla_ref_store_output(&a->o, b, t, h, S, K, V, q, p->scale);
+        fqla_ref_step(S, K, V, k, v, g, beta, w, q, p->scale, ov);
+        fqla_ref_store_row(&a->o, b, t, h, V, ov);
     }
 
     if (a->final_state.data)

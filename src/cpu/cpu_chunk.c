@@ -14,41 +14,53 @@
 
 #define C64 FQLA_CHUNK
 
-int64_t fqla_chunk_floats(int64_t K, int64_t V)
+/* A cache hint only: compilers without the GNU builtin simply skip it. */
+#if defined(__GNUC__)
+#define PREFETCH(addr) __builtin_prefetch(addr)
+#else
+#define PREFETCH(addr) ((void)(addr))
+#endif
+
+int64_t fqla_chunk_qk_floats(int64_t K)
 {
-    int64_t Kp = fqla_round8(K), Vp = fqla_round8(V), M = fqla_round8(K > V ? K : V);
-    return 2 * C64 * Kp      /* QK */
-           + Kp * 2 * C64    /* QKt */
-           + C64 * Vp        /* V */
-           + 4 * C64 * C64   /* G, KK, QKm, Ar */
-           + 2 * M + M;      /* row (double), rowf */
+    int64_t Kp = fqla_round8(K);
+    return 2 * C64 * Kp + Kp * 2 * C64 + 2 * C64 * C64 + 2 * Kp;
 }
 
-void fqla_chunk_carve(fqla_chunk *ch, int64_t K, int64_t V, float *mem)
+float *fqla_chunk_qk_carve(fqla_chunk_qk *s, int64_t K, float *mem)
 {
-    int64_t Kp = fqla_round8(K), Vp = fqla_round8(V), M = fqla_round8(K > V ? K : V);
-    ch->K = K;
-    ch->V = V;
-    ch->Kp = Kp;
-    ch->Vp = Vp;
-    ch->c = ch->cp = 0;
-    ch->QK = mem;
+    int64_t Kp = fqla_round8(K);
+    s->K = K;
+    s->Kp = Kp;
+    s->c = s->cp = 0;
+    s->QK = mem;
     mem += 2 * C64 * Kp;
-    ch->QKt = mem;
+    s->QKt = mem;
     mem += Kp * 2 * C64;
-    ch->V_ = mem;
-    mem += C64 * Vp;
-    ch->G = mem;
+    s->QKm = mem;
     mem += C64 * C64;
-    ch->KK = mem;
+    s->KK = mem;
     mem += C64 * C64;
-    ch->QKm = mem;
+    s->row = (double *)(void *)mem; /* 8-float aligned: fine for double */
+    return mem + 2 * Kp;
+}
+
+int64_t fqla_chunk_head_floats(int64_t V)
+{
+    return C64 * fqla_round8(V) + 2 * C64 * C64;
+}
+
+float *fqla_chunk_head_carve(fqla_chunk_head *s, int64_t V, float *mem)
+{
+    s->V = V;
+    s->Vp = fqla_round8(V);
+    s->c = s->cp = 0;
+    s->V_ = mem;
+    mem += C64 * s->Vp;
+    s->G = mem;
     mem += C64 * C64;
-    ch->Ar = mem;
-    mem += C64 * C64;
-    ch->row = (double *)(void *)mem; /* mem is 8-float (32-byte) aligned here */
-    mem += 2 * M;
-    ch->rowf = mem;
+    s->Ar = mem;
+    return mem + C64 * C64;
 }
 
 float *fqla_cpu_alloc_floats(int64_t n)
@@ -56,6 +68,18 @@ float *fqla_cpu_alloc_floats(int64_t n)
     if (n < 0 || (uint64_t)n > SIZE_MAX / sizeof(float) - 1)
         return NULL;
     return malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+}
+
+int64_t fqla_cpu_heads_per_item(const fqla_problem *p, int threads)
+{
+    /* aim for at least two items per worker so uneven sequences balance */
+    int64_t pairs = p->N * p->H, want = 2 * (int64_t)(threads > 0 ? threads : 1);
+    if (pairs <= 0 || pairs >= want)
+        return p->group;
+    int64_t split = (want + pairs - 1) / pairs;
+    if (split > p->group)
+        split = p->group;
+    return (p->group + split - 1) / split;
 }
 
 float fqla_chunk_exp(double x, int ninf)
@@ -74,8 +98,7 @@ void fqla_cpu_load_qk(const fqla_cpu_inputs *in, const fqla_tensor *x, int64_t b
                       int64_t hk, double *row, float *dst)
 {
     int64_t K = in->p->K;
-    int64_t off = fqla_cpu_row_offset(x, b, t, hk);
-    fqla_load_row_f32(x, off, K, dst);
+    fqla_load_row_f32(x, fqla_cpu_row_offset(x, b, t, hk), K, dst);
     if (!in->p->opt.use_qk_l2norm)
         return;
     /* the shared fp64 definition, so the normalisation matches the reference */
@@ -103,30 +126,85 @@ double fqla_cpu_beta(const fqla_cpu_inputs *in, int64_t b, int64_t t, int64_t h)
     return beta;
 }
 
-void fqla_chunk_load(fqla_chunk *ch, const fqla_cpu_inputs *in, int64_t b, int64_t t0,
-                     int64_t c, int64_t h, int with_q)
+static void prefetch_row(const fqla_tensor *x, int64_t b, int64_t t, int64_t h, int64_t n)
+{
+    size_t es = fqla_dtype_size(x->dtype);
+    const char *row = (const char *)x->data + (size_t)fqla_cpu_row_offset(x, b, t, h) * es;
+    size_t bytes = (size_t)n * es;
+    for (size_t off = 0; off < bytes; off += 64)
+        PREFETCH(row + off);
+    PREFETCH(row + bytes - 1);
+}
+
+void fqla_cpu_prefetch_rows(const fqla_tensor *x, int64_t b, int64_t t0, int64_t c, int64_t h0,
+                            int64_t h1, int64_t n)
+{
+    for (int64_t t = t0; t < t0 + c; t++)
+        for (int64_t h = h0; h < h1; h++)
+            prefetch_row(x, b, t, h, n);
+}
+
+void fqla_chunk_prefetch(const fqla_cpu_inputs *in, int64_t b, int64_t t0, int64_t c, int64_t hk,
+                         int64_t h0, int64_t h1, int with_q)
 {
     const fqla_problem *p = in->p;
-    int64_t K = ch->K, V = ch->V, Kp = ch->Kp, Vp = ch->Vp, hk = h / p->group;
-    int64_t cp = fqla_round8(c);
+    for (int64_t t = t0; t < t0 + c; t++) {
+        if (with_q)
+            prefetch_row(in->q, b, t, hk, p->K);
+        prefetch_row(in->k, b, t, hk, p->K);
+        for (int64_t h = h0; h < h1; h++) {
+            prefetch_row(in->v, b, t, h, p->V);
+            prefetch_row(in->g, b, t, h, 1);
+            prefetch_row(in->beta, b, t, h, 1);
+        }
+    }
+}
+
+void fqla_chunk_load_qk(fqla_chunk_qk *s, const fqla_cpu_inputs *in, int64_t b, int64_t t0,
+                        int64_t c, int64_t hk, int with_q)
+{
+    int64_t Kp = s->Kp, cp = fqla_round8(c);
+    s->c = c;
+    s->cp = cp;
+    float *Q = s->QK, *Kr = s->QK + cp * Kp;
+    memset(s->QK, 0, (size_t)(2 * cp * Kp) * sizeof(float));
+    for (int64_t i = 0; i < c; i++) {
+        if (with_q)
+            fqla_cpu_load_qk(in, in->q, b, t0 + i, hk, s->row, Q + i * Kp);
+        fqla_cpu_load_qk(in, in->k, b, t0 + i, hk, s->row, Kr + i * Kp);
+    }
+}
+
+void fqla_chunk_prepare_qk(fqla_chunk_qk *s, int with_q)
+{
+    int64_t cp = s->cp, K = s->K, Kp = s->Kp;
+    const float *Kr = s->QK + cp * Kp;
+    fqla_transpose(2 * cp, Kp, s->QK, Kp, s->QKt, 2 * cp);
+    /* the lower-only products leave blocks above the diagonal unwritten;
+     * zero them so element-wise masks never meet stale values */
+    memset(s->KK, 0, (size_t)(cp * cp) * sizeof(float));
+    fqla_gemm(FQLA_GEMM_C_LOWER, cp, cp, K, Kr, Kp, s->QKt + cp, 2 * cp, s->KK, cp);
+    if (with_q) {
+        memset(s->QKm, 0, (size_t)(cp * cp) * sizeof(float));
+        fqla_gemm(FQLA_GEMM_C_LOWER, cp, cp, K, s->QK, Kp, s->QKt + cp, 2 * cp, s->QKm, cp);
+    }
+}
+
+void fqla_chunk_load_head(fqla_chunk_head *hd, const fqla_chunk_qk *s, const fqla_cpu_inputs *in,
+                          int64_t b, int64_t t0, int64_t h)
+{
+    int64_t V = hd->V, Vp = hd->Vp, c = s->c, cp = s->cp;
     double fin[C64], gsum = 0;
     int ninf[C64], cnt = 0;
-    ch->c = c;
-    ch->cp = cp;
-    float *Q = ch->QK, *Kr = ch->QK + cp * Kp;
+    hd->c = c;
+    hd->cp = cp;
 
     for (int64_t i = 0; i < c; i++) {
         int64_t t = t0 + i;
-        if (with_q) {
-            fqla_cpu_load_qk(in, in->q, b, t, hk, ch->row, Q + i * Kp);
-            memset(Q + i * Kp + K, 0, (size_t)(Kp - K) * sizeof(float));
-        }
-        fqla_cpu_load_qk(in, in->k, b, t, hk, ch->row, Kr + i * Kp);
-        memset(Kr + i * Kp + K, 0, (size_t)(Kp - K) * sizeof(float));
-        fqla_load_row_f32(in->v, fqla_cpu_row_offset(in->v, b, t, h), V, ch->V_ + i * Vp);
-        memset(ch->V_ + i * Vp + V, 0, (size_t)(Vp - V) * sizeof(float));
+        fqla_load_row_f32(in->v, fqla_cpu_row_offset(in->v, b, t, h), V, hd->V_ + i * Vp);
+        memset(hd->V_ + i * Vp + V, 0, (size_t)(Vp - V) * sizeof(float));
         double g = fqla_cpu_gate(in, b, t, h);
-        ch->beta[i] = (float)fqla_cpu_beta(in, b, t, h);
+        hd->beta[i] = (float)fqla_cpu_beta(in, b, t, h);
         /* -inf gates are counted, not summed (see cpu_chunk.h) */
         if (g == -INFINITY)
             cnt++;
@@ -135,53 +213,34 @@ void fqla_chunk_load(fqla_chunk *ch, const fqla_cpu_inputs *in, int64_t b, int64
         fin[i] = gsum;
         ninf[i] = cnt;
     }
-    /* pad tokens: zero q, k, v, beta and a zero gate, which adds exactly nothing */
+    /* pad tokens: zero v and beta and a zero gate, which adds exactly nothing */
     for (int64_t i = c; i < cp; i++) {
-        memset(Q + i * Kp, 0, (size_t)Kp * sizeof(float));
-        memset(Kr + i * Kp, 0, (size_t)Kp * sizeof(float));
-        memset(ch->V_ + i * Vp, 0, (size_t)Vp * sizeof(float));
-        ch->beta[i] = 0;
+        memset(hd->V_ + i * Vp, 0, (size_t)Vp * sizeof(float));
+        hd->beta[i] = 0;
         fin[i] = gsum;
         ninf[i] = cnt;
     }
-    if (!with_q)
-        memset(Q, 0, (size_t)(cp * Kp) * sizeof(float));
 
     for (int64_t i = 0; i < cp; i++) {
-        ch->e[i] = fqla_chunk_exp(fin[i], ninf[i]);
-        ch->f[i] = fqla_chunk_exp(gsum - fin[i], cnt - ninf[i]);
-        float *Gi = ch->G + i * cp;
+        hd->e[i] = fqla_chunk_exp(fin[i], ninf[i]);
+        hd->f[i] = fqla_chunk_exp(gsum - fin[i], cnt - ninf[i]);
+        float *Gi = hd->G + i * cp;
         for (int64_t j = 0; j <= i; j++)
             Gi[j] = fqla_chunk_exp(fin[i] - fin[j], ninf[i] - ninf[j]);
         for (int64_t j = i + 1; j < cp; j++)
             Gi[j] = 0;
     }
-    ch->eC = fqla_chunk_exp(gsum, cnt);
-}
-
-void fqla_chunk_prepare(fqla_chunk *ch, int with_q)
-{
-    int64_t cp = ch->cp, K = ch->K, Kp = ch->Kp;
-    const float *Kr = ch->QK + cp * Kp;
-    fqla_transpose(2 * cp, Kp, ch->QK, Kp, ch->QKt, 2 * cp);
-    /* the lower-only products leave blocks above the diagonal unwritten;
-     * zero them so element-wise masks never meet stale values */
-    memset(ch->KK, 0, (size_t)(cp * cp) * sizeof(float));
-    if (with_q)
-        memset(ch->QKm, 0, (size_t)(cp * cp) * sizeof(float));
-    fqla_gemm(FQLA_GEMM_C_LOWER, cp, cp, K, Kr, Kp, ch->QKt + cp, 2 * cp, ch->KK, cp);
-    if (with_q)
-        fqla_gemm(FQLA_GEMM_C_LOWER, cp, cp, K, ch->QK, Kp, ch->QKt + cp, 2 * cp, ch->QKm, cp);
+    hd->eC = fqla_chunk_exp(gsum, cnt);
 
     /* Ar by forward substitution: row_i = e_i - sum_{j<i} beta_i (k_i.k_j) row_j.
      * Row j is zero beyond column j, so the update runs over round8(j + 1). */
-    float *Ar = ch->Ar;
+    float *Ar = hd->Ar;
     for (int64_t i = 0; i < cp; i++) {
         float *ri = Ar + i * cp;
         memset(ri, 0, (size_t)cp * sizeof(float));
         ri[i] = 1.0f;
         for (int64_t j = 0; j < i; j++) {
-            float a = ch->beta[i] * ch->KK[i * cp + j];
+            float a = hd->beta[i] * s->KK[i * cp + j];
             if (a != 0.0f)
                 fqla_axpy8(fqla_round8(j + 1), -a, Ar + j * cp, ri);
         }

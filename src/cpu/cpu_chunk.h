@@ -1,19 +1,26 @@
 /*
  * cpu_chunk.h - what the chunked forward and backward of the fast CPU path
- * share (DESIGN.md §2, C = 64): loading one chunk of one value head with the
- * in-kernel transforms applied, the chunk-local gates, and the gate-free
- * triangular inverse Ar. Also the state and row I/O the decode path uses.
+ * share (DESIGN.md §2, C = 64): loading one chunk with the in-kernel
+ * transforms applied, the chunk-local gates and the gate-free triangular
+ * inverse Ar; plus the row and state I/O the decode path uses too.
  *
- * Layout of one chunk in fp32 scratch (c real tokens, cp = c rounded up to
- * 8; Kp, Vp = K, V rounded up to 8; every pad row / column is zero, which
- * keeps every product exact and lets the matrix kernels run on whole 4 x 8
- * blocks):
+ * A chunk is split the way GVA shares it: the q/k part (fqla_chunk_qk: q, k,
+ * Q K^T, K K^T) depends only on the q/k head and is loaded once for all the
+ * value heads of its group; the head part (fqla_chunk_head: v, beta, gates,
+ * Gamma, Ar) is per value head.
+ *
+ * Layout in fp32 scratch (c real tokens, cp = c rounded up to 8; Kp, Vp = K,
+ * V rounded up to 8; every pad row / column is zero, which keeps every
+ * product exact and lets the matrix kernels run on whole 4 x 8 blocks):
  *     QK   [2 cp, Kp]   rows 0..cp-1 = q (transformed), rows cp.. = k
  *     QKt  [Kp, 2 cp]   its transpose (Q^T | K^T)
+ *     QKm, KK [cp, cp]  q_i.k_j and k_i.k_j (lower triangle incl. diagonal;
+ *                       zero above)
  *     V    [cp, Vp]
  *     beta, e, f [cp]   beta, e_i = exp(gamma_i), f_j = exp(gamma_C - gamma_j)
  *     eC                exp(gamma_C)
  *     G    [cp, cp]     Gamma_ij = exp(gamma_i - gamma_j), i >= j; 0 above
+ *     Ar   [cp, cp]     (I + StrictLower(diag(beta) K K^T))^-1, 0 above
  *
  * Gates: gamma is the cumulative sum of g inside the chunk, kept in double
  * as (count of -inf gates so far, sum of the finite ones), so that one
@@ -35,33 +42,53 @@ typedef struct fqla_cpu_inputs {
     const fqla_tensor *q, *k, *v, *g, *beta, *A_log, *dt_bias;
 } fqla_cpu_inputs;
 
-/* Scratch for one chunk (one worker). */
-typedef struct fqla_chunk {
-    int64_t K, V, Kp, Vp;
-    int64_t c, cp;           /* tokens of the current chunk, padded */
-    float *QK, *QKt, *V_;    /* see the header comment; V_ is V */
-    float *G;                /* [64, 64] used as [cp, cp] */
-    float *KK, *QKm;         /* [cp, cp] k_i.k_j and q_i.k_j (lower parts valid) */
-    float *Ar;               /* [cp, cp] (I + StrictLower(diag(beta) K K^T))^-1 */
+/* The q/k part of a chunk. */
+typedef struct fqla_chunk_qk {
+    int64_t K, Kp, c, cp;
+    float *QK, *QKt, *QKm, *KK;
+    double *row;             /* [Kp] fp64 row for the l2norm */
+} fqla_chunk_qk;
+
+/* The value-head part of a chunk. */
+typedef struct fqla_chunk_head {
+    int64_t V, Vp, c, cp;
+    float *V_;               /* V */
+    float *G, *Ar;
     float beta[FQLA_CHUNK], e[FQLA_CHUNK], f[FQLA_CHUNK];
     float eC;
-    double *row;             /* [max(K, V)] fp64 row for the l2norm */
-    float *rowf;             /* [max(K, V)] fp32 row */
-} fqla_chunk;
+} fqla_chunk_head;
 
-/* Floats of chunk scratch for head dims K, V (for fqla_chunk_carve). */
-int64_t fqla_chunk_floats(int64_t K, int64_t V);
-/* Points the chunk's buffers into mem (fqla_chunk_floats(K, V) floats,
- * 8-float aligned). */
-void fqla_chunk_carve(fqla_chunk *ch, int64_t K, int64_t V, float *mem);
+/* Floats of scratch of each part, and carving it from mem (8-float
+ * aligned; the result is too). */
+int64_t fqla_chunk_qk_floats(int64_t K);
+float *fqla_chunk_qk_carve(fqla_chunk_qk *s, int64_t K, float *mem);
+int64_t fqla_chunk_head_floats(int64_t V);
+float *fqla_chunk_head_carve(fqla_chunk_head *s, int64_t V, float *mem);
 
-/* Loads tokens [t0, t0 + c) of batch row b, value head h (q/k head
- * h / group): transformed q (when with_q), k, v, beta and the gates, and pads
- * to cp. */
-void fqla_chunk_load(fqla_chunk *ch, const fqla_cpu_inputs *in, int64_t b, int64_t t0,
-                     int64_t c, int64_t h, int with_q);
-/* QKt, KK (and QKm when with_q) and Ar from the loaded chunk. */
-void fqla_chunk_prepare(fqla_chunk *ch, int with_q);
+/* Loads transformed k (and q when with_q; else the q rows are zeroed) of
+ * tokens [t0, t0 + c) of batch row b, q/k head hk, padded to cp. */
+void fqla_chunk_load_qk(fqla_chunk_qk *s, const fqla_cpu_inputs *in, int64_t b, int64_t t0,
+                        int64_t c, int64_t hk, int with_q);
+/* QKt, KK and (with_q) QKm. */
+void fqla_chunk_prepare_qk(fqla_chunk_qk *s, int with_q);
+/* Loads v, beta and the gates of value head h for the same tokens, and
+ * computes e, f, eC, Gamma and Ar (needs s prepared). */
+void fqla_chunk_load_head(fqla_chunk_head *hd, const fqla_chunk_qk *s, const fqla_cpu_inputs *in,
+                          int64_t b, int64_t t0, int64_t h);
+
+/* Asks the cache for the raw rows the two loads will read for tokens
+ * [t0, t0 + c), q/k head hk and value heads [h0, h1). Each row of one head
+ * sits in its own 4 KiB page (the token stride is H * K elements), where
+ * hardware prefetchers stop, so without this every row load waits for
+ * DRAM; issued one chunk ahead, the misses overlap the current chunk's
+ * arithmetic. */
+void fqla_chunk_prefetch(const fqla_cpu_inputs *in, int64_t b, int64_t t0, int64_t c, int64_t hk,
+                         int64_t h0, int64_t h1, int with_q);
+
+/* The same hint for rows (b, t, h) of a [B, T, heads, n] tensor, t in
+ * [t0, t0 + c), h in [h0, h1). */
+void fqla_cpu_prefetch_rows(const fqla_tensor *x, int64_t b, int64_t t0, int64_t c, int64_t h0,
+                            int64_t h1, int64_t n);
 
 /* exp(x) for x <= 0 with the chunk conventions: 0 when any -inf gate lies in
  * the span (ninf > 0) or x < -87. */
@@ -93,5 +120,10 @@ void fqla_cpu_zero_uncovered(const fqla_problem *p, const fqla_tensor *x);
 
 /* malloc of n floats (n >= 0); NULL when it fails or n does not fit size_t. */
 float *fqla_cpu_alloc_floats(int64_t n);
+
+/* How a (sequence, q/k head) pair's GVA group is split into work items:
+ * heads_per_item value heads each (the whole group unless there are too few
+ * pairs to keep `threads` workers busy). */
+int64_t fqla_cpu_heads_per_item(const fqla_problem *p, int threads);
 
 #endif

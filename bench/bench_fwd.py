@@ -165,6 +165,24 @@ def time_graph(fn, flush, calls, replays):
     return statistics.median(times)
 
 
+def kernel_breakdown(fn, n=3):
+    """Mean device microseconds per call of each kernel fn launches (torch profiler)."""
+    from torch.profiler import profile, ProfilerActivity
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(n):
+            fn()
+        torch.cuda.synchronize()
+    out = {}
+    for e in prof.key_averages():
+        t = getattr(e, "device_time_total", None)
+        if t is None:
+            t = getattr(e, "cuda_time_total", 0)
+        if t > 0 and "fwd_" in e.key:
+            name = "prepare" if "prepare" in e.key else ("chunk" if "chunk" in e.key else e.key[:20])
+            out[name] = out.get(name, 0.0) + t / n
+    return " ".join("%s=%.0fus" % kv for kv in sorted(out.items()))
+
+
 def rel(x, ref):
     x, ref = x.double(), ref.double()
     return ((x - ref).norm() / ref.norm().clamp_min(1e-30)).item()
@@ -191,6 +209,7 @@ def main():
     ap.add_argument("--replays", type=int, default=10)
     ap.add_argument("--out", default=os.path.join(HERE, "results", "fwd-h200.csv"))
     ap.add_argument("--no-fla", action="store_true", help="time flashqla only")
+    ap.add_argument("--profile", action="store_true", help="print flashqla's per-kernel device time")
     a = ap.parse_args()
 
     anchors = load_anchors()
@@ -263,6 +282,8 @@ def main():
             adv_best.append(ab)
         print("%-22s %-12s %9.4f %9.4f %7.2f %7.2f %7.2f %9.2e %9.2e" % (model, sl, ms, fla_ms, x, af, ab,
                                                                         o_rel, ht_rel), flush=True)
+        if a.profile:
+            print("    kernels: " + kernel_breakdown(ours), flush=True)
         w.writerow(["fwd", model, hq, hv, sl, "%.4f" % ms, "%.4f" % fla_ms, gpu_tag, commit, date])
         fout.flush()
         del q, k, v, g, beta, h0, o, ht, ours

@@ -111,6 +111,8 @@ static void *to_dtype(fqla_dtype d, const double *x, int64_t n)
         if (d == FQLA_DTYPE_BF16) ((uint16_t *)out)[i] = fqla_f32_to_bf16((float)x[i]);
         else if (d == FQLA_DTYPE_F16) ((uint16_t *)out)[i] = fqla_f32_to_f16((float)x[i]);
         else if (d == FQLA_DTYPE_F32) ((float *)out)[i] = (float)x[i];
+        else if (d == FQLA_DTYPE_I32) ((int32_t *)out)[i] = (int32_t)x[i];
+        else if (d == FQLA_DTYPE_I64) ((int64_t *)out)[i] = (int64_t)x[i];
         else ((double *)out)[i] = x[i];
     }
     return out;

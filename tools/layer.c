@@ -128,65 +128,6 @@ int cli_layer_outputs_to_host(cli_layer *host, const cli_layer *dev, char *err, 
     return cli_dev_download(host->ht, dev->ht, cli_numel_state(&dev->s) * 4, err, n);
 }
 
-/* log(sigmoid(x)) without overflow either way. */
-static double logsigmoid(double x)
-{
-    return x >= 0 ? -log1p(exp(-x)) : x - log1p(exp(x));
-}
-
-static void fill_unit_rows(void *dst, fqla_dtype io, size_t rows, int64_t width, cli_rng *r, double *tmp)
-{
-    for (size_t row = 0; row < rows; row++) {
-        double ss = 0.0;
-        for (int64_t i = 0; i < width; i++) {
-            tmp[i] = cli_rng_normal(r);
-            ss += tmp[i] * tmp[i];
-        }
-        double inv = 1.0 / sqrt(ss + 1e-30);
-        for (int64_t i = 0; i < width; i++)
-            cli_store(dst, io, row * (size_t)width + (size_t)i, tmp[i] * inv);
-    }
-}
-
-void cli_layer_fill(cli_layer *L, uint64_t seed)
-{
-    const cli_shape *s = &L->s;
-    cli_rng r;
-    cli_rng_seed(&r, seed);
-
-    /* Which value heads have no decay: HV - ceil(0.75 HV) of them, at random. */
-    int64_t HV = s->HV, keep = (3 * HV + 3) / 4;
-    int64_t *perm = malloc((size_t)HV * sizeof *perm);
-    unsigned char *nogate = calloc((size_t)HV, 1);
-    double *tmp = malloc((size_t)(s->K > s->V ? s->K : s->V) * sizeof *tmp);
-    if (perm && nogate && tmp) {
-        for (int64_t h = 0; h < HV; h++) perm[h] = h;
-        for (int64_t h = HV - 1; h > 0; h--) {
-            int64_t j = (int64_t)(cli_rng_u64(&r) % (uint64_t)(h + 1)), t = perm[h];
-            perm[h] = perm[j];
-            perm[j] = t;
-        }
-        for (int64_t h = keep; h < HV; h++) nogate[perm[h]] = 1;
-    }
-
-    size_t qrows = (size_t)(s->B * s->T * s->H);
-    fill_unit_rows(L->q, L->io, qrows, s->K, &r, tmp);
-    fill_unit_rows(L->k, L->io, qrows, s->K, &r, tmp);
-    for (size_t i = 0; i < cli_numel_vo(s); i++) cli_store(L->v, L->io, i, cli_rng_normal(&r));
-    float *g = L->g, *beta = L->beta, *h0 = L->h0;
-    for (size_t i = 0; i < cli_numel_gate(s); i++) {
-        double x = cli_rng_normal(&r);
-        g[i] = (nogate && nogate[i % (size_t)HV]) ? 0.0f : (float)(logsigmoid(x) / 16.0);
-    }
-    for (size_t i = 0; i < cli_numel_gate(s); i++) beta[i] = (float)(1.0 / (1.0 + exp(-cli_rng_normal(&r))));
-    for (size_t i = 0; i < cli_numel_state(s); i++) h0[i] = (float)cli_rng_normal(&r);
-    for (size_t i = 0; i < cli_numel_vo(s); i++) cli_store(L->o, L->io, i, NAN);
-    for (size_t i = 0; i < cli_numel_state(s); i++) ((float *)L->ht)[i] = NAN;
-    free(perm);
-    free(nogate);
-    free(tmp);
-}
-
 int cli_layer_prefix(cli_layer *dst, const cli_layer *src, int64_t tokens, fqla_dtype io)
 {
     const cli_shape *s = &src->s;

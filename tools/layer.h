@@ -48,11 +48,13 @@ int cli_layer_to_device(cli_layer *dst, const cli_layer *src, int device, char *
 int cli_layer_outputs_to_host(cli_layer *host, const cli_layer *dev, char *err, size_t n);
 void cli_layer_free(cli_layer *L);
 
-/* BENCHMARKS.md inputs: q, k l2-normalised randn; v randn;
+/* BENCHMARKS.md inputs (tools/inputs.c): q, k l2-normalised randn; v randn;
  * g = logsigmoid(randn) / 16 with g = 0 on a random quarter of the value
  * heads; beta = sigmoid(randn); h0 randn. Outputs are filled with NaN so a
- * region the call forgets to write shows. */
-void cli_layer_fill(cli_layer *L, uint64_t seed);
+ * region the call forgets to write shows. Runs on `threads` threads (0 = all
+ * cores); the values depend on the seed only, not on the thread count.
+ * Returns -1 when out of memory. */
+int cli_layer_fill(cli_layer *L, uint64_t seed, int threads);
 
 /* dst <- the first `tokens` tokens of every sequence of src (host layers),
  * with q/k/v converted to io. Returns -1 when out of memory. */

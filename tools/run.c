@@ -10,6 +10,7 @@
 #include "layer.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -187,6 +188,25 @@ static int parse_run_opts(int argc, char **argv, run_opts *o)
 
 /* ------------------------------------------------------------------------ */
 
+static double t_start;
+
+/* A progress line on stderr with the seconds since the start, so a long CPU
+ * run shows where its time goes. */
+static void progress(const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 1, 2)))
+#endif
+    ;
+static void progress(const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "flashqla run: [%6.1f s] ", (cli_now_ms() - t_start) * 1e-3);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
 typedef struct run_state {
     fqla_context *ctx;
     fqla_backend backend;
@@ -238,7 +258,7 @@ static int try_cuda(run_state *rs, const cli_layer *host, const run_opts *o, cha
         snprintf(why, n, "%s: %s", fqla_status_string(st), fqla_last_error(rs->ctx));
         goto fail;
     }
-    fprintf(stderr, "flashqla run: copying %.1f MB of inputs to the GPU\n",
+    progress("copying %.1f MB of inputs to the GPU",
             cli_layer_bytes(&host->s, host->io) / 1e6);
     if (cli_layer_to_device(&rs->dev, host, o->device, why, n) != 0) goto fail;
     rs->have_dev = 1;
@@ -347,7 +367,7 @@ static int time_forward(run_state *rs, const cli_layer *L, const run_opts *o, in
         if (i < warmup) continue;
         ms[i - warmup] = dt;
         if (!on_dev || repeat <= 5 || i + 1 == warmup + repeat)
-            fprintf(stderr, "flashqla run: forward %d/%d: %.3f ms\n", i - warmup + 1, repeat, dt);
+            progress("forward %d/%d: %.3f ms", i - warmup + 1, repeat, dt);
     }
     free_workspace(ws, on_dev);
     return rc;
@@ -396,7 +416,7 @@ static int check_prefix(run_state *rs, const cli_layer *host, const run_opts *o,
     /* the fp64 reference on the same values: q, k, v, o in fp64 so that o is
      * not rounded to the input dtype; fall back to the input dtype if the
      * reference does not take fp64. */
-    fprintf(stderr, "flashqla run: fp64 reference on %lld tokens\n", (long long)cli_shape_tokens(&pre.s));
+    progress("fp64 reference on %lld tokens", (long long)cli_shape_tokens(&pre.s));
     run_opts ro = *o;
     ro.threads = 0;
     if (open_context(&rctx, FQLA_BACKEND_CPU_REFERENCE, &ro, err, sizeof err) != 0) {
@@ -473,14 +493,18 @@ int cli_run(int argc, char **argv)
     const cli_shape *s = &o.s;
     int64_t tokens = cli_shape_tokens(s);
 
-    fprintf(stderr, "flashqla run: generating %.1f MB of inputs (seed %llu)\n",
+    t_start = cli_now_ms();
+    progress("generating %.1f MB of inputs (seed %llu)",
             cli_layer_bytes(s, o.dtype) / 1e6, (unsigned long long)o.seed);
     if (cli_layer_alloc_host(&host, s, o.dtype) != 0) {
         fprintf(stderr, "flashqla run: out of host memory for %.1f MB of tensors\n", cli_layer_bytes(s, o.dtype) / 1e6);
         cli_shape_free(&o.s);
         return CLI_EXIT_FAIL;
     }
-    cli_layer_fill(&host, o.seed);
+    if (cli_layer_fill(&host, o.seed, o.threads) != 0) {
+        fprintf(stderr, "flashqla run: out of host memory while generating the inputs\n");
+        goto done;
+    }
     if (choose_backend(&rs, &host, &o) != 0) goto done;
 
     int on_gpu = rs.backend == FQLA_BACKEND_CUDA;

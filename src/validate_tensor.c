@@ -197,10 +197,12 @@ fqla_status fqla_vt_aligned16(fqla_context *ctx, const char *name, const fqla_te
     /* innermost first: a padded row is the likely cause and is named first */
     for (int d = t->ndim - 2; d >= 0; d--) {
         if (t->shape[d] <= 1) continue; /* the stride of a length-1 dimension is never used */
-        if ((t->strides[d] * es) % 16 != 0)
+        /* unsigned: the product may exceed int64 for an empty tensor, and
+         * wrapping modulo 2^64 keeps the remainder modulo 16 */
+        if (((uint64_t)t->strides[d] * (uint64_t)es) % 16 != 0)
             return fqla_fail(ctx, FQLA_STATUS_MISALIGNED,
-                             "%s: stride[%d] = %lld elements (%lld bytes) is not a multiple of 16 bytes (CUDA TMA)",
-                             name, d, (long long)t->strides[d], (long long)(t->strides[d] * es));
+                             "%s: stride[%d] = %lld elements of %d bytes is not a multiple of 16 bytes (CUDA TMA)",
+                             name, d, (long long)t->strides[d], (int)es);
     }
     return FQLA_STATUS_SUCCESS;
 }

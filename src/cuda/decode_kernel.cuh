@@ -79,6 +79,10 @@ static __device__ __forceinline__ float dec_load(const void *p, int64_t i, int d
     }
 }
 
+static __device__ __forceinline__ float dec_to_float(float x) { return x; }
+static __device__ __forceinline__ float dec_to_float(__half x) { return __half2float(x); }
+static __device__ __forceinline__ float dec_to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+
 static __device__ __forceinline__ void dec_store(void *p, int64_t i, int dt, float x)
 {
     switch (dt) {
@@ -203,6 +207,39 @@ __global__ void __launch_bounds__(128) fqla_decode_kernel(const DecodeParams p)
     };
     const bool writer = VFIRST ? (lc == 0) : (lr == 0);
 
+    /* token inputs. Token 0 is loaded first, before the slot is known, so its
+     * latency overlaps the slot -> state dependency (for a padded row these
+     * reads of its own input rows are simply unused); with MULTI token t + 1
+     * is prefetched into separate registers during token t. */
+    float kk[NK], qq[NK], vv[NV], graw, braw;
+    float kn[MULTI ? NK : 1], qn[MULTI ? NK : 1], vn[MULTI ? NV : 1], gn = 0.0f, bn = 0.0f;
+    auto load_token = [&](int64_t t, float *k_, float *q_, float *v_, float &g_, float &b_) {
+        const int64_t qo = b * p.q_s0 + t * p.q_s1 + hk * p.q_s2;
+        const int64_t ko = b * p.k_s0 + t * p.k_s1 + hk * p.k_s2;
+        const int64_t vo = b * p.v_s0 + t * p.v_s1 + hv * p.v_s2;
+        /* one branch on the dtype, then straight-line loads */
+        auto rows = [&](auto zero) {
+            typedef decltype(zero) IT;
+            const IT *qp = static_cast<const IT *>(p.q) + qo, *kp = static_cast<const IT *>(p.k) + ko;
+            const IT *vp = static_cast<const IT *>(p.v) + vo;
+#pragma unroll
+            for (int i = 0; i < NK; i++) {
+                k_[i] = dec_to_float(kp[kidx(i)]);
+                q_[i] = dec_to_float(qp[kidx(i)]);
+            }
+#pragma unroll
+            for (int j = 0; j < NV; j++)
+                v_[j] = dec_to_float(vp[vidx(j)]);
+        };
+        if (p.io_dt == DEC_BF16) rows(__nv_bfloat16());
+        else if (p.io_dt == DEC_F16) rows(__half());
+        else rows(0.0f);
+        g_ = dec_load(p.g, b * p.g_s0 + t * p.g_s1 + hv, p.g_dt);
+        b_ = dec_load(p.beta, b * p.b_s0 + t * p.b_s1 + hv, p.beta_dt);
+    };
+
+    load_token(0, kk, qq, vv, graw, braw);
+
     const int64_t slot = dec_load_index(p.slots, b * p.slot_s, p.slot_dt);
     if (slot < 0 || slot >= p.P) {
         /* padding: zeros; a slot past the pool (only possible without a host
@@ -216,26 +253,6 @@ __global__ void __launch_bounds__(128) fqla_decode_kernel(const DecodeParams p)
         return;
     }
 
-    /* token inputs (token 0 is issued before the state arrives; with MULTI
-     * token t + 1 is prefetched into separate registers during token t) */
-    float kk[NK], qq[NK], vv[NV], graw, braw;
-    float kn[MULTI ? NK : 1], qn[MULTI ? NK : 1], vn[MULTI ? NV : 1], gn = 0.0f, bn = 0.0f;
-    auto load_token = [&](int64_t t, float *k_, float *q_, float *v_, float &g_, float &b_) {
-        const int64_t qo = b * p.q_s0 + t * p.q_s1 + hk * p.q_s2;
-        const int64_t ko = b * p.k_s0 + t * p.k_s1 + hk * p.k_s2;
-#pragma unroll
-        for (int i = 0; i < NK; i++) {
-            k_[i] = dec_load(p.k, ko + kidx(i), p.io_dt);
-            q_[i] = dec_load(p.q, qo + kidx(i), p.io_dt);
-        }
-        const int64_t vo = b * p.v_s0 + t * p.v_s1 + hv * p.v_s2;
-#pragma unroll
-        for (int j = 0; j < NV; j++)
-            v_[j] = dec_load(p.v, vo + vidx(j), p.io_dt);
-        g_ = dec_load(p.g, b * p.g_s0 + t * p.g_s1 + hv, p.g_dt);
-        b_ = dec_load(p.beta, b * p.b_s0 + t * p.b_s1 + hv, p.beta_dt);
-    };
-
     /* the state tile: s[r][i], r = memory row, i = inner element */
     ST *const pool = static_cast<ST *>(p.pool);
     const ST *src = pool + slot * p.pool_s0 + hv * p.pool_s1;
@@ -246,7 +263,6 @@ __global__ void __launch_bounds__(128) fqla_decode_kernel(const DecodeParams p)
         for (int c = 0; c < NC; c++)
             SV::load(src + tile_off(r, c, p.pool_row), &s[r][c * VEC], p.streaming);
 
-    load_token(0, kk, qq, vv, graw, braw);
     float A = 0.0f, dtb = 0.0f;
     if (p.use_gate) {
         A = __expf(dec_load(p.A_log, hv * p.alog_s, p.alog_dt));

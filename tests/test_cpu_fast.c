@@ -1,0 +1,491 @@
+/*
+ * test_cpu_fast.c - the fast fp32 CPU backend (FQLA_BACKEND_CPU: chunked
+ * forward and backward) against the fp64 reference
+ * (FQLA_BACKEND_CPU_REFERENCE) on the same inputs, through the public API.
+ *
+ * Thresholds (TESTING.md): fp32 inputs, chunked CPU vs fp64 reference:
+ * rel <= 1e-5 for o, states, dq, dk, dv, dh0 and <= 1e-4 for dg, dbeta,
+ * dA_log, ddt_bias; bf16 inputs: 5e-3 (o, states), 8e-3 (dq, dk, dv, dh0),
+ * 2e-2 (dg, dbeta), with the reference run on the same bf16-rounded values.
+ * Errors are checked per (sequence, head), so one wrong head cannot hide
+ * behind the others. Every output is NaN-poisoned before the run; rows after
+ * the last cu_seqlens entry must come back as zeros.
+ *
+ * Shapes mix the lists of TESTING.md rather than taking full products, to
+ * keep the run short; FQLA_TEST_QUICK (sanitizer builds) shrinks them more.
+ */
+#include "cpu_fast_util.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static fqla_context *cpu, *ref;
+
+#define QUICK(full, quick) (check_quick() ? (quick) : (full))
+
+#define TOL_F32 1e-5
+#define TOL_F32_GATE 1e-4
+
+/* o and final state of c, CPU vs reference, within tol. */
+static void run_fwd(const gdn_case *c, double tol)
+{
+    gdn_data d = gdn_data_make(c);
+    gdn_out x = gdn_run_fwd(cpu, c, &d, 0);
+    gdn_out r = gdn_run_fwd(ref, c, &d, 1);
+    CHECK(x.status == FQLA_STATUS_SUCCESS, "CPU forward: %s: %s", fqla_status_string(x.status), fqla_last_error(cpu));
+    CHECK(r.status == FQLA_STATUS_SUCCESS, "reference forward: %s: %s", fqla_status_string(r.status),
+          fqla_last_error(ref));
+    if (x.status == FQLA_STATUS_SUCCESS && r.status == FQLA_STATUS_SUCCESS) {
+        gdn_check_rows(c, "o", x.o, r.o, c->HV, c->V, tol);
+        gdn_check_trailing_zero(c, "o", x.o, c->HV, c->V);
+        if (c->final)
+            gdn_check_flat("final_state", x.fs, r.fs, d.ns, tol);
+    }
+    gdn_out_free(&x);
+    gdn_out_free(&r);
+    gdn_data_free(&d);
+}
+
+/* Every gradient of c, CPU vs reference: tol for dq, dk, dv, dh0, tol_gate
+ * for dg, dbeta, dA_log, ddt_bias. */
+static void run_bwd(const gdn_case *c, double tol, double tol_gate)
+{
+    gdn_data d = gdn_data_make(c);
+    gdn_out x = gdn_run_bwd(cpu, c, &d, 0);
+    gdn_out r = gdn_run_bwd(ref, c, &d, 1);
+    CHECK(x.status == FQLA_STATUS_SUCCESS, "CPU backward: %s: %s", fqla_status_string(x.status),
+          fqla_last_error(cpu));
+    CHECK(r.status == FQLA_STATUS_SUCCESS, "reference backward: %s: %s", fqla_status_string(r.status),
+          fqla_last_error(ref));
+    if (x.status == FQLA_STATUS_SUCCESS && r.status == FQLA_STATUS_SUCCESS) {
+        gdn_check_rows(c, "dq", x.dq, r.dq, c->H, c->K, tol);
+        gdn_check_rows(c, "dk", x.dk, r.dk, c->H, c->K, tol);
+        gdn_check_rows(c, "dv", x.dv, r.dv, c->HV, c->V, tol);
+        gdn_check_rows(c, "dg", x.dg, r.dg, c->HV, 1, tol_gate);
+        gdn_check_rows(c, "dbeta", x.dbeta, r.dbeta, c->HV, 1, tol_gate);
+        gdn_check_trailing_zero(c, "dq", x.dq, c->H, c->K);
+        gdn_check_trailing_zero(c, "dv", x.dv, c->HV, c->V);
+        gdn_check_trailing_zero(c, "dg", x.dg, c->HV, 1);
+        if (c->h0)
+            gdn_check_flat("dh0", x.dh0, r.dh0, d.ns, tol);
+        if (c->opt.use_gate_in_kernel) {
+            gdn_check_flat("dA_log", x.dA_log, r.dA_log, c->HV, tol_gate);
+            gdn_check_flat("ddt_bias", x.ddt_bias, r.ddt_bias, c->HV, tol_gate);
+        }
+    }
+    gdn_out_free(&x);
+    gdn_out_free(&r);
+    gdn_data_free(&d);
+}
+
+/* ---- forward, fp32 ---- */
+
+static void fwd_t1_single_head(void)
+{
+    gdn_case c = gdn_case_make(1, 1, 1, 1, 64, 64);
+    run_fwd(&c, TOL_F32);
+}
+
+static void fwd_t2_b2_gva4(void)
+{
+    gdn_case c = gdn_case_make(2, 2, 2, 8, 64, 64);
+    c.h0 = c.final = 1;
+    run_fwd(&c, TOL_F32);
+}
+
+static void fwd_t63_l2norm_sigmoid(void)
+{
+    gdn_case c = gdn_case_make(1, 63, QUICK(4, 2), QUICK(16, 8), 64, 64);
+    c.opt.use_qk_l2norm = c.opt.use_beta_sigmoid = 1;
+    c.final = 1;
+    run_fwd(&c, TOL_F32);
+}
+
+static void fwd_t64_k128_h0(void)
+{
+    gdn_case c = gdn_case_make(2, 64, 1, 1, 128, 128);
+    c.h0 = c.final = 1;
+    run_fwd(&c, TOL_F32);
+}
+
+static void fwd_t65_gate_in_kernel(void)
+{
+    gdn_case c = gdn_case_make(1, 65, 2, 8, QUICK(128, 64), QUICK(128, 64));
+    c.opt.use_qk_l2norm = c.opt.use_gate_in_kernel = c.opt.use_beta_sigmoid = 1;
+    c.h0 = c.final = 1;
+    run_fwd(&c, TOL_F32);
+}
+
+static void fwd_t127_v_first(void)
+{
+    gdn_case c = gdn_case_make(2, 127, 1, 1, 64, 64);
+    c.opt.state_v_first = 1;
+    c.h0 = c.final = 1;
+    run_fwd(&c, TOL_F32);
+}
+
+static void fwd_t129_h16_hv32(void)
+{
+    gdn_case c = gdn_case_make(1, QUICK(129, 65), QUICK(16, 4), QUICK(32, 8), 64, 64);
+    c.opt.use_qk_l2norm = 1;
+    c.final = 1;
+    run_fwd(&c, TOL_F32);
+}
+
+static void fwd_t1000_long(void)
+{
+    gdn_case c = gdn_case_make(1, QUICK(1000, 200), 2, QUICK(8, 4), 64, 64);
+    c.opt.use_qk_l2norm = 1;
+    c.gate_mode = GATE_ZERO; /* no decay: the state carries all 1000 tokens */
+    c.h0 = c.final = 1;
+    run_fwd(&c, TOL_F32);
+}
+
+static void fwd_k256(void)
+{
+    gdn_case c = gdn_case_make(1, QUICK(70, 20), 1, 2, 256, 256);
+    c.opt.use_qk_l2norm = 1;
+    c.h0 = c.final = 1;
+    run_fwd(&c, TOL_F32);
+}
+
+static void fwd_odd_head_dims(void)
+{
+    /* every head dim 1..256 is covered by padding: K != V, neither a multiple of 8 */
+    gdn_case c = gdn_case_make(1, 77, 1, 3, 5, 3);
+    c.h0 = c.final = 1;
+    run_fwd(&c, TOL_F32);
+    gdn_case e = gdn_case_make(1, 70, 2, 4, 48, 100);
+    e.opt.use_qk_l2norm = 1;
+    e.h0 = e.final = 1;
+    run_fwd(&e, TOL_F32);
+}
+
+static void fwd_varlen_one_token(void)
+{
+    static const int64_t cu[] = {0, 1};
+    gdn_case c = gdn_case_make(1, 1, 2, 8, 64, 64);
+    gdn_set_cu(&c, 2, cu);
+    c.h0 = c.final = 1;
+    run_fwd(&c, TOL_F32);
+}
+
+static void fwd_varlen_15(void)
+{
+    static const int64_t cu[] = {0, 15};
+    gdn_case c = gdn_case_make(1, 15, 1, 1, 128, 128);
+    gdn_set_cu(&c, 2, cu);
+    c.final = 1;
+    run_fwd(&c, TOL_F32);
+}
+
+static void fwd_varlen_mixed(void)
+{
+    static const int64_t cu[] = {0, 1, 100, 300, 1200, 2048};
+    static const int64_t cuq[] = {0, 1, 100, 300};
+    gdn_case c = gdn_case_make(1, QUICK(2048, 300), 1, 2, 64, 64);
+    if (check_quick())
+        gdn_set_cu(&c, 4, cuq);
+    else
+        gdn_set_cu(&c, 6, cu);
+    c.opt.use_qk_l2norm = c.opt.use_beta_sigmoid = 1;
+    c.h0 = c.final = 1;
+    run_fwd(&c, TOL_F32);
+}
+
+static void fwd_varlen_zero_length(void)
+{
+    /* sequence 1 is empty: its final state is its initial state */
+    static const int64_t cu[] = {0, 64, 64, 128};
+    gdn_case c = gdn_case_make(1, 128, 2, 4, 64, 64);
+    gdn_set_cu(&c, 4, cu);
+    c.h0 = c.final = 1;
+    run_fwd(&c, TOL_F32);
+}
+
+static void fwd_trailing_rows(void)
+{
+    static const int64_t cu[] = {0, 211, 985};
+    gdn_case c = gdn_case_make(1, 1000, 1, 2, QUICK(64, 32), QUICK(64, 32));
+    gdn_set_cu(&c, 3, cu);
+    c.final = 1;
+    run_fwd(&c, TOL_F32);
+}
+
+static void fwd_gate_zero(void)
+{
+    gdn_case c = gdn_case_make(1, 200, 2, 4, 64, 64);
+    c.gate_mode = GATE_ZERO;
+    c.opt.use_qk_l2norm = 1;
+    c.h0 = c.final = 1;
+    run_fwd(&c, TOL_F32);
+}
+
+static void fwd_strong_decay(void)
+{
+    /* g about -20.5 per token: cumulative about -1300 per chunk */
+    gdn_case c = gdn_case_make(1, 300, 2, 4, 64, 64);
+    c.gate_mode = GATE_STRONG;
+    c.h0 = c.final = 1;
+    run_fwd(&c, TOL_F32);
+}
+
+static void fwd_one_neg_inf_gate(void)
+{
+    gdn_case c = gdn_case_make(2, 150, 1, 2, 64, 64);
+    c.gate_mode = GATE_NEGINF;
+    c.h0 = c.final = 1;
+    run_fwd(&c, TOL_F32);
+}
+
+static void fwd_decay_spread(void)
+{
+    gdn_case c = gdn_case_make(1, 200, QUICK(4, 2), QUICK(16, 8), 64, 64);
+    c.gate_mode = GATE_SPREAD;
+    c.opt.use_qk_l2norm = 1;
+    c.h0 = c.final = 1;
+    run_fwd(&c, TOL_F32);
+}
+
+static void fwd_beta_zero_one(void)
+{
+    gdn_case c = gdn_case_make(1, 100, 1, 2, 64, 64);
+    c.opt.use_qk_l2norm = 1;
+    c.beta_mode = BETA_ZERO;
+    c.h0 = c.final = 1;
+    run_fwd(&c, TOL_F32);
+    c.beta_mode = BETA_ONE;
+    run_fwd(&c, TOL_F32);
+}
+
+static void fwd_beta_near_two(void)
+{
+    gdn_case c = gdn_case_make(1, 150, 2, 4, 64, 64);
+    c.opt.use_qk_l2norm = c.opt.use_beta_sigmoid = c.opt.allow_neg_eigval = 1;
+    c.beta_mode = BETA_NEAR2;
+    c.h0 = c.final = 1;
+    run_fwd(&c, TOL_F32);
+    c.beta_mode = BETA_RANDOM;
+    c.opt.state_v_first = 1;
+    run_fwd(&c, TOL_F32);
+}
+
+static void fwd_custom_scale(void)
+{
+    gdn_case c = gdn_case_make(1, 90, 1, 2, 64, 32);
+    c.opt.scale = 0.37;
+    c.h0 = c.final = 1;
+    run_fwd(&c, TOL_F32);
+}
+
+/* ---- forward, 16-bit storage ---- */
+
+static void fwd_bf16_default_heads(void)
+{
+    gdn_case c = gdn_case_make(1, QUICK(129, 65), QUICK(16, 2), QUICK(32, 4), 128, 128);
+    c.io = FQLA_DTYPE_BF16;
+    c.opt.use_qk_l2norm = c.opt.use_gate_in_kernel = c.opt.use_beta_sigmoid = 1;
+    c.final = 1;
+    run_fwd(&c, 5e-3);
+}
+
+static void fwd_bf16_gates_and_state(void)
+{
+    gdn_case c = gdn_case_make(2, 100, 1, 2, 64, 64);
+    c.io = c.gate = c.state = FQLA_DTYPE_BF16;
+    c.opt.use_qk_l2norm = 1;
+    c.h0 = c.final = 1;
+    run_fwd(&c, 5e-3);
+}
+
+static void fwd_f16(void)
+{
+    gdn_case c = gdn_case_make(1, 80, 2, 4, 64, 64);
+    c.io = FQLA_DTYPE_F16;
+    c.opt.use_qk_l2norm = 1;
+    c.h0 = c.final = 1;
+    run_fwd(&c, 5e-3);
+}
+
+/* ---- backward ---- */
+
+static void bwd_all_options(void)
+{
+    gdn_case c = gdn_case_make(1, 65, 2, 8, 64, 64);
+    c.opt.use_qk_l2norm = c.opt.use_gate_in_kernel = c.opt.use_beta_sigmoid = 1;
+    c.h0 = c.dht = 1;
+    run_bwd(&c, TOL_F32, TOL_F32_GATE);
+}
+
+static void bwd_plain_k128(void)
+{
+    gdn_case c = gdn_case_make(2, QUICK(200, 70), 1, 1, 128, 128);
+    run_bwd(&c, TOL_F32, TOL_F32_GATE);
+}
+
+static void bwd_varlen_trailing(void)
+{
+    static const int64_t cu[] = {0, 1, 15, 15, 140, 300};
+    gdn_case c = gdn_case_make(1, 320, 1, 2, 64, 64);
+    gdn_set_cu(&c, 6, cu);
+    c.opt.use_qk_l2norm = c.opt.use_beta_sigmoid = 1;
+    c.h0 = c.dht = 1;
+    run_bwd(&c, TOL_F32, TOL_F32_GATE);
+}
+
+static void bwd_strong_decay(void)
+{
+    /* the true dg is about e^-20 here: it must keep its relative accuracy */
+    gdn_case c = gdn_case_make(1, 150, 1, 2, 64, 64);
+    c.gate_mode = GATE_STRONG;
+    c.h0 = c.dht = 1;
+    run_bwd(&c, TOL_F32, TOL_F32_GATE);
+}
+
+static void bwd_decay_spread_gva(void)
+{
+    gdn_case c = gdn_case_make(1, 130, QUICK(4, 2), QUICK(16, 8), 64, 64);
+    c.gate_mode = GATE_SPREAD;
+    c.opt.use_qk_l2norm = 1;
+    c.h0 = c.dht = 1;
+    run_bwd(&c, TOL_F32, TOL_F32_GATE);
+}
+
+static void bwd_neg_inf_gate_and_zero_gate(void)
+{
+    gdn_case c = gdn_case_make(1, 140, 1, 2, 32, 32);
+    c.gate_mode = GATE_NEGINF;
+    c.h0 = c.dht = 1;
+    run_bwd(&c, TOL_F32, TOL_F32_GATE);
+    c.gate_mode = GATE_ZERO;
+    run_bwd(&c, TOL_F32, TOL_F32_GATE);
+}
+
+static void bwd_v_first_near_two(void)
+{
+    gdn_case c = gdn_case_make(1, 100, 2, 4, 64, 64);
+    c.opt.use_qk_l2norm = c.opt.use_beta_sigmoid = c.opt.allow_neg_eigval = 1;
+    c.opt.state_v_first = 1;
+    c.beta_mode = BETA_NEAR2;
+    c.h0 = c.dht = 1;
+    run_bwd(&c, TOL_F32, TOL_F32_GATE);
+}
+
+static void bwd_h16_hv32(void)
+{
+    gdn_case c = gdn_case_make(1, QUICK(64, 20), QUICK(16, 2), QUICK(32, 4), 64, 64);
+    c.opt.use_qk_l2norm = c.opt.use_gate_in_kernel = c.opt.use_beta_sigmoid = 1;
+    c.h0 = c.dht = 1;
+    run_bwd(&c, TOL_F32, TOL_F32_GATE);
+}
+
+static void bwd_k256_and_odd(void)
+{
+    gdn_case c = gdn_case_make(1, QUICK(70, 10), 1, 1, 256, 256);
+    c.opt.use_qk_l2norm = 1;
+    c.h0 = c.dht = 1;
+    run_bwd(&c, TOL_F32, TOL_F32_GATE);
+    gdn_case e = gdn_case_make(2, 67, 1, 2, 7, 13);
+    e.h0 = 1;
+    run_bwd(&e, TOL_F32, TOL_F32_GATE);
+}
+
+static void bwd_bf16(void)
+{
+    gdn_case c = gdn_case_make(1, 100, 2, 4, 128, 128);
+    c.io = FQLA_DTYPE_BF16;
+    c.opt.use_qk_l2norm = c.opt.use_gate_in_kernel = c.opt.use_beta_sigmoid = 1;
+    c.dht = 1;
+    run_bwd(&c, 8e-3, 2e-2);
+}
+
+/* ---- what the backend rejects ---- */
+
+static void rejects_unsupported(void)
+{
+    /* head dims beyond 256 and F64 storage: NOT_SUPPORTED, named */
+    static const struct { int64_t K, V; fqla_dtype io, st; const char *needle; } bad[] = {
+        {257, 64, FQLA_DTYPE_F32, FQLA_DTYPE_F32, "K = 257"},
+        {64, 300, FQLA_DTYPE_F32, FQLA_DTYPE_F32, "V = 300"},
+        {64, 64, FQLA_DTYPE_F64, FQLA_DTYPE_F32, "FQLA_BACKEND_CPU_REFERENCE"},
+        {64, 64, FQLA_DTYPE_F32, FQLA_DTYPE_F64, "f64"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        gdn_case c = gdn_case_make(1, 4, 1, 1, bad[i].K, bad[i].V);
+        c.io = bad[i].io;
+        c.state = bad[i].st;
+        c.h0 = 1;
+        gdn_data d = gdn_data_make(&c);
+        gdn_tensors t = gdn_tensors_make(&c, &d, 0);
+        fqla_fwd_args a;
+        gdn_fwd_inputs(&c, &t, &a);
+        tbuf o = tb_make(c.io, d.nv, NULL);
+        a.o = tu_tensor(&o, 4, c.B, c.T, c.HV, c.V, 0);
+        fqla_status st = fqla_fwd_supported(cpu, &a);
+        CHECK(st == FQLA_STATUS_NOT_SUPPORTED, "case %zu: supported() gave %s", i, fqla_status_string(st));
+        CHECK(strstr(fqla_last_error(cpu), bad[i].needle) != NULL, "case %zu: message '%s' lacks '%s'", i,
+              fqla_last_error(cpu), bad[i].needle);
+        if (i < 2)
+            CHECK(strstr(fqla_last_error(cpu), "1..256") != NULL, "case %zu: message '%s' lacks the supported range",
+                  i, fqla_last_error(cpu));
+        st = fqla_fwd(cpu, &a, NULL, 0, NULL);
+        CHECK(st == FQLA_STATUS_NOT_SUPPORTED, "case %zu: fwd gave %s", i, fqla_status_string(st));
+        int untouched = 1;
+        for (int64_t j = 0; j < d.nv; j++)
+            untouched &= isnan(tb_get(&o, j));
+        CHECK(untouched, "case %zu: a rejected call wrote o", i);
+        tb_free(&o);
+        gdn_tensors_free(&t);
+        gdn_data_free(&d);
+    }
+}
+
+int main(void)
+{
+    check_rng_seed(check_seed());
+    cpu = tu_context(FQLA_BACKEND_CPU, 2);
+    ref = tu_context(FQLA_BACKEND_CPU_REFERENCE, 2);
+    if (!cpu || !ref)
+        return check_summary();
+
+    CHECK_RUN(fwd_t1_single_head);
+    CHECK_RUN(fwd_t2_b2_gva4);
+    CHECK_RUN(fwd_t63_l2norm_sigmoid);
+    CHECK_RUN(fwd_t64_k128_h0);
+    CHECK_RUN(fwd_t65_gate_in_kernel);
+    CHECK_RUN(fwd_t127_v_first);
+    CHECK_RUN(fwd_t129_h16_hv32);
+    CHECK_RUN(fwd_t1000_long);
+    CHECK_RUN(fwd_k256);
+    CHECK_RUN(fwd_odd_head_dims);
+    CHECK_RUN(fwd_varlen_one_token);
+    CHECK_RUN(fwd_varlen_15);
+    CHECK_RUN(fwd_varlen_mixed);
+    CHECK_RUN(fwd_varlen_zero_length);
+    CHECK_RUN(fwd_trailing_rows);
+    CHECK_RUN(fwd_gate_zero);
+    CHECK_RUN(fwd_strong_decay);
+    CHECK_RUN(fwd_one_neg_inf_gate);
+    CHECK_RUN(fwd_decay_spread);
+    CHECK_RUN(fwd_beta_zero_one);
+    CHECK_RUN(fwd_beta_near_two);
+    CHECK_RUN(fwd_custom_scale);
+    CHECK_RUN(fwd_bf16_default_heads);
+    CHECK_RUN(fwd_bf16_gates_and_state);
+    CHECK_RUN(fwd_f16);
+    CHECK_RUN(bwd_all_options);
+    CHECK_RUN(bwd_plain_k128);
+    CHECK_RUN(bwd_varlen_trailing);
+    CHECK_RUN(bwd_strong_decay);
+    CHECK_RUN(bwd_decay_spread_gva);
+    CHECK_RUN(bwd_neg_inf_gate_and_zero_gate);
+    CHECK_RUN(bwd_v_first_near_two);
+    CHECK_RUN(bwd_h16_hv32);
+    CHECK_RUN(bwd_k256_and_odd);
+    CHECK_RUN(bwd_bf16);
+    CHECK_RUN(rejects_unsupported);
+
+    fqla_context_destroy(cpu);
+    fqla_context_destroy(ref);
+    return check_summary();
+}

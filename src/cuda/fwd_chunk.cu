@@ -166,15 +166,9 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 1) fwd_chunk_kernel(const fq
         }
     };
 
-    if (nch > 0) load_chunk(0, 0);
-
-    for (int64_t c = 0; c < nch; c++) {
-        const int b = (int)(c & 1);
-        fqla_cp_async_wait_all();
-        __syncthreads(); /* A: chunk c landed; iteration c - 1 finished everywhere */
-        if (c + 1 < nch) load_chunk(c + 1, b ^ 1);
-        if (c > 0) store_out(c - 1);
-        /* S -> Sb (io dtype) */
+    /* S -> Sb (io dtype), the B operand of K S and Q S. Written after the
+     * chunk's last product, published by the next iteration's barrier. */
+    auto write_sb = [&]() {
 #pragma unroll
         for (int mi = 0; mi < cfg::SMT; mi++)
 #pragma unroll
@@ -183,7 +177,19 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 1) fwd_chunk_kernel(const fq
                 *reinterpret_cast<uint32_t *>(Sb + row * LDV + col) = io::pack(S[mi][ni][0], S[mi][ni][1]);
                 *reinterpret_cast<uint32_t *>(Sb + (row + 8) * LDV + col) = io::pack(S[mi][ni][2], S[mi][ni][3]);
             }
-        __syncthreads(); /* B */
+    };
+
+    if (nch > 0) {
+        load_chunk(0, 0);
+        write_sb();
+    }
+
+    for (int64_t c = 0; c < nch; c++) {
+        const int b = (int)(c & 1);
+        fqla_cp_async_wait_all();
+        __syncthreads(); /* A: chunk c and Sb landed; iteration c - 1 finished everywhere */
+        if (c + 1 < nch) load_chunk(c + 1, b ^ 1);
+        if (c > 0) store_out(c - 1);
 
         const T *Qc = Qs + b * C * LDQ, *Kc = Ks + b * C * LDQ, *Vc = Vs + b * C * LDV;
         const float *gm = gam + b * C, *rq = rqs + b * C, *rk = rks + b * C;
@@ -195,7 +201,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 1) fwd_chunk_kernel(const fq
         for (int i = 0; i < cfg::CNT; i++)
 #pragma unroll
             for (int e = 0; e < 4; e++) accU[i][e] = accO[i][e] = 0.f;
-#pragma unroll 2
+#pragma unroll 4
         for (int ks = 0; ks < KD / 16; ks++) {
             uint32_t ak[4], aq[4];
             fqla_frag_a(ak, Kc, LDQ, 16 * mw, 16 * ks, lane);
@@ -239,7 +245,9 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 1) fwd_chunk_kernel(const fq
             for (int i = 0; i < cfg::CNT; i++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) accV[i][e] = 0.f;
-            for (int ks = 0; ks <= mw; ks++) {
+#pragma unroll
+            for (int ks = 0; ks < 4; ks++) {
+                if (ks > mw) break;
                 uint32_t a[4];
                 fqla_frag_a(a, Ac, LDA, 16 * mw, 16 * ks, lane);
 #pragma unroll
@@ -267,7 +275,9 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 1) fwd_chunk_kernel(const fq
         /* O += Pg Vd -> Os */
         {
             const T *Pc = Pgs + b * C * LDA;
-            for (int ks = 0; ks <= mw; ks++) {
+#pragma unroll
+            for (int ks = 0; ks < 4; ks++) {
+                if (ks > mw) break;
                 uint32_t a[4];
                 fqla_frag_a(a, Pc, LDA, 16 * mw, 16 * ks, lane);
 #pragma unroll
@@ -313,6 +323,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 1) fwd_chunk_kernel(const fq
                 }
             }
         }
+        if (c + 1 < nch) write_sb();
     }
     __syncthreads();
     if (nch > 0) store_out(nch - 1);

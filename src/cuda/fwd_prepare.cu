@@ -25,7 +25,7 @@
 namespace {
 
 constexpr int C = FQLA_FWD_CHUNK;
-constexpr int LDF = C + 1; /* fp32 matrices [64][65]: column walks avoid bank conflicts */
+constexpr int LDF = C + 4; /* fp32 matrices [64][68]: rows 16-byte aligned for float4 access */
 
 template <int KD>
 struct prep_smem {
@@ -268,23 +268,52 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS) fwd_prepare_kernel(const fql
             for (int i = 0; i < 16; i++) X[(s + i) * LDF + s + jc] = x[i];
         }
         __syncthreads();
-        /* block rows 1..3: X_ij = -X_ii sum_{k=j}^{i-1} A_ik X_kj, A = diag(beta) KK */
+        /* block rows 1..3: X_ij = -X_ii sum_{k=j}^{i-1} A_ik X_kj, A = diag(beta) KK.
+         * Thread -> (block column bj = tid / 64, row r, 4 columns c4): float4
+         * loads, 4 outputs per thread, so shared-memory issue is not the limit. */
         {
-            const int r = tid >> 4, cc = tid & 15;
+            const int bjt = tid >> 6, t64 = tid & 63;
+            const int r = t64 >> 2, c4 = (t64 & 3) * 4;
+#pragma unroll
             for (int bi = 1; bi < 4; bi++) {
                 const int row = 16 * bi + r;
-                const float br = bet[row];
-                for (int bj = 0; bj < bi; bj++) {
-                    float acc = 0.f;
-                    for (int kcol = 16 * bj; kcol < 16 * bi; kcol++)
-                        acc += KK[row * LDF + kcol] * X[kcol * LDF + 16 * bj + cc];
-                    Tm[bj * 256 + r * 16 + cc] = br * acc;
+                if (bjt < bi) {
+                    float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
+#pragma unroll 4
+                    for (int kcol = 16 * bjt; kcol < 16 * bi; kcol += 4) {
+                        const float4 kv = *reinterpret_cast<const float4 *>(KK + row * LDF + kcol);
+                        const float kk4[4] = {kv.x, kv.y, kv.z, kv.w};
+#pragma unroll
+                        for (int u = 0; u < 4; u++) {
+                            const float4 xv = *reinterpret_cast<const float4 *>(X + (kcol + u) * LDF + 16 * bjt + c4);
+                            a0 += kk4[u] * xv.x;
+                            a1 += kk4[u] * xv.y;
+                            a2 += kk4[u] * xv.z;
+                            a3 += kk4[u] * xv.w;
+                        }
+                    }
+                    const float br = bet[row];
+                    *reinterpret_cast<float4 *>(Tm + bjt * 256 + r * 16 + c4) =
+                        make_float4(br * a0, br * a1, br * a2, br * a3);
                 }
                 __syncthreads();
-                for (int bj = 0; bj < bi; bj++) {
-                    float acc = 0.f;
-                    for (int m = 0; m <= r; m++) acc += X[row * LDF + 16 * bi + m] * Tm[bj * 256 + m * 16 + cc];
-                    X[row * LDF + 16 * bj + cc] = -acc;
+                if (bjt < bi) {
+                    /* X_ii is lower triangular with zeros stored above its diagonal */
+                    float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
+#pragma unroll
+                    for (int m4 = 0; m4 < 16; m4 += 4) {
+                        const float4 xv = *reinterpret_cast<const float4 *>(X + row * LDF + 16 * bi + m4);
+                        const float x4[4] = {xv.x, xv.y, xv.z, xv.w};
+#pragma unroll
+                        for (int u = 0; u < 4; u++) {
+                            const float4 tv = *reinterpret_cast<const float4 *>(Tm + bjt * 256 + (m4 + u) * 16 + c4);
+                            a0 += x4[u] * tv.x;
+                            a1 += x4[u] * tv.y;
+                            a2 += x4[u] * tv.z;
+                            a3 += x4[u] * tv.w;
+                        }
+                    }
+                    *reinterpret_cast<float4 *>(X + row * LDF + 16 * bjt + c4) = make_float4(-a0, -a1, -a2, -a3);
                 }
                 __syncthreads();
             }
@@ -296,21 +325,28 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS) fwd_prepare_kernel(const fql
             const float gi = gam[i];
             uint32_t ag[8], pg[8];
 #pragma unroll
-            for (int e = 0; e < 16; e += 2) {
-                float va[2], vp[2];
+            for (int e4 = 0; e4 < 16; e4 += 4) {
+                const float4 xv = *reinterpret_cast<const float4 *>(X + i * LDF + cb + e4);
+                const float4 qv = *reinterpret_cast<const float4 *>(QK + i * LDF + cb + e4);
+                const float4 gv = *reinterpret_cast<const float4 *>(gam + cb + e4);
+                const float4 bv = *reinterpret_cast<const float4 *>(bet + cb + e4);
+                const float xs[4] = {xv.x, xv.y, xv.z, xv.w}, qs[4] = {qv.x, qv.y, qv.z, qv.w};
+                const float gs[4] = {gv.x, gv.y, gv.z, gv.w}, bs[4] = {bv.x, bv.y, bv.z, bv.w};
+                float va[4], vp[4];
 #pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    int col = cb + e + h;
-                    va[h] = 0.f;
-                    vp[h] = 0.f;
-                    if (col <= i) {
-                        float d = __expf(gi - gam[col]);
-                        va[h] = d * X[i * LDF + col] * bet[col];
-                        vp[h] = p.scale * d * QK[i * LDF + col];
+                for (int u = 0; u < 4; u++) {
+                    va[u] = 0.f;
+                    vp[u] = 0.f;
+                    if (cb + e4 + u <= i) { /* the upper triangle of X is never written */
+                        float d = __expf(gi - gs[u]);
+                        va[u] = d * xs[u] * bs[u];
+                        vp[u] = p.scale * d * qs[u];
                     }
                 }
-                ag[e >> 1] = io::pack(va[0], va[1]);
-                pg[e >> 1] = io::pack(vp[0], vp[1]);
+                ag[e4 >> 1] = io::pack(va[0], va[1]);
+                ag[(e4 >> 1) + 1] = io::pack(va[2], va[3]);
+                pg[e4 >> 1] = io::pack(vp[0], vp[1]);
+                pg[(e4 >> 1) + 1] = io::pack(vp[2], vp[3]);
             }
             size_t off = (((size_t)slot * p.HV + hv) * C + i) * C + cb;
             uint4 *da = reinterpret_cast<uint4 *>((T *)p.Ag + off);

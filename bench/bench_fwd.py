@@ -233,8 +233,9 @@ def main():
     lib = Lib(a.lib)
     gpu = torch.cuda.get_device_name().replace(" ", "_")
     gpu_tag = "h200" if "H200" in gpu else gpu
+    commit = os.environ.get("FQLA_COMMIT", "")
     try:
-        commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
+        commit = commit or subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
                                 text=True).stdout.strip() or "unknown"
     except OSError:
         commit = "unknown"

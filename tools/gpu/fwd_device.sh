@@ -13,6 +13,8 @@ OUT=${OUT:-/tmp/fwd_out}
 mkdir -p "$OUT"
 BIN=${FWD_BIN:-.fwdbin}
 export PYTHONUNBUFFERED=1
+# the commit the carried binaries were built from (written by the dev machine)
+export FQLA_COMMIT=${FQLA_COMMIT:-$(cat "$BIN/COMMIT" 2>/dev/null)}
 steps=${*:-tests memcheck bench}
 t_start=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - t_start ))s] $*" | tee -a "$OUT/summary.txt"; }

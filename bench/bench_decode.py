@@ -91,10 +91,13 @@ class Lib:
         if st != 0:
             raise RuntimeError("fqla_context_create: " + L.fqla_last_error(None).decode())
         self.tune = getattr(L, "fqla_cuda_decode_tune", None)
+        self.tune_warps = getattr(L, "fqla_cuda_decode_tune_warps", None)
 
-    def set_tuning(self, wv=0, streaming=-1):
+    def set_tuning(self, wv=0, streaming=-1, warps=0):
         if self.tune:
             self.tune(C.c_int(wv), C.c_int(streaming))
+        if self.tune_warps:
+            self.tune_warps(C.c_int(warps))
 
     def args(self, q, k, v, g, beta, pool, slots, o, v_first=False, step_states=None, step_slots=None,
              l2norm=False, gate=None, beta_sigmoid=False):
@@ -205,23 +208,25 @@ def make_sets(lib, B, H, HV, sdt, T=1):
     es = torch.tensor([], dtype=sdt).element_size()
     nsets = n_sets_for(B * HV * KDIM * KDIM * es)
     sets = []
+    # one slots tensor for every set, as one decode step's layers share it
+    # (it stays in L2 like in an engine; everything else is cold)
+    slots = torch.randperm(B, device="cuda", dtype=torch.int64).to(torch.int32)
     for i in range(nsets):
         q, k, v, g, beta = make_inputs(B, H, HV, T, seed=i)
         pool = (torch.randn(B, HV, KDIM, KDIM, device="cuda") * 0.5).to(sdt)
-        slots = torch.randperm(B, device="cuda", dtype=torch.int64).to(torch.int32)
         o = torch.empty(B, T, HV, KDIM, device="cuda", dtype=torch.bfloat16)
         ss = torch.empty(B, T, HV, KDIM, KDIM, device="cuda", dtype=sdt) if T > 1 else None
         sets.append(lib.args(q, k, v, g, beta, pool, slots, o, step_states=ss))
     return sets
 
 
-def time_sets(lib, sets, v_first=False, wv=0, streaming=-1, verify=False):
+def time_sets(lib, sets, v_first=False, wv=0, streaming=-1, verify=False, warps=0):
     """ms per call of fqla_decode / fqla_verify over the sets."""
     nsets = len(sets)
     calls = max(nsets, 4)
     for a in sets:
         a.opt.state_v_first = int(v_first)
-    lib.set_tuning(wv, streaming)
+    lib.set_tuning(wv, streaming, warps)
 
     def run():
         for c in range(calls):
@@ -333,6 +338,9 @@ def main():
     gpu = torch.cuda.get_device_name().replace(",", " ")
     bw = copy_bandwidth()
     print("gpu %s, copy bandwidth %.3f TB/s (read + write)" % (gpu, bw / 1e12), flush=True)
+    tiny = torch.zeros(32, device="cuda")
+    node_us = 1e3 * time_graph(lambda: [tiny.add_(1.0) for _ in range(64)]) / 64
+    print("graph node floor (64 tiny kernels back to back): %.2f us per kernel" % node_us, flush=True)
 
     if not args.no_fla:
         for sdt, vf in ((torch.float32, False), (torch.float32, True), (torch.bfloat16, False)):
@@ -340,6 +348,38 @@ def main():
                 eo, es = check_against_fla(lib, B, H, HV, sdt, vf)
                 print("check vs FLA B=%d H=%d HV=%d %s%s: o rel %.2e, state rel %.2e"
                       % (B, H, HV, sdt, " v_first" if vf else "", eo, es), flush=True)
+
+    if args.sweep:
+        print("\nsweep: us per call by layout / slice width wv (0 = heuristic) / cache hint h", flush=True)
+        for (B, H, HV) in ((1, 16, 32), (1, 2, 8), (8, 16, 32), (64, 16, 32), (1024, 16, 64)):
+            for sdt in (torch.float32, torch.bfloat16):
+                sets = make_sets(lib, B, H, HV, sdt)
+                cells = []
+                for vf in (False, True):
+                    for wv in (0, 16, 8, 4):
+                        if sdt == torch.bfloat16 and not vf and wv == 4:
+                            continue
+                        cells.append("%s/wv%d=%.2f" % ("vk" if vf else "kv", wv,
+                                                       1e3 * time_sets(lib, sets, v_first=vf, wv=wv)))
+                    cells.append("%s/wv0/h1=%.2f" % ("vk" if vf else "kv",
+                                                     1e3 * time_sets(lib, sets, v_first=vf, streaming=1)))
+                    for nw in (1, 2, 8):
+                        cells.append("%s/wv0/w%d=%.2f" % ("vk" if vf else "kv", nw,
+                                                          1e3 * time_sets(lib, sets, v_first=vf, warps=nw)))
+                del sets
+                torch.cuda.empty_cache()
+                print("B=%d H=%d HV=%d %s: %s" % (B, H, HV, "f32" if sdt == torch.float32 else "bf16",
+                                                  " ".join(cells)), flush=True)
+        print("\nverify (step_states, f32), us per call:", flush=True)
+        for (B, H, HV) in ((1, 16, 32), (64, 16, 32), (256, 16, 32)):
+            cells = []
+            for T in (2, 4):
+                sets = make_sets(lib, B, H, HV, torch.float32, T=T)
+                for wv in (0, 16, 8, 4):
+                    cells.append("T%d/wv%d=%.2f" % (T, wv, 1e3 * time_sets(lib, sets, wv=wv, verify=True)))
+                del sets
+                torch.cuda.empty_cache()
+            print("B=%d H=%d HV=%d: %s" % (B, H, HV, " ".join(cells)), flush=True)
 
     rows = []
     commit = args.commit or git_commit()
@@ -357,7 +397,11 @@ def main():
                 elif (B, H, HV) in FLA_FAULTS:
                     fla_ms, why = fla_child(B, H, HV, sname)  # known to fault: own process
                 else:
-                    fla_ms, why = bench_fla(B, H, HV, sdt), ""
+                    try:
+                        fla_ms, why = bench_fla(B, H, HV, sdt), ""
+                    except Exception as e:  # e.g. grid y = B * HV > 65535: FLA cannot launch
+                        fla_ms, why = None, str(e).splitlines()[-1][:120]
+                        torch.cuda.synchronize()
                 rows.append(dict(batch=B, h_qk=H, h_v=HV, state_dtype=sname, flashqla_ms=ms, fla_ms=fla_ms,
                                  bw_fraction=frac, gpu=gpu, commit=commit, date=date))
                 print("%6d %4d %4d %5s %10.4f %10s %7s %6.3f %s" % (
@@ -371,35 +415,6 @@ def main():
             f.write("%d,%d,%d,%s,%.5f,%s,%.3f,%s,%s,%s\n" % (
                 r["batch"], r["h_qk"], r["h_v"], r["state_dtype"], r["flashqla_ms"],
                 "%.5f" % r["fla_ms"] if r["fla_ms"] else "", r["bw_fraction"], r["gpu"], r["commit"], r["date"]))
-
-    if args.sweep:
-        print("\nsweep: us per call by layout / slice width wv (0 = heuristic) / cache hint h", flush=True)
-        for (B, H, HV) in ((1, 16, 32), (1, 2, 8), (8, 16, 32), (64, 16, 32), (1024, 16, 64)):
-            for sdt in (torch.float32, torch.bfloat16):
-                sets = make_sets(lib, B, H, HV, sdt)
-                cells = []
-                for vf in (False, True):
-                    for wv in (0, 16, 8, 4):
-                        if sdt == torch.bfloat16 and not vf and wv == 4:
-                            continue
-                        cells.append("%s/wv%d=%.2f" % ("vk" if vf else "kv", wv,
-                                                       1e3 * time_sets(lib, sets, v_first=vf, wv=wv)))
-                    cells.append("%s/wv0/h1=%.2f" % ("vk" if vf else "kv",
-                                                     1e3 * time_sets(lib, sets, v_first=vf, streaming=1)))
-                del sets
-                torch.cuda.empty_cache()
-                print("B=%d H=%d HV=%d %s: %s" % (B, H, HV, "f32" if sdt == torch.float32 else "bf16",
-                                                  " ".join(cells)), flush=True)
-        print("\nverify (step_states, f32), us per call:", flush=True)
-        for (B, H, HV) in ((1, 16, 32), (64, 16, 32), (256, 16, 32)):
-            cells = []
-            for T in (2, 4):
-                sets = make_sets(lib, B, H, HV, torch.float32, T=T)
-                for wv in (0, 16, 8, 4):
-                    cells.append("T%d/wv%d=%.2f" % (T, wv, 1e3 * time_sets(lib, sets, wv=wv, verify=True)))
-                del sets
-                torch.cuda.empty_cache()
-            print("B=%d H=%d HV=%d: %s" % (B, H, HV, " ".join(cells)), flush=True)
 
     sp = [r["fla_ms"] / r["flashqla_ms"] for r in rows if r["fla_ms"]]
     big = [r["bw_fraction"] for r in rows if r["state_dtype"] == "fp32" and r["batch"] * r["h_v"] >= 2048]

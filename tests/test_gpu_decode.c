@@ -863,6 +863,30 @@ static void one_step_vs_reference(const cfg *c, int64_t P_big, int use_graph)
         CHECK(st == FQLA_STATUS_SUCCESS, "%s: %s: %s", c->name, fqla_status_string(st), fqla_last_error(d.ctx));
         d2h(o_dev, d.o, d.o_bytes);
 
+        if (use_graph && !g_emulate) {
+            /* the replay must equal an eager call bit for bit: save what it
+             * wrote, restore the pool entries, run eagerly, compare */
+            size_t eb = (size_t)E * es;
+            unsigned char *replayed = malloc((size_t)B * eb), *eager = malloc((size_t)B * eb);
+            unsigned char *o_eager = malloc(d.o_bytes);
+            for (int64_t b = 0; b < B; b++)
+                if (p.slots[b] >= 0) {
+                    d2h(replayed + b * eb, (char *)d.pool + (size_t)(p.slots[b] * E) * es, eb);
+                    h2d((char *)d.pool + (size_t)(p.slots[b] * E) * es, host_pool + b * eb, eb);
+                }
+            fqla_status se = fqla_decode(d.ctx, &a, NULL, 0, NULL);
+            CHECK(se == FQLA_STATUS_SUCCESS, "eager decode: %s", fqla_last_error(d.ctx));
+            d2h(o_eager, d.o, d.o_bytes);
+            CHECK(memcmp(o_eager, o_dev, d.o_bytes) == 0, "%s: graph replay o differs from eager", c->name);
+            for (int64_t b = 0; b < B; b++)
+                if (p.slots[b] >= 0) {
+                    d2h(eager + b * eb, (char *)d.pool + (size_t)(p.slots[b] * E) * es, eb);
+                    CHECK(memcmp(eager + b * eb, replayed + b * eb, eb) == 0,
+                          "%s: graph replay state of row %lld differs from eager", c->name, (long long)b);
+                }
+            free(replayed); free(eager); free(o_eager);
+        }
+
         /* reference on host copies of the same encoded inputs */
         {
             fqla_decode_args r;

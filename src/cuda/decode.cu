@@ -16,11 +16,18 @@
  * benchmark harness before any call; not thread-safe by design. */
 static int g_wv_override = 0;
 static int g_streaming_override = -1;
+static int g_warps_override = 0;
 
 extern "C" void fqla_cuda_decode_tune(int wv, int streaming)
 {
     g_wv_override = wv;
     g_streaming_override = streaming;
+}
+
+/* warps per CTA, 1..8 (0 = the default, FQLA_DECODE_WARPS) */
+extern "C" void fqla_cuda_decode_tune_warps(int warps)
+{
+    g_warps_override = warps;
 }
 
 static bool dtype_is_io(fqla_dtype d) { return d == FQLA_DTYPE_F32 || d == FQLA_DTYPE_F16 || d == FQLA_DTYPE_BF16; }
@@ -160,7 +167,7 @@ fqla_status fqla_cuda_decode_run(fqla_context *ctx, const fqla_problem *p, const
 
     const bool vf = p->opt.state_v_first != 0;
     cudaError_t err = p->state_dtype == FQLA_DTYPE_F32
-        ? fqla_decode_launch_f32(k, (int)p->K, wv, vf, multi, stream)
-        : fqla_decode_launch_bf16(k, (int)p->K, wv, vf, multi, stream);
+        ? fqla_decode_launch_f32(k, (int)p->K, wv, vf, multi, g_warps_override, stream)
+        : fqla_decode_launch_bf16(k, (int)p->K, wv, vf, multi, g_warps_override, stream);
     return fqla_cuda_check(ctx, err, verify ? "verify kernel launch" : "decode kernel launch");
 }

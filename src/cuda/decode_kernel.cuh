@@ -171,20 +171,23 @@ template <int K, int WV, bool VFIRST, typename ST> struct DecodeLayout {
 };
 
 template <int K, int WV, bool VFIRST, bool MULTI, typename ST>
-__global__ void __launch_bounds__(128) fqla_decode_kernel(const DecodeParams p)
+__global__ void __launch_bounds__(256) fqla_decode_kernel(const DecodeParams p)
 {
     typedef DecodeLayout<K, WV, VFIRST, ST> L;
     typedef StateVec<ST> SV;
     constexpr int VEC = L::VEC, NR = L::NR, NC = L::NC, NI = L::NI, NK = L::NK, NV = L::NV;
 
     const int lane = threadIdx.x & 31;
-    const int64_t w = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    if (w >= p.total_warps) return;
-    const int vg = (int)(w % p.ngroups);
-    const int64_t bh = w / p.ngroups;
-    const int64_t hv = bh % p.HV;
-    const int64_t b = bh / p.HV;
-    const int64_t hk = hv / p.group;
+    /* 32-bit index math (the launcher guarantees total_warps < 2^31): 64-bit
+     * divisions are software routines sitting right before the first load */
+    const uint32_t w = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (w >= (uint32_t)p.total_warps) return;
+    const uint32_t bh = w / (uint32_t)p.ngroups;
+    const int vg = (int)(w - bh * (uint32_t)p.ngroups);
+    const uint32_t b32 = bh / (uint32_t)p.HV;
+    const int64_t hv = (int64_t)(bh - b32 * (uint32_t)p.HV);
+    const int64_t b = (int64_t)b32;
+    const int64_t hk = (int64_t)((uint32_t)hv / (uint32_t)p.group);
     const int v0 = vg * WV;
 
     /* this lane's rows / columns inside the tile */

@@ -11,9 +11,11 @@
 
 #include "cuda/decode_kernel.cuh"
 
-/* Warps per CTA: adjacent warps take adjacent V-slices of one head, so a CTA
- * reads whole rows of a [K, V] state between them. */
+/* Warps per CTA (default): adjacent warps take adjacent V-slices of one
+ * head, so a CTA reads whole rows of a [K, V] state between them. The
+ * kernel allows up to 8 (launch bounds 256). */
 #define FQLA_DECODE_WARPS 4
+#define FQLA_DECODE_MAX_WARPS 8
 
 /* 1 when the variant exists for this state element size (bytes). */
 static inline int fqla_decode_variant_valid(int esize, int K, int WV, int vfirst)
@@ -26,14 +28,16 @@ static inline int fqla_decode_variant_valid(int esize, int K, int WV, int vfirst
 }
 
 template <typename ST, int K, int WV, bool VF>
-static cudaError_t fqla_decode_launch_kwv(const DecodeParams &p, bool multi, cudaStream_t stream)
+static cudaError_t fqla_decode_launch_kwv(const DecodeParams &p, bool multi, int warps, cudaStream_t stream)
 {
     if constexpr (!DecodeLayout<K, WV, VF, ST>::valid) {
         return cudaErrorInvalidValue;
     } else {
-        const int64_t blocks = (p.total_warps + FQLA_DECODE_WARPS - 1) / FQLA_DECODE_WARPS;
-        if (blocks > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
-        dim3 grid((unsigned)blocks), block(32 * FQLA_DECODE_WARPS);
+        if (warps < 1 || warps > FQLA_DECODE_MAX_WARPS) warps = FQLA_DECODE_WARPS;
+        const int64_t blocks = (p.total_warps + warps - 1) / warps;
+        /* the kernel indexes warps in 32 bits */
+        if (p.total_warps >= 0x7fffffffLL - FQLA_DECODE_MAX_WARPS) return cudaErrorInvalidConfiguration;
+        dim3 grid((unsigned)blocks), block(32 * warps);
         if (multi)
             fqla_decode_kernel<K, WV, VF, true, ST><<<grid, block, 0, stream>>>(p);
         else
@@ -44,32 +48,35 @@ static cudaError_t fqla_decode_launch_kwv(const DecodeParams &p, bool multi, cud
 
 /* WV is one of 2048 / K (64 state values per lane), 1024 / K or 512 / K. */
 template <typename ST, int K>
-static cudaError_t fqla_decode_launch_k(const DecodeParams &p, int WV, bool vfirst, bool multi, cudaStream_t stream)
+static cudaError_t fqla_decode_launch_k(const DecodeParams &p, int WV, bool vfirst, bool multi, int warps,
+                                        cudaStream_t stream)
 {
     constexpr int W0 = 2048 / K, W1 = 1024 / K, W2 = 512 / K;
-    if (WV == W0) return vfirst ? fqla_decode_launch_kwv<ST, K, W0, true>(p, multi, stream)
-                                : fqla_decode_launch_kwv<ST, K, W0, false>(p, multi, stream);
-    if (WV == W1) return vfirst ? fqla_decode_launch_kwv<ST, K, W1, true>(p, multi, stream)
-                                : fqla_decode_launch_kwv<ST, K, W1, false>(p, multi, stream);
-    if (WV == W2) return vfirst ? fqla_decode_launch_kwv<ST, K, W2, true>(p, multi, stream)
-                                : fqla_decode_launch_kwv<ST, K, W2, false>(p, multi, stream);
+    if (WV == W0) return vfirst ? fqla_decode_launch_kwv<ST, K, W0, true>(p, multi, warps, stream)
+                                : fqla_decode_launch_kwv<ST, K, W0, false>(p, multi, warps, stream);
+    if (WV == W1) return vfirst ? fqla_decode_launch_kwv<ST, K, W1, true>(p, multi, warps, stream)
+                                : fqla_decode_launch_kwv<ST, K, W1, false>(p, multi, warps, stream);
+    if (WV == W2) return vfirst ? fqla_decode_launch_kwv<ST, K, W2, true>(p, multi, warps, stream)
+                                : fqla_decode_launch_kwv<ST, K, W2, false>(p, multi, warps, stream);
     return cudaErrorInvalidValue;
 }
 
 template <typename ST>
-static cudaError_t fqla_decode_launch_t(const DecodeParams &p, int K, int WV, bool vfirst, bool multi,
+static cudaError_t fqla_decode_launch_t(const DecodeParams &p, int K, int WV, bool vfirst, bool multi, int warps,
                                         cudaStream_t stream)
 {
     switch (K) {
-    case 64: return fqla_decode_launch_k<ST, 64>(p, WV, vfirst, multi, stream);
-    case 128: return fqla_decode_launch_k<ST, 128>(p, WV, vfirst, multi, stream);
-    case 256: return fqla_decode_launch_k<ST, 256>(p, WV, vfirst, multi, stream);
+    case 64: return fqla_decode_launch_k<ST, 64>(p, WV, vfirst, multi, warps, stream);
+    case 128: return fqla_decode_launch_k<ST, 128>(p, WV, vfirst, multi, warps, stream);
+    case 256: return fqla_decode_launch_k<ST, 256>(p, WV, vfirst, multi, warps, stream);
     default: return cudaErrorInvalidValue;
     }
 }
 
 /* defined in decode_f32.cu and decode_bf16.cu */
-cudaError_t fqla_decode_launch_f32(const DecodeParams &p, int K, int WV, bool vfirst, bool multi, cudaStream_t stream);
-cudaError_t fqla_decode_launch_bf16(const DecodeParams &p, int K, int WV, bool vfirst, bool multi, cudaStream_t stream);
+cudaError_t fqla_decode_launch_f32(const DecodeParams &p, int K, int WV, bool vfirst, bool multi, int warps,
+                                   cudaStream_t stream);
+cudaError_t fqla_decode_launch_bf16(const DecodeParams &p, int K, int WV, bool vfirst, bool multi, int warps,
+                                    cudaStream_t stream);
 
 #endif

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# decode_device.sh - everything the CUDA decode needs from one device call:
+# the GPU decode tests, compute-sanitizer memcheck on a small subset, and the
+# benchmark against FLA (bench_decode.py). Binaries are built on the host
+# (make build/libflashqla.so build/tests/test_gpu_decode) and carried in
+# .decbin/ with the commit they came from; FLA comes as the fla_core wheel in
+# .whl/. Logs and the CSV go to $OUT.
+set -u
+BIN=${BIN:-.decbin}
+OUT=${OUT:-/tmp/decode-out}
+mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    .whl/fla_core-*.whl && export PYTHONPATH=/tmp/site
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used,temperature.gpu --format=csv \
+    > "$OUT/gpu.txt" 2>&1
+cat "$OUT/gpu.txt"
+
+start=$(date +%s)
+${TEST_ENV:-} "$BIN/test_gpu_decode" > "$OUT/test.log" 2>&1
+echo "== test_gpu_decode rc=$? ($(( $(date +%s) - start )) s)"
+grep -vE '^ok |^  ' "$OUT/test.log" | tail -n 12
+
+if [ "${MEMCHECK:-1}" = 1 ]; then
+    start=$(date +%s)
+    FQLA_TEST_QUICK=1 timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/test_gpu_decode" \
+        chained_decode,verify_step_slots,slot_past_pool,pool_offset_beyond_2_31 > "$OUT/memcheck.log" 2>&1
+    echo "== memcheck rc=$? ($(( $(date +%s) - start )) s)"
+    grep -E 'ERROR SUMMARY|passed,|Invalid|error' "$OUT/memcheck.log" | head -n 8
+fi
+
+PYTHONUNBUFFERED=1 python3 bench/bench_decode.py --lib "$BIN/libflashqla.so" --out "$OUT/decode-h200.csv" \
+    --commit "$(cat "$BIN/commit" 2>/dev/null || echo unknown)" ${BENCH_ARGS:-} > "$OUT/bench.log" 2>&1
+echo "== bench rc=$?"
+cat "$OUT/bench.log" | cut -c1-400

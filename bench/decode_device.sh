@@ -16,7 +16,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used,temp
 cat "$OUT/gpu.txt"
 
 start=$(date +%s)
-${TEST_ENV:-} "$BIN/test_gpu_decode" > "$OUT/test.log" 2>&1
+env ${TEST_ENV:-} "$BIN/test_gpu_decode" > "$OUT/test.log" 2>&1
 echo "== test_gpu_decode rc=$? ($(( $(date +%s) - start )) s)"
 grep -vE '^ok |^  ' "$OUT/test.log" | tail -n 12
 

@@ -109,9 +109,9 @@ def prepare(q, k, v, g, beta, scale, initial_state, output_final_state,
     dev = q.device
     same_device(dev, ("k", "v", "g", "beta", "initial_state", "A_log", "dt_bias"),
                 k, v, g, beta, initial_state, A_log, dt_bias)
-    on_cuda = dev.type == "cuda"
-    reference = (be == _lib.BACKEND_CPU_REFERENCE
-                 or (be == ops.AUTO and not on_cuda and q.dtype == _F64))
+    be = ops.resolve(q, be)[0]
+    on_cuda = be == _lib.BACKEND_CUDA
+    reference = be == _lib.BACKEND_CPU_REFERENCE
     wide = _F64 if reference and q.dtype == _F64 else _F32
 
     q = fix_strides(q)

@@ -36,6 +36,7 @@ DTYPES = {
     torch.int64: _lib.DTYPE_I64,
 }
 _ZEROS = (0,) * _lib.MAX_DIMS
+_PADS = tuple(_ZEROS[n:] for n in range(_lib.MAX_DIMS + 1))
 _ABSENT = _lib.ABSENT
 
 
@@ -44,8 +45,9 @@ def tv(x):
     if x is None:
         return _ABSENT
     s = x.shape
-    pad = _ZEROS[len(s):]
-    return (x.data_ptr(), DTYPES[x.dtype], len(s), *s, *pad, *x.stride(), *pad)
+    n = len(s)
+    pad = _PADS[n]
+    return (x.data_ptr(), DTYPES[x.dtype], n, *s, *pad, *x.stride(), *pad)
 
 
 # Option bits of the `flags` argument of the registered ops (one int keeps
@@ -57,9 +59,20 @@ NEG_EIGVAL = 8
 STATE_V_FIRST = 16
 
 
+_OPTIONS = {}
+
+
 def options(scale, flags):
-    return (float(scale), flags & L2NORM and 1, flags & GATE_IN_KERNEL and 1,
-            flags & BETA_SIGMOID and 1, flags & NEG_EIGVAL and 1, flags & STATE_V_FIRST and 1)
+    """The 6 packed values of fqla_options (memoised: calls repeat them)."""
+    key = (scale, flags)
+    opt = _OPTIONS.get(key)
+    if opt is None:
+        opt = (float(scale), 1 if flags & L2NORM else 0, 1 if flags & GATE_IN_KERNEL else 0,
+               1 if flags & BETA_SIGMOID else 0, 1 if flags & NEG_EIGVAL else 0,
+               1 if flags & STATE_V_FIRST else 0)
+        if len(_OPTIONS) < 4096:
+            _OPTIONS[key] = opt
+    return opt
 
 
 # Backend codes of the `backend` argument: the fqla_backend values, plus AUTO.
@@ -76,7 +89,13 @@ def backend_code(name):
 
 
 def resolve(x, backend):
-    """(fqla_backend, device ordinal) for tensors living where x lives."""
+    """(fqla_backend, device ordinal) for tensors living where x lives.
+    `backend` is AUTO or an fqla_backend value; the wrappers pass the value
+    they resolved already, so CPU calls skip the device lookup."""
+    if backend == _lib.BACKEND_CPU or backend == _lib.BACKEND_CPU_REFERENCE:
+        if x.is_cuda:
+            raise ValueError("flashqla: the CPU backends take CPU tensors; these are on " + str(x.device))
+        return backend, 0
     dev = x.device
     if dev.type == "cuda":
         if backend not in (AUTO, _lib.BACKEND_CUDA):
@@ -101,16 +120,18 @@ def _stream(device):
 
 
 _SIZE_T = ctypes.c_size_t
+_RUN = {op: getattr(_lib.lib, "fqla_" + op) for op in ("fwd", "bwd", "decode", "verify")}
+_WORKSPACE = {op: getattr(_lib.lib, f"fqla_{op}_workspace_size")
+              for op in ("fwd", "bwd", "decode", "verify")}
 
 
 def _call(op, be, device, buf, like):
     """Runs fqla_<op> on the packed args in buf; raises on failure."""
-    lib = _lib.lib
     ctx = _lib.context(be, device)
-    run = getattr(lib, "fqla_" + op)
+    run = _RUN[op]
     if be == _lib.BACKEND_CUDA:
         size = _SIZE_T()
-        st = getattr(lib, f"fqla_{op}_workspace_size")(ctx, buf, ctypes.byref(size))
+        st = _WORKSPACE[op](ctx, buf, ctypes.byref(size))
         if st:
             raise _lib.error(st, ctx, op)
         n = size.value

@@ -42,8 +42,8 @@ def _prepare(q, k, v, a, b, A_log, dt_bias, state_pool, slots, scale,
         # decode accepts [B, H, K] / [B, HV, V] / [B, HV] (T = 1 squeezed)
         q, k, v, a, b = q.unsqueeze(1), k.unsqueeze(1), v.unsqueeze(1), a.unsqueeze(1), b.unsqueeze(1)
         squeeze = True
-    reference = (be == _lib.BACKEND_CPU_REFERENCE
-                 or (be == ops.AUTO and dev.type == "cpu" and q.dtype == _F64))
+    be = ops.resolve(q, be)[0]
+    reference = be == _lib.BACKEND_CPU_REFERENCE
     wide = _F64 if reference and q.dtype == _F64 else _F32
     q, k, v = fix_strides(q), fix_strides(k), fix_strides(v)
     if not (a.dtype == b.dtype and (a.dtype in _GATE_OK or (reference and a.dtype == _F64))):

@@ -40,6 +40,9 @@ TEST_SRC = $(wildcard tests/test_*.c)
 TESTS    = $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_COMMON = $(wildcard tests/common/*.c)
 
+# Sanitizer and fuzzer objects are intermediate files of pattern rules: keep them.
+.SECONDARY:
+
 .PHONY: all test test-fast test-asan fuzz run clean
 all: $(LIB_A) $(LIB_SO) $(CLI)
 
@@ -85,9 +88,9 @@ FUZZ_SECONDS ?= 90
 FUZZ_OBJ = $(C_SRC:%.c=$(BUILD)/fuzz/obj/%.o)
 $(BUILD)/fuzz/obj/%.o: %.c $(wildcard include/*.h src/*.h src/cpu/*.h)
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(ASAN_CFLAGS) -O1 -g -fsanitize=fuzzer-no-link,address,undefined -c $< -o $@
+	$(FUZZ_CC) $(ASAN_CFLAGS) -O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -c $< -o $@
 $(BUILD)/fuzz/fuzz_validate: fuzz/fuzz_validate.c $(FUZZ_OBJ)
-	$(FUZZ_CC) $(ASAN_CFLAGS) -O1 -g -fsanitize=fuzzer,address,undefined $^ -o $@ -lm
+	$(FUZZ_CC) $(ASAN_CFLAGS) -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined $^ -o $@ -lm
 
 test-fast: $(TESTS)
 	tests/run_tests.sh $(BUILD)/tests

@@ -194,8 +194,10 @@ typedef struct fqla_fwd_args {
 /* Zeroes args and sets the defaults (scale = FQLA_SCALE_DEFAULT). */
 void fqla_fwd_args_init(fqla_fwd_args *args);
 
-/* FQLA_STATUS_SUCCESS when this backend can run args as given (nothing runs;
- * no data is read); otherwise the status the call would return. */
+/* FQLA_STATUS_SUCCESS when this backend can run args as given; otherwise the
+ * status the call would return. Nothing runs and no tensor data is read,
+ * except the values of cu_seqlens (and, for decode, slots) on CPU contexts,
+ * where they are host memory and are validated. */
 fqla_status fqla_fwd_supported(fqla_context *ctx, const fqla_fwd_args *args);
 fqla_status fqla_fwd_workspace_size(fqla_context *ctx, const fqla_fwd_args *args, size_t *bytes);
 /* Rows of o beyond the last cu_seqlens entry are written as zeros. */

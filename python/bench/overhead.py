@@ -2,7 +2,8 @@
 
     python python/bench/overhead.py [--device cpu|cuda] [--iters N]
 
-The C baseline is fqla_fwd / fqla_decode through ctypes on an argument
+Times are CPU time of the calling thread per call (see per_call_us). The C
+baseline is fqla_fwd / fqla_decode through ctypes on an argument
 struct packed once (what any binding must at least pay: the library's
 validation and the run); each flashqla line adds the Python wrapper on top
 (argument normalisation, output allocation, packing, context lookup, error
@@ -26,16 +27,29 @@ import flashqla  # noqa: E402
 from flashqla import _lib, ops  # noqa: E402
 
 
-def per_call_us(fn, iters, repeats=7):
+def per_call_us(fn, iters, sync, repeats=7):
+    """Per-call CPU time of this thread (time.thread_time: time other
+    processes take on a shared machine is not counted), the least of
+    `repeats` runs. CUDA work is synchronised every 64 calls, so the launch
+    queue never fills and blocks."""
     for _ in range(max(10, iters // 20)):
         fn()
+    sync()
     runs = []
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(iters):
+        t0 = time.thread_time()
+        for i in range(iters):
             fn()
-        runs.append((time.perf_counter() - t0) / iters * 1e6)
-    return min(runs)  # the least disturbed run: a shared machine only adds time
+            if i % 64 == 63:
+                sync()
+        sync()
+        runs.append((time.thread_time() - t0) / iters * 1e6)
+    return min(runs)
+
+
+def check(st, ctx, what):
+    if st:
+        raise _lib.error(st, ctx, what)
 
 
 def main():
@@ -70,14 +84,14 @@ def main():
     ctx = _lib.context(be, device)
     lib = _lib.lib
     size = ctypes.c_size_t()
-    assert lib.fqla_fwd_workspace_size(ctx, buf, ctypes.byref(size)) == 0
+    check(lib.fqla_fwd_workspace_size(ctx, buf, ctypes.byref(size)), ctx, "fwd_workspace_size")
     ws = torch.empty(max(size.value, 1), dtype=torch.uint8, device=dev)
     stream = torch.cuda.current_stream().cuda_stream if dev == "cuda" else None
-    wsp = ws.data_ptr() if size.value else None
+    fsize = size.value
+    wsp = ws.data_ptr() if fsize else None
 
     def c_fwd():
-        st = lib.fqla_fwd(ctx, buf, wsp, size.value, stream)
-        assert st == 0
+        check(lib.fqla_fwd(ctx, buf, wsp, fsize, stream), ctx, "fwd")
 
     def py_fwd():
         flashqla.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0,
@@ -103,13 +117,13 @@ def main():
                             *ops.tv(A_log), *ops.tv(dt_bias), *ops.tv(pool), *ops.tv(slots), 0,
                             *ops.tv(out), *ops.tv(None), *ops.tv(None),
                             *ops.options(0.0, ops.L2NORM | ops.GATE_IN_KERNEL | ops.BETA_SIGMOID))
-    assert lib.fqla_decode_workspace_size(ctx, dbuf, ctypes.byref(size)) == 0
+    check(lib.fqla_decode_workspace_size(ctx, dbuf, ctypes.byref(size)), ctx, "decode_workspace_size")
     dws = torch.empty(max(size.value, 1), dtype=torch.uint8, device=dev)
     dsize = size.value
     dwsp = dws.data_ptr() if dsize else None
 
     def c_decode():
-        assert lib.fqla_decode(ctx, dbuf, dwsp, dsize, stream) == 0
+        check(lib.fqla_decode(ctx, dbuf, dwsp, dsize, stream), ctx, "decode")
 
     def py_decode():
         flashqla.decode(q, k, v, a, b, A_log, dt_bias, pool, slots, out=out)
@@ -121,7 +135,7 @@ def main():
                      ("torch.ops.flashqla.fwd (dispatcher, as under compile)", op_fwd),
                      ("C fqla_decode (ctypes, args packed once)", c_decode),
                      ("flashqla.decode (out= given)", py_decode)):
-        t = per_call_us(lambda: (fn(), sync()), args.iters)
+        t = per_call_us(fn, args.iters, sync)
         rows.append((name, t))
     base_f, base_d = rows[0][1], rows[4][1]
     print(f"device {dev}, torch {torch.__version__}, python {sys.version.split()[0]}")

@@ -66,9 +66,7 @@ class ChunkFunction(torch.autograd.Function):
                               cu_seqlens_cpu)
         ctx.args = (scale, flags, backend)
         ctx.set_materialize_grads(False)
-        if not output_final_state:
-            ctx.mark_non_differentiable(ht)
-        return o, ht
+        return o, ht   # ht is None without output_final_state
 
     @staticmethod
     def backward(ctx, d_o, d_final_state):

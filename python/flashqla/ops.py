@@ -158,15 +158,16 @@ def state_shape(N, HV, K, V, flags):
 
 
 def fwd_alloc(q, v, initial_state, cu_seqlens, flags, output_final_state, state_dtype):
+    """o, and the final state (None when not asked for)."""
     B, T, HV, V = v.shape
-    K = q.shape[3]
-    o = torch.empty((B, T, HV, V), dtype=q.dtype, device=q.device)
-    if output_final_state:
-        N = B if cu_seqlens is None else cu_seqlens.shape[0] - 1
-        ht = torch.empty(state_shape(N, HV, K, V, flags), dtype=state_dtype, device=q.device)
-    else:
-        ht = torch.empty((0,), dtype=state_dtype, device=q.device)
-    return o, ht
+    o = v.new_empty((B, T, HV, V))      # o has v's (= q's) dtype and device
+    if not output_final_state:
+        return o, None
+    N = B if cu_seqlens is None else cu_seqlens.shape[0] - 1
+    shape = state_shape(N, HV, q.shape[3], V, flags)
+    if initial_state is not None:       # the final state takes the initial state's dtype
+        return o, initial_state.new_empty(shape)
+    return o, torch.empty(shape, dtype=state_dtype, device=q.device)
 
 
 def state_dtype_for(q, initial_state):
@@ -177,16 +178,24 @@ def state_dtype_for(q, initial_state):
 
 def fwd_impl(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, cu_seqlens_cpu,
              scale, flags, output_final_state, backend):
+    """Runs the forward; returns (o, final_state or None)."""
     be, device = resolve(q, backend)
     o, ht = fwd_alloc(q, v, initial_state, cu_seqlens, flags, output_final_state,
-                      state_dtype_for(q, initial_state))
+                      torch.float64 if q.dtype == torch.float64 else torch.float32)
     buf = _lib.FwdBuffer()
     _lib.FWD_PACK.pack_into(
         buf, 0, *tv(q), *tv(k), *tv(v), *tv(g), *tv(beta), *tv(A_log), *tv(dt_bias),
         *tv(initial_state), *tv(cu_seqlens),
         _host_ptr(cu_seqlens_cpu) if be == _lib.BACKEND_CUDA else 0,
-        *tv(o), *tv(ht if output_final_state else None), *options(scale, flags))
+        *tv(o), *tv(ht), *options(scale, flags))
     _call("fwd", be, device, buf, q)
+    return o, ht
+
+
+def _fwd_outputs(o, ht, state_dtype):
+    # a custom op returns tensors only: an absent final state is an empty one
+    if ht is None:
+        ht = o.new_empty((0,), dtype=state_dtype)
     return o, ht
 
 
@@ -196,15 +205,17 @@ def fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
            initial_state: Optional[torch.Tensor], cu_seqlens: Optional[torch.Tensor],
            cu_seqlens_cpu: Optional[torch.Tensor], scale: float, flags: int,
            output_final_state: bool, backend: int) -> tuple[torch.Tensor, torch.Tensor]:
-    return fwd_impl(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, cu_seqlens_cpu,
-                    scale, flags, output_final_state, backend)
+    o, ht = fwd_impl(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens,
+                     cu_seqlens_cpu, scale, flags, output_final_state, backend)
+    return _fwd_outputs(o, ht, state_dtype_for(q, initial_state))
 
 
 @fwd_op.register_fake
 def _fwd_fake(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, cu_seqlens_cpu,
               scale, flags, output_final_state, backend):
-    return fwd_alloc(q, v, initial_state, cu_seqlens, flags, output_final_state,
-                     state_dtype_for(q, initial_state))
+    sd = state_dtype_for(q, initial_state)
+    o, ht = fwd_alloc(q, v, initial_state, cu_seqlens, flags, output_final_state, sd)
+    return _fwd_outputs(o, ht, sd)
 
 
 # --------------------------------------------------------------------------

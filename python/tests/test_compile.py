@@ -26,7 +26,10 @@ def test_compiled_forward_backward_equals_eager(dtype):
                                                 use_qk_l2norm_in_kernel=True)
         return (o * 2).sum() + ht.square().sum(), o
 
-    compiled = torch.compile(layer, fullgraph=True, backend="inductor")
+    # aot_eager traces exactly what inductor would (dynamo, fake tensors, the
+    # autograd formula) without compiling C++ for the surrounding ops, which
+    # takes a minute on two cores; the tests below use inductor
+    compiled = torch.compile(layer, fullgraph=True, backend="aot_eager")
     xe, xc = _fresh(x, True), _fresh(x, True)
     le, oe = layer(**xe)
     lc, oc = compiled(**xc)

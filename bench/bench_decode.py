@@ -237,15 +237,15 @@ def time_sets(lib, sets, v_first=False, wv=0, streaming=-1, verify=False, warps=
         lib.set_tuning(0, -1)
 
 
-def bench_flashqla(lib, B, H, HV, sdt):
+def bench_flashqla(lib, B, H, HV, sdt, v_first=False):
     sets = make_sets(lib, B, H, HV, sdt)
-    ms = time_sets(lib, sets)
+    ms = time_sets(lib, sets, v_first=v_first)
     del sets
     torch.cuda.empty_cache()
     return ms
 
 
-def bench_fla(B, H, HV, sdt):
+def bench_fla(B, H, HV, sdt, v_first=False):
     from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule
     es = torch.tensor([], dtype=sdt).element_size()
     state_bytes = B * HV * KDIM * KDIM * es
@@ -263,7 +263,7 @@ def bench_fla(B, H, HV, sdt):
         for c in range(calls):
             q, k, v, g, beta, h0 = sets[c % nsets]
             outs.append(fused_recurrent_gated_delta_rule(q, k, v, g=g, beta=beta, initial_state=h0,
-                                                         output_final_state=True))
+                                                         output_final_state=True, state_v_first=v_first))
 
     ms = time_graph(run) / calls
     outs.clear()
@@ -272,9 +272,10 @@ def bench_fla(B, H, HV, sdt):
     return ms
 
 
-def fla_child(B, H, HV, sdt_name):
+def fla_child(B, H, HV, sdt_name, v_first=False):
     """FLA in its own process: a fault there cannot poison our context."""
-    cmd = [sys.executable, os.path.abspath(__file__), "--fla-only", "%d,%d,%d,%s" % (B, H, HV, sdt_name)]
+    cmd = [sys.executable, os.path.abspath(__file__), "--fla-only",
+           "%d,%d,%d,%s,%d" % (B, H, HV, sdt_name, int(v_first))]
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
     except subprocess.TimeoutExpired:
@@ -324,13 +325,14 @@ def main():
     ap.add_argument("--out", default="bench/results/decode-h200.csv")
     ap.add_argument("--sweep", action="store_true", help="also time every variant (slice width, layout, hints)")
     ap.add_argument("--no-fla", action="store_true")
+    ap.add_argument("--layouts", default="kv,vk", help="state layouts to time: kv ([K, V]), vk ([V, K])")
     ap.add_argument("--commit", default=None)
     ap.add_argument("--fla-only", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
 
     if args.fla_only:
-        B, H, HV, s = args.fla_only.split(",")
-        ms = bench_fla(int(B), int(H), int(HV), torch.float32 if s == "fp32" else torch.bfloat16)
+        B, H, HV, s, vf = args.fla_only.split(",")
+        ms = bench_fla(int(B), int(H), int(HV), torch.float32 if s == "fp32" else torch.bfloat16, vf == "1")
         print("FLA_MS %.6f" % ms)
         return
 
@@ -384,46 +386,52 @@ def main():
     rows = []
     commit = args.commit or git_commit()
     date = datetime.date.today().isoformat()
-    print("%6s %4s %4s %5s %10s %10s %7s %6s" % ("batch", "h_qk", "h_v", "state", "flashqla", "fla", "speedup",
-                                                 "bw"), flush=True)
-    for sname, sdt in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
-        for (H, HV) in HEADS:
-            for B in BATCHES:
-                ms = bench_flashqla(lib, B, H, HV, sdt)
-                es = 4 if sdt == torch.float32 else 2
-                frac = 2 * B * HV * KDIM * KDIM * es / (ms * 1e-3) / bw
-                if args.no_fla:
-                    fla_ms, why = None, "skipped"
-                elif (B, H, HV) in FLA_FAULTS:
-                    fla_ms, why = fla_child(B, H, HV, sname)  # known to fault: own process
-                else:
-                    try:
-                        fla_ms, why = bench_fla(B, H, HV, sdt), ""
-                    except Exception as e:  # e.g. grid y = B * HV > 65535: FLA cannot launch
-                        fla_ms, why = None, str(e).splitlines()[-1][:120]
-                        torch.cuda.synchronize()
-                rows.append(dict(batch=B, h_qk=H, h_v=HV, state_dtype=sname, flashqla_ms=ms, fla_ms=fla_ms,
-                                 bw_fraction=frac, gpu=gpu, commit=commit, date=date))
-                print("%6d %4d %4d %5s %10.4f %10s %7s %6.3f %s" % (
-                    B, H, HV, sname, ms, "%.4f" % fla_ms if fla_ms else "-",
-                    "%.2f" % (fla_ms / ms) if fla_ms else "-", frac, ("FLA: " + why) if why else ""), flush=True)
+    print("%6s %4s %4s %5s %3s %10s %10s %7s %6s" % ("batch", "h_qk", "h_v", "state", "lay", "flashqla", "fla",
+                                                     "speedup", "bw"), flush=True)
+    layouts = [lay for lay in args.layouts.split(",") if lay]
+    for lay in layouts:
+        vf = lay == "vk"
+        for sname, sdt in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+            for (H, HV) in HEADS:
+                for B in BATCHES:
+                    ms = bench_flashqla(lib, B, H, HV, sdt, v_first=vf)
+                    es = 4 if sdt == torch.float32 else 2
+                    frac = 2 * B * HV * KDIM * KDIM * es / (ms * 1e-3) / bw
+                    if args.no_fla:
+                        fla_ms, why = None, "skipped"
+                    elif (B, H, HV) in FLA_FAULTS:
+                        fla_ms, why = fla_child(B, H, HV, sname, vf)  # known to fault: own process
+                    else:
+                        try:
+                            fla_ms, why = bench_fla(B, H, HV, sdt, vf), ""
+                        except Exception as e:  # e.g. grid y = B * HV > 65535: FLA cannot launch
+                            fla_ms, why = None, str(e).splitlines()[-1][:120]
+                            torch.cuda.synchronize()
+                    rows.append(dict(batch=B, h_qk=H, h_v=HV, state_dtype=sname, flashqla_ms=ms, fla_ms=fla_ms,
+                                     bw_fraction=frac, layout=lay, gpu=gpu, commit=commit, date=date))
+                    print("%6d %4d %4d %5s %3s %10.4f %10s %7s %6.3f %s" % (
+                        B, H, HV, sname, lay, ms, "%.4f" % fla_ms if fla_ms else "-",
+                        "%.2f" % (fla_ms / ms) if fla_ms else "-", frac, ("FLA: " + why) if why else ""), flush=True)
 
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
-        f.write("batch,h_qk,h_v,state_dtype,flashqla_ms,fla_ms,bw_fraction,gpu,commit,date\n")
+        f.write("batch,h_qk,h_v,state_dtype,flashqla_ms,fla_ms,bw_fraction,state_layout,gpu,commit,date\n")
         for r in rows:
-            f.write("%d,%d,%d,%s,%.5f,%s,%.3f,%s,%s,%s\n" % (
+            f.write("%d,%d,%d,%s,%.5f,%s,%.3f,%s,%s,%s,%s\n" % (
                 r["batch"], r["h_qk"], r["h_v"], r["state_dtype"], r["flashqla_ms"],
-                "%.5f" % r["fla_ms"] if r["fla_ms"] else "", r["bw_fraction"], r["gpu"], r["commit"], r["date"]))
+                "%.5f" % r["fla_ms"] if r["fla_ms"] else "", r["bw_fraction"], r["layout"], r["gpu"], r["commit"],
+                r["date"]))
 
-    sp = [r["fla_ms"] / r["flashqla_ms"] for r in rows if r["fla_ms"]]
-    big = [r["bw_fraction"] for r in rows if r["state_dtype"] == "fp32" and r["batch"] * r["h_v"] >= 2048]
-    b1 = [r["flashqla_ms"] * 1e3 for r in rows if r["batch"] == 1 and r["h_v"] == 32 and r["state_dtype"] == "fp32"]
-    print("decode rows=%d geomean_speedup_vs_fla=%.2f min_speedup_vs_fla=%.2f min_bw_fraction_fp32_BHV>=2048=%.3f "
-          "B1_HV32_us=%.2f" % (len(rows), math.exp(sum(map(math.log, sp)) / len(sp)) if sp else float("nan"),
-                               min(sp) if sp else float("nan"), min(big) if big else float("nan"),
-                               b1[0] if b1 else float("nan")))
-
+    for lay in layouts:
+        rs = [r for r in rows if r["layout"] == lay]
+        sp = [r["fla_ms"] / r["flashqla_ms"] for r in rs if r["fla_ms"]]
+        big = [r["bw_fraction"] for r in rs if r["state_dtype"] == "fp32" and r["batch"] * r["h_v"] >= 2048]
+        b1 = [r["flashqla_ms"] * 1e3 for r in rs
+              if r["batch"] == 1 and r["h_v"] == 32 and r["state_dtype"] == "fp32"]
+        print("decode layout=%s rows=%d geomean_speedup_vs_fla=%.2f min_speedup_vs_fla=%.2f "
+              "min_bw_fraction_fp32_BHV>=2048=%.3f B1_HV32_us=%.2f"
+              % (lay, len(rs), math.exp(sum(map(math.log, sp)) / len(sp)) if sp else float("nan"),
+                 min(sp) if sp else float("nan"), min(big) if big else float("nan"), b1[0] if b1 else float("nan")))
 
 if __name__ == "__main__":
     main()

@@ -98,9 +98,12 @@ fqla_status fqla_cuda_decode_workspace(fqla_context *ctx, const fqla_problem *p,
 /* V-slice width per warp. The widest (64 state values per lane) moves the
  * most bytes per instruction; when the problem has too few warps to keep
  * every SM busy (small batches, where latency rules) narrower slices spread
- * the same bytes over more warps. Verify keeps the next token's inputs in
- * registers too, so it starts one step narrower. */
-static int choose_wv(const fqla_problem *p, int sm_count, bool multi)
+ * the same bytes over more warps. A [K, V] state is never cut into slices
+ * narrower than 32 bytes per row: a warp would then use half of each 32-byte
+ * sector it touches (measured on the H200: 1.6x slower at B = 1, 3x at
+ * B = 64). Verify follows the same rule (measured: the widest slice that
+ * still gives 8 warps per SM is also best for T = 2 and 4). */
+static int choose_wv(const fqla_problem *p, int sm_count)
 {
     const int esize = (int)fqla_dtype_size(p->state_dtype);
     const int K = (int)p->K;
@@ -109,8 +112,9 @@ static int choose_wv(const fqla_problem *p, int sm_count, bool multi)
     if (g_wv_override > 0 && fqla_decode_variant_valid(esize, K, g_wv_override, vf)) return g_wv_override;
     const int64_t enough = 8LL * (sm_count > 0 ? sm_count : 132); /* warps: 8 per SM */
     int narrowest = cand[0]; /* the widest is valid for every layout and type */
-    for (int i = multi ? 1 : 0; i < 3; i++) {
+    for (int i = 0; i < 3; i++) {
         if (!fqla_decode_variant_valid(esize, K, cand[i], vf)) continue;
+        if (!vf && cand[i] * esize < 32) continue;
         if (p->B * p->HV * (p->V / cand[i]) >= enough) return cand[i];
         narrowest = cand[i];
     }
@@ -128,7 +132,7 @@ fqla_status fqla_cuda_decode_run(fqla_context *ctx, const fqla_problem *p, const
 
     const bool verify = p->op == FQLA_OP_VERIFY;
     const bool multi = p->T > 1;
-    const int wv = choose_wv(p, ctx->info.sm_count, multi);
+    const int wv = choose_wv(p, ctx->info.sm_count);
 
     DecodeParams k;
     memset(&k, 0, sizeof k);

@@ -10,14 +10,18 @@
  * order afterwards.
  *
  * An item makes two passes over its sequence:
- *   1. forward, chunk by chunk: stores the state entering every chunk, per
- *      value head (states[h][chunk]);
+ *   1. forward, chunk by chunk: stores, per value head, the state entering
+ *      every chunk and the chunk's X = V - diag(e) K S;
  *   2. backward, chunks in reverse: loads q, k once per chunk, recomputes
- *      the chunk's forward quantities per value head from its stored state,
- *      and propagates dS (gradient w.r.t. the state leaving the chunk) to
- *      the state entering it. The rows of dq, dk of a chunk are complete once
- *      the chunk's value heads are done, and are stored at once (after the
- *      l2norm backward when the forward normalised q, k).
+ *      U from the stored X, and propagates dS (gradient w.r.t. the state
+ *      leaving the chunk) to the state entering it. The rows of dq, dk of a
+ *      chunk are complete once the chunk's value heads are done, and are
+ *      stored at once (after the l2norm backward when the forward
+ *      normalised q, k).
+ * Keeping X means pass 2 never forms [Q; K] S (a fifth of its work): the
+ * two inner products that need it, (Q S)_i . do_i and (K S)_i . dx_i, are
+ * q_i . (S do_i) and k_i . (S dx_i), read off the product [dO; dX] S^T that
+ * dq and dk need anyway.
  *
  * Chunk forward (notation of cpu_chunk.h; T~ = Gamma . Ar, P~ = scale Gamma .
  * tril(Q K^T)):  W = [Q; K] S,  X = V - diag(e) K S,  Y = diag(beta) X,
@@ -26,9 +30,9 @@
  *   dU   = P~^T dO + diag(f) K dS'            df_j = (K dS')_j . u_j
  *   dP~  = dO U^T,  dT~ = dU Y^T (strict lower),  dY = T~^T dU
  *   dbeta_i = x_i . dy_i,  dX = diag(beta) dY = dV
- *   de_i = -(K S)_i . dx_i + scale (Q S)_i . do_i
- *   Z = [scale diag(e) dO; -diag(e) dX]:  [dQ; dK] = Z S^T,
- *                                          dS = e_C dS' + [Q; K]^T Z
+ *   G2 = [dO; dX] S^T:  de_i = scale q_i . G2_i - k_i . G2_(C+i),
+ *                       [dQ; dK] = [scale diag(e); -diag(e)] G2
+ *   Z = [scale diag(e) dO; -diag(e) dX]:  dS = e_C dS' + [Q; K]^T Z
  *   dK  += diag(f) U dS'^T,                de_C = <S, dS'>
  *   dAr = Gamma . dT~,  dL = -Ar^T dAr Ar^T (strict lower)
  *   dbeta_i += sum_j dL_ij k_i.k_j,  M = diag(beta) dL,  dK += (M + M^T) K
@@ -43,9 +47,9 @@
  * relative accuracy. Diagonal Gamma_ii = 1 and f_C = 1 do not depend on any
  * gate and are left out.
  *
- * Memory per worker: the entering states of the group, group * chunks *
- * K * V floats (16 MiB at T = 8192, K = V = 128, group 2), plus a few
- * hundred KiB of chunk buffers.
+ * Memory per worker: the entering states and X of the group,
+ * group * chunks * (K + 64) * V floats (24 MiB at T = 8192, K = V = 128,
+ * group 2), plus a few hundred KiB of chunk buffers.
  */
 #include "cpu/cpu_chunk.h"
 #include "cpu/gemm.h"
@@ -73,12 +77,13 @@ typedef struct bwd_bufs {
     fqla_chunk_qk qk;
     fqla_chunk_head hd;
     float *states;          /* [group, chunks_max, Kp, Vp] entering states */
+    float *xs;              /* [group, chunks_max, 64, Vp] X of every chunk */
     float *dS;              /* [group, Kp, Vp] gradient w.r.t. the state leaving the chunk */
-    float *W, *Z;           /* [2 cp, Vp] */
-    float *X, *Y, *U, *dO, *KdS, *dU, *dY, *Uf; /* [cp, Vp] */
+    float *DD, *Z;          /* [2 cp, Vp]: DD = [dO; dX] */
+    float *KS, *Y, *U, *KdS, *dU, *Uf; /* [cp, Vp] */
     float *Ut, *Yt;         /* [Vp, cp] */
     float *St, *dSt;        /* [Vp, Kp] */
-    float *dQK, *dQKsum;    /* [2 cp, Kp] dQ; dK of one head / of the group */
+    float *dQK, *dQKsum;    /* [2 cp, Kp] dQ; dK of one head / of the group (dQK holds G2 first) */
     float *Tt, *P, *Pt, *dP, *dT, *Ttt, *dAr, *Art, *M1, *dLn, *Msym, *dQt, *dQtT; /* [cp, cp] */
     float *tmp;             /* [max(K, V)] */
     double *xr, *dxr, *dx;  /* [Kp] l2norm backward rows */
@@ -87,8 +92,8 @@ typedef struct bwd_bufs {
 static int64_t bwd_floats(int64_t K, int64_t V, int64_t group, int64_t chunks)
 {
     int64_t Kp = fqla_round8(K), Vp = fqla_round8(V), M = fqla_round8(K > V ? K : V);
-    return fqla_chunk_qk_floats(K) + fqla_chunk_head_floats(V) + group * chunks * Kp * Vp +
-           group * Kp * Vp + 2 * 2 * C64 * Vp + 8 * C64 * Vp + 2 * Vp * C64 + 2 * Vp * Kp +
+    return fqla_chunk_qk_floats(K) + fqla_chunk_head_floats(V) + group * chunks * (Kp + C64) * Vp +
+           group * Kp * Vp + 2 * 2 * C64 * Vp + 6 * C64 * Vp + 2 * Vp * C64 + 2 * Vp * Kp +
            2 * 2 * C64 * Kp + 13 * C64 * C64 + M + 3 * 2 * Kp;
 }
 
@@ -105,16 +110,15 @@ static void bwd_carve(bwd_bufs *s, int64_t K, int64_t V, int64_t group, int64_t 
     mem = fqla_chunk_qk_carve(&s->qk, K, mem);
     mem = fqla_chunk_head_carve(&s->hd, V, mem);
     s->states = take(&mem, group * chunks * Kp * Vp);
+    s->xs = take(&mem, group * chunks * C64 * Vp);
     s->dS = take(&mem, group * Kp * Vp);
-    s->W = take(&mem, 2 * C64 * Vp);
+    s->DD = take(&mem, 2 * C64 * Vp);
     s->Z = take(&mem, 2 * C64 * Vp);
-    s->X = take(&mem, C64 * Vp);
+    s->KS = take(&mem, C64 * Vp);
     s->Y = take(&mem, C64 * Vp);
     s->U = take(&mem, C64 * Vp);
-    s->dO = take(&mem, C64 * Vp);
     s->KdS = take(&mem, C64 * Vp);
     s->dU = take(&mem, C64 * Vp);
-    s->dY = take(&mem, C64 * Vp);
     s->Uf = take(&mem, C64 * Vp);
     s->Ut = take(&mem, Vp * C64);
     s->Yt = take(&mem, Vp * C64);
@@ -141,25 +145,28 @@ static void bwd_carve(bwd_bufs *s, int64_t K, int64_t V, int64_t group, int64_t 
     s->dx = (double *)(void *)take(&mem, 2 * Kp);
 }
 
-/* U = T~ diag(beta) (V - diag(e) K S) of one head (and W = [Q; K] S, X, Y
- * when with_q; only K S otherwise). The head part must be loaded. */
-static void chunk_values(bwd_bufs *s, const float *S, int with_q)
+/* X = V - diag(e) K S into X (pass 1 only: the head part must be loaded
+ * with v). */
+static void chunk_x(bwd_bufs *s, const float *S, float *X)
 {
     const fqla_chunk_qk *qk = &s->qk;
     const fqla_chunk_head *hd = &s->hd;
     int64_t cp = qk->cp, K = qk->K, Kp = qk->Kp, Vp = hd->Vp;
+    fqla_gemm(0, cp, Vp, K, qk->QK + cp * Kp, Kp, S, Vp, s->KS, Vp);
     for (int64_t i = 0; i < cp; i++)
-        fqla_mul8(cp, hd->G + i * cp, hd->Ar + i * cp, s->Tt + i * cp);
-    if (with_q)
-        fqla_gemm(0, 2 * cp, Vp, K, qk->QK, Kp, S, Vp, s->W, Vp);
-    else
-        fqla_gemm(0, cp, Vp, K, qk->QK + cp * Kp, Kp, S, Vp, s->W + cp * Vp, Vp);
+        fqla_xpay8(Vp, hd->V_ + i * Vp, -hd->e[i], s->KS + i * Vp, X + i * Vp);
+}
+
+/* Y = diag(beta) X and U = T~ Y, T~ = Gamma . Ar, of one head. */
+static void chunk_u(bwd_bufs *s, const float *X)
+{
+    const fqla_chunk_head *hd = &s->hd;
+    int64_t cp = s->qk.cp, Vp = hd->Vp;
     for (int64_t i = 0; i < cp; i++) {
-        float *x = s->X + i * Vp, *y = s->Y + i * Vp;
-        memcpy(x, hd->V_ + i * Vp, (size_t)Vp * sizeof(float));
-        fqla_axpy8(Vp, -hd->e[i], s->W + (cp + i) * Vp, x);
-        memset(y, 0, (size_t)Vp * sizeof(float));
-        fqla_axpy8(Vp, hd->beta[i], x, y);
+        fqla_mul8(cp, hd->G + i * cp, hd->Ar + i * cp, s->Tt + i * cp);
+        for (int64_t j = 0; j < Vp; j += 8)
+            for (int c = 0; c < 8; c++)
+                s->Y[i * Vp + j + c] = hd->beta[i] * X[i * Vp + j + c];
     }
     fqla_gemm(FQLA_GEMM_A_LOWER, cp, Vp, cp, s->Tt, cp, s->Y, Vp, s->U, Vp);
 }
@@ -208,8 +215,8 @@ static void store_gate_grads(const bwd_job *job, int64_t b, int64_t t, int64_t h
  * stored entering state, dS the gradient w.r.t. the leaving state, updated
  * in place to the entering one. Adds this head's dq, dk to dQKsum and
  * stores dv, dg, dbeta of the chunk's tokens. */
-static void chunk_backward(const bwd_job *job, bwd_bufs *s, const float *S, float *dS, int64_t b,
-                           int64_t t0, int64_t h, int64_t n)
+static void chunk_backward(const bwd_job *job, bwd_bufs *s, const float *S, const float *X, float *dS,
+                           int64_t b, int64_t t0, int64_t h, int64_t n)
 {
     const fqla_problem *p = job->p;
     const fqla_bwd_args *a = job->a;
@@ -220,25 +227,25 @@ static void chunk_backward(const bwd_job *job, bwd_bufs *s, const float *S, floa
     float scale = (float)p->scale;
     double de[C64], df[C64], dbeta[C64];
 
+    float *dO = s->DD, *dX = s->DD + cp * Vp;
+
     /* forward quantities */
-    chunk_values(s, S, 1);
-    for (int64_t i = 0; i < cp; i++) {
-        fqla_mul8(cp, hd->G + i * cp, qk->QKm + i * cp, s->P + i * cp);
-        fqla_scale8(cp, scale, s->P + i * cp);
-    }
+    chunk_u(s, X);
+    for (int64_t i = 0; i < cp; i++)
+        fqla_mul_scale8(cp, hd->G + i * cp, qk->QKm + i * cp, scale, s->P + i * cp);
 
     /* dO rows (pads zero) */
     for (int64_t i = 0; i < cp; i++) {
-        float *r = s->dO + i * Vp;
+        float *r = dO + i * Vp;
         memset(r, 0, (size_t)Vp * sizeof(float));
         if (i < c)
-            fqla_load_row_f32(&a->d_o, fqla_cpu_row_offset(&a->d_o, b, t0 + i, h), V, r);
+            fqla_cpu_load_row(&a->d_o, fqla_cpu_row_offset(&a->d_o, b, t0 + i, h), V, r);
     }
 
     /* dU = P~^T dO + diag(f) K dS';  df_j = (K dS')_j . u_j */
     fqla_gemm(0, cp, Vp, K, Kr, Kp, dS, Vp, s->KdS, Vp);
     fqla_transpose(cp, cp, s->P, cp, s->Pt, cp);
-    fqla_gemm(FQLA_GEMM_A_UPPER, cp, Vp, cp, s->Pt, cp, s->dO, Vp, s->dU, Vp);
+    fqla_gemm(FQLA_GEMM_A_UPPER, cp, Vp, cp, s->Pt, cp, dO, Vp, s->dU, Vp);
     for (int64_t i = 0; i < cp; i++) {
         fqla_axpy8(Vp, hd->f[i], s->KdS + i * Vp, s->dU + i * Vp);
         df[i] = fqla_dot_f64(Vp, s->KdS + i * Vp, s->U + i * Vp);
@@ -249,30 +256,37 @@ static void chunk_backward(const bwd_job *job, bwd_bufs *s, const float *S, floa
     fqla_transpose(cp, Vp, s->Y, Vp, s->Yt, cp);
     memset(s->dP, 0, (size_t)(cp * cp) * sizeof(float));
     memset(s->dT, 0, (size_t)(cp * cp) * sizeof(float));
-    fqla_gemm(FQLA_GEMM_C_LOWER, cp, cp, V, s->dO, Vp, s->Ut, cp, s->dP, cp);
+    fqla_gemm(FQLA_GEMM_C_LOWER, cp, cp, V, dO, Vp, s->Ut, cp, s->dP, cp);
     fqla_gemm(FQLA_GEMM_C_LOWER, cp, cp, V, s->dU, Vp, s->Yt, cp, s->dT, cp);
     fqla_transpose(cp, cp, s->Tt, cp, s->Ttt, cp);
-    fqla_gemm(FQLA_GEMM_A_UPPER, cp, Vp, cp, s->Ttt, cp, s->dU, Vp, s->dY, Vp);
+    fqla_gemm(FQLA_GEMM_A_UPPER, cp, Vp, cp, s->Ttt, cp, s->dU, Vp, dX, Vp);
 
-    /* dbeta, dX (= dV), de, and Z = [scale diag(e) dO; -diag(e) dX] */
+    /* dbeta, dX (= dV, from dY in place) and Z = [scale diag(e) dO; -diag(e) dX] */
     for (int64_t i = 0; i < cp; i++) {
-        float *dx = s->dY + i * Vp; /* dY becomes dX in place */
+        float *dx = dX + i * Vp;
         float *zq = s->Z + i * Vp, *zk = s->Z + (cp + i) * Vp;
-        dbeta[i] = fqla_dot_f64(Vp, s->X + i * Vp, dx);
+        dbeta[i] = fqla_dot_f64(Vp, X + i * Vp, dx);
         fqla_scale8(Vp, hd->beta[i], dx);
-        de[i] = scale * fqla_dot_f64(Vp, s->W + i * Vp, s->dO + i * Vp) -
-                fqla_dot_f64(Vp, s->W + (cp + i) * Vp, dx);
-        memset(zq, 0, (size_t)Vp * sizeof(float));
-        memset(zk, 0, (size_t)Vp * sizeof(float));
-        fqla_axpy8(Vp, scale * hd->e[i], s->dO + i * Vp, zq);
-        fqla_axpy8(Vp, -hd->e[i], dx, zk);
+        for (int64_t j = 0; j < Vp; j += 8)
+            for (int q = 0; q < 8; q++) {
+                zq[j + q] = scale * hd->e[i] * dO[i * Vp + j + q];
+                zk[j + q] = -hd->e[i] * dx[j + q];
+            }
         if (i < c)
             fqla_store_row_f32(&a->dv, fqla_cpu_row_offset(&a->dv, b, t0 + i, h), V, dx);
     }
 
-    /* [dQ; dK] = Z S^T;  dK += diag(f) U dS'^T;  de_C = <S, dS'> */
+    /* G2 = [dO; dX] S^T gives de and the state parts of [dQ; dK] */
     fqla_transpose(Kp, Vp, S, Vp, s->St, Kp);
-    fqla_gemm(0, 2 * cp, Kp, V, s->Z, Vp, s->St, Kp, s->dQK, Kp);
+    fqla_gemm(0, 2 * cp, Kp, V, s->DD, Vp, s->St, Kp, s->dQK, Kp);
+    for (int64_t i = 0; i < cp; i++) {
+        float *gq = s->dQK + i * Kp, *gk = s->dQK + (cp + i) * Kp;
+        de[i] = scale * fqla_dot_f64(K, Qr + i * Kp, gq) - fqla_dot_f64(K, Kr + i * Kp, gk);
+        fqla_scale8(Kp, scale * hd->e[i], gq);
+        fqla_scale8(Kp, -hd->e[i], gk);
+    }
+
+    /* dK += diag(f) U dS'^T;  de_C = <S, dS'> */
     double deC = 0;
     for (int64_t r = 0; r < K; r++)
         deC += fqla_dot_f64(V, S + r * Vp, dS + r * Vp);
@@ -363,7 +377,7 @@ static void store_qk_grads(const bwd_job *job, bwd_bufs *s, int64_t b, int64_t t
             float *g = s->dQKsum + (w * cp + i) * Kp;
             int64_t t = t0 + i;
             if (p->opt.use_qk_l2norm) {
-                fqla_load_row_f32(x, fqla_cpu_row_offset(x, b, t, hk), K, s->tmp);
+                fqla_cpu_load_row(x, fqla_cpu_row_offset(x, b, t, hk), K, s->tmp);
                 for (int64_t j = 0; j < K; j++) {
                     s->xr[j] = s->tmp[j];
                     s->dxr[j] = g[j];
@@ -395,24 +409,28 @@ static void bwd_task(void *arg, int64_t item, int worker)
     fqla_seq_bounds(p, n, &b, &start, &len);
     int64_t end = start + len, chunks = (len + C64 - 1) / C64;
 #define STATE(h, ci) (s.states + ((h) - h0) * job->chunks_max * KV + (ci) * KV)
+#define XS(h, ci) (s.xs + ((h) - h0) * job->chunks_max * C64 * Vp + (ci) * C64 * Vp)
 
-    /* pass 1: the state entering every chunk */
+    /* pass 1: the state entering every chunk, and its X */
     for (int64_t h = h0; h < h1; h++) {
         int64_t lead[2] = {n, h};
         memset(STATE(h, 0), 0, (size_t)KV * sizeof(float));
         if (a->initial_state.data)
             fqla_cpu_state_load(&a->initial_state, lead, K, V, v_first, STATE(h, 0), Vp, s.tmp);
     }
-    for (int64_t ci = 0; ci + 1 < chunks; ci++) {
-        int64_t t0 = start + ci * C64;
-        fqla_chunk_load_qk(&s.qk, &job->in, b, t0, C64, hk, 0);
-        if (ci + 2 < chunks)
-            fqla_chunk_prefetch(&job->in, b, t0 + C64, C64, hk, h0, h1, 0);
+    for (int64_t ci = 0; ci < chunks; ci++) {
+        int64_t t0 = start + ci * C64, c = end - t0 < C64 ? end - t0 : C64;
+        fqla_chunk_load_qk(&s.qk, &job->in, b, t0, c, hk, 0);
+        if (ci + 1 < chunks)
+            fqla_chunk_prefetch(&job->in, b, t0 + C64, end - t0 - C64 < C64 ? end - t0 - C64 : C64, hk, h0, h1, 0);
         fqla_chunk_prepare_qk(&s.qk, 0);
         for (int64_t h = h0; h < h1; h++) {
-            fqla_chunk_load_head(&s.hd, &s.qk, &job->in, b, t0, h);
-            chunk_values(&s, STATE(h, ci), 0);
-            chunk_next_state(&s, STATE(h, ci), STATE(h, ci + 1));
+            fqla_chunk_load_head(&s.hd, &s.qk, &job->in, b, t0, h, 1);
+            chunk_x(&s, STATE(h, ci), XS(h, ci));
+            if (ci + 1 < chunks) {
+                chunk_u(&s, XS(h, ci));
+                chunk_next_state(&s, STATE(h, ci), STATE(h, ci + 1));
+            }
         }
     }
 
@@ -428,14 +446,18 @@ static void bwd_task(void *arg, int64_t item, int worker)
         int64_t t0 = start + ci * C64, c = end - t0 < C64 ? end - t0 : C64;
         fqla_chunk_load_qk(&s.qk, &job->in, b, t0, c, hk, 1);
         if (ci > 0) {
-            fqla_chunk_prefetch(&job->in, b, t0 - C64, C64, hk, h0, h1, 1);
+            /* the previous chunk: q, k, gates and dO (v is not needed: X is kept) */
+            fqla_cpu_prefetch_rows(&a->q, b, t0 - C64, C64, hk, hk + 1, K);
+            fqla_cpu_prefetch_rows(&a->k, b, t0 - C64, C64, hk, hk + 1, K);
+            fqla_cpu_prefetch_rows(&a->g, b, t0 - C64, C64, h0, h1, 1);
+            fqla_cpu_prefetch_rows(&a->beta, b, t0 - C64, C64, h0, h1, 1);
             fqla_cpu_prefetch_rows(&a->d_o, b, t0 - C64, C64, h0, h1, V);
         }
         fqla_chunk_prepare_qk(&s.qk, 1);
         memset(s.dQKsum, 0, (size_t)(2 * s.qk.cp * s.qk.Kp) * sizeof(float));
         for (int64_t h = h0; h < h1; h++) {
-            fqla_chunk_load_head(&s.hd, &s.qk, &job->in, b, t0, h);
-            chunk_backward(job, &s, STATE(h, ci), s.dS + (h - h0) * KV, b, t0, h, n);
+            fqla_chunk_load_head(&s.hd, &s.qk, &job->in, b, t0, h, 0);
+            chunk_backward(job, &s, STATE(h, ci), XS(h, ci), s.dS + (h - h0) * KV, b, t0, h, n);
         }
         store_qk_grads(job, &s, b, t0, hk);
     }
@@ -444,6 +466,7 @@ static void bwd_task(void *arg, int64_t item, int worker)
         fqla_cpu_state_store(&a->d_initial_state, lead, K, V, v_first, s.dS + (h - h0) * KV, Vp, s.tmp);
     }
 #undef STATE
+#undef XS
 }
 
 fqla_status fqla_cpu_bwd(fqla_context *ctx, const fqla_problem *p, const fqla_bwd_args *a)

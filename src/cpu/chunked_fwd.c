@@ -93,24 +93,18 @@ static void fwd_chunk(fwd_bufs *s, float *S, const fqla_problem *p, const fqla_f
     float scale = (float)p->scale;
 
     /* A2 = Gamma . Ar . beta_j: the corrected-value operator with diag(beta) folded in */
-    for (int64_t i = 0; i < cp; i++) {
-        fqla_mul8(cp, hd->G + i * cp, hd->Ar + i * cp, s->A2 + i * cp);
-        fqla_mul8(cp, s->A2 + i * cp, hd->beta, s->A2 + i * cp);
-    }
+    for (int64_t i = 0; i < cp; i++)
+        fqla_mul3_8(cp, hd->G + i * cp, hd->Ar + i * cp, hd->beta, s->A2 + i * cp);
     /* W = [Q; K] S */
     fqla_gemm(0, 2 * cp, Vp, K, qk->QK, Kp, S, Vp, s->W, Vp);
     /* X = V - diag(e) K S;  U = A2 X */
-    for (int64_t i = 0; i < cp; i++) {
-        memcpy(s->X + i * Vp, hd->V_ + i * Vp, (size_t)Vp * sizeof(float));
-        fqla_axpy8(Vp, -hd->e[i], s->W + (cp + i) * Vp, s->X + i * Vp);
-    }
+    for (int64_t i = 0; i < cp; i++)
+        fqla_xpay8(Vp, hd->V_ + i * Vp, -hd->e[i], s->W + (cp + i) * Vp, s->X + i * Vp);
     fqla_gemm(FQLA_GEMM_A_LOWER, cp, Vp, cp, s->A2, cp, s->X, Vp, s->U, Vp);
 
     /* O = P U + scale diag(e) Q S, P = scale Gamma . tril(Q K^T) */
-    for (int64_t i = 0; i < cp; i++) {
-        fqla_mul8(cp, hd->G + i * cp, qk->QKm + i * cp, s->P + i * cp);
-        fqla_scale8(cp, scale, s->P + i * cp);
-    }
+    for (int64_t i = 0; i < cp; i++)
+        fqla_mul_scale8(cp, hd->G + i * cp, qk->QKm + i * cp, scale, s->P + i * cp);
     fqla_gemm(FQLA_GEMM_A_LOWER, cp, Vp, cp, s->P, cp, s->U, Vp, s->O, Vp);
     for (int64_t i = 0; i < qk->c; i++) {
         fqla_axpy8(Vp, scale * hd->e[i], s->W + i * Vp, s->O + i * Vp);
@@ -158,12 +152,14 @@ static void fwd_task(void *arg, int64_t item, int worker)
         int64_t c = end - t0 < C64 ? end - t0 : C64;
         int last = t0 + c >= end;
         fqla_chunk_load_qk(&s.qk, &job->in, b, t0, c, hk, 1);
-        if (!last)
-            fqla_chunk_prefetch(&job->in, b, t0 + C64, end - t0 - C64 < C64 ? end - t0 - C64 : C64,
-                                hk, h0, h1, 1);
+        if (!last) {
+            int64_t c1 = end - t0 - C64 < C64 ? end - t0 - C64 : C64;
+            fqla_chunk_prefetch(&job->in, b, t0 + C64, c1, hk, h0, h1, 1);
+            fqla_cpu_prefetch_rows_w(&a->o, b, t0 + C64, c1, h0, h1, V);
+        }
         fqla_chunk_prepare_qk(&s.qk, 1);
         for (int64_t h = h0; h < h1; h++) {
-            fqla_chunk_load_head(&s.hd, &s.qk, &job->in, b, t0, h);
+            fqla_chunk_load_head(&s.hd, &s.qk, &job->in, b, t0, h, 1);
             fwd_chunk(&s, s.S + (h - h0) * KV, p, a, b, t0, h, !last || want_final);
         }
     }

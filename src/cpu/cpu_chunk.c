@@ -17,8 +17,10 @@
 /* A cache hint only: compilers without the GNU builtin simply skip it. */
 #if defined(__GNUC__)
 #define PREFETCH(addr) __builtin_prefetch(addr)
+#define PREFETCH_W(addr) __builtin_prefetch(addr, 1)
 #else
 #define PREFETCH(addr) ((void)(addr))
+#define PREFETCH_W(addr) ((void)(addr))
 #endif
 
 int64_t fqla_chunk_qk_floats(int64_t K)
@@ -94,11 +96,25 @@ int64_t fqla_cpu_row_offset(const fqla_tensor *x, int64_t b, int64_t t, int64_t 
     return b * x->strides[0] + t * x->strides[1] + h * x->strides[2];
 }
 
+void fqla_cpu_load_row(const fqla_tensor *x, int64_t offset, int64_t n, float *dst)
+{
+    if (x->dtype != FQLA_DTYPE_BF16) {
+        fqla_load_row_f32(x, offset, n, dst);
+        return;
+    }
+    /* bf16 is the top half of an fp32: widening is a shift, exact */
+    const uint16_t *src = (const uint16_t *)x->data + offset;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)src[i] << 16;
+        memcpy(&dst[i], &u, sizeof u);
+    }
+}
+
 void fqla_cpu_load_qk(const fqla_cpu_inputs *in, const fqla_tensor *x, int64_t b, int64_t t,
                       int64_t hk, double *row, float *dst)
 {
     int64_t K = in->p->K;
-    fqla_load_row_f32(x, fqla_cpu_row_offset(x, b, t, hk), K, dst);
+    fqla_cpu_load_row(x, fqla_cpu_row_offset(x, b, t, hk), K, dst);
     if (!in->p->opt.use_qk_l2norm)
         return;
     /* the shared fp64 definition, so the normalisation matches the reference */
@@ -126,12 +142,19 @@ double fqla_cpu_beta(const fqla_cpu_inputs *in, int64_t b, int64_t t, int64_t h)
     return beta;
 }
 
+/* One real load per row: a software prefetch that misses the TLB may be
+ * dropped (and with the row stride of a head every row is a new page), a
+ * load is not - it makes the page walk, so the prefetches of the row's
+ * other lines find the translation. The volatile sink keeps the load. */
+static volatile unsigned char touch_sink;
+
 static void prefetch_row(const fqla_tensor *x, int64_t b, int64_t t, int64_t h, int64_t n)
 {
     size_t es = fqla_dtype_size(x->dtype);
     const char *row = (const char *)x->data + (size_t)fqla_cpu_row_offset(x, b, t, h) * es;
     size_t bytes = (size_t)n * es;
-    for (size_t off = 0; off < bytes; off += 64)
+    touch_sink = *(const unsigned char *)row;
+    for (size_t off = 64; off < bytes; off += 64)
         PREFETCH(row + off);
     PREFETCH(row + bytes - 1);
 }
@@ -142,6 +165,20 @@ void fqla_cpu_prefetch_rows(const fqla_tensor *x, int64_t b, int64_t t0, int64_t
     for (int64_t t = t0; t < t0 + c; t++)
         for (int64_t h = h0; h < h1; h++)
             prefetch_row(x, b, t, h, n);
+}
+
+void fqla_cpu_prefetch_rows_w(const fqla_tensor *x, int64_t b, int64_t t0, int64_t c, int64_t h0,
+                              int64_t h1, int64_t n)
+{
+    size_t es = fqla_dtype_size(x->dtype), bytes = (size_t)n * es;
+    for (int64_t t = t0; t < t0 + c; t++)
+        for (int64_t h = h0; h < h1; h++) {
+            char *row = (char *)x->data + (size_t)fqla_cpu_row_offset(x, b, t, h) * es;
+            touch_sink = *(const unsigned char *)row;
+            for (size_t off = 64; off < bytes; off += 64)
+                PREFETCH_W(row + off);
+            PREFETCH_W(row + bytes - 1);
+        }
 }
 
 void fqla_chunk_prefetch(const fqla_cpu_inputs *in, int64_t b, int64_t t0, int64_t c, int64_t hk,
@@ -191,7 +228,7 @@ void fqla_chunk_prepare_qk(fqla_chunk_qk *s, int with_q)
 }
 
 void fqla_chunk_load_head(fqla_chunk_head *hd, const fqla_chunk_qk *s, const fqla_cpu_inputs *in,
-                          int64_t b, int64_t t0, int64_t h)
+                          int64_t b, int64_t t0, int64_t h, int with_v)
 {
     int64_t V = hd->V, Vp = hd->Vp, c = s->c, cp = s->cp;
     double fin[C64], gsum = 0;
@@ -201,8 +238,10 @@ void fqla_chunk_load_head(fqla_chunk_head *hd, const fqla_chunk_qk *s, const fql
 
     for (int64_t i = 0; i < c; i++) {
         int64_t t = t0 + i;
-        fqla_load_row_f32(in->v, fqla_cpu_row_offset(in->v, b, t, h), V, hd->V_ + i * Vp);
-        memset(hd->V_ + i * Vp + V, 0, (size_t)(Vp - V) * sizeof(float));
+        if (with_v) {
+            fqla_cpu_load_row(in->v, fqla_cpu_row_offset(in->v, b, t, h), V, hd->V_ + i * Vp);
+            memset(hd->V_ + i * Vp + V, 0, (size_t)(Vp - V) * sizeof(float));
+        }
         double g = fqla_cpu_gate(in, b, t, h);
         hd->beta[i] = (float)fqla_cpu_beta(in, b, t, h);
         /* -inf gates are counted, not summed (see cpu_chunk.h) */
@@ -221,14 +260,38 @@ void fqla_chunk_load_head(fqla_chunk_head *hd, const fqla_chunk_qk *s, const fql
         ninf[i] = cnt;
     }
 
+    /* When every gamma_i lies in [-80, 0] (no -inf, moderate decay) Gamma is
+     * the product e_i * exp(-gamma_j) of two normal floats (about 2.5 ulp,
+     * one multiply instead of one expf per entry); otherwise each entry is
+     * its own exponential of a difference, so strong decay neither
+     * overflows exp(-gamma_j) nor underflows the product early. */
+    double lo = 0, hi = -1;
+    for (int64_t i = 0; i < cp; i++) {
+        lo = fin[i] < lo ? fin[i] : lo;
+        hi = fin[i] > hi ? fin[i] : hi;
+    }
+    int product_form = cnt == 0 && lo >= -80.0 && hi <= 0.0;
+    float inv[C64];
     for (int64_t i = 0; i < cp; i++) {
         hd->e[i] = fqla_chunk_exp(fin[i], ninf[i]);
         hd->f[i] = fqla_chunk_exp(gsum - fin[i], cnt - ninf[i]);
+        inv[i] = product_form ? expf((float)-fin[i]) : 0.0f;
+    }
+    for (int64_t i = 0; i < cp; i++) {
         float *Gi = hd->G + i * cp;
-        for (int64_t j = 0; j <= i; j++)
-            Gi[j] = fqla_chunk_exp(fin[i] - fin[j], ninf[i] - ninf[j]);
-        for (int64_t j = i + 1; j < cp; j++)
-            Gi[j] = 0;
+        if (product_form) {
+            for (int64_t j = 0; j < cp; j += 8)
+                for (int q = 0; q < 8; q++)
+                    Gi[j + q] = hd->e[i] * inv[j + q];
+            Gi[i] = 1.0f;
+            for (int64_t j = i + 1; j < cp; j++)
+                Gi[j] = 0;
+        } else {
+            for (int64_t j = 0; j <= i; j++)
+                Gi[j] = fqla_chunk_exp(fin[i] - fin[j], ninf[i] - ninf[j]);
+            for (int64_t j = i + 1; j < cp; j++)
+                Gi[j] = 0;
+        }
     }
     hd->eC = fqla_chunk_exp(gsum, cnt);
 

@@ -71,10 +71,10 @@ void fqla_chunk_load_qk(fqla_chunk_qk *s, const fqla_cpu_inputs *in, int64_t b, 
                         int64_t c, int64_t hk, int with_q);
 /* QKt, KK and (with_q) QKm. */
 void fqla_chunk_prepare_qk(fqla_chunk_qk *s, int with_q);
-/* Loads v, beta and the gates of value head h for the same tokens, and
- * computes e, f, eC, Gamma and Ar (needs s prepared). */
+/* Loads v (when with_v), beta and the gates of value head h for the same
+ * tokens, and computes e, f, eC, Gamma and Ar (needs s prepared). */
 void fqla_chunk_load_head(fqla_chunk_head *hd, const fqla_chunk_qk *s, const fqla_cpu_inputs *in,
-                          int64_t b, int64_t t0, int64_t h);
+                          int64_t b, int64_t t0, int64_t h, int with_v);
 
 /* Asks the cache for the raw rows the two loads will read for tokens
  * [t0, t0 + c), q/k head hk and value heads [h0, h1). Each row of one head
@@ -90,9 +90,19 @@ void fqla_chunk_prefetch(const fqla_cpu_inputs *in, int64_t b, int64_t t0, int64
 void fqla_cpu_prefetch_rows(const fqla_tensor *x, int64_t b, int64_t t0, int64_t c, int64_t h0,
                             int64_t h1, int64_t n);
 
+/* The same for rows about to be written (a write-intent hint). */
+void fqla_cpu_prefetch_rows_w(const fqla_tensor *x, int64_t b, int64_t t0, int64_t c, int64_t h0,
+                              int64_t h1, int64_t n);
+
 /* exp(x) for x <= 0 with the chunk conventions: 0 when any -inf gate lies in
  * the span (ninf > 0) or x < -87. */
 float fqla_chunk_exp(double x, int ninf);
+
+/* n contiguous elements of x from offset, as fp32. BF16 (the common input
+ * dtype) is widened inline - an exact conversion - because it sits in the
+ * backend's innermost load loop; every other dtype goes through
+ * fqla_load_row_f32. */
+void fqla_cpu_load_row(const fqla_tensor *x, int64_t offset, int64_t n, float *dst);
 
 /* Transformed inputs of one token. */
 /* q or k row of (b, t, hk): K floats into dst (l2-normalised when asked;

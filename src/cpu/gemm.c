@@ -101,10 +101,42 @@ void fqla_mul8(int64_t n, const float *restrict x, const float *restrict y, floa
             z[i + c] = x[i + c] * y[i + c];
 }
 
+void fqla_mul_scale8(int64_t n, const float *restrict x, const float *restrict y, float s,
+                     float *restrict out)
+{
+    for (int64_t i = 0; i < n; i += 8)
+        for (int c = 0; c < 8; c++)
+            out[i + c] = x[i + c] * y[i + c] * s;
+}
+
+void fqla_mul3_8(int64_t n, const float *restrict x, const float *restrict y, const float *restrict z,
+                 float *restrict out)
+{
+    for (int64_t i = 0; i < n; i += 8)
+        for (int c = 0; c < 8; c++)
+            out[i + c] = x[i + c] * y[i + c] * z[i + c];
+}
+
+void fqla_xpay8(int64_t n, const float *restrict x, float a, const float *restrict y, float *restrict out)
+{
+    for (int64_t i = 0; i < n; i += 8)
+        for (int c = 0; c < 8; c++)
+            out[i + c] = x[i + c] + a * y[i + c];
+}
+
 double fqla_dot_f64(int64_t n, const float *x, const float *y)
 {
-    double s = 0;
-    for (int64_t i = 0; i < n; i++)
-        s += (double)x[i] * y[i];
-    return s;
+    /* four independent fp64 sums (one dependency chain would cost an add
+     * latency per element), combined in a fixed order */
+    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        s0 += (double)x[i] * y[i];
+        s1 += (double)x[i + 1] * y[i + 1];
+        s2 += (double)x[i + 2] * y[i + 2];
+        s3 += (double)x[i + 3] * y[i + 3];
+    }
+    for (; i < n; i++)
+        s0 += (double)x[i] * y[i];
+    return (s0 + s1) + (s2 + s3);
 }

@@ -41,6 +41,12 @@ void fqla_scale8(int64_t n, float a, float *x);
 void fqla_axpy8(int64_t n, float a, const float *x, float *y);
 /* z[0..n) = x[0..n) * y[0..n); n % 8 == 0. */
 void fqla_mul8(int64_t n, const float *x, const float *y, float *z);
+/* out[0..n) = x * y * s (element-wise, s a scalar); n % 8 == 0. */
+void fqla_mul_scale8(int64_t n, const float *x, const float *y, float s, float *out);
+/* out[0..n) = x * y * z; n % 8 == 0. */
+void fqla_mul3_8(int64_t n, const float *x, const float *y, const float *z, float *out);
+/* out[0..n) = x + a y; n % 8 == 0. */
+void fqla_xpay8(int64_t n, const float *x, float a, const float *y, float *out);
 /* sum of x[i] y[i] over i < n, accumulated in double (n any). */
 double fqla_dot_f64(int64_t n, const float *x, const float *y);
 

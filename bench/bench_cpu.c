@@ -14,8 +14,9 @@
  *   fp64 reference      FQLA_BACKEND_CPU_REFERENCE, on a shorter T and scaled
  *                       linearly to T (its cost is linear in T; marked "est.")
  *
- * Every timed figure is the median of --repeat runs after one untimed run
- * (buffers warm, pages mapped). The output is a Markdown table; with --csv
+ * Every timed figure is the best of --repeat runs after one untimed run
+ * (buffers warm, pages mapped): on a shared machine the fastest run is the
+ * one least disturbed by other work. The output is a Markdown table; with --csv
  * FILE one line per row is appended as
  *   op,impl,threads,T_measured,seconds,tokens_per_s,host,commit,date
  *
@@ -317,7 +318,7 @@ static double run_once(run_kind kind, fqla_context *ctx, layer *L, int64_t T, in
     return t1 - t0;
 }
 
-/* Median of `reps` timed runs after one untimed run. */
+/* Best of `reps` timed runs after one untimed run. */
 static double timed(run_kind kind, fqla_context *ctx, layer *L, int64_t T, int threads, bwd_bufs *bb, int reps)
 {
     double ts[32];
@@ -327,7 +328,20 @@ static double timed(run_kind kind, fqla_context *ctx, layer *L, int64_t T, int t
     for (int r = 0; r < reps; r++)
         ts[r] = run_once(kind, ctx, L, T, threads, bb);
     qsort(ts, (size_t)reps, sizeof ts[0], cmp_double);
-    return ts[reps / 2];
+    return ts[0];
+}
+
+/* The 1-minute load average: on a shared machine, how disturbed a run was. */
+static double loadavg(void)
+{
+    double l = -1;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf", &l) != 1)
+            l = -1;
+        fclose(f);
+    }
+    return l;
 }
 
 static FILE *csv;
@@ -392,8 +406,9 @@ int main(int argc, char **argv)
             }
         fclose(ci);
     }
-    printf("layer B=%d T=%lld H=%d HV=%d K=V=%d, bf16 q/k/v/o, fp32 g/beta/states; host: %s; median of %d\n\n",
+    printf("layer B=%d T=%lld H=%d HV=%d K=V=%d, bf16 q/k/v/o, fp32 g/beta/states; host: %s; best of %d\n\n",
            B, (long long)T, H, HV, K, host, repeat);
+    printf("(1-minute load average before: %.2f)\n\n", loadavg());
     printf("| op | implementation | threads | T measured | seconds for T=%lld | tokens/s | vs plain, same threads |\n",
            (long long)T);
     printf("|---|---|---|---|---|---|---|\n");
@@ -437,6 +452,7 @@ int main(int argc, char **argv)
             timed(RUN_BWD, ref, &L, ref_T, max_threads, &bb, 1), 0);
     fqla_context_destroy(ref);
 
+    printf("\n(1-minute load average after: %.2f)\n", loadavg());
     free(bb.d_o); free(bb.dq); free(bb.dk); free(bb.dv); free(bb.dg); free(bb.dbeta); free(bb.dh0); free(bb.dht);
     layer_free(&L);
     if (csv)

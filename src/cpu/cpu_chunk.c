@@ -145,15 +145,19 @@ double fqla_cpu_beta(const fqla_cpu_inputs *in, int64_t b, int64_t t, int64_t h)
 /* One real load per row: a software prefetch that misses the TLB may be
  * dropped (and with the row stride of a head every row is a new page), a
  * load is not - it makes the page walk, so the prefetches of the row's
- * other lines find the translation. The volatile sink keeps the load. */
-static volatile unsigned char touch_sink;
+ * other lines find the translation. A volatile read keeps the load. */
+static void touch(const char *row)
+{
+    volatile unsigned char sink = *(const volatile unsigned char *)row;
+    (void)sink;
+}
 
 static void prefetch_row(const fqla_tensor *x, int64_t b, int64_t t, int64_t h, int64_t n)
 {
     size_t es = fqla_dtype_size(x->dtype);
     const char *row = (const char *)x->data + (size_t)fqla_cpu_row_offset(x, b, t, h) * es;
     size_t bytes = (size_t)n * es;
-    touch_sink = *(const unsigned char *)row;
+    touch(row);
     for (size_t off = 64; off < bytes; off += 64)
         PREFETCH(row + off);
     PREFETCH(row + bytes - 1);
@@ -174,7 +178,7 @@ void fqla_cpu_prefetch_rows_w(const fqla_tensor *x, int64_t b, int64_t t0, int64
     for (int64_t t = t0; t < t0 + c; t++)
         for (int64_t h = h0; h < h1; h++) {
             char *row = (char *)x->data + (size_t)fqla_cpu_row_offset(x, b, t, h) * es;
-            touch_sink = *(const unsigned char *)row;
+            touch(row);
             for (size_t off = 64; off < bytes; off += 64)
                 PREFETCH_W(row + off);
             PREFETCH_W(row + bytes - 1);

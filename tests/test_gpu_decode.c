@@ -807,7 +807,9 @@ static void one_step_vs_reference(const cfg *c, int64_t P_big, int use_graph)
     double *o_ref = malloc(sizeof(double) * B * HV * K);
 
     int rounds = use_graph ? 2 : 1;
+#ifdef FQLA_HAVE_CUDA
     void *stream = NULL, *graph = NULL, *exec = NULL;
+#endif
     for (int round = 0; round < rounds; round++) {
         if (round > 0) { /* new data in the same buffers */
             problem p2;

@@ -238,8 +238,9 @@ fqla_status fqla_bwd(fqla_context *ctx, const fqla_bwd_args *args,
 /* Decode (one token) and verify (T draft tokens) on a state pool            */
 
 /* B sequences, each with T new tokens (T = 1 for fqla_decode), reading the
- * state pool entry slots[b]. A negative slot marks padding: nothing is read or
- * written for that sequence and its o rows are zeroed. A slot >= P is an
+ * state pool entry slots[b]. A negative slot marks padding: its pool entry is
+ * never read or written and its o rows are zeroed (its token inputs may be
+ * read, so they must be valid memory). A slot >= P is an
  * error (checked on the CPU, and on CUDA when slots_host is given; without it
  * a CUDA kernel skips such a sequence and writes NaN to its o rows).
  * Duplicate non-negative slots are an error when the slots can be read on the

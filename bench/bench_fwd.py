@@ -13,6 +13,15 @@ bench/results/fwd-<gpu>.csv and print the advantage over the published
 FlashQLA / FlashInfer anchors (bench/anchors_h200.csv).
 
     python3 bench/bench_fwd.py [--models 'TP8,TP1'] [--seqlens '1x32768,8192x4'] [--lib build/libflashqla.so]
+    python3 bench/bench_fwd.py --rows '397B/122B TP1:1x32768,35B/9B/4B TP1:1x8192'
+
+Several builds and kernel variants in one process, on the same inputs and
+against the same FLA timing: --lib 'new=build/libflashqla.so,v2=old/libflashqla.so'
+and --variants '2,0;1,1' (value heads per prepare batch, late chunk copies:
+fqla_cuda_fwd_tune, applied to each library that has it). Each (library,
+variant) is one CSV row; its commit field is the build's commit plus the
+variant, or the label of a labelled library run without variants (e.g.
+'206cbd8=old/libflashqla.so').
 """
 import argparse
 import ctypes as C
@@ -66,8 +75,10 @@ def desc(t):
 
 
 class Lib:
-    def __init__(self, path):
+    def __init__(self, path, label=""):
+        self.label = label
         self.L = C.CDLL(path)
+        self.tune = getattr(self.L, "fqla_cuda_fwd_tune", None)
         self.L.fqla_last_error.restype = C.c_char_p
         self.L.fqla_status_string.restype = C.c_char_p
         self.ctx = C.c_void_p()
@@ -202,9 +213,12 @@ def load_anchors():
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--lib", default=os.path.join(ROOT, "build", "libflashqla.so"))
+    ap.add_argument("--lib", default=os.path.join(ROOT, "build", "libflashqla.so"),
+                    help="comma-separated [label=]path of shared libraries")
+    ap.add_argument("--variants", default="", help="';'-separated 'hb,late' kernel variants (default: the build's)")
     ap.add_argument("--models", default="", help="comma-separated substrings of model labels (default: all)")
     ap.add_argument("--seqlens", default="", help="comma-separated seqlens labels (default: all)")
+    ap.add_argument("--rows", default="", help="comma-separated 'model label:seqlens' rows, run in this order")
     ap.add_argument("--calls", type=int, default=4, help="calls per captured graph")
     ap.add_argument("--replays", type=int, default=10)
     ap.add_argument("--out", default=os.path.join(HERE, "results", "fwd-h200.csv"))
@@ -221,16 +235,33 @@ def main():
             rows.append((model, int(r["h_qk"]), int(r["h_v"]), sl))
     if a.models:
         keys = a.models.split(",")
-        rows = [r for r in rows if any(k == r[0] or r[0].endswith(" " + k) for k in keys)]
+        match = lambda r: [i for i, k in enumerate(keys) if k == r[0] or r[0].endswith(" " + k)]
+        rows = [r for r in rows if match(r)]
+        rows.sort(key=lambda r: match(r)[0])  # in the order of --models (stable within a model)
     if a.seqlens:
         keys = a.seqlens.split(",")
         rows = [r for r in rows if r[3] in keys]
+    if a.rows:
+        want = [tuple(x.rsplit(":", 1)) for x in a.rows.split(",")]
+        byk = {(r[0], r[3]): r for r in rows}
+        rows = [byk[w] for w in want if w in byk]
 
     fla_fwd = None
     if not a.no_fla:
         from fla.ops.gated_delta_rule.chunk import chunk_gated_delta_rule_fwd as fla_fwd
 
-    lib = Lib(a.lib)
+    libs = []
+    for ent in a.lib.split(","):
+        label, _, path = ent.rpartition("=")
+        libs.append(Lib(path, label))
+    variants = [tuple(int(x) for x in v.split(",")) for v in a.variants.split(";") if v] if a.variants else []
+    configs = []  # (lib, variant or None, tag)
+    for lib in libs:
+        if variants and lib.tune:
+            for hb, late in variants:
+                configs.append((lib, (hb, late), (lib.label + ":" if lib.label else "") + "hb%d-late%d" % (hb, late)))
+        else:
+            configs.append((lib, None, lib.label))
     gpu = torch.cuda.get_device_name().replace(" ", "_")
     gpu_tag = "h200" if "H200" in gpu else gpu
     commit = os.environ.get("FQLA_COMMIT", "")
@@ -248,7 +279,7 @@ def main():
     if new:
         w.writerow(["op", "model", "h_qk", "h_v", "seqlens", "flashqla_ms", "fla_ms", "gpu", "commit", "date"])
 
-    adv_fq, adv_best = [], []
+    adv_fq, adv_best = {}, {}  # per config tag
     print("%-22s %-12s %9s %9s %7s %7s %7s %9s %9s" % ("model", "seqlens", "fqla_ms", "fla_ms", "x_fla",
                                                        "adv_fq", "adv_best", "o_rel", "ht_rel"))
     for model, hq, hv, sl in rows:
@@ -256,44 +287,57 @@ def main():
         q, k, v, g, beta, h0, cu, cu_host = make_inputs(hq, hv, lens)
         o = torch.empty_like(v)
         ht = torch.empty_like(h0)
-        ours = FqlaFwd(lib, q, k, v, g, beta, h0, cu, cu_host, o, ht)
-        ours()
-        torch.cuda.synchronize()
         scale = 128 ** -0.5
         fla_ms = float("nan")
-        o_rel = ht_rel = float("nan")
+        res = None
         if fla_fwd is not None:
             def run_fla():
                 return fla_fwd(q, k, v, g, beta, scale, h0, True, cu_seqlens=cu)
             res = run_fla()
             torch.cuda.synchronize()
-            o_rel, ht_rel = rel(o, res[1]), rel(ht, res[3])
-            del res
+            res = (res[1].clone(), res[3].clone())
             fla_ms = time_graph(run_fla, flush, a.calls, a.replays)
-        ms = time_graph(ours, flush, a.calls, a.replays)
-        x = fla_ms / ms
-        an = anchors.get((model, sl))
-        af = ab = float("nan")
-        if an is not None and not math.isnan(x):
-            pub = float(an["fla_ms"])
-            af = x / (pub / float(an["flashqla_ms"]))
-            ai = x / (pub / float(an["flashinfer_ms"]))
-            ab = min(af, ai)
-            adv_fq.append(af)
-            adv_best.append(ab)
-        print("%-22s %-12s %9.4f %9.4f %7.2f %7.2f %7.2f %9.2e %9.2e" % (model, sl, ms, fla_ms, x, af, ab,
-                                                                        o_rel, ht_rel), flush=True)
-        if a.profile:
-            print("    kernels: " + kernel_breakdown(ours), flush=True)
-        w.writerow(["fwd", model, hq, hv, sl, "%.4f" % ms, "%.4f" % fla_ms, gpu_tag, commit, date])
-        fout.flush()
-        del q, k, v, g, beta, h0, o, ht, ours
+        for lib, var, tag in configs:
+            try:
+                if lib.tune:
+                    lib.tune(C.c_int(var[0] if var else 0), C.c_int(var[1] if var else -1))
+                ours = FqlaFwd(lib, q, k, v, g, beta, h0, cu, cu_host, o, ht)
+                ours()
+                torch.cuda.synchronize()
+                o_rel = ht_rel = float("nan")
+                if res is not None:
+                    o_rel, ht_rel = rel(o, res[0]), rel(ht, res[1])
+                ms = time_graph(ours, flush, a.calls, a.replays)
+                x = fla_ms / ms
+                an = anchors.get((model, sl))
+                af = ab = float("nan")
+                if an is not None and not math.isnan(x):
+                    pub = float(an["fla_ms"])
+                    af = x / (pub / float(an["flashqla_ms"]))
+                    ai = x / (pub / float(an["flashinfer_ms"]))
+                    ab = min(af, ai)
+                    adv_fq.setdefault(tag, []).append(af)
+                    adv_best.setdefault(tag, []).append(ab)
+                print("%-22s %-12s %9.4f %9.4f %7.2f %7.2f %7.2f %9.2e %9.2e %s" % (model, sl, ms, fla_ms, x, af, ab,
+                                                                                   o_rel, ht_rel, tag), flush=True)
+                if a.profile:
+                    print("    kernels: " + kernel_breakdown(ours), flush=True)
+                # a labelled library without variants is another build: its label is its commit
+                ccol = tag if (lib.label and var is None) else commit + ("+" + tag if tag else "")
+                w.writerow(["fwd", model, hq, hv, sl, "%.4f" % ms, "%.4f" % fla_ms, gpu_tag, ccol, date])
+                fout.flush()
+                del ours
+                if lib.tune:
+                    lib.tune(C.c_int(0), C.c_int(-1))
+            except Exception as e:  # one failing build or variant must not end the run
+                print("%-22s %-12s FAILED %s: %s" % (model, sl, tag, e), flush=True)
+        del q, k, v, g, beta, h0, o, ht, res
         torch.cuda.empty_cache()
     fout.close()
-    if adv_fq:
-        gm = lambda xs: math.exp(sum(math.log(x) for x in xs) / len(xs))
-        print("fwd rows=%d geomean_adv_flashqla=%.2f geomean_adv_best=%.2f min_adv_best=%.2f" %
-              (len(adv_fq), gm(adv_fq), gm(adv_best), min(adv_best)))
+    gm = lambda xs: math.exp(sum(math.log(x) for x in xs) / len(xs))
+    for tag in adv_fq:
+        print("fwd rows=%d geomean_adv_flashqla=%.2f geomean_adv_best=%.2f min_adv_best=%.2f %s" %
+              (len(adv_fq[tag]), gm(adv_fq[tag]), gm(adv_best[tag]), min(adv_best[tag]), tag))
 
 
 if __name__ == "__main__":

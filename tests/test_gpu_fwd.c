@@ -4,7 +4,7 @@
  *
  * Covered: T in {1, 63, 64, 65, 1000}; batches and varlen (int32 / int64
  * cu_seqlens, zero-length sequences, trailing rows after the last sequence,
- * which must come back as zeros); GVA ratios 1, 2, 4; K = V in {64, 128, 256};
+ * which must come back as zeros); GVA ratios 1, 2, 3, 4, 6; K = V in {64, 128, 256};
  * bf16 and fp16; with and without h0 / final state; state_v_first; bf16 g,
  * beta and h0; in-kernel l2norm, gate and beta sigmoid (allow_neg_eigval);
  * strong decay (cumulative -1300) and no decay. Robustness: outputs poisoned
@@ -26,7 +26,7 @@
 #define CASES(X)                                                                                 \
     X(fwd_lengths) X(fwd_varlen) X(fwd_varlen_i64_zero_len) X(fwd_trailing_rows) X(fwd_gva)       \
     X(fwd_many_heads) X(fwd_head_dims) X(fwd_fp16) X(fwd_options) X(fwd_v_first_bf16_state) X(fwd_decay_extremes) \
-    X(fwd_robustness) X(fwd_graph_replay) X(fwd_not_supported)
+    X(fwd_variants) X(fwd_robustness) X(fwd_graph_replay) X(fwd_not_supported)
 
 #ifdef FQLA_HAVE_CUDA
 
@@ -49,6 +49,8 @@ extern cuda_err cudaGraphLaunch(cuda_graph_exec e, cuda_stream s);
 extern cuda_err cudaGraphExecDestroy(cuda_graph_exec e);
 extern cuda_err cudaGraphDestroy(cuda_graph g);
 extern const char *cudaGetErrorString(cuda_err e);
+/* the forward's kernel-variant hook (src/cuda/fwd.cu, outside the public API) */
+extern void fqla_cuda_fwd_tune(int prep_heads, int late_loads);
 #define H2D 1
 #define D2H 2
 
@@ -518,8 +520,10 @@ static void fwd_trailing_rows(void)
 
 static void fwd_gva(void)
 {
-    const int hh[][2] = {{1, 1}, {4, 4}, {2, 8}, {4, 16}};
-    for (int i = 0; i < 4; i++) {
+    /* groups 1, 4, 3 and 6: the prepare kernel takes the group's value heads
+     * in batches (of 1, 2 or 4), so 3 and 6 leave a partial last batch */
+    const int hh[][2] = {{1, 1}, {4, 4}, {2, 8}, {4, 16}, {2, 6}, {1, 6}};
+    for (int i = 0; i < 6; i++) {
         spec s = base_spec(1, 200, hh[i][0], hh[i][1], 128);
         char what[64];
         snprintf(what, sizeof what, "GVA H=%d HV=%d T=200", hh[i][0], hh[i][1]);
@@ -585,6 +589,60 @@ static void fwd_decay_extremes(void)
     s.decay = 2;
     s.beta_mode = 1;
     check_spec(&s, "no decay, beta in {0, 1, 1.99}");
+}
+
+/* Every kernel variant (value heads per prepare batch 1, 2, 4; the chunk
+ * kernel's copies early or late) against the reference on shapes that reach
+ * its edges: partial head batches, BV = 64, K = 256, l2norm, fp16. The
+ * variants do the same arithmetic in another order of work, so they are
+ * expected to agree with the default bit for bit (reported, not required). */
+static void fwd_variants(void)
+{
+    spec specs[5];
+    const char *names[5] = {"GVA H=2 HV=6 T=200", "B=3 H=8 HV=32 T=100 (BV=64)", "K=V=256 H=1 HV=2 T=130",
+                            "l2norm + gate + beta sigmoid H=1 HV=3", "fp16 H=1 HV=6 T=150"};
+    specs[0] = base_spec(1, 200, 2, 6, 128);
+    specs[1] = base_spec(3, 100, 8, 32, 128);
+    specs[2] = base_spec(1, 130, 1, 2, 256);
+    specs[3] = base_spec(1, 300, 1, 3, 128);
+    specs[3].l2norm = specs[3].gate_in = specs[3].beta_sig = 1;
+    specs[4] = base_spec(1, 150, 1, 6, 128);
+    specs[4].io = FQLA_DTYPE_F16;
+    const int hbs[3] = {1, 2, 4};
+    for (int i = 0; i < 5; i++) {
+        if (check_quick() && i > 1) break;
+        prob p;
+        prob_init(&p, &specs[i]);
+        upload_all(&p);
+        run_ref(&p);
+        size_t ob = (size_t)p.nv * dsize(specs[i].io) + 2 * GUARD;
+        size_t hb = (size_t)p.ns * dsize(specs[i].ht_dtype) + 2 * GUARD;
+        unsigned char *o0 = NULL, *h0 = NULL;
+        fqla_cuda_fwd_tune(0, -1);
+        poison(&p);
+        CHECK(run_gpu(&p, NULL) == FQLA_STATUS_SUCCESS, "%s default: %s", names[i], fqla_last_error(gpu));
+        download(&p, &o0, &h0);
+        for (int v = 0; v < 6; v++) {
+            char what[96];
+            snprintf(what, sizeof what, "%s hb=%d late=%d", names[i], hbs[v % 3], v / 3);
+            fqla_cuda_fwd_tune(hbs[v % 3], v / 3);
+            poison(&p);
+            fqla_status st = run_gpu(&p, NULL);
+            CHECK(st == FQLA_STATUS_SUCCESS, "%s: %s", what, fqla_last_error(gpu));
+            if (st != FQLA_STATUS_SUCCESS) continue;
+            unsigned char *o1 = NULL, *h1 = NULL;
+            download(&p, &o1, &h1);
+            compare(&p, what);
+            if (memcmp(o0, o1, ob) != 0 || memcmp(h0, h1, hb) != 0)
+                printf("  %-40s differs from the default in its low bits\n", what);
+            free(o1);
+            free(h1);
+        }
+        fqla_cuda_fwd_tune(0, -1);
+        free(o0);
+        free(h0);
+        prob_free(&p);
+    }
 }
 
 /* NaN poison, guard bands, bit-identical reruns. */

@@ -37,7 +37,21 @@ int pick_bv(const fqla_context *ctx, const fqla_problem *p)
 
 const char *dname(fqla_dtype d) { return fqla_dtype_string(d); }
 
+/* Kernel variants picked by fqla_cuda_fwd_tune (0 / -1: the defaults). */
+int g_tune_hb = 0, g_tune_late = -1;
+
 } // namespace
+
+/* Benchmarking and test hook, outside the public API (like
+ * fqla_cuda_decode_tune_warps): value heads per prepare batch (1, 2, 4;
+ * 0 = FQLA_FWD_PREP_HB) and the chunk kernel's late copies (0, 1; -1 =
+ * FQLA_FWD_LATE_LOADS) for every later forward in the process. Without
+ * FQLA_FWD_TUNING only the defaults are compiled and this does nothing. */
+extern "C" void fqla_cuda_fwd_tune(int prep_heads, int late_loads)
+{
+    g_tune_hb = prep_heads;
+    g_tune_late = late_loads;
+}
 
 fqla_status fqla_cuda_fwd_supported(fqla_context *ctx, const fqla_problem *p, const fqla_fwd_args *a)
 {
@@ -162,8 +176,9 @@ fqla_status fqla_cuda_fwd_run(fqla_context *ctx, const fqla_problem *p, const fq
     k.Pg = ws + L.Pg;
 
     const int io_bf16 = p->io_dtype == FQLA_DTYPE_BF16;
-    st = fqla_cuda_check(ctx, fqla_fwd_launch_prepare(k, io_bf16, stream), "CUDA forward: prepare kernel launch");
+    st = fqla_cuda_check(ctx, fqla_fwd_launch_prepare(k, io_bf16, g_tune_hb, stream),
+                         "CUDA forward: prepare kernel launch");
     if (st != FQLA_STATUS_SUCCESS) return st;
-    return fqla_cuda_check(ctx, fqla_fwd_launch_chunk(k, io_bf16, pick_bv(ctx, p), stream),
+    return fqla_cuda_check(ctx, fqla_fwd_launch_chunk(k, io_bf16, pick_bv(ctx, p), g_tune_late, stream),
                            "CUDA forward: chunk kernel launch");
 }

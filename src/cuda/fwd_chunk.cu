@@ -15,6 +15,14 @@
  * m16n8k16 with fp32 accumulation; the next chunk's tiles (Q, K, V, Ag, Pg,
  * gamma, rq, rk) stream in with cp.async while the current one computes.
  * Rows past the sequence end load as zeros, so they add nothing to S.
+ *
+ * Per chunk, three CTA barriers: A (chunk landed, S published as Sb),
+ * C (W written), D (Vd, Vp written). After D, the O product Pg Vd and the
+ * state update K^T Vp run in one loop: they are independent mma chains, so
+ * each hides the other's latency. With LATE (the default is
+ * FQLA_FWD_LATE_LOADS) the next chunk's copies and the previous chunk's
+ * output stores are issued after barrier C by the four warps whose triangular
+ * Ag W share is smallest, off the chain, instead of by every warp after A.
  */
 #include "cuda/fwd_common.cuh"
 #include "cuda/fwd_ptx.cuh"
@@ -52,7 +60,7 @@ struct chunk_cfg {
     static_assert(SNT % 2 == 0 && CNT % 2 == 0, "n-tiles come in pairs");
 };
 
-template <typename T, int KD, int BV>
+template <typename T, int KD, int BV, bool LATE>
 __global__ void __launch_bounds__(FQLA_FWD_THREADS, 1) fwd_chunk_kernel(const fqla_fwd_params p)
 {
     typedef fqla_io<T> io;
@@ -117,12 +125,13 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 1) fwd_chunk_kernel(const fq
         rks[tid] = 1.f;
     }
 
-    /* Issues the cp.async loads of chunk cc into buffer b. */
-    auto load_chunk = [&](int64_t cc, int b) {
+    /* Issues the cp.async loads of chunk cc into buffer b, spread over
+     * threads lt = 0 .. nt - 1 (nt >= 48). */
+    auto load_chunk = [&](int64_t cc, int b, int lt, int nt) {
         const int64_t t0 = start + cc * C;
         const int nvalid = (int)min((int64_t)C, len - cc * C);
         constexpr int VQ = KD / 8;
-        for (int idx = tid; idx < C * VQ; idx += FQLA_FWD_THREADS) {
+        for (int idx = lt; idx < C * VQ; idx += nt) {
             int i = idx / VQ, cv = idx % VQ;
             int ok = i < nvalid;
             int64_t t = t0 + (ok ? i : 0);
@@ -130,7 +139,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 1) fwd_chunk_kernel(const fq
             fqla_cp_async16(Ks + (b * C + i) * LDQ + cv * 8, kb + t * p.k_st + cv * 8, ok ? 16 : 0);
         }
         constexpr int VV = BV / 8;
-        for (int idx = tid; idx < C * VV; idx += FQLA_FWD_THREADS) {
+        for (int idx = lt; idx < C * VV; idx += nt) {
             int i = idx / VV, cv = idx % VV;
             int ok = i < nvalid;
             int64_t t = t0 + (ok ? i : 0);
@@ -138,28 +147,28 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 1) fwd_chunk_kernel(const fq
         }
         const size_t tile = ((size_t)(slot0 + cc) * p.HV + hv) * C * C;
         const T *ag = (const T *)p.Ag + tile, *pg = (const T *)p.Pg + tile;
-        for (int idx = tid; idx < C * 8; idx += FQLA_FWD_THREADS) {
+        for (int idx = lt; idx < C * 8; idx += nt) {
             int i = idx >> 3, cv = idx & 7;
             fqla_cp_async16(Ags + (b * C + i) * LDA + cv * 8, ag + i * C + cv * 8, 16);
             fqla_cp_async16(Pgs + (b * C + i) * LDA + cv * 8, pg + i * C + cv * 8, 16);
         }
-        if (tid < 16) {
+        if (lt < 16) {
             const float *src = p.gam + ((size_t)(slot0 + cc) * p.HV + hv) * C;
-            fqla_cp_async16(gam + b * C + tid * 4, src + tid * 4, 16);
-        } else if (p.l2norm && tid < 48) {
-            int j = tid & 15;
-            const float *src = (tid < 32 ? p.rq : p.rk) + ((size_t)(slot0 + cc) * p.H + hq) * C;
-            fqla_cp_async16((tid < 32 ? rqs : rks) + b * C + j * 4, src + j * 4, 16);
+            fqla_cp_async16(gam + b * C + lt * 4, src + lt * 4, 16);
+        } else if (p.l2norm && lt < 48) {
+            int j = lt & 15;
+            const float *src = (lt < 32 ? p.rq : p.rk) + ((size_t)(slot0 + cc) * p.H + hq) * C;
+            fqla_cp_async16((lt < 32 ? rqs : rks) + b * C + j * 4, src + j * 4, 16);
         }
         fqla_cp_async_commit();
     };
 
-    /* Stores chunk cc's output rows from Os. */
-    auto store_out = [&](int64_t cc) {
+    /* Stores chunk cc's output rows from Os (threads lt = 0 .. nt - 1). */
+    auto store_out = [&](int64_t cc, int lt, int nt) {
         const int64_t t0 = start + cc * C;
         const int nvalid = (int)min((int64_t)C, len - cc * C);
         constexpr int VV = BV / 8;
-        for (int idx = tid; idx < nvalid * VV; idx += FQLA_FWD_THREADS) {
+        for (int idx = lt; idx < nvalid * VV; idx += nt) {
             int i = idx / VV, cv = idx % VV;
             *reinterpret_cast<uint4 *>(ob + (t0 + i) * p.o_st + cv * 8) =
                 *reinterpret_cast<const uint4 *>(Os + i * LDV + cv * 8);
@@ -180,20 +189,36 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 1) fwd_chunk_kernel(const fq
     };
 
     if (nch > 0) {
-        load_chunk(0, 0);
+        load_chunk(0, 0, tid, FQLA_FWD_THREADS);
         write_sb();
     }
+    /* LATE: the copy warps are those with mw <= 1, one per SM sub-partition
+     * (warps w and w + 4 share one) */
+    const bool copier = mw <= 1;
+    const int ctid = (warp & 3) * 32 + lane; /* warps 0, 1, 6, 7 -> 0 .. 127 */
 
     for (int64_t c = 0; c < nch; c++) {
         const int b = (int)(c & 1);
         fqla_cp_async_wait_all();
         __syncthreads(); /* A: chunk c and Sb landed; iteration c - 1 finished everywhere */
-        if (c + 1 < nch) load_chunk(c + 1, b ^ 1);
-        if (c > 0) store_out(c - 1);
+        if (!LATE) {
+            if (c + 1 < nch) load_chunk(c + 1, b ^ 1, tid, FQLA_FWD_THREADS);
+            if (c > 0) store_out(c - 1, tid, FQLA_FWD_THREADS);
+        }
 
         const T *Qc = Qs + b * C * LDQ, *Kc = Ks + b * C * LDQ, *Vc = Vs + b * C * LDV;
         const float *gm = gam + b * C, *rq = rqs + b * C, *rk = rks + b * C;
         const float gC = gm[C - 1];
+        /* S was published as Sb last iteration: decay it now, off the chain */
+        {
+            const float eC = __expf(gC);
+#pragma unroll
+            for (int mi = 0; mi < cfg::SMT; mi++)
+#pragma unroll
+                for (int ni = 0; ni < cfg::SNT; ni++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) S[mi][ni][e] *= eC;
+        }
 
         /* U = K S and Qs = Q S */
         float accU[cfg::CNT][4], accO[cfg::CNT][4];
@@ -270,43 +295,31 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 1) fwd_chunk_kernel(const fq
                     io::pack(d1 * accV[nt][2], d1 * accV[nt][3]);
             }
         }
+        /* LATE: buffer b ^ 1 was last read in iteration c - 1 (before
+         * barrier A); Os is next written after barrier D */
+        if (LATE && copier) {
+            if (c + 1 < nch) load_chunk(c + 1, b ^ 1, ctid, 128);
+            if (c > 0) store_out(c - 1, ctid, 128);
+        }
         __syncthreads(); /* D */
 
-        /* O += Pg Vd -> Os */
+        /* O += Pg Vd (Pg lower triangular: k-blocks 0..mw) and S += K^T Vp,
+         * interleaved per k-block: two independent mma chains */
         {
             const T *Pc = Pgs + b * C * LDA;
 #pragma unroll
-            for (int ks = 0; ks < 4; ks++) {
-                if (ks > mw) break;
-                uint32_t a[4];
-                fqla_frag_a(a, Pc, LDA, 16 * mw, 16 * ks, lane);
-#pragma unroll
-                for (int np = 0; np < cfg::CNT / 2; np++) {
-                    uint32_t bb[4];
-                    fqla_frag_b_kn(bb, Vds, LDV, 16 * ks, n0 + 16 * np, lane);
-                    io::mma(accO[2 * np], a, bb[0], bb[1]);
-                    io::mma(accO[2 * np + 1], a, bb[2], bb[3]);
-                }
-            }
-#pragma unroll
-            for (int nt = 0; nt < cfg::CNT; nt++) {
-                int col = n0 + 8 * nt + 2 * tq;
-                *reinterpret_cast<uint32_t *>(Os + r0 * LDV + col) = io::pack(accO[nt][0], accO[nt][1]);
-                *reinterpret_cast<uint32_t *>(Os + r1 * LDV + col) = io::pack(accO[nt][2], accO[nt][3]);
-            }
-        }
-
-        /* S = e^gamma_C S + K^T Vp */
-        {
-            const float eC = __expf(gC);
-#pragma unroll
-            for (int mi = 0; mi < cfg::SMT; mi++)
-#pragma unroll
-                for (int ni = 0; ni < cfg::SNT; ni++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) S[mi][ni][e] *= eC;
-#pragma unroll
             for (int ks = 0; ks < C / 16; ks++) {
+                if (ks <= mw) {
+                    uint32_t a[4];
+                    fqla_frag_a(a, Pc, LDA, 16 * mw, 16 * ks, lane);
+#pragma unroll
+                    for (int np = 0; np < cfg::CNT / 2; np++) {
+                        uint32_t bb[4];
+                        fqla_frag_b_kn(bb, Vds, LDV, 16 * ks, n0 + 16 * np, lane);
+                        io::mma(accO[2 * np], a, bb[0], bb[1]);
+                        io::mma(accO[2 * np + 1], a, bb[2], bb[3]);
+                    }
+                }
                 uint32_t a[cfg::SMT][4];
 #pragma unroll
                 for (int mi = 0; mi < cfg::SMT; mi++)
@@ -322,11 +335,17 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 1) fwd_chunk_kernel(const fq
                     }
                 }
             }
+#pragma unroll
+            for (int nt = 0; nt < cfg::CNT; nt++) {
+                int col = n0 + 8 * nt + 2 * tq;
+                *reinterpret_cast<uint32_t *>(Os + r0 * LDV + col) = io::pack(accO[nt][0], accO[nt][1]);
+                *reinterpret_cast<uint32_t *>(Os + r1 * LDV + col) = io::pack(accO[nt][2], accO[nt][3]);
+            }
         }
         if (c + 1 < nch) write_sb();
     }
     __syncthreads();
-    if (nch > 0) store_out(nch - 1);
+    if (nch > 0) store_out(nch - 1, tid, FQLA_FWD_THREADS);
 
     if (p.ht) {
 #pragma unroll
@@ -345,7 +364,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 1) fwd_chunk_kernel(const fq
     }
 }
 
-template <typename T, int KD, int BV>
+template <typename T, int KD, int BV, bool LATE>
 cudaError_t launch(const fqla_fwd_params &p, cudaStream_t stream)
 {
     typedef chunk_cfg<KD, BV> cfg;
@@ -356,24 +375,36 @@ cudaError_t launch(const fqla_fwd_params &p, cudaStream_t stream)
     cudaError_t err = cudaGetDevice(&dev);
     if (err != cudaSuccess) return err;
     if (dev < 0 || dev >= 64 || !configured[dev]) {
-        err = cudaFuncSetAttribute(fwd_chunk_kernel<T, KD, BV>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)cfg::bytes);
+        err = cudaFuncSetAttribute(fwd_chunk_kernel<T, KD, BV, LATE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)cfg::bytes);
         if (err != cudaSuccess) return err;
         if (dev >= 0 && dev < 64) configured[dev] = 1;
     }
     dim3 grid((unsigned)(p.N * p.HV), (unsigned)(p.V / BV));
-    fwd_chunk_kernel<T, KD, BV><<<grid, FQLA_FWD_THREADS, cfg::bytes, stream>>>(p);
+    fwd_chunk_kernel<T, KD, BV, LATE><<<grid, FQLA_FWD_THREADS, cfg::bytes, stream>>>(p);
     return cudaGetLastError();
 }
 
-template <typename T>
+template <typename T, bool LATE>
 cudaError_t launch_cfg(const fqla_fwd_params &p, int bv, cudaStream_t stream)
 {
-    if (p.K == 64 && bv == 32) return launch<T, 64, 32>(p, stream);
-    if (p.K == 64 && bv == 64) return launch<T, 64, 64>(p, stream);
-    if (p.K == 128 && bv == 32) return launch<T, 128, 32>(p, stream);
-    if (p.K == 128 && bv == 64) return launch<T, 128, 64>(p, stream);
-    if (p.K == 256 && bv == 32) return launch<T, 256, 32>(p, stream);
+    if (p.K == 64 && bv == 32) return launch<T, 64, 32, LATE>(p, stream);
+    if (p.K == 64 && bv == 64) return launch<T, 64, 64, LATE>(p, stream);
+    if (p.K == 128 && bv == 32) return launch<T, 128, 32, LATE>(p, stream);
+    if (p.K == 128 && bv == 64) return launch<T, 128, 64, LATE>(p, stream);
+    if (p.K == 256 && bv == 32) return launch<T, 256, 32, LATE>(p, stream);
     return cudaErrorInvalidValue;
+}
+
+template <typename T>
+cudaError_t launch_late(const fqla_fwd_params &p, int bv, int late, cudaStream_t stream)
+{
+#if FQLA_FWD_TUNING
+    if (late >= 0 && (late != 0) != (bool)FQLA_FWD_LATE_LOADS)
+        return launch_cfg<T, !FQLA_FWD_LATE_LOADS>(p, bv, stream);
+#endif
+    (void)late;
+    return launch_cfg<T, (bool)FQLA_FWD_LATE_LOADS>(p, bv, stream);
 }
 
 } // namespace
@@ -384,8 +415,8 @@ int fqla_fwd_chunk_has(int kd, int bv)
            (kd == 256 && bv == 32);
 }
 
-cudaError_t fqla_fwd_launch_chunk(const fqla_fwd_params &p, int io_bf16, int bv, cudaStream_t stream)
+cudaError_t fqla_fwd_launch_chunk(const fqla_fwd_params &p, int io_bf16, int bv, int late, cudaStream_t stream)
 {
     if (p.N * p.HV == 0) return cudaSuccess;
-    return io_bf16 ? launch_cfg<__nv_bfloat16>(p, bv, stream) : launch_cfg<__half>(p, bv, stream);
+    return io_bf16 ? launch_late<__nv_bfloat16>(p, bv, late, stream) : launch_late<__half>(p, bv, late, stream);
 }

@@ -27,6 +27,21 @@
 #define FQLA_FWD_CHUNK 64
 #define FQLA_FWD_THREADS 256
 
+/* Kernel variants (docs/perf.md, CUDA forward v3): value heads per batch in
+ * the prepare kernel (1, 2 or 4) and whether the chunk kernel issues the next
+ * chunk's copies late (after barrier C, from four warps). With
+ * FQLA_FWD_TUNING the other variants are compiled too and fqla_cuda_fwd_tune
+ * (fwd.cu, a benchmarking hook outside the public API) selects them. */
+#ifndef FQLA_FWD_PREP_HB
+#define FQLA_FWD_PREP_HB 2
+#endif
+#ifndef FQLA_FWD_LATE_LOADS
+#define FQLA_FWD_LATE_LOADS 0
+#endif
+#ifndef FQLA_FWD_TUNING
+#define FQLA_FWD_TUNING 1
+#endif
+
 struct fqla_fwd_params {
     const void *q, *k, *v;
     void *o;
@@ -106,9 +121,9 @@ __device__ __forceinline__ void fqla_fwd_seq(const fqla_fwd_params &p, int64_t n
 
 /* Launchers (fwd_prepare.cu, fwd_chunk.cu): enqueue on stream, return the
  * launch error. kd is K; bv the V slice of the chunk kernel. io_bf16 picks
- * bf16 (else fp16). */
-cudaError_t fqla_fwd_launch_prepare(const fqla_fwd_params &p, int io_bf16, cudaStream_t stream);
-cudaError_t fqla_fwd_launch_chunk(const fqla_fwd_params &p, int io_bf16, int bv, cudaStream_t stream);
+ * bf16 (else fp16). hb and late pick the variant (0 / -1: the default). */
+cudaError_t fqla_fwd_launch_prepare(const fqla_fwd_params &p, int io_bf16, int hb, cudaStream_t stream);
+cudaError_t fqla_fwd_launch_chunk(const fqla_fwd_params &p, int io_bf16, int bv, int late, cudaStream_t stream);
 /* 1 when the chunk kernel has a variant for (K, bv). */
 int fqla_fwd_chunk_has(int kd, int bv);
 

@@ -7,13 +7,20 @@
  *      (fp32, from the stored values), written to the workspace;
  *   3. KK = K K^T and QK = Q K^T on tensor cores (fp32 accumulate), scaled
  *      by the l2norm factors: shared by the r value heads of the GVA group;
- *   4. per value head: the gate (optionally -exp(A_log) softplus(a + dt_bias))
- *      and beta (optionally sigmoid) of the 64 rows, gamma = inclusive cumsum
- *      of g (padded rows g = 0, beta = 0), written to the workspace;
- *      Ar = (I + StrictLower(diag(beta) KK))^-1 in fp32 by blocked forward
- *      substitution (16x16 diagonal blocks, then block rows); and
- *      Ag = Gamma (.) Ar diag(beta), Pg = scale Gamma (.) tril(QK) in the io
- *      dtype, with Gamma_ij = exp(gamma_i - gamma_j) on i >= j (exponents <= 0).
+ *   4. per batch of HB value heads of the group, side by side (each step
+ *      runs the batch's heads at once, so a head costs a fraction of the
+ *      barriers and latencies of the steps): the gate (optionally
+ *      -exp(A_log) softplus(a + dt_bias)) and beta (optionally sigmoid) of the
+ *      64 rows, gamma = inclusive cumsum of g (padded rows g = 0, beta = 0),
+ *      written to the workspace; Ar = (I + StrictLower(diag(beta) KK))^-1 in
+ *      fp32 by blocked forward substitution (16x16 diagonal blocks, then
+ *      block rows); and Ag = Gamma (.) Ar diag(beta), Pg = scale Gamma (.)
+ *      tril(QK) in the io dtype, with Gamma_ij = exp(gamma_i - gamma_j) on
+ *      i >= j (exponents <= 0).
+ *
+ * Shared memory: the Q and K tiles are dead once KK and QK are formed, so the
+ * batch's X (Ar) matrices reuse their space; with HB = 2 (the default) a CTA
+ * takes ~77 KB at K = 128 and two fit on an SM.
  *
  * Extra CTAs (blockIdx.x >= slots, varlen only) zero the rows of o after the
  * last sequence. A slot that belongs to no chunk (base(n) + c with c past
@@ -27,13 +34,23 @@ namespace {
 constexpr int C = FQLA_FWD_CHUNK;
 constexpr int LDF = C + 4; /* fp32 matrices [64][68]: rows 16-byte aligned for float4 access */
 
-template <int KD>
+/* Value heads per batch, HB = 1, 2 or 4: more heads per batch means fewer
+ * barriers per head but more shared memory, so fewer CTAs per SM: at K = 128,
+ * HB = 1 / 2 / 4 take 74 / 77 / 119 KB (3 / 2 / 1 CTAs). The default is
+ * FQLA_FWD_PREP_HB; fqla_cuda_fwd_tune (fwd.cu) picks another for tuning runs. */
+template <int KD, int HB>
 struct prep_smem {
+    static_assert(HB == 1 || HB == 2 || HB == 4, "the diagonal inverse maps 64 threads per head onto 256");
     static constexpr int LDQ = KD + 8;
-    static constexpr size_t bytes = 2 * (size_t)C * LDQ * 2   /* Q, K */
-                                    + 3 * (size_t)C * LDF * 4 /* KK, QK, X */
-                                    + 3 * 256 * 4             /* block-row temporaries */
-                                    + 4 * C * 4;              /* gamma, beta, rq, rk */
+    static constexpr size_t qk_tiles = 2 * (size_t)C * LDQ * 2; /* Q, K (b16) */
+    static constexpr size_t xs = (size_t)HB * C * LDF * 4;      /* X per head of the batch */
+    static constexpr size_t region0 = qk_tiles > xs ? qk_tiles : xs;
+    static constexpr size_t bytes = region0                     /* Q, K, later X[HB] */
+                                    + 2 * (size_t)C * LDF * 4   /* KK, QK */
+                                    + (size_t)HB * 3 * 256 * 4  /* block-row temporaries */
+                                    + (size_t)HB * 2 * C * 4    /* gamma, beta per head */
+                                    + 2 * C * 4;                /* rq, rk */
+    static_assert(qk_tiles % 16 == 0 && region0 % 16 == 0, "float4 alignment of the fp32 regions");
 };
 
 __device__ __forceinline__ float load_gate(const void *p, int bf16, int64_t off)
@@ -91,21 +108,21 @@ __device__ void zero_tail(const fqla_fwd_params &p, int64_t tb)
     }
 }
 
-template <typename T, int KD>
+template <typename T, int KD, int HB>
 __global__ void __launch_bounds__(FQLA_FWD_THREADS) fwd_prepare_kernel(const fqla_fwd_params p)
 {
     typedef fqla_io<T> io;
-    constexpr int LDQ = prep_smem<KD>::LDQ;
+    constexpr int LDQ = prep_smem<KD, HB>::LDQ;
     extern __shared__ __align__(128) unsigned char smem_raw[];
     T *Qs = reinterpret_cast<T *>(smem_raw);
     T *Ks = Qs + C * LDQ;
-    float *KK = reinterpret_cast<float *>(Ks + C * LDQ);
+    float *X = reinterpret_cast<float *>(smem_raw); /* [HB][64][LDF], over Q and K */
+    float *KK = reinterpret_cast<float *>(smem_raw + prep_smem<KD, HB>::region0);
     float *QK = KK + C * LDF;
-    float *X = QK + C * LDF;
-    float *Tm = X + C * LDF;
-    float *gam = Tm + 3 * 256;
-    float *bet = gam + C;
-    float *rqs = bet + C;
+    float *Tm = QK + C * LDF;     /* [HB][3][16][16] */
+    float *gam = Tm + HB * 3 * 256; /* [HB][64] */
+    float *bet = gam + HB * C;      /* [HB][64] */
+    float *rqs = bet + HB * C;
     float *rks = rqs + C;
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -209,11 +226,13 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS) fwd_prepare_kernel(const fql
             }
     }
 
-    /* 4. per value head of the group */
-    for (int j = 0; j < p.group; j++) {
-        const int hv = hq * p.group + j;
-        __syncthreads(); /* KK/QK visible; previous head's gam/bet/X reads done */
-        if (warp == 0) {
+    /* 4. per batch of up to HB value heads of the group. Q and K are dead
+     * from here on (the barrier after the products above): X overwrites them. */
+    for (int j0 = 0; j0 < p.group; j0 += HB) {
+        const int nb = min(HB, p.group - j0);
+        __syncthreads(); /* KK/QK visible; previous batch's reads of gam/bet/X/Tm done */
+        if (warp < nb) {
+            const int hv = hq * p.group + j0 + warp;
             float gv[2], bv[2];
 #pragma unroll
             for (int h = 0; h < 2; h++) {
@@ -243,93 +262,112 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS) fwd_prepare_kernel(const fql
                     if (lane >= o) gv[h] += y;
                 }
             gv[1] += __shfl_sync(0xffffffffu, gv[0], 31);
-            gam[lane] = gv[0];
-            gam[lane + 32] = gv[1];
-            bet[lane] = bv[0];
-            bet[lane + 32] = bv[1];
+            float *gh = gam + warp * C, *bh = bet + warp * C;
+            gh[lane] = gv[0];
+            gh[lane + 32] = gv[1];
+            bh[lane] = bv[0];
+            bh[lane + 32] = bv[1];
             float *gdst = p.gam + ((size_t)slot * p.HV + hv) * C;
             gdst[lane] = gv[0];
             gdst[lane + 32] = gv[1];
         }
         __syncthreads();
 
-        /* Ar: diagonal 16x16 blocks, one thread per (block, column) */
-        if (tid < 64) {
-            const int s = (tid >> 4) * 16, jc = tid & 15;
-            float x[16];
+        /* Ar: diagonal 16x16 blocks, one thread per (head, block, column).
+         * Right-looking: once x_i is known it updates every later row's sum,
+         * so the dependent chain is two operations per row instead of a row's
+         * whole dot product. Each row's sum still adds its terms in
+         * increasing k, so the values are those of the row-by-row form. */
+        if (tid < 64 * nb) {
+            const int h = tid >> 6, s = ((tid >> 4) & 3) * 16, jc = tid & 15;
+            const float *bh = bet + h * C + s;
+            float *Xh = X + h * C * LDF;
+            float acc[16], x[16];
+#pragma unroll
+            for (int i = 0; i < 16; i++) acc[i] = 0.f;
 #pragma unroll
             for (int i = 0; i < 16; i++) {
-                float acc = 0.f;
+                x[i] = (i == jc ? 1.f : 0.f) - bh[i] * acc[i];
 #pragma unroll
-                for (int kk = 0; kk < i; kk++) acc += KK[(s + i) * LDF + s + kk] * x[kk];
-                x[i] = (i == jc ? 1.f : 0.f) - bet[s + i] * acc;
+                for (int r = i + 1; r < 16; r++) acc[r] += KK[(s + r) * LDF + s + i] * x[i];
             }
 #pragma unroll
-            for (int i = 0; i < 16; i++) X[(s + i) * LDF + s + jc] = x[i];
+            for (int i = 0; i < 16; i++) Xh[(s + i) * LDF + s + jc] = x[i];
         }
         __syncthreads();
         /* block rows 1..3: X_ij = -X_ii sum_{k=j}^{i-1} A_ik X_kj, A = diag(beta) KK.
-         * Thread -> (block column bj = tid / 64, row r, 4 columns c4): float4
-         * loads, 4 outputs per thread, so shared-memory issue is not the limit. */
-        {
-            const int bjt = tid >> 6, t64 = tid & 63;
-            const int r = t64 >> 2, c4 = (t64 & 3) * 4;
+         * Task -> (head h, block column bj < bi, row r, 4 columns c4): float4
+         * loads, 4 outputs per task, so shared-memory issue is not the limit;
+         * the batch's heads share each phase's two barriers. */
 #pragma unroll
-            for (int bi = 1; bi < 4; bi++) {
+        for (int bi = 1; bi < 4; bi++) {
+            const int ntask = nb * bi * 64;
+            for (int task = tid; task < ntask; task += FQLA_FWD_THREADS) {
+                const int h = task / (bi * 64), rem = task - h * (bi * 64);
+                const int bjt = rem >> 6, t64 = rem & 63;
+                const int r = t64 >> 2, c4 = (t64 & 3) * 4;
                 const int row = 16 * bi + r;
-                if (bjt < bi) {
-                    float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
+                const float *Xh = X + h * C * LDF;
+                float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
 #pragma unroll 4
-                    for (int kcol = 16 * bjt; kcol < 16 * bi; kcol += 4) {
-                        const float4 kv = *reinterpret_cast<const float4 *>(KK + row * LDF + kcol);
-                        const float kk4[4] = {kv.x, kv.y, kv.z, kv.w};
+                for (int kcol = 16 * bjt; kcol < 16 * bi; kcol += 4) {
+                    const float4 kv = *reinterpret_cast<const float4 *>(KK + row * LDF + kcol);
+                    const float kk4[4] = {kv.x, kv.y, kv.z, kv.w};
 #pragma unroll
-                        for (int u = 0; u < 4; u++) {
-                            const float4 xv = *reinterpret_cast<const float4 *>(X + (kcol + u) * LDF + 16 * bjt + c4);
-                            a0 += kk4[u] * xv.x;
-                            a1 += kk4[u] * xv.y;
-                            a2 += kk4[u] * xv.z;
-                            a3 += kk4[u] * xv.w;
-                        }
+                    for (int u = 0; u < 4; u++) {
+                        const float4 xv = *reinterpret_cast<const float4 *>(Xh + (kcol + u) * LDF + 16 * bjt + c4);
+                        a0 += kk4[u] * xv.x;
+                        a1 += kk4[u] * xv.y;
+                        a2 += kk4[u] * xv.z;
+                        a3 += kk4[u] * xv.w;
                     }
-                    const float br = bet[row];
-                    *reinterpret_cast<float4 *>(Tm + bjt * 256 + r * 16 + c4) =
-                        make_float4(br * a0, br * a1, br * a2, br * a3);
                 }
-                __syncthreads();
-                if (bjt < bi) {
-                    /* X_ii is lower triangular with zeros stored above its diagonal */
-                    float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
-#pragma unroll
-                    for (int m4 = 0; m4 < 16; m4 += 4) {
-                        const float4 xv = *reinterpret_cast<const float4 *>(X + row * LDF + 16 * bi + m4);
-                        const float x4[4] = {xv.x, xv.y, xv.z, xv.w};
-#pragma unroll
-                        for (int u = 0; u < 4; u++) {
-                            const float4 tv = *reinterpret_cast<const float4 *>(Tm + bjt * 256 + (m4 + u) * 16 + c4);
-                            a0 += x4[u] * tv.x;
-                            a1 += x4[u] * tv.y;
-                            a2 += x4[u] * tv.z;
-                            a3 += x4[u] * tv.w;
-                        }
-                    }
-                    *reinterpret_cast<float4 *>(X + row * LDF + 16 * bjt + c4) = make_float4(-a0, -a1, -a2, -a3);
-                }
-                __syncthreads();
+                const float br = bet[h * C + row];
+                *reinterpret_cast<float4 *>(Tm + h * 768 + bjt * 256 + r * 16 + c4) =
+                    make_float4(br * a0, br * a1, br * a2, br * a3);
             }
+            __syncthreads();
+            for (int task = tid; task < ntask; task += FQLA_FWD_THREADS) {
+                const int h = task / (bi * 64), rem = task - h * (bi * 64);
+                const int bjt = rem >> 6, t64 = rem & 63;
+                const int r = t64 >> 2, c4 = (t64 & 3) * 4;
+                const int row = 16 * bi + r;
+                float *Xh = X + h * C * LDF;
+                const float *Th = Tm + h * 768 + bjt * 256;
+                /* X_ii is lower triangular with zeros stored above its diagonal */
+                float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
+#pragma unroll
+                for (int m4 = 0; m4 < 16; m4 += 4) {
+                    const float4 xv = *reinterpret_cast<const float4 *>(Xh + row * LDF + 16 * bi + m4);
+                    const float x4[4] = {xv.x, xv.y, xv.z, xv.w};
+#pragma unroll
+                    for (int u = 0; u < 4; u++) {
+                        const float4 tv = *reinterpret_cast<const float4 *>(Th + (m4 + u) * 16 + c4);
+                        a0 += x4[u] * tv.x;
+                        a1 += x4[u] * tv.y;
+                        a2 += x4[u] * tv.z;
+                        a3 += x4[u] * tv.w;
+                    }
+                }
+                *reinterpret_cast<float4 *>(Xh + row * LDF + 16 * bjt + c4) = make_float4(-a0, -a1, -a2, -a3);
+            }
+            __syncthreads();
         }
 
-        /* Ag, Pg: thread -> row tid / 4, 16 columns */
-        {
+        /* Ag, Pg: thread -> row tid / 4, 16 columns, one head after another
+         * (independent stores, no barrier between heads) */
+        for (int h = 0; h < nb; h++) {
+            const int hv = hq * p.group + j0 + h;
+            const float *Xh = X + h * C * LDF, *gh = gam + h * C, *bh = bet + h * C;
             const int i = tid >> 2, cb = (tid & 3) * 16;
-            const float gi = gam[i];
+            const float gi = gh[i];
             uint32_t ag[8], pg[8];
 #pragma unroll
             for (int e4 = 0; e4 < 16; e4 += 4) {
-                const float4 xv = *reinterpret_cast<const float4 *>(X + i * LDF + cb + e4);
+                const float4 xv = *reinterpret_cast<const float4 *>(Xh + i * LDF + cb + e4);
                 const float4 qv = *reinterpret_cast<const float4 *>(QK + i * LDF + cb + e4);
-                const float4 gv = *reinterpret_cast<const float4 *>(gam + cb + e4);
-                const float4 bv = *reinterpret_cast<const float4 *>(bet + cb + e4);
+                const float4 gv = *reinterpret_cast<const float4 *>(gh + cb + e4);
+                const float4 bv = *reinterpret_cast<const float4 *>(bh + cb + e4);
                 const float xs[4] = {xv.x, xv.y, xv.z, xv.w}, qs[4] = {qv.x, qv.y, qv.z, qv.w};
                 const float gs[4] = {gv.x, gv.y, gv.z, gv.w}, bs[4] = {bv.x, bv.y, bv.z, bv.w};
                 float va[4], vp[4];
@@ -359,10 +397,10 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS) fwd_prepare_kernel(const fql
     }
 }
 
-template <typename T, int KD>
+template <typename T, int KD, int HB>
 cudaError_t launch(const fqla_fwd_params &p, cudaStream_t stream)
 {
-    const size_t smem = prep_smem<KD>::bytes;
+    const size_t smem = prep_smem<KD, HB>::bytes;
     /* Raise the shared-memory limit once per device (a host-side setting,
      * kept out of later calls so that they stay cheap under graph capture). */
     static volatile int configured[64];
@@ -370,31 +408,44 @@ cudaError_t launch(const fqla_fwd_params &p, cudaStream_t stream)
     cudaError_t err = cudaGetDevice(&dev);
     if (err != cudaSuccess) return err;
     if (dev < 0 || dev >= 64 || !configured[dev]) {
-        err = cudaFuncSetAttribute(fwd_prepare_kernel<T, KD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        err = cudaFuncSetAttribute(fwd_prepare_kernel<T, KD, HB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)smem);
         if (err != cudaSuccess) return err;
         if (dev >= 0 && dev < 64) configured[dev] = 1;
     }
     int64_t tail = p.varlen ? (p.T + C - 1) / C : 0;
     dim3 grid((unsigned)(p.slots + tail), (unsigned)p.H);
-    fwd_prepare_kernel<T, KD><<<grid, FQLA_FWD_THREADS, smem, stream>>>(p);
+    fwd_prepare_kernel<T, KD, HB><<<grid, FQLA_FWD_THREADS, smem, stream>>>(p);
     return cudaGetLastError();
 }
 
-template <typename T>
+template <typename T, int HB>
 cudaError_t launch_kd(const fqla_fwd_params &p, cudaStream_t stream)
 {
     switch (p.K) {
-    case 64: return launch<T, 64>(p, stream);
-    case 128: return launch<T, 128>(p, stream);
-    case 256: return launch<T, 256>(p, stream);
+    case 64: return launch<T, 64, HB>(p, stream);
+    case 128: return launch<T, 128, HB>(p, stream);
+    case 256: return launch<T, 256, HB>(p, stream);
     }
     return cudaErrorInvalidValue;
 }
 
+template <typename T>
+cudaError_t launch_hb(const fqla_fwd_params &p, int hb, cudaStream_t stream)
+{
+#if FQLA_FWD_TUNING
+    if (hb == 1) return launch_kd<T, 1>(p, stream);
+    if (hb == 2) return launch_kd<T, 2>(p, stream);
+    if (hb == 4) return launch_kd<T, 4>(p, stream);
+#endif
+    (void)hb;
+    return launch_kd<T, FQLA_FWD_PREP_HB>(p, stream);
+}
+
 } // namespace
 
-cudaError_t fqla_fwd_launch_prepare(const fqla_fwd_params &p, int io_bf16, cudaStream_t stream)
+cudaError_t fqla_fwd_launch_prepare(const fqla_fwd_params &p, int io_bf16, int hb, cudaStream_t stream)
 {
     if (p.slots + (p.varlen ? (p.T + C - 1) / C : 0) == 0 || p.H == 0) return cudaSuccess;
-    return io_bf16 ? launch_kd<__nv_bfloat16>(p, stream) : launch_kd<__half>(p, stream);
+    return io_bf16 ? launch_hb<__nv_bfloat16>(p, hb, stream) : launch_hb<__half>(p, hb, stream);
 }

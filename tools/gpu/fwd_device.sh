@@ -3,15 +3,22 @@
 # forward tests against the fp64 reference, compute-sanitizer memcheck on
 # small shapes, and the FLA comparison benchmark (bench/bench_fwd.py).
 # Logs go to $OUT. Uses binaries carried in $FWD_BIN (default .fwdbin:
-# test_gpu_fwd and libflashqla.so built on the dev machine) when they start,
-# otherwise builds them here. FLA comes from the wheels in .whl.
+# test_gpu_fwd and libflashqla.so built on the dev machine, COMMIT) when they
+# start, otherwise builds them here. A baseline build in $FWD_BIN/base
+# (libflashqla.so, COMMIT), when present, is timed in the same benchmark
+# process. FLA comes from the wheel $FLA_WHL (default: fla-core 0.5.2 in .whl,
+# the version of every earlier row of bench/results/fwd-h200.csv).
 #
 #   tools/gpu/fwd_device.sh [tests] [memcheck] [bench]     (default: all three)
-#   BENCH_ARGS='--models ...' to pick benchmark rows.
+#   BENCH_ARGS='--rows ... --variants ...' to pick benchmark rows and variants.
+#   DEADLINE=S: the benchmark is cut off S seconds after the script started
+#   (rows already measured are kept: the CSV is written row by row).
 set -u
 OUT=${OUT:-/tmp/fwd_out}
 mkdir -p "$OUT"
 BIN=${FWD_BIN:-.fwdbin}
+FLA_WHL=${FLA_WHL:-.whl/fla_core-0.5.2-py3-none-any.whl}
+DEADLINE=${DEADLINE:-600}
 export PYTHONUNBUFFERED=1
 # the commit the carried binaries were built from (written by the dev machine)
 export FQLA_COMMIT=${FQLA_COMMIT:-$(cat "$BIN/COMMIT" 2>/dev/null)}
@@ -23,38 +30,48 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv > 
 
 # binaries: carried ones if they run, else build
 if ! ldd "$BIN/test_gpu_fwd" 2>&1 | grep -q "not found" && [ -x "$BIN/test_gpu_fwd" ]; then
-  stamp "using carried binaries"
+  stamp "using carried binaries ($FQLA_COMMIT)"
 else
   stamp "building"
   make -j16 build/libflashqla.so build/tests/test_gpu_fwd > "$OUT/build.log" 2>&1 || { stamp "build failed"; tail -30 "$OUT/build.log"; }
   mkdir -p .fwdbin_dev && cp build/libflashqla.so build/tests/test_gpu_fwd .fwdbin_dev/ && BIN=.fwdbin_dev
 fi
 
+# FLA into /tmp/site while the tests run
+case " $steps " in *" bench "*)
+  ( python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+      "$FLA_WHL" > "$OUT/pip.log" 2>&1 || echo "pip failed" >> "$OUT/pip.log" ) &
+  pip_pid=$! ;;
+esac
+
 for s in $steps; do
   case $s in
   tests)
     stamp "tests"
-    timeout 120 "$BIN/test_gpu_fwd" > "$OUT/test.log" 2>&1; rc=$?
+    timeout "${TEST_TIMEOUT:-120}" "$BIN/test_gpu_fwd" > "$OUT/test.log" 2>&1; rc=$?
     stamp "tests rc=$rc: $(tail -n 1 "$OUT/test.log")"
     tests_rc=$rc
-    grep -E "FAIL|^  " "$OUT/test.log" | head -60
+    grep -E "FAIL|differs" "$OUT/test.log" | head -40
     ;;
   memcheck)
     stamp "memcheck"
-    FQLA_TEST_FILTER=zero_len,trailing,head_dims timeout 90 compute-sanitizer --tool memcheck --error-exitcode 9 \
+    FQLA_TEST_FILTER=${MEMCHECK_FILTER:-zero_len,trailing,head_dims} timeout 90 compute-sanitizer --tool memcheck --error-exitcode 9 \
       "$BIN/test_gpu_fwd" > "$OUT/memcheck.log" 2>&1; rc=$?
     stamp "memcheck rc=$rc: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -n 1)"
     ;;
   bench)
     if [ "${tests_rc:-0}" -ne 0 ] && [ -z "${FORCE_BENCH:-}" ]; then stamp "bench skipped: tests failed"; continue; fi
-    stamp "bench"
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-      > "$OUT/pip.log" 2>&1 || stamp "pip failed"
+    wait "$pip_pid"
+    grep -q "pip failed" "$OUT/pip.log" && stamp "pip failed: $(tail -n 3 "$OUT/pip.log")"
     export PYTHONPATH=/tmp/site
-    eval "timeout ${BENCH_TIMEOUT:-165} python3 bench/bench_fwd.py --lib $BIN/libflashqla.so --out $OUT/fwd-h200.csv ${BENCH_ARGS:-}" \
+    libs=$BIN/libflashqla.so
+    [ -f "$BIN/base/libflashqla.so" ] && libs="$libs,$(cat "$BIN/base/COMMIT" 2>/dev/null || echo base)=$BIN/base/libflashqla.so"
+    left=$(( DEADLINE - ($(date +%s) - t_start) - 5 ))
+    stamp "bench (${left}s left)"
+    eval "timeout $left python3 bench/bench_fwd.py --lib '$libs' --out $OUT/fwd-h200.csv ${BENCH_ARGS:-}" \
       > "$OUT/bench.log" 2>&1; rc=$?
     stamp "bench rc=$rc"
-    tail -n 45 "$OUT/bench.log"
+    tail -n 60 "$OUT/bench.log"
     ;;
   esac
 done

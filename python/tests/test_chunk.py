@@ -259,3 +259,17 @@ def test_gradcheck_varlen_fp64():
         return flashqla.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0,
                                                output_final_state=True, cu_seqlens=cu)
     assert torch.autograd.gradcheck(f, (q, k, v, g, beta, h0), eps=1e-6, atol=1e-7)
+
+
+def test_empty_problems():
+    """T = 0 is a successful no-op; zero-length sequences keep their state."""
+    x = make_inputs(2, 0, 1, 2, 16, 16, h0=True)
+    o, ht = flashqla.chunk_gated_delta_rule(**x, output_final_state=True)
+    assert o.shape == (2, 0, 2, 16) and torch.equal(ht, x["initial_state"])
+    x = make_inputs(1, 64, 1, 2, 16, 16, h0=True, N=4)
+    cu = torch.tensor([0, 0, 64, 64, 64])
+    o, ht = flashqla.chunk_gated_delta_rule(**x, output_final_state=True, cu_seqlens=cu)
+    for n in (0, 2, 3):
+        assert torch.equal(ht[n], x["initial_state"][n])
+    ro, rht = _ref(x, output_final_state=True, cu_seqlens=cu)
+    assert rel(o, ro) < FWD_TOL and rel(ht, rht) < FWD_TOL

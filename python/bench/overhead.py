@@ -145,7 +145,8 @@ def main():
         print(f"  {name:58s} {t:7.1f} us{extra}")
 
     code = ("import time, torch; t0 = time.perf_counter(); import flashqla; t1 = time.perf_counter(); "
-            f"d = '{dev}'; x = torch.randn(1, 1, 1, 16, device=d); g = -torch.rand(1, 1, 1, device=d); "
+            f"d = '{dev}'; x = torch.randn(1, 1, 1, {K}, device=d, dtype=torch.{str(dt).split('.')[1]}); "
+            "g = -torch.rand(1, 1, 1, device=d); "
             "flashqla.chunk_gated_delta_rule(x, x, x, g, g.neg()); "
             + ("torch.cuda.synchronize(); " if dev == "cuda" else "")
             + "t2 = time.perf_counter(); print(f'{(t1 - t0) * 1e3:.1f} {(t2 - t1) * 1e3:.1f}')")

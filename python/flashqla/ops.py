@@ -8,7 +8,7 @@ for (backend, device), sizes and allocates the workspace (CUDA) and calls the
 library on the current stream. The registered custom ops call exactly these
 functions. The public wrappers (chunk.py, serving.py) call the impls
 directly in eager mode, because a call through the torch dispatcher costs
-about 25 us in CPython (torch.library.custom_op) while the whole eager budget
+about 25 us (torch.library.custom_op, torch 2.15; docs/perf.md) while the eager budget
 is 20 us; under torch.compile they call the registered ops.
 
 Inputs reaching an impl are already normalised by the wrappers: dtypes the

@@ -43,7 +43,7 @@ int g_tune_hb = 0, g_tune_late = -1;
 } // namespace
 
 /* Benchmarking and test hook, outside the public API (like
- * fqla_cuda_decode_tune_warps): value heads per prepare batch (1, 2, 4;
+ * fqla_cuda_decode_tune_warps): value heads per prepare batch (1, 2;
  * 0 = FQLA_FWD_PREP_HB) and the chunk kernel's late copies (0, 1; -1 =
  * FQLA_FWD_LATE_LOADS) for every later forward in the process. Without
  * FQLA_FWD_TUNING only the defaults are compiled and this does nothing. */

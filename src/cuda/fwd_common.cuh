@@ -29,14 +29,17 @@
 
 /* Kernel variants (docs/perf.md, CUDA forward v3): value heads per batch in
  * the prepare kernel (1, 2 or 4) and whether the chunk kernel issues the next
- * chunk's copies late (after barrier C, from four warps). With
- * FQLA_FWD_TUNING the other variants are compiled too and fqla_cuda_fwd_tune
- * (fwd.cu, a benchmarking hook outside the public API) selects them. */
+ * chunk's copies late (after barrier C, from four warps). The defaults are
+ * the fastest measured on the H200 (HB = 1: three CTAs per SM; late copies).
+ * With FQLA_FWD_TUNING, HB = 1 and 2 and both copy orders are compiled and
+ * fqla_cuda_fwd_tune (fwd.cu, a benchmarking hook outside the public API)
+ * selects them; HB = 4 (measured slower everywhere) only by changing the
+ * default. */
 #ifndef FQLA_FWD_PREP_HB
-#define FQLA_FWD_PREP_HB 2
+#define FQLA_FWD_PREP_HB 1
 #endif
 #ifndef FQLA_FWD_LATE_LOADS
-#define FQLA_FWD_LATE_LOADS 0
+#define FQLA_FWD_LATE_LOADS 1
 #endif
 #ifndef FQLA_FWD_TUNING
 #define FQLA_FWD_TUNING 1

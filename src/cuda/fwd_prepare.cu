@@ -19,8 +19,8 @@
  *      i >= j (exponents <= 0).
  *
  * Shared memory: the Q and K tiles are dead once KK and QK are formed, so the
- * batch's X (Ar) matrices reuse their space; with HB = 2 (the default) a CTA
- * takes ~77 KB at K = 128 and two fit on an SM.
+ * batch's X (Ar) matrices reuse their space; with HB = 1 (the default) a CTA
+ * takes ~74 KB at K = 128 and three fit on an SM.
  *
  * Extra CTAs (blockIdx.x >= slots, varlen only) zero the rows of o after the
  * last sequence. A slot that belongs to no chunk (base(n) + c with c past
@@ -37,7 +37,9 @@ constexpr int LDF = C + 4; /* fp32 matrices [64][68]: rows 16-byte aligned for f
 /* Value heads per batch, HB = 1, 2 or 4: more heads per batch means fewer
  * barriers per head but more shared memory, so fewer CTAs per SM: at K = 128,
  * HB = 1 / 2 / 4 take 74 / 77 / 119 KB (3 / 2 / 1 CTAs). The default is
- * FQLA_FWD_PREP_HB; fqla_cuda_fwd_tune (fwd.cu) picks another for tuning runs. */
+ * FQLA_FWD_PREP_HB (1: the step-4 work is bound by shared-memory loads of the
+ * block merges, so CTAs per SM count more than barriers per head, docs/perf.md
+ * v3); fqla_cuda_fwd_tune (fwd.cu) picks another for tuning runs. */
 template <int KD, int HB>
 struct prep_smem {
     static_assert(HB == 1 || HB == 2 || HB == 4, "the diagonal inverse maps 64 threads per head onto 256");
@@ -436,7 +438,6 @@ cudaError_t launch_hb(const fqla_fwd_params &p, int hb, cudaStream_t stream)
 #if FQLA_FWD_TUNING
     if (hb == 1) return launch_kd<T, 1>(p, stream);
     if (hb == 2) return launch_kd<T, 2>(p, stream);
-    if (hb == 4) return launch_kd<T, 4>(p, stream);
 #endif
     (void)hb;
     return launch_kd<T, FQLA_FWD_PREP_HB>(p, stream);

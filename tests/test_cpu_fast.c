@@ -16,6 +16,8 @@
  */
 #include "cpu_fast_util.h"
 
+#include "cpu/cpu_chunk.h" /* the backend's inline bf16 row load / store, checked below */
+
 #include <stdio.h>
 #include <string.h>
 
@@ -440,6 +442,50 @@ static void rejects_unsupported(void)
     }
 }
 
+/* The backend widens and rounds bf16 rows inline; both must be bit for bit
+ * what src/tensor.c does (every bf16 pattern; fp32 patterns at random plus
+ * ties, NaNs, infinities, zeros, subnormals and the overflow edge). */
+static void bf16_row_io_matches_tensor_c(void)
+{
+    enum { NB = 65536, NF = 1 << 18 };
+    uint16_t *h = malloc(NB * sizeof *h);
+    float *x = malloc(NF * sizeof *x), *fa = malloc(NB * sizeof *fa), *fb = malloc(NB * sizeof *fb);
+    uint16_t *ha = malloc(NF * sizeof *ha), *hb = malloc(NF * sizeof *hb);
+    for (int i = 0; i < NB; i++)
+        h[i] = (uint16_t)i;
+    int64_t shape1[1] = {NB}, shape2[1] = {NF};
+    fqla_tensor th = fqla_tensor_contiguous(h, FQLA_DTYPE_BF16, 1, shape1);
+    fqla_cpu_load_row(&th, 0, NB, fa);
+    fqla_load_row_f32(&th, 0, NB, fb);
+    CHECK(memcmp(fa, fb, NB * sizeof *fa) == 0, "bf16 -> f32 widening differs from tensor.c");
+
+    static const uint32_t special[] = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u,
+                                       0x7f800001u, 0xffc12345u, 0x3f808000u, 0x3f818000u, 0x3f80ffffu,
+                                       0x7f7fffffu, 0x7f7f8000u, 0x00008000u, 0x00018000u, 0x807fffffu};
+    uint64_t r = check_seed() | 1;
+    for (int i = 0; i < NF; i++) {
+        uint32_t u;
+        r ^= r << 13;
+        r ^= r >> 7;
+        r ^= r << 17;
+        u = (uint32_t)(r >> 16);
+        if (i % 4 == 1)
+            u = (u & 0xffff0000u) | 0x8000u; /* exact ties */
+        if (i < (int)(sizeof special / sizeof special[0]))
+            u = special[i];
+        memcpy(&x[i], &u, sizeof u);
+    }
+    fqla_tensor ta = fqla_tensor_contiguous(ha, FQLA_DTYPE_BF16, 1, shape2);
+    fqla_tensor tb = fqla_tensor_contiguous(hb, FQLA_DTYPE_BF16, 1, shape2);
+    fqla_cpu_store_row(&ta, 0, NF, x);
+    fqla_store_row_f32(&tb, 0, NF, x);
+    int64_t bad = 0;
+    for (int i = 0; i < NF; i++)
+        bad += ha[i] != hb[i];
+    CHECK(bad == 0, "f32 -> bf16 rounding differs from tensor.c in %lld of %d values", (long long)bad, (int)NF);
+    free(h); free(x); free(fa); free(fb); free(ha); free(hb);
+}
+
 int main(void)
 {
     check_rng_seed(check_seed());
@@ -484,6 +530,7 @@ int main(void)
     CHECK_RUN(bwd_k256_and_odd);
     CHECK_RUN(bwd_bf16);
     CHECK_RUN(rejects_unsupported);
+    CHECK_RUN(bf16_row_io_matches_tensor_c);
 
     fqla_context_destroy(cpu);
     fqla_context_destroy(ref);

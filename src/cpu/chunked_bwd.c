@@ -273,7 +273,7 @@ static void chunk_backward(const bwd_job *job, bwd_bufs *s, const float *S, cons
                 zk[j + q] = -hd->e[i] * dx[j + q];
             }
         if (i < c)
-            fqla_store_row_f32(&a->dv, fqla_cpu_row_offset(&a->dv, b, t0 + i, h), V, dx);
+            fqla_cpu_store_row(&a->dv, fqla_cpu_row_offset(&a->dv, b, t0 + i, h), V, dx);
     }
 
     /* G2 = [dO; dX] S^T gives de and the state parts of [dQ; dK] */
@@ -386,9 +386,9 @@ static void store_qk_grads(const bwd_job *job, bwd_bufs *s, int64_t b, int64_t t
                 fqla_l2norm_grad(s->xr, r, s->dxr, s->dx, K);
                 for (int64_t j = 0; j < K; j++)
                     s->tmp[j] = (float)s->dx[j];
-                fqla_store_row_f32(dx, fqla_cpu_row_offset(dx, b, t, hk), K, s->tmp);
+                fqla_cpu_store_row(dx, fqla_cpu_row_offset(dx, b, t, hk), K, s->tmp);
             } else {
-                fqla_store_row_f32(dx, fqla_cpu_row_offset(dx, b, t, hk), K, g);
+                fqla_cpu_store_row(dx, fqla_cpu_row_offset(dx, b, t, hk), K, g);
             }
         }
     }
@@ -421,8 +421,6 @@ static void bwd_task(void *arg, int64_t item, int worker)
     for (int64_t ci = 0; ci < chunks; ci++) {
         int64_t t0 = start + ci * C64, c = end - t0 < C64 ? end - t0 : C64;
         fqla_chunk_load_qk(&s.qk, &job->in, b, t0, c, hk, 0);
-        if (ci + 1 < chunks)
-            fqla_chunk_prefetch(&job->in, b, t0 + C64, end - t0 - C64 < C64 ? end - t0 - C64 : C64, hk, h0, h1, 0);
         fqla_chunk_prepare_qk(&s.qk, 0);
         for (int64_t h = h0; h < h1; h++) {
             fqla_chunk_load_head(&s.hd, &s.qk, &job->in, b, t0, h, 1);
@@ -445,14 +443,6 @@ static void bwd_task(void *arg, int64_t item, int worker)
     for (int64_t ci = chunks - 1; ci >= 0; ci--) {
         int64_t t0 = start + ci * C64, c = end - t0 < C64 ? end - t0 : C64;
         fqla_chunk_load_qk(&s.qk, &job->in, b, t0, c, hk, 1);
-        if (ci > 0) {
-            /* the previous chunk: q, k, gates and dO (v is not needed: X is kept) */
-            fqla_cpu_prefetch_rows(&a->q, b, t0 - C64, C64, hk, hk + 1, K);
-            fqla_cpu_prefetch_rows(&a->k, b, t0 - C64, C64, hk, hk + 1, K);
-            fqla_cpu_prefetch_rows(&a->g, b, t0 - C64, C64, h0, h1, 1);
-            fqla_cpu_prefetch_rows(&a->beta, b, t0 - C64, C64, h0, h1, 1);
-            fqla_cpu_prefetch_rows(&a->d_o, b, t0 - C64, C64, h0, h1, V);
-        }
         fqla_chunk_prepare_qk(&s.qk, 1);
         memset(s.dQKsum, 0, (size_t)(2 * s.qk.cp * s.qk.Kp) * sizeof(float));
         for (int64_t h = h0; h < h1; h++) {

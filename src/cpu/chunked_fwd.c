@@ -108,7 +108,7 @@ static void fwd_chunk(fwd_bufs *s, float *S, const fqla_problem *p, const fqla_f
     fqla_gemm(FQLA_GEMM_A_LOWER, cp, Vp, cp, s->P, cp, s->U, Vp, s->O, Vp);
     for (int64_t i = 0; i < qk->c; i++) {
         fqla_axpy8(Vp, scale * hd->e[i], s->W + i * Vp, s->O + i * Vp);
-        fqla_store_row_f32(&a->o, fqla_cpu_row_offset(&a->o, b, t0 + i, h), V, s->O + i * Vp);
+        fqla_cpu_store_row(&a->o, fqla_cpu_row_offset(&a->o, b, t0 + i, h), V, s->O + i * Vp);
     }
 
     if (!update_state)
@@ -152,11 +152,6 @@ static void fwd_task(void *arg, int64_t item, int worker)
         int64_t c = end - t0 < C64 ? end - t0 : C64;
         int last = t0 + c >= end;
         fqla_chunk_load_qk(&s.qk, &job->in, b, t0, c, hk, 1);
-        if (!last) {
-            int64_t c1 = end - t0 - C64 < C64 ? end - t0 - C64 : C64;
-            fqla_chunk_prefetch(&job->in, b, t0 + C64, c1, hk, h0, h1, 1);
-            fqla_cpu_prefetch_rows_w(&a->o, b, t0 + C64, c1, h0, h1, V);
-        }
         fqla_chunk_prepare_qk(&s.qk, 1);
         for (int64_t h = h0; h < h1; h++) {
             fqla_chunk_load_head(&s.hd, &s.qk, &job->in, b, t0, h, 1);

@@ -14,15 +14,6 @@
 
 #define C64 FQLA_CHUNK
 
-/* A cache hint only: compilers without the GNU builtin simply skip it. */
-#if defined(__GNUC__)
-#define PREFETCH(addr) __builtin_prefetch(addr)
-#define PREFETCH_W(addr) __builtin_prefetch(addr, 1)
-#else
-#define PREFETCH(addr) ((void)(addr))
-#define PREFETCH_W(addr) ((void)(addr))
-#endif
-
 int64_t fqla_chunk_qk_floats(int64_t K)
 {
     int64_t Kp = fqla_round8(K);
@@ -110,6 +101,25 @@ void fqla_cpu_load_row(const fqla_tensor *x, int64_t offset, int64_t n, float *d
     }
 }
 
+void fqla_cpu_store_row(const fqla_tensor *x, int64_t offset, int64_t n, const float *src)
+{
+    if (x->dtype != FQLA_DTYPE_BF16) {
+        fqla_store_row_f32(x, offset, n, src);
+        return;
+    }
+    uint16_t *dst = (uint16_t *)x->data + offset;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &src[i], sizeof u);
+        if ((u & 0x7fffffffu) > 0x7f800000u) {
+            dst[i] = (uint16_t)((u >> 16) | 0x40u);
+        } else {
+            u += 0x7fffu + ((u >> 16) & 1u);
+            dst[i] = (uint16_t)(u >> 16);
+        }
+    }
+}
+
 void fqla_cpu_load_qk(const fqla_cpu_inputs *in, const fqla_tensor *x, int64_t b, int64_t t,
                       int64_t hk, double *row, float *dst)
 {
@@ -140,65 +150,6 @@ double fqla_cpu_beta(const fqla_cpu_inputs *in, int64_t b, int64_t t, int64_t h)
     if (in->p->opt.use_beta_sigmoid)
         beta = fqla_beta_value(beta, in->p->opt.allow_neg_eigval);
     return beta;
-}
-
-/* One real load per row: a software prefetch that misses the TLB may be
- * dropped (and with the row stride of a head every row is a new page), a
- * load is not - it makes the page walk, so the prefetches of the row's
- * other lines find the translation. A volatile read keeps the load. */
-static void touch(const char *row)
-{
-    volatile unsigned char sink = *(const volatile unsigned char *)row;
-    (void)sink;
-}
-
-static void prefetch_row(const fqla_tensor *x, int64_t b, int64_t t, int64_t h, int64_t n)
-{
-    size_t es = fqla_dtype_size(x->dtype);
-    const char *row = (const char *)x->data + (size_t)fqla_cpu_row_offset(x, b, t, h) * es;
-    size_t bytes = (size_t)n * es;
-    touch(row);
-    for (size_t off = 64; off < bytes; off += 64)
-        PREFETCH(row + off);
-    PREFETCH(row + bytes - 1);
-}
-
-void fqla_cpu_prefetch_rows(const fqla_tensor *x, int64_t b, int64_t t0, int64_t c, int64_t h0,
-                            int64_t h1, int64_t n)
-{
-    for (int64_t t = t0; t < t0 + c; t++)
-        for (int64_t h = h0; h < h1; h++)
-            prefetch_row(x, b, t, h, n);
-}
-
-void fqla_cpu_prefetch_rows_w(const fqla_tensor *x, int64_t b, int64_t t0, int64_t c, int64_t h0,
-                              int64_t h1, int64_t n)
-{
-    size_t es = fqla_dtype_size(x->dtype), bytes = (size_t)n * es;
-    for (int64_t t = t0; t < t0 + c; t++)
-        for (int64_t h = h0; h < h1; h++) {
-            char *row = (char *)x->data + (size_t)fqla_cpu_row_offset(x, b, t, h) * es;
-            touch(row);
-            for (size_t off = 64; off < bytes; off += 64)
-                PREFETCH_W(row + off);
-            PREFETCH_W(row + bytes - 1);
-        }
-}
-
-void fqla_chunk_prefetch(const fqla_cpu_inputs *in, int64_t b, int64_t t0, int64_t c, int64_t hk,
-                         int64_t h0, int64_t h1, int with_q)
-{
-    const fqla_problem *p = in->p;
-    for (int64_t t = t0; t < t0 + c; t++) {
-        if (with_q)
-            prefetch_row(in->q, b, t, hk, p->K);
-        prefetch_row(in->k, b, t, hk, p->K);
-        for (int64_t h = h0; h < h1; h++) {
-            prefetch_row(in->v, b, t, h, p->V);
-            prefetch_row(in->g, b, t, h, 1);
-            prefetch_row(in->beta, b, t, h, 1);
-        }
-    }
 }
 
 void fqla_chunk_load_qk(fqla_chunk_qk *s, const fqla_cpu_inputs *in, int64_t b, int64_t t0,
@@ -299,18 +250,36 @@ void fqla_chunk_load_head(fqla_chunk_head *hd, const fqla_chunk_qk *s, const fql
     }
     hd->eC = fqla_chunk_exp(gsum, cnt);
 
-    /* Ar by forward substitution: row_i = e_i - sum_{j<i} beta_i (k_i.k_j) row_j.
-     * Row j is zero beyond column j, so the update runs over round8(j + 1). */
+    /* Ar by forward substitution, row by row:
+     *     row_i = e_i - sum_{j<i} a_ij row_j,   a_ij = beta_i (k_i.k_j).
+     * Row j is zero beyond column j, so columns [c0, c0 + 8) of row_i take
+     * only the rows j >= c0; each 8-column block is summed in registers
+     * (two float[4] accumulators) over j in increasing order. */
     float *Ar = hd->Ar;
+    float a[C64];
     for (int64_t i = 0; i < cp; i++) {
         float *ri = Ar + i * cp;
-        memset(ri, 0, (size_t)cp * sizeof(float));
-        ri[i] = 1.0f;
-        for (int64_t j = 0; j < i; j++) {
-            float a = hd->beta[i] * s->KK[i * cp + j];
-            if (a != 0.0f)
-                fqla_axpy8(fqla_round8(j + 1), -a, Ar + j * cp, ri);
+        for (int64_t j = 0; j < i; j++)
+            a[j] = hd->beta[i] * s->KK[i * cp + j];
+        for (int64_t c0 = 0; c0 < cp; c0 += 8) {
+            float lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, 0, 0};
+            for (int64_t j = c0; j < i; j++) {
+                const float *rj = Ar + j * cp + c0;
+                float x = a[j];
+                for (int q = 0; q < 4; q++) {
+                    lo[q] -= x * rj[q];
+                    hi[q] -= x * rj[4 + q];
+                }
+            }
+            for (int q = 0; q < 4; q++) {
+                ri[c0 + q] = lo[q];
+                ri[c0 + 4 + q] = hi[q];
+            }
         }
+        /* row i of Ar is e_i on and above the diagonal */
+        ri[i] = 1.0f;
+        for (int64_t j = i + 1; j < cp; j++)
+            ri[j] = 0.0f;
     }
 }
 

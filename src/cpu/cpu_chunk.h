@@ -76,24 +76,6 @@ void fqla_chunk_prepare_qk(fqla_chunk_qk *s, int with_q);
 void fqla_chunk_load_head(fqla_chunk_head *hd, const fqla_chunk_qk *s, const fqla_cpu_inputs *in,
                           int64_t b, int64_t t0, int64_t h, int with_v);
 
-/* Asks the cache for the raw rows the two loads will read for tokens
- * [t0, t0 + c), q/k head hk and value heads [h0, h1). Each row of one head
- * sits in its own 4 KiB page (the token stride is H * K elements), where
- * hardware prefetchers stop, so without this every row load waits for
- * DRAM; issued one chunk ahead, the misses overlap the current chunk's
- * arithmetic. */
-void fqla_chunk_prefetch(const fqla_cpu_inputs *in, int64_t b, int64_t t0, int64_t c, int64_t hk,
-                         int64_t h0, int64_t h1, int with_q);
-
-/* The same hint for rows (b, t, h) of a [B, T, heads, n] tensor, t in
- * [t0, t0 + c), h in [h0, h1). */
-void fqla_cpu_prefetch_rows(const fqla_tensor *x, int64_t b, int64_t t0, int64_t c, int64_t h0,
-                            int64_t h1, int64_t n);
-
-/* The same for rows about to be written (a write-intent hint). */
-void fqla_cpu_prefetch_rows_w(const fqla_tensor *x, int64_t b, int64_t t0, int64_t c, int64_t h0,
-                              int64_t h1, int64_t n);
-
 /* exp(x) for x <= 0 with the chunk conventions: 0 when any -inf gate lies in
  * the span (ninf > 0) or x < -87. */
 float fqla_chunk_exp(double x, int ninf);
@@ -103,6 +85,11 @@ float fqla_chunk_exp(double x, int ninf);
  * backend's innermost load loop; every other dtype goes through
  * fqla_load_row_f32. */
 void fqla_cpu_load_row(const fqla_tensor *x, int64_t offset, int64_t n, float *dst);
+/* The store counterpart: BF16 rounds inline (round to nearest even, NaN kept
+ * quiet - bit for bit fqla_f32_to_bf16 of src/tensor.c, which
+ * test_cpu_fast.c checks), every other dtype goes through
+ * fqla_store_row_f32. */
+void fqla_cpu_store_row(const fqla_tensor *x, int64_t offset, int64_t n, const float *src);
 
 /* Transformed inputs of one token. */
 /* q or k row of (b, t, hk): K floats into dst (l2-normalised when asked;

@@ -109,7 +109,7 @@ static void decode_task(void *arg, int64_t item, int worker)
         float gate = (float)exp(fqla_cpu_gate(&job->in, b, t, h));
         float beta = (float)fqla_cpu_beta(&job->in, b, t, h);
         token_step(S, K, Vp, k, q, v, gate, beta, (float)p->scale, w, u, o);
-        fqla_store_row_f32(&a->o, fqla_cpu_row_offset(&a->o, b, t, h), V, o);
+        fqla_cpu_store_row(&a->o, fqla_cpu_row_offset(&a->o, b, t, h), V, o);
         if (!job->verify)
             continue;
         if (a->step_states.data) {

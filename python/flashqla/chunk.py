@@ -40,6 +40,52 @@ def _needs_grad(*xs):
     return False
 
 
+# --------------------------------------------------------------------------
+# The eager fast path's cache: call signature -> entry (the tuple unpacked in
+# chunk_gated_delta_rule). An entry is made only after the general path ran a
+# call successfully without converting or copying any argument, so a hit
+# means the general path would pass the same tensors on unchanged; the C
+# library still validates every call.
+
+_FAST = {}
+_FAST_MAX = 256                 # signatures kept; the cache starts over when full
+_is_compiling = torch.compiler.is_compiling
+_grad_enabled = torch.is_grad_enabled
+_empty = torch.empty
+_empty_like = torch.empty_like
+_context = _lib.context
+_FwdBuffer = _lib.FwdBuffer
+_FWD_FAST = _lib.FWD_FAST.pack_into
+_RUN_FWD = _lib.lib.fqla_fwd
+_CUDA = _lib.BACKEND_CUDA
+
+
+def _sig(x):
+    return None if x is None else (x.shape, x.stride(), x.dtype, x.device)
+
+
+def _remember(key, args, given, o, ht, described):
+    """Caches a successful no-grad eager call's description when prepare()
+    passed every tensor on as given (costs about a microsecond: the
+    description is what the general path packed)."""
+    (q, k, v, g, beta, A_log, dt_bias, h0, cu, cu_cpu) = args[:10]
+    gq, gk, gv, gg, gb, gA, gdt, gh0, gcu, gcu_cpu = given
+    if not (q is gq and k is gk and v is gv and g is gg and beta is gb and h0 is gh0
+            and cu is gcu and (A_log is None or A_log is gA)
+            and (dt_bias is None or dt_bias is gdt) and (cu_cpu is None or cu_cpu is gcu_cpu)):
+        return
+    be, device, ms, host, sopt = described
+    # empty_like(x) of a dense x has x's strides: equal metadata strings
+    # (dtype, shape, strides) make it the same tensor as the general path's
+    entry = (be, device, q.device, *ms[:9], A_log is not None, host,
+             ms[9] == ms[2], o.shape, o.dtype, ms[9],
+             ht is not None and ms[10] == ms[7], None if ht is None else ht.shape,
+             None if ht is None else ht.dtype, ms[10], sopt)
+    if len(_FAST) >= _FAST_MAX:
+        _FAST.clear()
+    _FAST[key] = entry
+
+
 def same_device(dev, names, *xs):
     for name, x in zip(names, xs):
         if x is not None and x.device != dev:
@@ -85,16 +131,70 @@ def chunk_gated_delta_rule(
     context parallel) is not supported. backend: None (by device and dtype),
     'cpu', 'cuda' or 'reference' (the fp64 oracle, CPU tensors).
     """
+    h0 = initial_state
+    key = None
+    compiling = _is_compiling()
+    if not compiling and not (_grad_enabled() and (
+            q.requires_grad or k.requires_grad or v.requires_grad or g.requires_grad
+            or beta.requires_grad or (h0 is not None and h0.requires_grad)
+            or (use_gate_in_kernel and ((A_log is not None and A_log.requires_grad)
+                                        or (dt_bias is not None and dt_bias.requires_grad))))):
+        # Fast path (eager, no gradient): a call whose signature (every
+        # tensor's shape, strides, dtype and device, and the flags) was seen
+        # before and needed no conversion reuses everything derived from it
+        # and only reads pointers. Issue 5 budgets 20 us of Python per call;
+        # the general path below costs about 30 (docs/perf.md).
+        key = (q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device,
+               v.shape, v.stride(), v.dtype, v.device, g.shape, g.stride(), g.dtype, g.device,
+               beta.shape, beta.stride(), beta.dtype, beta.device,
+               None if h0 is None else (h0.shape, h0.stride(), h0.dtype, h0.device),
+               scale, output_final_state, use_qk_l2norm_in_kernel, use_gate_in_kernel,
+               use_beta_sigmoid_in_kernel, allow_neg_eigval, state_v_first, backend)
+        if A_log is not None or dt_bias is not None or cu_seqlens is not None \
+                or cu_seqlens_cpu is not None or cp_context is not None:
+            key += (_sig(A_log), _sig(dt_bias), _sig(cu_seqlens), _sig(cu_seqlens_cpu),
+                    cp_context is None)
+        try:
+            e = _FAST.get(key)
+        except TypeError:           # an unhashable argument: no caching
+            e = key = None
+        if e is not None:
+            (be, device, dev, sq, sk, sv, sg, sb, sa, sd, sh, sc, gate, host,
+             o_like, o_shape, o_dtype, so, h_like, h_shape, h_dtype, sht, sopt) = e
+            o = _empty_like(v) if o_like else _empty(o_shape, dtype=o_dtype, device=dev)
+            ht = None
+            if h_shape is not None:
+                ht = _empty_like(h0) if h_like else _empty(h_shape, dtype=h_dtype, device=dev)
+            buf = _FwdBuffer()
+            _FWD_FAST(buf, 0, q.data_ptr(), sq, k.data_ptr(), sk, v.data_ptr(), sv,
+                      g.data_ptr(), sg, beta.data_ptr(), sb,
+                      A_log.data_ptr() if gate else 0, sa, dt_bias.data_ptr() if gate else 0, sd,
+                      0 if h0 is None else h0.data_ptr(), sh,
+                      0 if cu_seqlens is None else cu_seqlens.data_ptr(), sc,
+                      cu_seqlens_cpu.data_ptr() if host else 0,
+                      o.data_ptr(), so, 0 if ht is None else ht.data_ptr(), sht, sopt)
+            ctx = _context(be, device)
+            if be == _CUDA:
+                st = ops.run_cuda("fwd", ctx, buf, device, dev)
+            else:
+                st = _RUN_FWD(ctx, buf, None, 0, None)
+            if st:
+                raise _lib.error(st, ctx, "fwd")
+            return o, ht
+
     args = prepare(q, k, v, g, beta, scale, initial_state, output_final_state,
                    use_qk_l2norm_in_kernel, use_gate_in_kernel, A_log, dt_bias,
                    use_beta_sigmoid_in_kernel, allow_neg_eigval, state_v_first, cu_seqlens,
                    cu_seqlens_cpu, cp_context, backend)
-    if torch.compiler.is_compiling():
+    if compiling:
         o, ht = ops.fwd_op(*args)
-    elif _needs_grad(*args[:8]):
+    elif key is None and _needs_grad(*args[:8]):
         o, ht = ChunkFunction.apply(*args)
     else:
-        o, ht = ops.fwd_impl(*args)
+        o, ht, described = ops.fwd_run(*args)
+        if key is not None:
+            _remember(key, args, (q, k, v, g, beta, A_log, dt_bias, h0, cu_seqlens,
+                                  cu_seqlens_cpu), o, ht, described)
     return o, (ht if output_final_state else None)
 
 

@@ -50,6 +50,22 @@ def tv(x):
     return (x.data_ptr(), DTYPES[x.dtype], n, *s, *pad, *x.stride(), *pad)
 
 
+_PACK_META = _lib.META.pack
+META_ABSENT = _lib.META_ABSENT
+
+
+def meta(x):
+    """The fqla_tensor of x less its data pointer, as the bytes the fast
+    packers take (absent for None). Depends only on x's dtype, shape and
+    strides, so the wrappers cache it per call signature."""
+    if x is None:
+        return META_ABSENT
+    s = x.shape
+    n = len(s)
+    pad = _PADS[n]
+    return _PACK_META(DTYPES[x.dtype], n, *s, *pad, *x.stride(), *pad)
+
+
 # Option bits of the `flags` argument of the registered ops (one int keeps
 # the op schemas short).
 L2NORM = 1
@@ -60,6 +76,21 @@ STATE_V_FIRST = 16
 
 
 _OPTIONS = {}
+
+
+_OPTIONS_META = {}
+
+
+def options_meta(scale, flags):
+    """fqla_options as the bytes the fast packers take (memoised)."""
+    key = (scale, flags)
+    m = _OPTIONS_META.get(key)
+    if m is None:
+        m = _lib.OPT.pack(*options(scale, flags))
+        if len(_OPTIONS_META) < 4096:
+            _OPTIONS_META[key] = m
+    return m
+
 
 
 def options(scale, flags):
@@ -125,28 +156,38 @@ _WORKSPACE = {op: getattr(_lib.lib, f"fqla_{op}_workspace_size")
               for op in ("fwd", "bwd", "decode", "verify")}
 
 
+def run_cuda(op, ctx, buf, device, dev):
+    """fqla_<op> on the CUDA backend: sizes and allocates the workspace on
+    torch.device dev (ordinal `device`) and runs on the current stream;
+    returns the status."""
+    size = _SIZE_T()
+    st = _WORKSPACE[op](ctx, buf, ctypes.byref(size))
+    if st:
+        return st
+    n = size.value
+    # the caching allocator is stream-ordered: freeing ws when this
+    # returns is safe even though the kernels have not run yet
+    ws = torch.empty(n, dtype=torch.uint8, device=dev) if n else None
+    return _RUN[op](ctx, buf, ws.data_ptr() if n else None, n, _stream(device))
+
+
 def _call(op, be, device, buf, like):
     """Runs fqla_<op> on the packed args in buf; raises on failure."""
     ctx = _lib.context(be, device)
-    run = _RUN[op]
     if be == _lib.BACKEND_CUDA:
-        size = _SIZE_T()
-        st = _WORKSPACE[op](ctx, buf, ctypes.byref(size))
-        if st:
-            raise _lib.error(st, ctx, op)
-        n = size.value
-        # the caching allocator is stream-ordered: freeing ws when this
-        # returns is safe even though the kernels have not run yet
-        ws = torch.empty(n, dtype=torch.uint8, device=like.device) if n else None
-        st = run(ctx, buf, ws.data_ptr() if n else None, n, _stream(device))
+        st = run_cuda(op, ctx, buf, device, like.device)
     else:
-        st = run(ctx, buf, None, 0, None)
+        st = _RUN[op](ctx, buf, None, 0, None)
     if st:
         raise _lib.error(st, ctx, op)
 
 
 def _host_ptr(x):
     return x.data_ptr() if x is not None else 0
+
+
+def _ptr(x):
+    return 0 if x is None else x.data_ptr()
 
 
 # --------------------------------------------------------------------------
@@ -176,19 +217,35 @@ def state_dtype_for(q, initial_state):
     return torch.float64 if q.dtype == torch.float64 else torch.float32
 
 
-def fwd_impl(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, cu_seqlens_cpu,
-             scale, flags, output_final_state, backend):
-    """Runs the forward; returns (o, final_state or None)."""
+def fwd_run(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, cu_seqlens_cpu,
+            scale, flags, output_final_state, backend):
+    """Runs the forward; returns (o, final_state or None, description), the
+    description being what depends only on the call's signature: (backend,
+    device ordinal, the metadata strings of the 11 tensors of
+    fqla_fwd_args in order, whether the host copy of cu_seqlens is passed,
+    the options string). The eager fast path caches it (chunk.py)."""
     be, device = resolve(q, backend)
     o, ht = fwd_alloc(q, v, initial_state, cu_seqlens, flags, output_final_state,
                       torch.float64 if q.dtype == torch.float64 else torch.float32)
+    host = be == _lib.BACKEND_CUDA and cu_seqlens_cpu is not None
+    ms = (meta(q), meta(k), meta(v), meta(g), meta(beta), meta(A_log), meta(dt_bias),
+          meta(initial_state), meta(cu_seqlens), meta(o), meta(ht))
+    sopt = options_meta(scale, flags)
     buf = _lib.FwdBuffer()
-    _lib.FWD_PACK.pack_into(
-        buf, 0, *tv(q), *tv(k), *tv(v), *tv(g), *tv(beta), *tv(A_log), *tv(dt_bias),
-        *tv(initial_state), *tv(cu_seqlens),
-        _host_ptr(cu_seqlens_cpu) if be == _lib.BACKEND_CUDA else 0,
-        *tv(o), *tv(ht), *options(scale, flags))
+    _lib.FWD_FAST.pack_into(
+        buf, 0, q.data_ptr(), ms[0], k.data_ptr(), ms[1], v.data_ptr(), ms[2],
+        g.data_ptr(), ms[3], beta.data_ptr(), ms[4], _ptr(A_log), ms[5], _ptr(dt_bias), ms[6],
+        _ptr(initial_state), ms[7], _ptr(cu_seqlens), ms[8],
+        cu_seqlens_cpu.data_ptr() if host else 0, o.data_ptr(), ms[9], _ptr(ht), ms[10], sopt)
     _call("fwd", be, device, buf, q)
+    return o, ht, (be, device, ms, host, sopt)
+
+
+def fwd_impl(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, cu_seqlens_cpu,
+             scale, flags, output_final_state, backend):
+    """Runs the forward; returns (o, final_state or None)."""
+    o, ht, _ = fwd_run(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens,
+                       cu_seqlens_cpu, scale, flags, output_final_state, backend)
     return o, ht
 
 
@@ -279,16 +336,29 @@ def _bwd_fake(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, cu_se
 # Decode and verify (in-place on the pool and on the caller's output)
 
 
+def decode_run(q, k, v, g, beta, A_log, dt_bias, state_pool, slots, slots_cpu, o,
+               step_states, step_slots, scale, flags, verify, backend):
+    """Runs decode or verify; returns the description of the call (as
+    fwd_run's, for the 12 tensors of fqla_decode_args)."""
+    be, device = resolve(q, backend)
+    host = be == _lib.BACKEND_CUDA and slots_cpu is not None
+    ms = (meta(q), meta(k), meta(v), meta(g), meta(beta), meta(A_log), meta(dt_bias),
+          meta(state_pool), meta(slots), meta(o), meta(step_states), meta(step_slots))
+    sopt = options_meta(scale, flags)
+    buf = _lib.DecodeBuffer()
+    _lib.DEC_FAST.pack_into(
+        buf, 0, q.data_ptr(), ms[0], k.data_ptr(), ms[1], v.data_ptr(), ms[2],
+        g.data_ptr(), ms[3], beta.data_ptr(), ms[4], _ptr(A_log), ms[5], _ptr(dt_bias), ms[6],
+        state_pool.data_ptr(), ms[7], slots.data_ptr(), ms[8], slots_cpu.data_ptr() if host else 0,
+        o.data_ptr(), ms[9], _ptr(step_states), ms[10], _ptr(step_slots), ms[11], sopt)
+    _call("verify" if verify else "decode", be, device, buf, q)
+    return be, device, ms, host, sopt
+
+
 def decode_impl(q, k, v, g, beta, A_log, dt_bias, state_pool, slots, slots_cpu, o,
                 step_states, step_slots, scale, flags, verify, backend):
-    be, device = resolve(q, backend)
-    buf = _lib.DecodeBuffer()
-    _lib.DEC_PACK.pack_into(
-        buf, 0, *tv(q), *tv(k), *tv(v), *tv(g), *tv(beta), *tv(A_log), *tv(dt_bias),
-        *tv(state_pool), *tv(slots),
-        _host_ptr(slots_cpu) if be == _lib.BACKEND_CUDA else 0,
-        *tv(o), *tv(step_states), *tv(step_slots), *options(scale, flags))
-    _call("verify" if verify else "decode", be, device, buf, q)
+    decode_run(q, k, v, g, beta, A_log, dt_bias, state_pool, slots, slots_cpu, o,
+               step_states, step_slots, scale, flags, verify, backend)
 
 
 @torch.library.custom_op("flashqla::decode", mutates_args=("state_pool", "o"))

@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 
 from . import _lib, ops
-from .chunk import fix_strides, same_device
+from .chunk import _sig, fix_strides, same_device
 
 _F32 = torch.float32
 _F64 = torch.float64
@@ -106,20 +106,113 @@ def decode(q, k, v, a, b, A_log, dt_bias, state_pool, slots, *, scale=None,
     rows slots[b] (negative = padding, skipped). Returns o shaped like v
     (out, when given, is written and returned).
     """
+    key = None
+    compiling = _is_compiling()
+    if not compiling:
+        # Fast path (eager): a call signature seen before (see chunk.py)
+        p, s = state_pool, slots
+        key = (q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device,
+               v.shape, v.stride(), v.dtype, v.device, a.shape, a.stride(), a.dtype, a.device,
+               b.shape, b.stride(), b.dtype, b.device, p.shape, p.stride(), p.dtype, p.device,
+               s.shape, s.stride(), s.dtype, s.device,
+               None if A_log is None else (A_log.shape, A_log.stride(), A_log.dtype, A_log.device),
+               None if dt_bias is None else (dt_bias.shape, dt_bias.stride(), dt_bias.dtype,
+                                             dt_bias.device),
+               None if out is None else (out.shape, out.stride(), out.dtype, out.device),
+               None if slots_cpu is None else _sig(slots_cpu),
+               scale, use_qk_l2norm_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval,
+               state_v_first, backend)
+        try:
+            e = _FAST.get(key)
+        except TypeError:           # an unhashable argument: no caching
+            e = key = None
+        if e is not None:
+            (be, device, dev, sq, sk, sv, sa, sb, sA, sdt, sp, ss, host,
+             o_like, o_shape, o_dtype, so, sopt) = e
+            if out is not None:
+                o = out
+            elif o_like:
+                o = _empty_like(v)
+            else:
+                o = _empty(o_shape, dtype=o_dtype, device=dev)
+            buf = _DecodeBuffer()
+            _DEC_FAST(buf, 0, q.data_ptr(), sq, k.data_ptr(), sk, v.data_ptr(), sv,
+                      a.data_ptr(), sa, b.data_ptr(), sb,
+                      0 if A_log is None else A_log.data_ptr(), sA,
+                      0 if dt_bias is None else dt_bias.data_ptr(), sdt,
+                      p.data_ptr(), sp, s.data_ptr(), ss, slots_cpu.data_ptr() if host else 0,
+                      o.data_ptr(), so, 0, _ABSENT, 0, _ABSENT, sopt)
+            ctx = _context(be, device)
+            if be == _CUDA:
+                st = ops.run_cuda("decode", ctx, buf, device, dev)
+            else:
+                st = _RUN_DECODE(ctx, buf, None, 0, None)
+            if st:
+                raise _lib.error(st, ctx, "decode")
+            return o
+
+    given = (q, k, v, a, b, A_log, dt_bias, slots, slots_cpu)
     (q, k, v, a, b, A_log, dt_bias, slots, scale, flags, be, squeeze) = _prepare(
         q, k, v, a, b, A_log, dt_bias, state_pool, slots, scale, use_qk_l2norm_in_kernel,
         use_beta_sigmoid_in_kernel, allow_neg_eigval, state_v_first, backend, False)
     o, user_out = _out(out, q, v, squeeze)
     slots_cpu = _slots_host(slots_cpu, q.device.type == "cuda")
-    if torch.compiler.is_compiling():
+    if compiling:
         ops.decode_op(q, k, v, a, b, A_log, dt_bias, state_pool, slots, slots_cpu, o,
                       scale, flags, be)
     else:
-        ops.decode_impl(q, k, v, a, b, A_log, dt_bias, state_pool, slots, slots_cpu, o,
-                        None, None, scale, flags, False, be)
+        described = ops.decode_run(q, k, v, a, b, A_log, dt_bias, state_pool, slots, slots_cpu,
+                                   o, None, None, scale, flags, False, be)
     if user_out is not None:
-        return user_out
-    return o.squeeze(1) if squeeze else o
+        ret = user_out
+    else:
+        ret = o.squeeze(1) if squeeze else o
+    if key is not None:
+        _remember(key, given, (q, k, v, a, b, A_log, dt_bias, slots, slots_cpu), ret, squeeze,
+                  described)
+    return ret
+
+
+# --------------------------------------------------------------------------
+# The eager fast path of decode: call signature -> entry (the tuple unpacked
+# in decode), made only after the general path ran a call successfully
+# without copying or converting an argument (chunk.py has the same for the
+# forward; the C library still validates every call).
+
+_FAST = {}
+_FAST_MAX = 256
+_is_compiling = torch.compiler.is_compiling
+_empty = torch.empty
+_empty_like = torch.empty_like
+_context = _lib.context
+_DecodeBuffer = _lib.DecodeBuffer
+_DEC_FAST = _lib.DEC_FAST.pack_into
+_RUN_DECODE = _lib.lib.fqla_decode
+_CUDA = _lib.BACKEND_CUDA
+_ABSENT = _lib.META_ABSENT
+
+
+def _remember(key, given, used, ret, squeeze, described):
+    """Caches a successful eager decode's description when _prepare() passed
+    every tensor on as given (or, for [B, H, K] inputs, as unsqueeze(1)
+    views of them)."""
+    for i, (x, y) in enumerate(zip(given, used)):
+        if x is y or (y is None and i == 8):    # slots_cpu is dropped off CUDA
+            continue
+        if not (squeeze and i < 5 and y.data_ptr() == x.data_ptr()
+                and ops.meta(y) == ops.meta(x.unsqueeze(1))):
+            return
+    be, device, ms, host, sopt = described
+    v = given[2]
+    # without out=, the fast path allocates the returned tensor itself (the
+    # library gets its [B, 1, HV, V] description); empty_like(v) when that
+    # has v's metadata
+    o_like = ops.meta(ret) == ops.meta(v)
+    entry = (be, device, used[0].device, *ms[:9], host, o_like, ret.shape, ret.dtype, ms[9],
+             sopt)
+    if len(_FAST) >= _FAST_MAX:
+        _FAST.clear()
+    _FAST[key] = entry
 
 
 def verify(q, k, v, a, b, A_log, dt_bias, state_pool, slots, *, step_states=None,

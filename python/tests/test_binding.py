@@ -74,6 +74,40 @@ def test_packers_match_ctypes_layout():
         assert s.opt.scale == 0.5 and s.opt.use_qk_l2norm == 1 and s.opt.state_v_first == 1
 
 
+def test_fast_packers_write_the_same_bytes():
+    """FWD_FAST / DEC_FAST (pointer + cached metadata string per tensor) give
+    the bytes of FWD_PACK / DEC_PACK (every value) for random tensors."""
+    import ctypes
+    import random
+    from flashqla import ops
+    for full, fast, st, size in ((_lib.FWD_PACK, _lib.FWD_FAST, _lib.FwdArgs, 2),
+                                 (_lib.DEC_PACK, _lib.DEC_FAST, _lib.DecodeArgs, 3)):
+        assert fast.size == full.size
+        vals, fvals = [], []
+        for name, ftype in st._fields_:
+            if ftype is _lib.Tensor:
+                if random.random() < 0.3:
+                    x = None
+                else:
+                    shape = [random.randint(1, 5) for _ in range(random.randint(1, 5))]
+                    dt = random.choice(list(ops.DTYPES))
+                    x = torch.empty(shape, dtype=dt).transpose(0, -1)
+                vals += ops.tv(x)
+                fvals += (0 if x is None else x.data_ptr(), ops.meta(x))
+            elif ftype is _lib.Options:
+                scale, flags = random.random(), random.randrange(32)
+                vals += ops.options(scale, flags)
+                fvals.append(ops.options_meta(scale, flags))
+            else:
+                vals.append(random.randrange(1 << 40))
+                fvals.append(vals[-1])
+        a = (ctypes.c_char * ctypes.sizeof(st))()
+        b = (ctypes.c_char * ctypes.sizeof(st))()
+        full.pack_into(a, 0, *vals)
+        fast.pack_into(b, 0, *fvals)
+        assert bytes(a) == bytes(b)
+
+
 def test_library_answers():
     assert flashqla.__version__ == _lib.version()
     assert os.path.exists(flashqla.library_path)

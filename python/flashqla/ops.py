@@ -50,6 +50,29 @@ def tv(x):
     return (x.data_ptr(), DTYPES[x.dtype], n, *s, *pad, *x.stride(), *pad)
 
 
+# Outputs of the eager fast paths on the CPU: torch's own fast allocator for
+# compiled code (inductor's empty_strided_cpu; no dispatcher, 0.5 us instead
+# of 1.1 us for empty_like here). Private, so optional.
+try:
+    from torch._C._dynamo.guards import _empty_strided_cpu as empty_strided_cpu
+except ImportError:  # pragma: no cover - older or newer torch
+    empty_strided_cpu = None
+
+ALLOC_CPU, ALLOC_LIKE, ALLOC_EMPTY = 0, 1, 2
+
+
+def alloc_mode(out, like):
+    """How a fast path recreates `out` (a fresh output of the general path)
+    for a call of the same signature: empty_strided_cpu on the CPU, else
+    empty_like(like) when that gives out's metadata (empty_like of a dense
+    tensor keeps its strides), else torch.empty."""
+    if out.device.type == "cpu" and empty_strided_cpu is not None:
+        return ALLOC_CPU
+    if like is not None and like.device == out.device and meta(like) == meta(out):
+        return ALLOC_LIKE
+    return ALLOC_EMPTY
+
+
 _PACK_META = _lib.META.pack
 META_ABSENT = _lib.META_ABSENT
 

@@ -13,11 +13,13 @@ from conftest import make_inputs
 
 @pytest.fixture(autouse=True)
 def _empty_caches():
-    chunk._FAST.clear()
-    serving._FAST.clear()
+    def clear():
+        for m in (chunk, serving):
+            m._FAST.clear()
+            m._LAST[0] = ((), None)
+    clear()
     yield
-    chunk._FAST.clear()
-    serving._FAST.clear()
+    clear()
 
 
 @pytest.fixture
@@ -208,6 +210,7 @@ def test_decode_fast_path_equals_general_path(case, no_general_path):
              for i, t in enumerate(args)]
     pool_general = pool.clone()
     serving._FAST.clear()
+    serving._LAST[0] = ((), None)
     want = flashqla.decode(*fresh[:7], pool_general, fresh[8], **kw)
     want = want.clone()
     want_pool = pool_general.clone()

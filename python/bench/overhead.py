@@ -2,7 +2,7 @@
 
     python python/bench/overhead.py [--device cpu|cuda] [--T 1,1024] [--seconds S]
 
-Times are CPU time of the calling thread per call (see time_calls). The C
+Times are per call, the least over thousands of calls (see time_calls). The C
 baseline is fqla_fwd / fqla_decode through ctypes on an argument struct
 packed once (what any binding must at least pay: the library's validation
 and the run); each flashqla line adds the Python wrapper on top (argument
@@ -31,13 +31,14 @@ from flashqla import _lib, ops  # noqa: E402
 
 
 def time_calls(fns, sync, seconds, min_rounds=300):
-    """Per-call CPU time of this thread (time.thread_time_ns: time other
-    processes take on a shared machine is not counted) of each function, in
-    us: rounds of one call of each function (in rotating order, so none
-    always follows the same one), every call timed alone, for about
-    `seconds`. CUDA work is synchronised every 64 rounds outside the timed
+    """Per-call times of each function, in us: rounds of one call of each
+    function (in rotating order, so none always follows the same one), every
+    call timed alone, for about `seconds`. Wall time (perf_counter_ns): the
+    least over many calls is a call nothing interrupted, where this VM's
+    per-thread CPU clock now and then stalls for a whole call and reads
+    too low. CUDA work is synchronised every 64 rounds outside the timed
     calls, so the launch queue never fills and blocks."""
-    tt = time.thread_time_ns
+    tt = time.perf_counter_ns
     n = len(fns)
     for fn in fns:
         for _ in range(20):

@@ -7,7 +7,9 @@ differentiable torch operations (dtype casts, copies of tensors whose last
 dimension is not contiguous), so autograd casts the gradients back, then
 calls the forward: directly (eager), through an autograd.Function when a
 gradient is needed, or through the flashqla::fwd custom op under
-torch.compile.
+torch.compile. An eager call that needs no gradient and repeats a call
+signature seen before skips all of that (the fast path at the top of
+chunk_gated_delta_rule; docs/python.md, Per-call cost).
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ _grad_enabled = torch.is_grad_enabled
 _empty = torch.empty
 _empty_like = torch.empty_like
 _empty_cpu = ops.empty_strided_cpu
+_ALLOC_CPU, _ALLOC_LIKE = ops.ALLOC_CPU, ops.ALLOC_LIKE
 _handle = _lib.context_handle
 _SIZE_0 = _lib.SIZE_0
 _FwdBuffer = _lib.FwdBuffer
@@ -171,17 +174,17 @@ def chunk_gated_delta_rule(
             (be, device, dev, sq, sk, sv, sg, sb, sa, sd, sh, sc, gate, host,
              o_mode, o_shape, o_strides, o_dtype, so,
              h_mode, h_shape, h_strides, h_dtype, sht, sopt) = e
-            if o_mode == 0:
+            if o_mode == _ALLOC_CPU:
                 o = _empty_cpu(o_shape, o_strides, o_dtype)
-            elif o_mode == 1:
+            elif o_mode == _ALLOC_LIKE:
                 o = _empty_like(v)
             else:
                 o = _empty(o_shape, dtype=o_dtype, device=dev)
             if h_mode is None:
                 ht = None
-            elif h_mode == 0:
+            elif h_mode == _ALLOC_CPU:
                 ht = _empty_cpu(h_shape, h_strides, h_dtype)
-            elif h_mode == 1:
+            elif h_mode == _ALLOC_LIKE:
                 ht = _empty_like(h0)
             else:
                 ht = _empty(h_shape, dtype=h_dtype, device=dev)

@@ -7,9 +7,13 @@ that packs the tensors into the C argument struct, takes a per-thread context
 for (backend, device), sizes and allocates the workspace (CUDA) and calls the
 library on the current stream. The registered custom ops call exactly these
 functions. The public wrappers (chunk.py, serving.py) call the impls
-directly in eager mode, because a call through the torch dispatcher costs
-about 25 us (torch.library.custom_op, torch 2.15; docs/perf.md) while the eager budget
-is 20 us; under torch.compile they call the registered ops.
+directly in eager mode (fwd_run / decode_run, which also return the call's
+description for the wrappers' per-signature fast paths), because a call
+through the torch dispatcher costs about 25 us (torch.library.custom_op,
+torch 2.15; docs/perf.md) while the eager budget is 20 us; under
+torch.compile they call the registered ops. The tensors are packed as
+pointers plus metadata strings (meta(), _lib.FWD_FAST / DEC_FAST): fewer
+values to pack, and strings a fast path can reuse.
 
 Inputs reaching an impl are already normalised by the wrappers: dtypes the
 library takes, the last dimension contiguous, every tensor on one device.

@@ -137,9 +137,9 @@ def decode(q, k, v, a, b, A_log, dt_bias, state_pool, slots, *, scale=None,
              o_mode, o_shape, o_strides, o_dtype, so, sopt) = e
             if out is not None:
                 o = out
-            elif o_mode == 0:
+            elif o_mode == _ALLOC_CPU:
                 o = _empty_cpu(o_shape, o_strides, o_dtype)
-            elif o_mode == 1:
+            elif o_mode == _ALLOC_LIKE:
                 o = _empty_like(v)
             else:
                 o = _empty(o_shape, dtype=o_dtype, device=dev)
@@ -194,6 +194,7 @@ _is_compiling = torch.compiler.is_compiling
 _empty = torch.empty
 _empty_like = torch.empty_like
 _empty_cpu = ops.empty_strided_cpu
+_ALLOC_CPU, _ALLOC_LIKE = ops.ALLOC_CPU, ops.ALLOC_LIKE
 _handle = _lib.context_handle
 _SIZE_0 = _lib.SIZE_0
 _DecodeBuffer = _lib.DecodeBuffer

@@ -98,8 +98,19 @@ def _redraw(x):
 FWD_CASES = ["h0", "no_state", "no_h0", "h0_v_first", "gate", "varlen", "strided", "single_token"]
 
 
+@pytest.fixture(params=["cpu_allocator", "fallback"])
+def allocator(request, monkeypatch):
+    """The fast paths' CPU outputs come from torch's private
+    empty_strided_cpu when it exists, else from empty_like / torch.empty."""
+    if request.param == "fallback":
+        monkeypatch.setattr(ops, "empty_strided_cpu", None)
+    elif ops.empty_strided_cpu is None:
+        pytest.skip("this torch has no torch._C._dynamo.guards._empty_strided_cpu")
+    return request.param
+
+
 @pytest.mark.parametrize("case", FWD_CASES)
-def test_forward_fast_path_equals_general_path(case, no_general_path):
+def test_forward_fast_path_equals_general_path(case, allocator, no_general_path):
     x = _fwd_case(case)
     first = flashqla.chunk_gated_delta_rule(**x)        # general path, fills the cache
     assert len(chunk._FAST) == 1
@@ -200,7 +211,7 @@ def _decode_case(name, v_first=False):
 
 @pytest.mark.parametrize("case", ["plain", "squeezed", "squeezed_out", "out", "precomputed",
                                   "v_first"])
-def test_decode_fast_path_equals_general_path(case, no_general_path):
+def test_decode_fast_path_equals_general_path(case, allocator, no_general_path):
     args, kw = _decode_case(case, v_first=case == "v_first")
     pool = args[7]
     flashqla.decode(*args, **kw)                     # general path, fills the cache
@@ -245,3 +256,28 @@ def test_decode_errors_on_the_fast_path():
     bad[8] = torch.tensor([5, 8, 2])                     # out of the pool
     with pytest.raises(ValueError):
         flashqla.decode(*bad)
+
+
+def test_fast_paths_from_several_threads():
+    """Per-thread contexts: concurrent fast-path calls give each thread's
+    own results."""
+    import threading
+    xs = [make_inputs(1, 33, 2, 2, 32, 32, h0=True) for _ in range(4)]
+    want = [flashqla.chunk_gated_delta_rule(**x, output_final_state=True) for x in xs]
+    errors = []
+
+    def work(i):
+        try:
+            for _ in range(20):
+                o, ht = flashqla.chunk_gated_delta_rule(**xs[i], output_final_state=True)
+                assert torch.equal(o, want[i][0]) and torch.equal(ht, want[i][1])
+        except Exception as e:      # reported by the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+    assert len(chunk._FAST) == 1

@@ -1,13 +1,14 @@
 /*
  * reference_common.c - shared pieces of the fp64 reference (see
  * reference_common.h): token loading with the in-kernel transforms, state
- * layout, the one-token step of DESIGN.md §1, row zeroing and a pthread loop.
+ * layout, the one-token step of DESIGN.md §1, row zeroing, and running tasks
+ * that may fail on the backends' parallel-for (threads.c).
  */
 #include "cpu/reference_common.h"
+#include "cpu/threads.h"
 #include "cpu/transforms.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -171,72 +172,55 @@ int64_t fqla_ref_load_index(const fqla_tensor *t, int64_t offset)
     return (int64_t)fqla_load(t, offset);
 }
 
-/* ---- the task loop ---- */
+/* ---- tasks on the CPU backends' parallel-for (threads.h) ---- */
 
-typedef struct task_pool {
-    pthread_mutex_t lock;
-    int64_t next, ntasks;
-    int64_t failed_task;     /* lowest failing task, or ntasks */
-    fqla_status failed_status;
+/* fqla_cpu_parallel_for's tasks cannot fail; the reference's can (each
+ * allocates its own state). Every worker keeps the first failure it meets,
+ * which is its lowest failing task since tasks are handed out in increasing
+ * order, and the lowest over the workers is returned. */
+typedef struct ref_failure {
+    int64_t task;
+    fqla_status status;
+} ref_failure;
+
+typedef struct ref_run {
     fqla_ref_task_fn fn;
     void *arg;
-} task_pool;
+    ref_failure *failed; /* [workers] */
+} ref_run;
 
-static void *worker(void *vp)
+static void run_task(void *vp, int64_t task, int worker)
 {
-    task_pool *tp = vp;
-    for (;;) {
-        pthread_mutex_lock(&tp->lock);
-        int64_t task = tp->next < tp->ntasks ? tp->next++ : -1;
-        pthread_mutex_unlock(&tp->lock);
-        if (task < 0)
-            return NULL;
-        fqla_status st = tp->fn(tp->arg, task);
-        if (st != FQLA_STATUS_SUCCESS) {
-            pthread_mutex_lock(&tp->lock);
-            if (task < tp->failed_task) {
-                tp->failed_task = task;
-                tp->failed_status = st;
-            }
-            pthread_mutex_unlock(&tp->lock);
-        }
+    const ref_run *run = vp;
+    ref_failure *f = &run->failed[worker];
+    fqla_status st = run->fn(run->arg, task);
+    if (st != FQLA_STATUS_SUCCESS && f->status == FQLA_STATUS_SUCCESS) {
+        f->task = task;
+        f->status = st;
     }
 }
 
 fqla_status fqla_ref_parallel(int threads, int64_t ntasks, fqla_ref_task_fn fn, void *arg)
 {
-    if (threads > ntasks)
-        threads = (int)ntasks;
-    if (threads <= 1) {
-        fqla_status first = FQLA_STATUS_SUCCESS;
-        for (int64_t task = 0; task < ntasks; task++) {
-            fqla_status st = fn(arg, task);
-            if (st != FQLA_STATUS_SUCCESS && first == FQLA_STATUS_SUCCESS)
-                first = st;
+    int workers = fqla_cpu_workers(threads, ntasks);
+    ref_run run;
+    run.fn = fn;
+    run.arg = arg;
+    run.failed = malloc((size_t)workers * sizeof *run.failed);
+    if (!run.failed)
+        return FQLA_STATUS_ALLOC_FAILED;
+    for (int w = 0; w < workers; w++) {
+        run.failed[w].task = ntasks;
+        run.failed[w].status = FQLA_STATUS_SUCCESS;
+    }
+    fqla_cpu_parallel_for(workers, ntasks, run_task, &run);
+    fqla_status st = FQLA_STATUS_SUCCESS;
+    int64_t lowest = ntasks;
+    for (int w = 0; w < workers; w++)
+        if (run.failed[w].status != FQLA_STATUS_SUCCESS && run.failed[w].task < lowest) {
+            lowest = run.failed[w].task;
+            st = run.failed[w].status;
         }
-        return first;
-    }
-    task_pool tp;
-    tp.next = 0;
-    tp.ntasks = ntasks;
-    tp.failed_task = ntasks;
-    tp.failed_status = FQLA_STATUS_SUCCESS;
-    tp.fn = fn;
-    tp.arg = arg;
-    if (pthread_mutex_init(&tp.lock, NULL) != 0)
-        return fqla_ref_parallel(1, ntasks, fn, arg);
-    pthread_t *tid = malloc((size_t)(threads - 1) * sizeof *tid);
-    int started = 0;
-    if (tid) {
-        /* A thread that cannot be created is not an error: the calling
-         * thread takes the work. */
-        while (started < threads - 1 && pthread_create(&tid[started], NULL, worker, &tp) == 0)
-            started++;
-    }
-    worker(&tp);
-    for (int i = 0; i < started; i++)
-        pthread_join(tid[i], NULL);
-    free(tid);
-    pthread_mutex_destroy(&tp.lock);
-    return tp.failed_status;
+    free(run.failed);
+    return st;
 }

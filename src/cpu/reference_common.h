@@ -1,8 +1,8 @@
 /*
  * reference_common.h - what the fp64 reference files (reference_*.c) share:
  * loading one token's inputs with the in-kernel transforms applied, the
- * state layout, the one-token recurrence step, zeroing uncovered rows, and a
- * small pthread loop over independent tasks.
+ * state layout, the one-token recurrence step, zeroing uncovered rows, and
+ * running independent tasks that may fail on fqla_cpu_parallel_for.
  */
 #ifndef FQLA_CPU_REFERENCE_COMMON_H
 #define FQLA_CPU_REFERENCE_COMMON_H
@@ -59,9 +59,10 @@ void fqla_ref_zero_uncovered(const fqla_problem *p, const fqla_tensor *x);
 /* Reads an integer (I32 / I64 index tensor, or any other dtype by value). */
 int64_t fqla_ref_load_index(const fqla_tensor *t, int64_t offset);
 
-/* Runs fn(arg, task) for task in [0, ntasks) on up to `threads` threads.
- * fn returns FQLA_STATUS_SUCCESS or an error; the error of the lowest
- * failing task is returned (deterministic whatever the scheduling). */
+/* Runs fn(arg, task) for task in [0, ntasks) on up to `threads` threads
+ * (fqla_cpu_parallel_for, src/cpu/threads.h). fn returns
+ * FQLA_STATUS_SUCCESS or an error; every task runs, and the error of the
+ * lowest failing task is returned (deterministic whatever the scheduling). */
 typedef fqla_status (*fqla_ref_task_fn)(void *arg, int64_t task);
 fqla_status fqla_ref_parallel(int threads, int64_t ntasks, fqla_ref_task_fn fn, void *arg);
 

@@ -1,5 +1,5 @@
 /*
- * threads.c - the pthread parallel-for of the fast CPU backend (threads.h):
+ * threads.c - the pthread parallel-for of the CPU backends (threads.h):
  * a shared counter behind a mutex hands out items in order; worker 0 is the
  * calling thread, workers 1.. are created per call and joined before return.
  */

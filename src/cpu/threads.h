@@ -1,5 +1,6 @@
 /*
- * threads.h - a small pthread parallel-for for the fast CPU backend.
+ * threads.h - a small pthread parallel-for for the CPU backends (the fast
+ * path, and the fp64 reference through fqla_ref_parallel).
  *
  * fqla_cpu_parallel_for(threads, n, fn, arg) calls fn(arg, item, worker) for
  * every item in [0, n), on at most `threads` workers (the calling thread is

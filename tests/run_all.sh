@@ -37,6 +37,10 @@ else
 fi
 
 section "python tests"
+# The tests exercise this checkout's package and the library just built, not
+# whatever flashqla may be installed in site-packages.
+export PYTHONPATH="$here/../python${PYTHONPATH:+:$PYTHONPATH}"
+export FLASHQLA_LIB="$(cd "$build" && pwd)/libflashqla.so"
 if python3 -c 'import torch, numpy, pytest, flashqla' >/dev/null 2>&1; then
   out=$(cd "$here/.." && python3 -m pytest -q python/tests 2>&1); rc=$?
   printf '%s\n' "$out" | tail -n 30

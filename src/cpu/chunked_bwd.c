@@ -467,14 +467,7 @@ fqla_status fqla_cpu_bwd(fqla_context *ctx, const fqla_problem *p, const fqla_bw
     memset(&job, 0, sizeof job);
     job.p = p;
     job.a = a;
-    job.in.p = p;
-    job.in.q = &a->q;
-    job.in.k = &a->k;
-    job.in.v = &a->v;
-    job.in.g = &a->g;
-    job.in.beta = &a->beta;
-    job.in.A_log = &a->A_log;
-    job.in.dt_bias = &a->dt_bias;
+    job.in = fqla_cpu_inputs_bwd(p, a);
     job.chunks_max = 1;
     for (int64_t n = 0; n < p->N; n++) {
         int64_t b, start, len;

@@ -169,14 +169,7 @@ fqla_status fqla_cpu_fwd(fqla_context *ctx, const fqla_problem *p, const fqla_fw
     fwd_job job;
     job.p = p;
     job.a = a;
-    job.in.p = p;
-    job.in.q = &a->q;
-    job.in.k = &a->k;
-    job.in.v = &a->v;
-    job.in.g = &a->g;
-    job.in.beta = &a->beta;
-    job.in.A_log = &a->A_log;
-    job.in.dt_bias = &a->dt_bias;
+    job.in = fqla_cpu_inputs_fwd(p, a);
     job.heads_per_item = fqla_cpu_heads_per_item(p, ctx->threads);
     job.items_per_pair = (p->group + job.heads_per_item - 1) / job.heads_per_item;
     int64_t items = p->N * p->H * job.items_per_pair;

@@ -82,11 +82,6 @@ float fqla_chunk_exp(double x, int ninf)
     return expf((float)x);
 }
 
-int64_t fqla_cpu_row_offset(const fqla_tensor *x, int64_t b, int64_t t, int64_t h)
-{
-    return b * x->strides[0] + t * x->strides[1] + h * x->strides[2];
-}
-
 void fqla_cpu_load_row(const fqla_tensor *x, int64_t offset, int64_t n, float *dst)
 {
     if (x->dtype != FQLA_DTYPE_BF16) {
@@ -133,23 +128,6 @@ void fqla_cpu_load_qk(const fqla_cpu_inputs *in, const fqla_tensor *x, int64_t b
     fqla_l2norm(row, K);
     for (int64_t i = 0; i < K; i++)
         dst[i] = (float)row[i];
-}
-
-double fqla_cpu_gate(const fqla_cpu_inputs *in, int64_t b, int64_t t, int64_t h)
-{
-    double g = fqla_load(in->g, fqla_cpu_row_offset(in->g, b, t, h));
-    if (in->p->opt.use_gate_in_kernel)
-        g = fqla_gate_value(g, fqla_load(in->A_log, h * in->A_log->strides[0]),
-                            fqla_load(in->dt_bias, h * in->dt_bias->strides[0]));
-    return g;
-}
-
-double fqla_cpu_beta(const fqla_cpu_inputs *in, int64_t b, int64_t t, int64_t h)
-{
-    double beta = fqla_load(in->beta, fqla_cpu_row_offset(in->beta, b, t, h));
-    if (in->p->opt.use_beta_sigmoid)
-        beta = fqla_beta_value(beta, in->p->opt.allow_neg_eigval);
-    return beta;
 }
 
 void fqla_chunk_load_qk(fqla_chunk_qk *s, const fqla_cpu_inputs *in, int64_t b, int64_t t0,

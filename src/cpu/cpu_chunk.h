@@ -33,14 +33,9 @@
 #define FQLA_CPU_CHUNK_H
 
 #include "internal.h"
+#include "cpu/inputs.h"
 
 #define FQLA_CHUNK 64
-
-/* The raw input tensors of an operation and the problem. */
-typedef struct fqla_cpu_inputs {
-    const fqla_problem *p;
-    const fqla_tensor *q, *k, *v, *g, *beta, *A_log, *dt_bias;
-} fqla_cpu_inputs;
 
 /* The q/k part of a chunk. */
 typedef struct fqla_chunk_qk {
@@ -91,15 +86,10 @@ void fqla_cpu_load_row(const fqla_tensor *x, int64_t offset, int64_t n, float *d
  * fqla_store_row_f32. */
 void fqla_cpu_store_row(const fqla_tensor *x, int64_t offset, int64_t n, const float *src);
 
-/* Transformed inputs of one token. */
-/* q or k row of (b, t, hk): K floats into dst (l2-normalised when asked;
- * row is [K] fp64 scratch). */
+/* Transformed q or k row of (b, t, hk): K floats into dst (l2-normalised
+ * when asked; row is [K] fp64 scratch). Gate and beta: inputs.h. */
 void fqla_cpu_load_qk(const fqla_cpu_inputs *in, const fqla_tensor *x, int64_t b, int64_t t,
                       int64_t hk, double *row, float *dst);
-double fqla_cpu_gate(const fqla_cpu_inputs *in, int64_t b, int64_t t, int64_t h);
-double fqla_cpu_beta(const fqla_cpu_inputs *in, int64_t b, int64_t t, int64_t h);
-/* Element offset of (b, t, h, 0) in a 4-D row tensor, (b, t, h) in a 3-D one. */
-int64_t fqla_cpu_row_offset(const fqla_tensor *x, int64_t b, int64_t t, int64_t h);
 
 /* A state [K, V] (or [V, K] stored, v_first) at lead index (lead[0..ndim-2))
  * of t, to / from S (K rows of ld floats, columns >= V untouched on load).

@@ -135,14 +135,7 @@ fqla_status fqla_cpu_decode(fqla_context *ctx, const fqla_problem *p, const fqla
     job.p = p;
     job.a = a;
     job.verify = p->op == FQLA_OP_VERIFY;
-    job.in.p = p;
-    job.in.q = &a->q;
-    job.in.k = &a->k;
-    job.in.v = &a->v;
-    job.in.g = &a->g;
-    job.in.beta = &a->beta;
-    job.in.A_log = &a->A_log;
-    job.in.dt_bias = &a->dt_bias;
+    job.in = fqla_cpu_inputs_decode(p, a);
     job.per_worker = decode_floats(p->K, p->V);
     job.scratch = fqla_cpu_alloc_floats(job.per_worker * workers);
     if (!job.scratch)

@@ -34,7 +34,7 @@
 typedef struct bwd_job {
     const fqla_problem *p;
     const fqla_bwd_args *a;
-    fqla_ref_inputs in;
+    fqla_cpu_inputs in;
     double *dA_log_part;   /* [N, HV] per-task partial sums, use_gate_in_kernel */
     double *ddt_bias_part; /* [N, HV] */
 } bwd_job;
@@ -72,8 +72,8 @@ static void load_block(const bwd_job *job, bwd_scratch *s, int64_t b, int64_t t0
             fqla_ref_load_qk(&job->in, job->in.q, b, t, hk, s->qb + j * K);
         fqla_ref_load_qk(&job->in, job->in.k, b, t, hk, s->kb + j * K);
         fqla_ref_load_v(&job->in, b, t, h, s->vb + j * V);
-        s->gb[j] = fqla_ref_gate(&job->in, b, t, h);
-        s->bb[j] = fqla_ref_beta(&job->in, b, t, h);
+        s->gb[j] = fqla_cpu_gate(&job->in, b, t, h);
+        s->bb[j] = fqla_cpu_beta(&job->in, b, t, h);
     }
 }
 
@@ -278,14 +278,7 @@ fqla_status fqla_ref_bwd(fqla_context *ctx, const fqla_problem *p, const fqla_bw
     bwd_job job;
     job.p = p;
     job.a = a;
-    job.in.q = &a->q;
-    job.in.k = &a->k;
-    job.in.v = &a->v;
-    job.in.g = &a->g;
-    job.in.beta = &a->beta;
-    job.in.A_log = &a->A_log;
-    job.in.dt_bias = &a->dt_bias;
-    job.in.p = p;
+    job.in = fqla_cpu_inputs_bwd(p, a);
     job.dA_log_part = job.ddt_bias_part = NULL;
     if (p->opt.use_gate_in_kernel) {
         job.dA_log_part = calloc((size_t)(2 * p->N * p->HV + 1), sizeof(double));

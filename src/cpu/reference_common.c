@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-double fqla_ref_load_qk(const fqla_ref_inputs *in, const fqla_tensor *x,
+double fqla_ref_load_qk(const fqla_cpu_inputs *in, const fqla_tensor *x,
                         int64_t b, int64_t t, int64_t hk, double *dst)
 {
     int64_t K = in->p->K;
@@ -24,50 +24,31 @@ double fqla_ref_load_qk(const fqla_ref_inputs *in, const fqla_tensor *x,
 
 void fqla_ref_load_row(const fqla_tensor *x, int64_t b, int64_t t, int64_t h, int64_t n, double *dst)
 {
-    int64_t base = b * x->strides[0] + t * x->strides[1] + h * x->strides[2];
+    int64_t base = fqla_cpu_row_offset(x, b, t, h);
     for (int64_t j = 0; j < n; j++)
         dst[j] = fqla_load(x, base + j * x->strides[3]);
 }
 
 void fqla_ref_store_row(const fqla_tensor *x, int64_t b, int64_t t, int64_t h, int64_t n, const double *src)
 {
-    int64_t base = b * x->strides[0] + t * x->strides[1] + h * x->strides[2];
+    int64_t base = fqla_cpu_row_offset(x, b, t, h);
     for (int64_t j = 0; j < n; j++)
         fqla_store(x, base + j * x->strides[3], src[j]);
 }
 
-void fqla_ref_load_v(const fqla_ref_inputs *in, int64_t b, int64_t t, int64_t h, double *dst)
+void fqla_ref_load_v(const fqla_cpu_inputs *in, int64_t b, int64_t t, int64_t h, double *dst)
 {
     fqla_ref_load_row(in->v, b, t, h, in->p->V, dst);
 }
 
 double fqla_ref_load_bth(const fqla_tensor *x, int64_t b, int64_t t, int64_t h)
 {
-    return fqla_load(x, b * x->strides[0] + t * x->strides[1] + h * x->strides[2]);
+    return fqla_load(x, fqla_cpu_row_offset(x, b, t, h));
 }
 
 void fqla_ref_store_bth(const fqla_tensor *x, int64_t b, int64_t t, int64_t h, double value)
 {
-    fqla_store(x, b * x->strides[0] + t * x->strides[1] + h * x->strides[2], value);
-}
-
-double fqla_ref_gate(const fqla_ref_inputs *in, int64_t b, int64_t t, int64_t h)
-{
-    double g = fqla_ref_load_bth(in->g, b, t, h);
-    if (in->p->opt.use_gate_in_kernel) {
-        double A_log = fqla_load(in->A_log, h * in->A_log->strides[0]);
-        double dt_bias = fqla_load(in->dt_bias, h * in->dt_bias->strides[0]);
-        g = fqla_gate_value(g, A_log, dt_bias);
-    }
-    return g;
-}
-
-double fqla_ref_beta(const fqla_ref_inputs *in, int64_t b, int64_t t, int64_t h)
-{
-    double beta = fqla_ref_load_bth(in->beta, b, t, h);
-    if (in->p->opt.use_beta_sigmoid)
-        beta = fqla_beta_value(beta, in->p->opt.allow_neg_eigval);
-    return beta;
+    fqla_store(x, fqla_cpu_row_offset(x, b, t, h), value);
 }
 
 int64_t fqla_ref_state_base(const fqla_tensor *t, const int64_t *lead)

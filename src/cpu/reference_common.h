@@ -8,29 +8,21 @@
 #define FQLA_CPU_REFERENCE_COMMON_H
 
 #include "internal.h"
-
-/* The raw input tensors of an operation (fwd, bwd and decode name them alike). */
-typedef struct fqla_ref_inputs {
-    const fqla_tensor *q, *k, *v, *g, *beta, *A_log, *dt_bias;
-    const fqla_problem *p;
-} fqla_ref_inputs;
+#include "cpu/inputs.h" /* the input set, and the transformed gate and beta */
 
 /* q or k of row (b, t), q/k head hk: [K] doubles, l2-normalised when the
  * options ask; returns the l2norm factor r (1 when l2norm is off). */
-double fqla_ref_load_qk(const fqla_ref_inputs *in, const fqla_tensor *x,
+double fqla_ref_load_qk(const fqla_cpu_inputs *in, const fqla_tensor *x,
                         int64_t b, int64_t t, int64_t hk, double *dst);
 /* Row (b, t, h) of a 4-D tensor [B, T, heads, n]: load into / store from
  * n doubles. */
 void fqla_ref_load_row(const fqla_tensor *x, int64_t b, int64_t t, int64_t h, int64_t n, double *dst);
 void fqla_ref_store_row(const fqla_tensor *x, int64_t b, int64_t t, int64_t h, int64_t n, const double *src);
 /* v of row (b, t), value head h: [V] doubles. */
-void fqla_ref_load_v(const fqla_ref_inputs *in, int64_t b, int64_t t, int64_t h, double *dst);
+void fqla_ref_load_v(const fqla_cpu_inputs *in, int64_t b, int64_t t, int64_t h, double *dst);
 /* Element (b, t, h) of a [B, T, HV] tensor, as stored (the raw gate / beta). */
 double fqla_ref_load_bth(const fqla_tensor *x, int64_t b, int64_t t, int64_t h);
 void fqla_ref_store_bth(const fqla_tensor *x, int64_t b, int64_t t, int64_t h, double value);
-/* The gate g and beta of (b, t, h) after the in-kernel transforms. */
-double fqla_ref_gate(const fqla_ref_inputs *in, int64_t b, int64_t t, int64_t h);
-double fqla_ref_beta(const fqla_ref_inputs *in, int64_t b, int64_t t, int64_t h);
 
 /* Offset of state [lead..., 0, 0] in a state tensor whose last two dims are
  * [K, V] (or [V, K]); lead has ndim - 2 entries. */

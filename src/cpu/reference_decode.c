@@ -16,7 +16,7 @@
 typedef struct decode_job {
     const fqla_problem *p;
     const fqla_decode_args *a;
-    fqla_ref_inputs in;
+    fqla_cpu_inputs in;
     int verify;
 } decode_job;
 
@@ -33,7 +33,7 @@ static fqla_status decode_task(void *arg, int64_t task)
     if (slot < 0) {
         /* padding: zero this head's o rows only (other heads are other tasks) */
         for (int64_t t = 0; t < p->T; t++) {
-            int64_t base = b * a->o.strides[0] + t * a->o.strides[1] + h * a->o.strides[2];
+            int64_t base = fqla_cpu_row_offset(&a->o, b, t, h);
             for (int64_t j = 0; j < V; j++)
                 fqla_store(&a->o, base + j * a->o.strides[3], 0.0);
         }
@@ -51,8 +51,8 @@ static fqla_status decode_task(void *arg, int64_t task)
         fqla_ref_load_qk(&job->in, &a->q, b, t, hk, q);
         fqla_ref_load_qk(&job->in, &a->k, b, t, hk, k);
         fqla_ref_load_v(&job->in, b, t, h, v);
-        double g = fqla_ref_gate(&job->in, b, t, h);
-        double beta = fqla_ref_beta(&job->in, b, t, h);
+        double g = fqla_cpu_gate(&job->in, b, t, h);
+        double beta = fqla_cpu_beta(&job->in, b, t, h);
         fqla_ref_step(S, K, V, k, v, g, beta, w, q, p->scale, ov);
         fqla_ref_store_row(&a->o, b, t, h, V, ov);
         if (!job->verify)
@@ -83,14 +83,7 @@ fqla_status fqla_ref_decode(fqla_context *ctx, const fqla_problem *p, const fqla
     job.p = p;
     job.a = a;
     job.verify = p->op == FQLA_OP_VERIFY;
-    job.in.q = &a->q;
-    job.in.k = &a->k;
-    job.in.v = &a->v;
-    job.in.g = &a->g;
-    job.in.beta = &a->beta;
-    job.in.A_log = &a->A_log;
-    job.in.dt_bias = &a->dt_bias;
-    job.in.p = p;
+    job.in = fqla_cpu_inputs_decode(p, a);
 
     /* Verify with step_slots writes into the pool that other rows read: run
      * in row order on one thread so the result is defined by the order of b. */

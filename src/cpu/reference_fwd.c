@@ -16,7 +16,7 @@
 typedef struct fwd_job {
     const fqla_problem *p;
     const fqla_fwd_args *a;
-    fqla_ref_inputs in;
+    fqla_cpu_inputs in;
 } fwd_job;
 
 static fqla_status fwd_task(void *arg, int64_t task)
@@ -45,8 +45,8 @@ static fqla_status fwd_task(void *arg, int64_t task)
         fqla_ref_load_qk(&job->in, &a->q, b, t, hk, q);
         fqla_ref_load_qk(&job->in, &a->k, b, t, hk, k);
         fqla_ref_load_v(&job->in, b, t, h, v);
-        double g = fqla_ref_gate(&job->in, b, t, h);
-        double beta = fqla_ref_beta(&job->in, b, t, h);
+        double g = fqla_cpu_gate(&job->in, b, t, h);
+        double beta = fqla_cpu_beta(&job->in, b, t, h);
         fqla_ref_step(S, K, V, k, v, g, beta, w, q, p->scale, ov);
         fqla_ref_store_row(&a->o, b, t, h, V, ov);
     }
@@ -63,14 +63,7 @@ fqla_status fqla_ref_fwd(fqla_context *ctx, const fqla_problem *p, const fqla_fw
     fwd_job job;
     job.p = p;
     job.a = a;
-    job.in.q = &a->q;
-    job.in.k = &a->k;
-    job.in.v = &a->v;
-    job.in.g = &a->g;
-    job.in.beta = &a->beta;
-    job.in.A_log = &a->A_log;
-    job.in.dt_bias = &a->dt_bias;
-    job.in.p = p;
+    job.in = fqla_cpu_inputs_fwd(p, a);
 
     fqla_ref_zero_uncovered(p, &a->o);
     fqla_status st = fqla_ref_parallel(ctx->threads, p->N * p->HV, fwd_task, &job);

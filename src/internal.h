@@ -16,6 +16,7 @@
 #include "flashqla.h"
 
 #include <stdarg.h>
+#include <string.h>
 
 #define FQLA_ERROR_LEN 512
 
@@ -85,8 +86,26 @@ fqla_status fqla_validate_decode(fqla_context *ctx, const fqla_decode_args *a, i
 /* ------------------------------------------------------------------------ */
 /* Element access for host tensors (CPU backends)                             */
 
-float fqla_bf16_to_f32(uint16_t x);
-uint16_t fqla_f32_to_bf16(float x);      /* round to nearest even, NaN kept */
+/* bf16 is the top half of an fp32: widening is a shift (exact); narrowing
+ * rounds to nearest even and keeps a NaN a quiet NaN. Inline because the CPU
+ * backends convert every bf16 element of q, k, v, o through them. */
+static inline float fqla_bf16_to_f32(uint16_t x)
+{
+    uint32_t u = (uint32_t)x << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline uint16_t fqla_f32_to_bf16(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep it a (quiet) NaN */
+        return (uint16_t)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
 float fqla_f16_to_f32(uint16_t x);
 uint16_t fqla_f32_to_f16(float x);       /* round to nearest even */
 

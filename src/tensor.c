@@ -62,7 +62,7 @@ int64_t fqla_tensor_numel(const fqla_tensor *t)
     return n;
 }
 
-/* ---- 16-bit float conversions (bit-exact, round to nearest even) ---- */
+/* ---- fp16 conversions (bit-exact, round to nearest even; bf16: internal.h) ---- */
 
 static float bits_to_f32(uint32_t u)
 {
@@ -76,17 +76,6 @@ static uint32_t f32_to_bits(float f)
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     return u;
-}
-
-float fqla_bf16_to_f32(uint16_t x) { return bits_to_f32((uint32_t)x << 16); }
-
-uint16_t fqla_f32_to_bf16(float x)
-{
-    uint32_t u = f32_to_bits(x);
-    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep it a (quiet) NaN */
-        return (uint16_t)((u >> 16) | 0x40u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
 }
 
 float fqla_f16_to_f32(uint16_t h)

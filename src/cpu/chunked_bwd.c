@@ -239,7 +239,7 @@ static void chunk_backward(const bwd_job *job, bwd_bufs *s, const float *S, cons
         float *r = dO + i * Vp;
         memset(r, 0, (size_t)Vp * sizeof(float));
         if (i < c)
-            fqla_cpu_load_row(&a->d_o, fqla_cpu_row_offset(&a->d_o, b, t0 + i, h), V, r);
+            fqla_load_row_f32(&a->d_o, fqla_cpu_row_offset(&a->d_o, b, t0 + i, h), V, r);
     }
 
     /* dU = P~^T dO + diag(f) K dS';  df_j = (K dS')_j . u_j */
@@ -273,7 +273,7 @@ static void chunk_backward(const bwd_job *job, bwd_bufs *s, const float *S, cons
                 zk[j + q] = -hd->e[i] * dx[j + q];
             }
         if (i < c)
-            fqla_cpu_store_row(&a->dv, fqla_cpu_row_offset(&a->dv, b, t0 + i, h), V, dx);
+            fqla_store_row_f32(&a->dv, fqla_cpu_row_offset(&a->dv, b, t0 + i, h), V, dx);
     }
 
     /* G2 = [dO; dX] S^T gives de and the state parts of [dQ; dK] */
@@ -377,7 +377,7 @@ static void store_qk_grads(const bwd_job *job, bwd_bufs *s, int64_t b, int64_t t
             float *g = s->dQKsum + (w * cp + i) * Kp;
             int64_t t = t0 + i;
             if (p->opt.use_qk_l2norm) {
-                fqla_cpu_load_row(x, fqla_cpu_row_offset(x, b, t, hk), K, s->tmp);
+                fqla_load_row_f32(x, fqla_cpu_row_offset(x, b, t, hk), K, s->tmp);
                 for (int64_t j = 0; j < K; j++) {
                     s->xr[j] = s->tmp[j];
                     s->dxr[j] = g[j];
@@ -386,9 +386,9 @@ static void store_qk_grads(const bwd_job *job, bwd_bufs *s, int64_t b, int64_t t
                 fqla_l2norm_grad(s->xr, r, s->dxr, s->dx, K);
                 for (int64_t j = 0; j < K; j++)
                     s->tmp[j] = (float)s->dx[j];
-                fqla_cpu_store_row(dx, fqla_cpu_row_offset(dx, b, t, hk), K, s->tmp);
+                fqla_store_row_f32(dx, fqla_cpu_row_offset(dx, b, t, hk), K, s->tmp);
             } else {
-                fqla_cpu_store_row(dx, fqla_cpu_row_offset(dx, b, t, hk), K, g);
+                fqla_store_row_f32(dx, fqla_cpu_row_offset(dx, b, t, hk), K, g);
             }
         }
     }

@@ -108,7 +108,7 @@ static void fwd_chunk(fwd_bufs *s, float *S, const fqla_problem *p, const fqla_f
     fqla_gemm(FQLA_GEMM_A_LOWER, cp, Vp, cp, s->P, cp, s->U, Vp, s->O, Vp);
     for (int64_t i = 0; i < qk->c; i++) {
         fqla_axpy8(Vp, scale * hd->e[i], s->W + i * Vp, s->O + i * Vp);
-        fqla_cpu_store_row(&a->o, fqla_cpu_row_offset(&a->o, b, t0 + i, h), V, s->O + i * Vp);
+        fqla_store_row_f32(&a->o, fqla_cpu_row_offset(&a->o, b, t0 + i, h), V, s->O + i * Vp);
     }
 
     if (!update_state)

@@ -82,44 +82,11 @@ float fqla_chunk_exp(double x, int ninf)
     return expf((float)x);
 }
 
-void fqla_cpu_load_row(const fqla_tensor *x, int64_t offset, int64_t n, float *dst)
-{
-    if (x->dtype != FQLA_DTYPE_BF16) {
-        fqla_load_row_f32(x, offset, n, dst);
-        return;
-    }
-    /* bf16 is the top half of an fp32: widening is a shift, exact */
-    const uint16_t *src = (const uint16_t *)x->data + offset;
-    for (int64_t i = 0; i < n; i++) {
-        uint32_t u = (uint32_t)src[i] << 16;
-        memcpy(&dst[i], &u, sizeof u);
-    }
-}
-
-void fqla_cpu_store_row(const fqla_tensor *x, int64_t offset, int64_t n, const float *src)
-{
-    if (x->dtype != FQLA_DTYPE_BF16) {
-        fqla_store_row_f32(x, offset, n, src);
-        return;
-    }
-    uint16_t *dst = (uint16_t *)x->data + offset;
-    for (int64_t i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, &src[i], sizeof u);
-        if ((u & 0x7fffffffu) > 0x7f800000u) {
-            dst[i] = (uint16_t)((u >> 16) | 0x40u);
-        } else {
-            u += 0x7fffu + ((u >> 16) & 1u);
-            dst[i] = (uint16_t)(u >> 16);
-        }
-    }
-}
-
 void fqla_cpu_load_qk(const fqla_cpu_inputs *in, const fqla_tensor *x, int64_t b, int64_t t,
                       int64_t hk, double *row, float *dst)
 {
     int64_t K = in->p->K;
-    fqla_cpu_load_row(x, fqla_cpu_row_offset(x, b, t, hk), K, dst);
+    fqla_load_row_f32(x, fqla_cpu_row_offset(x, b, t, hk), K, dst);
     if (!in->p->opt.use_qk_l2norm)
         return;
     /* the shared fp64 definition, so the normalisation matches the reference */
@@ -172,7 +139,7 @@ void fqla_chunk_load_head(fqla_chunk_head *hd, const fqla_chunk_qk *s, const fql
     for (int64_t i = 0; i < c; i++) {
         int64_t t = t0 + i;
         if (with_v) {
-            fqla_cpu_load_row(in->v, fqla_cpu_row_offset(in->v, b, t, h), V, hd->V_ + i * Vp);
+            fqla_load_row_f32(in->v, fqla_cpu_row_offset(in->v, b, t, h), V, hd->V_ + i * Vp);
             memset(hd->V_ + i * Vp + V, 0, (size_t)(Vp - V) * sizeof(float));
         }
         double g = fqla_cpu_gate(in, b, t, h);

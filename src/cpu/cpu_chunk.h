@@ -75,16 +75,9 @@ void fqla_chunk_load_head(fqla_chunk_head *hd, const fqla_chunk_qk *s, const fql
  * the span (ninf > 0) or x < -87. */
 float fqla_chunk_exp(double x, int ninf);
 
-/* n contiguous elements of x from offset, as fp32. BF16 (the common input
- * dtype) is widened inline - an exact conversion - because it sits in the
- * backend's innermost load loop; every other dtype goes through
- * fqla_load_row_f32. */
-void fqla_cpu_load_row(const fqla_tensor *x, int64_t offset, int64_t n, float *dst);
-/* The store counterpart: BF16 rounds inline (round to nearest even, NaN kept
- * quiet - bit for bit fqla_f32_to_bf16 of src/tensor.c, which
- * test_cpu_fast.c checks), every other dtype goes through
- * fqla_store_row_f32. */
-void fqla_cpu_store_row(const fqla_tensor *x, int64_t offset, int64_t n, const float *src);
+/* Rows are read and written with fqla_load_row_f32 / fqla_store_row_f32
+ * (src/tensor.c): their bf16 conversions are inline (internal.h), so the
+ * common bf16 rows cost no call per element. */
 
 /* Transformed q or k row of (b, t, hk): K floats into dst (l2-normalised
  * when asked; row is [K] fp64 scratch). Gate and beta: inputs.h. */

@@ -105,11 +105,11 @@ static void decode_task(void *arg, int64_t item, int worker)
     for (int64_t t = 0; t < p->T; t++) {
         fqla_cpu_load_qk(&job->in, &a->q, b, t, hk, row, q);
         fqla_cpu_load_qk(&job->in, &a->k, b, t, hk, row, k);
-        fqla_cpu_load_row(&a->v, fqla_cpu_row_offset(&a->v, b, t, h), V, v);
+        fqla_load_row_f32(&a->v, fqla_cpu_row_offset(&a->v, b, t, h), V, v);
         float gate = (float)exp(fqla_cpu_gate(&job->in, b, t, h));
         float beta = (float)fqla_cpu_beta(&job->in, b, t, h);
         token_step(S, K, Vp, k, q, v, gate, beta, (float)p->scale, w, u, o);
-        fqla_cpu_store_row(&a->o, fqla_cpu_row_offset(&a->o, b, t, h), V, o);
+        fqla_store_row_f32(&a->o, fqla_cpu_row_offset(&a->o, b, t, h), V, o);
         if (!job->verify)
             continue;
         if (a->step_states.data) {

@@ -187,30 +187,6 @@ static void chunk_next_state(bwd_bufs *s, const float *S, float *S_next)
     fqla_gemm(FQLA_GEMM_ACC, Kp, Vp, cp, Kf, cp, s->U, Vp, S_next, Vp);
 }
 
-/* Gradients of one token's raw gate and beta, stored; the per-head parts of
- * the in-kernel gate go to the item's partial sums. */
-static void store_gate_grads(const bwd_job *job, int64_t b, int64_t t, int64_t h, int64_t n,
-                             double dg, double dbeta)
-{
-    const fqla_problem *p = job->p;
-    const fqla_bwd_args *a = job->a;
-    if (p->opt.use_gate_in_kernel) {
-        double raw = fqla_load(&a->g, fqla_cpu_row_offset(&a->g, b, t, h));
-        double A_log = fqla_load(&a->A_log, h * a->A_log.strides[0]);
-        double dt_bias = fqla_load(&a->dt_bias, h * a->dt_bias.strides[0]);
-        double da = 0;
-        fqla_gate_grad(raw, A_log, dt_bias, dg, &da, &job->dA_log_part[n * p->HV + h],
-                       &job->ddt_bias_part[n * p->HV + h]);
-        dg = da;
-    }
-    if (p->opt.use_beta_sigmoid) {
-        double raw = fqla_load(&a->beta, fqla_cpu_row_offset(&a->beta, b, t, h));
-        dbeta = fqla_beta_grad(raw, p->opt.allow_neg_eigval, dbeta);
-    }
-    fqla_store(&a->dg, fqla_cpu_row_offset(&a->dg, b, t, h), dg);
-    fqla_store(&a->dbeta, fqla_cpu_row_offset(&a->dbeta, b, t, h), dbeta);
-}
-
 /* The reverse of one chunk of value head h (see the file header): S is the
  * stored entering state, dS the gradient w.r.t. the leaving state, updated
  * in place to the entering one. Adds this head's dq, dk to dQKsum and
@@ -354,7 +330,8 @@ static void chunk_backward(const bwd_job *job, bwd_bufs *s, const float *S, cons
         for (int64_t i = t; i < cp; i++)
             cross += rp[i];
         tail = suf[t];
-        store_gate_grads(job, b, t0 + t, h, n, tail + head + E + cross, dbeta[t]);
+        fqla_cpu_store_gate_grads(p, a, job->dA_log_part, job->ddt_bias_part, n, b, t0 + t, h,
+                                  tail + head + E + cross, dbeta[t]);
     }
 
     /* this head's share of dq, dk */
@@ -494,20 +471,8 @@ fqla_status fqla_cpu_bwd(fqla_context *ctx, const fqla_problem *p, const fqla_bw
         fqla_cpu_zero_uncovered(p, rows[i]);
     fqla_cpu_parallel_for(workers, items, bwd_task, &job);
 
-    if (p->opt.use_gate_in_kernel) {
-        /* fixed order over sequences: deterministic for any thread count */
-        for (int64_t h = 0; h < p->HV; h++) {
-            double sa = 0, sd = 0;
-            for (int64_t n = 0; n < p->N; n++) {
-                sa += job.dA_log_part[n * p->HV + h];
-                sd += job.ddt_bias_part[n * p->HV + h];
-            }
-            if (a->dA_log.data)
-                fqla_store(&a->dA_log, h * a->dA_log.strides[0], sa);
-            if (a->ddt_bias.data)
-                fqla_store(&a->ddt_bias, h * a->ddt_bias.strides[0], sd);
-        }
-    }
+    if (p->opt.use_gate_in_kernel)
+        fqla_cpu_reduce_gate_params(p, a, job.dA_log_part, job.ddt_bias_part);
     free(job.scratch);
     free(job.dA_log_part);
     return FQLA_STATUS_SUCCESS;

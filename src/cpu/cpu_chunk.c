@@ -231,11 +231,7 @@ void fqla_chunk_load_head(fqla_chunk_head *hd, const fqla_chunk_qk *s, const fql
 void fqla_cpu_state_load(const fqla_tensor *t, const int64_t *lead, int64_t K, int64_t V,
                          int v_first, float *S, int64_t ld, float *tmp)
 {
-    int nd = t->ndim;
-    int64_t base = 0;
-    for (int d = 0; d < nd - 2; d++)
-        base += lead[d] * t->strides[d];
-    int64_t rs = t->strides[nd - 2];
+    int64_t base = fqla_cpu_state_base(t, lead), rs = t->strides[t->ndim - 2];
     if (!v_first) {
         for (int64_t i = 0; i < K; i++)
             fqla_load_row_f32(t, base + i * rs, V, S + i * ld);
@@ -251,11 +247,7 @@ void fqla_cpu_state_load(const fqla_tensor *t, const int64_t *lead, int64_t K, i
 void fqla_cpu_state_store(const fqla_tensor *t, const int64_t *lead, int64_t K, int64_t V,
                           int v_first, const float *S, int64_t ld, float *tmp)
 {
-    int nd = t->ndim;
-    int64_t base = 0;
-    for (int d = 0; d < nd - 2; d++)
-        base += lead[d] * t->strides[d];
-    int64_t rs = t->strides[nd - 2];
+    int64_t base = fqla_cpu_state_base(t, lead), rs = t->strides[t->ndim - 2];
     if (!v_first) {
         for (int64_t i = 0; i < K; i++)
             fqla_store_row_f32(t, base + i * rs, V, S + i * ld);
@@ -266,34 +258,4 @@ void fqla_cpu_state_store(const fqla_tensor *t, const int64_t *lead, int64_t K, 
             tmp[i] = S[i * ld + j];
         fqla_store_row_f32(t, base + j * rs, K, tmp);
     }
-}
-
-void fqla_cpu_zero_rows(const fqla_tensor *x, int64_t b, int64_t t0, int64_t t1)
-{
-    if (!x || !x->data || t1 <= t0)
-        return;
-    int64_t heads = x->shape[2];
-    int64_t n = x->ndim == 4 ? x->shape[3] : 1;
-    float zeros[256];
-    memset(zeros, 0, sizeof zeros);
-    for (int64_t t = t0; t < t1; t++)
-        for (int64_t h = 0; h < heads; h++) {
-            int64_t off = fqla_cpu_row_offset(x, b, t, h);
-            for (int64_t j = 0; j < n; j += 256)
-                fqla_store_row_f32(x, off + j, n - j < 256 ? n - j : 256, zeros);
-        }
-}
-
-void fqla_cpu_zero_uncovered(const fqla_problem *p, const fqla_tensor *x)
-{
-    if (!p->varlen)
-        return; /* without cu_seqlens every row belongs to its batch row's sequence */
-    int64_t end = 0;
-    if (p->N > 0) {
-        int64_t b, start, len;
-        fqla_seq_bounds(p, p->N - 1, &b, &start, &len);
-        end = start + len;
-    }
-    for (int64_t b = 0; b < p->B; b++)
-        fqla_cpu_zero_rows(x, b, end, p->T);
 }

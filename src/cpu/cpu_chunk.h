@@ -33,7 +33,7 @@
 #define FQLA_CPU_CHUNK_H
 
 #include "internal.h"
-#include "cpu/inputs.h"
+#include "cpu/cpu_io.h"
 
 #define FQLA_CHUNK 64
 
@@ -80,7 +80,7 @@ float fqla_chunk_exp(double x, int ninf);
  * common bf16 rows cost no call per element. */
 
 /* Transformed q or k row of (b, t, hk): K floats into dst (l2-normalised
- * when asked; row is [K] fp64 scratch). Gate and beta: inputs.h. */
+ * when asked; row is [K] fp64 scratch). Gate and beta: cpu_io.h. */
 void fqla_cpu_load_qk(const fqla_cpu_inputs *in, const fqla_tensor *x, int64_t b, int64_t t,
                       int64_t hk, double *row, float *dst);
 
@@ -91,12 +91,6 @@ void fqla_cpu_state_load(const fqla_tensor *t, const int64_t *lead, int64_t K, i
                          int v_first, float *S, int64_t ld, float *tmp);
 void fqla_cpu_state_store(const fqla_tensor *t, const int64_t *lead, int64_t K, int64_t V,
                           int v_first, const float *S, int64_t ld, float *tmp);
-
-/* Zeroes rows [t0, t1) of batch row b of a [B, T, ...] tensor (3-D or 4-D;
- * absent tensors ignored), and every row no sequence covers (varlen: the
- * rows after the last cu_seqlens entry). */
-void fqla_cpu_zero_rows(const fqla_tensor *x, int64_t b, int64_t t0, int64_t t1);
-void fqla_cpu_zero_uncovered(const fqla_problem *p, const fqla_tensor *x);
 
 /* malloc of n floats (n >= 0); NULL when it fails or n does not fit size_t. */
 float *fqla_cpu_alloc_floats(int64_t n);

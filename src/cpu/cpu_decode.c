@@ -33,13 +33,6 @@ typedef struct decode_job {
     int64_t per_worker;
 } decode_job;
 
-static int64_t load_index(const fqla_tensor *t, int64_t offset)
-{
-    if (t->dtype == FQLA_DTYPE_I32)
-        return ((const int32_t *)t->data)[offset];
-    return ((const int64_t *)t->data)[offset];
-}
-
 static int64_t decode_floats(int64_t K, int64_t V)
 {
     int64_t Kp = fqla_round8(K), Vp = fqla_round8(V), M = fqla_round8(K > V ? K : V);
@@ -80,7 +73,7 @@ static void decode_task(void *arg, int64_t item, int worker)
     int64_t K = p->K, V = p->V, Kp = fqla_round8(K), Vp = fqla_round8(V);
     int64_t M = fqla_round8(K > V ? K : V);
     int v_first = p->opt.state_v_first;
-    int64_t slot = load_index(&a->slots, b * a->slots.strides[0]);
+    int64_t slot = fqla_cpu_load_index(&a->slots, b * a->slots.strides[0]);
 
     if (slot < 0) {
         /* padding: zero this head's o rows only (other heads are other items) */
@@ -116,7 +109,7 @@ static void decode_task(void *arg, int64_t item, int worker)
             int64_t sl[3] = {b, t, h};
             fqla_cpu_state_store(&a->step_states, sl, K, V, v_first, S, Vp, tmp);
         } else if (a->step_slots.data) {
-            int64_t ss = load_index(&a->step_slots, b * a->step_slots.strides[0] + t * a->step_slots.strides[1]);
+            int64_t ss = fqla_cpu_load_index(&a->step_slots, b * a->step_slots.strides[0] + t * a->step_slots.strides[1]);
             if (ss >= 0) {
                 int64_t pl[2] = {ss, h};
                 fqla_cpu_state_store(&a->state_pool, pl, K, V, v_first, S, Vp, tmp);

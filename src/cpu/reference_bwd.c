@@ -132,28 +132,6 @@ static void token_backward(const fqla_problem *p, bwd_scratch *s, const double *
     *dbeta_out = dbeta;
 }
 
-/* Stores dg and dbeta of (b, t, h), differentiated through the in-kernel
- * gate and beta sigmoid when those are on. */
-static void store_gate_grads(const bwd_job *job, int64_t n, int64_t b, int64_t t, int64_t h,
-                             double dg, double dbeta)
-{
-    const fqla_problem *p = job->p;
-    const fqla_bwd_args *a = job->a;
-    if (p->opt.use_gate_in_kernel) {
-        double araw = fqla_ref_load_bth(&a->g, b, t, h);
-        double A_log = fqla_load(&a->A_log, h * a->A_log.strides[0]);
-        double dt_bias = fqla_load(&a->dt_bias, h * a->dt_bias.strides[0]);
-        double da = 0;
-        fqla_gate_grad(araw, A_log, dt_bias, dg, &da,
-                       &job->dA_log_part[n * p->HV + h], &job->ddt_bias_part[n * p->HV + h]);
-        dg = da;
-    }
-    if (p->opt.use_beta_sigmoid)
-        dbeta = fqla_beta_grad(fqla_ref_load_bth(&a->beta, b, t, h), p->opt.allow_neg_eigval, dbeta);
-    fqla_ref_store_bth(&a->dg, b, t, h, dg);
-    fqla_ref_store_bth(&a->dbeta, b, t, h, dbeta);
-}
-
 /* Forward with checkpoints, then the reverse walk, for value head h of
  * sequence n (tokens [start, start + len) of batch row b). */
 static void head_backward(const bwd_job *job, bwd_scratch *s, int64_t n, int64_t h,
@@ -168,7 +146,7 @@ static void head_backward(const bwd_job *job, bwd_scratch *s, int64_t n, int64_t
     double *S = s->st; /* the block buffer doubles as the running state here */
 
     if (a->initial_state.data)
-        fqla_ref_state_load(&a->initial_state, fqla_ref_state_base(&a->initial_state, lead),
+        fqla_ref_state_load(&a->initial_state, fqla_cpu_state_base(&a->initial_state, lead),
                             K, V, v_first, S);
     else
         memset(S, 0, (size_t)KV * sizeof *S);
@@ -182,7 +160,7 @@ static void head_backward(const bwd_job *job, bwd_scratch *s, int64_t n, int64_t
     }
 
     if (a->d_final_state.data)
-        fqla_ref_state_load(&a->d_final_state, fqla_ref_state_base(&a->d_final_state, lead),
+        fqla_ref_state_load(&a->d_final_state, fqla_cpu_state_base(&a->d_final_state, lead),
                             K, V, v_first, s->dS);
     else
         memset(s->dS, 0, (size_t)KV * sizeof *s->dS);
@@ -205,12 +183,12 @@ static void head_backward(const bwd_job *job, bwd_scratch *s, int64_t n, int64_t
                            s->rb + j * V, s->gb[j], s->bb[j], s->dov,
                            s->dq + tl * K, s->dk + tl * K, s->tmp, &dg, &dbeta);
             fqla_ref_store_row(&a->dv, b, t, h, V, s->tmp);
-            store_gate_grads(job, n, b, t, h, dg, dbeta);
+            fqla_cpu_store_gate_grads(p, a, job->dA_log_part, job->ddt_bias_part, n, b, t, h, dg, dbeta);
         }
     }
 
     if (a->d_initial_state.data)
-        fqla_ref_state_store(&a->d_initial_state, fqla_ref_state_base(&a->d_initial_state, lead),
+        fqla_ref_state_store(&a->d_initial_state, fqla_cpu_state_base(&a->d_initial_state, lead),
                              K, V, v_first, s->dS);
 }
 
@@ -289,22 +267,11 @@ fqla_status fqla_ref_bwd(fqla_context *ctx, const fqla_problem *p, const fqla_bw
 
     const fqla_tensor *rows[5] = {&a->dq, &a->dk, &a->dv, &a->dg, &a->dbeta};
     for (int i = 0; i < 5; i++)
-        fqla_ref_zero_uncovered(p, rows[i]);
+        fqla_cpu_zero_uncovered(p, rows[i]);
 
     fqla_status st = fqla_ref_parallel(ctx->threads, p->N * p->H, bwd_task, &job);
-    if (st == FQLA_STATUS_SUCCESS && p->opt.use_gate_in_kernel) {
-        for (int64_t h = 0; h < p->HV; h++) {
-            double sa = 0, sd = 0;
-            for (int64_t n = 0; n < p->N; n++) {
-                sa += job.dA_log_part[n * p->HV + h];
-                sd += job.ddt_bias_part[n * p->HV + h];
-            }
-            if (a->dA_log.data)
-                fqla_store(&a->dA_log, h * a->dA_log.strides[0], sa);
-            if (a->ddt_bias.data)
-                fqla_store(&a->ddt_bias, h * a->ddt_bias.strides[0], sd);
-        }
-    }
+    if (st == FQLA_STATUS_SUCCESS && p->opt.use_gate_in_kernel)
+        fqla_cpu_reduce_gate_params(p, a, job.dA_log_part, job.ddt_bias_part);
     free(job.dA_log_part);
     if (st == FQLA_STATUS_ALLOC_FAILED)
         return fqla_fail(ctx, st, "CPU reference backward: could not allocate the checkpoints "

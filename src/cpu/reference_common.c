@@ -1,8 +1,8 @@
 /*
  * reference_common.c - shared pieces of the fp64 reference (see
  * reference_common.h): token loading with the in-kernel transforms, state
- * layout, the one-token step of DESIGN.md §1, row zeroing, and running tasks
- * that may fail on the backends' parallel-for (threads.c).
+ * layout, the one-token step of DESIGN.md §1, and running tasks that may
+ * fail on the backends' parallel-for (threads.c).
  */
 #include "cpu/reference_common.h"
 #include "cpu/threads.h"
@@ -39,24 +39,6 @@ void fqla_ref_store_row(const fqla_tensor *x, int64_t b, int64_t t, int64_t h, i
 void fqla_ref_load_v(const fqla_cpu_inputs *in, int64_t b, int64_t t, int64_t h, double *dst)
 {
     fqla_ref_load_row(in->v, b, t, h, in->p->V, dst);
-}
-
-double fqla_ref_load_bth(const fqla_tensor *x, int64_t b, int64_t t, int64_t h)
-{
-    return fqla_load(x, fqla_cpu_row_offset(x, b, t, h));
-}
-
-void fqla_ref_store_bth(const fqla_tensor *x, int64_t b, int64_t t, int64_t h, double value)
-{
-    fqla_store(x, fqla_cpu_row_offset(x, b, t, h), value);
-}
-
-int64_t fqla_ref_state_base(const fqla_tensor *t, const int64_t *lead)
-{
-    int64_t off = 0;
-    for (int d = 0; d < t->ndim - 2; d++)
-        off += lead[d] * t->strides[d];
-    return off;
 }
 
 void fqla_ref_state_load(const fqla_tensor *t, int64_t base, int64_t K, int64_t V,
@@ -110,47 +92,19 @@ void fqla_ref_step(double *S, int64_t K, int64_t V, const double *k, const doubl
             o[j] *= scale;
 }
 
-/* Zeroes the sub-tensor below the leading indices idx[0..d) (recursive over
- * the remaining dims). */
-static void zero_from(const fqla_tensor *x, int d, int64_t off)
+void fqla_ref_token(const fqla_cpu_inputs *in, const fqla_tensor *o, double *S, double *buf,
+                    int64_t b, int64_t t, int64_t h)
 {
-    if (d == x->ndim) {
-        fqla_store(x, off, 0.0);
-        return;
-    }
-    for (int64_t i = 0; i < x->shape[d]; i++)
-        zero_from(x, d + 1, off + i * x->strides[d]);
-}
-
-void fqla_ref_zero_rows(const fqla_tensor *x, int64_t b, int64_t t0, int64_t t1)
-{
-    if (!x || !x->data)
-        return;
-    for (int64_t t = t0; t < t1; t++)
-        zero_from(x, 2, b * x->strides[0] + t * x->strides[1]);
-}
-
-void fqla_ref_zero_uncovered(const fqla_problem *p, const fqla_tensor *x)
-{
-    if (!p->varlen)
-        return; /* without cu_seqlens every row belongs to its batch row's sequence */
-    int64_t end = 0;
-    if (p->N > 0) {
-        int64_t b, start, len;
-        fqla_seq_bounds(p, p->N - 1, &b, &start, &len);
-        end = start + len;
-    }
-    for (int64_t b = 0; b < p->B; b++)
-        fqla_ref_zero_rows(x, b, end, p->T);
-}
-
-int64_t fqla_ref_load_index(const fqla_tensor *t, int64_t offset)
-{
-    if (t->dtype == FQLA_DTYPE_I32)
-        return ((const int32_t *)t->data)[offset];
-    if (t->dtype == FQLA_DTYPE_I64)
-        return ((const int64_t *)t->data)[offset];
-    return (int64_t)fqla_load(t, offset);
+    const fqla_problem *p = in->p;
+    int64_t K = p->K, V = p->V, hk = h / p->group;
+    double *q = buf, *k = q + K, *v = k + K, *w = v + V, *ov = w + V;
+    fqla_ref_load_qk(in, in->q, b, t, hk, q);
+    fqla_ref_load_qk(in, in->k, b, t, hk, k);
+    fqla_ref_load_v(in, b, t, h, v);
+    double g = fqla_cpu_gate(in, b, t, h);
+    double beta = fqla_cpu_beta(in, b, t, h);
+    fqla_ref_step(S, K, V, k, v, g, beta, w, q, p->scale, ov);
+    fqla_ref_store_row(o, b, t, h, V, ov);
 }
 
 /* ---- tasks on the CPU backends' parallel-for (threads.h) ---- */

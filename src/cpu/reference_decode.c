@@ -25,10 +25,10 @@ static fqla_status decode_task(void *arg, int64_t task)
     const decode_job *job = arg;
     const fqla_problem *p = job->p;
     const fqla_decode_args *a = job->a;
-    int64_t b = task / p->HV, h = task % p->HV, hk = h / p->group;
+    int64_t b = task / p->HV, h = task % p->HV;
     int64_t K = p->K, V = p->V;
     int v_first = p->opt.state_v_first;
-    int64_t slot = fqla_ref_load_index(&a->slots, b * a->slots.strides[0]);
+    int64_t slot = fqla_cpu_load_index(&a->slots, b * a->slots.strides[0]);
 
     if (slot < 0) {
         /* padding: zero this head's o rows only (other heads are other tasks) */
@@ -43,36 +43,29 @@ static fqla_status decode_task(void *arg, int64_t task)
     double *S = malloc((size_t)(K * V + 2 * K + 3 * V) * sizeof *S);
     if (!S)
         return FQLA_STATUS_ALLOC_FAILED;
-    double *q = S + K * V, *k = q + K, *v = k + K, *w = v + V, *ov = w + V;
 
     int64_t lead[2] = {slot, h};
-    fqla_ref_state_load(&a->state_pool, fqla_ref_state_base(&a->state_pool, lead), K, V, v_first, S);
+    fqla_ref_state_load(&a->state_pool, fqla_cpu_state_base(&a->state_pool, lead), K, V, v_first, S);
     for (int64_t t = 0; t < p->T; t++) {
-        fqla_ref_load_qk(&job->in, &a->q, b, t, hk, q);
-        fqla_ref_load_qk(&job->in, &a->k, b, t, hk, k);
-        fqla_ref_load_v(&job->in, b, t, h, v);
-        double g = fqla_cpu_gate(&job->in, b, t, h);
-        double beta = fqla_cpu_beta(&job->in, b, t, h);
-        fqla_ref_step(S, K, V, k, v, g, beta, w, q, p->scale, ov);
-        fqla_ref_store_row(&a->o, b, t, h, V, ov);
+        fqla_ref_token(&job->in, &a->o, S, S + K * V, b, t, h);
         if (!job->verify)
             continue;
         if (a->step_states.data) {
             int64_t sl[3] = {b, t, h};
-            fqla_ref_state_store(&a->step_states, fqla_ref_state_base(&a->step_states, sl),
+            fqla_ref_state_store(&a->step_states, fqla_cpu_state_base(&a->step_states, sl),
                                  K, V, v_first, S);
         } else if (a->step_slots.data) {
-            int64_t ss = fqla_ref_load_index(&a->step_slots,
+            int64_t ss = fqla_cpu_load_index(&a->step_slots,
                                              b * a->step_slots.strides[0] + t * a->step_slots.strides[1]);
             if (ss >= 0) {
                 int64_t pl[2] = {ss, h};
-                fqla_ref_state_store(&a->state_pool, fqla_ref_state_base(&a->state_pool, pl),
+                fqla_ref_state_store(&a->state_pool, fqla_cpu_state_base(&a->state_pool, pl),
                                      K, V, v_first, S);
             }
         }
     }
     if (!job->verify)
-        fqla_ref_state_store(&a->state_pool, fqla_ref_state_base(&a->state_pool, lead), K, V, v_first, S);
+        fqla_ref_state_store(&a->state_pool, fqla_cpu_state_base(&a->state_pool, lead), K, V, v_first, S);
     free(S);
     return FQLA_STATUS_SUCCESS;
 }

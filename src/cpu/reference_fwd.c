@@ -24,7 +24,7 @@ static fqla_status fwd_task(void *arg, int64_t task)
     const fwd_job *job = arg;
     const fqla_problem *p = job->p;
     const fqla_fwd_args *a = job->a;
-    int64_t n = task / p->HV, h = task % p->HV, hk = h / p->group;
+    int64_t n = task / p->HV, h = task % p->HV;
     int64_t K = p->K, V = p->V, b, start, len;
     int v_first = p->opt.state_v_first;
     fqla_seq_bounds(p, n, &b, &start, &len);
@@ -32,27 +32,19 @@ static fqla_status fwd_task(void *arg, int64_t task)
     double *S = malloc((size_t)(K * V + 2 * K + 3 * V) * sizeof *S);
     if (!S)
         return FQLA_STATUS_ALLOC_FAILED;
-    double *q = S + K * V, *k = q + K, *v = k + K, *w = v + V, *ov = w + V;
 
     int64_t lead[2] = {n, h};
     if (a->initial_state.data)
-        fqla_ref_state_load(&a->initial_state, fqla_ref_state_base(&a->initial_state, lead),
+        fqla_ref_state_load(&a->initial_state, fqla_cpu_state_base(&a->initial_state, lead),
                             K, V, v_first, S);
     else
         memset(S, 0, (size_t)(K * V) * sizeof *S);
 
-    for (int64_t t = start; t < start + len; t++) {
-        fqla_ref_load_qk(&job->in, &a->q, b, t, hk, q);
-        fqla_ref_load_qk(&job->in, &a->k, b, t, hk, k);
-        fqla_ref_load_v(&job->in, b, t, h, v);
-        double g = fqla_cpu_gate(&job->in, b, t, h);
-        double beta = fqla_cpu_beta(&job->in, b, t, h);
-        fqla_ref_step(S, K, V, k, v, g, beta, w, q, p->scale, ov);
-        fqla_ref_store_row(&a->o, b, t, h, V, ov);
-    }
+    for (int64_t t = start; t < start + len; t++)
+        fqla_ref_token(&job->in, &a->o, S, S + K * V, b, t, h);
 
     if (a->final_state.data)
-        fqla_ref_state_store(&a->final_state, fqla_ref_state_base(&a->final_state, lead),
+        fqla_ref_state_store(&a->final_state, fqla_cpu_state_base(&a->final_state, lead),
                              K, V, v_first, S);
     free(S);
     return FQLA_STATUS_SUCCESS;
@@ -65,7 +57,7 @@ fqla_status fqla_ref_fwd(fqla_context *ctx, const fqla_problem *p, const fqla_fw
     job.a = a;
     job.in = fqla_cpu_inputs_fwd(p, a);
 
-    fqla_ref_zero_uncovered(p, &a->o);
+    fqla_cpu_zero_uncovered(p, &a->o);
     fqla_status st = fqla_ref_parallel(ctx->threads, p->N * p->HV, fwd_task, &job);
     if (st == FQLA_STATUS_ALLOC_FAILED)
         return fqla_fail(ctx, st, "CPU reference forward: could not allocate a %lld x %lld state",

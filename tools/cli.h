@@ -17,9 +17,10 @@
 #define CLI_EXIT_FAIL 1   /* a run failed or its error exceeded the threshold */
 #define CLI_EXIT_USAGE 2  /* bad command line */
 
-/* The subcommands (tools/info.c, tools/run.c). */
+/* The subcommands (tools/info.c, tools/run.c, tools/bench.c). */
 int cli_info(int argc, char **argv);
 int cli_run(int argc, char **argv);
+int cli_bench(int argc, char **argv);
 
 /* ------------------------------------------------------------------------ */
 /* Options (tools/options.c)                                                  */

@@ -1,6 +1,6 @@
 /*
  * main.c - the `flashqla` command-line program: dispatches to its
- * subcommands (info, run). Exit status 0 on success, 1 when a run fails or
+ * subcommands (info, run, bench). Exit status 0 on success, 1 when a run fails or
  * misses its error threshold, 2 on a bad command line.
  */
 #include "cli.h"
@@ -17,7 +17,8 @@ static void usage(FILE *f)
         "  info    version, backends, GPUs, supported head dims and dtypes\n"
         "  run     one Gated DeltaNet forward layer (Qwen3.5-35B-like by default): time,\n"
         "          tokens/s and the error against the fp64 reference\n"
-        "  bench   not yet: the benchmark harness lives in bench/ (planned)\n"
+        "  bench   the forward rows of BENCHMARKS.md (bench/anchors_h200.csv): time, check,\n"
+        "          records in bench/results/\n"
         "\n"
         "flashqla <command> --help shows a command's options; flashqla --version the version.\n");
 }
@@ -42,11 +43,7 @@ int main(int argc, char **argv)
     }
     if (!strcmp(cmd, "info")) return cli_info(argc - 2, argv + 2);
     if (!strcmp(cmd, "run")) return cli_run(argc - 2, argv + 2);
-    if (!strcmp(cmd, "bench")) {
-        fprintf(stderr, "flashqla bench: not yet implemented (the GPU benchmark harness is planned in bench/);\n"
-                        "use `flashqla run` for the time and error of one layer\n");
-        return CLI_EXIT_FAIL;
-    }
-    fprintf(stderr, "flashqla: unknown command '%s' (commands: info, run; see flashqla --help)\n", cmd);
+    if (!strcmp(cmd, "bench")) return cli_bench(argc - 2, argv + 2);
+    fprintf(stderr, "flashqla: unknown command '%s' (commands: info, run, bench; see flashqla --help)\n", cmd);
     return CLI_EXIT_USAGE;
 }

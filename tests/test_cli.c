@@ -3,7 +3,9 @@
  * small shapes and checks its exit statuses, its summary line and its error
  * figures against the fp64 reference (fp32 within 1e-4, bf16 within 5e-3 and
  * above the bf16 rounding floor), a bad option naming itself with status 2,
- * and that --tol below the real error makes it fail with status 1.
+ * and that --tol below the real error makes it fail with status 1; and
+ * `flashqla bench --backend cpu` on a tiny scaled rows file: its row and
+ * summary lines, the records CSV, and its exit statuses.
  *
  * The binary is found beside the test's build folder (build/tests/test_cli ->
  * build/flashqla; build/asan/tests/test_cli -> build/flashqla) or in
@@ -16,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static char cli[1024];
@@ -185,6 +188,152 @@ static void cuda_request_without_gpu(void)
     CHECK(strstr(out, "cuda") != NULL, "the message does not mention cuda:\n%s", out);
 }
 
+/* ------------------------------------------------------------------------ */
+/* flashqla bench on the CPU, on a tiny rows file (K = V = 128 as in every    */
+/* BENCHMARKS.md row, few heads and tokens).                                  */
+
+static char rows_path[64], recs_path[64];
+
+static double wall_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Lines of a text file (-1 when it cannot be read); the first one into
+ * first[512] when first is not NULL. */
+static int count_lines(const char *path, char *first)
+{
+    FILE *f = fopen(path, "r");
+    char line[512];
+    int n = 0;
+    if (first) first[0] = '\0';
+    if (!f) return -1;
+    while (fgets(line, sizeof line, f)) {
+        if (n == 0 && first) memcpy(first, line, sizeof line);
+        n++;
+    }
+    fclose(f);
+    return n;
+}
+
+static int make_temp(char *path, size_t n, const char *text)
+{
+    snprintf(path, n, "/tmp/fqla_bench_XXXXXX");
+    int fd = mkstemp(path);
+    if (fd < 0) return -1;
+    size_t len = strlen(text);
+    int ok = write(fd, text, len) == (ssize_t)len;
+    close(fd);
+    return ok ? 0 : -1;
+}
+
+/* The header of the published table (op,...,flashqla_ms,flashinfer_ms,fla_ms)
+ * with the label forms it uses: 1xLEN, LENxCOUNT, LEN+LEN; a bwd row that
+ * must be skipped. */
+static const char *tiny_rows =
+    "op,model,h_qk,h_v,seqlens,flashqla_ms,flashinfer_ms,fla_ms\n"
+    "fwd,tiny TP2,1,2,1x160,0.050,0.300,0.100\n"
+    "bwd,tiny TP2,1,2,8k_1seq,0.700,,1.400\n"
+    "fwd,tiny TP1,2,4,96+64,0.060,,0.120\n"
+    "fwd,tiny sym,2,2,64x3,0.040,,0.090\n";
+
+static void bench_cpu_scaled_rows(void)
+{
+    char args[512], header[512];
+    CHECK(make_temp(rows_path, sizeof rows_path, tiny_rows) == 0, "cannot write a temp rows file");
+    CHECK(make_temp(recs_path, sizeof recs_path, "") == 0, "cannot make a temp records file");
+    setenv("FQLA_COMMIT", "testcommit", 1);
+    double t0 = wall_s();
+    snprintf(args, sizeof args, "bench --backend cpu --rows %s --scale-tokens 0.5 --repeat 2 --check-tokens 48 "
+             "--out %s --seed %llu", rows_path, recs_path, (unsigned long long)(check_seed() % 100000));
+    int rc = run_cli(args);
+    CHECK(rc == 0, "%s: exit status %d\n%s", args, rc, out);
+    CHECK(strstr(out, "[1/3] fwd tiny TP2") && strstr(out, "[2/3] fwd tiny TP1") && strstr(out, "[3/3] fwd tiny sym"),
+          "missing [i/3] row lines:\n%s", out);
+    CHECK(strstr(out, "1x160*0.5") && strstr(out, "96+64*0.5") && strstr(out, "64x3*0.5"),
+          "scaled rows are not labelled with *0.5:\n%s", out);
+    CHECK(strstr(out, "8k_1seq") == NULL, "the bwd row was run:\n%s", out);
+    int pass = 0;
+    for (const char *c = out; (c = strstr(c, "  PASS\n")); c++) pass++;
+    CHECK(pass == 3, "%d PASS row lines, expected 3:\n%s", pass, out);
+    /* bf16 output rounding alone gives ~1e-3: the check really compared o */
+    const char *rel = strstr(out, "rel_o ");
+    double ro = rel ? strtod(rel + 6, NULL) : -1;
+    CHECK(ro > 1e-4 && ro <= 5e-3, "rel_o %g, expected in (1e-4, 5e-3]:\n%s", ro, out);
+    CHECK(strstr(out, "summary: fwd rows=3 failures=0 backend=cpu") != NULL, "no summary line:\n%s", out);
+    CHECK(strstr(out, "vs published numbers, not same-process") != NULL, "summary not labelled:\n%s", out);
+    CHECK(strstr(out, "geomean_published_flashqla_over_ours=n/a") != NULL,
+          "scaled rows must not be compared with the anchors:\n%s", out);
+    int n = count_lines(recs_path, header);
+    CHECK(n == 4, "records file has %d lines, expected header + 3", n);
+    CHECK(!strcmp(header, "op,model,h_qk,h_v,seqlens,flashqla_ms,fla_ms,gpu,commit,date\n"),
+          "records header: %s", header);
+    FILE *f = fopen(recs_path, "r");
+    char line[512];
+    int good = 0;
+    while (f && fgets(line, sizeof line, f))
+        good += !strncmp(line, "fwd,tiny ", 9) && strstr(line, ",,cpu,testcommit,20") != NULL;
+    if (f) fclose(f);
+    CHECK(good == 3, "%d well-formed records, expected 3", good);
+
+    /* unscaled, one row by --filter: compared with its anchors, appended */
+    snprintf(args, sizeof args, "bench --backend cpu --rows %s --filter 'TP1 96' --repeat 1 --check-tokens 32 --out %s",
+             rows_path, recs_path);
+    rc = run_cli(args);
+    CHECK(rc == 0, "%s: exit status %d\n%s", args, rc, out);
+    CHECK(strstr(out, "summary: fwd rows=1 failures=0") != NULL, "--filter: no 1-row summary:\n%s", out);
+    const char *g = strstr(out, "geomean_published_flashqla_over_ours=");
+    double gm = g ? strtod(g + strlen("geomean_published_flashqla_over_ours="), NULL) : -1;
+    CHECK(gm > 0, "unscaled row: no geomean against the anchor:\n%s", out);
+    CHECK(count_lines(recs_path, NULL) == 5, "the filtered row was not appended (no header again)");
+    CHECK(wall_s() - t0 < 10, "bench on tiny rows took %.1f s, over 10 s", wall_s() - t0);
+}
+
+static void bench_failed_check_exits_1(void)
+{
+    char args[512];
+    snprintf(args, sizeof args, "bench --backend cpu --rows %s --quick --tol 1e-12 --check-tokens 32 --repeat 1 --out %s",
+             rows_path, recs_path);
+    int before = count_lines(recs_path, NULL);
+    int rc = run_cli(args);
+    CHECK(rc == 1, "--tol 1e-12: exit status %d, expected 1\n%s", rc, out);
+    CHECK(strstr(out, "failures=3") != NULL && strstr(out, "FAIL") != NULL, "no failures in the output:\n%s", out);
+    CHECK(count_lines(recs_path, NULL) == before, "failed rows were recorded");
+}
+
+static void bench_bad_options_exit_2(void)
+{
+    char buf[12][256];
+    const char *names[12] = { "--repeat", "--backend", "--frobnicate", "--scale-tokens", "--rows",
+                              "--quick", "--filter", "--check-tokens", "--out", "--tol", "--backend cpu", "--rows" };
+    snprintf(buf[0], 256, "bench --rows %s --quick --repeat 0", rows_path);
+    snprintf(buf[1], 256, "bench --rows %s --quick --backend tpu", rows_path);
+    snprintf(buf[2], 256, "bench --rows %s --frobnicate 3", rows_path);
+    snprintf(buf[3], 256, "bench --rows %s --backend cpu --scale-tokens 2", rows_path);
+    snprintf(buf[4], 256, "bench --rows /nonexistent/rows.csv --backend cpu --quick");
+    snprintf(buf[5], 256, "bench --rows %s --backend cpu --quick=yes", rows_path);
+    snprintf(buf[6], 256, "bench --rows %s --backend cpu --filter no-such-row", rows_path);
+    snprintf(buf[7], 256, "bench --rows %s --backend cpu --quick --check-tokens -1", rows_path);
+    snprintf(buf[8], 256, "bench --rows %s --backend cpu --quick --out /nonexistent/dir/x.csv", rows_path);
+    snprintf(buf[9], 256, "bench --rows %s --backend cpu --quick --tol abc", rows_path);
+    /* the full rows would take hours on the CPU */
+    snprintf(buf[10], 256, "bench --rows %s --backend cpu", rows_path);
+    /* a rows file without the op,model,h_qk,h_v,seqlens columns (the records
+     * file is overwritten: it is not needed any more) */
+    FILE *f = fopen(recs_path, "w");
+    if (f) { fputs("a,b,c\n1,2,3\n", f); fclose(f); }
+    snprintf(buf[11], 256, "bench --rows %s --backend cpu --quick", recs_path);
+    for (int i = 0; i < 12; i++) {
+        int rc = run_cli(buf[i]);
+        CHECK(rc == 2, "'%s': exit status %d, expected 2\n%s", buf[i], rc, out);
+        CHECK(strstr(out, names[i]) != NULL, "'%s': the message does not name %s:\n%s", buf[i], names[i], out);
+    }
+    remove(rows_path);
+    remove(recs_path);
+}
+
 int main(int argc, char **argv)
 {
     (void)argc;
@@ -201,6 +350,9 @@ int main(int argc, char **argv)
     CHECK_RUN(same_seed_same_figures);
     CHECK_RUN(tolerance_failure_exits_1);
     CHECK_RUN(bad_options_exit_2);
+    CHECK_RUN(bench_cpu_scaled_rows);
+    CHECK_RUN(bench_failed_check_exits_1);
+    CHECK_RUN(bench_bad_options_exit_2);
     /* ask the binary, not this test's library: the sanitizer build of the
      * tests has CUDA stubbed out even on a GPU machine */
     run_cli("info");

@@ -604,8 +604,12 @@ int cli_bench(int argc, char **argv)
         if (!o.filter || strstr(key, o.filter)) pick[npick++] = i;
     }
     if (o.quick && npick > QUICK_ROWS) {
-        /* spread over the table: it is ordered by model, then pattern */
-        for (int j = 0; j < QUICK_ROWS; j++) pick[j] = pick[(int)((long long)j * npick / QUICK_ROWS)];
+        /* spread over the table, which is ordered by model, then pattern:
+         * steps of npick/Q rows plus a drift of npick/Q^2 so that the
+         * picked rows differ in pattern as well as in model (increasing and
+         * below npick, since (Q-1)(Q+1)/Q^2 < 1) */
+        for (int j = 0; j < QUICK_ROWS; j++)
+            pick[j] = pick[j * npick / QUICK_ROWS + j * (npick / (QUICK_ROWS * QUICK_ROWS))];
         npick = QUICK_ROWS;
     }
     if (npick == 0) {

@@ -521,6 +521,51 @@ static void bf16_row_io_exact(void)
     free(h); free(x); free(fa); free(fb); free(ha); free(hb);
 }
 
+/* ---- both matrix-kernel paths (src/cpu/cpu_isa.h) ---- */
+
+#include "cpu/cpu_isa.h"
+
+/* Forward and backward on the baseline (SSE) and on the AVX2 + FMA kernels,
+ * each against the reference; head dims 72 and 40 leave an 8-column panel
+ * after the 16-column ones. On the AVX2 path, 1 and 2 threads must agree
+ * bit for bit. The path in use before the test is restored after it. */
+static void isa_paths_fwd_bwd(void)
+{
+    int before = fqla_cpu_isa(), paths[2] = {FQLA_CPU_ISA_BASE, FQLA_CPU_ISA_AVX2};
+    if (fqla_cpu_isa_available() != FQLA_CPU_ISA_AVX2)
+        check_skip("isa_paths_fwd_bwd AVX2", "no AVX2 + FMA kernels on this build or CPU: baseline path only");
+    for (int pi = 0; pi < 2; pi++) {
+        if (fqla_cpu_isa_force(paths[pi]) != paths[pi])
+            continue;
+        gdn_case c = gdn_case_make(2, QUICK(130, 40), 1, 2, 72, 40);
+        c.opt.use_qk_l2norm = c.opt.use_gate_in_kernel = c.opt.use_beta_sigmoid = 1;
+        c.h0 = c.dht = c.final = 1;
+        run_fwd(&c, TOL_F32);
+        run_bwd(&c, TOL_F32, TOL_F32_GATE);
+        gdn_case b = gdn_case_make(1, QUICK(200, 64), 2, 4, 128, 128);
+        b.io = FQLA_DTYPE_BF16;
+        b.opt.use_qk_l2norm = 1;
+        b.h0 = 1;
+        run_fwd(&b, 5e-3);
+        run_bwd(&b, 8e-3, 2e-2);
+        if (paths[pi] == FQLA_CPU_ISA_AVX2) {
+            fqla_context *one = tu_context(FQLA_BACKEND_CPU, 1);
+            gdn_data d = gdn_data_make(&c);
+            gdn_out x1 = gdn_run_bwd(one, &c, &d, 0), x2 = gdn_run_bwd(cpu, &c, &d, 0);
+            CHECK(x1.status == FQLA_STATUS_SUCCESS && x2.status == FQLA_STATUS_SUCCESS, "AVX2 backward failed");
+            if (x1.status == FQLA_STATUS_SUCCESS && x2.status == FQLA_STATUS_SUCCESS) {
+                CHECK(memcmp(x1.dq, x2.dq, (size_t)d.nq * sizeof *x1.dq) == 0, "AVX2 dq: 1 and 2 threads differ");
+                CHECK(memcmp(x1.dv, x2.dv, (size_t)d.nv * sizeof *x1.dv) == 0, "AVX2 dv: 1 and 2 threads differ");
+            }
+            gdn_out_free(&x1);
+            gdn_out_free(&x2);
+            gdn_data_free(&d);
+            fqla_context_destroy(one);
+        }
+    }
+    fqla_cpu_isa_force(before);
+}
+
 int main(void)
 {
     check_rng_seed(check_seed());
@@ -566,6 +611,7 @@ int main(void)
     CHECK_RUN(bwd_bf16);
     CHECK_RUN(rejects_unsupported);
     CHECK_RUN(bf16_row_io_exact);
+    CHECK_RUN(isa_paths_fwd_bwd);
 
     fqla_context_destroy(cpu);
     fqla_context_destroy(ref);

@@ -1,0 +1,33 @@
+/*
+ * cpu_isa.h - which instruction set the fast CPU path's matrix kernels use,
+ * chosen once per process at run time.
+ *
+ * The library is built for a baseline (x86-64-v2: SSE4.2, no FMA). On x86
+ * with GCC or clang the matrix product is compiled a second time for
+ * AVX2 + FMA and used when the CPU has both, unless the environment variable
+ * FQLA_CPU_ISA=sse (read once, at the first product) forces the baseline.
+ * Every thread of every call reads the same cached choice, so results stay
+ * bit-identical run to run and across thread counts; the two paths round
+ * differently (FMA), so they are not bit-identical to each other.
+ */
+#ifndef FQLA_CPU_ISA_H
+#define FQLA_CPU_ISA_H
+
+enum {
+    FQLA_CPU_ISA_BASE = 0, /* the build's baseline (SSE on x86-64-v2) */
+    FQLA_CPU_ISA_AVX2 = 1  /* AVX2 + FMA kernels */
+};
+
+/* The path in use: FQLA_CPU_ISA_AVX2 when it was compiled in, the CPU has
+ * AVX2 and FMA and FQLA_CPU_ISA is not "sse"; else FQLA_CPU_ISA_BASE. */
+int fqla_cpu_isa(void);
+
+/* The best path this build and CPU support, ignoring FQLA_CPU_ISA. */
+int fqla_cpu_isa_available(void);
+
+/* For tests only: use isa from now on (FQLA_CPU_ISA_AVX2 falls back to the
+ * baseline where unavailable). Must not run while a product is in flight.
+ * Returns the path now in use. */
+int fqla_cpu_isa_force(int isa);
+
+#endif

@@ -12,6 +12,11 @@
  * zeros, which leaves every product exact).
  *
  * All matrices are row-major with a leading dimension (elements per row).
+ *
+ * On x86 with GCC or clang, fqla_gemm also has an AVX2 + FMA body (a 4 x 16
+ * tile, compiled with a target attribute) used when the CPU has both; see
+ * cpu_isa.h for the choice and gemm.c for why the tile differs. The other
+ * helpers here stay on the baseline.
  */
 #ifndef FQLA_CPU_GEMM_H
 #define FQLA_CPU_GEMM_H

@@ -247,18 +247,9 @@ def prepare(q, k, v, g, beta, scale, initial_state, output_final_state,
     g = fix_strides(g)
     beta = fix_strides(beta)
 
-    flags = 0
-    if use_qk_l2norm_in_kernel:
-        flags |= ops.L2NORM
-    if use_beta_sigmoid_in_kernel:
-        flags |= ops.BETA_SIGMOID
-        # as in FLA, the factor 2 belongs to the in-kernel sigmoid only
-        if allow_neg_eigval:
-            flags |= ops.NEG_EIGVAL
-    if state_v_first:
-        flags |= ops.STATE_V_FIRST
+    flags = ops.pack_flags(use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel,
+                           allow_neg_eigval, state_v_first)
     if use_gate_in_kernel:
-        flags |= ops.GATE_IN_KERNEL
         if A_log is None:
             raise ValueError("flashqla: use_gate_in_kernel=True needs A_log [HV]")
         if A_log.dtype != wide:

@@ -102,6 +102,21 @@ NEG_EIGVAL = 8
 STATE_V_FIRST = 16
 
 
+def pack_flags(l2norm, gate_in_kernel, beta_sigmoid, neg_eigval, state_v_first):
+    """The option bits for the registered ops. As in FLA, the factor 2 of
+    allow_neg_eigval belongs to the in-kernel sigmoid only."""
+    flags = L2NORM if l2norm else 0
+    if beta_sigmoid:
+        flags |= BETA_SIGMOID
+        if neg_eigval:
+            flags |= NEG_EIGVAL
+    if state_v_first:
+        flags |= STATE_V_FIRST
+    if gate_in_kernel:
+        flags |= GATE_IN_KERNEL
+    return flags
+
+
 _OPTIONS = {}
 
 

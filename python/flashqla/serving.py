@@ -49,17 +49,9 @@ def _prepare(q, k, v, a, b, A_log, dt_bias, state_pool, slots, scale,
     if not (a.dtype == b.dtype and (a.dtype in _GATE_OK or (reference and a.dtype == _F64))):
         a, b = a.to(wide), b.to(wide)
     a, b = fix_strides(a), fix_strides(b)
-    flags = 0
-    if use_qk_l2norm_in_kernel:
-        flags |= ops.L2NORM
-    if use_beta_sigmoid_in_kernel:
-        flags |= ops.BETA_SIGMOID
-        if allow_neg_eigval:
-            flags |= ops.NEG_EIGVAL
-    if state_v_first:
-        flags |= ops.STATE_V_FIRST
+    flags = ops.pack_flags(use_qk_l2norm_in_kernel, A_log is not None, use_beta_sigmoid_in_kernel,
+                           allow_neg_eigval, state_v_first)
     if A_log is not None:
-        flags |= ops.GATE_IN_KERNEL
         if A_log.dtype != wide:
             A_log = A_log.to(wide)
         if dt_bias is None:

@@ -18,7 +18,9 @@ FlashQLA / FlashInfer anchors (bench/anchors_h200.csv).
 Several builds and kernel variants in one process, on the same inputs and
 against the same FLA timing: --lib 'new=build/libflashqla.so,v2=old/libflashqla.so'
 and --variants '2,0;1,1' (value heads per prepare batch, late chunk copies:
-fqla_cuda_fwd_tune, applied to each library that has it). Each (library,
+fqla_cuda_fwd_tune, applied to each library that has it; a variant of four
+numbers 'hb,late,wg,nwg' also picks the chunk kernel: wg 0 = mma.sync, 1 =
+wgmma with nwg consumer warpgroups (0 = the default), fqla_cuda_fwd_tune_chunk). Each (library,
 variant) is one CSV row; its commit field is the build's commit plus the
 variant, or the label of a labelled library run without variants (e.g.
 '206cbd8=old/libflashqla.so').
@@ -79,6 +81,7 @@ class Lib:
         self.label = label
         self.L = C.CDLL(path)
         self.tune = getattr(self.L, "fqla_cuda_fwd_tune", None)
+        self.tune_chunk = getattr(self.L, "fqla_cuda_fwd_tune_chunk", None)
         self.L.fqla_last_error.restype = C.c_char_p
         self.L.fqla_status_string.restype = C.c_char_p
         self.ctx = C.c_void_p()
@@ -258,8 +261,9 @@ def main():
     configs = []  # (lib, variant or None, tag)
     for lib in libs:
         if variants and lib.tune:
-            for hb, late in variants:
-                configs.append((lib, (hb, late), (lib.label + ":" if lib.label else "") + "hb%d-late%d" % (hb, late)))
+            for var in variants:
+                name = "hb%d-late%d" % var[:2] + ("-wg%d-nwg%d" % var[2:4] if len(var) >= 4 else "")
+                configs.append((lib, var, (lib.label + ":" if lib.label else "") + name))
         else:
             configs.append((lib, None, lib.label))
     gpu = torch.cuda.get_device_name().replace(" ", "_")
@@ -301,6 +305,9 @@ def main():
             try:
                 if lib.tune:
                     lib.tune(C.c_int(var[0] if var else 0), C.c_int(var[1] if var else -1))
+                if lib.tune_chunk:
+                    wg = var[2] if var and len(var) >= 4 else -1
+                    lib.tune_chunk(C.c_int(wg), C.c_int(var[3] if var and len(var) >= 4 else 0))
                 ours = FqlaFwd(lib, q, k, v, g, beta, h0, cu, cu_host, o, ht)
                 ours()
                 torch.cuda.synchronize()
@@ -329,6 +336,8 @@ def main():
                 del ours
                 if lib.tune:
                     lib.tune(C.c_int(0), C.c_int(-1))
+                if lib.tune_chunk:
+                    lib.tune_chunk(C.c_int(-1), C.c_int(0))
             except Exception as e:  # one failing build or variant must not end the run
                 print("%-22s %-12s FAILED %s: %s" % (model, sl, tag, e), flush=True)
         del q, k, v, g, beta, h0, o, ht, res

@@ -26,7 +26,7 @@
 #define CASES(X)                                                                                 \
     X(fwd_lengths) X(fwd_varlen) X(fwd_varlen_i64_zero_len) X(fwd_trailing_rows) X(fwd_gva)       \
     X(fwd_many_heads) X(fwd_head_dims) X(fwd_fp16) X(fwd_options) X(fwd_v_first_bf16_state) X(fwd_decay_extremes) \
-    X(fwd_variants) X(fwd_robustness) X(fwd_graph_replay) X(fwd_not_supported)
+    X(fwd_variants) X(fwd_chunk_kernels) X(fwd_robustness) X(fwd_graph_replay) X(fwd_not_supported)
 
 #ifdef FQLA_HAVE_CUDA
 
@@ -51,6 +51,7 @@ extern cuda_err cudaGraphDestroy(cuda_graph g);
 extern const char *cudaGetErrorString(cuda_err e);
 /* the forward's kernel-variant hook (src/cuda/fwd.cu, outside the public API) */
 extern void fqla_cuda_fwd_tune(int prep_heads, int late_loads);
+extern void fqla_cuda_fwd_tune_chunk(int wg, int nwg);
 #define H2D 1
 #define D2H 2
 
@@ -641,6 +642,59 @@ static void fwd_variants(void)
         fqla_cuda_fwd_tune(0, -1);
         free(o0);
         free(h0);
+        prob_free(&p);
+    }
+}
+
+/* Both chunk kernels on the same inputs: the mma.sync kernel (fwd_chunk.cu)
+ * and the wgmma kernel (fwd_chunk_wg.cu) with one and two consumer
+ * warpgroups per CTA, each against the reference, on shapes that reach the
+ * wgmma kernel's edges: varlen tails in the middle of the tensor (next
+ * sequence's rows in the tile), K = 64, fp16, l2norm and the in-kernel gate,
+ * state_v_first with bf16 state, GVA, V = 64 (one warpgroup only). Where the
+ * wgmma kernel cannot run, the call falls back to mma.sync and must still
+ * pass. */
+static void fwd_chunk_kernels(void)
+{
+    enum { NS = 7 };
+    spec specs[NS];
+    const char *names[NS] = {"varlen [0,70,75,333] T=400 H=2 HV=4", "K=V=64 B=2 T=300",
+                             "fp16 GVA H=2 HV=6 T=200", "l2norm + gate + beta sigmoid H=1 HV=3 T=300",
+                             "state_v_first bf16 state B=2 T=100", "K=128 V=64 T=130",
+                             "B=3 H=8 HV=32 T=100"};
+    const int64_t cu[] = {0, 70, 75, 333};
+    specs[0] = base_spec(1, 400, 2, 4, 128);
+    set_cu(&specs[0], cu, 4);
+    specs[1] = base_spec(2, 300, 2, 4, 64);
+    specs[2] = base_spec(1, 200, 2, 6, 128);
+    specs[2].io = FQLA_DTYPE_F16;
+    specs[3] = base_spec(1, 300, 1, 3, 128);
+    specs[3].l2norm = specs[3].gate_in = specs[3].beta_sig = 1;
+    specs[4] = base_spec(2, 100, 2, 4, 128);
+    specs[4].v_first = 1;
+    specs[4].h0_dtype = specs[4].ht_dtype = FQLA_DTYPE_BF16;
+    specs[5] = base_spec(1, 130, 2, 2, 128);
+    specs[5].V = 64;
+    specs[6] = base_spec(3, 100, 8, 32, 128);
+    const int kern[3][2] = {{0, 0}, {1, 1}, {1, 2}};
+    const char *kname[3] = {"mma.sync", "wgmma nwg=1", "wgmma nwg=2"};
+    for (int i = 0; i < NS; i++) {
+        prob p;
+        prob_init(&p, &specs[i]);
+        upload_all(&p);
+        run_ref(&p);
+        for (int v = 0; v < 3; v++) {
+            char what[128];
+            snprintf(what, sizeof what, "%s [%s]", names[i], kname[v]);
+            fqla_cuda_fwd_tune_chunk(kern[v][0], kern[v][1]);
+            poison(&p);
+            fqla_status st = run_gpu(&p, NULL);
+            CHECK(st == FQLA_STATUS_SUCCESS, "%s: %s", what, fqla_last_error(gpu));
+            if (st != FQLA_STATUS_SUCCESS) continue;
+            download(&p, NULL, NULL);
+            compare(&p, what);
+        }
+        fqla_cuda_fwd_tune_chunk(-1, 0);
         prob_free(&p);
     }
 }

@@ -1,9 +1,12 @@
 /*
  * fwd.cu - the CUDA forward's entry points (declared in cuda_backend.h):
  * what the kernels cover, the exact workspace, and the two launches
- * (fwd_prepare.cu, then fwd_chunk.cu) on the caller's stream. Nothing here
- * allocates, synchronises or reads device memory on the host, so a call can
- * be captured in a CUDA graph.
+ * (fwd_prepare.cu, then the chunk kernel: fwd_chunk_wg.cu on TMA + wgmma
+ * where K is 64 or 128, V a multiple of 64 and the rows 16-byte aligned,
+ * else fwd_chunk.cu on mma.sync) on the caller's stream. Nothing here
+ * allocates, synchronises or reads device memory on the host (the TMA maps
+ * are encoded on the host and passed as kernel parameters), so a call can be
+ * captured in a CUDA graph.
  *
  * Covered: q/k/v/o bf16 or fp16; K in {64, 128, 256}; V a multiple of 32;
  * g, beta f32 or bf16; initial / final state f32 or bf16, either layout;
@@ -37,20 +40,41 @@ int pick_bv(const fqla_context *ctx, const fqla_problem *p)
 
 const char *dname(fqla_dtype d) { return fqla_dtype_string(d); }
 
-/* Kernel variants picked by fqla_cuda_fwd_tune (0 / -1: the defaults). */
+/* Kernel variants picked by fqla_cuda_fwd_tune (0 / -1: the defaults) and
+ * fqla_cuda_fwd_tune_chunk (-1 / 0: the defaults). */
 int g_tune_hb = 0, g_tune_late = -1;
+int g_tune_wg = -1, g_tune_nwg = 0;
+
+/* Consumer warpgroups per CTA of the wgmma chunk kernel. Two (one CTA per
+ * 128 value columns, sharing the K, Q, Ag, Pg tiles) run a CTA ~1.4x longer
+ * than one does (measured on the H200, docs/perf.md v4) but halve the CTAs;
+ * either way one CTA fits on an SM. Pick the one with fewer waves x time. */
+int pick_nwg(const fqla_context *ctx, const fqla_problem *p)
+{
+    if (g_tune_nwg == 1 || g_tune_nwg == 2) return (g_tune_nwg == 2 && p->V % 128 == 0) ? 2 : 1;
+    if (p->V % 128 != 0) return 1;
+    const int64_t sms = ctx->info.sm_count > 0 ? ctx->info.sm_count : 132;
+    const int64_t ctas2 = p->N * p->HV * (p->V / 128);
+    const int64_t waves1 = (2 * ctas2 + sms - 1) / sms, waves2 = (ctas2 + sms - 1) / sms;
+    return waves2 * 14 < waves1 * 10 ? 2 : 1;
+}
 
 } // namespace
 
-/* Benchmarking and test hook, outside the public API (like
- * fqla_cuda_decode_tune_warps): value heads per prepare batch (1, 2;
- * 0 = FQLA_FWD_PREP_HB) and the chunk kernel's late copies (0, 1; -1 =
- * FQLA_FWD_LATE_LOADS) for every later forward in the process. Without
- * FQLA_FWD_TUNING only the defaults are compiled and this does nothing. */
 extern "C" void fqla_cuda_fwd_tune(int prep_heads, int late_loads)
 {
     g_tune_hb = prep_heads;
     g_tune_late = late_loads;
+}
+
+/* The same kind of hook for the chunk kernel: wg = 0 forces the mma.sync
+ * kernel (fwd_chunk.cu), -1 or 1 uses the wgmma kernel (fwd_chunk_wg.cu)
+ * wherever it can run; nwg = 1 or 2 forces its consumer warpgroups per CTA
+ * (0: pick_nwg). */
+extern "C" void fqla_cuda_fwd_tune_chunk(int wg, int nwg)
+{
+    g_tune_wg = wg;
+    g_tune_nwg = nwg;
 }
 
 fqla_status fqla_cuda_fwd_supported(fqla_context *ctx, const fqla_problem *p, const fqla_fwd_args *a)
@@ -179,6 +203,11 @@ fqla_status fqla_cuda_fwd_run(fqla_context *ctx, const fqla_problem *p, const fq
     st = fqla_cuda_check(ctx, fqla_fwd_launch_prepare(k, io_bf16, g_tune_hb, stream),
                          "CUDA forward: prepare kernel launch");
     if (st != FQLA_STATUS_SUCCESS) return st;
+    if (g_tune_wg != 0 && fqla_fwd_wg_usable(k)) {
+        int used = 0;
+        cudaError_t err = fqla_fwd_launch_chunk_wg(k, io_bf16, pick_nwg(ctx, p), stream, &used);
+        if (used || err != cudaSuccess) return fqla_cuda_check(ctx, err, "CUDA forward: wgmma chunk kernel launch");
+    }
     return fqla_cuda_check(ctx, fqla_fwd_launch_chunk(k, io_bf16, pick_bv(ctx, p), g_tune_late, stream),
                            "CUDA forward: chunk kernel launch");
 }

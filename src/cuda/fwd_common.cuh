@@ -9,8 +9,9 @@
  *     the q/k l2norm factors, K K^T and Q K^T (shared by the GVA group), the
  *     gate-free inverse Ar (fp32, blocked forward substitution), and per value
  *     head Ag = Gamma (.) Ar diag(beta) and Pg = scale Gamma (.) tril(Q K^T);
- *   chunk (fwd_chunk.cu), one CTA per (sequence, value head, V slice), the
- *     sequential state recurrence over the sequence's chunks and the output.
+ *   chunk (fwd_chunk_wg.cu on TMA + wgmma, or fwd_chunk.cu on mma.sync), one
+ *     CTA per (sequence, value head, V slice), the sequential state
+ *     recurrence over the sequence's chunks and the output.
  *
  * Chunk slots: chunk c of sequence n (64 tokens from its start) is stored in
  * slot base(n) + c, with base(n) = floor(cu[n] / 64) + n for packed varlen
@@ -127,6 +128,12 @@ __device__ __forceinline__ void fqla_fwd_seq(const fqla_fwd_params &p, int64_t n
  * bf16 (else fp16). hb and late pick the variant (0 / -1: the default). */
 cudaError_t fqla_fwd_launch_prepare(const fqla_fwd_params &p, int io_bf16, int hb, cudaStream_t stream);
 cudaError_t fqla_fwd_launch_chunk(const fqla_fwd_params &p, int io_bf16, int bv, int late, cudaStream_t stream);
+/* The warp-specialised chunk kernel (fwd_chunk_wg.cu): 1 when p's shapes
+ * and alignments allow it; the launcher builds the TMA maps and sets *used
+ * to 0 (launching nothing) when one cannot be encoded. nwg: consumer
+ * warpgroups per CTA (1 or 2, 64 value columns each). */
+int fqla_fwd_wg_usable(const fqla_fwd_params &p);
+cudaError_t fqla_fwd_launch_chunk_wg(const fqla_fwd_params &p, int io_bf16, int nwg, cudaStream_t stream, int *used);
 /* 1 when the chunk kernel has a variant for (K, bv). */
 int fqla_fwd_chunk_has(int kd, int bv);
 

@@ -1,0 +1,508 @@
+/*
+ * fwd_chunk_wg.cu - the forward's sequential kernel on Hopper's
+ * asynchronous units (sm_90a): TMA loads into a two-stage shared-memory
+ * ring completed on mbarriers, wgmma for every product, a producer
+ * warpgroup and NWG consumer warpgroups (setmaxnreg budgets), the fp32
+ * state resident in registers. It replaces fwd_chunk.cu (mma.sync) where
+ * the inputs allow TMA (K = 64 or 128, V a multiple of 64, 16-byte aligned
+ * rows; fwd.cu decides) and reads the same workspace from fwd_prepare.cu.
+ *
+ * One CTA per (sequence, value head, 64 * NWG columns of V); consumer
+ * warpgroup w owns 64 value columns and keeps the state transposed,
+ * S^T (64 x K, fp32), as a wgmma accumulator, so that S^T rounded to bf16 is
+ * directly the register A operand of the products with the chunk's keys and
+ * queries (FlashInfer's layout). Per chunk (t = token of the chunk,
+ * u_t = e^gamma_t rk_t, o_t = scale rq_t e^gamma_t, d_t = e^(gamma_C -
+ * gamma_t) rk_t; rq, rk = 1 without l2norm):
+ *
+ *   G1  Vd^T  = V^T Ag^T                 (SS, off the state chain)
+ *   G2  U^T   = S^T K^T                  (RS)
+ *   G4  Vd^T -= (U^T diag(u)) Ag^T       (RS)   Vd = Ag (V - diag(u) K S)
+ *   G5  S^T   = e^gamma_C S^T + (Vd^T diag(d)) K          (RS, K MN-major)
+ *   G3  Qs^T  = S^T Q^T                  (RS, S of the chunk start)
+ *   G6  P^T   = Vd^T Pg^T                (RS)
+ *       O^T   = Qs^T diag(o) + P^T       -> shared (stmatrix.trans) -> o
+ *
+ * The chain from one chunk's state to the next is G2 -> G4 -> G5; G1 waits
+ * for no state and G3 / G6 are issued after G5. The output rows of chunk c
+ * are written to global memory while chunk c + 1's first products run.
+ *
+ * Tails: a chunk past the sequence end loads the next sequence's rows (or
+ * TMA's zeros at the tensor's end); the consumers zero those K and V rows in
+ * shared memory before the products, so they add nothing, and the output
+ * rows past the end are not stored.
+ */
+#include "cuda/fwd_common.cuh"
+#include "cuda/fwd_ptx.cuh"
+#include "cuda/hopper.cuh"
+
+#include <cudaTypedefs.h>
+
+namespace {
+
+constexpr int C = FQLA_FWD_CHUNK;
+constexpr uint32_t TILE = C * 128; /* one [64 rows][64 b16] swizzled tile */
+
+template <int KD, int NWG>
+struct wg_cfg {
+    static constexpr int KB = KD / 64; /* 64-wide blocks of K */
+    /* one pipeline stage (bytes from the stage base; tiles 1024-aligned) */
+    static constexpr uint32_t oK = 0;                   /* [KB] tiles, token rows */
+    static constexpr uint32_t oQ = oK + KB * TILE;      /* [KB] tiles */
+    static constexpr uint32_t oV = oQ + KB * TILE;      /* [NWG] tiles, 64 value columns each */
+    static constexpr uint32_t oAg = oV + NWG * TILE;
+    static constexpr uint32_t oPg = oAg + TILE;
+    static constexpr uint32_t oGam = oPg + TILE;        /* float[64] gamma */
+    static constexpr uint32_t oRq = oGam + 256;         /* float[64] (l2norm) */
+    static constexpr uint32_t oRk = oRq + 256;
+    static constexpr uint32_t oFac = oRk + 256;         /* float2[64] (u_t, d_t), float[64] o_t */
+    static constexpr uint32_t tx_tiles = oGam + 256;    /* TMA bytes per stage without rq, rk */
+    static constexpr uint32_t stage = (oFac + 3 * 256 + 1023) / 1024 * 1024;
+    static constexpr int STAGES = 2;
+    static constexpr int LDO = C + 8;                   /* output staging rows (b16): 144 B */
+    static constexpr uint32_t oO = STAGES * stage;      /* [NWG][2][64][LDO] */
+    static constexpr uint32_t oBar = oO + NWG * 2 * C * LDO * 2;
+    static constexpr uint32_t bytes = oBar + 6 * 8 + 1024; /* + slack for the 1024 alignment */
+    static constexpr int THREADS = 128 * (NWG + 1);
+};
+
+template <typename T, int KD, int NWG>
+__global__ void __launch_bounds__(128 * (NWG + 1), 1)
+    fwd_chunk_wg_kernel(const __grid_constant__ fqla_fwd_params p, const __grid_constant__ CUtensorMap tmQ,
+                        const __grid_constant__ CUtensorMap tmK, const __grid_constant__ CUtensorMap tmV,
+                        const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmP)
+{
+    typedef wg_cfg<KD, NWG> cfg;
+    typedef fqla_io<T> io;
+    typedef fqla_wg<T> mma;
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char *sm = (unsigned char *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+    /* full: the stage's copies landed; ready: its token factors are written;
+     * empty: every consumer warp is done with it */
+    uint64_t *full = reinterpret_cast<uint64_t *>(sm + cfg::oBar), *empty = full + cfg::STAGES;
+    uint64_t *ready = empty + cfg::STAGES;
+
+    const int wg = threadIdx.x >> 7;
+    const int64_t n = blockIdx.x / p.HV;
+    const int hv = blockIdx.x % p.HV;
+    const int hq = hv / p.group;
+    const int vbase = blockIdx.y * 64 * NWG;
+    int64_t batch, start, len, slot0;
+    fqla_fwd_seq(p, n, batch, start, len, slot0);
+    const int64_t nch = (len + C - 1) / C;
+
+    if (threadIdx.x == 0) {
+        fqla_tma_prefetch(&tmQ);
+        fqla_tma_prefetch(&tmK);
+        fqla_tma_prefetch(&tmV);
+        fqla_tma_prefetch(&tmA);
+        fqla_tma_prefetch(&tmP);
+        for (int s = 0; s < cfg::STAGES; s++) {
+            fqla_mbar_init(&full[s], 1);
+            fqla_mbar_init(&empty[s], 4 * NWG); /* lane 0 of every consumer warp */
+            fqla_mbar_init(&ready[s], 1);
+        }
+        fqla_mbar_init_fence();
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        /* producer: one thread issues every copy of a stage */
+        if (NWG == 2) fqla_setmaxnreg_dec<56>();
+        if (threadIdx.x < 32 && fqla_elect_one()) {
+            const int bc = p.varlen ? 0 : (int)batch;
+            const uint32_t tx = cfg::tx_tiles + (p.l2norm ? 512u : 0u);
+            for (int64_t c = 0; c < nch; c++) {
+                const int s = (int)(c & 1);
+                const uint32_t ph = (uint32_t)(c >> 1) & 1;
+                fqla_mbar_wait(&empty[s], ph ^ 1);
+                unsigned char *st = sm + s * cfg::stage;
+                fqla_mbar_arrive_tx(&full[s], tx);
+                const int t = (int)(start + c * C);
+#pragma unroll
+                for (int kb = 0; kb < cfg::KB; kb++) {
+                    fqla_tma_load_4d(st + cfg::oK + kb * TILE, &tmK, &full[s], 64 * kb, hq, t, bc);
+                    fqla_tma_load_4d(st + cfg::oQ + kb * TILE, &tmQ, &full[s], 64 * kb, hq, t, bc);
+                }
+#pragma unroll
+                for (int w = 0; w < NWG; w++)
+                    fqla_tma_load_4d(st + cfg::oV + w * TILE, &tmV, &full[s], vbase + 64 * w, hv, t, bc);
+                const int64_t sh = (slot0 + c) * p.HV + hv;
+                fqla_tma_load_2d(st + cfg::oAg, &tmA, &full[s], 0, (int)(sh * C));
+                fqla_tma_load_2d(st + cfg::oPg, &tmP, &full[s], 0, (int)(sh * C));
+                fqla_bulk_load(st + cfg::oGam, p.gam + sh * C, 256, &full[s]);
+                if (p.l2norm) {
+                    const int64_t qh = ((slot0 + c) * p.H + hq) * C;
+                    fqla_bulk_load(st + cfg::oRq, p.rq + qh, 256, &full[s]);
+                    fqla_bulk_load(st + cfg::oRk, p.rk + qh, 256, &full[s]);
+                }
+            }
+        }
+        else if ((threadIdx.x >> 5) == 1) {
+            /* the token factors of each stage, once per CTA instead of once
+             * per consumer thread: lane l does tokens 2 l, 2 l + 1 */
+            const int lane = threadIdx.x & 31;
+            for (int64_t c = 0; c < nch; c++) {
+                const int s = (int)(c & 1);
+                fqla_mbar_wait(&full[s], (uint32_t)(c >> 1) & 1);
+                unsigned char *st = sm + s * cfg::stage;
+                const float *gm = reinterpret_cast<const float *>(st + cfg::oGam);
+                float2 *ud = reinterpret_cast<float2 *>(st + cfg::oFac);
+                float *fo = reinterpret_cast<float *>(st + cfg::oFac + 512);
+                const float gC = gm[C - 1];
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int t = 2 * lane + e;
+                    float rq = 1.f, rk = 1.f;
+                    if (p.l2norm) {
+                        rq = reinterpret_cast<const float *>(st + cfg::oRq)[t];
+                        rk = reinterpret_cast<const float *>(st + cfg::oRk)[t];
+                    }
+                    const float eg = __expf(gm[t]);
+                    ud[t] = make_float2(eg * rk, __expf(gC - gm[t]) * rk);
+                    fo[t] = p.scale * rq * eg;
+                }
+                __syncwarp();
+                if (lane == 0) fqla_mbar_arrive(&ready[s]);
+            }
+        }
+        return;
+    }
+
+    /* consumers */
+    if (NWG == 2) fqla_setmaxnreg_inc<224>();
+    const int cw = wg - 1;
+    const int tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
+    const int g = lane >> 2, tq = lane & 3;
+    const int v0 = vbase + 64 * cw;
+    constexpr int NS = KD / 2; /* state accumulators per thread */
+    constexpr int KS = KD / 16; /* k-steps over K */
+
+    /* S^T accumulator i: value row 16 warp + g + 8 ((i >> 1) & 1), key column
+     * 8 (i >> 2) + 2 tq + (i & 1) */
+    float S[NS];
+#pragma unroll
+    for (int i = 0; i < NS; i++) {
+        float x = 0.f;
+        if (p.h0) {
+            const int vv = v0 + 16 * warp + g + 8 * ((i >> 1) & 1);
+            const int kk = 8 * (i >> 2) + 2 * tq + (i & 1);
+            const int64_t off = n * p.h0_sn + hv * p.h0_sh +
+                                (p.v_first ? (int64_t)vv * p.h0_s2 + kk : (int64_t)kk * p.h0_s2 + vv);
+            x = p.h0_bf16 ? __bfloat162float(((const __nv_bfloat16 *)p.h0)[off]) : ((const float *)p.h0)[off];
+        }
+        S[i] = x;
+    }
+
+    T *ob = (T *)p.o + batch * p.o_sb + hv * p.o_sh + v0;
+    T *Obuf = reinterpret_cast<T *>(sm + cfg::oO) + cw * 2 * C * cfg::LDO;
+    /* Stores chunk cc's output rows, staged in Obuf[cc & 1], to o (nothing
+     * for cc < 0). Every thread runs the same four steps (a fixed trip count
+     * keeps the code around the products in flight free of divergence). */
+    auto store_out = [&](int64_t cc) {
+        fqla_named_sync(2 + cw, 128); /* the warpgroup's stmatrix writes are done */
+        const T *src = Obuf + (cc & 1) * C * cfg::LDO;
+        const int64_t t0 = start + cc * C;
+        const int nvalid = cc < 0 ? 0 : (int)min((int64_t)C, len - cc * C);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int r = (tid >> 3) + 16 * i, cv = tid & 7;
+            const uint4 x = *reinterpret_cast<const uint4 *>(src + r * cfg::LDO + cv * 8);
+            if (r < nvalid) *reinterpret_cast<uint4 *>(ob + (t0 + r) * p.o_st + cv * 8) = x;
+        }
+    };
+
+    for (int64_t c = 0; c < nch; c++) {
+        const int s = (int)(c & 1);
+        const uint32_t ph = (uint32_t)(c >> 1) & 1;
+        unsigned char *st = sm + s * cfg::stage;
+        fqla_mbar_wait(&full[s], ph);
+        fqla_mbar_wait(&ready[s], ph);
+        const int nvalid = (int)min((int64_t)C, len - c * C);
+        if (nvalid < C) {
+            /* rows past the end: zero K (consumer 0) and this V slice, whole
+             * 128-byte rows, so the swizzle does not matter */
+            uint4 z = make_uint4(0, 0, 0, 0);
+            const int nrow = C - nvalid;
+            for (int idx = tid; idx < nrow * 8; idx += 128) {
+                const int r = nvalid + (idx >> 3), cv = idx & 7;
+                if (cw == 0)
+#pragma unroll
+                    for (int kb = 0; kb < cfg::KB; kb++)
+                        *reinterpret_cast<uint4 *>(st + cfg::oK + kb * TILE + r * 128 + cv * 16) = z;
+                *reinterpret_cast<uint4 *>(st + cfg::oV + cw * TILE + r * 128 + cv * 16) = z;
+            }
+            fqla_fence_async_smem();
+            fqla_named_sync(1, 128 * NWG);
+        }
+        const float *gm = reinterpret_cast<const float *>(st + cfg::oGam);
+        const float2 *ud = reinterpret_cast<const float2 *>(st + cfg::oFac);
+        const float *fos = reinterpret_cast<const float *>(st + cfg::oFac + 512);
+
+        /* S^T in the io dtype: the A operand of G2 and G3 */
+        uint32_t sf[KS][4];
+#pragma unroll
+        for (int kk = 0; kk < KS; kk++) {
+            sf[kk][0] = io::pack(S[8 * kk + 0], S[8 * kk + 1]);
+            sf[kk][1] = io::pack(S[8 * kk + 2], S[8 * kk + 3]);
+            sf[kk][2] = io::pack(S[8 * kk + 4], S[8 * kk + 5]);
+            sf[kk][3] = io::pack(S[8 * kk + 6], S[8 * kk + 7]);
+        }
+        float accVd[32], accU[32];
+        const uint64_t dAg = fqla_desc_kmajor(st + cfg::oAg);
+        fqla_reg_fence_u(sf);
+        fqla_wg_fence();
+        {   /* G1: Vd^T = V^T Ag^T (V tile is [t][v]: A MN-major) */
+            const uint64_t dV = fqla_desc_mnmajor(st + cfg::oV + cw * TILE, TILE);
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++)
+                mma::template ss64<1, 0>(accVd, dV + kk * FQLA_DESC_K16_MNMAJOR, dAg + kk * FQLA_DESC_K16_KMAJOR,
+                                         kk > 0);
+            fqla_wg_commit();
+        }
+        {   /* G2: U^T = S^T K^T */
+#pragma unroll
+            for (int kk = 0; kk < KS; kk++)
+                mma::template rs64<0>(accU, sf[kk],
+                                      fqla_desc_kmajor(st + cfg::oK + (kk >> 2) * TILE) +
+                                          (kk & 3) * FQLA_DESC_K16_KMAJOR,
+                                      kk > 0);
+            fqla_wg_commit();
+        }
+        store_out(c - 1); /* the previous chunk's rows, while G1 / G2 run */
+
+        /* this thread's token columns are t = 8 j + 2 tq + e (j = 0..7, e = 0, 1) */
+        const float gC = gm[C - 1];
+
+        fqla_wg_wait<0>();
+        fqla_reg_fence(accU);
+        fqla_reg_fence(accVd);
+        /* G4: Vd^T += (-U^T diag(u)) Ag^T */
+        {
+            uint32_t wn[4][4];
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+                for (int r = 0; r < 4; r++) {
+                    /* register r of k-step kk: accumulators 8 kk + 2 r, +1;
+                     * token columns 16 kk + 8 (r >> 1) + 2 tq, +1 */
+                    const int t0 = 16 * kk + 8 * (r >> 1) + 2 * tq;
+                    const float u0 = ud[t0].x, u1 = ud[t0 + 1].x;
+                    wn[kk][r] = io::pack(-u0 * accU[8 * kk + 2 * r], -u1 * accU[8 * kk + 2 * r + 1]);
+                }
+            fqla_reg_fence_u(wn);
+            fqla_wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++)
+                mma::template rs64<0>(accVd, wn[kk], dAg + kk * FQLA_DESC_K16_KMAJOR, 1);
+            fqla_wg_commit();
+        }
+        {   /* the state decays by e^gamma_C before G5 adds to it, while G4
+             * runs (S is no operand of it) */
+            const float eC = __expf(gC);
+#pragma unroll
+            for (int i = 0; i < NS; i++) S[i] *= eC;
+        }
+        fqla_wg_wait<0>();
+        fqla_reg_fence(accVd);
+
+        /* Vd (for G6) and Vp = Vd diag(d) (for G5) as A fragments */
+        uint32_t vd[4][4], vp[4][4];
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const float a0 = accVd[8 * kk + 2 * r], a1 = accVd[8 * kk + 2 * r + 1];
+                const int t0 = 16 * kk + 8 * (r >> 1) + 2 * tq;
+                const float d0 = ud[t0].y, d1 = ud[t0 + 1].y;
+                vd[kk][r] = io::pack(a0, a1);
+                vp[kk][r] = io::pack(d0 * a0, d1 * a1);
+            }
+        float accQ[32], accP[32];
+        fqla_reg_fence(S);
+        fqla_reg_fence_u(vd);
+        fqla_reg_fence_u(vp);
+        fqla_wg_fence();
+        {   /* G5: S^T += Vp^T K (K tile [t][k]: B MN-major, atoms KB tiles apart) */
+            const uint64_t dKt = fqla_desc_mnmajor(st + cfg::oK, TILE);
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) {
+                if constexpr (KD == 128)
+                    mma::template rs128<1>(S, vp[kk], dKt + kk * FQLA_DESC_K16_MNMAJOR, 1);
+                else
+                    mma::template rs64<1>(S, vp[kk], dKt + kk * FQLA_DESC_K16_MNMAJOR, 1);
+            }
+            fqla_wg_commit();
+        }
+        {   /* G3: Qs^T = S^T Q^T (the chunk-start state, sf) */
+#pragma unroll
+            for (int kk = 0; kk < KS; kk++)
+                mma::template rs64<0>(accQ, sf[kk],
+                                      fqla_desc_kmajor(st + cfg::oQ + (kk >> 2) * TILE) +
+                                          (kk & 3) * FQLA_DESC_K16_KMAJOR,
+                                      kk > 0);
+            fqla_wg_commit();
+        }
+        {   /* G6: P^T = Vd^T Pg^T */
+            const uint64_t dPg = fqla_desc_kmajor(st + cfg::oPg);
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++)
+                mma::template rs64<0>(accP, vd[kk], dPg + kk * FQLA_DESC_K16_KMAJOR, kk > 0);
+            fqla_wg_commit();
+        }
+        /* output factors while the products run */
+        float fo[16];
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const float2 f = *reinterpret_cast<const float2 *>(fos + 8 * j + 2 * tq);
+            fo[2 * j] = f.x;
+            fo[2 * j + 1] = f.y;
+        }
+        fqla_wg_wait<0>();
+        fqla_reg_fence(S);
+        fqla_reg_fence(accQ);
+        fqla_reg_fence(accP);
+        __syncwarp();
+        if (lane == 0) fqla_mbar_arrive(&empty[s]); /* stage s is no longer read */
+
+        /* O^T = Qs^T diag(o) + P^T -> Obuf[c & 1] as [t][v] (stmatrix.trans) */
+        {
+            T *dst = Obuf + (c & 1) * C * cfg::LDO;
+            const int q = lane >> 3, rr = lane & 7;
+#pragma unroll
+            for (int j = 0; j < 8; j += 2) {
+                uint32_t r[4];
+#pragma unroll
+                for (int m = 0; m < 4; m++) {
+                    /* matrix m: token block j + (m >> 1), value rows 8 (m & 1) */
+                    const int jj = j + (m >> 1), i0 = 4 * jj + 2 * (m & 1);
+                    r[m] = io::pack(fo[2 * jj] * accQ[i0] + accP[i0], fo[2 * jj + 1] * accQ[i0 + 1] + accP[i0 + 1]);
+                }
+                fqla_stsm_x4_t(dst + (8 * (j + (q >> 1)) + rr) * cfg::LDO + 16 * warp + 8 * (q & 1), r[0], r[1], r[2],
+                               r[3]);
+            }
+        }
+    }
+    if (nch > 0) store_out(nch - 1);
+
+    if (p.ht) {
+#pragma unroll
+        for (int i = 0; i < NS; i++) {
+            const int vv = v0 + 16 * warp + g + 8 * ((i >> 1) & 1);
+            const int kk = 8 * (i >> 2) + 2 * tq + (i & 1);
+            const int64_t off = n * p.ht_sn + hv * p.ht_sh +
+                                (p.v_first ? (int64_t)vv * p.ht_s2 + kk : (int64_t)kk * p.ht_s2 + vv);
+            if (p.ht_bf16) ((__nv_bfloat16 *)p.ht)[off] = __float2bfloat16_rn(S[i]);
+            else ((float *)p.ht)[off] = S[i];
+        }
+    }
+}
+
+/* ---- host: tensor maps ---- */
+
+PFN_cuTensorMapEncodeTiled_v12000 encode_fn()
+{
+    static PFN_cuTensorMapEncodeTiled_v12000 fn = []() -> PFN_cuTensorMapEncodeTiled_v12000 {
+        void *f = NULL;
+        cudaDriverEntryPointQueryResult q;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) !=
+                cudaSuccess ||
+            q != cudaDriverEntryPointSuccess)
+            return NULL;
+        return (PFN_cuTensorMapEncodeTiled_v12000)f;
+    }();
+    return fn;
+}
+
+/* [B, T, H, D] b16 tensor with element strides (sb, st, sh, 1) as a 4-D map
+ * {D, H, T, B}, box {64, 1, 64, 1}, 128-byte swizzle, zeros out of bounds.
+ * Strides of length-1 dimensions are never used; they get a packed value. */
+bool map_btd(CUtensorMap *m, int bf16, const void *base, int64_t B, int64_t T, int64_t H, int64_t D, int64_t sb,
+             int64_t st, int64_t sh)
+{
+    PFN_cuTensorMapEncodeTiled_v12000 enc = encode_fn();
+    if (!enc || ((uintptr_t)base & 15)) return false;
+    cuuint64_t dims[4] = {(cuuint64_t)D, (cuuint64_t)H, (cuuint64_t)T, (cuuint64_t)B};
+    int64_t s[3] = {H > 1 ? sh : D, T > 1 ? st : H * D, B > 1 ? sb : T * H * D};
+    if (H <= 1 && T > 1) s[0] = D; /* unused */
+    cuuint64_t strides[3];
+    for (int i = 0; i < 3; i++) {
+        if (s[i] <= 0 || (s[i] * 2) % 16 != 0 || s[i] * 2 >= ((int64_t)1 << 40)) return false;
+        strides[i] = (cuuint64_t)(s[i] * 2);
+    }
+    cuuint32_t box[4] = {64, 1, 64, 1}, estr[4] = {1, 1, 1, 1};
+    return enc(m, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4,
+               const_cast<void *>(base), dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+               CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+/* Workspace [rows][64] b16 tiles (Ag, Pg), box {64, 64}. */
+bool map_tiles(CUtensorMap *m, int bf16, const void *base, int64_t rows)
+{
+    PFN_cuTensorMapEncodeTiled_v12000 enc = encode_fn();
+    if (!enc || ((uintptr_t)base & 15)) return false;
+    cuuint64_t dims[2] = {64, (cuuint64_t)rows}, strides[1] = {128};
+    cuuint32_t box[2] = {64, 64}, estr[2] = {1, 1};
+    return enc(m, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2,
+               const_cast<void *>(base), dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+               CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+template <typename T, int KD, int NWG>
+cudaError_t launch(const fqla_fwd_params &p, const CUtensorMap *maps, cudaStream_t stream)
+{
+    typedef wg_cfg<KD, NWG> cfg;
+    static volatile int configured[64];
+    int dev = 0;
+    cudaError_t err = cudaGetDevice(&dev);
+    if (err != cudaSuccess) return err;
+    if (dev < 0 || dev >= 64 || !configured[dev]) {
+        err = cudaFuncSetAttribute(fwd_chunk_wg_kernel<T, KD, NWG>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)cfg::bytes);
+        if (err != cudaSuccess) return err;
+        if (dev >= 0 && dev < 64) configured[dev] = 1;
+    }
+    dim3 grid((unsigned)(p.N * p.HV), (unsigned)(p.V / (64 * NWG)));
+    fwd_chunk_wg_kernel<T, KD, NWG>
+        <<<grid, cfg::THREADS, cfg::bytes, stream>>>(p, maps[0], maps[1], maps[2], maps[3], maps[4]);
+    return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t launch_t(const fqla_fwd_params &p, int nwg, const CUtensorMap *maps, cudaStream_t stream)
+{
+    if (p.K == 128) return nwg == 2 ? launch<T, 128, 2>(p, maps, stream) : launch<T, 128, 1>(p, maps, stream);
+    return nwg == 2 ? launch<T, 64, 2>(p, maps, stream) : launch<T, 64, 1>(p, maps, stream);
+}
+
+} // namespace
+
+int fqla_fwd_wg_usable(const fqla_fwd_params &p)
+{
+    if (p.K != 64 && p.K != 128) return 0;
+    if (p.V % 64 != 0) return 0;
+    if (p.T > 0x7fffffffLL - 2 * C || p.slots * p.HV * C > 0x7fffffffLL) return 0;
+    /* 16-byte rows for the TMA maps and the output's vector stores */
+    if (((uintptr_t)p.o & 15) || (p.o_st % 8) || (p.o_sh % 8) || (p.o_sb % 8)) return 0;
+    if (!encode_fn()) return 0;
+    return 1;
+}
+
+cudaError_t fqla_fwd_launch_chunk_wg(const fqla_fwd_params &p, int io_bf16, int nwg, cudaStream_t stream,
+                                     int *used)
+{
+    *used = 0;
+    if (p.N * p.HV == 0) return cudaSuccess;
+    const int64_t B = p.varlen ? 1 : p.N;
+    CUtensorMap maps[5];
+    if (!map_btd(&maps[0], io_bf16, p.q, B, p.T, p.H, p.K, p.q_sb, p.q_st, p.q_sh) ||
+        !map_btd(&maps[1], io_bf16, p.k, B, p.T, p.H, p.K, p.k_sb, p.k_st, p.k_sh) ||
+        !map_btd(&maps[2], io_bf16, p.v, B, p.T, p.HV, p.V, p.v_sb, p.v_st, p.v_sh) ||
+        !map_tiles(&maps[3], io_bf16, p.Ag, p.slots * p.HV * C) ||
+        !map_tiles(&maps[4], io_bf16, p.Pg, p.slots * p.HV * C))
+        return cudaSuccess; /* not usable: the caller runs the mma.sync kernel */
+    *used = 1;
+    return io_bf16 ? launch_t<__nv_bfloat16>(p, nwg, maps, stream) : launch_t<__half>(p, nwg, maps, stream);
+}

@@ -36,8 +36,6 @@
 #include "cuda/fwd_ptx.cuh"
 #include "cuda/hopper.cuh"
 
-#include <cudaTypedefs.h>
-
 namespace {
 
 constexpr int C = FQLA_FWD_CHUNK;
@@ -58,11 +56,13 @@ struct wg_cfg {
     static constexpr uint32_t oFac = oRk + 256;         /* float2[64] (u_t, d_t), float[64] o_t */
     static constexpr uint32_t tx_tiles = oGam + 256;    /* TMA bytes per stage without rq, rk */
     static constexpr uint32_t stage = (oFac + 3 * 256 + 1023) / 1024 * 1024;
+    /* two stages: a third (it fits at NWG = 1) measured no faster, so the
+     * chunk is not waiting for its loads (docs/perf.md v5) */
     static constexpr int STAGES = 2;
     static constexpr int LDO = C + 8;                   /* output staging rows (b16): 144 B */
     static constexpr uint32_t oO = STAGES * stage;      /* [NWG][2][64][LDO] */
     static constexpr uint32_t oBar = oO + NWG * 2 * C * LDO * 2;
-    static constexpr uint32_t bytes = oBar + 6 * 8 + 1024; /* + slack for the 1024 alignment */
+    static constexpr uint32_t bytes = oBar + 3 * STAGES * 8 + 1024; /* + slack for the 1024 alignment */
     static constexpr int THREADS = 128 * (NWG + 1);
 };
 
@@ -100,7 +100,7 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
         for (int s = 0; s < cfg::STAGES; s++) {
             fqla_mbar_init(&full[s], 1);
             fqla_mbar_init(&empty[s], 4 * NWG); /* lane 0 of every consumer warp */
-            fqla_mbar_init(&ready[s], 1);
+            fqla_mbar_init(&ready[s], 32); /* every lane of the factor warp */
         }
         fqla_mbar_init_fence();
     }
@@ -113,8 +113,8 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
             const int bc = p.varlen ? 0 : (int)batch;
             const uint32_t tx = cfg::tx_tiles + (p.l2norm ? 512u : 0u);
             for (int64_t c = 0; c < nch; c++) {
-                const int s = (int)(c & 1);
-                const uint32_t ph = (uint32_t)(c >> 1) & 1;
+                const int s = (int)(c % cfg::STAGES);
+                const uint32_t ph = (uint32_t)(c / cfg::STAGES) & 1;
                 fqla_mbar_wait(&empty[s], ph ^ 1);
                 unsigned char *st = sm + s * cfg::stage;
                 fqla_mbar_arrive_tx(&full[s], tx);
@@ -143,8 +143,8 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
              * per consumer thread: lane l does tokens 2 l, 2 l + 1 */
             const int lane = threadIdx.x & 31;
             for (int64_t c = 0; c < nch; c++) {
-                const int s = (int)(c & 1);
-                fqla_mbar_wait(&full[s], (uint32_t)(c >> 1) & 1);
+                const int s = (int)(c % cfg::STAGES);
+                fqla_mbar_wait(&full[s], (uint32_t)(c / cfg::STAGES) & 1);
                 unsigned char *st = sm + s * cfg::stage;
                 const float *gm = reinterpret_cast<const float *>(st + cfg::oGam);
                 float2 *ud = reinterpret_cast<float2 *>(st + cfg::oFac);
@@ -162,8 +162,7 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
                     ud[t] = make_float2(eg * rk, __expf(gC - gm[t]) * rk);
                     fo[t] = p.scale * rq * eg;
                 }
-                __syncwarp();
-                if (lane == 0) fqla_mbar_arrive(&ready[s]);
+                fqla_mbar_arrive(&ready[s]);
             }
         }
         return;
@@ -213,8 +212,8 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
     };
 
     for (int64_t c = 0; c < nch; c++) {
-        const int s = (int)(c & 1);
-        const uint32_t ph = (uint32_t)(c >> 1) & 1;
+        const int s = (int)(c % cfg::STAGES);
+        const uint32_t ph = (uint32_t)(c / cfg::STAGES) & 1;
         unsigned char *st = sm + s * cfg::stage;
         fqla_mbar_wait(&full[s], ph);
         fqla_mbar_wait(&ready[s], ph);
@@ -398,58 +397,6 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
     }
 }
 
-/* ---- host: tensor maps ---- */
-
-PFN_cuTensorMapEncodeTiled_v12000 encode_fn()
-{
-    static PFN_cuTensorMapEncodeTiled_v12000 fn = []() -> PFN_cuTensorMapEncodeTiled_v12000 {
-        void *f = NULL;
-        cudaDriverEntryPointQueryResult q;
-        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) !=
-                cudaSuccess ||
-            q != cudaDriverEntryPointSuccess)
-            return NULL;
-        return (PFN_cuTensorMapEncodeTiled_v12000)f;
-    }();
-    return fn;
-}
-
-/* [B, T, H, D] b16 tensor with element strides (sb, st, sh, 1) as a 4-D map
- * {D, H, T, B}, box {64, 1, 64, 1}, 128-byte swizzle, zeros out of bounds.
- * Strides of length-1 dimensions are never used; they get a packed value. */
-bool map_btd(CUtensorMap *m, int bf16, const void *base, int64_t B, int64_t T, int64_t H, int64_t D, int64_t sb,
-             int64_t st, int64_t sh)
-{
-    PFN_cuTensorMapEncodeTiled_v12000 enc = encode_fn();
-    if (!enc || ((uintptr_t)base & 15)) return false;
-    cuuint64_t dims[4] = {(cuuint64_t)D, (cuuint64_t)H, (cuuint64_t)T, (cuuint64_t)B};
-    int64_t s[3] = {H > 1 ? sh : D, T > 1 ? st : H * D, B > 1 ? sb : T * H * D};
-    if (H <= 1 && T > 1) s[0] = D; /* unused */
-    cuuint64_t strides[3];
-    for (int i = 0; i < 3; i++) {
-        if (s[i] <= 0 || (s[i] * 2) % 16 != 0 || s[i] * 2 >= ((int64_t)1 << 40)) return false;
-        strides[i] = (cuuint64_t)(s[i] * 2);
-    }
-    cuuint32_t box[4] = {64, 1, 64, 1}, estr[4] = {1, 1, 1, 1};
-    return enc(m, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4,
-               const_cast<void *>(base), dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
-               CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-}
-
-/* Workspace [rows][64] b16 tiles (Ag, Pg), box {64, 64}. */
-bool map_tiles(CUtensorMap *m, int bf16, const void *base, int64_t rows)
-{
-    PFN_cuTensorMapEncodeTiled_v12000 enc = encode_fn();
-    if (!enc || ((uintptr_t)base & 15)) return false;
-    cuuint64_t dims[2] = {64, (cuuint64_t)rows}, strides[1] = {128};
-    cuuint32_t box[2] = {64, 64}, estr[2] = {1, 1};
-    return enc(m, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2,
-               const_cast<void *>(base), dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
-               CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-}
-
 template <typename T, int KD, int NWG>
 cudaError_t launch(const fqla_fwd_params &p, const CUtensorMap *maps, cudaStream_t stream)
 {
@@ -479,30 +426,13 @@ cudaError_t launch_t(const fqla_fwd_params &p, int nwg, const CUtensorMap *maps,
 
 } // namespace
 
-int fqla_fwd_wg_usable(const fqla_fwd_params &p)
-{
-    if (p.K != 64 && p.K != 128) return 0;
-    if (p.V % 64 != 0) return 0;
-    if (p.T > 0x7fffffffLL - 2 * C || p.slots * p.HV * C > 0x7fffffffLL) return 0;
-    /* 16-byte rows for the TMA maps and the output's vector stores */
-    if (((uintptr_t)p.o & 15) || (p.o_st % 8) || (p.o_sh % 8) || (p.o_sb % 8)) return 0;
-    if (!encode_fn()) return 0;
-    return 1;
-}
-
 cudaError_t fqla_fwd_launch_chunk_wg(const fqla_fwd_params &p, int io_bf16, int nwg, cudaStream_t stream,
                                      int *used)
 {
     *used = 0;
     if (p.N * p.HV == 0) return cudaSuccess;
-    const int64_t B = p.varlen ? 1 : p.N;
     CUtensorMap maps[5];
-    if (!map_btd(&maps[0], io_bf16, p.q, B, p.T, p.H, p.K, p.q_sb, p.q_st, p.q_sh) ||
-        !map_btd(&maps[1], io_bf16, p.k, B, p.T, p.H, p.K, p.k_sb, p.k_st, p.k_sh) ||
-        !map_btd(&maps[2], io_bf16, p.v, B, p.T, p.HV, p.V, p.v_sb, p.v_st, p.v_sh) ||
-        !map_tiles(&maps[3], io_bf16, p.Ag, p.slots * p.HV * C) ||
-        !map_tiles(&maps[4], io_bf16, p.Pg, p.slots * p.HV * C))
-        return cudaSuccess; /* not usable: the caller runs the mma.sync kernel */
+    if (!fqla_fwd_tma_maps(p, io_bf16, maps)) return cudaSuccess; /* the caller runs the mma.sync kernel */
     *used = 1;
     return io_bf16 ? launch_t<__nv_bfloat16>(p, nwg, maps, stream) : launch_t<__half>(p, nwg, maps, stream);
 }

@@ -22,6 +22,7 @@
 #ifndef FQLA_CUDA_FWD_COMMON_CUH
 #define FQLA_CUDA_FWD_COMMON_CUH
 
+#include <cuda.h> /* CUtensorMap (a type only) */
 #include <cuda_runtime.h>
 #include <stdint.h>
 
@@ -128,11 +129,17 @@ __device__ __forceinline__ void fqla_fwd_seq(const fqla_fwd_params &p, int64_t n
  * bf16 (else fp16). hb and late pick the variant (0 / -1: the default). */
 cudaError_t fqla_fwd_launch_prepare(const fqla_fwd_params &p, int io_bf16, int hb, cudaStream_t stream);
 cudaError_t fqla_fwd_launch_chunk(const fqla_fwd_params &p, int io_bf16, int bv, int late, cudaStream_t stream);
-/* The warp-specialised chunk kernel (fwd_chunk_wg.cu): 1 when p's shapes
- * and alignments allow it; the launcher builds the TMA maps and sets *used
- * to 0 (launching nothing) when one cannot be encoded. nwg: consumer
- * warpgroups per CTA (1 or 2, 64 value columns each). */
+/* The TMA chunk kernels (fwd_tma.cu): 1 when p's shapes and alignments
+ * allow them; the maps of q, k, v, Ag, Pg (Pg only when p.Pg is set), 0 when
+ * one cannot be encoded. */
 int fqla_fwd_wg_usable(const fqla_fwd_params &p);
+int fqla_fwd_tma_maps(const fqla_fwd_params &p, int io_bf16, CUtensorMap maps[5]);
+/* The warp-specialised chunk kernel (fwd_chunk_wg.cu); sets *used to 0
+ * (launching nothing) when the maps cannot be encoded. nwg: consumer
+ * warpgroups per CTA (1 or 2, 64 value columns each). */
+/* The chunk kernel with the output on its own warpgroup (fwd_chunk_wo.cu),
+ * 64 value columns per CTA; reads no Pg. */
+cudaError_t fqla_fwd_launch_chunk_wo(const fqla_fwd_params &p, int io_bf16, cudaStream_t stream, int *used);
 cudaError_t fqla_fwd_launch_chunk_wg(const fqla_fwd_params &p, int io_bf16, int nwg, cudaStream_t stream, int *used);
 /* 1 when the chunk kernel has a variant for (K, bv). */
 int fqla_fwd_chunk_has(int kd, int bv);

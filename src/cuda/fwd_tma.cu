@@ -1,0 +1,84 @@
+/*
+ * fwd_tma.cu - the host side of the TMA chunk kernels (fwd_chunk_wg.cu,
+ * fwd_chunk_wo.cu): whether a problem can use them, and its tensor maps.
+ * cuTensorMapEncodeTiled comes from the driver through the runtime's entry
+ * point query, so libcuda is not linked; maps are plain host structs passed
+ * as kernel parameters (CUDA-graph safe, nothing allocated).
+ */
+#include "cuda/fwd_common.cuh"
+
+#include <cudaTypedefs.h>
+
+namespace {
+
+PFN_cuTensorMapEncodeTiled_v12000 encode_fn()
+{
+    static PFN_cuTensorMapEncodeTiled_v12000 fn = []() -> PFN_cuTensorMapEncodeTiled_v12000 {
+        void *f = NULL;
+        cudaDriverEntryPointQueryResult q;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) !=
+                cudaSuccess ||
+            q != cudaDriverEntryPointSuccess)
+            return NULL;
+        return (PFN_cuTensorMapEncodeTiled_v12000)f;
+    }();
+    return fn;
+}
+
+/* [B, T, H, D] b16 tensor with element strides (sb, st, sh, 1) as a 4-D map
+ * {D, H, T, B}, box {64, 1, 64, 1}, 128-byte swizzle, zeros out of bounds.
+ * Strides of length-1 dimensions are never used; they get a packed value. */
+bool map_btd(CUtensorMap *m, int bf16, const void *base, int64_t B, int64_t T, int64_t H, int64_t D, int64_t sb,
+             int64_t st, int64_t sh)
+{
+    PFN_cuTensorMapEncodeTiled_v12000 enc = encode_fn();
+    if (!enc || ((uintptr_t)base & 15)) return false;
+    cuuint64_t dims[4] = {(cuuint64_t)D, (cuuint64_t)H, (cuuint64_t)T, (cuuint64_t)B};
+    int64_t s[3] = {H > 1 ? sh : D, T > 1 ? st : H * D, B > 1 ? sb : T * H * D};
+    cuuint64_t strides[3];
+    for (int i = 0; i < 3; i++) {
+        if (s[i] <= 0 || (s[i] * 2) % 16 != 0 || s[i] * 2 >= ((int64_t)1 << 40)) return false;
+        strides[i] = (cuuint64_t)(s[i] * 2);
+    }
+    cuuint32_t box[4] = {64, 1, 64, 1}, estr[4] = {1, 1, 1, 1};
+    return enc(m, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4,
+               const_cast<void *>(base), dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+               CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+/* Workspace [rows][64] b16 tiles (Ag, Pg), box {64, 64}. */
+bool map_tiles(CUtensorMap *m, int bf16, const void *base, int64_t rows)
+{
+    PFN_cuTensorMapEncodeTiled_v12000 enc = encode_fn();
+    if (!enc || ((uintptr_t)base & 15)) return false;
+    cuuint64_t dims[2] = {64, (cuuint64_t)rows}, strides[1] = {128};
+    cuuint32_t box[2] = {64, 64}, estr[2] = {1, 1};
+    return enc(m, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2,
+               const_cast<void *>(base), dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+               CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+} // namespace
+
+int fqla_fwd_wg_usable(const fqla_fwd_params &p)
+{
+    if (p.K != 64 && p.K != 128) return 0;
+    if (p.V % 64 != 0) return 0;
+    if (p.T > 0x7fffffffLL - 2 * FQLA_FWD_CHUNK || p.slots * p.HV * FQLA_FWD_CHUNK > 0x7fffffffLL) return 0;
+    /* 16-byte rows for the TMA maps and the output's vector stores */
+    if (((uintptr_t)p.o & 15) || (p.o_st % 8) || (p.o_sh % 8) || (p.o_sb % 8)) return 0;
+    if (!encode_fn()) return 0;
+    return 1;
+}
+
+int fqla_fwd_tma_maps(const fqla_fwd_params &p, int io_bf16, CUtensorMap maps[5])
+{
+    const int64_t B = p.varlen ? 1 : p.N;
+    const int64_t rows = p.slots * p.HV * FQLA_FWD_CHUNK;
+    return map_btd(&maps[0], io_bf16, p.q, B, p.T, p.H, p.K, p.q_sb, p.q_st, p.q_sh) &&
+           map_btd(&maps[1], io_bf16, p.k, B, p.T, p.H, p.K, p.k_sb, p.k_st, p.k_sh) &&
+           map_btd(&maps[2], io_bf16, p.v, B, p.T, p.HV, p.V, p.v_sb, p.v_st, p.v_sh) &&
+           map_tiles(&maps[3], io_bf16, p.Ag, rows) && (!p.Pg || map_tiles(&maps[4], io_bf16, p.Pg, rows));
+}

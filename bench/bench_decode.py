@@ -250,7 +250,9 @@ def make_sets(lib, B, H, HV, sdt, T=1, fresh=False):
         pool = (torch.randn(B, HV, KDIM, KDIM, device="cuda") * 0.5).to(sdt)
         o = torch.empty(B, T, HV, KDIM, device="cuda", dtype=torch.bfloat16)
         ss = torch.empty(B, T, HV, KDIM, KDIM, device="cuda", dtype=sdt) if T > 1 or fresh else None
-        sets.append(lib.args(q, k, v, g, beta, pool, slots, o, step_states=ss))
+        a = lib.args(q, k, v, g, beta, pool, slots, o, step_states=ss)
+        a._ss = ss
+        sets.append(a)
     return sets
 
 
@@ -260,6 +262,8 @@ def time_sets(lib, sets, v_first=False, wv=0, streaming=-1, verify=False, warps=
     calls = max(nsets, 4)
     for a in sets:
         a.opt.state_v_first = int(v_first)
+        # decode takes no step_states; verify writes into the set's buffer
+        a.step_states = tensor(getattr(a, "_ss", None) if verify else None)
     lib.set_tuning(wv, streaming, warps, ks, pdl)
 
     def run():

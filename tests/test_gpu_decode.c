@@ -395,7 +395,8 @@ static unsigned char *make_pool_image(const problem *p, const double *fin, size_
         free(enc);
     }
     for (int64_t b = 0; b < c->B; b++) {
-        if (p->slots[b] < 0) continue;
+        /* padding (< 0) and out-of-pool slots (slot_past_pool) have no entry */
+        if (p->slots[b] < 0 || p->slots[b] >= p->P) continue;
         void *enc = encode(fin + b * E, E, c->state);
         memcpy(img + GUARD_BYTES + (size_t)(p->slots[b] * E) * es, enc, (size_t)E * es);
         free(enc);

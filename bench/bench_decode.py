@@ -364,7 +364,11 @@ def sweep2(lib, bw):
         cells = []
 
         def cell(name, **kw):
-            ms = time_sets(lib, sets, **kw)
+            try:
+                ms = time_sets(lib, sets, **kw)
+            except RuntimeError as e:
+                cells.append("%s=ERR(%s)" % (name, str(e)[:80]))
+                return
             cells.append("%s=%.2f(%.2f)" % (name, 1e3 * ms, nbytes / (ms * 1e-3) / bw))
         for pdl in (1, 0):
             cell("kv/def/pdl%d" % pdl, pdl=pdl)

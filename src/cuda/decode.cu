@@ -143,6 +143,10 @@ static int choose_wv(const fqla_problem *p, int sm_count, int *ks_out)
         for (int ks = 1; ks <= 8; ks *= 2) {
             const int ok = ks == 1 ? wr == 2048 / K : fqla_decode_ksplit_valid(esize, K, ks);
             if (!ok) continue;
+            /* 8 warps meeting at a barrier were slower than 4 at B = 1
+             * (H200: fp32 4.41 vs 4.25 us, bf16 5.09 vs 4.27 us at K = 128,
+             * HV = 32): KS = 8 only where it is the only split */
+            if (ks == 8 && best) break;
             best = ks;
             if (p->B * p->HV * (p->V / wr) * ks >= enough) break;
         }

@@ -92,12 +92,18 @@ class Lib:
             raise RuntimeError("fqla_context_create: " + L.fqla_last_error(None).decode())
         self.tune = getattr(L, "fqla_cuda_decode_tune", None)
         self.tune_warps = getattr(L, "fqla_cuda_decode_tune_warps", None)
+        self.tune_ks = getattr(L, "fqla_cuda_decode_tune_ksplit", None)
+        self.tune_pdl = getattr(L, "fqla_cuda_decode_tune_pdl", None)
 
-    def set_tuning(self, wv=0, streaming=-1, warps=0):
+    def set_tuning(self, wv=0, streaming=-1, warps=0, ks=0, pdl=-1):
         if self.tune:
             self.tune(C.c_int(wv), C.c_int(streaming))
         if self.tune_warps:
             self.tune_warps(C.c_int(warps))
+        if self.tune_ks:
+            self.tune_ks(C.c_int(ks))
+        if self.tune_pdl:
+            self.tune_pdl(C.c_int(pdl))
 
     def args(self, q, k, v, g, beta, pool, slots, o, v_first=False, step_states=None, step_slots=None,
              l2norm=False, gate=None, beta_sigmoid=False):
@@ -163,6 +169,32 @@ def time_graph(fn, replays=15):
     return times[len(times) // 2]
 
 
+def inplace_bandwidth():
+    """Elementwise a * c over 2 GiB of fp32, in place (a.mul_) and into a
+    second buffer: bytes read + written per second (median of 10 each).
+    Tells whether a read-modify-write of the same lines costs bandwidth."""
+    n = 1 << 29
+    a = torch.empty(n, dtype=torch.float32, device="cuda").normal_()
+    b = torch.empty_like(a)
+    res = []
+    for fn in (lambda: a.mul_(0.999), lambda: torch.mul(a, 0.999, out=b)):
+        fn()
+        torch.cuda.synchronize()
+        ts = []
+        for _ in range(10):
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            fn()
+            e1.record()
+            e1.synchronize()
+            ts.append(e0.elapsed_time(e1))
+        ts.sort()
+        res.append(2 * n * 4 / (ts[len(ts) // 2] * 1e-3))
+    del a, b
+    torch.cuda.empty_cache()
+    return res
+
+
 def copy_bandwidth():
     """Device-to-device copy, bytes read + written per second (median of 10)."""
     n = 1 << 29  # 2 GiB of fp32 each way
@@ -203,8 +235,10 @@ def make_inputs(B, H, HV, T=1, seed=0):
     return q, k, v, g, beta
 
 
-def make_sets(lib, B, H, HV, sdt, T=1):
-    """Independent input / pool sets for flashqla (slots randomly permuted)."""
+def make_sets(lib, B, H, HV, sdt, T=1, fresh=False):
+    """Independent input / pool sets for flashqla (slots randomly permuted).
+    fresh: a step_states buffer even for T = 1 (fqla_verify then reads the
+    pool and writes the state to that separate buffer, as FLA does)."""
     es = torch.tensor([], dtype=sdt).element_size()
     nsets = n_sets_for(B * HV * KDIM * KDIM * es)
     sets = []
@@ -215,18 +249,22 @@ def make_sets(lib, B, H, HV, sdt, T=1):
         q, k, v, g, beta = make_inputs(B, H, HV, T, seed=i)
         pool = (torch.randn(B, HV, KDIM, KDIM, device="cuda") * 0.5).to(sdt)
         o = torch.empty(B, T, HV, KDIM, device="cuda", dtype=torch.bfloat16)
-        ss = torch.empty(B, T, HV, KDIM, KDIM, device="cuda", dtype=sdt) if T > 1 else None
-        sets.append(lib.args(q, k, v, g, beta, pool, slots, o, step_states=ss))
+        ss = torch.empty(B, T, HV, KDIM, KDIM, device="cuda", dtype=sdt) if T > 1 or fresh else None
+        a = lib.args(q, k, v, g, beta, pool, slots, o, step_states=ss)
+        a._ss = ss
+        sets.append(a)
     return sets
 
 
-def time_sets(lib, sets, v_first=False, wv=0, streaming=-1, verify=False, warps=0):
+def time_sets(lib, sets, v_first=False, wv=0, streaming=-1, verify=False, warps=0, ks=0, pdl=-1):
     """ms per call of fqla_decode / fqla_verify over the sets."""
     nsets = len(sets)
     calls = max(nsets, 4)
     for a in sets:
         a.opt.state_v_first = int(v_first)
-    lib.set_tuning(wv, streaming, warps)
+        # decode takes no step_states; verify writes into the set's buffer
+        a.step_states = tensor(getattr(a, "_ss", None) if verify else None)
+    lib.set_tuning(wv, streaming, warps, ks, pdl)
 
     def run():
         for c in range(calls):
@@ -309,6 +347,47 @@ def check_against_fla(lib, B, H, HV, sdt, v_first=False):
     return rel(o, o_ref), rel(pool[slots].float(), ht.to(sdt).float())
 
 
+def sweep2(lib, bw):
+    """us per call (and fraction of copy) of the variants behind the default
+    choice: [K, V] unsplit wv16 / wv8 (the old choices) against the K splits
+    ks2 / ks4 / ks8, programmatic dependent launch off / on, and the state
+    written in place (decode) against into a fresh buffer (verify, T = 1)."""
+    print("\nsweep2: us per call (fraction of copy); kv = [K, V], vk = [V, K]; pdl0 = no programmatic "
+          "dependent launch; fresh = state written to a separate buffer (fqla_verify T = 1)", flush=True)
+    cases = ((1, 16, 32, torch.float32), (1, 2, 8, torch.float32), (8, 16, 32, torch.float32),
+             (64, 16, 32, torch.float32), (256, 16, 32, torch.float32), (1024, 16, 32, torch.float32),
+             (1, 16, 32, torch.bfloat16), (1024, 16, 32, torch.bfloat16))
+    for (B, H, HV, sdt) in cases:
+        es = 4 if sdt == torch.float32 else 2
+        nbytes = 2 * B * HV * KDIM * KDIM * es
+        sets = make_sets(lib, B, H, HV, sdt, fresh=True)
+        cells = []
+
+        def cell(name, **kw):
+            try:
+                ms = time_sets(lib, sets, **kw)
+            except RuntimeError as e:
+                cells.append("%s=ERR(%s)" % (name, str(e)[:80]))
+                return
+            cells.append("%s=%.2f(%.2f)" % (name, 1e3 * ms, nbytes / (ms * 1e-3) / bw))
+        for pdl in (1, 0):
+            cell("kv/def/pdl%d" % pdl, pdl=pdl)
+        variants = ((16, 1), (8, 1), (0, 2), (0, 4), (0, 8)) if sdt == torch.float32 else ((16, 1), (0, 4), (0, 8))
+        for wv, ks in variants:
+            cell("kv/%s" % ("wv%d" % wv if ks == 1 else "ks%d" % ks), wv=wv, ks=ks)
+        cell("kv/def/fresh", verify=True)
+        for pdl in (1, 0):
+            cell("vk/def/pdl%d" % pdl, v_first=True, pdl=pdl)
+        cell("vk/def/fresh", v_first=True, verify=True)
+        if B == 1:
+            cell("vk/wv8", v_first=True, wv=8)
+        del sets
+        torch.cuda.empty_cache()
+        print("B=%d H=%d HV=%d %s: %s" % (B, H, HV, "f32" if sdt == torch.float32 else "bf16", " ".join(cells)),
+              flush=True)
+    print("", flush=True)
+
+
 # ------------------------------------------------------------------ main
 
 def git_commit():
@@ -324,8 +403,11 @@ def main():
     ap.add_argument("--lib", default="build/libflashqla.so")
     ap.add_argument("--out", default="bench/results/decode-h200.csv")
     ap.add_argument("--sweep", action="store_true", help="also time every variant (slice width, layout, hints)")
+    ap.add_argument("--sweep2", action="store_true",
+                    help="K-split / PDL / in-place-vs-fresh variants of the fp32 decode (before the table)")
     ap.add_argument("--no-fla", action="store_true")
     ap.add_argument("--layouts", default="kv,vk", help="state layouts to time: kv ([K, V]), vk ([V, K])")
+    ap.add_argument("--dtypes", default="fp32,bf16", help="state dtypes of the table (and of the FLA checks)")
     ap.add_argument("--commit", default=None)
     ap.add_argument("--fla-only", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -344,8 +426,15 @@ def main():
     node_us = 1e3 * time_graph(lambda: [tiny.add_(1.0) for _ in range(64)]) / 64
     print("graph node floor (64 tiny kernels back to back): %.2f us per kernel" % node_us, flush=True)
 
+    if args.sweep2:
+        ip, oop = inplace_bandwidth()
+        print("elementwise x*c 2 GiB fp32: in place %.3f TB/s, into a second buffer %.3f TB/s" % (ip / 1e12, oop / 1e12),
+              flush=True)
+        sweep2(lib, bw)
+
     if not args.no_fla:
-        for sdt, vf in ((torch.float32, False), (torch.float32, True), (torch.bfloat16, False)):
+        checks = ((torch.float32, False), (torch.float32, True), (torch.bfloat16, False))
+        for sdt, vf in [c for c in checks if ("fp32" if c[0] == torch.float32 else "bf16") in args.dtypes]:
             for (B, H, HV) in ((4, 2, 8), (33, 16, 32)):
                 eo, es = check_against_fla(lib, B, H, HV, sdt, vf)
                 print("check vs FLA B=%d H=%d HV=%d %s%s: o rel %.2e, state rel %.2e"
@@ -386,12 +475,15 @@ def main():
     rows = []
     commit = args.commit or git_commit()
     date = datetime.date.today().isoformat()
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    csv = open(args.out, "w")  # written row by row: a run cut short keeps what it measured
+    csv.write("batch,h_qk,h_v,state_dtype,flashqla_ms,fla_ms,bw_fraction,state_layout,gpu,commit,date\n")
     print("%6s %4s %4s %5s %3s %10s %10s %7s %6s" % ("batch", "h_qk", "h_v", "state", "lay", "flashqla", "fla",
                                                      "speedup", "bw"), flush=True)
     layouts = [lay for lay in args.layouts.split(",") if lay]
-    for lay in layouts:
-        vf = lay == "vk"
-        for sname, sdt in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+    for sname, sdt in [d for d in (("fp32", torch.float32), ("bf16", torch.bfloat16)) if d[0] in args.dtypes]:
+        for lay in layouts:
+            vf = lay == "vk"
             for (H, HV) in HEADS:
                 for B in BATCHES:
                     ms = bench_flashqla(lib, B, H, HV, sdt, v_first=vf)
@@ -409,18 +501,17 @@ def main():
                             torch.cuda.synchronize()
                     rows.append(dict(batch=B, h_qk=H, h_v=HV, state_dtype=sname, flashqla_ms=ms, fla_ms=fla_ms,
                                      bw_fraction=frac, layout=lay, gpu=gpu, commit=commit, date=date))
+                    r = rows[-1]
+                    csv.write("%d,%d,%d,%s,%.5f,%s,%.3f,%s,%s,%s,%s\n" % (
+                        r["batch"], r["h_qk"], r["h_v"], r["state_dtype"], r["flashqla_ms"],
+                        "%.5f" % r["fla_ms"] if r["fla_ms"] else "", r["bw_fraction"], r["layout"], r["gpu"],
+                        r["commit"], r["date"]))
+                    csv.flush()
                     print("%6d %4d %4d %5s %3s %10.4f %10s %7s %6.3f %s" % (
                         B, H, HV, sname, lay, ms, "%.4f" % fla_ms if fla_ms else "-",
                         "%.2f" % (fla_ms / ms) if fla_ms else "-", frac, ("FLA: " + why) if why else ""), flush=True)
 
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        f.write("batch,h_qk,h_v,state_dtype,flashqla_ms,fla_ms,bw_fraction,state_layout,gpu,commit,date\n")
-        for r in rows:
-            f.write("%d,%d,%d,%s,%.5f,%s,%.3f,%s,%s,%s,%s\n" % (
-                r["batch"], r["h_qk"], r["h_v"], r["state_dtype"], r["flashqla_ms"],
-                "%.5f" % r["fla_ms"] if r["fla_ms"] else "", r["bw_fraction"], r["layout"], r["gpu"], r["commit"],
-                r["date"]))
+    csv.close()
 
     for lay in layouts:
         rs = [r for r in rows if r["layout"] == lay]

@@ -3,10 +3,13 @@
 # the GPU decode tests, compute-sanitizer memcheck on a small subset, and the
 # benchmark against FLA (bench_decode.py). Binaries are built on the host
 # (make build/libflashqla.so build/tests/test_gpu_decode) and carried in
-# .decbin/ with the commit they came from; FLA comes as the fla_core wheel in
-# .whl/. Logs and the CSV go to $OUT.
+# $BIN (default .decbin) with the commit they came from; FLA comes as the
+# fla_core wheel in .whl/. Logs and the CSV go to $OUT. Each step has its own
+# time limit (TEST_S, MEMCHECK_S, BENCH_S seconds) so that a slow step cannot
+# take the others' results with it; BENCH is the bench script to run.
 set -u
 BIN=${BIN:-.decbin}
+BENCH=${BENCH:-bench/bench_decode.py}
 OUT=${OUT:-/tmp/decode-out}
 mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
@@ -16,19 +19,23 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used,temp
 cat "$OUT/gpu.txt"
 
 start=$(date +%s)
-env ${TEST_ENV:-} "$BIN/test_gpu_decode" > "$OUT/test.log" 2>&1
+env ${TEST_ENV:-} timeout "${TEST_S:-120}" "$BIN/test_gpu_decode" > "$OUT/test.log" 2>&1
 echo "== test_gpu_decode rc=$? ($(( $(date +%s) - start )) s)"
 grep -vE '^ok |^  ' "$OUT/test.log" | tail -n 12
 
 if [ "${MEMCHECK:-1}" = 1 ]; then
     start=$(date +%s)
-    FQLA_TEST_QUICK=1 timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/test_gpu_decode" \
-        chained_decode,verify_step_slots,slot_past_pool,pool_offset_beyond_2_31 > "$OUT/memcheck.log" 2>&1
+    FQLA_TEST_QUICK=1 timeout "${MEMCHECK_S:-100}" compute-sanitizer --tool memcheck --error-exitcode 9 \
+        "$BIN/test_gpu_decode" \
+        ${MEMCHECK_CASES:-chained_decode,verify_step_slots,slot_past_pool,pool_offset_beyond_2_31} \
+        > "$OUT/memcheck.log" 2>&1
     echo "== memcheck rc=$? ($(( $(date +%s) - start )) s)"
     grep -E 'ERROR SUMMARY|passed,|Invalid|error' "$OUT/memcheck.log" | head -n 8
 fi
 
-PYTHONUNBUFFERED=1 python3 bench/bench_decode.py --lib "$BIN/libflashqla.so" --out "$OUT/decode-h200.csv" \
-    --commit "$(cat "$BIN/commit" 2>/dev/null || echo unknown)" ${BENCH_ARGS:-} > "$OUT/bench.log" 2>&1
-echo "== bench rc=$?"
-cat "$OUT/bench.log" | cut -c1-400
+start=$(date +%s)
+PYTHONUNBUFFERED=1 timeout "${BENCH_S:-400}" python3 "$BENCH" --lib "$BIN/libflashqla.so" \
+    --out "$OUT/decode-h200.csv" --commit "$(cat "$BIN/commit" 2>/dev/null || echo unknown)" ${BENCH_ARGS:-} \
+    > "$OUT/bench.log" 2>&1
+echo "== bench rc=$? ($(( $(date +%s) - start )) s)"
+cut -c1-400 "$OUT/bench.log"

@@ -54,6 +54,7 @@ extern int cudaGraphDestroy(void *graph);
 extern const char *cudaGetErrorString(int err);
 /* benchmark / test hook in src/cuda/decode.cu: fixed V-slice width (0 = auto) */
 extern void fqla_cuda_decode_tune(int wv, int streaming);
+extern void fqla_cuda_decode_tune_ksplit(int ks);
 #define MEMCPY_H2D 1
 #define MEMCPY_D2H 2
 #define CAPTURE_THREAD_LOCAL 1
@@ -101,12 +102,15 @@ static void d2h(void *h, const void *d, size_t bytes)
 #endif
 }
 
-static void tune(int wv)
+static void tune(int wv, int ks)
 {
 #ifdef FQLA_HAVE_CUDA
-    if (!g_emulate) fqla_cuda_decode_tune(wv, -1);
+    if (!g_emulate) {
+        fqla_cuda_decode_tune(wv, -1);
+        fqla_cuda_decode_tune_ksplit(ks);
+    }
 #else
-    (void)wv;
+    (void)wv; (void)ks;
 #endif
 }
 
@@ -187,6 +191,7 @@ typedef struct cfg {
     int npad;                    /* padded batch rows (slot -1) */
     int wv;                      /* V-slice width override (0 = heuristic) */
     int verify;                  /* 0 decode; 1 verify into step_states; 2 verify into step_slots */
+    int ks;                      /* [K, V] K-split override (0 = heuristic, 1 = unsplit, 2/4/8) */
 } cfg;
 
 typedef struct problem {
@@ -390,7 +395,8 @@ static unsigned char *make_pool_image(const problem *p, const double *fin, size_
         free(enc);
     }
     for (int64_t b = 0; b < c->B; b++) {
-        if (p->slots[b] < 0) continue;
+        /* padding (< 0) and out-of-pool slots (slot_past_pool) have no entry */
+        if (p->slots[b] < 0 || p->slots[b] >= p->P) continue;
         void *enc = encode(fin + b * E, E, c->state);
         memcpy(img + GUARD_BYTES + (size_t)(p->slots[b] * E) * es, enc, (size_t)E * es);
         free(enc);
@@ -526,7 +532,7 @@ static void run_chain(const cfg *c)
         free(tmp);
     }
 
-    tune(c->wv);
+    tune(c->wv, c->ks);
     fqla_status st = FQLA_STATUS_SUCCESS;
     if (!c->verify) {
         for (int64_t n = 0; n < N && st == FQLA_STATUS_SUCCESS; n++) {
@@ -542,7 +548,7 @@ static void run_chain(const cfg *c)
         }
         st = fqla_verify(d.ctx, &a, NULL, 0, NULL);
     }
-    tune(0);
+    tune(0, 0);
     CHECK(st == FQLA_STATUS_SUCCESS, "%s: %s: %s", c->name, fqla_status_string(st), fqla_last_error(d.ctx));
 
     unsigned char *img_after = malloc(img_bytes), *o_after = malloc(d.o_bytes);
@@ -692,14 +698,14 @@ static void chained_decode(void)
     const int q = check_quick();
     /* name, B, H, HV, K, L, N, io, gate, state, slot, vfirst, l2, gate_in, sigm, neg, scale, npad, wv, verify */
     const cfg cases[] = {
-        {"k128 kv f32 bf16io gva all", 5, 2, 8, 128, 9, 3, BF16, F32, F32, I32, 0, 1, 1, 1, 0, 0, 1, 0, 0},
-        {"k128 vk f32 f32io plain", 4, 4, 4, 128, 7, 3, F32, F32, F32, I64, 1, 0, 0, 0, 0, 0.3, 1, 0, 0},
-        {"k128 kv f32 f32io plain", 3, 1, 2, 128, 5, 2, F32, F32, F32, I64, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-        {"k64 vk bf16st f16io neg", 4, 2, 4, 64, 6, 3, F16, BF16, BF16, I32, 1, 1, 0, 1, 1, 0, 1, 0, 0},
-        {"k64 kv f32 f32io", 3, 3, 6, 64, 6, 2, F32, F32, F32, I32, 0, 1, 1, 0, 0, 0, 0, 0, 0},
-        {"k256 kv f32 bf16io", 2, 1, 2, 256, 4, 2, BF16, BF16, F32, I64, 0, 1, 1, 1, 0, 0, 0, 0, 0},
-        {"k256 vk bf16st bf16io", 3, 2, 4, 256, 4, 2, BF16, F32, BF16, I32, 1, 1, 0, 1, 1, 0, 1, 0, 0},
-        {"k128 kv bf16st bf16io", 4, 2, 4, 128, 6, 3, BF16, F32, BF16, I32, 0, 1, 1, 1, 0, 0, 1, 0, 0},
+        {"k128 kv f32 bf16io gva all", 5, 2, 8, 128, 9, 3, BF16, F32, F32, I32, 0, 1, 1, 1, 0, 0, 1, 0, 0, 0},
+        {"k128 vk f32 f32io plain", 4, 4, 4, 128, 7, 3, F32, F32, F32, I64, 1, 0, 0, 0, 0, 0.3, 1, 0, 0, 0},
+        {"k128 kv f32 f32io plain", 3, 1, 2, 128, 5, 2, F32, F32, F32, I64, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+        {"k64 vk bf16st f16io neg", 4, 2, 4, 64, 6, 3, F16, BF16, BF16, I32, 1, 1, 0, 1, 1, 0, 1, 0, 0, 0},
+        {"k64 kv f32 f32io", 3, 3, 6, 64, 6, 2, F32, F32, F32, I32, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0},
+        {"k256 kv f32 bf16io", 2, 1, 2, 256, 4, 2, BF16, BF16, F32, I64, 0, 1, 1, 1, 0, 0, 0, 0, 0, 0},
+        {"k256 vk bf16st bf16io", 3, 2, 4, 256, 4, 2, BF16, F32, BF16, I32, 1, 1, 0, 1, 1, 0, 1, 0, 0, 0},
+        {"k128 kv bf16st bf16io", 4, 2, 4, 128, 6, 3, BF16, F32, BF16, I32, 0, 1, 1, 1, 0, 0, 1, 0, 0, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         if (q && i % 2) continue;
@@ -719,19 +725,36 @@ static void every_slice_width(void)
                     char name[64];
                     snprintf(name, sizeof name, "k%d %s %s wv%d", K, vf ? "vk" : "kv", st ? "bf16st" : "f32", wv);
                     cfg c = {name, 2, 1, 2, K, 3, 2, BF16, F32, st ? BF16 : F32, I32,
-                             vf, 1, 0, 0, 0, 0, 0, wv, 0};
+                             vf, 1, 0, 0, 0, 0, 0, wv, 0, 0};
                     if (check_quick() && K == 256) continue;
                     run_chain(&c);
                 }
+    /* the [K, V] K-split variants: KS warps share a 128-byte-wide slice */
+    for (int ki = 0; ki < 3; ki++)
+        for (int st = 0; st < 2; st++)
+            for (int ks = 2; ks <= 8; ks *= 2) {
+                const int K = Ks[ki], vals = K / ks / 4 * (st ? 8 : 4);
+                if (vals < 16 || vals > 64) continue;
+                if (check_quick() && K == 256) continue;
+                char name[64];
+                snprintf(name, sizeof name, "k%d kv %s ks%d", K, st ? "bf16st" : "f32", ks);
+                cfg c = {name, 3, 1, 3, K, 3, 2, BF16, F32, st ? BF16 : F32, I32,
+                         0, 1, 0, 0, 0, 0, 1, 0, 0, ks};
+                run_chain(&c);
+            }
 }
 
 static void verify_step_states(void)
 {
     const cfg cases[] = {
-        {"verify T4 kv f32 step_states", 4, 2, 4, 128, 6, 4, BF16, F32, F32, I32, 0, 1, 1, 1, 0, 0, 1, 0, 1},
-        {"verify T3 vk bf16st step_states", 3, 1, 4, 128, 5, 3, BF16, BF16, BF16, I64, 1, 1, 0, 1, 1, 0, 1, 0, 1},
-        {"verify T2 k64 f32io step_states", 3, 3, 3, 64, 5, 2, F32, F32, F32, I64, 0, 0, 0, 0, 0, 0.2, 0, 0, 1},
-        {"verify T5 k256 vk f32", 2, 1, 2, 256, 3, 5, BF16, F32, F32, I32, 1, 1, 1, 1, 0, 0, 0, 0, 1},
+        {"verify T4 kv f32 step_states", 4, 2, 4, 128, 6, 4, BF16, F32, F32, I32, 0, 1, 1, 1, 0, 0, 1, 0, 1, 0},
+        {"verify T3 vk bf16st step_states", 3, 1, 4, 128, 5, 3, BF16, BF16, BF16, I64, 1, 1, 0, 1, 1, 0, 1, 0, 1, 0},
+        {"verify T2 k64 f32io step_states", 3, 3, 3, 64, 5, 2, F32, F32, F32, I64, 0, 0, 0, 0, 0, 0.2, 0, 0, 1, 0},
+        {"verify T5 k256 vk f32", 2, 1, 2, 256, 3, 5, BF16, F32, F32, I32, 1, 1, 1, 1, 0, 0, 0, 0, 1, 0},
+        {"verify T3 kv f32 ks2", 3, 2, 4, 128, 4, 3, BF16, F32, F32, I32, 0, 1, 1, 1, 0, 0, 1, 0, 1, 2},
+        {"verify T4 kv f32 ks4", 2, 1, 4, 128, 4, 4, F32, F32, F32, I64, 0, 1, 0, 1, 0, 0, 0, 0, 1, 4},
+        {"verify T3 kv bf16st ks8", 2, 2, 2, 128, 4, 3, BF16, BF16, BF16, I32, 0, 1, 1, 0, 0, 0, 1, 0, 1, 8},
+        {"verify T2 kv f32 unsplit wv16", 3, 1, 2, 128, 4, 2, BF16, F32, F32, I32, 0, 1, 0, 1, 0, 0, 0, 16, 1, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_chain(&cases[i]);
 }
@@ -739,8 +762,8 @@ static void verify_step_states(void)
 static void verify_step_slots(void)
 {
     const cfg cases[] = {
-        {"verify T3 kv f32 step_slots", 3, 2, 4, 128, 5, 3, BF16, F32, F32, I64, 0, 1, 1, 1, 0, 0, 1, 0, 2},
-        {"verify T2 vk bf16st step_slots", 4, 2, 2, 64, 4, 2, F16, BF16, BF16, I32, 1, 1, 0, 1, 0, 0, 1, 0, 2},
+        {"verify T3 kv f32 step_slots", 3, 2, 4, 128, 5, 3, BF16, F32, F32, I64, 0, 1, 1, 1, 0, 0, 1, 0, 2, 0},
+        {"verify T2 vk bf16st step_slots", 4, 2, 2, 64, 4, 2, F16, BF16, BF16, I32, 1, 1, 0, 1, 0, 0, 1, 0, 2, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_chain(&cases[i]);
 }
@@ -983,26 +1006,26 @@ done:
 static void batch_1024_h2_hv8(void)
 {
     cfg c = {"B1024 H2 HV8 k128 f32", check_quick() ? 64 : 1024, 2, 8, 128, 1, 1, BF16, F32, F32, I32,
-             0, 1, 1, 1, 0, 0, 7, 0, 0};
+             0, 1, 1, 1, 0, 0, 7, 0, 0, 0};
     one_step_vs_reference(&c, 0, 0);
     cfg c2 = {"B1024 H2 HV8 k128 vk bf16st", check_quick() ? 64 : 1024, 2, 8, 128, 1, 1, BF16, F32, BF16, I64,
-              1, 1, 1, 1, 0, 0, 7, 0, 0};
+              1, 1, 1, 1, 0, 0, 7, 0, 0, 0};
     one_step_vs_reference(&c2, 0, 0);
 }
 
 /* pool offsets past 2^31 elements: P * HV * K * V > 2^31, active slots at the end */
 static void pool_offset_beyond_2_31(void)
 {
-    cfg c = {"pool > 2^31 elements f32", 4, 1, 2, 128, 1, 1, BF16, F32, F32, I64, 0, 1, 1, 1, 0, 0, 1, 0, 0};
+    cfg c = {"pool > 2^31 elements f32", 4, 1, 2, 128, 1, 1, BF16, F32, F32, I64, 0, 1, 1, 1, 0, 0, 1, 0, 0, 0};
     int64_t P = ((int64_t)1 << 31) / (2 * 128 * 128) + 64; /* 8.6 GB of f32 */
     one_step_vs_reference(&c, P, 0);
 }
 
 static void graph_capture_replay(void)
 {
-    cfg c = {"graph k128 kv f32", 64, 4, 16, 128, 1, 1, BF16, F32, F32, I32, 0, 1, 1, 1, 0, 0, 5, 0, 0};
+    cfg c = {"graph k128 kv f32", 64, 4, 16, 128, 1, 1, BF16, F32, F32, I32, 0, 1, 1, 1, 0, 0, 5, 0, 0, 0};
     one_step_vs_reference(&c, 0, 1);
-    cfg c2 = {"graph k128 vk bf16st", 8, 2, 8, 128, 1, 1, BF16, BF16, BF16, I64, 1, 1, 0, 1, 0, 0, 2, 0, 0};
+    cfg c2 = {"graph k128 vk bf16st", 8, 2, 8, 128, 1, 1, BF16, BF16, BF16, I64, 1, 1, 0, 1, 0, 0, 2, 0, 0, 0};
     one_step_vs_reference(&c2, 0, 1);
 }
 
@@ -1010,7 +1033,7 @@ static void graph_capture_replay(void)
 static void slot_past_pool(void)
 {
     problem p;
-    cfg c = {"slot >= P", 3, 1, 2, 64, 1, 1, F32, F32, F32, I32, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    cfg c = {"slot >= P", 3, 1, 2, 64, 1, 1, F32, F32, F32, I32, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     make_problem(&p, &c);
     const int64_t B = c.B, HV = c.HV, K = c.K, E = state_elems(&p);
     gpu d;
@@ -1066,7 +1089,7 @@ static void unsupported_reported(void)
 {
     if (g_emulate) return;
     problem p;
-    cfg c = {"unsupported", 2, 1, 1, 128, 1, 1, F32, F32, F32, I32, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    cfg c = {"unsupported", 2, 1, 1, 128, 1, 1, F32, F32, F32, I32, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     make_problem(&p, &c);
     gpu d;
     memset(&d, 0, sizeof d);

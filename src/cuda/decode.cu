@@ -17,11 +17,27 @@
 static int g_wv_override = 0;
 static int g_streaming_override = -1;
 static int g_warps_override = 0;
+static int g_ks_override = 0;
+static int g_pdl_override = -1;
 
 extern "C" void fqla_cuda_decode_tune(int wv, int streaming)
 {
     g_wv_override = wv;
     g_streaming_override = streaming;
+}
+
+/* [K, V] K split: 2, 4 or 8 warps share a 128-byte-wide V-slice (0 = the
+ * heuristic; 1 = no split, the WV of fqla_cuda_decode_tune or the heuristic's
+ * choice among the unsplit widths) */
+extern "C" void fqla_cuda_decode_tune_ksplit(int ks)
+{
+    g_ks_override = ks;
+}
+
+/* programmatic dependent launch: 1 on, 0 off, -1 the default (on) */
+extern "C" void fqla_cuda_decode_tune_pdl(int on)
+{
+    g_pdl_override = on;
 }
 
 /* warps per CTA, 1..8 (0 = the default, FQLA_DECODE_WARPS) */
@@ -101,16 +117,44 @@ fqla_status fqla_cuda_decode_workspace(fqla_context *ctx, const fqla_problem *p,
  * the same bytes over more warps. A [K, V] state is never cut into slices
  * narrower than 32 bytes per row: a warp would then use half of each 32-byte
  * sector it touches (measured on the H200: 1.6x slower at B = 1, 3x at
- * B = 64). Verify follows the same rule (measured: the widest slice that
+ * B = 64); since 2026-11-30 a [K, V] state goes to the K-split variants
+ * instead (KS warps share one 128-byte-wide slice, see decode_kernel.cuh),
+ * the unsplit widths stay reachable through the tuning hooks. Verify follows the same rule (measured: the widest slice that
  * still gives 8 warps per SM is also best for T = 2 and 4). */
-static int choose_wv(const fqla_problem *p, int sm_count)
+static int choose_wv(const fqla_problem *p, int sm_count, int *ks_out)
 {
     const int esize = (int)fqla_dtype_size(p->state_dtype);
     const int K = (int)p->K;
     const int vf = p->opt.state_v_first ? 1 : 0;
     const int cand[3] = {2048 / K, 1024 / K, 512 / K};
-    if (g_wv_override > 0 && fqla_decode_variant_valid(esize, K, g_wv_override, vf)) return g_wv_override;
     const int64_t enough = 8LL * (sm_count > 0 ? sm_count : 132); /* warps: 8 per SM */
+    *ks_out = 1;
+    if (!vf && g_ks_override > 1 && fqla_decode_ksplit_valid(esize, K, g_ks_override)) {
+        *ks_out = g_ks_override;
+        return 128 / esize;
+    }
+    if (g_wv_override > 0 && fqla_decode_variant_valid(esize, K, g_wv_override, vf)) return g_wv_override;
+    if (!vf && g_ks_override != 1) {
+        /* [K, V]: 128-byte row segments per warp instruction; the least K
+         * split that gives 8 warps per SM (at most 64 state values per
+         * lane), else the largest split */
+        const int wr = 128 / esize;
+        int best = 0;
+        for (int ks = 1; ks <= 8; ks *= 2) {
+            const int ok = ks == 1 ? wr == 2048 / K : fqla_decode_ksplit_valid(esize, K, ks);
+            if (!ok) continue;
+            /* 8 warps meeting at a barrier were slower than 4 at B = 1
+             * (H200: fp32 4.41 vs 4.25 us, bf16 5.09 vs 4.27 us at K = 128,
+             * HV = 32): KS = 8 only where it is the only split */
+            if (ks == 8 && best) break;
+            best = ks;
+            if (p->B * p->HV * (p->V / wr) * ks >= enough) break;
+        }
+        if (best) {
+            *ks_out = best;
+            return wr;
+        }
+    }
     int narrowest = cand[0]; /* the widest is valid for every layout and type */
     for (int i = 0; i < 3; i++) {
         if (!fqla_decode_variant_valid(esize, K, cand[i], vf)) continue;
@@ -132,7 +176,8 @@ fqla_status fqla_cuda_decode_run(fqla_context *ctx, const fqla_problem *p, const
 
     const bool verify = p->op == FQLA_OP_VERIFY;
     const bool multi = p->T > 1;
-    const int wv = choose_wv(p, ctx->info.sm_count);
+    int ks = 1;
+    const int wv = choose_wv(p, ctx->info.sm_count, &ks);
 
     DecodeParams k;
     memset(&k, 0, sizeof k);
@@ -155,7 +200,7 @@ fqla_status fqla_cuda_decode_run(fqla_context *ctx, const fqla_problem *p, const
     k.ss_s2 = stride_or0(&a->step_states, 2); k.ss_row = stride_or0(&a->step_states, 3);
     k.B = p->B; k.T = p->T; k.HV = p->HV; k.P = p->P; k.group = p->group;
     k.ngroups = (int)(p->V / wv);
-    k.total_warps = p->B * p->HV * k.ngroups;
+    k.total_warps = p->B * p->HV * k.ngroups * ks;
     k.io_dt = (int)a->q.dtype; k.g_dt = (int)a->g.dtype; k.beta_dt = (int)a->beta.dtype;
     k.alog_dt = a->A_log.data ? (int)a->A_log.dtype : DEC_F32;
     k.dtb_dt = a->dt_bias.data ? (int)a->dt_bias.dtype : DEC_F32;
@@ -168,10 +213,11 @@ fqla_status fqla_cuda_decode_run(fqla_context *ctx, const fqla_problem *p, const
     k.write_mode = !verify ? DEC_WRITE_POOL : (a->step_states.data ? DEC_WRITE_STEP_STATES : DEC_WRITE_STEP_SLOTS);
     k.streaming = g_streaming_override >= 0 ? g_streaming_override : 0;
     k.scale = (float)p->scale;
+    k.pdl = g_pdl_override >= 0 ? g_pdl_override : 1;
 
     const bool vf = p->opt.state_v_first != 0;
     cudaError_t err = p->state_dtype == FQLA_DTYPE_F32
-        ? fqla_decode_launch_f32(k, (int)p->K, wv, vf, multi, g_warps_override, stream)
-        : fqla_decode_launch_bf16(k, (int)p->K, wv, vf, multi, g_warps_override, stream);
+        ? fqla_decode_launch_f32(k, (int)p->K, wv, ks, vf, multi, g_warps_override, stream)
+        : fqla_decode_launch_bf16(k, (int)p->K, wv, ks, vf, multi, g_warps_override, stream);
     return fqla_cuda_check(ctx, err, verify ? "verify kernel launch" : "decode kernel launch");
 }

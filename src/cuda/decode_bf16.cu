@@ -2,8 +2,8 @@
  * (fp32 math: the tile is widened on load and rounded to nearest even on store). */
 #include "cuda/decode_launch.cuh"
 
-cudaError_t fqla_decode_launch_bf16(const DecodeParams &p, int K, int WV, bool vfirst, bool multi, int warps,
+cudaError_t fqla_decode_launch_bf16(const DecodeParams &p, int K, int WV, int ks, bool vfirst, bool multi, int warps,
                                    cudaStream_t stream)
 {
-    return fqla_decode_launch_t<__nv_bfloat16>(p, K, WV, vfirst, multi, warps, stream);
+    return fqla_decode_launch_t<__nv_bfloat16>(p, K, WV, ks, vfirst, multi, warps, stream);
 }

@@ -31,6 +31,21 @@
  *   [V, K] state (K contiguous): 8 lanes across K, each holding CK chunks of
  *     VEC elements (chunk c at k = (c * 8 + lc) * VEC), 4 lanes down the
  *     slice, each holding RV = WV / 4 rows. The K-sum is over the lc bits.
+ *
+ * K split (KS > 1, [K, V] only): a group of KS adjacent warps of one CTA
+ * shares a (b, h, V-slice) tile of WV = 128 bytes per row, warp kp holding
+ * rows kp * K / KS .. (kp + 1) * K / KS - 1. Every warp instruction then
+ * touches whole 128-byte row segments (as in [V, K]) instead of 32- or
+ * 64-byte ones. The K-sums are finished through shared memory: after the
+ * warp's shuffles, each warp writes its partial S^T k, S^T q (WV each) and
+ * |k|^2, |q|^2, q.k, the group meets at a named barrier, and every warp adds
+ * the KS partials in the same order (so all of them compute the same u).
+ * Double-buffered by token parity: one barrier per token.
+ *
+ * Programmatic dependent launch: the kernel waits (griddepcontrol.wait)
+ * before its first global memory access, so it may be launched while the
+ * previous kernel of the stream is still running (the launcher sets the
+ * attribute when asked); without the attribute the wait is a no-op.
  */
 #ifndef FQLA_CUDA_DECODE_KERNEL_CUH
 #define FQLA_CUDA_DECODE_KERNEL_CUH
@@ -38,6 +53,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
+
+/* most warps per CTA of a K-split group exchange (= the launch bound / 32) */
+#define FQLA_DECODE_XCH_WARPS 8
 
 /* Element type codes of the kernel's runtime-typed inputs (= fqla_dtype). */
 enum { DEC_F32 = 0, DEC_F16 = 1, DEC_BF16 = 2, DEC_I32 = 4, DEC_I64 = 5 };
@@ -61,12 +79,13 @@ struct DecodeParams {
     int64_t pool_s0, pool_s1, pool_row;     /* [P, HV, rows, cols] */
     int64_t ss_s0, ss_s1, ss_s2, ss_row;    /* step_states [B, T, HV, rows, cols] */
     int64_t B, T, HV, P, group;
-    int64_t total_warps;             /* B * HV * (V / WV) */
+    int64_t total_warps;             /* B * HV * (V / WV) * KS */
     int ngroups;                     /* V / WV */
     int io_dt, g_dt, beta_dt, alog_dt, dtb_dt, slot_dt, step_slot_dt;
     int use_l2norm, use_gate, use_beta_sigmoid, allow_neg_eigval;
     int write_mode;
     int streaming;                   /* evict-first hints on the state stream */
+    int pdl;                         /* launch with programmatic stream serialization (host side only) */
     float scale;
 };
 
@@ -143,12 +162,13 @@ template <> struct StateVec<__nv_bfloat16> {
 };
 
 /* Compile-time lane layout of one (K, WV, layout, state type) variant. */
-template <int K, int WV, bool VFIRST, typename ST> struct DecodeLayout {
+template <int K, int WV, bool VFIRST, typename ST, int KS = 1> struct DecodeLayout {
     static constexpr int VEC = StateVec<ST>::VEC;
     /* [K, V] */
     static constexpr int KV_LC = WV / VEC > 0 ? WV / VEC : 1;
     static constexpr int KV_LR = 32 / KV_LC;
-    static constexpr int KV_RK = K / KV_LR;
+    static constexpr int KV_KK = K / KS;             /* rows of one warp */
+    static constexpr int KV_RK = KV_KK / KV_LR;
     /* [V, K] */
     static constexpr int VK_LC = 8;
     static constexpr int VK_LR = 4;
@@ -156,8 +176,9 @@ template <int K, int WV, bool VFIRST, typename ST> struct DecodeLayout {
     static constexpr int VK_CK = K / (VK_LC * VEC);
 
     static constexpr bool valid = VFIRST
-        ? (WV % VK_LR == 0 && VK_RV >= 1 && K % (VK_LC * VEC) == 0 && VK_CK >= 1)
-        : (WV % VEC == 0 && WV / VEC <= 32 && 32 % KV_LC == 0 && K % KV_LR == 0 && KV_RK >= 1);
+        ? (KS == 1 && WV % VK_LR == 0 && VK_RV >= 1 && K % (VK_LC * VEC) == 0 && VK_CK >= 1)
+        : (WV % VEC == 0 && WV / VEC <= 32 && 32 % KV_LC == 0 && K % KS == 0 && KV_KK % KV_LR == 0 &&
+           KV_RK >= 1 && (KS == 1 || KS == 2 || KS == 4 || KS == 8));
 
     /* memory rows per lane x contiguous elements per lane (in VEC chunks) */
     static constexpr int NR = VFIRST ? VK_RV : KV_RK;
@@ -170,10 +191,10 @@ template <int K, int WV, bool VFIRST, typename ST> struct DecodeLayout {
     static constexpr int RED_HI = VFIRST ? VK_LC : 32;
 };
 
-template <int K, int WV, bool VFIRST, bool MULTI, typename ST>
+template <int K, int WV, bool VFIRST, bool MULTI, typename ST, int KS = 1>
 __global__ void __launch_bounds__(256) fqla_decode_kernel(const DecodeParams p)
 {
-    typedef DecodeLayout<K, WV, VFIRST, ST> L;
+    typedef DecodeLayout<K, WV, VFIRST, ST, KS> L;
     typedef StateVec<ST> SV;
     constexpr int VEC = L::VEC, NR = L::NR, NC = L::NC, NI = L::NI, NK = L::NK, NV = L::NV;
 
@@ -182,8 +203,12 @@ __global__ void __launch_bounds__(256) fqla_decode_kernel(const DecodeParams p)
      * divisions are software routines sitting right before the first load */
     const uint32_t w = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (w >= (uint32_t)p.total_warps) return;
-    const uint32_t bh = w / (uint32_t)p.ngroups;
-    const int vg = (int)(w - bh * (uint32_t)p.ngroups);
+    /* KS adjacent warps share a tile (KS divides the warps per CTA) */
+    const uint32_t wt = w / KS;
+    const int kp = (int)(w % KS);
+    const int k0 = kp * L::KV_KK;
+    const uint32_t bh = wt / (uint32_t)p.ngroups;
+    const int vg = (int)(wt - bh * (uint32_t)p.ngroups);
     const uint32_t b32 = bh / (uint32_t)p.HV;
     const int64_t hv = (int64_t)(bh - b32 * (uint32_t)p.HV);
     const int64_t b = (int64_t)b32;
@@ -197,7 +222,7 @@ __global__ void __launch_bounds__(256) fqla_decode_kernel(const DecodeParams p)
     /* K index of this lane's k value i, V index of its v value j */
     auto kidx = [&](int i) -> int {
         if (VFIRST) return ((i / VEC) * L::VK_LC + lc) * VEC + (i % VEC);
-        return lr * L::KV_RK + i;
+        return k0 + lr * L::KV_RK + i;
     };
     auto vidx = [&](int j) -> int {
         if (VFIRST) return v0 + lr * L::VK_RV + j;
@@ -206,9 +231,9 @@ __global__ void __launch_bounds__(256) fqla_decode_kernel(const DecodeParams p)
     /* offset of (memory row r, chunk c) inside a tile whose row stride is rs */
     auto tile_off = [&](int r, int c, int64_t rs) -> int64_t {
         if (VFIRST) return (int64_t)(v0 + lr * L::VK_RV + r) * rs + (c * L::VK_LC + lc) * VEC;
-        return (int64_t)(lr * L::KV_RK + r) * rs + v0 + lc * VEC;
+        return (int64_t)(k0 + lr * L::KV_RK + r) * rs + v0 + lc * VEC;
     };
-    const bool writer = VFIRST ? (lc == 0) : (lr == 0);
+    const bool writer = VFIRST ? (lc == 0) : (lr == 0 && kp == 0);
 
     /* token inputs. Token 0 is loaded first, before the slot is known, so its
      * latency overlaps the slot -> state dependency (for a padded row these
@@ -241,6 +266,13 @@ __global__ void __launch_bounds__(256) fqla_decode_kernel(const DecodeParams p)
         b_ = dec_load(p.beta, b * p.b_s0 + t * p.b_s1 + hv, p.beta_dt);
     };
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    /* programmatic dependent launch: nothing global is read before the
+     * previous kernel of the stream has finished and its writes are visible;
+     * the next kernel may start its own launch now (it waits likewise) */
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
     load_token(0, kk, qq, vv, graw, braw);
 
     const int64_t slot = dec_load_index(p.slots, b * p.slot_s, p.slot_dt);
@@ -326,6 +358,41 @@ __global__ void __launch_bounds__(256) fqla_decode_kernel(const DecodeParams p)
             nk += __shfl_xor_sync(0xffffffffu, nk, off);
             nq += __shfl_xor_sync(0xffffffffu, nq, off);
             nqk += __shfl_xor_sync(0xffffffffu, nqk, off);
+        }
+        if constexpr (KS > 1) {
+            /* finish the K-sums over the group's KS warps (see the header) */
+            constexpr int XS = 2 * WV + 4;
+            __shared__ float xch[2][FQLA_DECODE_XCH_WARPS * XS];
+            const int wic = (int)(threadIdx.x >> 5), g0 = wic - kp;
+            float *buf = xch[MULTI ? (int)(t & 1) : 0];
+            if (lr == 0) {
+#pragma unroll
+                for (int j = 0; j < NV; j++) {
+                    buf[wic * XS + lc * NV + j] = ak[j];
+                    buf[wic * XS + WV + lc * NV + j] = aq[j];
+                }
+            }
+            if (lane == 0) {
+                buf[wic * XS + 2 * WV] = nk;
+                buf[wic * XS + 2 * WV + 1] = nq;
+                buf[wic * XS + 2 * WV + 2] = nqk;
+            }
+            asm volatile("bar.sync %0, %1;" ::"r"(1 + wic / KS), "r"(32 * KS) : "memory");
+#pragma unroll
+            for (int j = 0; j < NV; j++) { ak[j] = 0.0f; aq[j] = 0.0f; }
+            nk = 0.0f; nq = 0.0f; nqk = 0.0f;
+#pragma unroll
+            for (int m = 0; m < KS; m++) {
+                const float *pb = buf + (g0 + m) * XS;
+#pragma unroll
+                for (int j = 0; j < NV; j++) {
+                    ak[j] += pb[lc * NV + j];
+                    aq[j] += pb[WV + lc * NV + j];
+                }
+                nk += pb[2 * WV];
+                nq += pb[2 * WV + 1];
+                nqk += pb[2 * WV + 2];
+            }
         }
         float rk = 1.0f, rq = 1.0f;
         if (p.use_l2norm) {

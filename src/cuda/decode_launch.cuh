@@ -1,8 +1,8 @@
 /*
  * decode_launch.cuh - picks the compiled decode kernel variant for a
- * (state type, K, WV, layout, single/multi token) choice and launches it.
- * Each decode_<type>.cu instantiates this for one state element type, so the
- * variants compile in parallel.
+ * (state type, K, WV, K split, layout, single/multi token) choice and
+ * launches it. Each decode_<type>.cu instantiates this for one state element
+ * type, so the variants compile in parallel.
  */
 #ifndef FQLA_CUDA_DECODE_LAUNCH_CUH
 #define FQLA_CUDA_DECODE_LAUNCH_CUH
@@ -13,7 +13,8 @@
 
 /* Warps per CTA (default): adjacent warps take adjacent V-slices of one
  * head, so a CTA reads whole rows of a [K, V] state between them. The
- * kernel allows up to 8 (launch bounds 256). */
+ * kernel allows up to 8 (launch bounds 256). A K-split variant needs a
+ * multiple of its KS. */
 #define FQLA_DECODE_WARPS 4
 #define FQLA_DECODE_MAX_WARPS 8
 
@@ -27,56 +28,93 @@ static inline int fqla_decode_variant_valid(int esize, int K, int WV, int vfirst
     return K % (32 / (WV / vec)) == 0;
 }
 
-template <typename ST, int K, int WV, bool VF>
+/* K-split [K, V] variants: WV = 128 bytes of a row, KS in {2, 4, 8}, 16 to 64
+ * state values per lane (K / KS rows over 4 lanes, 16 bytes each). 1 when
+ * compiled for this element size and K. */
+static inline int fqla_decode_ksplit_valid(int esize, int K, int KS)
+{
+    if (KS != 2 && KS != 4 && KS != 8) return 0;
+    if (K != 64 && K != 128 && K != 256) return 0;
+    const int vals = K / KS / 4 * (16 / esize);
+    return vals >= 16 && vals <= 64;
+}
+
+template <typename ST, int K, int WV, bool VF, int KS>
 static cudaError_t fqla_decode_launch_kwv(const DecodeParams &p, bool multi, int warps, cudaStream_t stream)
 {
-    if constexpr (!DecodeLayout<K, WV, VF, ST>::valid) {
+    constexpr int kvals = K / KS / 4 * (16 / (int)sizeof(ST)); /* state values per lane of a K split */
+    if constexpr (!DecodeLayout<K, WV, VF, ST, KS>::valid || (KS > 1 && (kvals < 16 || kvals > 64))) {
         return cudaErrorInvalidValue;
     } else {
         if (warps < 1 || warps > FQLA_DECODE_MAX_WARPS) warps = FQLA_DECODE_WARPS;
+        if (warps % KS) warps = (warps / KS + 1) * KS;
+        if (warps > FQLA_DECODE_MAX_WARPS) warps = KS;
         const int64_t blocks = (p.total_warps + warps - 1) / warps;
         /* the kernel indexes warps in 32 bits */
         if (p.total_warps >= 0x7fffffffLL - FQLA_DECODE_MAX_WARPS) return cudaErrorInvalidConfiguration;
-        dim3 grid((unsigned)blocks), block(32 * warps);
-        if (multi)
-            fqla_decode_kernel<K, WV, VF, true, ST><<<grid, block, 0, stream>>>(p);
-        else
-            fqla_decode_kernel<K, WV, VF, false, ST><<<grid, block, 0, stream>>>(p);
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3((unsigned)blocks);
+        cfg.blockDim = dim3(32 * warps);
+        cfg.dynamicSmemBytes = 0;
+        cfg.stream = stream;
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = attr;
+        cfg.numAttrs = p.pdl ? 1 : 0;
+        cudaError_t e = multi ? cudaLaunchKernelEx(&cfg, fqla_decode_kernel<K, WV, VF, true, ST, KS>, p)
+                              : cudaLaunchKernelEx(&cfg, fqla_decode_kernel<K, WV, VF, false, ST, KS>, p);
+        if (e != cudaSuccess && cfg.numAttrs) {
+            /* a stream or driver that refuses the attribute: launch plainly */
+            (void)cudaGetLastError();
+            cfg.numAttrs = 0;
+            e = multi ? cudaLaunchKernelEx(&cfg, fqla_decode_kernel<K, WV, VF, true, ST, KS>, p)
+                      : cudaLaunchKernelEx(&cfg, fqla_decode_kernel<K, WV, VF, false, ST, KS>, p);
+        }
+        if (e != cudaSuccess) return e;
         return cudaGetLastError();
     }
 }
 
-/* WV is one of 2048 / K (64 state values per lane), 1024 / K or 512 / K. */
+/* WV is one of 2048 / K (64 state values per lane), 1024 / K or 512 / K with
+ * ks = 1, or 128 / sizeof(ST) with ks in {2, 4, 8} ([K, V] only). */
 template <typename ST, int K>
-static cudaError_t fqla_decode_launch_k(const DecodeParams &p, int WV, bool vfirst, bool multi, int warps,
+static cudaError_t fqla_decode_launch_k(const DecodeParams &p, int WV, int ks, bool vfirst, bool multi, int warps,
                                         cudaStream_t stream)
 {
-    constexpr int W0 = 2048 / K, W1 = 1024 / K, W2 = 512 / K;
-    if (WV == W0) return vfirst ? fqla_decode_launch_kwv<ST, K, W0, true>(p, multi, warps, stream)
-                                : fqla_decode_launch_kwv<ST, K, W0, false>(p, multi, warps, stream);
-    if (WV == W1) return vfirst ? fqla_decode_launch_kwv<ST, K, W1, true>(p, multi, warps, stream)
-                                : fqla_decode_launch_kwv<ST, K, W1, false>(p, multi, warps, stream);
-    if (WV == W2) return vfirst ? fqla_decode_launch_kwv<ST, K, W2, true>(p, multi, warps, stream)
-                                : fqla_decode_launch_kwv<ST, K, W2, false>(p, multi, warps, stream);
+    constexpr int W0 = 2048 / K, W1 = 1024 / K, W2 = 512 / K, WR = 128 / (int)sizeof(ST);
+    if (ks > 1) {
+        if (vfirst || WV != WR) return cudaErrorInvalidValue;
+        if (ks == 2) return fqla_decode_launch_kwv<ST, K, WR, false, 2>(p, multi, warps, stream);
+        if (ks == 4) return fqla_decode_launch_kwv<ST, K, WR, false, 4>(p, multi, warps, stream);
+        if (ks == 8) return fqla_decode_launch_kwv<ST, K, WR, false, 8>(p, multi, warps, stream);
+        return cudaErrorInvalidValue;
+    }
+    if (WV == W0) return vfirst ? fqla_decode_launch_kwv<ST, K, W0, true, 1>(p, multi, warps, stream)
+                                : fqla_decode_launch_kwv<ST, K, W0, false, 1>(p, multi, warps, stream);
+    if (WV == W1) return vfirst ? fqla_decode_launch_kwv<ST, K, W1, true, 1>(p, multi, warps, stream)
+                                : fqla_decode_launch_kwv<ST, K, W1, false, 1>(p, multi, warps, stream);
+    if (WV == W2) return vfirst ? fqla_decode_launch_kwv<ST, K, W2, true, 1>(p, multi, warps, stream)
+                                : fqla_decode_launch_kwv<ST, K, W2, false, 1>(p, multi, warps, stream);
     return cudaErrorInvalidValue;
 }
 
 template <typename ST>
-static cudaError_t fqla_decode_launch_t(const DecodeParams &p, int K, int WV, bool vfirst, bool multi, int warps,
-                                        cudaStream_t stream)
+static cudaError_t fqla_decode_launch_t(const DecodeParams &p, int K, int WV, int ks, bool vfirst, bool multi,
+                                        int warps, cudaStream_t stream)
 {
     switch (K) {
-    case 64: return fqla_decode_launch_k<ST, 64>(p, WV, vfirst, multi, warps, stream);
-    case 128: return fqla_decode_launch_k<ST, 128>(p, WV, vfirst, multi, warps, stream);
-    case 256: return fqla_decode_launch_k<ST, 256>(p, WV, vfirst, multi, warps, stream);
+    case 64: return fqla_decode_launch_k<ST, 64>(p, WV, ks, vfirst, multi, warps, stream);
+    case 128: return fqla_decode_launch_k<ST, 128>(p, WV, ks, vfirst, multi, warps, stream);
+    case 256: return fqla_decode_launch_k<ST, 256>(p, WV, ks, vfirst, multi, warps, stream);
     default: return cudaErrorInvalidValue;
     }
 }
 
 /* defined in decode_f32.cu and decode_bf16.cu */
-cudaError_t fqla_decode_launch_f32(const DecodeParams &p, int K, int WV, bool vfirst, bool multi, int warps,
+cudaError_t fqla_decode_launch_f32(const DecodeParams &p, int K, int WV, int ks, bool vfirst, bool multi, int warps,
                                    cudaStream_t stream);
-cudaError_t fqla_decode_launch_bf16(const DecodeParams &p, int K, int WV, bool vfirst, bool multi, int warps,
+cudaError_t fqla_decode_launch_bf16(const DecodeParams &p, int K, int WV, int ks, bool vfirst, bool multi, int warps,
                                     cudaStream_t stream);
 
 #endif

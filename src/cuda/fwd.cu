@@ -61,9 +61,9 @@ int pick_nwg(const fqla_context *ctx, const fqla_problem *p)
 
 } // namespace
 
-extern "C" void fqla_cuda_fwd_tune(int prep_heads, int late_loads)
+extern "C" void fqla_cuda_fwd_tune(int prep_variant, int late_loads)
 {
-    g_tune_hb = prep_heads;
+    g_tune_hb = prep_variant;
     g_tune_late = late_loads;
 }
 

@@ -29,17 +29,13 @@
 #define FQLA_FWD_CHUNK 64
 #define FQLA_FWD_THREADS 256
 
-/* Kernel variants (docs/perf.md, CUDA forward v3): value heads per batch in
- * the prepare kernel (1, 2 or 4) and whether the chunk kernel issues the next
- * chunk's copies late (after barrier C, from four warps). The defaults are
- * the fastest measured on the H200 (HB = 1: three CTAs per SM; late copies).
- * With FQLA_FWD_TUNING, HB = 1 and 2 and both copy orders are compiled and
- * fqla_cuda_fwd_tune (fwd.cu, a benchmarking hook outside the public API)
- * selects them; HB = 4 (measured slower everywhere) only by changing the
- * default. */
-#ifndef FQLA_FWD_PREP_HB
-#define FQLA_FWD_PREP_HB 1
-#endif
+/* Kernel variants, compiled with FQLA_FWD_TUNING and picked at run time by
+ * the benchmarking hooks outside the public API (fwd.cu):
+ * fqla_cuda_fwd_tune(prep, late) - prep = 2: the prepare kernel's merges in
+ * plain tf32 instead of 3xTF32 (fwd_prepare.cu); late: whether the mma.sync
+ * chunk kernel issues the next chunk's copies late (after barrier C, from four
+ * warps; docs/perf.md v3). fqla_cuda_fwd_tune_chunk picks the chunk kernel.
+ * The defaults are the fastest measured on the H200. */
 #ifndef FQLA_FWD_LATE_LOADS
 #define FQLA_FWD_LATE_LOADS 1
 #endif
@@ -126,7 +122,8 @@ __device__ __forceinline__ void fqla_fwd_seq(const fqla_fwd_params &p, int64_t n
 
 /* Launchers (fwd_prepare.cu, fwd_chunk.cu): enqueue on stream, return the
  * launch error. kd is K; bv the V slice of the chunk kernel. io_bf16 picks
- * bf16 (else fp16). hb and late pick the variant (0 / -1: the default). */
+ * bf16 (else fp16). hb and late pick the variant (0 / -1: the default; hb = 2:
+ * plain-tf32 merges). */
 cudaError_t fqla_fwd_launch_prepare(const fqla_fwd_params &p, int io_bf16, int hb, cudaStream_t stream);
 cudaError_t fqla_fwd_launch_chunk(const fqla_fwd_params &p, int io_bf16, int bv, int late, cudaStream_t stream);
 /* The TMA chunk kernels (fwd_tma.cu): 1 when p's shapes and alignments

@@ -2,25 +2,48 @@
  * fwd_prepare.cu - the forward's chunk-parallel preparation kernel
  * (DESIGN.md §2). One CTA of 256 threads per (chunk slot, q/k head):
  *
- *   1. load the chunk's Q and K rows (rows past the sequence end read as 0);
+ *   1. start the copies of the chunk's Q and K rows (rows past the sequence
+ *      end read as 0); meanwhile, for every value head of the GVA group, the
+ *      gate (optionally -exp(A_log) softplus(a + dt_bias)) and beta
+ *      (optionally sigmoid) of the 64 rows and gamma = inclusive cumsum of g
+ *      (padded rows g = 0, beta = 0), written to the workspace;
  *   2. with use_qk_l2norm, the row factors rq, rk = 1/sqrt(sum x^2 + 1e-6)
  *      (fp32, from the stored values), written to the workspace;
- *   3. KK = K K^T and QK = Q K^T on tensor cores (fp32 accumulate), scaled
- *      by the l2norm factors: shared by the r value heads of the GVA group;
- *   4. per batch of HB value heads of the group, side by side (each step
- *      runs the batch's heads at once, so a head costs a fraction of the
- *      barriers and latencies of the steps): the gate (optionally
- *      -exp(A_log) softplus(a + dt_bias)) and beta (optionally sigmoid) of the
- *      64 rows, gamma = inclusive cumsum of g (padded rows g = 0, beta = 0),
- *      written to the workspace; Ar = (I + StrictLower(diag(beta) KK))^-1 in
- *      fp32 by blocked forward substitution (16x16 diagonal blocks, then
- *      block rows); and Ag = Gamma (.) Ar diag(beta), Pg = scale Gamma (.)
- *      tril(QK) in the io dtype, with Gamma_ij = exp(gamma_i - gamma_j) on
- *      i >= j (exponents <= 0).
+ *   3. KK = K K^T and QK = Q K^T on tensor cores (bf16/fp16 mma, fp32
+ *      accumulate), scaled by the l2norm factors, shared by the group's value
+ *      heads. KK goes to shared memory (fp32); QK stays in the warps'
+ *      accumulators, and each warp writes its 16x32 tile of
+ *      Pg = scale Gamma (.) tril(QK) for every value head of the group
+ *      straight from them (Gamma_ij = exp(gamma_i - gamma_j), i >= j);
+ *   4. per batch of two value heads (four warps per head, warp -> one 16-wide
+ *      block column of the head's inverse):
+ *        a. each warp inverts its diagonal 16x16 block of
+ *           I + StrictLower(diag(beta) KK) by forward substitution in fp32
+ *           (16 lanes, one column each) into shared memory;
+ *        b. each warp walks down its block column j on tensor cores:
+ *           X_ij = -X_ii diag(beta_i) sum_{k=j}^{i-1} KK_ik X_kj, kept as
+ *           X^T in mma accumulator layout so that every product reads its
+ *           left operand straight from registers and only KK_ik and X_ii
+ *           from shared memory (float2 loads). The products are tf32
+ *           m16n8k8 in the 3xTF32 split (a = big + small, three mma, fp32
+ *           accumulate: fp32-level accuracy, the inverse's math stays fp32);
+ *        c. each warp writes its 16x32 tile of Ag = Gamma (.) Ar diag(beta).
  *
- * Shared memory: the Q and K tiles are dead once KK and QK are formed, so the
- * batch's X (Ar) matrices reuse their space; with HB = 1 (the default) a CTA
- * takes ~74 KB at K = 128 and three fit on an SM.
+ * Why (docs/perf.md, CUDA forward v4): v1-v3 did the block merges with fp32
+ * FMAs fed by shared-memory loads, ~640 warp-wide 16-byte loads per value
+ * head, and read X, QK, gamma and beta back from shared memory for Ag/Pg.
+ *
+ * Outputs go from accumulator layout (a thread holds two adjacent columns of
+ * a row) to 16-byte global stores through a 4x4 transpose within each quad of
+ * lanes (shuffles, no shared memory).
+ *
+ * Shared memory: X (two heads, fp32) reuses the Q/K tiles' space (dead once
+ * KK and QK are formed); ~57 KB at K = 128 and group 4: three CTAs per SM.
+ *
+ * Variant (fqla_cuda_fwd_tune's first argument, tuning builds only): 2 does
+ * the merges in plain tf32 (one mma per product, as FLA's solve_tril); any
+ * other value the default 3xTF32. The former value-heads-per-batch variants
+ * (HB = 1, 2, 4 of v3) are gone: the batch is two heads in every build.
  *
  * Extra CTAs (blockIdx.x >= slots, varlen only) zero the rows of o after the
  * last sequence. A slot that belongs to no chunk (base(n) + c with c past
@@ -32,29 +55,22 @@
 namespace {
 
 constexpr int C = FQLA_FWD_CHUNK;
-constexpr int LDF = C + 4; /* fp32 matrices [64][68]: rows 16-byte aligned for float4 access */
+/* fp32 matrices KK and X: [64][72]. 72 = 8 mod 32 words: the float2 operand
+ * loads (row g, columns 2t, 2t+1) hit every bank once per half warp. */
+constexpr int LDF = C + 8;
+constexpr int HB = 2; /* value heads per batch in step 4: four warps each */
 
-/* Value heads per batch, HB = 1, 2 or 4: more heads per batch means fewer
- * barriers per head but more shared memory, so fewer CTAs per SM: at K = 128,
- * HB = 1 / 2 / 4 take 74 / 77 / 119 KB (3 / 2 / 1 CTAs). The default is
- * FQLA_FWD_PREP_HB (1: the step-4 work is bound by shared-memory loads of the
- * block merges, so CTAs per SM count more than barriers per head, docs/perf.md
- * v3); fqla_cuda_fwd_tune (fwd.cu) picks another for tuning runs. */
-template <int KD, int HB>
+template <int KD>
 struct prep_smem {
-    static_assert(HB == 1 || HB == 2 || HB == 4, "the diagonal inverse maps 64 threads per head onto 256");
     static constexpr int LDQ = KD + 8;
     static constexpr size_t qk_tiles = 2 * (size_t)C * LDQ * 2; /* Q, K (b16) */
     static constexpr size_t xs = (size_t)HB * C * LDF * 4;      /* X per head of the batch */
     static constexpr size_t region0 = qk_tiles > xs ? qk_tiles : xs;
-    static constexpr size_t bytes = region0                     /* Q, K, later X[HB] */
-                                    + 2 * (size_t)C * LDF * 4   /* KK, QK */
-                                    + (size_t)HB * 3 * 256 * 4  /* block-row temporaries */
-                                    + (size_t)HB * 2 * C * 4    /* gamma, beta per head */
-                                    + 2 * C * 4;                /* rq, rk */
-    static_assert(qk_tiles % 16 == 0 && region0 % 16 == 0, "float4 alignment of the fp32 regions");
+    static constexpr size_t kk = (size_t)C * LDF * 4;
+    static_assert(qk_tiles % 16 == 0 && region0 % 16 == 0, "alignment of the fp32 regions");
+    /* Q, K then X[HB]; KK; rq, rk; gamma and beta of every head of the group */
+    static size_t bytes(int group) { return region0 + kk + 2 * C * 4 + (size_t)group * 2 * C * 4; }
 };
-
 __device__ __forceinline__ float load_gate(const void *p, int bf16, int64_t off)
 {
     if (bf16) return __bfloat162float(((const __nv_bfloat16 *)p)[off]);
@@ -110,24 +126,94 @@ __device__ void zero_tail(const fqla_fwd_params &p, int64_t tb)
     }
 }
 
-template <typename T, int KD, int HB>
-__global__ void __launch_bounds__(FQLA_FWD_THREADS) fwd_prepare_kernel(const fqla_fwd_params p)
+
+/* tf32 operand: round to nearest (ties away), the 13 low bits cleared. */
+__device__ __forceinline__ uint32_t to_tf32(float x)
+{
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r & 0xffffe000u;
+}
+
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* d += A B for one m16n8k8 step with fp32 operands (A fragment a, B fragment
+ * b0, b1 in the tf32 layouts). PREC 3: 3xTF32 (x = big + small, the small
+ * products first, small x small dropped): about fp32 accuracy. PREC 1: tf32. */
+template <int PREC>
+__device__ __forceinline__ void mma_f32(float (&d)[4], const float (&a)[4], float b0, float b1)
+{
+    uint32_t ab[4], bb0 = to_tf32(b0), bb1 = to_tf32(b1);
+#pragma unroll
+    for (int i = 0; i < 4; i++) ab[i] = to_tf32(a[i]);
+    if (PREC == 3) {
+        uint32_t as[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) as[i] = to_tf32(a[i] - __uint_as_float(ab[i]));
+        const uint32_t bs0 = to_tf32(b0 - __uint_as_float(bb0)), bs1 = to_tf32(b1 - __uint_as_float(bb1));
+        mma_tf32(d, as, bb0, bb1);
+        mma_tf32(d, ab, bs0, bs1);
+    }
+    mma_tf32(d, ab, bb0, bb1);
+}
+
+__device__ __forceinline__ uint32_t sel4(uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, int i)
+{
+    return i == 0 ? a0 : (i == 1 ? a1 : (i == 2 ? a2 : a3));
+}
+
+/* Stores a 16x32 tile (rows r0.., columns n0..) of a 64x64 row-major matrix
+ * of the io dtype from accumulator layout: u[nt][h] packs row r0 + g + 8h,
+ * columns n0 + 8nt + 2t, +1 (g = lane / 4, t = lane % 4). A 4x4 transpose
+ * within each quad of lanes gives lane t the row's columns n0 + 8t .. +7,
+ * one 16-byte store. */
+template <typename T>
+__device__ __forceinline__ void store_tile(T *dst, const uint32_t (&u)[4][2], int r0, int n0, int lane)
+{
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        uint32_t r[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            /* round k: lane t receives from lane (t + k) & 3 of its quad that
+             * lane's n-tile t, so it sends its n-tile (t - k) & 3 */
+            const uint32_t send = sel4(u[0][h], u[1][h], u[2][h], u[3][h], (t - k) & 3);
+            r[k] = k == 0 ? send : __shfl_sync(0xffffffffu, send, (lane & ~3) | ((t + k) & 3));
+        }
+        /* r[k] holds n-tile t of lane (t + k) & 3, i.e. columns 8t + 2((t + k) & 3), +1 */
+        uint4 w;
+        w.x = sel4(r[0], r[1], r[2], r[3], (0 - t) & 3);
+        w.y = sel4(r[0], r[1], r[2], r[3], (1 - t) & 3);
+        w.z = sel4(r[0], r[1], r[2], r[3], (2 - t) & 3);
+        w.w = sel4(r[0], r[1], r[2], r[3], (3 - t) & 3);
+        *reinterpret_cast<uint4 *>(dst + (r0 + g + 8 * h) * C + n0 + 8 * t) = w;
+    }
+}
+
+template <typename T, int KD, int PREC>
+__global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const fqla_fwd_params p)
 {
     typedef fqla_io<T> io;
-    constexpr int LDQ = prep_smem<KD, HB>::LDQ;
+    constexpr int LDQ = prep_smem<KD>::LDQ;
     extern __shared__ __align__(128) unsigned char smem_raw[];
     T *Qs = reinterpret_cast<T *>(smem_raw);
     T *Ks = Qs + C * LDQ;
     float *X = reinterpret_cast<float *>(smem_raw); /* [HB][64][LDF], over Q and K */
-    float *KK = reinterpret_cast<float *>(smem_raw + prep_smem<KD, HB>::region0);
-    float *QK = KK + C * LDF;
-    float *Tm = QK + C * LDF;     /* [HB][3][16][16] */
-    float *gam = Tm + HB * 3 * 256; /* [HB][64] */
-    float *bet = gam + HB * C;      /* [HB][64] */
-    float *rqs = bet + HB * C;
+    float *KK = reinterpret_cast<float *>(smem_raw + prep_smem<KD>::region0);
+    float *rqs = KK + C * LDF;
     float *rks = rqs + C;
+    float *gam = rks + C;            /* [group][64] */
+    float *bet = gam + p.group * C;  /* [group][64] */
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, t = lane & 3;
     const int64_t slot = blockIdx.x;
     const int hq = blockIdx.y;
 
@@ -147,7 +233,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS) fwd_prepare_kernel(const fql
     const int64_t t0 = start + c * C;
     const int nvalid = (int)min((int64_t)C, len - c * C);
 
-    /* 1. Q, K rows (zero past the end) */
+    /* 1. Q, K rows (zero past the end): copies in flight during the gates */
     {
         const T *qb = (const T *)p.q + batch * p.q_sb + hq * p.q_sh;
         const T *kb = (const T *)p.k + batch * p.k_sb + hq * p.k_sh;
@@ -155,14 +241,55 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS) fwd_prepare_kernel(const fql
         for (int idx = tid; idx < C * VPR; idx += FQLA_FWD_THREADS) {
             int i = idx / VPR, cv = idx % VPR;
             int ok = i < nvalid;
-            int64_t t = t0 + (ok ? i : 0);
-            fqla_cp_async16(Qs + i * LDQ + cv * 8, qb + t * p.q_st + cv * 8, ok ? 16 : 0);
-            fqla_cp_async16(Ks + i * LDQ + cv * 8, kb + t * p.k_st + cv * 8, ok ? 16 : 0);
+            int64_t tt = t0 + (ok ? i : 0);
+            fqla_cp_async16(Qs + i * LDQ + cv * 8, qb + tt * p.q_st + cv * 8, ok ? 16 : 0);
+            fqla_cp_async16(Ks + i * LDQ + cv * 8, kb + tt * p.k_st + cv * 8, ok ? 16 : 0);
         }
         fqla_cp_async_commit();
-        fqla_cp_async_wait_all();
-        __syncthreads();
     }
+    /* gate, beta, gamma of every value head of the group: one warp per head */
+    for (int jj = warp; jj < p.group; jj += FQLA_FWD_THREADS / 32) {
+        const int hv = hq * p.group + jj;
+        float gv[2], bv[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            int i = lane + 32 * h;
+            gv[h] = 0.f;
+            bv[h] = 0.f;
+            if (i < nvalid) {
+                int64_t tt = t0 + i;
+                float a = load_gate(p.g, p.g_bf16, batch * p.g_sb + tt * p.g_st + hv * p.g_sh);
+                float b = load_gate(p.beta, p.beta_bf16, batch * p.b_sb + tt * p.b_st + hv * p.b_sh);
+                if (p.gate_in_kernel)
+                    a = -expf(p.A_log[hv * p.alog_s]) * softplus_f(a + p.dt_bias[hv * p.dtb_s]);
+                if (p.beta_sigmoid) {
+                    b = sigmoid_f(b);
+                    if (p.neg_eig) b *= 2.f;
+                }
+                gv[h] = a;
+                bv[h] = b;
+            }
+        }
+        /* inclusive scan of 64 values: rows lane and lane + 32 */
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                float y = __shfl_up_sync(0xffffffffu, gv[h], o);
+                if (lane >= o) gv[h] += y;
+            }
+        gv[1] += __shfl_sync(0xffffffffu, gv[0], 31);
+        float *gh = gam + jj * C, *bh = bet + jj * C;
+        gh[lane] = gv[0];
+        gh[lane + 32] = gv[1];
+        bh[lane] = bv[0];
+        bh[lane + 32] = bv[1];
+        float *gdst = p.gam + ((size_t)slot * p.HV + hv) * C;
+        gdst[lane] = gv[0];
+        gdst[lane + 32] = gv[1];
+    }
+    fqla_cp_async_wait_all();
+    __syncthreads();
 
     /* 2. l2norm factors: 128 row tasks (64 of Q, 64 of K), 16 per warp */
     if (p.l2norm) {
@@ -193,18 +320,18 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS) fwd_prepare_kernel(const fql
     }
 
     /* 3. KK = K K^T, QK = Q K^T: warp -> rows 16 (w % 4), cols 32 (w / 4) */
+    const int mw = warp & 3, r0 = 16 * mw, n0 = (warp >> 2) * 32;
     {
-        const int mw = warp & 3, n0 = (warp >> 2) * 32;
         float akk[4][4], aqk[4][4];
 #pragma unroll
         for (int i = 0; i < 4; i++)
 #pragma unroll
             for (int e = 0; e < 4; e++) akk[i][e] = aqk[i][e] = 0.f;
-#pragma unroll 4
+#pragma unroll(KD == 64 ? 2 : 4)
         for (int ks = 0; ks < KD / 16; ks++) {
             uint32_t ak[4], aq[4];
-            fqla_frag_a(ak, Ks, LDQ, 16 * mw, 16 * ks, lane);
-            fqla_frag_a(aq, Qs, LDQ, 16 * mw, 16 * ks, lane);
+            fqla_frag_a(ak, Ks, LDQ, r0, 16 * ks, lane);
+            fqla_frag_a(aq, Qs, LDQ, r0, 16 * ks, lane);
 #pragma unroll
             for (int np = 0; np < 2; np++) {
                 uint32_t b[4];
@@ -216,237 +343,231 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS) fwd_prepare_kernel(const fql
             }
         }
         __syncthreads(); /* rqs / rks written by other warps */
-        const int g = lane >> 2, t = lane & 3;
+        const float rq0 = rqs[r0 + g] * p.scale, rq1 = rqs[r0 + g + 8] * p.scale;
+        const float rk0 = rks[r0 + g], rk1 = rks[r0 + g + 8];
 #pragma unroll
-        for (int nt = 0; nt < 4; nt++)
+        for (int nt = 0; nt < 4; nt++) {
+            const int col = n0 + 8 * nt + 2 * t;
+            const float2 rc = *reinterpret_cast<const float2 *>(rks + col);
+            *reinterpret_cast<float2 *>(KK + (r0 + g) * LDF + col) =
+                make_float2(akk[nt][0] * rk0 * rc.x, akk[nt][1] * rk0 * rc.y);
+            *reinterpret_cast<float2 *>(KK + (r0 + g + 8) * LDF + col) =
+                make_float2(akk[nt][2] * rk1 * rc.x, akk[nt][3] * rk1 * rc.y);
+            aqk[nt][0] *= rq0 * rc.x;
+            aqk[nt][1] *= rq0 * rc.y;
+            aqk[nt][2] *= rq1 * rc.x;
+            aqk[nt][3] *= rq1 * rc.y;
+        }
+        /* Pg = scale Gamma (.) tril(QK) for every value head of the group,
+         * this warp's tile (n-tiles wholly above the diagonal are zeros) */
+        for (int jj = 0; jj < p.group; jj++) {
+            const int hv = hq * p.group + jj;
+            const float *gh = gam + jj * C;
+            const float gi[2] = {gh[r0 + g], gh[r0 + g + 8]};
+            uint32_t u[4][2];
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int r = 16 * mw + g + 8 * (e >> 1);
-                int col = n0 + 8 * nt + 2 * t + (e & 1);
-                KK[r * LDF + col] = akk[nt][e] * rks[r] * rks[col];
-                QK[r * LDF + col] = aqk[nt][e] * rqs[r] * rks[col];
+            for (int nt = 0; nt < 4; nt++) {
+                u[nt][0] = u[nt][1] = 0u;
+                if (n0 + 8 * nt <= r0 + 15) {
+                    const int col = n0 + 8 * nt + 2 * t;
+                    const float2 gc = *reinterpret_cast<const float2 *>(gh + col);
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const int r = r0 + g + 8 * h;
+                        float v0 = aqk[nt][2 * h] * __expf(gi[h] - gc.x);
+                        float v1 = aqk[nt][2 * h + 1] * __expf(gi[h] - gc.y);
+                        u[nt][h] = io::pack(col <= r ? v0 : 0.f, col + 1 <= r ? v1 : 0.f);
+                    }
+                }
             }
+            store_tile<T>((T *)p.Pg + ((size_t)slot * p.HV + hv) * C * C, u, r0, n0, lane);
+        }
     }
 
-    /* 4. per batch of up to HB value heads of the group. Q and K are dead
-     * from here on (the barrier after the products above): X overwrites them. */
+    /* 4. per batch of up to HB value heads: warp -> head hh = w / 4 of the
+     * batch, block column bj = w % 4. Q and K are dead from here on (the
+     * barrier after the products above): X overwrites them. */
+    const int hh = warp >> 2, bj = warp & 3;
+    float *Xw = X + hh * C * LDF;
     for (int j0 = 0; j0 < p.group; j0 += HB) {
         const int nb = min(HB, p.group - j0);
-        __syncthreads(); /* KK/QK visible; previous batch's reads of gam/bet/X/Tm done */
-        if (warp < nb) {
-            const int hv = hq * p.group + j0 + warp;
-            float gv[2], bv[2];
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                int i = lane + 32 * h;
-                gv[h] = 0.f;
-                bv[h] = 0.f;
-                if (i < nvalid) {
-                    int64_t t = t0 + i;
-                    float a = load_gate(p.g, p.g_bf16, batch * p.g_sb + t * p.g_st + hv * p.g_sh);
-                    float b = load_gate(p.beta, p.beta_bf16, batch * p.b_sb + t * p.b_st + hv * p.b_sh);
-                    if (p.gate_in_kernel)
-                        a = -expf(p.A_log[hv * p.alog_s]) * softplus_f(a + p.dt_bias[hv * p.dtb_s]);
-                    if (p.beta_sigmoid) {
-                        b = sigmoid_f(b);
-                        if (p.neg_eig) b *= 2.f;
-                    }
-                    gv[h] = a;
-                    bv[h] = b;
-                }
-            }
-            /* inclusive scan of 64 values: rows lane and lane + 32 */
-#pragma unroll
-            for (int h = 0; h < 2; h++)
-#pragma unroll
-                for (int o = 1; o < 32; o <<= 1) {
-                    float y = __shfl_up_sync(0xffffffffu, gv[h], o);
-                    if (lane >= o) gv[h] += y;
-                }
-            gv[1] += __shfl_sync(0xffffffffu, gv[0], 31);
-            float *gh = gam + warp * C, *bh = bet + warp * C;
-            gh[lane] = gv[0];
-            gh[lane + 32] = gv[1];
-            bh[lane] = bv[0];
-            bh[lane + 32] = bv[1];
-            float *gdst = p.gam + ((size_t)slot * p.HV + hv) * C;
-            gdst[lane] = gv[0];
-            gdst[lane + 32] = gv[1];
-        }
-        __syncthreads();
+        const bool active = hh < nb;
+        const float *bw = bet + (j0 + hh) * C;
+        __syncthreads(); /* KK visible; the previous batch's reads of X done */
 
-        /* Ar: diagonal 16x16 blocks, one thread per (head, block, column).
-         * Right-looking: once x_i is known it updates every later row's sum,
-         * so the dependent chain is two operations per row instead of a row's
-         * whole dot product. Each row's sum still adds its terms in
-         * increasing k, so the values are those of the row-by-row form. */
-        if (tid < 64 * nb) {
-            const int h = tid >> 6, s = ((tid >> 4) & 3) * 16, jc = tid & 15;
-            const float *bh = bet + h * C + s;
-            float *Xh = X + h * C * LDF;
+        /* a. diagonal block bj: lane -> column jc (lanes 16..31 repeat
+         * lanes 0..15 and store nothing). Right-looking: once x_i is known
+         * it updates every later row's sum; each row's sum adds its terms in
+         * increasing k. */
+        if (active) {
+            const int s = 16 * bj, jc = lane & 15;
             float acc[16], x[16];
 #pragma unroll
             for (int i = 0; i < 16; i++) acc[i] = 0.f;
 #pragma unroll
             for (int i = 0; i < 16; i++) {
-                x[i] = (i == jc ? 1.f : 0.f) - bh[i] * acc[i];
+                x[i] = (i == jc ? 1.f : 0.f) - bw[s + i] * acc[i];
 #pragma unroll
                 for (int r = i + 1; r < 16; r++) acc[r] += KK[(s + r) * LDF + s + i] * x[i];
             }
+            if (lane < 16)
 #pragma unroll
-            for (int i = 0; i < 16; i++) Xh[(s + i) * LDF + s + jc] = x[i];
+                for (int i = 0; i < 16; i++) Xw[(s + i) * LDF + s + jc] = x[i];
         }
         __syncthreads();
-        /* block rows 1..3: X_ij = -X_ii sum_{k=j}^{i-1} A_ik X_kj, A = diag(beta) KK.
-         * Task -> (head h, block column bj < bi, row r, 4 columns c4): float4
-         * loads, 4 outputs per task, so shared-memory issue is not the limit;
-         * the batch's heads share each phase's two barriers. */
-#pragma unroll
-        for (int bi = 1; bi < 4; bi++) {
-            const int ntask = nb * bi * 64;
-            for (int task = tid; task < ntask; task += FQLA_FWD_THREADS) {
-                const int h = task / (bi * 64), rem = task - h * (bi * 64);
-                const int bjt = rem >> 6, t64 = rem & 63;
-                const int r = t64 >> 2, c4 = (t64 & 3) * 4;
-                const int row = 16 * bi + r;
-                const float *Xh = X + h * C * LDF;
-                float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
-#pragma unroll 4
-                for (int kcol = 16 * bjt; kcol < 16 * bi; kcol += 4) {
-                    const float4 kv = *reinterpret_cast<const float4 *>(KK + row * LDF + kcol);
-                    const float kk4[4] = {kv.x, kv.y, kv.z, kv.w};
-#pragma unroll
-                    for (int u = 0; u < 4; u++) {
-                        const float4 xv = *reinterpret_cast<const float4 *>(Xh + (kcol + u) * LDF + 16 * bjt + c4);
-                        a0 += kk4[u] * xv.x;
-                        a1 += kk4[u] * xv.y;
-                        a2 += kk4[u] * xv.z;
-                        a3 += kk4[u] * xv.w;
-                    }
-                }
-                const float br = bet[h * C + row];
-                *reinterpret_cast<float4 *>(Tm + h * 768 + bjt * 256 + r * 16 + c4) =
-                    make_float4(br * a0, br * a1, br * a2, br * a3);
-            }
-            __syncthreads();
-            for (int task = tid; task < ntask; task += FQLA_FWD_THREADS) {
-                const int h = task / (bi * 64), rem = task - h * (bi * 64);
-                const int bjt = rem >> 6, t64 = rem & 63;
-                const int r = t64 >> 2, c4 = (t64 & 3) * 4;
-                const int row = 16 * bi + r;
-                float *Xh = X + h * C * LDF;
-                const float *Th = Tm + h * 768 + bjt * 256;
-                /* X_ii is lower triangular with zeros stored above its diagonal */
-                float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
-#pragma unroll
-                for (int m4 = 0; m4 < 16; m4 += 4) {
-                    const float4 xv = *reinterpret_cast<const float4 *>(Xh + row * LDF + 16 * bi + m4);
-                    const float x4[4] = {xv.x, xv.y, xv.z, xv.w};
-#pragma unroll
-                    for (int u = 0; u < 4; u++) {
-                        const float4 tv = *reinterpret_cast<const float4 *>(Th + (m4 + u) * 16 + c4);
-                        a0 += x4[u] * tv.x;
-                        a1 += x4[u] * tv.y;
-                        a2 += x4[u] * tv.z;
-                        a3 += x4[u] * tv.w;
-                    }
-                }
-                *reinterpret_cast<float4 *>(Xh + row * LDF + 16 * bjt + c4) = make_float4(-a0, -a1, -a2, -a3);
-            }
-            __syncthreads();
-        }
 
-        /* Ag, Pg: thread -> row tid / 4, 16 columns, one head after another
-         * (independent stores, no barrier between heads) */
-        for (int h = 0; h < nb; h++) {
-            const int hv = hq * p.group + j0 + h;
-            const float *Xh = X + h * C * LDF, *gh = gam + h * C, *bh = bet + h * C;
-            const int i = tid >> 2, cb = (tid & 3) * 16;
-            const float gi = gh[i];
-            uint32_t ag[8], pg[8];
+        /* b. block column bj: X_ij = -X_ii diag(beta_i) sum_k KK_ik X_kj.
+         * P[k] = X_kj^T in accumulator layout (P[k][q][e]: row g + 8 (e / 2),
+         * column 8q + 2t + e % 2 of X^T). A product C = P Q^T with P in
+         * accumulator layout and Q read as Q[n = g][2t, 2t + 1] needs no
+         * shuffles: mma k-slot t is column 2t, slot t + 4 column 2t + 1. */
+        if (active && bj < 3) {
+            float P[3][2][4];
 #pragma unroll
-            for (int e4 = 0; e4 < 16; e4 += 4) {
-                const float4 xv = *reinterpret_cast<const float4 *>(Xh + i * LDF + cb + e4);
-                const float4 qv = *reinterpret_cast<const float4 *>(QK + i * LDF + cb + e4);
-                const float4 gv = *reinterpret_cast<const float4 *>(gh + cb + e4);
-                const float4 bv = *reinterpret_cast<const float4 *>(bh + cb + e4);
-                const float xs[4] = {xv.x, xv.y, xv.z, xv.w}, qs[4] = {qv.x, qv.y, qv.z, qv.w};
-                const float gs[4] = {gv.x, gv.y, gv.z, gv.w}, bs[4] = {bv.x, bv.y, bv.z, bv.w};
-                float va[4], vp[4];
+            for (int k = 0; k < 3; k++)
+                if (k == bj)
 #pragma unroll
-                for (int u = 0; u < 4; u++) {
-                    va[u] = 0.f;
-                    vp[u] = 0.f;
-                    if (cb + e4 + u <= i) { /* the upper triangle of X is never written */
-                        float d = __expf(gi - gs[u]);
-                        va[u] = d * xs[u] * bs[u];
-                        vp[u] = p.scale * d * qs[u];
+                    for (int q = 0; q < 2; q++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++)
+                            P[k][q][e] = Xw[(16 * k + 8 * q + 2 * t + (e & 1)) * LDF + 16 * k + g + 8 * (e >> 1)];
+#pragma unroll
+            for (int i = 1; i < 4; i++) {
+                if (i <= bj) continue;
+                /* T^T = sum_k X_kj^T KK_ik^T, then columns times beta_i */
+                float Tt[2][4];
+#pragma unroll
+                for (int q = 0; q < 2; q++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) Tt[q][e] = 0.f;
+#pragma unroll
+                for (int k = 0; k < 3; k++) {
+                    if (k < bj || k >= i) continue;
+#pragma unroll
+                    for (int ks = 0; ks < 2; ks++) {
+                        const float a[4] = {P[k][ks][0], P[k][ks][2], P[k][ks][1], P[k][ks][3]};
+#pragma unroll
+                        for (int no = 0; no < 2; no++) {
+                            const float2 b = *reinterpret_cast<const float2 *>(
+                                KK + (16 * i + 8 * no + g) * LDF + 16 * k + 8 * ks + 2 * t);
+                            mma_f32<PREC>(Tt[no], a, b.x, b.y);
+                        }
                     }
                 }
-                ag[e4 >> 1] = io::pack(va[0], va[1]);
-                ag[(e4 >> 1) + 1] = io::pack(va[2], va[3]);
-                pg[e4 >> 1] = io::pack(vp[0], vp[1]);
-                pg[(e4 >> 1) + 1] = io::pack(vp[2], vp[3]);
+#pragma unroll
+                for (int no = 0; no < 2; no++) {
+                    const float2 bb = *reinterpret_cast<const float2 *>(bw + 16 * i + 8 * no + 2 * t);
+                    Tt[no][0] *= bb.x;
+                    Tt[no][1] *= bb.y;
+                    Tt[no][2] *= bb.x;
+                    Tt[no][3] *= bb.y;
+                }
+                /* X_ij^T = -T^T X_ii^T */
+                float Xn[2][4];
+#pragma unroll
+                for (int q = 0; q < 2; q++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) Xn[q][e] = 0.f;
+#pragma unroll
+                for (int ks = 0; ks < 2; ks++) {
+                    const float a[4] = {Tt[ks][0], Tt[ks][2], Tt[ks][1], Tt[ks][3]};
+#pragma unroll
+                    for (int no = 0; no < 2; no++) {
+                        const float2 b = *reinterpret_cast<const float2 *>(
+                            Xw + (16 * i + 8 * no + g) * LDF + 16 * i + 8 * ks + 2 * t);
+                        mma_f32<PREC>(Xn[no], a, b.x, b.y);
+                    }
+                }
+#pragma unroll
+                for (int q = 0; q < 2; q++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const float v = -Xn[q][e];
+                        if (i < 3) P[i][q][e] = v;
+                        Xw[(16 * i + 8 * q + 2 * t + (e & 1)) * LDF + 16 * bj + g + 8 * (e >> 1)] = v;
+                    }
             }
-            size_t off = (((size_t)slot * p.HV + hv) * C + i) * C + cb;
-            uint4 *da = reinterpret_cast<uint4 *>((T *)p.Ag + off);
-            uint4 *dp = reinterpret_cast<uint4 *>((T *)p.Pg + off);
-            da[0] = make_uint4(ag[0], ag[1], ag[2], ag[3]);
-            da[1] = make_uint4(ag[4], ag[5], ag[6], ag[7]);
-            dp[0] = make_uint4(pg[0], pg[1], pg[2], pg[3]);
-            dp[1] = make_uint4(pg[4], pg[5], pg[6], pg[7]);
+        }
+        __syncthreads();
+
+        /* c. Ag = Gamma (.) X diag(beta): this warp's tile of each head */
+        for (int h2 = 0; h2 < nb; h2++) {
+            const int jj = j0 + h2, hv = hq * p.group + jj;
+            const float *Xh = X + h2 * C * LDF, *gh = gam + jj * C, *bh = bet + jj * C;
+            const float gi[2] = {gh[r0 + g], gh[r0 + g + 8]};
+            uint32_t u[4][2];
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++) {
+                u[nt][0] = u[nt][1] = 0u;
+                if (n0 + 8 * nt <= r0 + 15) { /* blocks at or left of the diagonal: written */
+                    const int col = n0 + 8 * nt + 2 * t;
+                    const float2 gc = *reinterpret_cast<const float2 *>(gh + col);
+                    const float2 bc = *reinterpret_cast<const float2 *>(bh + col);
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const int r = r0 + g + 8 * h;
+                        const float2 xv = *reinterpret_cast<const float2 *>(Xh + r * LDF + col);
+                        float v0 = __expf(gi[h] - gc.x) * xv.x * bc.x;
+                        float v1 = __expf(gi[h] - gc.y) * xv.y * bc.y;
+                        u[nt][h] = io::pack(col <= r ? v0 : 0.f, col + 1 <= r ? v1 : 0.f);
+                    }
+                }
+            }
+            store_tile<T>((T *)p.Ag + ((size_t)slot * p.HV + hv) * C * C, u, r0, n0, lane);
         }
     }
 }
 
-template <typename T, int KD, int HB>
+template <typename T, int KD, int PREC>
 cudaError_t launch(const fqla_fwd_params &p, cudaStream_t stream)
 {
-    const size_t smem = prep_smem<KD, HB>::bytes;
-    /* Raise the shared-memory limit once per device (a host-side setting,
-     * kept out of later calls so that they stay cheap under graph capture). */
-    static volatile int configured[64];
+    const size_t smem = prep_smem<KD>::bytes(p.group);
+    /* Raise the shared-memory limit per device when a larger group needs
+     * more (a host-side setting, kept out of later calls so that they stay
+     * cheap under graph capture). */
+    static volatile size_t configured[64];
     int dev = 0;
     cudaError_t err = cudaGetDevice(&dev);
     if (err != cudaSuccess) return err;
-    if (dev < 0 || dev >= 64 || !configured[dev]) {
-        err = cudaFuncSetAttribute(fwd_prepare_kernel<T, KD, HB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    if (dev < 0 || dev >= 64 || configured[dev] < smem) {
+        err = cudaFuncSetAttribute(fwd_prepare_kernel<T, KD, PREC>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    (int)smem);
         if (err != cudaSuccess) return err;
-        if (dev >= 0 && dev < 64) configured[dev] = 1;
+        if (dev >= 0 && dev < 64) configured[dev] = smem;
     }
     int64_t tail = p.varlen ? (p.T + C - 1) / C : 0;
     dim3 grid((unsigned)(p.slots + tail), (unsigned)p.H);
-    fwd_prepare_kernel<T, KD, HB><<<grid, FQLA_FWD_THREADS, smem, stream>>>(p);
+    fwd_prepare_kernel<T, KD, PREC><<<grid, FQLA_FWD_THREADS, smem, stream>>>(p);
     return cudaGetLastError();
 }
 
-template <typename T, int HB>
+template <typename T, int PREC>
 cudaError_t launch_kd(const fqla_fwd_params &p, cudaStream_t stream)
 {
     switch (p.K) {
-    case 64: return launch<T, 64, HB>(p, stream);
-    case 128: return launch<T, 128, HB>(p, stream);
-    case 256: return launch<T, 256, HB>(p, stream);
+    case 64: return launch<T, 64, PREC>(p, stream);
+    case 128: return launch<T, 128, PREC>(p, stream);
+    case 256: return launch<T, 256, PREC>(p, stream);
     }
     return cudaErrorInvalidValue;
 }
 
+/* variant: 2 -> plain tf32 merges (tuning builds only); else 3xTF32 */
 template <typename T>
-cudaError_t launch_hb(const fqla_fwd_params &p, int hb, cudaStream_t stream)
+cudaError_t launch_variant(const fqla_fwd_params &p, int variant, cudaStream_t stream)
 {
 #if FQLA_FWD_TUNING
-    if (hb == 1) return launch_kd<T, 1>(p, stream);
-    if (hb == 2) return launch_kd<T, 2>(p, stream);
+    if (variant == 2) return launch_kd<T, 1>(p, stream);
 #endif
-    (void)hb;
-    return launch_kd<T, FQLA_FWD_PREP_HB>(p, stream);
+    (void)variant;
+    return launch_kd<T, 3>(p, stream);
 }
 
 } // namespace
 
+/* hb: the variant of fqla_cuda_fwd_tune's first argument (see the top). */
 cudaError_t fqla_fwd_launch_prepare(const fqla_fwd_params &p, int io_bf16, int hb, cudaStream_t stream)
 {
     if (p.slots + (p.varlen ? (p.T + C - 1) / C : 0) == 0 || p.H == 0) return cudaSuccess;
-    return io_bf16 ? launch_hb<__nv_bfloat16>(p, hb, stream) : launch_hb<__half>(p, hb, stream);
+    return io_bf16 ? launch_variant<__nv_bfloat16>(p, hb, stream) : launch_variant<__half>(p, hb, stream);
 }

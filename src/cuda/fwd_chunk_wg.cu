@@ -16,15 +16,16 @@
  * gamma_t) rk_t; rq, rk = 1 without l2norm):
  *
  *   G1  Vd^T  = V^T Ag^T                 (SS, off the state chain)
- *   G2  U^T   = S^T K^T                  (RS)
+ *   G2  [U^T | Qs^T] = S^T [K; Q]^T      (RS, one N = 128 product: the K
+ *                                         and Q tiles of a 64-wide k block
+ *                                         sit back to back, 128 token rows)
  *   G4  Vd^T -= (U^T diag(u)) Ag^T       (RS)   Vd = Ag (V - diag(u) K S)
  *   G5  S^T   = e^gamma_C S^T + (Vd^T diag(d)) K          (RS, K MN-major)
- *   G3  Qs^T  = S^T Q^T                  (RS, S of the chunk start)
  *   G6  P^T   = Vd^T Pg^T                (RS)
  *       O^T   = Qs^T diag(o) + P^T       -> shared (stmatrix.trans) -> o
  *
  * The chain from one chunk's state to the next is G2 -> G4 -> G5; G1 waits
- * for no state and G3 / G6 are issued after G5. The output rows of chunk c
+ * for no state and G6 is issued after G5. The output rows of chunk c
  * are written to global memory while chunk c + 1's first products run.
  *
  * Tails: a chunk past the sequence end loads the next sequence's rows (or
@@ -45,9 +46,11 @@ template <int KD, int NWG>
 struct wg_cfg {
     static constexpr int KB = KD / 64; /* 64-wide blocks of K */
     /* one pipeline stage (bytes from the stage base; tiles 1024-aligned) */
-    static constexpr uint32_t oK = 0;                   /* [KB] tiles, token rows */
-    static constexpr uint32_t oQ = oK + KB * TILE;      /* [KB] tiles */
-    static constexpr uint32_t oV = oQ + KB * TILE;      /* [NWG] tiles, 64 value columns each */
+    /* per 64-wide k block kb: the K tile, then the Q tile (token rows) */
+    static constexpr uint32_t oK = 0;
+    static constexpr uint32_t oQ = TILE;
+    static constexpr uint32_t KQ = 2 * TILE;            /* stride between k blocks */
+    static constexpr uint32_t oV = KB * KQ;             /* [NWG] tiles, 64 value columns each */
     static constexpr uint32_t oAg = oV + NWG * TILE;
     static constexpr uint32_t oPg = oAg + TILE;
     static constexpr uint32_t oGam = oPg + TILE;        /* float[64] gamma */
@@ -121,8 +124,8 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
                 const int t = (int)(start + c * C);
 #pragma unroll
                 for (int kb = 0; kb < cfg::KB; kb++) {
-                    fqla_tma_load_4d(st + cfg::oK + kb * TILE, &tmK, &full[s], 64 * kb, hq, t, bc);
-                    fqla_tma_load_4d(st + cfg::oQ + kb * TILE, &tmQ, &full[s], 64 * kb, hq, t, bc);
+                    fqla_tma_load_4d(st + cfg::oK + kb * cfg::KQ, &tmK, &full[s], 64 * kb, hq, t, bc);
+                    fqla_tma_load_4d(st + cfg::oQ + kb * cfg::KQ, &tmQ, &full[s], 64 * kb, hq, t, bc);
                 }
 #pragma unroll
                 for (int w = 0; w < NWG; w++)
@@ -228,7 +231,7 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
                 if (cw == 0)
 #pragma unroll
                     for (int kb = 0; kb < cfg::KB; kb++)
-                        *reinterpret_cast<uint4 *>(st + cfg::oK + kb * TILE + r * 128 + cv * 16) = z;
+                        *reinterpret_cast<uint4 *>(st + cfg::oK + kb * cfg::KQ + r * 128 + cv * 16) = z;
                 *reinterpret_cast<uint4 *>(st + cfg::oV + cw * TILE + r * 128 + cv * 16) = z;
             }
             fqla_fence_async_smem();
@@ -238,7 +241,7 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
         const float2 *ud = reinterpret_cast<const float2 *>(st + cfg::oFac);
         const float *fos = reinterpret_cast<const float *>(st + cfg::oFac + 512);
 
-        /* S^T in the io dtype: the A operand of G2 and G3 */
+        /* S^T in the io dtype: the A operand of G2 */
         uint32_t sf[KS][4];
 #pragma unroll
         for (int kk = 0; kk < KS; kk++) {
@@ -247,7 +250,7 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
             sf[kk][2] = io::pack(S[8 * kk + 4], S[8 * kk + 5]);
             sf[kk][3] = io::pack(S[8 * kk + 6], S[8 * kk + 7]);
         }
-        float accVd[32], accU[32];
+        float accVd[32], accUQ[64]; /* accUQ[0..31] = U^T, [32..63] = Qs^T */
         const uint64_t dAg = fqla_desc_kmajor(st + cfg::oAg);
         fqla_reg_fence_u(sf);
         fqla_wg_fence();
@@ -259,13 +262,13 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
                                          kk > 0);
             fqla_wg_commit();
         }
-        {   /* G2: U^T = S^T K^T */
+        {   /* G2: [U^T | Qs^T] = S^T [K; Q]^T */
 #pragma unroll
             for (int kk = 0; kk < KS; kk++)
-                mma::template rs64<0>(accU, sf[kk],
-                                      fqla_desc_kmajor(st + cfg::oK + (kk >> 2) * TILE) +
-                                          (kk & 3) * FQLA_DESC_K16_KMAJOR,
-                                      kk > 0);
+                mma::template rs128<0>(accUQ, sf[kk],
+                                       fqla_desc_kmajor(st + cfg::oK + (kk >> 2) * cfg::KQ) +
+                                           (kk & 3) * FQLA_DESC_K16_KMAJOR,
+                                       kk > 0);
             fqla_wg_commit();
         }
         store_out(c - 1); /* the previous chunk's rows, while G1 / G2 run */
@@ -274,7 +277,7 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
         const float gC = gm[C - 1];
 
         fqla_wg_wait<0>();
-        fqla_reg_fence(accU);
+        fqla_reg_fence(accUQ);
         fqla_reg_fence(accVd);
         /* G4: Vd^T += (-U^T diag(u)) Ag^T */
         {
@@ -287,7 +290,7 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
                      * token columns 16 kk + 8 (r >> 1) + 2 tq, +1 */
                     const int t0 = 16 * kk + 8 * (r >> 1) + 2 * tq;
                     const float u0 = ud[t0].x, u1 = ud[t0 + 1].x;
-                    wn[kk][r] = io::pack(-u0 * accU[8 * kk + 2 * r], -u1 * accU[8 * kk + 2 * r + 1]);
+                    wn[kk][r] = io::pack(-u0 * accUQ[8 * kk + 2 * r], -u1 * accUQ[8 * kk + 2 * r + 1]);
                 }
             fqla_reg_fence_u(wn);
             fqla_wg_fence();
@@ -317,13 +320,13 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
                 vd[kk][r] = io::pack(a0, a1);
                 vp[kk][r] = io::pack(d0 * a0, d1 * a1);
             }
-        float accQ[32], accP[32];
+        float accP[32];
         fqla_reg_fence(S);
         fqla_reg_fence_u(vd);
         fqla_reg_fence_u(vp);
         fqla_wg_fence();
         {   /* G5: S^T += Vp^T K (K tile [t][k]: B MN-major, atoms KB tiles apart) */
-            const uint64_t dKt = fqla_desc_mnmajor(st + cfg::oK, TILE);
+            const uint64_t dKt = fqla_desc_mnmajor(st + cfg::oK, cfg::KQ);
 #pragma unroll
             for (int kk = 0; kk < 4; kk++) {
                 if constexpr (KD == 128)
@@ -331,15 +334,6 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
                 else
                     mma::template rs64<1>(S, vp[kk], dKt + kk * FQLA_DESC_K16_MNMAJOR, 1);
             }
-            fqla_wg_commit();
-        }
-        {   /* G3: Qs^T = S^T Q^T (the chunk-start state, sf) */
-#pragma unroll
-            for (int kk = 0; kk < KS; kk++)
-                mma::template rs64<0>(accQ, sf[kk],
-                                      fqla_desc_kmajor(st + cfg::oQ + (kk >> 2) * TILE) +
-                                          (kk & 3) * FQLA_DESC_K16_KMAJOR,
-                                      kk > 0);
             fqla_wg_commit();
         }
         {   /* G6: P^T = Vd^T Pg^T */
@@ -359,7 +353,7 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
         }
         fqla_wg_wait<0>();
         fqla_reg_fence(S);
-        fqla_reg_fence(accQ);
+        fqla_reg_fence(accUQ);
         fqla_reg_fence(accP);
         __syncwarp();
         if (lane == 0) fqla_mbar_arrive(&empty[s]); /* stage s is no longer read */
@@ -375,7 +369,8 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
                 for (int m = 0; m < 4; m++) {
                     /* matrix m: token block j + (m >> 1), value rows 8 (m & 1) */
                     const int jj = j + (m >> 1), i0 = 4 * jj + 2 * (m & 1);
-                    r[m] = io::pack(fo[2 * jj] * accQ[i0] + accP[i0], fo[2 * jj + 1] * accQ[i0 + 1] + accP[i0 + 1]);
+                    r[m] = io::pack(fo[2 * jj] * accUQ[32 + i0] + accP[i0],
+                                    fo[2 * jj + 1] * accUQ[32 + i0 + 1] + accP[i0 + 1]);
                 }
                 fqla_stsm_x4_t(dst + (8 * (j + (q >> 1)) + rr) * cfg::LDO + 16 * warp + 8 * (q & 1), r[0], r[1], r[2],
                                r[3]);

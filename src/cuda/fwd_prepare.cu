@@ -34,11 +34,13 @@
  * head, and read X, QK, gamma and beta back from shared memory for Ag/Pg.
  *
  * Outputs go from accumulator layout (a thread holds two adjacent columns of
- * a row) to 16-byte global stores through a 4x4 transpose within each quad of
- * lanes (shuffles, no shared memory).
+ * a row) to 16-byte global stores through a per-warp staging tile (stmatrix,
+ * then 16-byte loads). Gamma is kept in shared memory times log2(e), so each
+ * Gamma entry is one ex2; only the n-tiles that cut the diagonal are masked.
+ * The merges split each A fragment into tf32 parts once per k-step.
  *
  * Shared memory: X (two heads, fp32) reuses the Q/K tiles' space (dead once
- * KK and QK are formed); ~57 KB at K = 128 and group 4: three CTAs per SM.
+ * KK and QK are formed); ~65 KB at K = 128 and group 4: three CTAs per SM.
  *
  * Variant (fqla_cuda_fwd_tune's first argument, tuning builds only): 2 does
  * the merges in plain tf32 (one mma per product, as FLA's solve_tril); any
@@ -68,8 +70,10 @@ struct prep_smem {
     static constexpr size_t region0 = qk_tiles > xs ? qk_tiles : xs;
     static constexpr size_t kk = (size_t)C * LDF * 4;
     static_assert(qk_tiles % 16 == 0 && region0 % 16 == 0, "alignment of the fp32 regions");
-    /* Q, K then X[HB]; KK; rq, rk; gamma and beta of every head of the group */
-    static size_t bytes(int group) { return region0 + kk + 2 * C * 4 + (size_t)group * 2 * C * 4; }
+    static constexpr size_t stage = 8 * 16 * 64; /* per warp a 16x32 b16 output tile */
+    /* Q, K then X[HB]; KK; rq, rk; gamma and beta of every head of the group;
+     * the warps' output staging tiles */
+    static size_t bytes(int group) { return region0 + kk + 2 * C * 4 + (size_t)group * 2 * C * 4 + stage; }
 };
 __device__ __forceinline__ float load_gate(const void *p, int bf16, int64_t off)
 {
@@ -114,6 +118,7 @@ template <typename T>
 __device__ void zero_tail(const fqla_fwd_params &p, int64_t tb)
 {
     const int64_t end = fqla_fwd_cu(p, p.N);
+    if ((tb + 1) * C <= end) return; /* every row of the block is in a sequence */
     const int vec_per_head = p.V / 8;
     const int per_row = p.HV * vec_per_head;
     for (int idx = threadIdx.x; idx < C * per_row; idx += blockDim.x) {
@@ -143,58 +148,88 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], 
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-/* d += A B for one m16n8k8 step with fp32 operands (A fragment a, B fragment
- * b0, b1 in the tf32 layouts). PREC 3: 3xTF32 (x = big + small, the small
- * products first, small x small dropped): about fp32 accuracy. PREC 1: tf32. */
+/* An fp32 operand as tf32 parts. PREC 3 (3xTF32): big = x with its 13 low
+ * bits cleared, small = x - big (exact; the mma reads its top 10 mantissa
+ * bits), so big + small carries ~21 bits. PREC 1: big = x rounded to tf32. */
 template <int PREC>
-__device__ __forceinline__ void mma_f32(float (&d)[4], const float (&a)[4], float b0, float b1)
+__device__ __forceinline__ void split_tf32(float x, uint32_t &big, uint32_t &small)
 {
-    uint32_t ab[4], bb0 = to_tf32(b0), bb1 = to_tf32(b1);
-#pragma unroll
-    for (int i = 0; i < 4; i++) ab[i] = to_tf32(a[i]);
     if (PREC == 3) {
-        uint32_t as[4];
-#pragma unroll
-        for (int i = 0; i < 4; i++) as[i] = to_tf32(a[i] - __uint_as_float(ab[i]));
-        const uint32_t bs0 = to_tf32(b0 - __uint_as_float(bb0)), bs1 = to_tf32(b1 - __uint_as_float(bb1));
-        mma_tf32(d, as, bb0, bb1);
-        mma_tf32(d, ab, bs0, bs1);
+        big = __float_as_uint(x) & 0xffffe000u;
+        small = __float_as_uint(x - __uint_as_float(big));
+    } else {
+        big = to_tf32(x);
+        small = 0u;
     }
-    mma_tf32(d, ab, bb0, bb1);
+}
+template <int PREC>
+struct tf32_a {
+    uint32_t big[4], small[4];
+    /* from fp32 values in A fragment order */
+    __device__ __forceinline__ tf32_a(float a0, float a1, float a2, float a3)
+    {
+        split_tf32<PREC>(a0, big[0], small[0]);
+        split_tf32<PREC>(a1, big[1], small[1]);
+        split_tf32<PREC>(a2, big[2], small[2]);
+        split_tf32<PREC>(a3, big[3], small[3]);
+    }
+};
+
+/* d += A B for one m16n8k8 step (A fragment split once per k-step, B
+ * fragment b0, b1 fp32). PREC 3: the small products first, small x small
+ * dropped: about fp32 accuracy. PREC 1: plain tf32. */
+template <int PREC>
+__device__ __forceinline__ void mma_f32(float (&d)[4], const tf32_a<PREC> &a, float b0, float b1)
+{
+    uint32_t bb0, bb1, bs0, bs1;
+    split_tf32<PREC>(b0, bb0, bs0);
+    split_tf32<PREC>(b1, bb1, bs1);
+    if (PREC == 3) {
+        mma_tf32(d, a.small, bb0, bb1);
+        mma_tf32(d, a.big, bs0, bs1);
+    }
+    mma_tf32(d, a.big, bb0, bb1);
 }
 
-__device__ __forceinline__ uint32_t sel4(uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, int i)
+/* 2^x (MUFU, ~2 ulp; 0 for large negative x) */
+__device__ __forceinline__ float ex2(float x)
 {
-    return i == 0 ? a0 : (i == 1 ? a1 : (i == 2 ? a2 : a3));
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+/* Four 8x8 b16 matrices from accumulator-layout registers; lane l gives the
+ * row address of matrix l / 8. */
+__device__ __forceinline__ void stsm_x4(void *p, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3)
+{
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
+                 :: "r"(fqla_smem_u32(p)), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
 }
 
 /* Stores a 16x32 tile (rows r0.., columns n0..) of a 64x64 row-major matrix
  * of the io dtype from accumulator layout: u[nt][h] packs row r0 + g + 8h,
- * columns n0 + 8nt + 2t, +1 (g = lane / 4, t = lane % 4). A 4x4 transpose
- * within each quad of lanes gives lane t the row's columns n0 + 8t .. +7,
- * one 16-byte store. */
+ * columns n0 + 8nt + 2t, +1 (g = lane / 4, t = lane % 4). stmatrix puts the
+ * tile in the warp's staging area (16 rows of 64 bytes; 16-byte chunk c of
+ * row r at chunk c ^ ((r / 2) % 4): conflict-free both ways), then each lane
+ * loads and stores 16 bytes twice. */
 template <typename T>
-__device__ __forceinline__ void store_tile(T *dst, const uint32_t (&u)[4][2], int r0, int n0, int lane)
+__device__ __forceinline__ void store_tile(T *dst, const uint32_t (&u)[4][2], int r0, int n0, int lane,
+                                           unsigned char *stage)
 {
-    const int g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int h = 0; h < 2; h++) {
-        uint32_t r[4];
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            /* round k: lane t receives from lane (t + k) & 3 of its quad that
-             * lane's n-tile t, so it sends its n-tile (t - k) & 3 */
-            const uint32_t send = sel4(u[0][h], u[1][h], u[2][h], u[3][h], (t - k) & 3);
-            r[k] = k == 0 ? send : __shfl_sync(0xffffffffu, send, (lane & ~3) | ((t + k) & 3));
-        }
-        /* r[k] holds n-tile t of lane (t + k) & 3, i.e. columns 8t + 2((t + k) & 3), +1 */
-        uint4 w;
-        w.x = sel4(r[0], r[1], r[2], r[3], (0 - t) & 3);
-        w.y = sel4(r[0], r[1], r[2], r[3], (1 - t) & 3);
-        w.z = sel4(r[0], r[1], r[2], r[3], (2 - t) & 3);
-        w.w = sel4(r[0], r[1], r[2], r[3], (3 - t) & 3);
-        *reinterpret_cast<uint4 *>(dst + (r0 + g + 8 * h) * C + n0 + 8 * t) = w;
+        const int r = (lane & 7) + 8 * h, mi = lane >> 3;
+        stsm_x4(stage + r * 64 + 16 * (mi ^ ((r >> 1) & 3)), u[0][h], u[1][h], u[2][h], u[3][h]);
     }
+    __syncwarp();
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int r = (lane >> 2) + 8 * h, ch = lane & 3;
+        const uint4 w = *reinterpret_cast<const uint4 *>(stage + r * 64 + 16 * (ch ^ ((r >> 1) & 3)));
+        *reinterpret_cast<uint4 *>(dst + (r0 + r) * C + n0 + 8 * ch) = w;
+    }
+    __syncwarp(); /* the staging area is free for the next tile */
 }
 
 template <typename T, int KD, int PREC>
@@ -209,8 +244,9 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
     float *KK = reinterpret_cast<float *>(smem_raw + prep_smem<KD>::region0);
     float *rqs = KK + C * LDF;
     float *rks = rqs + C;
-    float *gam = rks + C;            /* [group][64] */
+    float *gam = rks + C;            /* [group][64] gamma * log2(e) */
     float *bet = gam + p.group * C;  /* [group][64] */
+    unsigned char *stage = reinterpret_cast<unsigned char *>(bet + p.group * C) + (threadIdx.x >> 5) * 16 * 64;
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t = lane & 3;
@@ -280,8 +316,8 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
             }
         gv[1] += __shfl_sync(0xffffffffu, gv[0], 31);
         float *gh = gam + jj * C, *bh = bet + jj * C;
-        gh[lane] = gv[0];
-        gh[lane + 32] = gv[1];
+        gh[lane] = gv[0] * 1.4426950408889634f;
+        gh[lane + 32] = gv[1] * 1.4426950408889634f;
         bh[lane] = bv[0];
         bh[lane + 32] = bv[1];
         float *gdst = p.gam + ((size_t)slot * p.HV + hv) * C;
@@ -368,19 +404,24 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
 #pragma unroll
             for (int nt = 0; nt < 4; nt++) {
                 u[nt][0] = u[nt][1] = 0u;
-                if (n0 + 8 * nt <= r0 + 15) {
-                    const int col = n0 + 8 * nt + 2 * t;
+                const int cb = n0 + 8 * nt;
+                if (cb <= r0 + 15) {
+                    const int col = cb + 2 * t;
                     const float2 gc = *reinterpret_cast<const float2 *>(gh + col);
 #pragma unroll
                     for (int h = 0; h < 2; h++) {
                         const int r = r0 + g + 8 * h;
-                        float v0 = aqk[nt][2 * h] * __expf(gi[h] - gc.x);
-                        float v1 = aqk[nt][2 * h + 1] * __expf(gi[h] - gc.y);
-                        u[nt][h] = io::pack(col <= r ? v0 : 0.f, col + 1 <= r ? v1 : 0.f);
+                        float v0 = aqk[nt][2 * h] * ex2(gi[h] - gc.x);
+                        float v1 = aqk[nt][2 * h + 1] * ex2(gi[h] - gc.y);
+                        if (cb >= r0) { /* the diagonal block: i >= j only */
+                            v0 = col <= r ? v0 : 0.f;
+                            v1 = col + 1 <= r ? v1 : 0.f;
+                        }
+                        u[nt][h] = io::pack(v0, v1);
                     }
                 }
             }
-            store_tile<T>((T *)p.Pg + ((size_t)slot * p.HV + hv) * C * C, u, r0, n0, lane);
+            store_tile<T>((T *)p.Pg + ((size_t)slot * p.HV + hv) * C * C, u, r0, n0, lane, stage);
         }
     }
 
@@ -445,7 +486,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
                     if (k < bj || k >= i) continue;
 #pragma unroll
                     for (int ks = 0; ks < 2; ks++) {
-                        const float a[4] = {P[k][ks][0], P[k][ks][2], P[k][ks][1], P[k][ks][3]};
+                        const tf32_a<PREC> a(P[k][ks][0], P[k][ks][2], P[k][ks][1], P[k][ks][3]);
 #pragma unroll
                         for (int no = 0; no < 2; no++) {
                             const float2 b = *reinterpret_cast<const float2 *>(
@@ -470,7 +511,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
                     for (int e = 0; e < 4; e++) Xn[q][e] = 0.f;
 #pragma unroll
                 for (int ks = 0; ks < 2; ks++) {
-                    const float a[4] = {Tt[ks][0], Tt[ks][2], Tt[ks][1], Tt[ks][3]};
+                    const tf32_a<PREC> a(Tt[ks][0], Tt[ks][2], Tt[ks][1], Tt[ks][3]);
 #pragma unroll
                     for (int no = 0; no < 2; no++) {
                         const float2 b = *reinterpret_cast<const float2 *>(
@@ -499,21 +540,26 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
 #pragma unroll
             for (int nt = 0; nt < 4; nt++) {
                 u[nt][0] = u[nt][1] = 0u;
-                if (n0 + 8 * nt <= r0 + 15) { /* blocks at or left of the diagonal: written */
-                    const int col = n0 + 8 * nt + 2 * t;
+                const int cb = n0 + 8 * nt;
+                if (cb <= r0 + 15) { /* blocks at or left of the diagonal: written */
+                    const int col = cb + 2 * t;
                     const float2 gc = *reinterpret_cast<const float2 *>(gh + col);
                     const float2 bc = *reinterpret_cast<const float2 *>(bh + col);
 #pragma unroll
                     for (int h = 0; h < 2; h++) {
                         const int r = r0 + g + 8 * h;
                         const float2 xv = *reinterpret_cast<const float2 *>(Xh + r * LDF + col);
-                        float v0 = __expf(gi[h] - gc.x) * xv.x * bc.x;
-                        float v1 = __expf(gi[h] - gc.y) * xv.y * bc.y;
-                        u[nt][h] = io::pack(col <= r ? v0 : 0.f, col + 1 <= r ? v1 : 0.f);
+                        float v0 = ex2(gi[h] - gc.x) * xv.x * bc.x;
+                        float v1 = ex2(gi[h] - gc.y) * xv.y * bc.y;
+                        if (cb >= r0) { /* the diagonal block: i >= j only */
+                            v0 = col <= r ? v0 : 0.f;
+                            v1 = col + 1 <= r ? v1 : 0.f;
+                        }
+                        u[nt][h] = io::pack(v0, v1);
                     }
                 }
             }
-            store_tile<T>((T *)p.Ag + ((size_t)slot * p.HV + hv) * C * C, u, r0, n0, lane);
+            store_tile<T>((T *)p.Ag + ((size_t)slot * p.HV + hv) * C * C, u, r0, n0, lane, stage);
         }
     }
 }

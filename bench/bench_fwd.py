@@ -12,6 +12,8 @@ time both with CUDA-graph replay (several calls per graph, L2 flushed by a
 bench/results/fwd-<gpu>.csv and print the advantage over the published
 FlashQLA / FlashInfer anchors (bench/anchors_h200.csv).
 
+    python3 bench/bench_fwd.py                 (all 171 rows of anchors_h200.csv)
+    python3 bench/bench_fwd.py --quick         (six rows, a few minutes)
     python3 bench/bench_fwd.py [--models 'TP8,TP1'] [--seqlens '1x32768,8192x4'] [--lib build/libflashqla.so]
     python3 bench/bench_fwd.py --rows '397B/122B TP1:1x32768,35B/9B/4B TP1:1x8192'
 
@@ -214,6 +216,12 @@ def load_anchors():
     return out
 
 
+# --quick: one sequence, varlen and uniform batches over small to large head
+# counts (the rows `flashqla bench --quick` picks from the same table)
+QUICK_ROWS = ["397B/122B TP8:1x32768", "397B/122B TP4:2048+6144", "397B/122B TP1:8192+24576",
+              "27B TP2:1x8192", "27B TP1:4096x8", "Sym h32:12288+4096"]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lib", default=os.path.join(ROOT, "build", "libflashqla.so"),
@@ -227,7 +235,11 @@ def main():
     ap.add_argument("--out", default=os.path.join(HERE, "results", "fwd-h200.csv"))
     ap.add_argument("--no-fla", action="store_true", help="time flashqla only")
     ap.add_argument("--profile", action="store_true", help="print flashqla's per-kernel device time")
+    ap.add_argument("--quick", action="store_true",
+                    help="six rows spread over the table (the same as `flashqla bench --quick`): a few minutes")
     a = ap.parse_args()
+    if a.quick and not a.rows:
+        a.rows = ",".join(QUICK_ROWS)
 
     anchors = load_anchors()
     rows = []
@@ -283,7 +295,7 @@ def main():
     if new:
         w.writerow(["op", "model", "h_qk", "h_v", "seqlens", "flashqla_ms", "fla_ms", "gpu", "commit", "date"])
 
-    adv_fq, adv_best = {}, {}  # per config tag
+    adv_fq, adv_best, x_fla = {}, {}, {}  # per config tag
     print("%-22s %-12s %9s %9s %7s %7s %7s %9s %9s" % ("model", "seqlens", "fqla_ms", "fla_ms", "x_fla",
                                                        "adv_fq", "adv_best", "o_rel", "ht_rel"))
     for model, hq, hv, sl in rows:
@@ -316,6 +328,8 @@ def main():
                     o_rel, ht_rel = rel(o, res[0]), rel(ht, res[1])
                 ms = time_graph(ours, flush, a.calls, a.replays)
                 x = fla_ms / ms
+                if not math.isnan(x):
+                    x_fla.setdefault(tag, []).append(x)
                 an = anchors.get((model, sl))
                 af = ab = float("nan")
                 if an is not None and not math.isnan(x):
@@ -345,8 +359,8 @@ def main():
     fout.close()
     gm = lambda xs: math.exp(sum(math.log(x) for x in xs) / len(xs))
     for tag in adv_fq:
-        print("fwd rows=%d geomean_adv_flashqla=%.2f geomean_adv_best=%.2f min_adv_best=%.2f %s" %
-              (len(adv_fq[tag]), gm(adv_fq[tag]), gm(adv_best[tag]), min(adv_best[tag]), tag))
+        print("fwd rows=%d geomean_adv_flashqla=%.2f geomean_adv_best=%.2f min_adv_best=%.2f geomean_x_fla=%.2f %s" %
+              (len(adv_fq[tag]), gm(adv_fq[tag]), gm(adv_best[tag]), min(adv_best[tag]), gm(x_fla[tag]), tag))
 
 
 if __name__ == "__main__":

@@ -648,10 +648,9 @@ static void fwd_variants(void)
     }
 }
 
-/* Every chunk kernel on the same inputs: the mma.sync kernel (fwd_chunk.cu),
- * the wgmma kernel (fwd_chunk_wg.cu) with one and two consumer warpgroups
- * per CTA and the one with an output warpgroup (fwd_chunk_wo.cu), each
- * against the reference, on shapes that reach the
+/* Every chunk kernel on the same inputs: the mma.sync kernel (fwd_chunk.cu)
+ * and the wgmma kernel (fwd_chunk_wg.cu) with one and two consumer
+ * warpgroups per CTA, each against the reference, on shapes that reach the
  * wgmma kernel's edges: varlen tails in the middle of the tensor (next
  * sequence's rows in the tile), K = 64, fp16, l2norm and the in-kernel gate,
  * state_v_first with bf16 state, GVA, V = 64 (one warpgroup only). Where the
@@ -679,14 +678,14 @@ static void fwd_chunk_kernels(void)
     specs[5] = base_spec(1, 130, 2, 2, 128);
     specs[5].V = 64;
     specs[6] = base_spec(3, 100, 8, 32, 128);
-    const int kern[4][2] = {{0, 0}, {1, 1}, {1, 2}, {2, 0}};
-    const char *kname[4] = {"mma.sync", "wgmma nwg=1", "wgmma nwg=2", "wgmma + output warpgroup"};
+    const int kern[3][2] = {{0, 0}, {1, 1}, {1, 2}};
+    const char *kname[3] = {"mma.sync", "wgmma nwg=1", "wgmma nwg=2"};
     for (int i = 0; i < NS; i++) {
         prob p;
         prob_init(&p, &specs[i]);
         upload_all(&p);
         run_ref(&p);
-        for (int v = 0; v < 4; v++) {
+        for (int v = 0; v < 3; v++) {
             char what[128];
             snprintf(what, sizeof what, "%s [%s]", names[i], kname[v]);
             fqla_cuda_fwd_tune_chunk(kern[v][0], kern[v][1]);

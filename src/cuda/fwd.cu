@@ -68,11 +68,10 @@ extern "C" void fqla_cuda_fwd_tune(int prep_variant, int late_loads)
 }
 
 /* The same kind of hook for the chunk kernel: wg = 0 forces the mma.sync
- * kernel (fwd_chunk.cu), 1 the wgmma kernel of fwd_chunk_wg.cu with nwg = 1
- * or 2 consumer warpgroups per CTA (0: pick_nwg), 2 the experimental wgmma
- * kernel with an output warpgroup (fwd_chunk_wo.cu: correct, but measured
- * 2x slower, docs/perf.md v5); -1 = the default (1). The wgmma kernels run
- * only where they can (fqla_fwd_wg_usable), else mma.sync. */
+ * kernel (fwd_chunk.cu), 1 or -1 (the default) the wgmma kernel of
+ * fwd_chunk_wg.cu with nwg = 1 or 2 consumer warpgroups per CTA (0:
+ * pick_nwg). The wgmma kernel runs only where it can (fqla_fwd_wg_usable),
+ * else mma.sync. */
 extern "C" void fqla_cuda_fwd_tune_chunk(int wg, int nwg)
 {
     g_tune_wg = wg;
@@ -207,8 +206,7 @@ fqla_status fqla_cuda_fwd_run(fqla_context *ctx, const fqla_problem *p, const fq
     if (st != FQLA_STATUS_SUCCESS) return st;
     if (g_tune_wg != 0 && fqla_fwd_wg_usable(k)) {
         int used = 0;
-        cudaError_t err = g_tune_wg == 2 ? fqla_fwd_launch_chunk_wo(k, io_bf16, stream, &used)
-                                         : fqla_fwd_launch_chunk_wg(k, io_bf16, pick_nwg(ctx, p), stream, &used);
+        cudaError_t err = fqla_fwd_launch_chunk_wg(k, io_bf16, pick_nwg(ctx, p), stream, &used);
         if (used || err != cudaSuccess) return fqla_cuda_check(ctx, err, "CUDA forward: wgmma chunk kernel launch");
     }
     return fqla_cuda_check(ctx, fqla_fwd_launch_chunk(k, io_bf16, pick_bv(ctx, p), g_tune_late, stream),

@@ -134,9 +134,6 @@ int fqla_fwd_tma_maps(const fqla_fwd_params &p, int io_bf16, CUtensorMap maps[5]
 /* The warp-specialised chunk kernel (fwd_chunk_wg.cu); sets *used to 0
  * (launching nothing) when the maps cannot be encoded. nwg: consumer
  * warpgroups per CTA (1 or 2, 64 value columns each). */
-/* The chunk kernel with the output on its own warpgroup (fwd_chunk_wo.cu),
- * 64 value columns per CTA; reads no Pg. */
-cudaError_t fqla_fwd_launch_chunk_wo(const fqla_fwd_params &p, int io_bf16, cudaStream_t stream, int *used);
 cudaError_t fqla_fwd_launch_chunk_wg(const fqla_fwd_params &p, int io_bf16, int nwg, cudaStream_t stream, int *used);
 /* 1 when the chunk kernel has a variant for (K, bv). */
 int fqla_fwd_chunk_has(int kd, int bv);

@@ -1,6 +1,6 @@
 /*
- * fwd_tma.cu - the host side of the TMA chunk kernels (fwd_chunk_wg.cu,
- * fwd_chunk_wo.cu): whether a problem can use them, and its tensor maps.
+ * fwd_tma.cu - the host side of the TMA chunk kernel (fwd_chunk_wg.cu):
+ * whether a problem can use it, and its tensor maps.
  * cuTensorMapEncodeTiled comes from the driver through the runtime's entry
  * point query, so libcuda is not linked; maps are plain host structs passed
  * as kernel parameters (CUDA-graph safe, nothing allocated).

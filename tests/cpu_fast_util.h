@@ -174,6 +174,7 @@ typedef struct gdn_case {
     int64_t cu[8];
     fqla_dtype io, gate, state;
     int gate_mode, beta_mode;
+    int k_near_q;            /* draw k = q + noise/2, so that q.k is far from 0 */
     int h0, final, dht;      /* initial state given; final state wanted; d_final_state given */
     fqla_options opt;
 } gdn_case;
@@ -248,6 +249,7 @@ static inline gdn_data gdn_data_make(const gdn_case *c)
     for (int64_t i = 0; i < d.nq; i++) {
         d.q[i] = qk_scale * check_normal();
         d.k[i] = qk_scale * check_normal();
+        if (c->k_near_q) d.k[i] = d.q[i] + 0.5 * d.k[i];
     }
     for (int64_t i = 0; i < d.nv; i++) {
         d.v[i] = check_normal();

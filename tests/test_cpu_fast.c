@@ -84,7 +84,12 @@ static void run_bwd(const gdn_case *c, double tol, double tol_gate)
 
 static void fwd_t1_single_head(void)
 {
+    /* One token, one head, no initial state: o = scale beta (q.k) v, so the
+     * whole check is the relative error of one dot product, unbounded when a
+     * random q.k nearly cancels (about 1 seed in 200 failed 1e-5). k drawn
+     * near q keeps the check about the code path, not the conditioning. */
     gdn_case c = gdn_case_make(1, 1, 1, 1, 64, 64);
+    c.k_near_q = 1;
     run_fwd(&c, TOL_F32);
 }
 
@@ -327,7 +332,11 @@ static void bwd_plain_k128(void)
 
 static void bwd_varlen_trailing(void)
 {
-    static const int64_t cu[] = {0, 1, 15, 15, 140, 300};
+    /* the first sequence has two tokens, not one: a one-token sequence's
+     * dbeta and dg per head are single dot products of random vectors, whose
+     * fp32 relative error is unbounded when they nearly cancel (about 1 seed
+     * in 200 failed 1e-4); the one-token forward is fwd_varlen_one_token */
+    static const int64_t cu[] = {0, 2, 15, 15, 140, 300};
     gdn_case c = gdn_case_make(1, 320, 1, 2, 64, 64);
     gdn_set_cu(&c, 6, cu);
     c.opt.use_qk_l2norm = c.opt.use_beta_sigmoid = 1;

@@ -9,6 +9,7 @@
 # take the others' results with it; BENCH is the bench script to run.
 set -u
 BIN=${BIN:-.decbin}
+. "$(dirname "$0")/../tools/gpu/unpack.sh" # a folder packed by tools/gpu/pack.sh
 BENCH=${BENCH:-bench/bench_decode.py}
 OUT=${OUT:-/tmp/decode-out}
 mkdir -p "$OUT"

@@ -17,6 +17,7 @@ set -u
 OUT=${OUT:-/tmp/fwd_out}
 mkdir -p "$OUT"
 BIN=${FWD_BIN:-.fwdbin}
+. "$(dirname "$0")/unpack.sh" # a folder packed by tools/gpu/pack.sh
 FLA_WHL=${FLA_WHL:-.whl/fla_core-0.5.2-py3-none-any.whl}
 DEADLINE=${DEADLINE:-600}
 export PYTHONUNBUFFERED=1

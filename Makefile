@@ -61,8 +61,13 @@ $(LIB_A): $(OBJ)
 $(LIB_SO): $(OBJ)
 	$(LINK) -shared -o $@ $^ $(LDLIBS)
 
+# The commit the program is built from (+dirty with uncommitted changes; empty
+# outside a git checkout), for the records `flashqla bench` writes.
+BUILD_COMMIT := $(shell git rev-parse --short HEAD 2>/dev/null)$(shell git rev-parse --git-dir >/dev/null 2>&1 && \
+                  { git diff --quiet HEAD -- 2>/dev/null || echo +dirty; })
+
 $(CLI): $(wildcard tools/*.c tools/*.h) $(LIB_A)
-	$(CC) $(BASE_CFLAGS) $(CFLAGS) $(wildcard tools/*.c) $(LIB_A) -o $@ $(LDLIBS)
+	$(CC) $(BASE_CFLAGS) $(CFLAGS) -DFQLA_BUILD_COMMIT='"$(BUILD_COMMIT)"' $(wildcard tools/*.c) $(LIB_A) -o $@ $(LDLIBS)
 
 $(BUILD)/tests/%: tests/%.c $(TEST_COMMON) $(wildcard tests/common/*.h) $(LIB_A)
 	@mkdir -p $(dir $@)

@@ -65,8 +65,9 @@ static void bench_usage(FILE *f)
         "                     recorded with an '*F' suffix and not compared with the anchors)\n"
         "  --repeat N         timed batches, median reported (default 10 on the GPU, each of %d\n"
         "                     back-to-back calls after a 256 MB L2 flush; 3 single calls on the CPU)\n"
-        "  --out CSV          append passing rows here (default bench/results/fwd-<gpu>.csv,\n"
-        "                     bench/results/cpu-bench.csv on the CPU)\n"
+        "  --out CSV          append passing rows here (default bench/results/fwd-<gpu>-cli.csv,\n"
+        "                     bench/results/cpu-bench.csv on the CPU); the commit field is\n"
+        "                     $FQLA_COMMIT, else the commit the program was built from\n"
         "  --check-tokens N   tokens per sequence checked against the reference (default 256, 0 = none)\n"
         "  --tol X            error threshold of the check (default 5e-3, TESTING.md's for bf16)\n"
         "  --threads N        CPU worker threads, 0 = all cores (default 0)\n"
@@ -670,7 +671,8 @@ int cli_bench(int argc, char **argv)
     if (!out_path) {
         char sh[64];
         short_gpu_name(bs.gpu, sh, sizeof sh);
-        if (bs.on_dev) snprintf(out_buf, sizeof out_buf, "bench/results/fwd-%s.csv", sh);
+        /* apart from bench_fwd.py's fwd-<gpu>.csv: these rows have no same-process FLA time */
+        if (bs.on_dev) snprintf(out_buf, sizeof out_buf, "bench/results/fwd-%s-cli.csv", sh);
         else snprintf(out_buf, sizeof out_buf, "bench/results/cpu-bench.csv");
         out_path = out_buf;
     }
@@ -679,7 +681,11 @@ int cli_bench(int argc, char **argv)
         rc = CLI_EXIT_USAGE;
         goto done;
     }
+    /* the record's commit: FQLA_COMMIT, else the one the program was built from */
     const char *commit = getenv("FQLA_COMMIT");
+#ifdef FQLA_BUILD_COMMIT
+    if (!commit || !*commit) commit = FQLA_BUILD_COMMIT;
+#endif
     if (!commit || !*commit) commit = "unknown";
     char date[32];
     time_t now = time(NULL);

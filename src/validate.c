@@ -51,6 +51,9 @@
 typedef struct common_in {
     const fqla_tensor *q, *k, *v, *g, *beta, *A_log, *dt_bias;
     const fqla_options *opt;
+    /* forward and backward only (seq_prologue) */
+    const fqla_tensor *cu, *h0;
+    const int64_t *cu_host;
 } common_in;
 
 static int64_t read_int(const fqla_tensor *t, int64_t i)
@@ -322,25 +325,34 @@ static fqla_status check_aligned(fqla_context *ctx, const char *const *names,
     return FQLA_STATUS_SUCCESS;
 }
 
+/* What the forward and the backward check first, in this order: the
+ * problem, q / k / v / gates and options, cu_seqlens, initial_state. */
+static fqla_status seq_prologue(fqla_context *ctx, fqla_vt_list *L, const common_in *in, fqla_op op,
+                                int host_readable, fqla_problem *p)
+{
+    if (!p) return fqla_fail(ctx, FQLA_STATUS_INTERNAL_ERROR, "validation: NULL problem");
+    memset(p, 0, sizeof *p);
+    L->n = 0;
+    p->op = op;
+    TRY(check_common(ctx, L, in, 1, p));
+    TRY(check_cu(ctx, L, in->cu, in->cu_host, host_readable, p));
+    if (in->h0->data) {
+        TRY(check_seq_state(ctx, L, "initial_state", in->h0, FQLA_VT_STATE, "F32, BF16 or F64", 0, p));
+        p->state_dtype = in->h0->dtype;
+    }
+    return FQLA_STATUS_SUCCESS;
+}
+
 fqla_status fqla_validate_fwd(fqla_context *ctx, const fqla_fwd_args *a, int host_readable,
                               fqla_problem *p)
 {
     fqla_vt_list L;
     common_in in;
     if (!a) return fqla_fail(ctx, FQLA_STATUS_INVALID_VALUE, "args: NULL");
-    if (!p) return fqla_fail(ctx, FQLA_STATUS_INTERNAL_ERROR, "validation: NULL problem");
-    memset(p, 0, sizeof *p);
-    L.n = 0;
-    p->op = FQLA_OP_FWD;
     in.q = &a->q; in.k = &a->k; in.v = &a->v; in.g = &a->g; in.beta = &a->beta;
     in.A_log = &a->A_log; in.dt_bias = &a->dt_bias; in.opt = &a->opt;
-    TRY(check_common(ctx, &L, &in, 1, p));
-    TRY(check_cu(ctx, &L, &a->cu_seqlens, a->cu_seqlens_host, host_readable, p));
-    if (a->initial_state.data) {
-        TRY(check_seq_state(ctx, &L, "initial_state", &a->initial_state, FQLA_VT_STATE,
-                            "F32, BF16 or F64", 0, p));
-        p->state_dtype = a->initial_state.dtype;
-    }
+    in.cu = &a->cu_seqlens; in.cu_host = a->cu_seqlens_host; in.h0 = &a->initial_state;
+    TRY(seq_prologue(ctx, &L, &in, FQLA_OP_FWD, host_readable, p));
     TRY(check_like(ctx, &L, "o", &a->o, &a->q, p->HV, p->V, 0, 1, 1, p));
     if (a->final_state.data) {
         TRY(check_seq_state(ctx, &L, "final_state", &a->final_state, FQLA_VT_STATE,
@@ -362,19 +374,10 @@ fqla_status fqla_validate_bwd(fqla_context *ctx, const fqla_bwd_args *a, int hos
     fqla_vt_list L;
     common_in in;
     if (!a) return fqla_fail(ctx, FQLA_STATUS_INVALID_VALUE, "args: NULL");
-    if (!p) return fqla_fail(ctx, FQLA_STATUS_INTERNAL_ERROR, "validation: NULL problem");
-    memset(p, 0, sizeof *p);
-    L.n = 0;
-    p->op = FQLA_OP_BWD;
     in.q = &a->q; in.k = &a->k; in.v = &a->v; in.g = &a->g; in.beta = &a->beta;
     in.A_log = &a->A_log; in.dt_bias = &a->dt_bias; in.opt = &a->opt;
-    TRY(check_common(ctx, &L, &in, 1, p));
-    TRY(check_cu(ctx, &L, &a->cu_seqlens, a->cu_seqlens_host, host_readable, p));
-    if (a->initial_state.data) {
-        TRY(check_seq_state(ctx, &L, "initial_state", &a->initial_state, FQLA_VT_STATE,
-                            "F32, BF16 or F64", 0, p));
-        p->state_dtype = a->initial_state.dtype;
-    }
+    in.cu = &a->cu_seqlens; in.cu_host = a->cu_seqlens_host; in.h0 = &a->initial_state;
+    TRY(seq_prologue(ctx, &L, &in, FQLA_OP_BWD, host_readable, p));
     TRY(check_like(ctx, &L, "d_o", &a->d_o, &a->q, p->HV, p->V, 0, 1, 0, p));
     if (a->d_final_state.data) {
         TRY(check_seq_state(ctx, &L, "d_final_state", &a->d_final_state, FQLA_VT_F32,

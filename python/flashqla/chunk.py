@@ -49,9 +49,9 @@ def _needs_grad(*xs):
 # means the general path would pass the same tensors on unchanged; the C
 # library still validates every call.
 
-_FAST = {}
-_LAST = [((), None)]            # the last hit (key, entry), checked before _FAST
-_FAST_MAX = 256                 # signatures kept; the cache starts over when full
+_CACHE = ops.SignatureCache(256)
+_lookup = _CACHE.lookup
+_FAST, _LAST, _FAST_MAX = _CACHE.table, _CACHE.last, _CACHE.limit   # for the tests
 _is_compiling = torch.compiler.is_compiling
 _grad_enabled = torch.is_grad_enabled
 _empty = torch.empty
@@ -86,10 +86,7 @@ def _remember(key, args, given, o, ht, described):
              None if ht is None else ops.alloc_mode(ht, h0),
              None if ht is None else tuple(ht.shape), None if ht is None else ht.stride(),
              None if ht is None else ht.dtype, ms[10], sopt)
-    if len(_FAST) >= _FAST_MAX:
-        _FAST.clear()
-    _FAST[key] = entry
-    _LAST[0] = (key, entry)
+    _CACHE.store(key, entry)
 
 
 def same_device(dev, names, *xs):
@@ -160,16 +157,7 @@ def chunk_gated_delta_rule(
                 or cu_seqlens_cpu is not None or cp_context is not None:
             key += (_sig(A_log), _sig(dt_bias), _sig(cu_seqlens), _sig(cu_seqlens_cpu),
                     cp_context is None)
-        try:
-            last = _LAST[0]
-            if key == last[0]:      # the last signature again: no hashing
-                e = last[1]
-            else:
-                e = _FAST.get(key)
-                if e is not None:
-                    _LAST[0] = (key, e)
-        except Exception:           # an unhashable or uncomparable argument: no caching
-            e = key = None
+        e, key = _lookup(key)
         if e is not None:
             (be, device, dev, sq, sk, sv, sg, sb, sa, sd, sh, sc, gate, host,
              o_mode, o_shape, o_strides, o_dtype, so,

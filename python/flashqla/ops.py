@@ -65,6 +65,39 @@ except ImportError:  # pragma: no cover - older or newer torch
 ALLOC_CPU, ALLOC_LIKE, ALLOC_EMPTY = 0, 1, 2
 
 
+
+class SignatureCache:
+    """Call signature -> description of a call, for the eager fast paths of
+    chunk.py (forward) and serving.py (decode). The last hit is compared
+    first, without hashing; the table starts over when it is full."""
+
+    __slots__ = ("table", "last", "limit")
+
+    def __init__(self, limit=256):
+        self.table = {}
+        self.last = [((), None)]        # [(key, entry)] of the last hit
+        self.limit = limit
+
+    def lookup(self, key):
+        """(entry or None, key); key comes back None when it cannot be
+        hashed or compared, and then the call is not cached either."""
+        try:
+            last = self.last[0]
+            if key == last[0]:
+                return last[1], key
+            e = self.table.get(key)
+            if e is not None:
+                self.last[0] = (key, e)
+            return e, key
+        except Exception:
+            return None, None
+
+    def store(self, key, entry):
+        if len(self.table) >= self.limit:
+            self.table.clear()
+        self.table[key] = entry
+        self.last[0] = (key, entry)
+
 def alloc_mode(out, like):
     """How a fast path recreates `out` (a fresh output of the general path)
     for a call of the same signature: empty_strided_cpu on the CPU, else

@@ -114,16 +114,7 @@ def decode(q, k, v, a, b, A_log, dt_bias, state_pool, slots, *, scale=None,
                None if slots_cpu is None else _sig(slots_cpu),
                scale, use_qk_l2norm_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval,
                state_v_first, backend)
-        try:
-            last = _LAST[0]
-            if key == last[0]:      # the last signature again: no hashing
-                e = last[1]
-            else:
-                e = _FAST.get(key)
-                if e is not None:
-                    _LAST[0] = (key, e)
-        except Exception:           # an unhashable or uncomparable argument: no caching
-            e = key = None
+        e, key = _lookup(key)
         if e is not None:
             (be, device, dev, sq, sk, sv, sa, sb, sA, sdt, sp, ss, host,
              o_mode, o_shape, o_strides, o_dtype, so, sopt) = e
@@ -179,9 +170,9 @@ def decode(q, k, v, a, b, A_log, dt_bias, state_pool, slots, *, scale=None,
 # without copying or converting an argument (chunk.py has the same for the
 # forward; the C library still validates every call).
 
-_FAST = {}
-_LAST = [((), None)]            # the last hit (key, entry), checked before _FAST
-_FAST_MAX = 256
+_CACHE = ops.SignatureCache(256)
+_lookup = _CACHE.lookup
+_FAST, _LAST, _FAST_MAX = _CACHE.table, _CACHE.last, _CACHE.limit   # for the tests
 _is_compiling = torch.compiler.is_compiling
 _empty = torch.empty
 _empty_like = torch.empty_like
@@ -211,10 +202,7 @@ def _remember(key, given, used, ret, squeeze, described):
     # library gets its [B, 1, HV, V] description)
     entry = (be, device, used[0].device, *ms[:9], host, ops.alloc_mode(ret, given[2]),
              tuple(ret.shape), ret.stride(), ret.dtype, ms[9], sopt)
-    if len(_FAST) >= _FAST_MAX:
-        _FAST.clear()
-    _FAST[key] = entry
-    _LAST[0] = (key, entry)
+    _CACHE.store(key, entry)
 
 
 def verify(q, k, v, a, b, A_log, dt_bias, state_pool, slots, *, step_states=None,

@@ -22,7 +22,9 @@ against the same FLA timing: --lib 'new=build/libflashqla.so,v2=old/libflashqla.
 and --variants '2,0;1,1' (value heads per prepare batch, late chunk copies:
 fqla_cuda_fwd_tune, applied to each library that has it; a variant of four
 numbers 'hb,late,wg,nwg' also picks the chunk kernel: wg 0 = mma.sync, 1 =
-wgmma with nwg consumer warpgroups (0 = the default), fqla_cuda_fwd_tune_chunk). Each (library,
+wgmma with nwg consumer warpgroups (0 = the default), fqla_cuda_fwd_tune_chunk); a fifth,
+'hb,late,wg,nwg,cp', sets context parallelism (-1 = the plan, 0 = off, L = segments of L
+chunks; fqla_cuda_fwd_tune_cp). Each (library,
 variant) is one CSV row; its commit field is the build's commit plus the
 variant, or the label of a labelled library run without variants (e.g.
 '206cbd8=old/libflashqla.so').
@@ -84,6 +86,7 @@ class Lib:
         self.L = C.CDLL(path)
         self.tune = getattr(self.L, "fqla_cuda_fwd_tune", None)
         self.tune_chunk = getattr(self.L, "fqla_cuda_fwd_tune_chunk", None)
+        self.tune_cp = getattr(self.L, "fqla_cuda_fwd_tune_cp", None)
         self.L.fqla_last_error.restype = C.c_char_p
         self.L.fqla_status_string.restype = C.c_char_p
         self.ctx = C.c_void_p()
@@ -275,6 +278,7 @@ def main():
         if variants and lib.tune:
             for var in variants:
                 name = "hb%d-late%d" % var[:2] + ("-wg%d-nwg%d" % var[2:4] if len(var) >= 4 else "")
+                name += "-cp%d" % var[4] if len(var) >= 5 else ""
                 configs.append((lib, var, (lib.label + ":" if lib.label else "") + name))
         else:
             configs.append((lib, None, lib.label))
@@ -320,6 +324,8 @@ def main():
                 if lib.tune_chunk:
                     wg = var[2] if var and len(var) >= 4 else -1
                     lib.tune_chunk(C.c_int(wg), C.c_int(var[3] if var and len(var) >= 4 else 0))
+                if lib.tune_cp:
+                    lib.tune_cp(C.c_int(var[4] if var and len(var) >= 5 else -1))
                 ours = FqlaFwd(lib, q, k, v, g, beta, h0, cu, cu_host, o, ht)
                 ours()
                 torch.cuda.synchronize()

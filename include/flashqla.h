@@ -199,6 +199,9 @@ void fqla_fwd_args_init(fqla_fwd_args *args);
  * except the values of cu_seqlens (and, for decode, slots) on CPU contexts,
  * where they are host memory and are validated. */
 fqla_status fqla_fwd_supported(fqla_context *ctx, const fqla_fwd_args *args);
+/* On CUDA the size follows from the shapes and, for packed varlen input, from
+ * cu_seqlens_host's values when it is given (they steer the context-parallel
+ * plan): query again when they change. */
 fqla_status fqla_fwd_workspace_size(fqla_context *ctx, const fqla_fwd_args *args, size_t *bytes);
 /* Rows of o beyond the last cu_seqlens entry are written as zeros. */
 fqla_status fqla_fwd(fqla_context *ctx, const fqla_fwd_args *args,

@@ -26,7 +26,7 @@
 #define CASES(X)                                                                                 \
     X(fwd_lengths) X(fwd_varlen) X(fwd_varlen_i64_zero_len) X(fwd_trailing_rows) X(fwd_gva)       \
     X(fwd_many_heads) X(fwd_head_dims) X(fwd_fp16) X(fwd_options) X(fwd_v_first_bf16_state) X(fwd_decay_extremes) \
-    X(fwd_variants) X(fwd_chunk_kernels) X(fwd_robustness) X(fwd_graph_replay) X(fwd_not_supported)
+    X(fwd_variants) X(fwd_chunk_kernels) X(fwd_context_parallel) X(fwd_robustness) X(fwd_graph_replay) X(fwd_not_supported)
 
 #ifdef FQLA_HAVE_CUDA
 
@@ -52,6 +52,7 @@ extern const char *cudaGetErrorString(cuda_err e);
 /* the forward's kernel-variant hook (src/cuda/fwd.cu, outside the public API) */
 extern void fqla_cuda_fwd_tune(int prep_heads, int late_loads);
 extern void fqla_cuda_fwd_tune_chunk(int wg, int nwg);
+extern void fqla_cuda_fwd_tune_cp(int seg_chunks);
 #define H2D 1
 #define D2H 2
 
@@ -699,6 +700,66 @@ static void fwd_chunk_kernels(void)
         fqla_cuda_fwd_tune_chunk(-1, 0);
         prob_free(&p);
     }
+}
+
+/* Intra-card context parallelism (src/cuda/fwd_cp.cu): segments forced to
+ * 1-3 chunks on the edge shapes (segment ends at chunk ends, mid-tensor
+ * varlen tails, an empty-ish sequence of 5 tokens, h0 and the final state
+ * through the scan, state_v_first bf16 states), then the automatic plan on
+ * a long single sequence with few heads, where it picks CP by itself. */
+static void fwd_context_parallel(void)
+{
+    enum { NS = 6 };
+    spec specs[NS];
+    const char *names[NS] = {"varlen [0,70,75,333] T=400 H=2 HV=4", "K=V=64 B=2 T=300",
+                             "fp16 GVA H=2 HV=6 T=200", "l2norm + gate + beta sigmoid H=1 HV=3 T=300",
+                             "state_v_first bf16 state B=2 T=100", "K=128 V=64 T=130"};
+    const int64_t cu[] = {0, 70, 75, 333};
+    specs[0] = base_spec(1, 400, 2, 4, 128);
+    set_cu(&specs[0], cu, 4);
+    specs[1] = base_spec(2, 300, 2, 4, 64);
+    specs[2] = base_spec(1, 200, 2, 6, 128);
+    specs[2].io = FQLA_DTYPE_F16;
+    specs[3] = base_spec(1, 300, 1, 3, 128);
+    specs[3].l2norm = specs[3].gate_in = specs[3].beta_sig = 1;
+    specs[4] = base_spec(2, 100, 2, 4, 128);
+    specs[4].v_first = 1;
+    specs[4].h0_dtype = specs[4].ht_dtype = FQLA_DTYPE_BF16;
+    specs[5] = base_spec(1, 130, 2, 2, 128);
+    specs[5].V = 64;
+    for (int i = 0; i < NS; i++) {
+        prob p;
+        prob_init(&p, &specs[i]);
+        upload_all(&p);
+        run_ref(&p);
+        for (int L = 1; L <= 3; L++) {
+            char what[128];
+            snprintf(what, sizeof what, "%s [CP, %d-chunk segments]", names[i], L);
+            fqla_cuda_fwd_tune_cp(L);
+            poison(&p);
+            fqla_status st = run_gpu(&p, NULL);
+            CHECK(st == FQLA_STATUS_SUCCESS, "%s: %s", what, fqla_last_error(gpu));
+            if (st != FQLA_STATUS_SUCCESS) continue;
+            download(&p, NULL, NULL);
+            compare(&p, what);
+        }
+        fqla_cuda_fwd_tune_cp(-1);
+        prob_free(&p);
+    }
+    /* the plan's own choice: 8 recurrences of 128 chunks on 132 SMs */
+    spec s = base_spec(1, 8192, 2, 4, 128);
+    prob p;
+    prob_init(&p, &s);
+    upload_all(&p);
+    run_ref(&p);
+    poison(&p);
+    fqla_status st = run_gpu(&p, NULL);
+    CHECK(st == FQLA_STATUS_SUCCESS, "CP plan T=8192 H=2 HV=4: %s", fqla_last_error(gpu));
+    if (st == FQLA_STATUS_SUCCESS) {
+        download(&p, NULL, NULL);
+        compare(&p, "CP plan T=8192 H=2 HV=4");
+    }
+    prob_free(&p);
 }
 
 /* NaN poison, guard bands, bit-identical reruns. */

@@ -3,7 +3,11 @@
  * what the kernels cover, the exact workspace, and the two launches
  * (fwd_prepare.cu, then the chunk kernel: fwd_chunk_wg.cu on TMA + wgmma
  * where K is 64 or 128, V a multiple of 64 and the rows 16-byte aligned,
- * else fwd_chunk.cu on mma.sync) on the caller's stream. Nothing here
+ * else fwd_chunk.cu on mma.sync) on the caller's stream. Where sequences x
+ * heads leave SMs idle, the chunk kernel runs as intra-card context
+ * parallelism instead (DESIGN.md §3): a state-only pre-pass over segments
+ * of the sequences, the scan of fwd_cp.cu, and a main pass over the
+ * segments (plan_cp decides, from the shapes alone). Nothing here
  * allocates, synchronises or reads device memory on the host (the TMA maps
  * are encoded on the host and passed as kernel parameters), so a call can be
  * captured in a CUDA graph.
@@ -44,22 +48,112 @@ const char *dname(fqla_dtype d) { return fqla_dtype_string(d); }
  * fqla_cuda_fwd_tune_chunk (-1 / 0: the defaults). */
 int g_tune_hb = 0, g_tune_late = -1;
 int g_tune_wg = -1, g_tune_nwg = 0;
+int64_t g_tune_cp = -1;
 
 /* Consumer warpgroups per CTA of the wgmma chunk kernel. Two (one CTA per
  * 128 value columns, sharing the K, Q, Ag, Pg tiles) run a CTA ~1.4x longer
  * than one does (measured on the H200, docs/perf.md v4) but halve the CTAs;
  * either way one CTA fits on an SM. Pick the one with fewer waves x time. */
-int pick_nwg(const fqla_context *ctx, const fqla_problem *p)
+int pick_nwg(const fqla_context *ctx, const fqla_problem *p, int64_t rows)
 {
     if (g_tune_nwg == 1 || g_tune_nwg == 2) return (g_tune_nwg == 2 && p->V % 128 == 0) ? 2 : 1;
     if (p->V % 128 != 0) return 1;
     const int64_t sms = ctx->info.sm_count > 0 ? ctx->info.sm_count : 132;
-    const int64_t ctas2 = p->N * p->HV * (p->V / 128);
+    const int64_t ctas2 = rows * p->HV * (p->V / 128);
     const int64_t waves1 = (2 * ctas2 + sms - 1) / sms, waves2 = (ctas2 + sms - 1) / sms;
     return waves2 * 14 < waves1 * 10 ? 2 : 1;
 }
 
+/* Segment indices for L chunks per segment (fwd_common.cuh, fqla_fwd_sbase). */
+int64_t cp_segs(const fqla_problem *p, int64_t L)
+{
+    if (p->varlen) return p->T / (FQLA_FWD_CHUNK * L) + p->N;
+    return p->N * (((p->T + FQLA_FWD_CHUNK - 1) / FQLA_FWD_CHUNK + L - 1) / L);
+}
+
+/* Measured costs of one chunk step of the chunk kernel on the H200
+ * (docs/perf.md v4 and CP v1), us: one consumer warpgroup at one CTA per SM,
+ * two consumer warpgroups (128 columns), the state-only pre-pass at two
+ * CTAs per SM; one step of the CP scan; one extra launch. */
+constexpr double US_NWG1 = 1.5, US_NWG2 = 2.1, US_PRE = 1.86, US_SCAN = 4.8, US_LAUNCH = 3;
+
+int64_t waves(int64_t ctas, int64_t slots) { return (ctas + slots - 1) / slots; }
+
+/* The chunk kernel over rows x HV recurrences of `steps` chunks, with the
+ * better of one or two consumer warpgroups per CTA (as pick_nwg). */
+double chain_us(const fqla_problem *p, int64_t rows, int64_t steps, int64_t sms)
+{
+    const int64_t c64 = rows * p->HV * (p->V / 64);
+    double t = (double)(waves(c64, sms) * steps) * US_NWG1;
+    if (p->V % 128 == 0) {
+        const double t2 = (double)(waves(c64 / 2, sms) * steps) * US_NWG2;
+        if (t2 < t) t = t2;
+    }
+    return t;
+}
+
+/* Context parallelism: chunks per segment, or 0 for none, by the latency
+ * model
+ *   without CP: chain(N, chunks of the longest sequence)
+ *   with L:     chain(segs, L) + waves(segs HV (V + K) / 64, 2 per SM) L US_PRE
+ *               + ceil(chunks / L) US_SCAN + 2 US_LAUNCH
+ * over L = 4, 8, ..., chunks / 2; CP only where it saves 10%. Packed varlen
+ * input is planned from cu_seqlens_host when the caller gives it, else as
+ * N sequences of T / N tokens; so, like the workspace size that follows
+ * from it, the plan depends on the shapes and cu_seqlens_host alone (no
+ * device read, no synchronisation). */
+int64_t plan_cp(const fqla_context *ctx, const fqla_problem *p, const fqla_fwd_args *a)
+{
+    if (g_tune_cp == 0 || g_tune_wg == 0 || (p->K != 64 && p->K != 128) || p->V % 64 != 0) return 0;
+    if (g_tune_cp > 0) return cp_segs(p, g_tune_cp) * p->HV <= 0x7fffffffLL ? g_tune_cp : 0;
+    const int64_t sms = ctx->info.sm_count > 0 ? ctx->info.sm_count : 132;
+    if (p->N == 0 || p->N * p->HV * (p->V / 64) >= sms) return 0;
+    const int64_t C = FQLA_FWD_CHUNK;
+    const int64_t *cuh = p->varlen ? a->cu_seqlens_host : NULL;
+    int64_t maxlen = p->varlen ? (p->T + p->N - 1) / p->N : p->T;
+    if (cuh) {
+        maxlen = 0;
+        for (int64_t n = 0; n < p->N; n++)
+            if (cuh[n + 1] - cuh[n] > maxlen) maxlen = cuh[n + 1] - cuh[n];
+    }
+    const int64_t chunks = (maxlen + C - 1) / C;
+    double best_t = 0.9 * chain_us(p, p->N, chunks, sms);
+    int64_t best = 0;
+    for (int64_t L = 4; 2 * L <= chunks; L *= 2) {
+        int64_t segs = p->N * ((chunks + L - 1) / L);
+        if (cuh) {
+            segs = 0;
+            for (int64_t n = 0; n < p->N; n++) {
+                const int64_t ch = (cuh[n + 1] - cuh[n] + C - 1) / C;
+                segs += ch > L ? (ch + L - 1) / L : 1;
+            }
+        }
+        const double t = chain_us(p, segs, L, sms) +
+                         (double)(waves(segs * p->HV * ((p->V + p->K) / 64), 2 * sms) * L) * US_PRE +
+                         (double)((chunks + L - 1) / L) * US_SCAN + 2 * US_LAUNCH;
+        if (t < best_t) {
+            best_t = t;
+            best = L;
+        }
+    }
+    return best;
+}
+
+fqla_fwd_ws_layout ws_layout(const fqla_context *ctx, const fqla_problem *p, const fqla_fwd_args *a)
+{
+    const int64_t L = plan_cp(ctx, p, a);
+    return fqla_fwd_ws(slots_of(p), p->H, p->HV, p->opt.use_qk_l2norm, 2, L > 0 ? cp_segs(p, L) : 0, p->K, p->V);
+}
+
 } // namespace
+
+/* Context parallelism for benchmarks and tests: -1 the plan (default), 0
+ * never, L > 0 segments of L chunks wherever the TMA kernel runs. Like the
+ * other hooks it changes the workspace size: set it before the query. */
+extern "C" void fqla_cuda_fwd_tune_cp(int seg_chunks)
+{
+    g_tune_cp = seg_chunks;
+}
 
 extern "C" void fqla_cuda_fwd_tune(int prep_variant, int late_loads)
 {
@@ -76,6 +170,50 @@ extern "C" void fqla_cuda_fwd_tune_chunk(int wg, int nwg)
 {
     g_tune_wg = wg;
     g_tune_nwg = nwg;
+}
+
+/* The chunk kernel as context parallelism (after the prepare kernel):
+ * pre-pass (H | M of every segment into seg_hm), scan (start states into
+ * seg_s0, the final state), main pass (o). Falls back to the mma.sync
+ * kernel over whole sequences if the TMA maps cannot be encoded. */
+static fqla_status run_cp(fqla_context *ctx, const fqla_problem *p, fqla_fwd_params k, unsigned char *seg_hm,
+                          unsigned char *seg_s0, int64_t seg_chunks, int io_bf16, cudaStream_t stream)
+{
+    k.seg_chunks = seg_chunks;
+    k.segs = cp_segs(p, seg_chunks);
+    k.seg_hm = (float *)seg_hm;
+    k.seg_s0 = (float *)seg_s0;
+    const int64_t VX = p->V + p->K;
+
+    fqla_fwd_params pre = k;
+    pre.cp_mode = 1;
+    pre.h0 = NULL;
+    pre.ht = k.seg_hm;
+    pre.ht_bf16 = 0;
+    pre.ht_sn = p->HV * p->K * VX;
+    pre.ht_sh = p->K * VX;
+    pre.ht_s2 = VX;
+    pre.v_first = 0;
+    int used = 0;
+    cudaError_t err = fqla_fwd_launch_chunk_wg(pre, io_bf16, 1, stream, &used);
+    if (err != cudaSuccess) return fqla_cuda_check(ctx, err, "CUDA forward: CP pre-pass launch");
+    if (!used)
+        return fqla_cuda_check(ctx, fqla_fwd_launch_chunk(k, io_bf16, pick_bv(ctx, p), g_tune_late, stream),
+                               "CUDA forward: chunk kernel launch");
+    err = fqla_fwd_launch_cp_scan(k, stream);
+    if (err != cudaSuccess) return fqla_cuda_check(ctx, err, "CUDA forward: CP scan launch");
+
+    fqla_fwd_params mp = k;
+    mp.cp_mode = 2;
+    mp.h0 = k.seg_s0;
+    mp.h0_bf16 = 0;
+    mp.h0_sn = p->HV * p->K * p->V;
+    mp.h0_sh = p->K * p->V;
+    mp.h0_s2 = p->V;
+    mp.v_first = 0;
+    mp.ht = NULL;
+    err = fqla_fwd_launch_chunk_wg(mp, io_bf16, pick_nwg(ctx, p, k.segs), stream, &used);
+    return fqla_cuda_check(ctx, err, "CUDA forward: CP main pass launch");
 }
 
 fqla_status fqla_cuda_fwd_supported(fqla_context *ctx, const fqla_problem *p, const fqla_fwd_args *a)
@@ -125,7 +263,7 @@ fqla_status fqla_cuda_fwd_workspace(fqla_context *ctx, const fqla_problem *p, co
     *bytes = 0;
     fqla_status st = fqla_cuda_fwd_supported(ctx, p, a);
     if (st != FQLA_STATUS_SUCCESS) return st;
-    *bytes = fqla_fwd_ws(slots_of(p), p->H, p->HV, p->opt.use_qk_l2norm, 2).total;
+    *bytes = ws_layout(ctx, p, a).total;
     return FQLA_STATUS_SUCCESS;
 }
 
@@ -135,7 +273,8 @@ fqla_status fqla_cuda_fwd_run(fqla_context *ctx, const fqla_problem *p, const fq
     fqla_status st = fqla_cuda_fwd_supported(ctx, p, a);
     if (st != FQLA_STATUS_SUCCESS) return st;
     const int64_t slots = slots_of(p);
-    const fqla_fwd_ws_layout L = fqla_fwd_ws(slots, p->H, p->HV, p->opt.use_qk_l2norm, 2);
+    const fqla_fwd_ws_layout L = ws_layout(ctx, p, a);
+    const int64_t seg_chunks = plan_cp(ctx, p, a);
     if (workspace_bytes < L.total || (L.total > 0 && !workspace))
         return fqla_fail(ctx, FQLA_STATUS_WORKSPACE_TOO_SMALL, "workspace: %zu bytes given, %zu bytes needed",
                          workspace_bytes, L.total);
@@ -206,7 +345,8 @@ fqla_status fqla_cuda_fwd_run(fqla_context *ctx, const fqla_problem *p, const fq
     if (st != FQLA_STATUS_SUCCESS) return st;
     if (g_tune_wg != 0 && fqla_fwd_wg_usable(k)) {
         int used = 0;
-        cudaError_t err = fqla_fwd_launch_chunk_wg(k, io_bf16, pick_nwg(ctx, p), stream, &used);
+        if (seg_chunks > 0) return run_cp(ctx, p, k, ws + L.seg_hm, ws + L.seg_s0, seg_chunks, io_bf16, stream);
+        cudaError_t err = fqla_fwd_launch_chunk_wg(k, io_bf16, pick_nwg(ctx, p, p->N), stream, &used);
         if (used || err != cudaSuccess) return fqla_cuda_check(ctx, err, "CUDA forward: wgmma chunk kernel launch");
     }
     return fqla_cuda_check(ctx, fqla_fwd_launch_chunk(k, io_bf16, pick_bv(ctx, p), g_tune_late, stream),

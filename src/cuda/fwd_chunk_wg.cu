@@ -42,18 +42,20 @@ namespace {
 constexpr int C = FQLA_FWD_CHUNK;
 constexpr uint32_t TILE = C * 128; /* one [64 rows][64 b16] swizzled tile */
 
-template <int KD, int NWG>
+/* OUT = false: the state-only variant of the CP pre-pass (no Q, Pg or
+ * output: a smaller stage, so two CTAs share an SM). */
+template <int KD, int NWG, bool OUT>
 struct wg_cfg {
     static constexpr int KB = KD / 64; /* 64-wide blocks of K */
     /* one pipeline stage (bytes from the stage base; tiles 1024-aligned) */
     /* per 64-wide k block kb: the K tile, then the Q tile (token rows) */
     static constexpr uint32_t oK = 0;
     static constexpr uint32_t oQ = TILE;
-    static constexpr uint32_t KQ = 2 * TILE;            /* stride between k blocks */
+    static constexpr uint32_t KQ = (OUT ? 2 : 1) * TILE; /* stride between k blocks */
     static constexpr uint32_t oV = KB * KQ;             /* [NWG] tiles, 64 value columns each */
     static constexpr uint32_t oAg = oV + NWG * TILE;
     static constexpr uint32_t oPg = oAg + TILE;
-    static constexpr uint32_t oGam = oPg + TILE;        /* float[64] gamma */
+    static constexpr uint32_t oGam = oPg + (OUT ? TILE : 0); /* float[64] gamma */
     static constexpr uint32_t oRq = oGam + 256;         /* float[64] (l2norm) */
     static constexpr uint32_t oRk = oRq + 256;
     static constexpr uint32_t oFac = oRk + 256;         /* float2[64] (u_t, d_t), float[64] o_t */
@@ -64,18 +66,23 @@ struct wg_cfg {
     static constexpr int STAGES = 2;
     static constexpr int LDO = C + 8;                   /* output staging rows (b16): 144 B */
     static constexpr uint32_t oO = STAGES * stage;      /* [NWG][2][64][LDO] */
-    static constexpr uint32_t oBar = oO + NWG * 2 * C * LDO * 2;
+    static constexpr uint32_t oBar = oO + (OUT ? NWG * 2 * C * LDO * 2 : 0);
     static constexpr uint32_t bytes = oBar + 3 * STAGES * 8 + 1024; /* + slack for the 1024 alignment */
     static constexpr int THREADS = 128 * (NWG + 1);
+    /* CTAs per SM the registers are budgeted for, and the consumers' share
+     * after the producer gives its registers back (setmaxnreg) */
+    static constexpr int MINB = OUT ? 1 : 2;
+    static constexpr bool REALLOC = NWG == 2 || !OUT;
+    static constexpr int CREG = NWG == 2 ? 224 : 200;
 };
 
-template <typename T, int KD, int NWG>
-__global__ void __launch_bounds__(128 * (NWG + 1), 1)
+template <typename T, int KD, int NWG, bool OUT>
+__global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
     fwd_chunk_wg_kernel(const __grid_constant__ fqla_fwd_params p, const __grid_constant__ CUtensorMap tmQ,
                         const __grid_constant__ CUtensorMap tmK, const __grid_constant__ CUtensorMap tmV,
                         const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmP)
 {
-    typedef wg_cfg<KD, NWG> cfg;
+    typedef wg_cfg<KD, NWG, OUT> cfg;
     typedef fqla_io<T> io;
     typedef fqla_wg<T> mma;
     extern __shared__ unsigned char smem_raw[];
@@ -86,12 +93,12 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
     uint64_t *ready = empty + cfg::STAGES;
 
     const int wg = threadIdx.x >> 7;
-    const int64_t n = blockIdx.x / p.HV;
+    const int64_t ns = blockIdx.x / p.HV; /* sequence, or segment with cp_mode: the state's row */
     const int hv = blockIdx.x % p.HV;
     const int hq = hv / p.group;
     const int vbase = blockIdx.y * 64 * NWG;
-    int64_t batch, start, len, slot0;
-    fqla_fwd_seq(p, n, batch, start, len, slot0);
+    int64_t n, batch, start, len, slot0;
+    if (!fqla_fwd_span(p, ns, n, batch, start, len, slot0)) return;
     const int64_t nch = (len + C - 1) / C;
 
     if (threadIdx.x == 0) {
@@ -111,10 +118,11 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
 
     if (wg == 0) {
         /* producer: one thread issues every copy of a stage */
-        if (NWG == 2) fqla_setmaxnreg_dec<56>();
+        if (cfg::REALLOC) fqla_setmaxnreg_dec<56>();
         if (threadIdx.x < 32 && fqla_elect_one()) {
             const int bc = p.varlen ? 0 : (int)batch;
-            const uint32_t tx = cfg::tx_tiles + (p.l2norm ? 512u : 0u);
+            /* rq only with an output; rk scales the keys of the state chain */
+            const uint32_t tx = cfg::tx_tiles + (p.l2norm ? (OUT ? 512u : 256u) : 0u);
             for (int64_t c = 0; c < nch; c++) {
                 const int s = (int)(c % cfg::STAGES);
                 const uint32_t ph = (uint32_t)(c / cfg::STAGES) & 1;
@@ -125,18 +133,18 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
 #pragma unroll
                 for (int kb = 0; kb < cfg::KB; kb++) {
                     fqla_tma_load_4d(st + cfg::oK + kb * cfg::KQ, &tmK, &full[s], 64 * kb, hq, t, bc);
-                    fqla_tma_load_4d(st + cfg::oQ + kb * cfg::KQ, &tmQ, &full[s], 64 * kb, hq, t, bc);
+                    if (OUT) fqla_tma_load_4d(st + cfg::oQ + kb * cfg::KQ, &tmQ, &full[s], 64 * kb, hq, t, bc);
                 }
 #pragma unroll
                 for (int w = 0; w < NWG; w++)
                     fqla_tma_load_4d(st + cfg::oV + w * TILE, &tmV, &full[s], vbase + 64 * w, hv, t, bc);
                 const int64_t sh = (slot0 + c) * p.HV + hv;
                 fqla_tma_load_2d(st + cfg::oAg, &tmA, &full[s], 0, (int)(sh * C));
-                fqla_tma_load_2d(st + cfg::oPg, &tmP, &full[s], 0, (int)(sh * C));
+                if (OUT) fqla_tma_load_2d(st + cfg::oPg, &tmP, &full[s], 0, (int)(sh * C));
                 fqla_bulk_load(st + cfg::oGam, p.gam + sh * C, 256, &full[s]);
                 if (p.l2norm) {
                     const int64_t qh = ((slot0 + c) * p.H + hq) * C;
-                    fqla_bulk_load(st + cfg::oRq, p.rq + qh, 256, &full[s]);
+                    if (OUT) fqla_bulk_load(st + cfg::oRq, p.rq + qh, 256, &full[s]);
                     fqla_bulk_load(st + cfg::oRk, p.rk + qh, 256, &full[s]);
                 }
             }
@@ -147,6 +155,12 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
             const int lane = threadIdx.x & 31;
             for (int64_t c = 0; c < nch; c++) {
                 const int s = (int)(c % cfg::STAGES);
+                /* empty first: the consumers' reads of the last lap's factors
+                 * are then ordered before these writes by an mbarrier this
+                 * warp waits on itself (it already follows through the
+                 * producer's wait and the copy's completion, which
+                 * compute-sanitizer's racecheck does not track) */
+                fqla_mbar_wait(&empty[s], ((uint32_t)(c / cfg::STAGES) & 1) ^ 1);
                 fqla_mbar_wait(&full[s], (uint32_t)(c / cfg::STAGES) & 1);
                 unsigned char *st = sm + s * cfg::stage;
                 const float *gm = reinterpret_cast<const float *>(st + cfg::oGam);
@@ -158,7 +172,7 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
                     const int t = 2 * lane + e;
                     float rq = 1.f, rk = 1.f;
                     if (p.l2norm) {
-                        rq = reinterpret_cast<const float *>(st + cfg::oRq)[t];
+                        if (OUT) rq = reinterpret_cast<const float *>(st + cfg::oRq)[t];
                         rk = reinterpret_cast<const float *>(st + cfg::oRk)[t];
                     }
                     const float eg = __expf(gm[t]);
@@ -172,7 +186,7 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
     }
 
     /* consumers */
-    if (NWG == 2) fqla_setmaxnreg_inc<224>();
+    if (cfg::REALLOC) fqla_setmaxnreg_inc<cfg::CREG>();
     const int cw = wg - 1;
     const int tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, tq = lane & 3;
@@ -186,17 +200,19 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
 #pragma unroll
     for (int i = 0; i < NS; i++) {
         float x = 0.f;
-        if (p.h0) {
-            const int vv = v0 + 16 * warp + g + 8 * ((i >> 1) & 1);
-            const int kk = 8 * (i >> 2) + 2 * tq + (i & 1);
-            const int64_t off = n * p.h0_sn + hv * p.h0_sh +
+        const int vv = v0 + 16 * warp + g + 8 * ((i >> 1) & 1);
+        const int kk = 8 * (i >> 2) + 2 * tq + (i & 1);
+        if (p.cp_mode == 1 && vv >= p.V) {
+            x = vv - p.V == kk ? 1.f : 0.f; /* the transition's columns start from I */
+        } else if (p.h0) {
+            const int64_t off = ns * p.h0_sn + hv * p.h0_sh +
                                 (p.v_first ? (int64_t)vv * p.h0_s2 + kk : (int64_t)kk * p.h0_s2 + vv);
             x = p.h0_bf16 ? __bfloat162float(((const __nv_bfloat16 *)p.h0)[off]) : ((const float *)p.h0)[off];
         }
         S[i] = x;
     }
 
-    T *ob = (T *)p.o + batch * p.o_sb + hv * p.o_sh + v0;
+    T *ob = OUT ? (T *)p.o + batch * p.o_sb + hv * p.o_sh + v0 : NULL;
     T *Obuf = reinterpret_cast<T *>(sm + cfg::oO) + cw * 2 * C * cfg::LDO;
     /* Stores chunk cc's output rows, staged in Obuf[cc & 1], to o (nothing
      * for cc < 0). Every thread runs the same four steps (a fixed trip count
@@ -250,7 +266,7 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
             sf[kk][2] = io::pack(S[8 * kk + 4], S[8 * kk + 5]);
             sf[kk][3] = io::pack(S[8 * kk + 6], S[8 * kk + 7]);
         }
-        float accVd[32], accUQ[64]; /* accUQ[0..31] = U^T, [32..63] = Qs^T */
+        float accVd[32], accUQ[OUT ? 64 : 32]; /* accUQ[0..31] = U^T, [32..63] = Qs^T */
         const uint64_t dAg = fqla_desc_kmajor(st + cfg::oAg);
         fqla_reg_fence_u(sf);
         fqla_wg_fence();
@@ -262,16 +278,17 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
                                          kk > 0);
             fqla_wg_commit();
         }
-        {   /* G2: [U^T | Qs^T] = S^T [K; Q]^T */
+        {   /* G2: [U^T | Qs^T] = S^T [K; Q]^T (U^T = S^T K^T alone without an output) */
 #pragma unroll
-            for (int kk = 0; kk < KS; kk++)
-                mma::template rs128<0>(accUQ, sf[kk],
-                                       fqla_desc_kmajor(st + cfg::oK + (kk >> 2) * cfg::KQ) +
-                                           (kk & 3) * FQLA_DESC_K16_KMAJOR,
-                                       kk > 0);
+            for (int kk = 0; kk < KS; kk++) {
+                const uint64_t dKQ =
+                    fqla_desc_kmajor(st + cfg::oK + (kk >> 2) * cfg::KQ) + (kk & 3) * FQLA_DESC_K16_KMAJOR;
+                if constexpr (OUT) mma::template rs128<0>(accUQ, sf[kk], dKQ, kk > 0);
+                else mma::template rs64<0>(accUQ, sf[kk], dKQ, kk > 0);
+            }
             fqla_wg_commit();
         }
-        store_out(c - 1); /* the previous chunk's rows, while G1 / G2 run */
+        if (OUT) store_out(c - 1); /* the previous chunk's rows, while G1 / G2 run */
 
         /* this thread's token columns are t = 8 j + 2 tq + e (j = 0..7, e = 0, 1) */
         const float gC = gm[C - 1];
@@ -320,7 +337,6 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
                 vd[kk][r] = io::pack(a0, a1);
                 vp[kk][r] = io::pack(d0 * a0, d1 * a1);
             }
-        float accP[32];
         fqla_reg_fence(S);
         fqla_reg_fence_u(vd);
         fqla_reg_fence_u(vp);
@@ -336,55 +352,63 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
             }
             fqla_wg_commit();
         }
-        {   /* G6: P^T = Vd^T Pg^T */
-            const uint64_t dPg = fqla_desc_kmajor(st + cfg::oPg);
+        if constexpr (!OUT) {
+            fqla_wg_wait<0>();
+            fqla_reg_fence(S);
+            __syncwarp();
+            if (lane == 0) fqla_mbar_arrive(&empty[s]);
+        } else {
+            float accP[32];
+            {   /* G6: P^T = Vd^T Pg^T */
+                const uint64_t dPg = fqla_desc_kmajor(st + cfg::oPg);
 #pragma unroll
-            for (int kk = 0; kk < 4; kk++)
-                mma::template rs64<0>(accP, vd[kk], dPg + kk * FQLA_DESC_K16_KMAJOR, kk > 0);
-            fqla_wg_commit();
-        }
-        /* output factors while the products run */
-        float fo[16];
+                for (int kk = 0; kk < 4; kk++)
+                    mma::template rs64<0>(accP, vd[kk], dPg + kk * FQLA_DESC_K16_KMAJOR, kk > 0);
+                fqla_wg_commit();
+            }
+            /* output factors while the products run */
+            float fo[16];
 #pragma unroll
-        for (int j = 0; j < 8; j++) {
-            const float2 f = *reinterpret_cast<const float2 *>(fos + 8 * j + 2 * tq);
-            fo[2 * j] = f.x;
-            fo[2 * j + 1] = f.y;
-        }
-        fqla_wg_wait<0>();
-        fqla_reg_fence(S);
-        fqla_reg_fence(accUQ);
-        fqla_reg_fence(accP);
-        __syncwarp();
-        if (lane == 0) fqla_mbar_arrive(&empty[s]); /* stage s is no longer read */
+            for (int j = 0; j < 8; j++) {
+                const float2 f = *reinterpret_cast<const float2 *>(fos + 8 * j + 2 * tq);
+                fo[2 * j] = f.x;
+                fo[2 * j + 1] = f.y;
+            }
+            fqla_wg_wait<0>();
+            fqla_reg_fence(S);
+            fqla_reg_fence(accUQ);
+            fqla_reg_fence(accP);
+            __syncwarp();
+            if (lane == 0) fqla_mbar_arrive(&empty[s]); /* stage s is no longer read */
 
-        /* O^T = Qs^T diag(o) + P^T -> Obuf[c & 1] as [t][v] (stmatrix.trans) */
-        {
-            T *dst = Obuf + (c & 1) * C * cfg::LDO;
-            const int q = lane >> 3, rr = lane & 7;
+            /* O^T = Qs^T diag(o) + P^T -> Obuf[c & 1] as [t][v] (stmatrix.trans) */
+            {
+                T *dst = Obuf + (c & 1) * C * cfg::LDO;
+                const int q = lane >> 3, rr = lane & 7;
 #pragma unroll
-            for (int j = 0; j < 8; j += 2) {
-                uint32_t r[4];
+                for (int j = 0; j < 8; j += 2) {
+                    uint32_t r[4];
 #pragma unroll
-                for (int m = 0; m < 4; m++) {
-                    /* matrix m: token block j + (m >> 1), value rows 8 (m & 1) */
-                    const int jj = j + (m >> 1), i0 = 4 * jj + 2 * (m & 1);
-                    r[m] = io::pack(fo[2 * jj] * accUQ[32 + i0] + accP[i0],
-                                    fo[2 * jj + 1] * accUQ[32 + i0 + 1] + accP[i0 + 1]);
+                    for (int m = 0; m < 4; m++) {
+                        /* matrix m: token block j + (m >> 1), value rows 8 (m & 1) */
+                        const int jj = j + (m >> 1), i0 = 4 * jj + 2 * (m & 1);
+                        r[m] = io::pack(fo[2 * jj] * accUQ[32 + i0] + accP[i0],
+                                        fo[2 * jj + 1] * accUQ[32 + i0 + 1] + accP[i0 + 1]);
+                    }
+                    fqla_stsm_x4_t(dst + (8 * (j + (q >> 1)) + rr) * cfg::LDO + 16 * warp + 8 * (q & 1), r[0], r[1], r[2],
+                                   r[3]);
                 }
-                fqla_stsm_x4_t(dst + (8 * (j + (q >> 1)) + rr) * cfg::LDO + 16 * warp + 8 * (q & 1), r[0], r[1], r[2],
-                               r[3]);
             }
         }
     }
-    if (nch > 0) store_out(nch - 1);
+    if (OUT && nch > 0) store_out(nch - 1);
 
     if (p.ht) {
 #pragma unroll
         for (int i = 0; i < NS; i++) {
             const int vv = v0 + 16 * warp + g + 8 * ((i >> 1) & 1);
             const int kk = 8 * (i >> 2) + 2 * tq + (i & 1);
-            const int64_t off = n * p.ht_sn + hv * p.ht_sh +
+            const int64_t off = ns * p.ht_sn + hv * p.ht_sh +
                                 (p.v_first ? (int64_t)vv * p.ht_s2 + kk : (int64_t)kk * p.ht_s2 + vv);
             if (p.ht_bf16) ((__nv_bfloat16 *)p.ht)[off] = __float2bfloat16_rn(S[i]);
             else ((float *)p.ht)[off] = S[i];
@@ -392,22 +416,26 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
     }
 }
 
-template <typename T, int KD, int NWG>
+template <typename T, int KD, int NWG, bool OUT>
 cudaError_t launch(const fqla_fwd_params &p, const CUtensorMap *maps, cudaStream_t stream)
 {
-    typedef wg_cfg<KD, NWG> cfg;
+    typedef wg_cfg<KD, NWG, OUT> cfg;
     static volatile int configured[64];
     int dev = 0;
     cudaError_t err = cudaGetDevice(&dev);
     if (err != cudaSuccess) return err;
     if (dev < 0 || dev >= 64 || !configured[dev]) {
-        err = cudaFuncSetAttribute(fwd_chunk_wg_kernel<T, KD, NWG>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        err = cudaFuncSetAttribute(fwd_chunk_wg_kernel<T, KD, NWG, OUT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    (int)cfg::bytes);
         if (err != cudaSuccess) return err;
         if (dev >= 0 && dev < 64) configured[dev] = 1;
     }
-    dim3 grid((unsigned)(p.N * p.HV), (unsigned)(p.V / (64 * NWG)));
-    fwd_chunk_wg_kernel<T, KD, NWG>
+    /* rows: sequences, or segment indices; columns: V slices (with the
+     * pre-pass also the K columns of the transition) */
+    const int64_t rows = p.cp_mode ? p.segs : p.N;
+    const int64_t cols = p.cp_mode == 1 ? p.V + p.K : p.V;
+    dim3 grid((unsigned)(rows * p.HV), (unsigned)(cols / (64 * NWG)));
+    fwd_chunk_wg_kernel<T, KD, NWG, OUT>
         <<<grid, cfg::THREADS, cfg::bytes, stream>>>(p, maps[0], maps[1], maps[2], maps[3], maps[4]);
     return cudaGetLastError();
 }
@@ -415,8 +443,11 @@ cudaError_t launch(const fqla_fwd_params &p, const CUtensorMap *maps, cudaStream
 template <typename T>
 cudaError_t launch_t(const fqla_fwd_params &p, int nwg, const CUtensorMap *maps, cudaStream_t stream)
 {
-    if (p.K == 128) return nwg == 2 ? launch<T, 128, 2>(p, maps, stream) : launch<T, 128, 1>(p, maps, stream);
-    return nwg == 2 ? launch<T, 64, 2>(p, maps, stream) : launch<T, 64, 1>(p, maps, stream);
+    if (p.cp_mode == 1) /* the state-only pre-pass: one warpgroup, two CTAs per SM */
+        return p.K == 128 ? launch<T, 128, 1, false>(p, maps, stream) : launch<T, 64, 1, false>(p, maps, stream);
+    if (p.K == 128)
+        return nwg == 2 ? launch<T, 128, 2, true>(p, maps, stream) : launch<T, 128, 1, true>(p, maps, stream);
+    return nwg == 2 ? launch<T, 64, 2, true>(p, maps, stream) : launch<T, 64, 1, true>(p, maps, stream);
 }
 
 } // namespace

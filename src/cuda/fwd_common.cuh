@@ -76,16 +76,30 @@ struct fqla_fwd_params {
     float *gam;              /* [slots][HV][64] chunk-local cumsum of g */
     float *rq, *rk;          /* [slots][H][64] l2norm factors (l2norm only) */
     void *Ag, *Pg;           /* [slots][HV][64][64] io dtype */
+    /* context parallelism (fwd_cp.cu, DESIGN.md §3): with cp_mode != 0 the
+     * chunk kernel's CTAs run segments of seg_chunks chunks instead of whole
+     * sequences, and the state index (h0 / ht row) is the segment's index.
+     * 1: the pre-pass (state only: no output; value columns past V start
+     * from the identity and read V as zeros, so they give the segment's
+     * transition M); 2: the main pass from the scanned start states. */
+    int cp_mode;
+    int64_t seg_chunks;      /* L: chunks per segment */
+    int64_t segs;            /* segment indices (grid rows) */
+    float *seg_hm;           /* [segs][HV][K][V + K] H | M per segment (fp32) */
+    float *seg_s0;           /* [segs][HV][K][V] start state per segment (fp32) */
 };
 
 /* Workspace carve-up (bytes; every region 256-aligned). */
 struct fqla_fwd_ws_layout {
-    size_t gam, rq, rk, Ag, Pg, total;
+    size_t gam, rq, rk, Ag, Pg, seg_hm, seg_s0, total;
 };
 
 static inline size_t fqla_fwd_align256(size_t x) { return (x + 255) & ~(size_t)255; }
 
-static inline fqla_fwd_ws_layout fqla_fwd_ws(int64_t slots, int64_t H, int64_t HV, int l2norm, size_t io_size)
+/* segs > 0: the CP buffers seg_hm, seg_s0 for that many segment indices
+ * (K x V states). */
+static inline fqla_fwd_ws_layout fqla_fwd_ws(int64_t slots, int64_t H, int64_t HV, int l2norm, size_t io_size,
+                                             int64_t segs = 0, int64_t K = 0, int64_t V = 0)
 {
     fqla_fwd_ws_layout L;
     size_t off = 0;
@@ -94,6 +108,8 @@ static inline fqla_fwd_ws_layout fqla_fwd_ws(int64_t slots, int64_t H, int64_t H
     L.rk = off;  off += l2norm ? fqla_fwd_align256((size_t)slots * H * 64 * sizeof(float)) : 0;
     L.Ag = off;  off += fqla_fwd_align256((size_t)slots * HV * 64 * 64 * io_size);
     L.Pg = off;  off += fqla_fwd_align256((size_t)slots * HV * 64 * 64 * io_size);
+    L.seg_hm = off; off += fqla_fwd_align256((size_t)segs * HV * K * (V + K) * sizeof(float));
+    L.seg_s0 = off; off += fqla_fwd_align256((size_t)segs * HV * K * V * sizeof(float));
     L.total = off;
     return L;
 }
@@ -120,6 +136,59 @@ __device__ __forceinline__ void fqla_fwd_seq(const fqla_fwd_params &p, int64_t n
     }
 }
 
+/* Segments (cp_mode != 0): sequence n's segment j covers its chunks
+ * [j L, j L + L) and has index sbase(n) + j, with sbase(n) = floor(cu[n] /
+ * (64 L)) + n for packed varlen input (strictly increasing, so a sequence's
+ * max(1, ceil(len / 64 L)) segments never reach the next one's, and every
+ * index is < floor(T / 64 L) + N) and n * ceil(cps / L) for a padded batch.
+ * Segment 0 of an empty sequence exists (its pre-pass gives H = 0, M = I). */
+__device__ __forceinline__ int64_t fqla_fwd_sbase(const fqla_fwd_params &p, int64_t n)
+{
+    if (p.varlen) return fqla_fwd_cu(p, n) / (FQLA_FWD_CHUNK * p.seg_chunks) + n;
+    return n * ((p.cps + p.seg_chunks - 1) / p.seg_chunks);
+}
+
+/* Segments of sequence n (>= 1). */
+__device__ __forceinline__ int64_t fqla_fwd_nseg(const fqla_fwd_params &p, int64_t n)
+{
+    const int64_t len = p.varlen ? fqla_fwd_cu(p, n + 1) - fqla_fwd_cu(p, n) : p.T;
+    const int64_t span = FQLA_FWD_CHUNK * p.seg_chunks;
+    return len <= span ? 1 : (len + span - 1) / span;
+}
+
+/* The token span one CTA row of the chunk kernel runs: sequence idx, or with
+ * cp_mode segment idx. False (the CTA has nothing to do) for a segment index
+ * that belongs to no segment. n is the sequence. */
+__device__ __forceinline__ bool fqla_fwd_span(const fqla_fwd_params &p, int64_t idx, int64_t &n, int64_t &batch,
+                                              int64_t &start, int64_t &len, int64_t &slot0)
+{
+    if (!p.cp_mode) {
+        n = idx;
+        fqla_fwd_seq(p, n, batch, start, len, slot0);
+        return true;
+    }
+    if (p.varlen) {
+        int64_t lo = 0, hi = p.N - 1; /* the last n with sbase(n) <= idx */
+        while (lo < hi) {
+            const int64_t mid = (lo + hi + 1) >> 1;
+            if (fqla_fwd_sbase(p, mid) <= idx) lo = mid;
+            else hi = mid - 1;
+        }
+        n = lo;
+    } else {
+        n = idx / ((p.cps + p.seg_chunks - 1) / p.seg_chunks);
+    }
+    const int64_t j = idx - fqla_fwd_sbase(p, n);
+    if (j < 0 || j >= fqla_fwd_nseg(p, n)) return false;
+    fqla_fwd_seq(p, n, batch, start, len, slot0);
+    const int64_t off = j * p.seg_chunks * FQLA_FWD_CHUNK;
+    start += off;
+    len = len - off < p.seg_chunks * FQLA_FWD_CHUNK ? len - off : p.seg_chunks * FQLA_FWD_CHUNK;
+    if (len < 0) len = 0;
+    slot0 += j * p.seg_chunks;
+    return true;
+}
+
 /* Launchers (fwd_prepare.cu, fwd_chunk.cu): enqueue on stream, return the
  * launch error. kd is K; bv the V slice of the chunk kernel. io_bf16 picks
  * bf16 (else fp16). hb and late pick the variant (0 / -1: the default; hb = 2:
@@ -135,6 +204,9 @@ int fqla_fwd_tma_maps(const fqla_fwd_params &p, int io_bf16, CUtensorMap maps[5]
  * (launching nothing) when the maps cannot be encoded. nwg: consumer
  * warpgroups per CTA (1 or 2, 64 value columns each). */
 cudaError_t fqla_fwd_launch_chunk_wg(const fqla_fwd_params &p, int io_bf16, int nwg, cudaStream_t stream, int *used);
+/* The CP scan (fwd_cp.cu): p as for the pre-pass and main pass (seg_*,
+ * seg_chunks), with the caller's h0 / ht; K = 64 or 128. */
+cudaError_t fqla_fwd_launch_cp_scan(const fqla_fwd_params &p, cudaStream_t stream);
 /* 1 when the chunk kernel has a variant for (K, bv). */
 int fqla_fwd_chunk_has(int kd, int bv);
 

@@ -140,23 +140,13 @@ __device__ __forceinline__ uint32_t to_tf32(float x)
     return r & 0xffffe000u;
 }
 
-__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
-                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-/* An fp32 operand as tf32 parts. PREC 3 (3xTF32): big = x with its 13 low
- * bits cleared, small = x - big (exact; the mma reads its top 10 mantissa
- * bits), so big + small carries ~21 bits. PREC 1: big = x rounded to tf32. */
+/* An fp32 operand as tf32 parts. PREC 3 (3xTF32): fqla_tf32_split3. PREC 1:
+ * big = x rounded to tf32. */
 template <int PREC>
 __device__ __forceinline__ void split_tf32(float x, uint32_t &big, uint32_t &small)
 {
     if (PREC == 3) {
-        big = __float_as_uint(x) & 0xffffe000u;
-        small = __float_as_uint(x - __uint_as_float(big));
+        fqla_tf32_split3(x, big, small);
     } else {
         big = to_tf32(x);
         small = 0u;
@@ -185,10 +175,10 @@ __device__ __forceinline__ void mma_f32(float (&d)[4], const tf32_a<PREC> &a, fl
     split_tf32<PREC>(b0, bb0, bs0);
     split_tf32<PREC>(b1, bb1, bs1);
     if (PREC == 3) {
-        mma_tf32(d, a.small, bb0, bb1);
-        mma_tf32(d, a.big, bs0, bs1);
+        fqla_mma_tf32(d, a.small, bb0, bb1);
+        fqla_mma_tf32(d, a.big, bs0, bs1);
     }
-    mma_tf32(d, a.big, bb0, bb1);
+    fqla_mma_tf32(d, a.big, bb0, bb1);
 }
 
 /* 2^x (MUFU, ~2 ulp; 0 for large negative x) */

@@ -46,6 +46,28 @@ FQLA_DEV void fqla_cp_async16(void *dst, const void *src, int src_bytes)
 }
 FQLA_DEV void fqla_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 FQLA_DEV void fqla_cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+/* Waits until at most N of this thread's committed copy groups are pending. */
+template <int N>
+FQLA_DEV void fqla_cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+
+/* d += a b, tf32 m16n8k8 (fp32 accumulate). Fragments (g = lane / 4,
+ * t = lane % 4): a rows g / g+8, cols t / t+4 (a0 (g,t), a1 (g+8,t),
+ * a2 (g,t+4), a3 (g+8,t+4)); b k = t / t+4, column g; d as m16n8k16. */
+FQLA_DEV void fqla_mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+/* x as two tf32 operands for 3xTF32 products: big = x with its 13 low bits
+ * cleared, small = x - big (exact; the mma reads its top 10 mantissa bits),
+ * so big + small carries ~21 bits. */
+FQLA_DEV void fqla_tf32_split3(float x, uint32_t &big, uint32_t &small)
+{
+    big = __float_as_uint(x) & 0xffffe000u;
+    small = __float_as_uint(x - __uint_as_float(big));
+}
 
 /* Element traits: T is __nv_bfloat16 or __half. */
 template <typename T> struct fqla_io;

@@ -1,0 +1,186 @@
+/*
+ * fwd_cp.cu - the scan of intra-card context parallelism (DESIGN.md §3).
+ *
+ * With CP the forward runs three launches after the prepare kernel
+ * (fwd.cu): the chunk kernel's state-only pre-pass gives every segment s of
+ * every sequence its zero-start end state H_s and its transition M_s (K x K:
+ * the columns of the state that start from the identity and see V = 0);
+ * this kernel scans each sequence's segments in order,
+ *
+ *     S_0 = h0 (or 0),   S_{s+1} = M_s S_s + H_s,
+ *
+ * writing every start state S_s for the main pass and the last one to the
+ * final state; the main pass then runs every segment from its S_s. The
+ * columns of S are independent, so one CTA owns 32 value columns of one
+ * (sequence, value head) and walks the segments; warp w computes rows
+ * 16 w .. 16 w + 15 of
+ * M_s S_s + H_s on tensor cores in 3xTF32 (tf32 m16n8k8, big and small
+ * parts: ~fp32 accuracy), with M_s and H_s copied into shared memory two
+ * segments ahead (cp.async, double buffer) and S_s kept there too.
+ *
+ * Why this shape (docs/perf.md, CP v1): the scan's steps are sequential, so
+ * their latency adds straight to the forward's. fp32 FMAs fed from shared
+ * memory took ~3.8 us per step; tensor cores with 8 columns per CTA ~2.7 us,
+ * bound by every CTA of a head pulling the same 64 KB of M_s out of L2 at
+ * once. 32 columns per CTA read M_s 4x less; the CTAs of a head also start
+ * their copies at different rows.
+ */
+#include "cuda/fwd_common.cuh"
+
+#include "cuda/fwd_ptx.cuh"
+
+#include <cuda_bf16.h>
+
+namespace {
+
+/* Element (k, v) of a caller's state (h0 / ht: [N, HV, K, V] or [N, HV, V, K]). */
+__device__ __forceinline__ int64_t state_off(int64_t n, int hv, int k, int v, int64_t sn, int64_t sh, int64_t s2,
+                                             int v_first)
+{
+    return n * sn + hv * sh + (v_first ? (int64_t)v * s2 + k : (int64_t)k * s2 + v);
+}
+
+template <int KD, int CB>
+struct scan_cfg {
+    static constexpr int THREADS = 2 * KD;      /* KD / 16 warps, 16 rows each */
+    static constexpr int NT = CB / 8;           /* n-tiles per warp */
+    /* row pitches (floats): A fragments (4 g + t) and B fragments
+     * (t LDS + g) hit 32 distinct banks */
+    static constexpr int LDM = KD + 4;
+    static constexpr int LDS = CB == 8 ? 8 : CB + 8;
+    static constexpr int oH = 2 * KD * LDM;     /* Ms[2][KD][LDM], then Hs[2][KD][LDS], Ss[KD][LDS] */
+    static constexpr int oS = oH + 2 * KD * LDS;
+    static constexpr size_t bytes = (size_t)(oS + KD * LDS) * sizeof(float);
+};
+
+template <int KD, int CB>
+__global__ void __launch_bounds__(2 * KD) cp_scan_kernel(const fqla_fwd_params p)
+{
+    typedef scan_cfg<KD, CB> cfg;
+    extern __shared__ float4 smem_f4[];
+    float *sm = reinterpret_cast<float *>(smem_f4);
+    float *Ss = sm + cfg::oS;
+
+    const int64_t n = blockIdx.x / p.HV;
+    const int hv = blockIdx.x % p.HV;
+    const int c0 = blockIdx.y * CB;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int64_t VX = p.V + KD;
+    const int64_t g0 = fqla_fwd_sbase(p, n), nseg = fqla_fwd_nseg(p, n);
+    auto hm_of = [&](int64_t j) { return p.seg_hm + ((g0 + j) * p.HV + hv) * KD * VX; };
+
+    /* M_j (columns V .. V + K of segment j's pre-pass output) and this CTA's
+     * columns of H_j into buffer j & 1 */
+    auto load = [&](int64_t j) {
+        const float *src = hm_of(j);
+        float *Ms = sm + (j & 1) * KD * cfg::LDM, *Hs = sm + cfg::oH + (j & 1) * KD * cfg::LDS;
+        const int rot = blockIdx.y * (KD * KD / 16); /* spread the head's CTAs over L2 */
+        for (int i0 = tid; i0 < KD * KD / 4; i0 += cfg::THREADS) {
+            const int i = (i0 + rot) % (KD * KD / 4);
+            const int row = i / (KD / 4), q = i % (KD / 4);
+            fqla_cp_async16(Ms + row * cfg::LDM + 4 * q, src + row * VX + p.V + 4 * q, 16);
+        }
+        for (int i = tid; i < KD * CB / 4; i += cfg::THREADS) {
+            const int row = i / (CB / 4), q = i % (CB / 4);
+            fqla_cp_async16(Hs + row * cfg::LDS + 4 * q, src + row * VX + c0 + 4 * q, 16);
+        }
+        fqla_cp_async_commit();
+    };
+    load(0);
+    if (nseg > 1) load(1);
+
+    for (int i = tid; i < KD * CB; i += cfg::THREADS) {
+        const int k = i / CB, c = i % CB;
+        float x = 0.f;
+        if (p.h0) {
+            const int64_t off = state_off(n, hv, k, c0 + c, p.h0_sn, p.h0_sh, p.h0_s2, p.v_first);
+            x = p.h0_bf16 ? __bfloat162float(((const __nv_bfloat16 *)p.h0)[off]) : ((const float *)p.h0)[off];
+        }
+        Ss[k * cfg::LDS + c] = x;
+    }
+
+    const int r0 = 16 * warp + g; /* this thread's accumulator rows r0, r0 + 8 */
+    for (int64_t j = 0; j < nseg; j++) {
+        if (j + 1 < nseg) fqla_cp_async_wait<1>();
+        else fqla_cp_async_wait<0>();
+        __syncthreads(); /* S_j in Ss, M_j / H_j landed for every thread */
+
+        float *s0 = p.seg_s0 + ((g0 + j) * p.HV + hv) * KD * p.V + c0;
+        for (int i = tid; i < KD * CB; i += cfg::THREADS) s0[(i / CB) * p.V + i % CB] = Ss[(i / CB) * cfg::LDS + i % CB];
+
+        const float *Ms = sm + (j & 1) * KD * cfg::LDM, *Hs = sm + cfg::oH + (j & 1) * KD * cfg::LDS;
+        float acc[cfg::NT][4];
+#pragma unroll
+        for (int nt = 0; nt < cfg::NT; nt++) {
+            const float2 h0v = *reinterpret_cast<const float2 *>(Hs + r0 * cfg::LDS + 8 * nt + 2 * t);
+            const float2 h1v = *reinterpret_cast<const float2 *>(Hs + (r0 + 8) * cfg::LDS + 8 * nt + 2 * t);
+            acc[nt][0] = h0v.x; acc[nt][1] = h0v.y; acc[nt][2] = h1v.x; acc[nt][3] = h1v.y;
+        }
+#pragma unroll 4
+        for (int ks = 0; ks < KD / 8; ks++) {
+            uint32_t ab[4], as[4];
+            const float *ma = Ms + r0 * cfg::LDM + 8 * ks + t;
+            fqla_tf32_split3(ma[0], ab[0], as[0]);
+            fqla_tf32_split3(ma[8 * cfg::LDM], ab[1], as[1]);
+            fqla_tf32_split3(ma[4], ab[2], as[2]);
+            fqla_tf32_split3(ma[8 * cfg::LDM + 4], ab[3], as[3]);
+#pragma unroll
+            for (int nt = 0; nt < cfg::NT; nt++) {
+                const float *sb = Ss + (8 * ks + t) * cfg::LDS + 8 * nt + g;
+                uint32_t b0b, b0s, b1b, b1s;
+                fqla_tf32_split3(sb[0], b0b, b0s);
+                fqla_tf32_split3(sb[4 * cfg::LDS], b1b, b1s);
+                fqla_mma_tf32(acc[nt], as, b0b, b1b);
+                fqla_mma_tf32(acc[nt], ab, b0s, b1s);
+                fqla_mma_tf32(acc[nt], ab, b0b, b1b);
+            }
+        }
+        __syncthreads(); /* every read of S_j and of buffer j & 1 is done */
+        if (j + 2 < nseg) load(j + 2);
+#pragma unroll
+        for (int nt = 0; nt < cfg::NT; nt++) {
+            *reinterpret_cast<float2 *>(Ss + r0 * cfg::LDS + 8 * nt + 2 * t) = make_float2(acc[nt][0], acc[nt][1]);
+            *reinterpret_cast<float2 *>(Ss + (r0 + 8) * cfg::LDS + 8 * nt + 2 * t) =
+                make_float2(acc[nt][2], acc[nt][3]);
+        }
+    }
+    __syncthreads();
+    if (p.ht) {
+        for (int i = tid; i < KD * CB; i += cfg::THREADS) {
+            const int k = i / CB, c = i % CB;
+            const int64_t off = state_off(n, hv, k, c0 + c, p.ht_sn, p.ht_sh, p.ht_s2, p.v_first);
+            const float x = Ss[k * cfg::LDS + c];
+            if (p.ht_bf16) ((__nv_bfloat16 *)p.ht)[off] = __float2bfloat16_rn(x);
+            else ((float *)p.ht)[off] = x;
+        }
+    }
+}
+
+template <int KD, int CB>
+cudaError_t launch_scan(const fqla_fwd_params &p, cudaStream_t stream)
+{
+    typedef scan_cfg<KD, CB> cfg;
+    static volatile int configured[64];
+    int dev = 0;
+    cudaError_t err = cudaGetDevice(&dev);
+    if (err != cudaSuccess) return err;
+    if (dev < 0 || dev >= 64 || !configured[dev]) {
+        err = cudaFuncSetAttribute(cp_scan_kernel<KD, CB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)cfg::bytes);
+        if (err != cudaSuccess) return err;
+        if (dev >= 0 && dev < 64) configured[dev] = 1;
+    }
+    dim3 grid((unsigned)(p.N * p.HV), (unsigned)(p.V / CB));
+    cp_scan_kernel<KD, CB><<<grid, cfg::THREADS, cfg::bytes, stream>>>(p);
+    return cudaGetLastError();
+}
+
+} // namespace
+
+cudaError_t fqla_fwd_launch_cp_scan(const fqla_fwd_params &p, cudaStream_t stream)
+{
+    if (p.N * p.HV == 0) return cudaSuccess;
+    if (p.K == 128) return launch_scan<128, 32>(p, stream);
+    if (p.K == 64) return launch_scan<64, 32>(p, stream);
+    return cudaErrorInvalidValue;
+}

@@ -49,6 +49,7 @@ const char *dname(fqla_dtype d) { return fqla_dtype_string(d); }
 int g_tune_hb = 0, g_tune_late = -1;
 int g_tune_wg = -1, g_tune_nwg = 0;
 int64_t g_tune_cp = -1;
+int g_tune_scan_cb = 0;
 
 /* Consumer warpgroups per CTA of the wgmma chunk kernel. Two (one CTA per
  * 128 value columns, sharing the K, Q, Ag, Pg tiles) run a CTA ~1.4x longer
@@ -75,7 +76,7 @@ int64_t cp_segs(const fqla_problem *p, int64_t L)
  * (docs/perf.md v4 and CP v1), us: one consumer warpgroup at one CTA per SM,
  * two consumer warpgroups (128 columns), the state-only pre-pass at two
  * CTAs per SM; one step of the CP scan; one extra launch. */
-constexpr double US_NWG1 = 1.5, US_NWG2 = 2.1, US_PRE = 1.86, US_SCAN = 4.8, US_LAUNCH = 3;
+constexpr double US_NWG1 = 1.5, US_NWG2 = 2.1, US_PRE = 1.86, US_SCAN = 2.7, US_LAUNCH = 3;
 
 int64_t waves(int64_t ctas, int64_t slots) { return (ctas + slots - 1) / slots; }
 
@@ -155,6 +156,12 @@ extern "C" void fqla_cuda_fwd_tune_cp(int seg_chunks)
     g_tune_cp = seg_chunks;
 }
 
+/* Value columns per CTA of the CP scan (8, 16 or 32; 0: by the grid). */
+extern "C" void fqla_cuda_fwd_tune_cp_scan(int columns)
+{
+    g_tune_scan_cb = columns == 8 || columns == 16 || columns == 32 ? columns : 0;
+}
+
 extern "C" void fqla_cuda_fwd_tune(int prep_variant, int late_loads)
 {
     g_tune_hb = prep_variant;
@@ -200,7 +207,7 @@ static fqla_status run_cp(fqla_context *ctx, const fqla_problem *p, fqla_fwd_par
     if (!used)
         return fqla_cuda_check(ctx, fqla_fwd_launch_chunk(k, io_bf16, pick_bv(ctx, p), g_tune_late, stream),
                                "CUDA forward: chunk kernel launch");
-    err = fqla_fwd_launch_cp_scan(k, stream);
+    err = fqla_fwd_launch_cp_scan(k, g_tune_scan_cb, ctx->info.sm_count > 0 ? ctx->info.sm_count : 132, stream);
     if (err != cudaSuccess) return fqla_cuda_check(ctx, err, "CUDA forward: CP scan launch");
 
     fqla_fwd_params mp = k;

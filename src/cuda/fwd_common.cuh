@@ -205,8 +205,9 @@ int fqla_fwd_tma_maps(const fqla_fwd_params &p, int io_bf16, CUtensorMap maps[5]
  * warpgroups per CTA (1 or 2, 64 value columns each). */
 cudaError_t fqla_fwd_launch_chunk_wg(const fqla_fwd_params &p, int io_bf16, int nwg, cudaStream_t stream, int *used);
 /* The CP scan (fwd_cp.cu): p as for the pre-pass and main pass (seg_*,
- * seg_chunks), with the caller's h0 / ht; K = 64 or 128. */
-cudaError_t fqla_fwd_launch_cp_scan(const fqla_fwd_params &p, cudaStream_t stream);
+ * seg_chunks), with the caller's h0 / ht; K = 64 or 128; cb value columns
+ * per CTA (8, 16 or 32; 0: the narrowest that fits one wave of sms SMs). */
+cudaError_t fqla_fwd_launch_cp_scan(const fqla_fwd_params &p, int cb, int sms, cudaStream_t stream);
 /* 1 when the chunk kernel has a variant for (K, bv). */
 int fqla_fwd_chunk_has(int kd, int bv);
 

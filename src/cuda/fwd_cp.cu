@@ -11,19 +11,20 @@
  *
  * writing every start state S_s for the main pass and the last one to the
  * final state; the main pass then runs every segment from its S_s. The
- * columns of S are independent, so one CTA owns 32 value columns of one
- * (sequence, value head) and walks the segments; warp w computes rows
- * 16 w .. 16 w + 15 of
+ * columns of S are independent, so one CTA owns CB value columns of one
+ * (sequence, value head) (CB = 8, or 16 / 32 where 8 would need a second
+ * wave) and walks the segments; warp w computes rows 16 w .. 16 w + 15 of
  * M_s S_s + H_s on tensor cores in 3xTF32 (tf32 m16n8k8, big and small
- * parts: ~fp32 accuracy), with M_s and H_s copied into shared memory two
- * segments ahead (cp.async, double buffer) and S_s kept there too.
+ * parts: ~fp32 accuracy). M_s and the CTA's columns of H_s are copied into
+ * a ring of STAGES shared-memory buffers (cp.async, STAGES - 1 segments
+ * ahead); S_s stays in shared memory.
  *
  * Why this shape (docs/perf.md, CP v1): the scan's steps are sequential, so
- * their latency adds straight to the forward's. fp32 FMAs fed from shared
- * memory took ~3.8 us per step; tensor cores with 8 columns per CTA ~2.7 us,
- * bound by every CTA of a head pulling the same 64 KB of M_s out of L2 at
- * once. 32 columns per CTA read M_s 4x less; the CTAs of a head also start
- * their copies at different rows.
+ * their latency adds straight to the forward's, and each step waits for its
+ * 64 KB of M_s. fp32 FMAs fed from shared memory took ~3.8 us per step;
+ * tensor cores with 8 columns per CTA and copies one step ahead ~2.7 us,
+ * with 32 columns ~4.8 us; bulk (TMA) copies of one row each ~9 us (a copy
+ * engine instruction per 512-byte row costs more than the copy).
  */
 #include "cuda/fwd_common.cuh"
 
@@ -48,8 +49,10 @@ struct scan_cfg {
      * (t LDS + g) hit 32 distinct banks */
     static constexpr int LDM = KD + 4;
     static constexpr int LDS = CB == 8 ? 8 : CB + 8;
-    static constexpr int oH = 2 * KD * LDM;     /* Ms[2][KD][LDM], then Hs[2][KD][LDS], Ss[KD][LDS] */
-    static constexpr int oS = oH + 2 * KD * LDS;
+    /* ring depth: three stages where they fit beside S in 227 KB */
+    static constexpr int STAGES = (227 * 1024 / 4 - KD * LDS) / (KD * LDM + KD * LDS) >= 3 ? 3 : 2;
+    static constexpr int oH = STAGES * KD * LDM; /* Ms[STAGES][KD][LDM], Hs[STAGES][KD][LDS], Ss[KD][LDS] */
+    static constexpr int oS = oH + STAGES * KD * LDS;
     static constexpr size_t bytes = (size_t)(oS + KD * LDS) * sizeof(float);
 };
 
@@ -70,10 +73,17 @@ __global__ void __launch_bounds__(2 * KD) cp_scan_kernel(const fqla_fwd_params p
     auto hm_of = [&](int64_t j) { return p.seg_hm + ((g0 + j) * p.HV + hv) * KD * VX; };
 
     /* M_j (columns V .. V + K of segment j's pre-pass output) and this CTA's
-     * columns of H_j into buffer j & 1 */
+     * columns of H_j into stage j % STAGES, as one commit group; past the
+     * last segment an empty group, so that every step waits for the same
+     * number of younger groups */
     auto load = [&](int64_t j) {
+        if (j >= nseg) {
+            fqla_cp_async_commit();
+            return;
+        }
+        const int st = (int)(j % cfg::STAGES);
         const float *src = hm_of(j);
-        float *Ms = sm + (j & 1) * KD * cfg::LDM, *Hs = sm + cfg::oH + (j & 1) * KD * cfg::LDS;
+        float *Ms = sm + st * KD * cfg::LDM, *Hs = sm + cfg::oH + st * KD * cfg::LDS;
         const int rot = blockIdx.y * (KD * KD / 16); /* spread the head's CTAs over L2 */
         for (int i0 = tid; i0 < KD * KD / 4; i0 += cfg::THREADS) {
             const int i = (i0 + rot) % (KD * KD / 4);
@@ -86,8 +96,7 @@ __global__ void __launch_bounds__(2 * KD) cp_scan_kernel(const fqla_fwd_params p
         }
         fqla_cp_async_commit();
     };
-    load(0);
-    if (nseg > 1) load(1);
+    for (int j = 0; j < cfg::STAGES; j++) load(j);
 
     for (int i = tid; i < KD * CB; i += cfg::THREADS) {
         const int k = i / CB, c = i % CB;
@@ -101,14 +110,14 @@ __global__ void __launch_bounds__(2 * KD) cp_scan_kernel(const fqla_fwd_params p
 
     const int r0 = 16 * warp + g; /* this thread's accumulator rows r0, r0 + 8 */
     for (int64_t j = 0; j < nseg; j++) {
-        if (j + 1 < nseg) fqla_cp_async_wait<1>();
-        else fqla_cp_async_wait<0>();
+        fqla_cp_async_wait<cfg::STAGES - 1>();
         __syncthreads(); /* S_j in Ss, M_j / H_j landed for every thread */
+        const int st = (int)(j % cfg::STAGES);
 
         float *s0 = p.seg_s0 + ((g0 + j) * p.HV + hv) * KD * p.V + c0;
         for (int i = tid; i < KD * CB; i += cfg::THREADS) s0[(i / CB) * p.V + i % CB] = Ss[(i / CB) * cfg::LDS + i % CB];
 
-        const float *Ms = sm + (j & 1) * KD * cfg::LDM, *Hs = sm + cfg::oH + (j & 1) * KD * cfg::LDS;
+        const float *Ms = sm + st * KD * cfg::LDM, *Hs = sm + cfg::oH + st * KD * cfg::LDS;
         float acc[cfg::NT][4];
 #pragma unroll
         for (int nt = 0; nt < cfg::NT; nt++) {
@@ -135,8 +144,8 @@ __global__ void __launch_bounds__(2 * KD) cp_scan_kernel(const fqla_fwd_params p
                 fqla_mma_tf32(acc[nt], ab, b0b, b1b);
             }
         }
-        __syncthreads(); /* every read of S_j and of buffer j & 1 is done */
-        if (j + 2 < nseg) load(j + 2);
+        __syncthreads(); /* every read of S_j and of stage st is done */
+        load(j + cfg::STAGES);
 #pragma unroll
         for (int nt = 0; nt < cfg::NT; nt++) {
             *reinterpret_cast<float2 *>(Ss + r0 * cfg::LDS + 8 * nt + 2 * t) = make_float2(acc[nt][0], acc[nt][1]);
@@ -175,12 +184,24 @@ cudaError_t launch_scan(const fqla_fwd_params &p, cudaStream_t stream)
     return cudaGetLastError();
 }
 
+/* cb > 0: that many columns per CTA; else the narrowest whose grid fits one
+ * wave (one CTA per SM). */
+template <int KD>
+cudaError_t launch_kd(const fqla_fwd_params &p, int cb, int sms, cudaStream_t stream)
+{
+    const int64_t heads = p.N * p.HV;
+    if (cb <= 0) cb = heads * (p.V / 8) <= sms ? 8 : heads * (p.V / 16) <= sms ? 16 : 32;
+    if (cb == 8) return launch_scan<KD, 8>(p, stream);
+    if (cb == 16) return launch_scan<KD, 16>(p, stream);
+    return launch_scan<KD, 32>(p, stream);
+}
+
 } // namespace
 
-cudaError_t fqla_fwd_launch_cp_scan(const fqla_fwd_params &p, cudaStream_t stream)
+cudaError_t fqla_fwd_launch_cp_scan(const fqla_fwd_params &p, int cb, int sms, cudaStream_t stream)
 {
     if (p.N * p.HV == 0) return cudaSuccess;
-    if (p.K == 128) return launch_scan<128, 32>(p, stream);
-    if (p.K == 64) return launch_scan<64, 32>(p, stream);
+    if (p.K == 128) return launch_kd<128>(p, cb, sms, stream);
+    if (p.K == 64) return launch_kd<64>(p, cb, sms, stream);
     return cudaErrorInvalidValue;
 }

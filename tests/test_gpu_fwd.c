@@ -53,6 +53,7 @@ extern const char *cudaGetErrorString(cuda_err e);
 extern void fqla_cuda_fwd_tune(int prep_heads, int late_loads);
 extern void fqla_cuda_fwd_tune_chunk(int wg, int nwg);
 extern void fqla_cuda_fwd_tune_cp(int seg_chunks);
+extern void fqla_cuda_fwd_tune_cp_scan(int columns);
 #define H2D 1
 #define D2H 2
 
@@ -732,10 +733,15 @@ static void fwd_context_parallel(void)
         prob_init(&p, &specs[i]);
         upload_all(&p);
         run_ref(&p);
-        for (int L = 1; L <= 3; L++) {
+        /* segment lengths 1-3 with the scan's default width, then 8 and 32
+         * value columns per scan CTA */
+        const int runs[5][2] = {{1, 0}, {2, 0}, {3, 0}, {2, 8}, {2, 32}};
+        for (int r = 0; r < 5; r++) {
+            const int L = runs[r][0];
             char what[128];
-            snprintf(what, sizeof what, "%s [CP, %d-chunk segments]", names[i], L);
+            snprintf(what, sizeof what, "%s [CP, %d-chunk segments, scan columns %d]", names[i], L, runs[r][1]);
             fqla_cuda_fwd_tune_cp(L);
+            fqla_cuda_fwd_tune_cp_scan(runs[r][1]);
             poison(&p);
             fqla_status st = run_gpu(&p, NULL);
             CHECK(st == FQLA_STATUS_SUCCESS, "%s: %s", what, fqla_last_error(gpu));
@@ -744,6 +750,7 @@ static void fwd_context_parallel(void)
             compare(&p, what);
         }
         fqla_cuda_fwd_tune_cp(-1);
+        fqla_cuda_fwd_tune_cp_scan(0);
         prob_free(&p);
     }
     /* the plan's own choice: 8 recurrences of 128 chunks on 132 SMs */

@@ -43,8 +43,12 @@ __device__ __forceinline__ int64_t state_off(int64_t n, int hv, int k, int v, in
 
 template <int KD, int CB>
 struct scan_cfg {
-    static constexpr int THREADS = 2 * KD;      /* KD / 16 warps, 16 rows each */
-    static constexpr int NT = CB / 8;           /* n-tiles per warp */
+    /* warps: KD / 16 row blocks of 16 rows x CGW column groups of NT n-tiles
+     * (8 columns each): wider CTAs get more warps rather than more n-tiles
+     * per warp (at 32 columns 73 us against 77 for 16 steps) */
+    static constexpr int NT = CB == 32 ? 2 : 1;
+    static constexpr int CGW = CB / (8 * NT);
+    static constexpr int THREADS = 32 * (KD / 16) * CGW;
     /* row pitches (floats): A fragments (4 g + t) and B fragments
      * (t LDS + g) hit 32 distinct banks */
     static constexpr int LDM = KD + 4;
@@ -57,7 +61,7 @@ struct scan_cfg {
 };
 
 template <int KD, int CB>
-__global__ void __launch_bounds__(2 * KD) cp_scan_kernel(const fqla_fwd_params p)
+__global__ void __launch_bounds__(scan_cfg<KD, CB>::THREADS) cp_scan_kernel(const fqla_fwd_params p)
 {
     typedef scan_cfg<KD, CB> cfg;
     extern __shared__ float4 smem_f4[];
@@ -108,7 +112,8 @@ __global__ void __launch_bounds__(2 * KD) cp_scan_kernel(const fqla_fwd_params p
         Ss[k * cfg::LDS + c] = x;
     }
 
-    const int r0 = 16 * warp + g; /* this thread's accumulator rows r0, r0 + 8 */
+    /* this thread's accumulator rows r0, r0 + 8; its warp's columns cw0 .. */
+    const int r0 = 16 * (warp % (KD / 16)) + g, cw0 = 8 * cfg::NT * (warp / (KD / 16));
     for (int64_t j = 0; j < nseg; j++) {
         fqla_cp_async_wait<cfg::STAGES - 1>();
         __syncthreads(); /* S_j in Ss, M_j / H_j landed for every thread */
@@ -121,8 +126,8 @@ __global__ void __launch_bounds__(2 * KD) cp_scan_kernel(const fqla_fwd_params p
         float acc[cfg::NT][4];
 #pragma unroll
         for (int nt = 0; nt < cfg::NT; nt++) {
-            const float2 h0v = *reinterpret_cast<const float2 *>(Hs + r0 * cfg::LDS + 8 * nt + 2 * t);
-            const float2 h1v = *reinterpret_cast<const float2 *>(Hs + (r0 + 8) * cfg::LDS + 8 * nt + 2 * t);
+            const float2 h0v = *reinterpret_cast<const float2 *>(Hs + r0 * cfg::LDS + cw0 + 8 * nt + 2 * t);
+            const float2 h1v = *reinterpret_cast<const float2 *>(Hs + (r0 + 8) * cfg::LDS + cw0 + 8 * nt + 2 * t);
             acc[nt][0] = h0v.x; acc[nt][1] = h0v.y; acc[nt][2] = h1v.x; acc[nt][3] = h1v.y;
         }
 #pragma unroll 4
@@ -135,7 +140,7 @@ __global__ void __launch_bounds__(2 * KD) cp_scan_kernel(const fqla_fwd_params p
             fqla_tf32_split3(ma[8 * cfg::LDM + 4], ab[3], as[3]);
 #pragma unroll
             for (int nt = 0; nt < cfg::NT; nt++) {
-                const float *sb = Ss + (8 * ks + t) * cfg::LDS + 8 * nt + g;
+                const float *sb = Ss + (8 * ks + t) * cfg::LDS + cw0 + 8 * nt + g;
                 uint32_t b0b, b0s, b1b, b1s;
                 fqla_tf32_split3(sb[0], b0b, b0s);
                 fqla_tf32_split3(sb[4 * cfg::LDS], b1b, b1s);
@@ -148,8 +153,9 @@ __global__ void __launch_bounds__(2 * KD) cp_scan_kernel(const fqla_fwd_params p
         load(j + cfg::STAGES);
 #pragma unroll
         for (int nt = 0; nt < cfg::NT; nt++) {
-            *reinterpret_cast<float2 *>(Ss + r0 * cfg::LDS + 8 * nt + 2 * t) = make_float2(acc[nt][0], acc[nt][1]);
-            *reinterpret_cast<float2 *>(Ss + (r0 + 8) * cfg::LDS + 8 * nt + 2 * t) =
+            *reinterpret_cast<float2 *>(Ss + r0 * cfg::LDS + cw0 + 8 * nt + 2 * t) =
+                make_float2(acc[nt][0], acc[nt][1]);
+            *reinterpret_cast<float2 *>(Ss + (r0 + 8) * cfg::LDS + cw0 + 8 * nt + 2 * t) =
                 make_float2(acc[nt][2], acc[nt][3]);
         }
     }
@@ -185,7 +191,7 @@ cudaError_t launch_scan(const fqla_fwd_params &p, cudaStream_t stream)
 }
 
 /* cb > 0: that many columns per CTA; else the narrowest whose grid fits one
- * wave (one CTA per SM). */
+ * wave (one CTA per SM): measured fastest (docs/perf.md, CP v2). */
 template <int KD>
 cudaError_t launch_kd(const fqla_fwd_params &p, int cb, int sms, cudaStream_t stream)
 {

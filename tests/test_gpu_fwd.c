@@ -439,20 +439,27 @@ static void compare(prob *p, const char *what)
     printf("  %-40s o %.2e  state %.2e\n", what, worst_o, worst_h);
 }
 
+/* Poisons the outputs, runs the GPU forward and compares with the reference
+ * (run_ref done). */
+static void check_prob(prob *p, const char *what)
+{
+    poison(p);
+    fqla_status st = run_gpu(p, NULL);
+    CHECK(st == FQLA_STATUS_SUCCESS, "%s: fqla_fwd: %s: %s", what, fqla_status_string(st), fqla_last_error(gpu));
+    if (st == FQLA_STATUS_SUCCESS) {
+        download(p, NULL, NULL);
+        compare(p, what);
+    }
+}
+
 /* One full check of a spec: poison, run, compare with the reference. */
 static void check_spec(const spec *s, const char *what)
 {
     prob p;
     prob_init(&p, s);
     upload_all(&p);
-    poison(&p);
-    fqla_status st = run_gpu(&p, NULL);
-    CHECK(st == FQLA_STATUS_SUCCESS, "%s: fqla_fwd: %s: %s", what, fqla_status_string(st), fqla_last_error(gpu));
-    if (st == FQLA_STATUS_SUCCESS) {
-        download(&p, NULL, NULL);
-        run_ref(&p);
-        compare(&p, what);
-    }
+    run_ref(&p);
+    check_prob(&p, what);
     prob_free(&p);
 }
 
@@ -650,23 +657,18 @@ static void fwd_variants(void)
     }
 }
 
-/* Every chunk kernel on the same inputs: the mma.sync kernel (fwd_chunk.cu)
- * and the wgmma kernel (fwd_chunk_wg.cu) with one and two consumer
- * warpgroups per CTA, each against the reference, on shapes that reach the
- * wgmma kernel's edges: varlen tails in the middle of the tensor (next
- * sequence's rows in the tile), K = 64, fp16, l2norm and the in-kernel gate,
- * state_v_first with bf16 state, GVA, V = 64 (one warpgroup only). Where the
- * wgmma kernel cannot run, the call falls back to mma.sync and must still
- * pass. */
-static void fwd_chunk_kernels(void)
+/* The edge shapes every chunk kernel runs on: mid-tensor varlen tails with a
+ * 5-token sequence, K = 64, fp16 GVA, l2norm + gate + beta sigmoid,
+ * state_v_first with bf16 states, V = 64 (< K), and many heads. */
+enum { NEDGE = 7 };
+static void edge_specs(spec specs[NEDGE], const char *names[NEDGE])
 {
-    enum { NS = 7 };
-    spec specs[NS];
-    const char *names[NS] = {"varlen [0,70,75,333] T=400 H=2 HV=4", "K=V=64 B=2 T=300",
-                             "fp16 GVA H=2 HV=6 T=200", "l2norm + gate + beta sigmoid H=1 HV=3 T=300",
-                             "state_v_first bf16 state B=2 T=100", "K=128 V=64 T=130",
-                             "B=3 H=8 HV=32 T=100"};
-    const int64_t cu[] = {0, 70, 75, 333};
+    static const char *const nm[NEDGE] = {"varlen [0,70,75,333] T=400 H=2 HV=4", "K=V=64 B=2 T=300",
+                                          "fp16 GVA H=2 HV=6 T=200", "l2norm + gate + beta sigmoid H=1 HV=3 T=300",
+                                          "state_v_first bf16 state B=2 T=100", "K=128 V=64 T=130",
+                                          "B=3 H=8 HV=32 T=100"};
+    static const int64_t cu[] = {0, 70, 75, 333};
+    for (int i = 0; i < NEDGE; i++) names[i] = nm[i];
     specs[0] = base_spec(1, 400, 2, 4, 128);
     set_cu(&specs[0], cu, 4);
     specs[1] = base_spec(2, 300, 2, 4, 64);
@@ -680,6 +682,22 @@ static void fwd_chunk_kernels(void)
     specs[5] = base_spec(1, 130, 2, 2, 128);
     specs[5].V = 64;
     specs[6] = base_spec(3, 100, 8, 32, 128);
+}
+
+/* Every chunk kernel on the same inputs: the mma.sync kernel (fwd_chunk.cu)
+ * and the wgmma kernel (fwd_chunk_wg.cu) with one and two consumer
+ * warpgroups per CTA, each against the reference, on shapes that reach the
+ * wgmma kernel's edges: varlen tails in the middle of the tensor (next
+ * sequence's rows in the tile), K = 64, fp16, l2norm and the in-kernel gate,
+ * state_v_first with bf16 state, GVA, V = 64 (one warpgroup only). Where the
+ * wgmma kernel cannot run, the call falls back to mma.sync and must still
+ * pass. */
+static void fwd_chunk_kernels(void)
+{
+    enum { NS = NEDGE };
+    spec specs[NS];
+    const char *names[NS];
+    edge_specs(specs, names);
     const int kern[3][2] = {{0, 0}, {1, 1}, {1, 2}};
     const char *kname[3] = {"mma.sync", "wgmma nwg=1", "wgmma nwg=2"};
     for (int i = 0; i < NS; i++) {
@@ -691,12 +709,7 @@ static void fwd_chunk_kernels(void)
             char what[128];
             snprintf(what, sizeof what, "%s [%s]", names[i], kname[v]);
             fqla_cuda_fwd_tune_chunk(kern[v][0], kern[v][1]);
-            poison(&p);
-            fqla_status st = run_gpu(&p, NULL);
-            CHECK(st == FQLA_STATUS_SUCCESS, "%s: %s", what, fqla_last_error(gpu));
-            if (st != FQLA_STATUS_SUCCESS) continue;
-            download(&p, NULL, NULL);
-            compare(&p, what);
+            check_prob(&p, what);
         }
         fqla_cuda_fwd_tune_chunk(-1, 0);
         prob_free(&p);
@@ -710,24 +723,12 @@ static void fwd_chunk_kernels(void)
  * a long single sequence with few heads, where it picks CP by itself. */
 static void fwd_context_parallel(void)
 {
-    enum { NS = 6 };
-    spec specs[NS];
-    const char *names[NS] = {"varlen [0,70,75,333] T=400 H=2 HV=4", "K=V=64 B=2 T=300",
-                             "fp16 GVA H=2 HV=6 T=200", "l2norm + gate + beta sigmoid H=1 HV=3 T=300",
-                             "state_v_first bf16 state B=2 T=100", "K=128 V=64 T=130"};
-    const int64_t cu[] = {0, 70, 75, 333};
-    specs[0] = base_spec(1, 400, 2, 4, 128);
-    set_cu(&specs[0], cu, 4);
-    specs[1] = base_spec(2, 300, 2, 4, 64);
-    specs[2] = base_spec(1, 200, 2, 6, 128);
-    specs[2].io = FQLA_DTYPE_F16;
-    specs[3] = base_spec(1, 300, 1, 3, 128);
-    specs[3].l2norm = specs[3].gate_in = specs[3].beta_sig = 1;
-    specs[4] = base_spec(2, 100, 2, 4, 128);
-    specs[4].v_first = 1;
-    specs[4].h0_dtype = specs[4].ht_dtype = FQLA_DTYPE_BF16;
-    specs[5] = base_spec(1, 130, 2, 2, 128);
-    specs[5].V = 64;
+    /* the edge shapes but the last (B = 3, HV = 32 is covered by the chunk
+     * kernels' case and adds nothing to the segment logic) */
+    enum { NS = NEDGE - 1 };
+    spec specs[NEDGE];
+    const char *names[NEDGE];
+    edge_specs(specs, names);
     for (int i = 0; i < NS; i++) {
         prob p;
         prob_init(&p, &specs[i]);
@@ -742,12 +743,7 @@ static void fwd_context_parallel(void)
             snprintf(what, sizeof what, "%s [CP, %d-chunk segments, scan columns %d]", names[i], L, runs[r][1]);
             fqla_cuda_fwd_tune_cp(L);
             fqla_cuda_fwd_tune_cp_scan(runs[r][1]);
-            poison(&p);
-            fqla_status st = run_gpu(&p, NULL);
-            CHECK(st == FQLA_STATUS_SUCCESS, "%s: %s", what, fqla_last_error(gpu));
-            if (st != FQLA_STATUS_SUCCESS) continue;
-            download(&p, NULL, NULL);
-            compare(&p, what);
+            check_prob(&p, what);
         }
         fqla_cuda_fwd_tune_cp(-1);
         fqla_cuda_fwd_tune_cp_scan(0);
@@ -755,18 +751,7 @@ static void fwd_context_parallel(void)
     }
     /* the plan's own choice: 8 recurrences of 128 chunks on 132 SMs */
     spec s = base_spec(1, 8192, 2, 4, 128);
-    prob p;
-    prob_init(&p, &s);
-    upload_all(&p);
-    run_ref(&p);
-    poison(&p);
-    fqla_status st = run_gpu(&p, NULL);
-    CHECK(st == FQLA_STATUS_SUCCESS, "CP plan T=8192 H=2 HV=4: %s", fqla_last_error(gpu));
-    if (st == FQLA_STATUS_SUCCESS) {
-        download(&p, NULL, NULL);
-        compare(&p, "CP plan T=8192 H=2 HV=4");
-    }
-    prob_free(&p);
+    check_spec(&s, "CP plan T=8192 H=2 HV=4");
 }
 
 /* NaN poison, guard bands, bit-identical reruns. */

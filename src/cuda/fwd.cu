@@ -72,11 +72,13 @@ int64_t cp_segs(const fqla_problem *p, int64_t L)
     return p->N * (((p->T + FQLA_FWD_CHUNK - 1) / FQLA_FWD_CHUNK + L - 1) / L);
 }
 
-/* Measured costs of one chunk step of the chunk kernel on the H200
- * (docs/perf.md v4 and CP v1), us: one consumer warpgroup at one CTA per SM,
- * two consumer warpgroups (128 columns), the state-only pre-pass at two
- * CTAs per SM; one step of the CP scan; one extra launch. */
-constexpr double US_NWG1 = 1.5, US_NWG2 = 2.1, US_PRE = 1.86, US_SCAN = 2.7, US_LAUNCH = 3;
+/* Measured costs on the H200 (docs/perf.md v4, CP v1, CP v2), us: one chunk
+ * step of the chunk kernel with one consumer warpgroup at one CTA per SM,
+ * with two (128 columns), of the state-only pre-pass at two CTAs per SM;
+ * the fixed cost of one chunk-kernel launch (fill, first chunk, tail: the fit
+ * of TP8 1x2048 .. 1x32768 without CP is 1.41 us per chunk + 10 us); one step
+ * of the CP scan and its launch. */
+constexpr double US_NWG1 = 1.41, US_NWG2 = 2.1, US_PRE = 1.86, US_CHAIN = 10, US_SCAN = 2.7, US_SCAN0 = 3;
 
 int64_t waves(int64_t ctas, int64_t slots) { return (ctas + slots - 1) / slots; }
 
@@ -95,9 +97,9 @@ double chain_us(const fqla_problem *p, int64_t rows, int64_t steps, int64_t sms)
 
 /* Context parallelism: chunks per segment, or 0 for none, by the latency
  * model
- *   without CP: chain(N, chunks of the longest sequence)
+ *   without CP: chain(N, chunks of the longest sequence) + US_CHAIN
  *   with L:     chain(segs, L) + waves(segs HV (V + K) / 64, 2 per SM) L US_PRE
- *               + ceil(chunks / L) US_SCAN + 2 US_LAUNCH
+ *               + 2 US_CHAIN + ceil(chunks / L) US_SCAN + US_SCAN0
  * over L = 4, 8, ..., chunks / 2; CP only where it saves 10%. Packed varlen
  * input is planned from cu_seqlens_host when the caller gives it, else as
  * N sequences of T / N tokens; so, like the workspace size that follows
@@ -118,7 +120,7 @@ int64_t plan_cp(const fqla_context *ctx, const fqla_problem *p, const fqla_fwd_a
             if (cuh[n + 1] - cuh[n] > maxlen) maxlen = cuh[n + 1] - cuh[n];
     }
     const int64_t chunks = (maxlen + C - 1) / C;
-    double best_t = 0.9 * chain_us(p, p->N, chunks, sms);
+    double best_t = 0.9 * (chain_us(p, p->N, chunks, sms) + US_CHAIN);
     int64_t best = 0;
     for (int64_t L = 4; 2 * L <= chunks; L *= 2) {
         int64_t segs = p->N * ((chunks + L - 1) / L);
@@ -131,7 +133,7 @@ int64_t plan_cp(const fqla_context *ctx, const fqla_problem *p, const fqla_fwd_a
         }
         const double t = chain_us(p, segs, L, sms) +
                          (double)(waves(segs * p->HV * ((p->V + p->K) / 64), 2 * sms) * L) * US_PRE +
-                         (double)((chunks + L - 1) / L) * US_SCAN + 2 * US_LAUNCH;
+                         2 * US_CHAIN + (double)((chunks + L - 1) / L) * US_SCAN + US_SCAN0;
         if (t < best_t) {
             best_t = t;
             best = L;

@@ -7,7 +7,7 @@
  * heads leave SMs idle, the chunk kernel runs as intra-card context
  * parallelism instead (DESIGN.md §3): a state-only pre-pass over segments
  * of the sequences, the scan of fwd_cp.cu, and a main pass over the
- * segments (plan_cp decides, from the shapes alone). Nothing here
+ * segments (plan_cp decides, from the shapes and cu_seqlens_host). Nothing here
  * allocates, synchronises or reads device memory on the host (the TMA maps
  * are encoded on the host and passed as kernel parameters), so a call can be
  * captured in a CUDA graph.
@@ -142,9 +142,12 @@ int64_t plan_cp(const fqla_context *ctx, const fqla_problem *p, const fqla_fwd_a
     return best;
 }
 
-fqla_fwd_ws_layout ws_layout(const fqla_context *ctx, const fqla_problem *p, const fqla_fwd_args *a)
+/* The workspace of the call, and its CP plan in *seg_chunks. */
+fqla_fwd_ws_layout ws_layout(const fqla_context *ctx, const fqla_problem *p, const fqla_fwd_args *a,
+                             int64_t *seg_chunks)
 {
     const int64_t L = plan_cp(ctx, p, a);
+    *seg_chunks = L;
     return fqla_fwd_ws(slots_of(p), p->H, p->HV, p->opt.use_qk_l2norm, 2, L > 0 ? cp_segs(p, L) : 0, p->K, p->V);
 }
 
@@ -272,7 +275,8 @@ fqla_status fqla_cuda_fwd_workspace(fqla_context *ctx, const fqla_problem *p, co
     *bytes = 0;
     fqla_status st = fqla_cuda_fwd_supported(ctx, p, a);
     if (st != FQLA_STATUS_SUCCESS) return st;
-    *bytes = ws_layout(ctx, p, a).total;
+    int64_t seg_chunks = 0;
+    *bytes = ws_layout(ctx, p, a, &seg_chunks).total;
     return FQLA_STATUS_SUCCESS;
 }
 
@@ -282,8 +286,8 @@ fqla_status fqla_cuda_fwd_run(fqla_context *ctx, const fqla_problem *p, const fq
     fqla_status st = fqla_cuda_fwd_supported(ctx, p, a);
     if (st != FQLA_STATUS_SUCCESS) return st;
     const int64_t slots = slots_of(p);
-    const fqla_fwd_ws_layout L = ws_layout(ctx, p, a);
-    const int64_t seg_chunks = plan_cp(ctx, p, a);
+    int64_t seg_chunks = 0;
+    const fqla_fwd_ws_layout L = ws_layout(ctx, p, a, &seg_chunks);
     if (workspace_bytes < L.total || (L.total > 0 && !workspace))
         return fqla_fail(ctx, FQLA_STATUS_WORKSPACE_TOO_SMALL, "workspace: %zu bytes given, %zu bytes needed",
                          workspace_bytes, L.total);

@@ -50,7 +50,7 @@ $(BUILD)/obj/%.o: %.c $(wildcard include/*.h src/*.h src/cpu/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(BASE_CFLAGS) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/obj/%.o: %.cu $(wildcard include/*.h src/*.h src/cuda/*.cuh)
+$(BUILD)/obj/%.o: %.cu $(wildcard include/*.h src/*.h src/cuda/*.h src/cuda/*.cuh)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
@@ -69,7 +69,7 @@ BUILD_COMMIT := $(shell git rev-parse --short HEAD 2>/dev/null)$(shell git rev-p
 $(CLI): $(wildcard tools/*.c tools/*.h) $(LIB_A)
 	$(CC) $(BASE_CFLAGS) $(CFLAGS) -DFQLA_BUILD_COMMIT='"$(BUILD_COMMIT)"' $(wildcard tools/*.c) $(LIB_A) -o $@ $(LDLIBS)
 
-$(BUILD)/tests/%: tests/%.c $(TEST_COMMON) $(wildcard tests/common/*.h) $(LIB_A)
+$(BUILD)/tests/%: tests/%.c $(TEST_COMMON) $(wildcard tests/common/*.h src/cuda/*.h) $(LIB_A)
 	@mkdir -p $(dir $@)
 	$(CC) $(BASE_CFLAGS) $(CFLAGS) -Itests $< $(TEST_COMMON) $(LIB_A) -o $@ $(LDLIBS)
 

@@ -65,81 +65,24 @@ int pick_nwg(const fqla_context *ctx, const fqla_problem *p, int64_t rows)
     return waves2 * 14 < waves1 * 10 ? 2 : 1;
 }
 
-/* Segment indices for L chunks per segment (fwd_common.cuh, fqla_fwd_sbase). */
-int64_t cp_segs(const fqla_problem *p, int64_t L)
-{
-    if (p->varlen) return p->T / (FQLA_FWD_CHUNK * L) + p->N;
-    return p->N * (((p->T + FQLA_FWD_CHUNK - 1) / FQLA_FWD_CHUNK + L - 1) / L);
-}
+int64_t cp_segs(const fqla_problem *p, int64_t L) { return fqla_cp_segs(p->varlen, p->T, p->N, L); }
 
-/* Measured costs on the H200 (docs/perf.md v4, CP v1, CP v2), us: one chunk
- * step of the chunk kernel with one consumer warpgroup at one CTA per SM,
- * with two (128 columns), of the state-only pre-pass at two CTAs per SM;
- * the fixed cost of one chunk-kernel launch (fill, first chunk, tail: the fit
- * of TP8 1x2048 .. 1x32768 without CP is 1.41 us per chunk + 10 us); one step
- * of the CP scan and its launch. */
-constexpr double US_NWG1 = 1.41, US_NWG2 = 2.1, US_PRE = 1.86, US_CHAIN = 10, US_SCAN = 2.7, US_SCAN0 = 3;
-
-int64_t waves(int64_t ctas, int64_t slots) { return (ctas + slots - 1) / slots; }
-
-/* The chunk kernel over rows x HV recurrences of `steps` chunks, with the
- * better of one or two consumer warpgroups per CTA (as pick_nwg). */
-double chain_us(const fqla_problem *p, int64_t rows, int64_t steps, int64_t sms)
-{
-    const int64_t c64 = rows * p->HV * (p->V / 64);
-    double t = (double)(waves(c64, sms) * steps) * US_NWG1;
-    if (p->V % 128 == 0) {
-        const double t2 = (double)(waves(c64 / 2, sms) * steps) * US_NWG2;
-        if (t2 < t) t = t2;
-    }
-    return t;
-}
-
-/* Context parallelism: chunks per segment, or 0 for none, by the latency
- * model
- *   without CP: chain(N, chunks of the longest sequence) + US_CHAIN
- *   with L:     chain(segs, L) + waves(segs HV (V + K) / 64, 2 per SM) L US_PRE
- *               + 2 US_CHAIN + ceil(chunks / L) US_SCAN + US_SCAN0
- * over L = 4, 8, ..., chunks / 2; CP only where it saves 10%. Packed varlen
- * input is planned from cu_seqlens_host when the caller gives it, else as
- * N sequences of T / N tokens; so, like the workspace size that follows
- * from it, the plan depends on the shapes and cu_seqlens_host alone (no
- * device read, no synchronisation). */
+/* Context parallelism: chunks per segment, or 0 for none (cp_plan.h's
+ * model), where the TMA chunk kernel runs; the tuning hook overrides it. */
 int64_t plan_cp(const fqla_context *ctx, const fqla_problem *p, const fqla_fwd_args *a)
 {
     if (g_tune_cp == 0 || g_tune_wg == 0 || (p->K != 64 && p->K != 128) || p->V % 64 != 0) return 0;
     if (g_tune_cp > 0) return cp_segs(p, g_tune_cp) * p->HV <= 0x7fffffffLL ? g_tune_cp : 0;
-    const int64_t sms = ctx->info.sm_count > 0 ? ctx->info.sm_count : 132;
-    if (p->N == 0 || p->N * p->HV * (p->V / 64) >= sms) return 0;
-    const int64_t C = FQLA_FWD_CHUNK;
-    const int64_t *cuh = p->varlen ? a->cu_seqlens_host : NULL;
-    int64_t maxlen = p->varlen ? (p->T + p->N - 1) / p->N : p->T;
-    if (cuh) {
-        maxlen = 0;
-        for (int64_t n = 0; n < p->N; n++)
-            if (cuh[n + 1] - cuh[n] > maxlen) maxlen = cuh[n + 1] - cuh[n];
-    }
-    const int64_t chunks = (maxlen + C - 1) / C;
-    double best_t = 0.9 * (chain_us(p, p->N, chunks, sms) + US_CHAIN);
-    int64_t best = 0;
-    for (int64_t L = 4; 2 * L <= chunks; L *= 2) {
-        int64_t segs = p->N * ((chunks + L - 1) / L);
-        if (cuh) {
-            segs = 0;
-            for (int64_t n = 0; n < p->N; n++) {
-                const int64_t ch = (cuh[n + 1] - cuh[n] + C - 1) / C;
-                segs += ch > L ? (ch + L - 1) / L : 1;
-            }
-        }
-        const double t = chain_us(p, segs, L, sms) +
-                         (double)(waves(segs * p->HV * ((p->V + p->K) / 64), 2 * sms) * L) * US_PRE +
-                         2 * US_CHAIN + (double)((chunks + L - 1) / L) * US_SCAN + US_SCAN0;
-        if (t < best_t) {
-            best_t = t;
-            best = L;
-        }
-    }
-    return best;
+    fqla_cp_problem q;
+    q.N = p->N;
+    q.T = p->T;
+    q.HV = p->HV;
+    q.K = p->K;
+    q.V = p->V;
+    q.varlen = p->varlen;
+    q.cu_host = p->varlen ? a->cu_seqlens_host : NULL;
+    q.sms = ctx->info.sm_count > 0 ? ctx->info.sm_count : 132;
+    return fqla_cp_plan(&q);
 }
 
 /* The workspace of the call, and its CP plan in *seg_chunks. */

@@ -22,12 +22,15 @@
 #ifndef FQLA_CUDA_FWD_COMMON_CUH
 #define FQLA_CUDA_FWD_COMMON_CUH
 
+#include "cuda/cp_plan.h"
+
 #include <cuda.h> /* CUtensorMap (a type only) */
 #include <cuda_runtime.h>
 #include <stdint.h>
 
 #define FQLA_FWD_CHUNK 64
 #define FQLA_FWD_THREADS 256
+static_assert(FQLA_CP_CHUNK == FQLA_FWD_CHUNK, "cp_plan.h and the kernels share the chunk size");
 
 /* Kernel variants, compiled with FQLA_FWD_TUNING and picked at run time by
  * the benchmarking hooks outside the public API (fwd.cu):
@@ -136,24 +139,16 @@ __device__ __forceinline__ void fqla_fwd_seq(const fqla_fwd_params &p, int64_t n
     }
 }
 
-/* Segments (cp_mode != 0): sequence n's segment j covers its chunks
- * [j L, j L + L) and has index sbase(n) + j, with sbase(n) = floor(cu[n] /
- * (64 L)) + n for packed varlen input (strictly increasing, so a sequence's
- * max(1, ceil(len / 64 L)) segments never reach the next one's, and every
- * index is < floor(T / 64 L) + N) and n * ceil(cps / L) for a padded batch.
- * Segment 0 of an empty sequence exists (its pre-pass gives H = 0, M = I). */
+/* Segments (cp_mode != 0; cp_plan.h says how they are cut and indexed):
+ * sequence n's first segment index, and its segment count. */
 __device__ __forceinline__ int64_t fqla_fwd_sbase(const fqla_fwd_params &p, int64_t n)
 {
-    if (p.varlen) return fqla_fwd_cu(p, n) / (FQLA_FWD_CHUNK * p.seg_chunks) + n;
-    return n * ((p.cps + p.seg_chunks - 1) / p.seg_chunks);
+    return fqla_cp_sbase(p.varlen, n, p.varlen ? fqla_fwd_cu(p, n) : 0, p.cps, p.seg_chunks);
 }
 
-/* Segments of sequence n (>= 1). */
 __device__ __forceinline__ int64_t fqla_fwd_nseg(const fqla_fwd_params &p, int64_t n)
 {
-    const int64_t len = p.varlen ? fqla_fwd_cu(p, n + 1) - fqla_fwd_cu(p, n) : p.T;
-    const int64_t span = FQLA_FWD_CHUNK * p.seg_chunks;
-    return len <= span ? 1 : (len + span - 1) / span;
+    return fqla_cp_nseg(p.varlen ? fqla_fwd_cu(p, n + 1) - fqla_fwd_cu(p, n) : p.T, p.seg_chunks);
 }
 
 /* The token span one CTA row of the chunk kernel runs: sequence idx, or with

@@ -1,0 +1,129 @@
+/*
+ * cp_plan.h - the arithmetic of the CUDA forward's intra-card context
+ * parallelism (DESIGN.md §3) that needs no GPU: how sequences are cut into
+ * segments and indexed, and the plan that picks the segment length. Plain
+ * C99, so the CPU tests check it (tests/test_cp_plan.c); the kernels use the
+ * same functions (fwd_common.cuh) and fwd.cu the plan.
+ *
+ * Segments: sequence n's segment j covers its chunks [j L, j L + L) (64
+ * tokens each) and has index sbase(n) + j, with sbase(n) = floor(cu[n] /
+ * 64 L) + n for packed varlen input and n * ceil(chunks / L) for a padded
+ * batch. A sequence has max(1, ceil(len / 64 L)) segments (an empty one has
+ * one, whose pre-pass gives H = 0, M = I). sbase is strictly increasing, a
+ * sequence's segments never reach the next one's first index, and every
+ * index is below fqla_cp_segs(), which sizes the workspace.
+ */
+#ifndef FQLA_CUDA_CP_PLAN_H
+#define FQLA_CUDA_CP_PLAN_H
+
+#include <stdint.h>
+
+#ifdef __CUDACC__
+#define FQLA_CP_HD __host__ __device__ __forceinline__
+#else
+#define FQLA_CP_HD static inline
+#endif
+
+#define FQLA_CP_CHUNK 64
+
+/* Segments of a sequence of len tokens. */
+FQLA_CP_HD int64_t fqla_cp_nseg(int64_t len, int64_t L)
+{
+    const int64_t span = FQLA_CP_CHUNK * L;
+    return len <= span ? 1 : (len + span - 1) / span;
+}
+
+/* First segment index of sequence n: cu_n = cu[n] (varlen), or the padded
+ * batch's chunks per sequence (cps, with varlen = 0). */
+FQLA_CP_HD int64_t fqla_cp_sbase(int varlen, int64_t n, int64_t cu_n, int64_t cps, int64_t L)
+{
+    if (varlen) return cu_n / (FQLA_CP_CHUNK * L) + n;
+    return n * ((cps + L - 1) / L);
+}
+
+/* Segment indices to size for: T tokens (varlen: packed, N sequences; else
+ * N sequences of T). */
+FQLA_CP_HD int64_t fqla_cp_segs(int varlen, int64_t T, int64_t N, int64_t L)
+{
+    if (varlen) return T / (FQLA_CP_CHUNK * L) + N;
+    return N * (((T + FQLA_CP_CHUNK - 1) / FQLA_CP_CHUNK + L - 1) / L);
+}
+
+/* What the plan needs to know of a forward call. */
+typedef struct fqla_cp_problem {
+    int64_t N, T, HV, K, V;
+    int varlen;
+    const int64_t *cu_host; /* [N + 1] host cu_seqlens, or NULL */
+    int64_t sms;            /* streaming multiprocessors */
+} fqla_cp_problem;
+
+/* Measured costs on the H200 (docs/perf.md v4, CP v1, CP v2), us: one chunk
+ * step of the chunk kernel with one consumer warpgroup at one CTA per SM,
+ * with two (128 columns), of the state-only pre-pass at two CTAs per SM; the
+ * fixed cost of one chunk-kernel launch (fill, first chunk, tail: the fit of
+ * TP8 1x2048 .. 1x32768 without CP is 1.41 us per chunk + 10 us); one step of
+ * the CP scan, and its launch. */
+#define FQLA_CP_US_NWG1 1.41
+#define FQLA_CP_US_NWG2 2.1
+#define FQLA_CP_US_PRE 1.86
+#define FQLA_CP_US_CHAIN 10.0
+#define FQLA_CP_US_SCAN 2.7
+#define FQLA_CP_US_SCAN0 3.0
+
+static inline int64_t fqla_cp_waves(int64_t ctas, int64_t slots) { return (ctas + slots - 1) / slots; }
+
+/* The chunk kernel over rows x HV recurrences of `steps` chunks, with the
+ * better of one or two consumer warpgroups per CTA (fwd.cu pick_nwg). */
+static inline double fqla_cp_chain_us(const fqla_cp_problem *q, int64_t rows, int64_t steps)
+{
+    const int64_t c64 = rows * q->HV * (q->V / 64);
+    double t = (double)(fqla_cp_waves(c64, q->sms) * steps) * FQLA_CP_US_NWG1;
+    if (q->V % 128 == 0) {
+        const double t2 = (double)(fqla_cp_waves(c64 / 2, q->sms) * steps) * FQLA_CP_US_NWG2;
+        if (t2 < t) t = t2;
+    }
+    return t;
+}
+
+/* Chunks per segment, or 0 for no CP, by the latency model
+ *   without CP: chain(N, chunks of the longest sequence) + US_CHAIN
+ *   with L:     chain(segs, L) + waves(segs HV (V + K) / 64, 2 per SM) L US_PRE
+ *               + 2 US_CHAIN + ceil(chunks / L) US_SCAN + US_SCAN0
+ * over L = 4, 8, ..., chunks / 2; CP only where it saves 10%, and never
+ * where the recurrences alone fill the SMs. Packed varlen input is planned
+ * from cu_host when given (the longest sequence, the exact segment count),
+ * else as N sequences of T / N tokens. K in {64, 128}, V % 64 = 0 (the TMA
+ * kernel's cases; the caller checks). */
+static inline int64_t fqla_cp_plan(const fqla_cp_problem *q)
+{
+    const int64_t C = FQLA_CP_CHUNK;
+    if (q->N <= 0 || q->sms <= 0 || q->N * q->HV * (q->V / 64) >= q->sms) return 0;
+    const int64_t *cu = q->varlen ? q->cu_host : 0;
+    int64_t maxlen = q->varlen ? (q->T + q->N - 1) / q->N : q->T;
+    if (cu) {
+        maxlen = 0;
+        for (int64_t n = 0; n < q->N; n++)
+            if (cu[n + 1] - cu[n] > maxlen) maxlen = cu[n + 1] - cu[n];
+    }
+    const int64_t chunks = (maxlen + C - 1) / C;
+    double best_t = 0.9 * (fqla_cp_chain_us(q, q->N, chunks) + FQLA_CP_US_CHAIN);
+    int64_t best = 0;
+    for (int64_t L = 4; 2 * L <= chunks; L *= 2) {
+        int64_t segs = q->N * ((chunks + L - 1) / L);
+        if (cu) {
+            segs = 0;
+            for (int64_t n = 0; n < q->N; n++) segs += fqla_cp_nseg(cu[n + 1] - cu[n], L);
+        }
+        const double t = fqla_cp_chain_us(q, segs, L) +
+                         (double)(fqla_cp_waves(segs * q->HV * ((q->V + q->K) / 64), 2 * q->sms) * L) *
+                             FQLA_CP_US_PRE +
+                         2 * FQLA_CP_US_CHAIN + (double)((chunks + L - 1) / L) * FQLA_CP_US_SCAN + FQLA_CP_US_SCAN0;
+        if (t < best_t) {
+            best_t = t;
+            best = L;
+        }
+    }
+    return best;
+}
+
+#endif

@@ -1,0 +1,143 @@
+/*
+ * test_cp_plan.c - the GPU-free arithmetic of the CUDA forward's context
+ * parallelism (src/cuda/cp_plan.h): the segment indexing the kernels and the
+ * workspace size rely on, checked on random varlen batches, and the plan's
+ * decisions on rows whose outcome was measured on the H200 (docs/perf.md,
+ * CP v1 and CP v2).
+ */
+#include "common/check.h"
+#include "cuda/cp_plan.h"
+
+#include <stdlib.h>
+
+/* Random packed batches: every segment index lies inside the workspace bound,
+ * sequences' index ranges never overlap, and the segments cover each
+ * sequence with no empty one after the first. */
+static void varlen_indexing(void)
+{
+    const int64_t Ls[] = {1, 2, 3, 4, 8, 32};
+    const int trials = check_quick() ? 100 : 600;
+    for (int trial = 0; trial < trials; trial++) {
+        int64_t cu[17];
+        const int N = 1 + (int)(check_uniform() * 16);
+        cu[0] = 0;
+        for (int n = 0; n < N; n++) {
+            const double u = check_uniform();
+            /* empty, short, around chunk and segment edges, long */
+            const int64_t len = u < 0.15 ? 0 : u < 0.4 ? (int64_t)(check_uniform() * 130) : (int64_t)(check_uniform() * 5000);
+            cu[n + 1] = cu[n] + len;
+        }
+        const int64_t T = cu[N] + (int64_t)(check_uniform() * 200); /* rows past the last sequence */
+        for (int li = 0; li < (int)(sizeof Ls / sizeof Ls[0]); li++) {
+            const int64_t L = Ls[li], span = FQLA_CP_CHUNK * L;
+            const int64_t bound = fqla_cp_segs(1, T, N, L);
+            for (int n = 0; n < N; n++) {
+                const int64_t len = cu[n + 1] - cu[n];
+                const int64_t b = fqla_cp_sbase(1, n, cu[n], 0, L), ns = fqla_cp_nseg(len, L);
+                CHECK(ns >= 1, "trial %d L=%lld n=%d: %lld segments", trial, (long long)L, n, (long long)ns);
+                CHECK(ns * span >= len, "trial %d L=%lld n=%d: %lld segments do not cover %lld tokens", trial,
+                      (long long)L, n, (long long)ns, (long long)len);
+                CHECK(len == 0 || (ns - 1) * span < len, "trial %d L=%lld n=%d: an empty last segment", trial,
+                      (long long)L, n);
+                CHECK(b + ns <= bound, "trial %d L=%lld n=%d: index %lld past the workspace bound %lld", trial,
+                      (long long)L, n, (long long)(b + ns - 1), (long long)bound);
+                if (n + 1 < N) {
+                    const int64_t next = fqla_cp_sbase(1, n + 1, cu[n + 1], 0, L);
+                    CHECK(b + ns <= next, "trial %d L=%lld n=%d: segments reach the next sequence's (%lld > %lld)",
+                          trial, (long long)L, n, (long long)(b + ns - 1), (long long)next);
+                }
+            }
+        }
+    }
+}
+
+/* A padded batch: N sequences of T tokens, ceil(chunks / L) segments each. */
+static void padded_indexing(void)
+{
+    const int64_t Ts[] = {1, 63, 64, 65, 1000, 4096, 4097};
+    for (int ti = 0; ti < 7; ti++)
+        for (int64_t L = 1; L <= 9; L++) {
+            const int64_t T = Ts[ti], N = 3, cps = (T + 63) / 64;
+            const int64_t ns = fqla_cp_nseg(T, L);
+            CHECK(ns == (cps + L - 1) / L, "T=%lld L=%lld: %lld segments", (long long)T, (long long)L, (long long)ns);
+            CHECK(fqla_cp_sbase(0, 2, 0, cps, L) == 2 * ns, "T=%lld L=%lld: sbase(2)", (long long)T, (long long)L);
+            CHECK(fqla_cp_segs(0, T, N, L) == N * ns, "T=%lld L=%lld: bound", (long long)T, (long long)L);
+        }
+}
+
+static fqla_cp_problem problem(int64_t N, int64_t T, int64_t HV, int varlen, const int64_t *cu_host)
+{
+    fqla_cp_problem q;
+    q.N = N;
+    q.T = T;
+    q.HV = HV;
+    q.K = 128;
+    q.V = 128;
+    q.varlen = varlen;
+    q.cu_host = cu_host;
+    q.sms = 132;
+    return q;
+}
+
+/* Decisions on measured rows (H200, 132 SMs, K = V = 128). */
+static void plan_decisions(void)
+{
+    /* TP8 (2,8) 1x32768: CP took 0.795 -> 0.292 ms */
+    fqla_cp_problem q = problem(1, 32768, 8, 0, NULL);
+    int64_t L = fqla_cp_plan(&q);
+    CHECK(L >= 4 && L <= 256, "TP8 1x32768: L = %lld, CP expected", (long long)L);
+    CHECK(fqla_cp_segs(0, q.T, q.N, L > 0 ? L : 1) * q.HV <= 0x7fffffffLL, "TP8 1x32768: grid overflow");
+    /* TP4 (4,16) 1x32768: 0.844 -> 0.483 ms */
+    q = problem(1, 32768, 16, 0, NULL);
+    CHECK(fqla_cp_plan(&q) > 0, "TP4 1x32768: CP expected");
+    /* TP8 8192x4: CP lost at every L (0.252 ms without, >= 0.281 with) */
+    q = problem(4, 8192, 8, 0, NULL);
+    CHECK(fqla_cp_plan(&q) == 0, "TP8 8192x4 (padded): no CP expected, L = %lld", (long long)fqla_cp_plan(&q));
+    const int64_t cu4[] = {0, 8192, 16384, 24576, 32768};
+    q = problem(4, 32768, 8, 1, cu4);
+    CHECK(fqla_cp_plan(&q) == 0, "TP8 8192x4 (varlen, host cu): no CP expected");
+    q = problem(4, 32768, 8, 1, NULL);
+    CHECK(fqla_cp_plan(&q) == 0, "TP8 8192x4 (varlen, no host cu): no CP expected");
+    /* TP8 1x2048: 0.069 ms without, 0.0725 with the first plan's L = 4 */
+    q = problem(1, 2048, 8, 0, NULL);
+    CHECK(fqla_cp_plan(&q) == 0, "TP8 1x2048: no CP expected");
+    /* TP2 (8,32) 1x32768 and Sym h32 1x32768: CP lost at every L */
+    q = problem(1, 32768, 32, 0, NULL);
+    CHECK(fqla_cp_plan(&q) == 0, "HV=32 1x32768: no CP expected");
+    /* recurrences that fill the SMs: never */
+    q = problem(2, 32768, 64, 0, NULL);
+    CHECK(fqla_cp_plan(&q) == 0, "N=2 HV=64: no CP expected");
+    /* a skewed pair is planned from its longest sequence when cu is known */
+    const int64_t cu2[] = {0, 28672, 32768};
+    q = problem(2, 32768, 8, 1, cu2);
+    CHECK(fqla_cp_plan(&q) > 0, "TP8 28672+4096 (host cu): CP expected (0.706 -> 0.297 ms)");
+}
+
+/* Equal lengths give the same plan however they are passed. */
+static void plan_consistency(void)
+{
+    const int64_t HVs[] = {4, 8, 16, 24};
+    const int64_t lens[] = {2048, 4096, 8192, 16384, 32768};
+    for (int h = 0; h < 4; h++)
+        for (int i = 0; i < 5; i++)
+            for (int64_t N = 1; N <= 4; N++) {
+                int64_t cu[5];
+                for (int n = 0; n <= N; n++) cu[n] = n * lens[i];
+                fqla_cp_problem padded = problem(N, lens[i], HVs[h], 0, NULL);
+                fqla_cp_problem host = problem(N, N * lens[i], HVs[h], 1, cu);
+                fqla_cp_problem nohost = problem(N, N * lens[i], HVs[h], 1, NULL);
+                const int64_t a = fqla_cp_plan(&padded), b = fqla_cp_plan(&host), c = fqla_cp_plan(&nohost);
+                CHECK(a == b && b == c, "N=%lld x %lld tokens, HV=%lld: padded %lld, varlen %lld, no host cu %lld",
+                      (long long)N, (long long)lens[i], (long long)HVs[h], (long long)a, (long long)b, (long long)c);
+            }
+}
+
+int main(void)
+{
+    check_rng_seed(check_seed());
+    CHECK_RUN(varlen_indexing);
+    CHECK_RUN(padded_indexing);
+    CHECK_RUN(plan_decisions);
+    CHECK_RUN(plan_consistency);
+    return check_summary();
+}

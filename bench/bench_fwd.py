@@ -186,6 +186,19 @@ def time_graph(fn, flush, calls, replays):
     return statistics.median(times)
 
 
+def kernel_role(key):
+    """The forward's kernels by role: prepare, chunk (the chain; with context
+    parallelism its main pass), prepass (CP's state-only instantiation, template
+    argument OUT = false), scan (CP)."""
+    if "prepare" in key:
+        return "prepare"
+    if "cp_scan" in key:
+        return "scan"
+    if "chunk" in key:
+        return "prepass" if ("(bool)0>" in key or "false>" in key) else "chunk"
+    return key[:20]
+
+
 def kernel_breakdown(fn, n=3):
     """Mean device microseconds per call of each kernel fn launches (torch profiler)."""
     from torch.profiler import profile, ProfilerActivity
@@ -199,8 +212,7 @@ def kernel_breakdown(fn, n=3):
         if t is None:
             t = getattr(e, "cuda_time_total", 0)
         if t > 0 and "fwd_" in e.key:
-            name = "prepare" if "prepare" in e.key else ("chunk" if "chunk" in e.key else e.key[:20])
-            out[name] = out.get(name, 0.0) + t / n
+            out[kernel_role(e.key)] = out.get(kernel_role(e.key), 0.0) + t / n
     return " ".join("%s=%.0fus" % kv for kv in sorted(out.items()))
 
 

@@ -51,6 +51,59 @@ static void varlen_indexing(void)
     }
 }
 
+/* The kernels' mapping from a CTA row's segment index back to (sequence,
+ * segment), fqla_cp_segment, against the forward mapping on random packed
+ * batches with int64 and int32 cu_seqlens: every segment is found, and every
+ * other index below the bound maps to none. */
+static void segment_lookup(void)
+{
+    const int trials = check_quick() ? 60 : 300;
+    static int64_t want_n[4096], want_j[4096];
+    for (int trial = 0; trial < trials; trial++) {
+        int64_t cu[17];
+        int32_t cu32[17];
+        const int N = 1 + (int)(check_uniform() * 16);
+        cu[0] = 0;
+        for (int n = 0; n < N; n++) {
+            const double u = check_uniform();
+            cu[n + 1] = cu[n] + (u < 0.2 ? 0 : u < 0.5 ? (int64_t)(check_uniform() * 200) : (int64_t)(check_uniform() * 3000));
+        }
+        for (int n = 0; n <= N; n++) cu32[n] = (int32_t)cu[n];
+        const int64_t T = cu[N] + (int64_t)(check_uniform() * 100);
+        const int64_t L = 1 + (int64_t)(check_uniform() * 5);
+        const int64_t bound = fqla_cp_segs(1, T, N, L);
+        CHECK(bound <= 4096, "trial %d: bound %lld", trial, (long long)bound);
+        if (bound > 4096) continue;
+        for (int64_t g = 0; g < bound; g++) want_n[g] = -1;
+        for (int n = 0; n < N; n++) {
+            const int64_t b = fqla_cp_sbase(1, n, cu[n], 0, L), ns = fqla_cp_nseg(cu[n + 1] - cu[n], L);
+            for (int64_t j = 0; j < ns && b + j < bound; j++) {
+                want_n[b + j] = n;
+                want_j[b + j] = j;
+            }
+        }
+        for (int w = 0; w < 2; w++)
+            for (int64_t g = 0; g < bound; g++) {
+                int64_t j = -7;
+                const int64_t n = fqla_cp_segment(w ? (const void *)cu32 : (const void *)cu, !w, N, T, 0, L, g, &j);
+                CHECK(n == want_n[g] && (n < 0 || j == want_j[g]),
+                      "trial %d (int%d cu) L=%lld: index %lld -> sequence %lld segment %lld, expected %lld / %lld",
+                      trial, w ? 32 : 64, (long long)L, (long long)g, (long long)n, (long long)j,
+                      (long long)want_n[g], (long long)(want_n[g] < 0 ? -1 : want_j[g]));
+            }
+    }
+    /* a padded batch: index g is sequence g / segments, segment g % segments */
+    for (int64_t L = 1; L <= 5; L++) {
+        const int64_t T = 1000, N = 3, cps = (T + 63) / 64, ns = fqla_cp_nseg(T, L);
+        for (int64_t g = 0; g < fqla_cp_segs(0, T, N, L); g++) {
+            int64_t j = -7;
+            const int64_t n = fqla_cp_segment(NULL, 1, N, T, cps, L, g, &j);
+            CHECK(n == g / ns && j == g % ns, "padded L=%lld: index %lld -> %lld / %lld", (long long)L, (long long)g,
+                  (long long)n, (long long)j);
+        }
+    }
+}
+
 /* A padded batch: N sequences of T tokens, ceil(chunks / L) segments each. */
 static void padded_indexing(void)
 {
@@ -137,6 +190,7 @@ int main(void)
     check_rng_seed(check_seed());
     CHECK_RUN(varlen_indexing);
     CHECK_RUN(padded_indexing);
+    CHECK_RUN(segment_lookup);
     CHECK_RUN(plan_decisions);
     CHECK_RUN(plan_consistency);
     return check_summary();

@@ -41,6 +41,39 @@ FQLA_CP_HD int64_t fqla_cp_sbase(int varlen, int64_t n, int64_t cu_n, int64_t cp
     return n * ((cps + L - 1) / L);
 }
 
+/* cu[i] of a cu_seqlens array of int64 (cu64) or int32 entries. */
+FQLA_CP_HD int64_t fqla_cp_cu(const void *cu, int cu64, int64_t i)
+{
+    return cu64 ? ((const int64_t *)cu)[i] : (int64_t)((const int32_t *)cu)[i];
+}
+
+/* The segment with index idx: returns its sequence and sets *j to its number
+ * within the sequence, or returns -1 when idx belongs to no segment. cu:
+ * packed varlen input (N + 1 entries), or NULL for a padded batch of N
+ * sequences of T tokens (cps chunks). A binary search for the last sequence
+ * whose first index is <= idx, so no kernel needs a prefix sum. */
+FQLA_CP_HD int64_t fqla_cp_segment(const void *cu, int cu64, int64_t N, int64_t T, int64_t cps, int64_t L,
+                                   int64_t idx, int64_t *j)
+{
+    int64_t n, len;
+    if (cu) {
+        int64_t lo = 0, hi = N - 1;
+        while (lo < hi) {
+            const int64_t mid = (lo + hi + 1) >> 1;
+            if (fqla_cp_sbase(1, mid, fqla_cp_cu(cu, cu64, mid), cps, L) <= idx) lo = mid;
+            else hi = mid - 1;
+        }
+        n = lo;
+        len = fqla_cp_cu(cu, cu64, n + 1) - fqla_cp_cu(cu, cu64, n);
+    } else {
+        n = idx / ((cps + L - 1) / L);
+        len = T;
+    }
+    *j = idx - fqla_cp_sbase(cu != 0, n, cu ? fqla_cp_cu(cu, cu64, n) : 0, cps, L);
+    if (n < 0 || n >= N || *j < 0 || *j >= fqla_cp_nseg(len, L)) return -1;
+    return n;
+}
+
 /* Segment indices to size for: T tokens (varlen: packed, N sequences; else
  * N sequences of T). */
 FQLA_CP_HD int64_t fqla_cp_segs(int varlen, int64_t T, int64_t N, int64_t L)

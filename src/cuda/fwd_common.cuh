@@ -119,7 +119,7 @@ static inline fqla_fwd_ws_layout fqla_fwd_ws(int64_t slots, int64_t H, int64_t H
 
 __device__ __forceinline__ int64_t fqla_fwd_cu(const fqla_fwd_params &p, int64_t i)
 {
-    return p.cu64 ? ((const int64_t *)p.cu)[i] : (int64_t)((const int32_t *)p.cu)[i];
+    return fqla_cp_cu(p.cu, p.cu64, i);
 }
 
 /* Sequence n: batch row, first token, length and first chunk slot. */
@@ -162,19 +162,9 @@ __device__ __forceinline__ bool fqla_fwd_span(const fqla_fwd_params &p, int64_t 
         fqla_fwd_seq(p, n, batch, start, len, slot0);
         return true;
     }
-    if (p.varlen) {
-        int64_t lo = 0, hi = p.N - 1; /* the last n with sbase(n) <= idx */
-        while (lo < hi) {
-            const int64_t mid = (lo + hi + 1) >> 1;
-            if (fqla_fwd_sbase(p, mid) <= idx) lo = mid;
-            else hi = mid - 1;
-        }
-        n = lo;
-    } else {
-        n = idx / ((p.cps + p.seg_chunks - 1) / p.seg_chunks);
-    }
-    const int64_t j = idx - fqla_fwd_sbase(p, n);
-    if (j < 0 || j >= fqla_fwd_nseg(p, n)) return false;
+    int64_t j;
+    n = fqla_cp_segment(p.varlen ? p.cu : NULL, p.cu64, p.N, p.T, p.cps, p.seg_chunks, idx, &j);
+    if (n < 0) return false;
     fqla_fwd_seq(p, n, batch, start, len, slot0);
     const int64_t off = j * p.seg_chunks * FQLA_FWD_CHUNK;
     start += off;

@@ -45,10 +45,10 @@ FQLA_DEV void fqla_cp_async16(void *dst, const void *src, int src_bytes)
                  :: "r"(fqla_smem_u32(dst)), "l"(src), "r"(src_bytes) : "memory");
 }
 FQLA_DEV void fqla_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-FQLA_DEV void fqla_cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
 /* Waits until at most N of this thread's committed copy groups are pending. */
 template <int N>
 FQLA_DEV void fqla_cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+FQLA_DEV void fqla_cp_async_wait_all() { fqla_cp_async_wait<0>(); }
 
 /* d += a b, tf32 m16n8k8 (fp32 accumulate). Fragments (g = lane / 4,
  * t = lane % 4): a rows g / g+8, cols t / t+4 (a0 (g,t), a1 (g+8,t),

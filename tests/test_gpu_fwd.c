@@ -54,6 +54,7 @@ extern void fqla_cuda_fwd_tune(int prep_heads, int late_loads);
 extern void fqla_cuda_fwd_tune_chunk(int wg, int nwg);
 extern void fqla_cuda_fwd_tune_cp(int seg_chunks);
 extern void fqla_cuda_fwd_tune_cp_scan(int columns);
+extern void fqla_cuda_fwd_tune_cp_skip(int on);
 #define H2D 1
 #define D2H 2
 
@@ -719,34 +720,47 @@ static void fwd_chunk_kernels(void)
 /* Intra-card context parallelism (src/cuda/fwd_cp.cu): segments forced to
  * 1-3 chunks on the edge shapes (segment ends at chunk ends, mid-tensor
  * varlen tails, an empty-ish sequence of 5 tokens, h0 and the final state
- * through the scan, state_v_first bf16 states), then the automatic plan on
- * a long single sequence with few heads, where it picks CP by itself. */
+ * through the scan, state_v_first bf16 states), every scan width, the
+ * negligible-transition shortcut on and off, then the automatic plan on a
+ * long single sequence with few heads, where it picks CP by itself. */
 static void fwd_context_parallel(void)
 {
     /* the edge shapes but the last (B = 3, HV = 32 is covered by the chunk
-     * kernels' case and adds nothing to the segment logic) */
-    enum { NS = NEDGE - 1 };
-    spec specs[NEDGE];
-    const char *names[NEDGE];
+     * kernels' case and adds nothing to the segment logic), and strong decay
+     * (g = -20 per token), where the pre-pass may leave transitions out
+     * (cp_skip): with the in-kernel l2norm and with unit keys checked */
+    enum { NS = NEDGE - 1 + 2 };
+    spec specs[NEDGE + 2];
+    const char *names[NEDGE + 2];
     edge_specs(specs, names);
+    const int64_t cu[] = {0, 130, 135, 400};
+    specs[NS - 2] = base_spec(1, 400, 2, 4, 128);
+    set_cu(&specs[NS - 2], cu, 4);
+    specs[NS - 2].decay = 1;
+    specs[NS - 2].l2norm = 1;
+    names[NS - 2] = "strong decay + l2norm varlen [0,130,135,400]";
+    specs[NS - 1] = base_spec(2, 300, 2, 4, 64);
+    specs[NS - 1].decay = 1;
+    names[NS - 1] = "strong decay K=V=64 B=2 T=300";
+    /* (segment chunks, scan columns (0 = by the grid), cp_skip) */
+    const int runs[7][3] = {{1, 0, 0}, {2, 0, 0}, {3, 0, 0}, {2, 8, 0}, {2, 32, 0}, {1, 0, 1}, {2, 0, 1}};
     for (int i = 0; i < NS; i++) {
         prob p;
         prob_init(&p, &specs[i]);
         upload_all(&p);
         run_ref(&p);
-        /* segment lengths 1-3 with the scan's default width, then 8 and 32
-         * value columns per scan CTA */
-        const int runs[5][2] = {{1, 0}, {2, 0}, {3, 0}, {2, 8}, {2, 32}};
-        for (int r = 0; r < 5; r++) {
-            const int L = runs[r][0];
-            char what[128];
-            snprintf(what, sizeof what, "%s [CP, %d-chunk segments, scan columns %d]", names[i], L, runs[r][1]);
-            fqla_cuda_fwd_tune_cp(L);
+        for (int r = 0; r < 7; r++) {
+            char what[160];
+            snprintf(what, sizeof what, "%s [CP, %d-chunk segments, scan columns %d, skip %d]", names[i], runs[r][0],
+                     runs[r][1], runs[r][2]);
+            fqla_cuda_fwd_tune_cp(runs[r][0]);
             fqla_cuda_fwd_tune_cp_scan(runs[r][1]);
+            fqla_cuda_fwd_tune_cp_skip(runs[r][2]);
             check_prob(&p, what);
         }
         fqla_cuda_fwd_tune_cp(-1);
         fqla_cuda_fwd_tune_cp_scan(0);
+        fqla_cuda_fwd_tune_cp_skip(0);
         prob_free(&p);
     }
     /* the plan's own choice: 8 recurrences of 128 chunks on 132 SMs */

@@ -50,6 +50,7 @@ int g_tune_hb = 0, g_tune_late = -1;
 int g_tune_wg = -1, g_tune_nwg = 0;
 int64_t g_tune_cp = -1;
 int g_tune_scan_cb = 0;
+int g_tune_cp_skip = 0;
 
 /* Consumer warpgroups per CTA of the wgmma chunk kernel. Two (one CTA per
  * 128 value columns, sharing the K, Q, Ag, Pg tiles) run a CTA ~1.4x longer
@@ -104,6 +105,14 @@ extern "C" void fqla_cuda_fwd_tune_cp(int seg_chunks)
     g_tune_cp = seg_chunks;
 }
 
+/* 1: the CP pre-pass leaves out transitions its segment's decay makes
+ * negligible (fwd_chunk_wg.cu m_negligible), and the scan skips them. Off
+ * by default until measured on a GPU (docs/perf.md, CP v3). */
+extern "C" void fqla_cuda_fwd_tune_cp_skip(int on)
+{
+    g_tune_cp_skip = on != 0;
+}
+
 /* Value columns per CTA of the CP scan (8, 16 or 32; 0: by the grid). */
 extern "C" void fqla_cuda_fwd_tune_cp_scan(int columns)
 {
@@ -131,13 +140,15 @@ extern "C" void fqla_cuda_fwd_tune_chunk(int wg, int nwg)
  * pre-pass (H | M of every segment into seg_hm), scan (start states into
  * seg_s0, the final state), main pass (o). Falls back to the mma.sync
  * kernel over whole sequences if the TMA maps cannot be encoded. */
-static fqla_status run_cp(fqla_context *ctx, const fqla_problem *p, fqla_fwd_params k, unsigned char *seg_hm,
-                          unsigned char *seg_s0, int64_t seg_chunks, int io_bf16, cudaStream_t stream)
+static fqla_status run_cp(fqla_context *ctx, const fqla_problem *p, fqla_fwd_params k, unsigned char *ws,
+                          const fqla_fwd_ws_layout &L, int64_t seg_chunks, int io_bf16, cudaStream_t stream)
 {
     k.seg_chunks = seg_chunks;
     k.segs = cp_segs(p, seg_chunks);
-    k.seg_hm = (float *)seg_hm;
-    k.seg_s0 = (float *)seg_s0;
+    k.seg_hm = (float *)(ws + L.seg_hm);
+    k.seg_s0 = (float *)(ws + L.seg_s0);
+    k.seg_flag = (int *)(ws + L.seg_flag);
+    k.cp_skip = g_tune_cp_skip;
     const int64_t VX = p->V + p->K;
 
     fqla_fwd_params pre = k;
@@ -301,7 +312,7 @@ fqla_status fqla_cuda_fwd_run(fqla_context *ctx, const fqla_problem *p, const fq
     if (st != FQLA_STATUS_SUCCESS) return st;
     if (g_tune_wg != 0 && fqla_fwd_wg_usable(k)) {
         int used = 0;
-        if (seg_chunks > 0) return run_cp(ctx, p, k, ws + L.seg_hm, ws + L.seg_s0, seg_chunks, io_bf16, stream);
+        if (seg_chunks > 0) return run_cp(ctx, p, k, ws, L, seg_chunks, io_bf16, stream);
         cudaError_t err = fqla_fwd_launch_chunk_wg(k, io_bf16, pick_nwg(ctx, p, p->N), stream, &used);
         if (used || err != cudaSuccess) return fqla_cuda_check(ctx, err, "CUDA forward: wgmma chunk kernel launch");
     }

@@ -90,11 +90,16 @@ struct fqla_fwd_params {
     int64_t segs;            /* segment indices (grid rows) */
     float *seg_hm;           /* [segs][HV][K][V + K] H | M per segment (fp32) */
     float *seg_s0;           /* [segs][HV][K][V] start state per segment (fp32) */
+    /* cp_skip: the pre-pass drops a segment's transition where its decay
+     * makes it negligible (fqla_fwd_m_negligible) and says so in
+     * seg_flag[segs][HV] (1 = M is taken as 0), which the scan reads */
+    int cp_skip;
+    int *seg_flag;
 };
 
 /* Workspace carve-up (bytes; every region 256-aligned). */
 struct fqla_fwd_ws_layout {
-    size_t gam, rq, rk, Ag, Pg, seg_hm, seg_s0, total;
+    size_t gam, rq, rk, Ag, Pg, seg_hm, seg_s0, seg_flag, total;
 };
 
 static inline size_t fqla_fwd_align256(size_t x) { return (x + 255) & ~(size_t)255; }
@@ -113,6 +118,7 @@ static inline fqla_fwd_ws_layout fqla_fwd_ws(int64_t slots, int64_t H, int64_t H
     L.Pg = off;  off += fqla_fwd_align256((size_t)slots * HV * 64 * 64 * io_size);
     L.seg_hm = off; off += fqla_fwd_align256((size_t)segs * HV * K * (V + K) * sizeof(float));
     L.seg_s0 = off; off += fqla_fwd_align256((size_t)segs * HV * K * V * sizeof(float));
+    L.seg_flag = off; off += fqla_fwd_align256((size_t)segs * HV * sizeof(int));
     L.total = off;
     return L;
 }

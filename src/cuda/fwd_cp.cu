@@ -75,6 +75,8 @@ __global__ void __launch_bounds__(scan_cfg<KD, CB>::THREADS) cp_scan_kernel(cons
     const int64_t VX = p.V + KD;
     const int64_t g0 = fqla_fwd_sbase(p, n), nseg = fqla_fwd_nseg(p, n);
     auto hm_of = [&](int64_t j) { return p.seg_hm + ((g0 + j) * p.HV + hv) * KD * VX; };
+    /* the pre-pass left M_j out as negligible (cp_skip): S_{j+1} = H_j */
+    auto m_zero = [&](int64_t j) { return p.cp_skip && p.seg_flag[(g0 + j) * p.HV + hv] != 0; };
 
     /* M_j (columns V .. V + K of segment j's pre-pass output) and this CTA's
      * columns of H_j into stage j % STAGES, as one commit group; past the
@@ -89,7 +91,7 @@ __global__ void __launch_bounds__(scan_cfg<KD, CB>::THREADS) cp_scan_kernel(cons
         const float *src = hm_of(j);
         float *Ms = sm + st * KD * cfg::LDM, *Hs = sm + cfg::oH + st * KD * cfg::LDS;
         const int rot = blockIdx.y * (KD * KD / 16); /* spread the head's CTAs over L2 */
-        for (int i0 = tid; i0 < KD * KD / 4; i0 += cfg::THREADS) {
+        for (int i0 = m_zero(j) ? KD * KD / 4 : tid; i0 < KD * KD / 4; i0 += cfg::THREADS) {
             const int i = (i0 + rot) % (KD * KD / 4);
             const int row = i / (KD / 4), q = i % (KD / 4);
             fqla_cp_async16(Ms + row * cfg::LDM + 4 * q, src + row * VX + p.V + 4 * q, 16);
@@ -130,23 +132,25 @@ __global__ void __launch_bounds__(scan_cfg<KD, CB>::THREADS) cp_scan_kernel(cons
             const float2 h1v = *reinterpret_cast<const float2 *>(Hs + (r0 + 8) * cfg::LDS + cw0 + 8 * nt + 2 * t);
             acc[nt][0] = h0v.x; acc[nt][1] = h0v.y; acc[nt][2] = h1v.x; acc[nt][3] = h1v.y;
         }
+        if (!m_zero(j)) {
 #pragma unroll 4
-        for (int ks = 0; ks < KD / 8; ks++) {
-            uint32_t ab[4], as[4];
-            const float *ma = Ms + r0 * cfg::LDM + 8 * ks + t;
-            fqla_tf32_split3(ma[0], ab[0], as[0]);
-            fqla_tf32_split3(ma[8 * cfg::LDM], ab[1], as[1]);
-            fqla_tf32_split3(ma[4], ab[2], as[2]);
-            fqla_tf32_split3(ma[8 * cfg::LDM + 4], ab[3], as[3]);
+            for (int ks = 0; ks < KD / 8; ks++) {
+                uint32_t ab[4], as[4];
+                const float *ma = Ms + r0 * cfg::LDM + 8 * ks + t;
+                fqla_tf32_split3(ma[0], ab[0], as[0]);
+                fqla_tf32_split3(ma[8 * cfg::LDM], ab[1], as[1]);
+                fqla_tf32_split3(ma[4], ab[2], as[2]);
+                fqla_tf32_split3(ma[8 * cfg::LDM + 4], ab[3], as[3]);
 #pragma unroll
-            for (int nt = 0; nt < cfg::NT; nt++) {
-                const float *sb = Ss + (8 * ks + t) * cfg::LDS + cw0 + 8 * nt + g;
-                uint32_t b0b, b0s, b1b, b1s;
-                fqla_tf32_split3(sb[0], b0b, b0s);
-                fqla_tf32_split3(sb[4 * cfg::LDS], b1b, b1s);
-                fqla_mma_tf32(acc[nt], as, b0b, b1b);
-                fqla_mma_tf32(acc[nt], ab, b0s, b1s);
-                fqla_mma_tf32(acc[nt], ab, b0b, b1b);
+                for (int nt = 0; nt < cfg::NT; nt++) {
+                    const float *sb = Ss + (8 * ks + t) * cfg::LDS + cw0 + 8 * nt + g;
+                    uint32_t b0b, b0s, b1b, b1s;
+                    fqla_tf32_split3(sb[0], b0b, b0s);
+                    fqla_tf32_split3(sb[4 * cfg::LDS], b1b, b1s);
+                    fqla_mma_tf32(acc[nt], as, b0b, b1b);
+                    fqla_mma_tf32(acc[nt], ab, b0s, b1s);
+                    fqla_mma_tf32(acc[nt], ab, b0b, b1b);
+                }
             }
         }
         __syncthreads(); /* every read of S_j and of stage st is done */

@@ -25,7 +25,8 @@ numbers 'hb,late,wg,nwg' also picks the chunk kernel: wg 0 = mma.sync, 1 =
 wgmma with nwg consumer warpgroups (0 = the default), fqla_cuda_fwd_tune_chunk); a fifth,
 'hb,late,wg,nwg,cp', sets context parallelism (-1 = the plan, 0 = off, L = segments of L
 chunks; fqla_cuda_fwd_tune_cp), and a sixth the CP scan's columns per CTA (8, 16, 32; 0 = by
-the grid; fqla_cuda_fwd_tune_cp_scan). Each (library,
+the grid; fqla_cuda_fwd_tune_cp_scan), and a seventh the CP shortcut for negligible
+transitions (0 off, 1 on; fqla_cuda_fwd_tune_cp_skip). Each (library,
 variant) is one CSV row; its commit field is the build's commit plus the
 variant, or the label of a labelled library run without variants (e.g.
 '206cbd8=old/libflashqla.so').
@@ -89,6 +90,7 @@ class Lib:
         self.tune_chunk = getattr(self.L, "fqla_cuda_fwd_tune_chunk", None)
         self.tune_cp = getattr(self.L, "fqla_cuda_fwd_tune_cp", None)
         self.tune_scan = getattr(self.L, "fqla_cuda_fwd_tune_cp_scan", None)
+        self.tune_skip = getattr(self.L, "fqla_cuda_fwd_tune_cp_skip", None)
         self.L.fqla_last_error.restype = C.c_char_p
         self.L.fqla_status_string.restype = C.c_char_p
         self.ctx = C.c_void_p()
@@ -294,6 +296,7 @@ def main():
                 name = "hb%d-late%d" % var[:2] + ("-wg%d-nwg%d" % var[2:4] if len(var) >= 4 else "")
                 name += "-cp%d" % var[4] if len(var) >= 5 else ""
                 name += "-cb%d" % var[5] if len(var) >= 6 else ""
+                name += "-skip%d" % var[6] if len(var) >= 7 else ""
                 configs.append((lib, var, (lib.label + ":" if lib.label else "") + name))
         else:
             configs.append((lib, None, lib.label))
@@ -343,6 +346,8 @@ def main():
                     lib.tune_cp(C.c_int(var[4] if var and len(var) >= 5 else -1))
                 if lib.tune_scan:
                     lib.tune_scan(C.c_int(var[5] if var and len(var) >= 6 else 0))
+                if lib.tune_skip:
+                    lib.tune_skip(C.c_int(var[6] if var and len(var) >= 7 else 0))
                 ours = FqlaFwd(lib, q, k, v, g, beta, h0, cu, cu_host, o, ht)
                 ours()
                 torch.cuda.synchronize()

@@ -55,6 +55,7 @@ extern void fqla_cuda_fwd_tune_chunk(int wg, int nwg);
 extern void fqla_cuda_fwd_tune_cp(int seg_chunks);
 extern void fqla_cuda_fwd_tune_cp_scan(int columns);
 extern void fqla_cuda_fwd_tune_cp_skip(int on);
+extern int64_t fqla_cuda_fwd_debug_cp_skipped(void);
 #define H2D 1
 #define D2H 2
 
@@ -717,6 +718,18 @@ static void fwd_chunk_kernels(void)
     }
 }
 
+/* (segment, value head) pairs of a problem cut into segments of L chunks */
+static int64_t cp_pairs(const spec *s, int L)
+{
+    int64_t n = 0;
+    const int N = s->ncu ? s->ncu - 1 : s->B;
+    for (int i = 0; i < N; i++) {
+        const int64_t len = s->ncu ? s->cu[i + 1] - s->cu[i] : s->T;
+        n += ((len + 63) / 64 + L - 1) / L;
+    }
+    return n * s->HV;
+}
+
 /* Intra-card context parallelism (src/cuda/fwd_cp.cu): segments forced to
  * 1-3 chunks on the edge shapes (segment ends at chunk ends, mid-tensor
  * varlen tails, an empty-ish sequence of 5 tokens, h0 and the final state
@@ -757,6 +770,14 @@ static void fwd_context_parallel(void)
             fqla_cuda_fwd_tune_cp_scan(runs[r][1]);
             fqla_cuda_fwd_tune_cp_skip(runs[r][2]);
             check_prob(&p, what);
+            if (runs[r][2] && specs[i].decay == 1) {
+                /* g = -20 a token: every segment's transition is negligible,
+                 * and the shortcut must have seen it (the result alone cannot
+                 * tell: M is ~e^-100 either way) */
+                const int64_t got = fqla_cuda_fwd_debug_cp_skipped(), want = cp_pairs(&specs[i], runs[r][0]);
+                CHECK(got == want, "%s: %lld transitions left out, %lld expected", what, (long long)got,
+                      (long long)want);
+            }
         }
         fqla_cuda_fwd_tune_cp(-1);
         fqla_cuda_fwd_tune_cp_scan(0);

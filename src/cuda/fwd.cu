@@ -21,6 +21,7 @@
 #include "cuda/cuda_backend.h"
 #include "cuda/fwd_common.cuh"
 
+#include <stdlib.h>
 #include <string.h>
 
 namespace {
@@ -113,6 +114,24 @@ extern "C" void fqla_cuda_fwd_tune_cp_skip(int on)
     g_tune_cp_skip = on != 0;
 }
 
+/* Test hook: how many (segment, value head) transitions the last CP call
+ * left out as negligible, read back from its workspace (synchronises; the
+ * workspace must still be live). -1 if the last call did not run CP. */
+static const int *g_debug_flags = NULL;
+static int64_t g_debug_flag_count = 0;
+extern "C" int64_t fqla_cuda_fwd_debug_cp_skipped(void)
+{
+    if (!g_debug_flags || cudaDeviceSynchronize() != cudaSuccess) return -1;
+    int *h = (int *)malloc((size_t)g_debug_flag_count * sizeof(int));
+    if (!h) return -1;
+    int64_t n = -1;
+    if (cudaMemcpy(h, g_debug_flags, (size_t)g_debug_flag_count * sizeof(int), cudaMemcpyDeviceToHost) == cudaSuccess)
+        for (int64_t i = n = 0; i < g_debug_flag_count; i++) n += h[i] != 0;
+    free(h);
+    g_debug_flags = NULL;
+    return n;
+}
+
 /* Value columns per CTA of the CP scan (8, 16 or 32; 0: by the grid). */
 extern "C" void fqla_cuda_fwd_tune_cp_scan(int columns)
 {
@@ -148,7 +167,9 @@ static fqla_status run_cp(fqla_context *ctx, const fqla_problem *p, fqla_fwd_par
     k.seg_hm = (float *)(ws + L.seg_hm);
     k.seg_s0 = (float *)(ws + L.seg_s0);
     k.seg_flag = (int *)(ws + L.seg_flag);
-    k.cp_skip = g_tune_cp_skip;
+    k.cp_skip = k.chunk_ok != NULL;
+    g_debug_flags = k.cp_skip ? k.seg_flag : NULL;
+    g_debug_flag_count = k.segs * p->HV;
     const int64_t VX = p->V + p->K;
 
     fqla_fwd_params pre = k;
@@ -305,6 +326,7 @@ fqla_status fqla_cuda_fwd_run(fqla_context *ctx, const fqla_problem *p, const fq
     k.rk = p->opt.use_qk_l2norm ? (float *)(ws + L.rk) : NULL;
     k.Ag = ws + L.Ag;
     k.Pg = ws + L.Pg;
+    if (seg_chunks > 0 && g_tune_cp_skip) k.chunk_ok = (int *)(ws + L.chunk_ok);
 
     const int io_bf16 = p->io_dtype == FQLA_DTYPE_BF16;
     st = fqla_cuda_check(ctx, fqla_fwd_launch_prepare(k, io_bf16, g_tune_hb, stream),

@@ -76,57 +76,32 @@ struct wg_cfg {
     static constexpr int CREG = NWG == 2 ? 224 : 200;
 };
 
-/* Whether segment span (start, len, slot0) of value head hv has a
- * negligible transition M: ||M||_2 <= prod_t e^(g_t) ||I - beta_t k_t k_t^T||_2
+/* Whether segment span (len, slot0) of value head hv has a negligible
+ * transition M: ||M||_2 <= prod_t e^(g_t) ||I - beta_t k_t k_t^T||_2
  * <= e^(sum g) <= e^-17 ~ 4e-8 (below fp32 rounding, DESIGN.md §3) when the
- * segment's decay sums to <= -17 and every token has 0 <= beta ||k||^2 <= 2
- * (||k||^2 < 1 with the in-kernel l2norm; else from the stored keys). The
- * decay comes from the prepare kernel's gamma (each chunk's last entry is its
- * sum); the keys are read only when the decay passes. A block-wide call (every
+ * segment's decay sums to <= -17 and every token has 0 <= beta ||k||^2 <= 2.
+ * Both come per chunk from the prepare kernel: the decay as gamma's last
+ * entry (the chunk's sum), the second as chunk_ok. O(chunks) reads, so the
+ * check costs little beside the chain it saves. A block-wide call (every
  * thread, __syncthreads inside); the same inputs give the same answer. */
-template <typename T>
-__device__ int m_negligible(const fqla_fwd_params &p, int64_t batch, int64_t start, int64_t len,
-                                     int64_t slot0, int hq, int hv)
+static __device__ int m_negligible(const fqla_fwd_params &p, int64_t len, int64_t slot0, int hv)
 {
     __shared__ float part[32];
     const int tid = threadIdx.x, nthr = blockDim.x;
     const int64_t nch = (len + FQLA_FWD_CHUNK - 1) / FQLA_FWD_CHUNK;
     float s = 0.f;
-    for (int64_t c = tid; c < nch; c += nthr)
-        s += p.gam[((slot0 + c) * p.HV + hv) * FQLA_FWD_CHUNK + FQLA_FWD_CHUNK - 1];
+    int bad = 0;
+    for (int64_t c = tid; c < nch; c += nthr) {
+        const int64_t i = (slot0 + c) * p.HV + hv;
+        s += p.gam[i * FQLA_FWD_CHUNK + FQLA_FWD_CHUNK - 1];
+        bad |= !p.chunk_ok[i];
+    }
     for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
     if ((tid & 31) == 0) part[tid >> 5] = s;
-    __syncthreads();
+    bad = __syncthreads_or(bad);
     float tot = 0.f;
     for (int w = 0; w < nthr / 32; w++) tot += part[w]; /* the same order in every thread */
-    if (!(tot <= -17.f)) return 0;
-    int bad = 0;
-    for (int64_t t = tid; t < len && !bad; t += nthr) {
-        const int64_t tt = start + t;
-        const int64_t bo = batch * p.b_sb + tt * p.b_st + hv * p.b_sh;
-        float b = p.beta_bf16 ? __bfloat162float(((const __nv_bfloat16 *)p.beta)[bo]) : ((const float *)p.beta)[bo];
-        if (p.beta_sigmoid) { /* as the prepare kernel */
-            b = b >= 0.f ? 1.f / (1.f + expf(-b)) : expf(b) / (1.f + expf(b));
-            if (p.neg_eig) b *= 2.f;
-        }
-        float kk = 1.f;
-        if (!p.l2norm) {
-            const T *kr = (const T *)p.k + batch * p.k_sb + tt * p.k_st + hq * p.k_sh;
-            kk = 0.f;
-            for (int d = 0; d < p.K; d += 8) {
-                const uint4 u = *reinterpret_cast<const uint4 *>(kr + d);
-                const uint32_t w4[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const float2 f = fqla_io<T>::unpack(w4[e]);
-                    kk += f.x * f.x + f.y * f.y;
-                }
-            }
-        }
-        const float x = b * kk;
-        if (!(x >= 0.f && x <= 2.f)) bad = 1;
-    }
-    return !__syncthreads_or(bad);
+    return !bad && tot <= -17.f;
 }
 
 template <typename T, int KD, int NWG, bool OUT>
@@ -151,12 +126,16 @@ __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
     const int hq = hv / p.group;
     const int vbase = blockIdx.y * 64 * NWG;
     int64_t n, batch, start, len, slot0;
-    if (!fqla_fwd_span(p, ns, n, batch, start, len, slot0)) return;
+    if (!fqla_fwd_span(p, ns, n, batch, start, len, slot0)) {
+        /* a segment index past its sequence's end: a defined flag all the same */
+        if (!OUT && p.cp_skip && vbase == p.V && threadIdx.x == 0) p.seg_flag[ns * p.HV + hv] = 0;
+        return;
+    }
     if (!OUT && p.cp_skip && vbase >= p.V) {
         /* pre-pass, transition columns: a negligible M is left out and
          * flagged for the scan (one flag per segment and head, written by
          * the first such slice; every slice decides alike) */
-        const int neg = m_negligible<T>(p, batch, start, len, slot0, hq, hv);
+        const int neg = m_negligible(p, len, slot0, hv);
         if (threadIdx.x == 0 && vbase == p.V) p.seg_flag[ns * p.HV + hv] = neg;
         if (neg) return;
     }

@@ -91,21 +91,24 @@ struct fqla_fwd_params {
     float *seg_hm;           /* [segs][HV][K][V + K] H | M per segment (fp32) */
     float *seg_s0;           /* [segs][HV][K][V] start state per segment (fp32) */
     /* cp_skip: the pre-pass drops a segment's transition where its decay
-     * makes it negligible (fqla_fwd_m_negligible) and says so in
-     * seg_flag[segs][HV] (1 = M is taken as 0), which the scan reads */
+     * makes it negligible (m_negligible in fwd_chunk_wg.cu) and says so in
+     * seg_flag[segs][HV] (1 = M is taken as 0), which the scan reads. The
+     * prepare kernel feeds the test: chunk_ok[slots][HV] = 1 where every
+     * token of the chunk has 0 <= beta ||k||^2 <= 2 (NULL: not wanted). */
     int cp_skip;
     int *seg_flag;
+    int *chunk_ok;
 };
 
 /* Workspace carve-up (bytes; every region 256-aligned). */
 struct fqla_fwd_ws_layout {
-    size_t gam, rq, rk, Ag, Pg, seg_hm, seg_s0, seg_flag, total;
+    size_t gam, rq, rk, Ag, Pg, seg_hm, seg_s0, seg_flag, chunk_ok, total;
 };
 
 static inline size_t fqla_fwd_align256(size_t x) { return (x + 255) & ~(size_t)255; }
 
-/* segs > 0: the CP buffers seg_hm, seg_s0 for that many segment indices
- * (K x V states). */
+/* segs > 0: the CP buffers seg_hm, seg_s0, seg_flag for that many segment
+ * indices (K x V states), and chunk_ok for every chunk slot. */
 static inline fqla_fwd_ws_layout fqla_fwd_ws(int64_t slots, int64_t H, int64_t HV, int l2norm, size_t io_size,
                                              int64_t segs = 0, int64_t K = 0, int64_t V = 0)
 {
@@ -119,6 +122,7 @@ static inline fqla_fwd_ws_layout fqla_fwd_ws(int64_t slots, int64_t H, int64_t H
     L.seg_hm = off; off += fqla_fwd_align256((size_t)segs * HV * K * (V + K) * sizeof(float));
     L.seg_s0 = off; off += fqla_fwd_align256((size_t)segs * HV * K * V * sizeof(float));
     L.seg_flag = off; off += fqla_fwd_align256((size_t)segs * HV * sizeof(int));
+    L.chunk_ok = off; off += segs > 0 ? fqla_fwd_align256((size_t)slots * HV * sizeof(int)) : 0;
     L.total = off;
     return L;
 }

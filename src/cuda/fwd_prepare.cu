@@ -425,6 +425,14 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
         const bool active = hh < nb;
         const float *bw = bet + (j0 + hh) * C;
         __syncthreads(); /* KK visible; the previous batch's reads of X done */
+        if (j0 == 0 && p.chunk_ok) /* for CP's negligible-transition test */
+            for (int jj = warp; jj < p.group; jj += FQLA_FWD_THREADS / 32) {
+                const float *bh = bet + jj * C;
+                const float x0 = bh[lane] * KK[lane * LDF + lane];
+                const float x1 = bh[lane + 32] * KK[(lane + 32) * LDF + lane + 32];
+                const int ok = __all_sync(0xffffffffu, x0 >= 0.f && x0 <= 2.f && x1 >= 0.f && x1 <= 2.f);
+                if (lane == 0) p.chunk_ok[(size_t)slot * p.HV + hq * p.group + jj] = ok;
+            }
 
         /* a. diagonal block bj: lane -> column jc (lanes 16..31 repeat
          * lanes 0..15 and store nothing). Right-looking: once x_i is known

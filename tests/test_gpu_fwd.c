@@ -55,7 +55,6 @@ extern void fqla_cuda_fwd_tune_chunk(int wg, int nwg);
 extern void fqla_cuda_fwd_tune_cp(int seg_chunks);
 extern void fqla_cuda_fwd_tune_cp_scan(int columns);
 extern void fqla_cuda_fwd_tune_cp_skip(int on);
-extern void fqla_cuda_fwd_tune_pin(int on);
 extern int64_t fqla_cuda_fwd_debug_cp_skipped(void);
 #define H2D 1
 #define D2H 2
@@ -701,25 +700,20 @@ static void fwd_chunk_kernels(void)
     spec specs[NS];
     const char *names[NS];
     edge_specs(specs, names);
-    /* (wgmma, consumer warpgroups, Pg formed in the chunk kernel); pin with
-     * the mma.sync kernel must be ignored (it reads Pg from the workspace) */
-    const int kern[6][3] = {{0, 0, 0}, {1, 1, 0}, {1, 2, 0}, {1, 1, 1}, {1, 2, 1}, {0, 0, 1}};
-    const char *kname[6] = {"mma.sync", "wgmma nwg=1", "wgmma nwg=2", "wgmma nwg=1 pin", "wgmma nwg=2 pin",
-                            "mma.sync, pin asked"};
+    const int kern[3][2] = {{0, 0}, {1, 1}, {1, 2}};
+    const char *kname[3] = {"mma.sync", "wgmma nwg=1", "wgmma nwg=2"};
     for (int i = 0; i < NS; i++) {
         prob p;
         prob_init(&p, &specs[i]);
         upload_all(&p);
         run_ref(&p);
-        for (int v = 0; v < 6; v++) {
+        for (int v = 0; v < 3; v++) {
             char what[128];
             snprintf(what, sizeof what, "%s [%s]", names[i], kname[v]);
             fqla_cuda_fwd_tune_chunk(kern[v][0], kern[v][1]);
-            fqla_cuda_fwd_tune_pin(kern[v][2]);
             check_prob(&p, what);
         }
         fqla_cuda_fwd_tune_chunk(-1, 0);
-        fqla_cuda_fwd_tune_pin(0);
         prob_free(&p);
     }
 }
@@ -761,19 +755,17 @@ static void fwd_context_parallel(void)
     specs[NS - 1] = base_spec(2, 300, 2, 4, 64);
     specs[NS - 1].decay = 1;
     names[NS - 1] = "strong decay K=V=64 B=2 T=300";
-    /* (segment chunks, scan columns (0 = by the grid), cp_skip, pin) */
-    const int runs[8][4] = {{1, 0, 0, 0}, {2, 0, 0, 0}, {3, 0, 0, 0}, {2, 8, 0, 0},
-                            {2, 32, 0, 0}, {1, 0, 1, 0}, {2, 0, 1, 0}, {2, 0, 1, 1}};
+    /* (segment chunks, scan columns (0 = by the grid), cp_skip) */
+    const int runs[7][3] = {{1, 0, 0}, {2, 0, 0}, {3, 0, 0}, {2, 8, 0}, {2, 32, 0}, {1, 0, 1}, {2, 0, 1}};
     for (int i = 0; i < NS; i++) {
         prob p;
         prob_init(&p, &specs[i]);
         upload_all(&p);
         run_ref(&p);
-        for (int r = 0; r < 8; r++) {
+        for (int r = 0; r < 7; r++) {
             char what[160];
-            snprintf(what, sizeof what, "%s [CP, %d-chunk segments, scan columns %d, skip %d, pin %d]", names[i],
-                     runs[r][0], runs[r][1], runs[r][2], runs[r][3]);
-            fqla_cuda_fwd_tune_pin(runs[r][3]);
+            snprintf(what, sizeof what, "%s [CP, %d-chunk segments, scan columns %d, skip %d]", names[i], runs[r][0],
+                     runs[r][1], runs[r][2]);
             fqla_cuda_fwd_tune_cp(runs[r][0]);
             fqla_cuda_fwd_tune_cp_scan(runs[r][1]);
             fqla_cuda_fwd_tune_cp_skip(runs[r][2]);
@@ -790,7 +782,6 @@ static void fwd_context_parallel(void)
         fqla_cuda_fwd_tune_cp(-1);
         fqla_cuda_fwd_tune_cp_scan(0);
         fqla_cuda_fwd_tune_cp_skip(0);
-        fqla_cuda_fwd_tune_pin(0);
         prob_free(&p);
     }
     /* the plan's own choice: 8 recurrences of 128 chunks on 132 SMs */

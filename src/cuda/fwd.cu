@@ -52,7 +52,6 @@ int g_tune_wg = -1, g_tune_nwg = 0;
 int64_t g_tune_cp = -1;
 int g_tune_scan_cb = 0;
 int g_tune_cp_skip = 0;
-int g_tune_pin = 0;
 
 /* Consumer warpgroups per CTA of the wgmma chunk kernel. Two (one CTA per
  * 128 value columns, sharing the K, Q, Ag, Pg tiles) run a CTA ~1.4x longer
@@ -133,14 +132,6 @@ extern "C" int64_t fqla_cuda_fwd_debug_cp_skipped(void)
     return n;
 }
 
-/* 1: the wgmma chunk kernel forms Pg itself (fwd_chunk_wg.cu, PIN) and the
- * prepare kernel leaves it out. Off by default until measured on a GPU
- * (docs/perf.md, v6). */
-extern "C" void fqla_cuda_fwd_tune_pin(int on)
-{
-    g_tune_pin = on != 0;
-}
-
 /* Value columns per CTA of the CP scan (8, 16 or 32; 0: by the grid). */
 extern "C" void fqla_cuda_fwd_tune_cp_scan(int columns)
 {
@@ -162,22 +153,6 @@ extern "C" void fqla_cuda_fwd_tune_chunk(int wg, int nwg)
 {
     g_tune_wg = wg;
     g_tune_nwg = nwg;
-}
-
-/* The mma.sync chunk kernel over whole sequences, where the TMA maps could
- * not be encoded after all. It reads Pg, so a prepare kernel that left it to
- * the wgmma kernel (pin) runs again with it. */
-static fqla_status fallback_chunk(fqla_context *ctx, const fqla_problem *p, fqla_fwd_params k, int io_bf16,
-                                  cudaStream_t stream)
-{
-    if (k.pin) {
-        k.pin = 0;
-        fqla_status st = fqla_cuda_check(ctx, fqla_fwd_launch_prepare(k, io_bf16, g_tune_hb, stream),
-                                         "CUDA forward: prepare kernel launch");
-        if (st != FQLA_STATUS_SUCCESS) return st;
-    }
-    return fqla_cuda_check(ctx, fqla_fwd_launch_chunk(k, io_bf16, pick_bv(ctx, p), g_tune_late, stream),
-                           "CUDA forward: chunk kernel launch");
 }
 
 /* The chunk kernel as context parallelism (after the prepare kernel):
@@ -209,7 +184,9 @@ static fqla_status run_cp(fqla_context *ctx, const fqla_problem *p, fqla_fwd_par
     int used = 0;
     cudaError_t err = fqla_fwd_launch_chunk_wg(pre, io_bf16, 1, stream, &used);
     if (err != cudaSuccess) return fqla_cuda_check(ctx, err, "CUDA forward: CP pre-pass launch");
-    if (!used) return fallback_chunk(ctx, p, k, io_bf16, stream);
+    if (!used)
+        return fqla_cuda_check(ctx, fqla_fwd_launch_chunk(k, io_bf16, pick_bv(ctx, p), g_tune_late, stream),
+                               "CUDA forward: chunk kernel launch");
     err = fqla_fwd_launch_cp_scan(k, g_tune_scan_cb, ctx->info.sm_count > 0 ? ctx->info.sm_count : 132, stream);
     if (err != cudaSuccess) return fqla_cuda_check(ctx, err, "CUDA forward: CP scan launch");
 
@@ -350,18 +327,17 @@ fqla_status fqla_cuda_fwd_run(fqla_context *ctx, const fqla_problem *p, const fq
     k.Ag = ws + L.Ag;
     k.Pg = ws + L.Pg;
     if (seg_chunks > 0 && g_tune_cp_skip) k.chunk_ok = (int *)(ws + L.chunk_ok);
-    const int wg = g_tune_wg != 0 && fqla_fwd_wg_usable(k);
-    k.pin = wg && g_tune_pin;
 
     const int io_bf16 = p->io_dtype == FQLA_DTYPE_BF16;
     st = fqla_cuda_check(ctx, fqla_fwd_launch_prepare(k, io_bf16, g_tune_hb, stream),
                          "CUDA forward: prepare kernel launch");
     if (st != FQLA_STATUS_SUCCESS) return st;
-    if (wg) {
+    if (g_tune_wg != 0 && fqla_fwd_wg_usable(k)) {
         int used = 0;
         if (seg_chunks > 0) return run_cp(ctx, p, k, ws, L, seg_chunks, io_bf16, stream);
         cudaError_t err = fqla_fwd_launch_chunk_wg(k, io_bf16, pick_nwg(ctx, p, p->N), stream, &used);
         if (used || err != cudaSuccess) return fqla_cuda_check(ctx, err, "CUDA forward: wgmma chunk kernel launch");
     }
-    return fallback_chunk(ctx, p, k, io_bf16, stream);
+    return fqla_cuda_check(ctx, fqla_fwd_launch_chunk(k, io_bf16, pick_bv(ctx, p), g_tune_late, stream),
+                           "CUDA forward: chunk kernel launch");
 }

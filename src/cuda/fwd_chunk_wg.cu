@@ -104,7 +104,7 @@ static __device__ int m_negligible(const fqla_fwd_params &p, int64_t len, int64_
     return !bad && tot <= -17.f;
 }
 
-template <typename T, int KD, int NWG, bool OUT, bool PIN>
+template <typename T, int KD, int NWG, bool OUT>
 __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
     fwd_chunk_wg_kernel(const __grid_constant__ fqla_fwd_params p, const __grid_constant__ CUtensorMap tmQ,
                         const __grid_constant__ CUtensorMap tmK, const __grid_constant__ CUtensorMap tmV,
@@ -162,7 +162,7 @@ __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
         if (threadIdx.x < 32 && fqla_elect_one()) {
             const int bc = p.varlen ? 0 : (int)batch;
             /* rq only with an output; rk scales the keys of the state chain */
-            const uint32_t tx = cfg::tx_tiles - (PIN ? TILE : 0u) + (p.l2norm ? (OUT ? 512u : 256u) : 0u);
+            const uint32_t tx = cfg::tx_tiles + (p.l2norm ? (OUT ? 512u : 256u) : 0u);
             for (int64_t c = 0; c < nch; c++) {
                 const int s = (int)(c % cfg::STAGES);
                 const uint32_t ph = (uint32_t)(c / cfg::STAGES) & 1;
@@ -180,7 +180,7 @@ __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
                     fqla_tma_load_4d(st + cfg::oV + w * TILE, &tmV, &full[s], vbase + 64 * w, hv, t, bc);
                 const int64_t sh = (slot0 + c) * p.HV + hv;
                 fqla_tma_load_2d(st + cfg::oAg, &tmA, &full[s], 0, (int)(sh * C));
-                if (OUT && !PIN) fqla_tma_load_2d(st + cfg::oPg, &tmP, &full[s], 0, (int)(sh * C));
+                if (OUT) fqla_tma_load_2d(st + cfg::oPg, &tmP, &full[s], 0, (int)(sh * C));
                 fqla_bulk_load(st + cfg::oGam, p.gam + sh * C, 256, &full[s]);
                 if (p.l2norm) {
                     const int64_t qh = ((slot0 + c) * p.H + hq) * C;
@@ -336,24 +336,6 @@ __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
         fqla_wg_wait<0>();
         fqla_reg_fence(accUQ);
         fqla_reg_fence(accVd);
-        /* PIN: this warpgroup's PN key columns of Q K^T (SS, off the chain).
-         * Issued once G2 is done (its A operand, S^T, no longer held) and
-         * before G4: it runs while G4's operand is formed, and its
-         * accumulators come back with G4's */
-        constexpr int PN = 64 / NWG;
-        float accQK[PIN ? PN / 2 : 1];
-        if constexpr (PIN) {
-            fqla_wg_fence();
-#pragma unroll
-            for (int kk = 0; kk < KS; kk++) {
-                const uint32_t kbo = (kk >> 2) * cfg::KQ;
-                const uint64_t dQ = fqla_desc_kmajor(st + cfg::oQ + kbo) + (kk & 3) * FQLA_DESC_K16_KMAJOR;
-                const uint64_t dK = fqla_desc_kmajor(st + cfg::oK + kbo + PN * cw * 128) + (kk & 3) * FQLA_DESC_K16_KMAJOR;
-                if constexpr (NWG == 1) mma::template ss64<0, 0>(accQK, dQ, dK, kk > 0);
-                else mma::template ss32<0, 0>(accQK, dQ, dK, kk > 0);
-            }
-            fqla_wg_commit();
-        }
         /* G4: Vd^T += (-U^T diag(u)) Ag^T */
         {
             uint32_t wn[4][4];
@@ -382,7 +364,6 @@ __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
         }
         fqla_wg_wait<0>();
         fqla_reg_fence(accVd);
-        if constexpr (PIN) fqla_reg_fence(accQK);
 
         /* Vd (for G6) and Vp = Vd diag(d) (for G5) as A fragments */
         uint32_t vd[4][4], vp[4][4];
@@ -418,42 +399,6 @@ __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
             if (lane == 0) fqla_mbar_arrive(&empty[s]);
         } else {
             float accP[32];
-            if constexpr (PIN) {
-                /* Pg = scale diag(rq) Gamma (.) tril(Q K^T) diag(rk), this
-                 * warpgroup's columns j0 .. j0 + PN, while G5 runs: into the
-                 * stage's Pg tile (as TMA would have written it: 128-byte
-                 * rows, 16-byte chunk c of row r at c ^ (r % 8)), then every
-                 * consumer's writes are made visible to G6 */
-                const float *rqs = reinterpret_cast<const float *>(st + cfg::oRq);
-                const float *rks = reinterpret_cast<const float *>(st + cfg::oRk);
-                const int j0 = PN * cw;
-                const int ia = 16 * warp + g, ib = ia + 8;
-                const float gi[2] = {gm[ia], gm[ib]};
-                const float si[2] = {p.scale * (p.l2norm ? rqs[ia] : 1.f), p.scale * (p.l2norm ? rqs[ib] : 1.f)};
-                const int mi = lane >> 3, rr = lane & 7, prow = 16 * warp + 8 * (mi & 1) + rr;
-#pragma unroll
-                for (int nb = 0; nb < PN / 8; nb += 2) {
-                    uint32_t r[4];
-#pragma unroll
-                    for (int m = 0; m < 4; m++) {
-                        /* matrix m: rows 8 (m & 1) of the warp's 16, key block nb + (m >> 1) */
-                        const int h = m & 1, nbm = nb + (m >> 1), i = h ? ib : ia;
-                        float v[2];
-#pragma unroll
-                        for (int e = 0; e < 2; e++) {
-                            const int j = j0 + 8 * nbm + 2 * tq + e;
-                            const float rk = p.l2norm ? rks[j] : 1.f;
-                            const float x = accQK[4 * nbm + 2 * h + e] * si[h] * rk * __expf(gi[h] - gm[j]);
-                            v[e] = j <= i ? x : 0.f;
-                        }
-                        r[m] = io::pack(v[0], v[1]);
-                    }
-                    const int chunk16 = (j0 >> 3) + nb + (mi >> 1);
-                    fqla_stsm_x4(st + cfg::oPg + prow * 128 + 16 * (chunk16 ^ (prow & 7)), r[0], r[1], r[2], r[3]);
-                }
-                fqla_fence_async_smem();
-                fqla_named_sync(1, 128 * NWG);
-            }
             {   /* G6: P^T = Vd^T Pg^T */
                 const uint64_t dPg = fqla_desc_kmajor(st + cfg::oPg);
 #pragma unroll
@@ -511,7 +456,7 @@ __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
     }
 }
 
-template <typename T, int KD, int NWG, bool OUT, bool PIN>
+template <typename T, int KD, int NWG, bool OUT>
 cudaError_t launch(const fqla_fwd_params &p, const CUtensorMap *maps, cudaStream_t stream)
 {
     typedef wg_cfg<KD, NWG, OUT> cfg;
@@ -520,7 +465,7 @@ cudaError_t launch(const fqla_fwd_params &p, const CUtensorMap *maps, cudaStream
     cudaError_t err = cudaGetDevice(&dev);
     if (err != cudaSuccess) return err;
     if (dev < 0 || dev >= 64 || !configured[dev]) {
-        err = cudaFuncSetAttribute(fwd_chunk_wg_kernel<T, KD, NWG, OUT, PIN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        err = cudaFuncSetAttribute(fwd_chunk_wg_kernel<T, KD, NWG, OUT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    (int)cfg::bytes);
         if (err != cudaSuccess) return err;
         if (dev >= 0 && dev < 64) configured[dev] = 1;
@@ -530,27 +475,19 @@ cudaError_t launch(const fqla_fwd_params &p, const CUtensorMap *maps, cudaStream
     const int64_t rows = p.cp_mode ? p.segs : p.N;
     const int64_t cols = p.cp_mode == 1 ? p.V + p.K : p.V;
     dim3 grid((unsigned)(rows * p.HV), (unsigned)(cols / (64 * NWG)));
-    fwd_chunk_wg_kernel<T, KD, NWG, OUT, PIN>
+    fwd_chunk_wg_kernel<T, KD, NWG, OUT>
         <<<grid, cfg::THREADS, cfg::bytes, stream>>>(p, maps[0], maps[1], maps[2], maps[3], maps[4]);
     return cudaGetLastError();
-}
-
-template <typename T, bool PIN>
-cudaError_t launch_out(const fqla_fwd_params &p, int nwg, const CUtensorMap *maps, cudaStream_t stream)
-{
-    if (p.K == 128)
-        return nwg == 2 ? launch<T, 128, 2, true, PIN>(p, maps, stream) : launch<T, 128, 1, true, PIN>(p, maps, stream);
-    return nwg == 2 ? launch<T, 64, 2, true, PIN>(p, maps, stream) : launch<T, 64, 1, true, PIN>(p, maps, stream);
 }
 
 template <typename T>
 cudaError_t launch_t(const fqla_fwd_params &p, int nwg, const CUtensorMap *maps, cudaStream_t stream)
 {
     if (p.cp_mode == 1) /* the state-only pre-pass: one warpgroup, two CTAs per SM */
-        return p.K == 128 ? launch<T, 128, 1, false, false>(p, maps, stream)
-                          : launch<T, 64, 1, false, false>(p, maps, stream);
-    if (p.pin) return launch_out<T, true>(p, nwg, maps, stream);
-    return launch_out<T, false>(p, nwg, maps, stream);
+        return p.K == 128 ? launch<T, 128, 1, false>(p, maps, stream) : launch<T, 64, 1, false>(p, maps, stream);
+    if (p.K == 128)
+        return nwg == 2 ? launch<T, 128, 2, true>(p, maps, stream) : launch<T, 128, 1, true>(p, maps, stream);
+    return nwg == 2 ? launch<T, 64, 2, true>(p, maps, stream) : launch<T, 64, 1, true>(p, maps, stream);
 }
 
 } // namespace

@@ -98,10 +98,6 @@ struct fqla_fwd_params {
     int cp_skip;
     int *seg_flag;
     int *chunk_ok;
-    /* pin: the chunk kernel forms Pg itself from the Q and K tiles it holds
-     * (fwd_chunk_wg.cu, PIN), so the prepare kernel neither computes nor
-     * stores it */
-    int pin;
 };
 
 /* Workspace carve-up (bytes; every region 256-aligned). */

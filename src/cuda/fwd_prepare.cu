@@ -268,8 +268,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
             int i = idx / VPR, cv = idx % VPR;
             int ok = i < nvalid;
             int64_t tt = t0 + (ok ? i : 0);
-            if (!p.pin || p.l2norm) /* Q only for Pg or its norms */
-                fqla_cp_async16(Qs + i * LDQ + cv * 8, qb + tt * p.q_st + cv * 8, ok ? 16 : 0);
+            fqla_cp_async16(Qs + i * LDQ + cv * 8, qb + tt * p.q_st + cv * 8, ok ? 16 : 0);
             fqla_cp_async16(Ks + i * LDQ + cv * 8, kb + tt * p.k_st + cv * 8, ok ? 16 : 0);
         }
         fqla_cp_async_commit();
@@ -358,17 +357,15 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
         for (int ks = 0; ks < KD / 16; ks++) {
             uint32_t ak[4], aq[4];
             fqla_frag_a(ak, Ks, LDQ, r0, 16 * ks, lane);
-            if (!p.pin) fqla_frag_a(aq, Qs, LDQ, r0, 16 * ks, lane);
+            fqla_frag_a(aq, Qs, LDQ, r0, 16 * ks, lane);
 #pragma unroll
             for (int np = 0; np < 2; np++) {
                 uint32_t b[4];
                 fqla_frag_b_nk(b, Ks, LDQ, 16 * ks, n0 + 16 * np, lane);
                 io::mma(akk[2 * np], ak, b[0], b[1]);
                 io::mma(akk[2 * np + 1], ak, b[2], b[3]);
-                if (!p.pin) {
-                    io::mma(aqk[2 * np], aq, b[0], b[1]);
-                    io::mma(aqk[2 * np + 1], aq, b[2], b[3]);
-                }
+                io::mma(aqk[2 * np], aq, b[0], b[1]);
+                io::mma(aqk[2 * np + 1], aq, b[2], b[3]);
             }
         }
         __syncthreads(); /* rqs / rks written by other warps */
@@ -388,9 +385,8 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
             aqk[nt][3] *= rq1 * rc.y;
         }
         /* Pg = scale Gamma (.) tril(QK) for every value head of the group,
-         * this warp's tile (n-tiles wholly above the diagonal are zeros);
-         * with pin the chunk kernel forms it itself */
-        for (int jj = 0; jj < (p.pin ? 0 : p.group); jj++) {
+         * this warp's tile (n-tiles wholly above the diagonal are zeros) */
+        for (int jj = 0; jj < p.group; jj++) {
             const int hv = hq * p.group + jj;
             const float *gh = gam + jj * C;
             const float gi[2] = {gh[r0 + g], gh[r0 + g + 8]};

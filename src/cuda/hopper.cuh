@@ -106,15 +106,6 @@ FQLA_HDEV void fqla_stsm_x4_t(void *row, uint32_t r0, uint32_t r1, uint32_t r2, 
                  : "memory");
 }
 
-/* The same, each matrix stored as it is held (row l % 8 of matrix l / 8 at
- * lane l's address): accumulator pairs to a row-major tile. */
-FQLA_HDEV void fqla_stsm_x4(void *row, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3)
-{
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(fqla_h_smem(row)), "r"(r0),
-                 "r"(r1), "r"(r2), "r"(r3)
-                 : "memory");
-}
-
 /* ---- wgmma ---- */
 FQLA_HDEV void fqla_wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 FQLA_HDEV void fqla_wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
@@ -148,7 +139,6 @@ FQLA_HDEV uint64_t fqla_desc_mnmajor(const void *tile, uint32_t atom_bytes) { re
 #define FQLA_DESC_K16_KMAJOR 2ull    /* +32 B */
 #define FQLA_DESC_K16_MNMAJOR 128ull /* +2048 B */
 
-#define FQLA_WG_ACC16 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
 #define FQLA_WG_ACC32                                                                                          \
     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, " \
     "%23, %24, %25, %26, %27, %28, %29, %30, %31}"
@@ -159,7 +149,6 @@ FQLA_HDEV uint64_t fqla_desc_mnmajor(const void *tile, uint32_t atom_bytes) { re
 #define FQLA_WG_OUT8(d, i)                                                                                   \
     "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), \
         "+f"(d[i + 7])
-#define FQLA_WG_OUT16(d) FQLA_WG_OUT8(d, 0), FQLA_WG_OUT8(d, 8)
 #define FQLA_WG_OUT32(d) FQLA_WG_OUT8(d, 0), FQLA_WG_OUT8(d, 8), FQLA_WG_OUT8(d, 16), FQLA_WG_OUT8(d, 24)
 #define FQLA_WG_OUT64(d) FQLA_WG_OUT32(d), FQLA_WG_OUT8(d, 32), FQLA_WG_OUT8(d, 40), FQLA_WG_OUT8(d, 48), FQLA_WG_OUT8(d, 56)
 
@@ -176,15 +165,6 @@ template <typename T> struct fqla_wg;
                          "wgmma.mma_async.sync.aligned.m64n64k16.f32." PTX "." PTX " " FQLA_WG_ACC32            \
                          ", %32, %33, p, 1, 1, %35, %36;\n\t}"                                                   \
                          : FQLA_WG_OUT32(d)                                                                      \
-                         : "l"(da), "l"(db), "r"(scale_d), "n"(TA), "n"(TB));                                   \
-        }                                                                                                        \
-        template <int TA, int TB>                                                                                \
-        static FQLA_HDEV void ss32(float (&d)[16], uint64_t da, uint64_t db, int scale_d)                       \
-        {                                                                                                        \
-            asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %18, 0;\n\t"                                    \
-                         "wgmma.mma_async.sync.aligned.m64n32k16.f32." PTX "." PTX " " FQLA_WG_ACC16            \
-                         ", %16, %17, p, 1, 1, %19, %20;\n\t}"                                                   \
-                         : FQLA_WG_OUT16(d)                                                                      \
                          : "l"(da), "l"(db), "r"(scale_d), "n"(TA), "n"(TB));                                   \
         }                                                                                                        \
         template <int TB>                                                                                        \

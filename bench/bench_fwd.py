@@ -371,6 +371,15 @@ def main():
                                                                                    o_rel, ht_rel, tag), flush=True)
                 if a.profile:
                     print("    kernels: " + kernel_breakdown(ours), flush=True)
+                    clk = getattr(lib.L, "fqla_cuda_debug_scan_clocks", None)  # instrumented builds only
+                    if clk:
+                        buf = (C.c_ulonglong * 4)()
+                        clk(buf)
+                        ours()
+                        clk(buf)
+                        if buf[3]:
+                            print("    scan cycles per step: wait %.0f, products %.0f, rest %.0f (%d steps)" %
+                                  (buf[0] / buf[3], buf[1] / buf[3], buf[2] / buf[3], buf[3]), flush=True)
                 # a labelled library without variants is another build: its label is its commit
                 ccol = tag if (lib.label and var is None) else commit + ("+" + tag if tag else "")
                 w.writerow(["fwd", model, hq, hv, sl, "%.4f" % ms, "%.4f" % fla_ms, gpu_tag, ccol, date])

@@ -746,12 +746,19 @@ static void fwd_context_parallel(void)
     spec specs[NEDGE + 2];
     const char *names[NEDGE + 2];
     edge_specs(specs, names);
-    const int64_t cu[] = {0, 130, 135, 400};
+    /* no sequence of a few tokens here: under strong decay each output row is
+     * its own token's term, rounded to bf16 four times (Ag's beta, Vd, Pg, o),
+     * and over 5 tokens one head's error exceeds 5e-3 in ~2% of draws for
+     * any implementation of that precision (a numpy model of the roundings,
+     * docs/perf.md "CP v4"), so with four heads about one run in 14 failed;
+     * over 65 tokens the model's worst of 4000 draws is 4.5e-3. The 5-token
+     * sequence stays among the edge shapes, at normal decay. */
+    const int64_t cu[] = {0, 130, 195, 400};
     specs[NS - 2] = base_spec(1, 400, 2, 4, 128);
     set_cu(&specs[NS - 2], cu, 4);
     specs[NS - 2].decay = 1;
     specs[NS - 2].l2norm = 1;
-    names[NS - 2] = "strong decay + l2norm varlen [0,130,135,400]";
+    names[NS - 2] = "strong decay + l2norm varlen [0,130,195,400]";
     specs[NS - 1] = base_spec(2, 300, 2, 4, 64);
     specs[NS - 1].decay = 1;
     names[NS - 1] = "strong decay K=V=64 B=2 T=300";

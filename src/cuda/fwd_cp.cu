@@ -146,58 +146,45 @@ __global__ void __launch_bounds__(scan_cfg<KD, CB>::THREADS) cp_scan_kernel(cons
         for (int i = tid; i < KD * CB; i += cfg::THREADS) s0[(i / CB) * p.V + i % CB] = Ss[(i / CB) * cfg::LDS + i % CB];
 
         const float *Ms = sm + st * KD * cfg::LDM, *Hs = sm + cfg::oH + st * KD * cfg::LDS;
-        /* CH independent accumulator chains (k-step ks adds to chain ks % CH,
-         * summed at the end in a fixed order): one chain of 3 KD / 8
-         * dependent mma had its latency on every step */
-        constexpr int CH = 4;
-        float acc[CH][cfg::NT][4];
+        float acc[cfg::NT][4];
 #pragma unroll
         for (int nt = 0; nt < cfg::NT; nt++) {
             const float2 h0v = *reinterpret_cast<const float2 *>(Hs + r0 * cfg::LDS + cw0 + 8 * nt + 2 * t);
             const float2 h1v = *reinterpret_cast<const float2 *>(Hs + (r0 + 8) * cfg::LDS + cw0 + 8 * nt + 2 * t);
-            acc[0][nt][0] = h0v.x; acc[0][nt][1] = h0v.y; acc[0][nt][2] = h1v.x; acc[0][nt][3] = h1v.y;
-#pragma unroll
-            for (int c = 1; c < CH; c++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) acc[c][nt][e] = 0.f;
+            acc[nt][0] = h0v.x; acc[nt][1] = h0v.y; acc[nt][2] = h1v.x; acc[nt][3] = h1v.y;
         }
+        /* one accumulator chain: four independent chains (summed at the end)
+         * measured no faster, 45 -> 47 us on TP8 1x32768 (docs/perf.md CP v4) */
         if (!m_zero(j)) {
-#pragma unroll 1
-            for (int ks0 = 0; ks0 < KD / 8; ks0 += CH)
+#pragma unroll 4
+            for (int ks = 0; ks < KD / 8; ks++) {
+                uint32_t ab[4], as[4];
+                const float *ma = Ms + r0 * cfg::LDM + 8 * ks + t;
+                fqla_tf32_split3(ma[0], ab[0], as[0]);
+                fqla_tf32_split3(ma[8 * cfg::LDM], ab[1], as[1]);
+                fqla_tf32_split3(ma[4], ab[2], as[2]);
+                fqla_tf32_split3(ma[8 * cfg::LDM + 4], ab[3], as[3]);
 #pragma unroll
-                for (int c = 0; c < CH; c++) {
-                    const int ks = ks0 + c;
-                    uint32_t ab[4], as[4];
-                    const float *ma = Ms + r0 * cfg::LDM + 8 * ks + t;
-                    fqla_tf32_split3(ma[0], ab[0], as[0]);
-                    fqla_tf32_split3(ma[8 * cfg::LDM], ab[1], as[1]);
-                    fqla_tf32_split3(ma[4], ab[2], as[2]);
-                    fqla_tf32_split3(ma[8 * cfg::LDM + 4], ab[3], as[3]);
-#pragma unroll
-                    for (int nt = 0; nt < cfg::NT; nt++) {
-                        const float *sb = Ss + (8 * ks + t) * cfg::LDS + cw0 + 8 * nt + g;
-                        uint32_t b0b, b0s, b1b, b1s;
-                        fqla_tf32_split3(sb[0], b0b, b0s);
-                        fqla_tf32_split3(sb[4 * cfg::LDS], b1b, b1s);
-                        fqla_mma_tf32(acc[c][nt], as, b0b, b1b);
-                        fqla_mma_tf32(acc[c][nt], ab, b0s, b1s);
-                        fqla_mma_tf32(acc[c][nt], ab, b0b, b1b);
-                    }
+                for (int nt = 0; nt < cfg::NT; nt++) {
+                    const float *sb = Ss + (8 * ks + t) * cfg::LDS + cw0 + 8 * nt + g;
+                    uint32_t b0b, b0s, b1b, b1s;
+                    fqla_tf32_split3(sb[0], b0b, b0s);
+                    fqla_tf32_split3(sb[4 * cfg::LDS], b1b, b1s);
+                    fqla_mma_tf32(acc[nt], as, b0b, b1b);
+                    fqla_mma_tf32(acc[nt], ab, b0s, b1s);
+                    fqla_mma_tf32(acc[nt], ab, b0b, b1b);
                 }
+            }
         }
-#pragma unroll
-        for (int nt = 0; nt < cfg::NT; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) acc[0][nt][e] = (acc[0][nt][e] + acc[1][nt][e]) + (acc[2][nt][e] + acc[3][nt][e]);
         SCAN_CLK(1, clk);
         __syncthreads(); /* every read of S_j and of stage st is done */
         load(j + cfg::STAGES);
 #pragma unroll
         for (int nt = 0; nt < cfg::NT; nt++) {
             *reinterpret_cast<float2 *>(Ss + r0 * cfg::LDS + cw0 + 8 * nt + 2 * t) =
-                make_float2(acc[0][nt][0], acc[0][nt][1]);
+                make_float2(acc[nt][0], acc[nt][1]);
             *reinterpret_cast<float2 *>(Ss + (r0 + 8) * cfg::LDS + cw0 + 8 * nt + 2 * t) =
-                make_float2(acc[0][nt][2], acc[0][nt][3]);
+                make_float2(acc[nt][2], acc[nt][3]);
         }
         SCAN_CLK(2, clk);
 #ifdef FQLA_SCAN_CLOCKS

@@ -100,6 +100,21 @@ __global__ void __launch_bounds__(scan_cfg<KD, CB>::THREADS) cp_scan_kernel(cons
      * columns of H_j into stage j % STAGES, as one commit group; past the
      * last segment an empty group, so that every step waits for the same
      * number of younger groups */
+    /* Each thread copies the same 16-byte pieces every step: column piece mq
+     * of rows mrow + ROWS k of M (rows rotated by blockIdx.y to spread the
+     * head's CTAs over L2), and piece hq of row hrow of its H columns. Their
+     * offsets are fixed once here: the per-copy index arithmetic (64-bit,
+     * signed division) was half of a step's instructions (ncu, docs/perf.md
+     * CP v4). */
+    constexpr int CPR = KD / 4;                  /* 16-byte pieces per row of M */
+    constexpr int ROWS = cfg::THREADS / CPR;     /* rows of M per pass of the CTA */
+    constexpr int MPASS = KD / ROWS;             /* passes over M */
+    constexpr int HPASS = (KD * CB / 4 + cfg::THREADS - 1) / cfg::THREADS; /* passes over H's pieces */
+    static_assert(cfg::THREADS % CPR == 0 && KD % ROWS == 0, "copy passes");
+    const int VXi = (int)VX;
+    const unsigned utid = (unsigned)tid;
+    const int mq = (int)(utid % CPR);
+    const int mrow = (int)((utid / CPR + blockIdx.y * (KD / 4)) % KD);
     auto load = [&](int64_t j) {
         if (j >= nseg) {
             fqla_cp_async_commit();
@@ -107,16 +122,19 @@ __global__ void __launch_bounds__(scan_cfg<KD, CB>::THREADS) cp_scan_kernel(cons
         }
         const int st = (int)(j % cfg::STAGES);
         const float *src = hm_of(j);
-        float *Ms = sm + st * KD * cfg::LDM, *Hs = sm + cfg::oH + st * KD * cfg::LDS;
-        const int rot = blockIdx.y * (KD * KD / 16); /* spread the head's CTAs over L2 */
-        for (int i0 = m_zero(j) ? KD * KD / 4 : tid; i0 < KD * KD / 4; i0 += cfg::THREADS) {
-            const int i = (i0 + rot) % (KD * KD / 4);
-            const int row = i / (KD / 4), q = i % (KD / 4);
-            fqla_cp_async16(Ms + row * cfg::LDM + 4 * q, src + row * VX + p.V + 4 * q, 16);
-        }
-        for (int i = tid; i < KD * CB / 4; i += cfg::THREADS) {
-            const int row = i / (CB / 4), q = i % (CB / 4);
-            fqla_cp_async16(Hs + row * cfg::LDS + 4 * q, src + row * VX + c0 + 4 * q, 16);
+        float *Ms = sm + st * KD * cfg::LDM + 4 * mq, *Hs = sm + cfg::oH + st * KD * cfg::LDS;
+        const float *msrc = src + p.V + 4 * mq;
+        if (!m_zero(j))
+#pragma unroll
+            for (int k = 0; k < MPASS; k++) {
+                const int row = (mrow + ROWS * k) % KD;
+                fqla_cp_async16(Ms + row * cfg::LDM, msrc + row * VXi, 16);
+            }
+#pragma unroll
+        for (int k = 0; k < HPASS; k++) {
+            const unsigned i = utid + k * cfg::THREADS;
+            const int row = (int)(i / (CB / 4)), q = (int)(i % (CB / 4));
+            if (i < KD * CB / 4) fqla_cp_async16(Hs + row * cfg::LDS + 4 * q, src + row * VXi + c0 + 4 * q, 16);
         }
         fqla_cp_async_commit();
     };
@@ -143,7 +161,12 @@ __global__ void __launch_bounds__(scan_cfg<KD, CB>::THREADS) cp_scan_kernel(cons
         const int st = (int)(j % cfg::STAGES);
 
         float *s0 = p.seg_s0 + ((g0 + j) * p.HV + hv) * KD * p.V + c0;
-        for (int i = tid; i < KD * CB; i += cfg::THREADS) s0[(i / CB) * p.V + i % CB] = Ss[(i / CB) * cfg::LDS + i % CB];
+        const int Vi = (int)p.V;
+#pragma unroll
+        for (int k = 0; k < KD * CB / cfg::THREADS; k++) {
+            const unsigned i = utid + k * cfg::THREADS;
+            s0[(int)(i / CB) * Vi + (int)(i % CB)] = Ss[(i / CB) * cfg::LDS + i % CB];
+        }
 
         const float *Ms = sm + st * KD * cfg::LDM, *Hs = sm + cfg::oH + st * KD * cfg::LDS;
         float acc[cfg::NT][4];

@@ -320,7 +320,7 @@ def main():
     adv_fq, adv_best, x_fla = {}, {}, {}  # per config tag
     print("%-22s %-12s %9s %9s %7s %7s %7s %9s %9s" % ("model", "seqlens", "fqla_ms", "fla_ms", "x_fla",
                                                        "adv_fq", "adv_best", "o_rel", "ht_rel"))
-    for model, hq, hv, sl in rows:
+    for ri, (model, hq, hv, sl) in enumerate(rows):
         lens = parse_seqlens(sl)
         q, k, v, g, beta, h0, cu, cu_host = make_inputs(hq, hv, lens)
         o = torch.empty_like(v)
@@ -335,7 +335,10 @@ def main():
             torch.cuda.synchronize()
             res = (res[1].clone(), res[3].clone())
             fla_ms = time_graph(run_fla, flush, a.calls, a.replays)
-        for lib, var, tag in configs:
+        # every other row the builds and variants run in reverse order, so that
+        # a drift within the process (clocks settling) does not favour one of
+        # them on every row (docs/perf.md, "The 171 rows at one build")
+        for lib, var, tag in (configs if ri % 2 == 0 else configs[::-1]):
             try:
                 if lib.tune:
                     lib.tune(C.c_int(var[0] if var else 0), C.c_int(var[1] if var else -1))

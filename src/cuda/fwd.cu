@@ -108,7 +108,8 @@ extern "C" void fqla_cuda_fwd_tune_cp(int seg_chunks)
 
 /* 1: the CP pre-pass leaves out transitions its segment's decay makes
  * negligible (fwd_chunk_wg.cu m_negligible), and the scan skips them. Off
- * by default until measured on a GPU (docs/perf.md, CP v3). */
+ * by default: no faster on the benchmark's inputs, where ungated heads set
+ * the critical path (docs/perf.md, CP v3). */
 extern "C" void fqla_cuda_fwd_tune_cp_skip(int on)
 {
     g_tune_cp_skip = on != 0;
@@ -116,7 +117,8 @@ extern "C" void fqla_cuda_fwd_tune_cp_skip(int on)
 
 /* Test hook: how many (segment, value head) transitions the last CP call
  * left out as negligible, read back from its workspace (synchronises; the
- * workspace must still be live). -1 if the last call did not run CP. */
+ * workspace must still be live). -1 if the last call ran no CP with the
+ * shortcut on, or if this was asked already. */
 static const int *g_debug_flags = NULL;
 static int64_t g_debug_flag_count = 0;
 extern "C" int64_t fqla_cuda_fwd_debug_cp_skipped(void)

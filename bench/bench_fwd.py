@@ -18,7 +18,7 @@ FlashQLA / FlashInfer anchors (bench/anchors_h200.csv).
     python3 bench/bench_fwd.py --rows '397B/122B TP1:1x32768,35B/9B/4B TP1:1x8192'
 
 Several builds and kernel variants in one process, on the same inputs and
-against the same FLA timing: --lib 'new=build/libflashqla.so,v2=old/libflashqla.so'
+against the same FLA timing, in reverse order on every other row: --lib 'new=build/libflashqla.so,v2=old/libflashqla.so'
 and --variants '2,0;1,1' (value heads per prepare batch, late chunk copies:
 fqla_cuda_fwd_tune, applied to each library that has it; a variant of four
 numbers 'hb,late,wg,nwg' also picks the chunk kernel: wg 0 = mma.sync, 1 =

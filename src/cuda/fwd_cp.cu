@@ -66,16 +66,20 @@ struct scan_cfg {
  * and the barrier, [1] the products, [2] the second barrier, the next copies
  * and the S update; [3] counts the steps. */
 __device__ unsigned long long g_scan_clk[4];
-#define SCAN_CLK(i, t0)                                                                         \
+#define SCAN_CLK_START long long scan_clk_ = clock64()
+/* span i ends here; the last span (2) also counts the step */
+#define SCAN_CLK(i)                                                                             \
     do {                                                                                        \
         if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) {                           \
             const long long t1_ = clock64();                                                    \
-            atomicAdd(&g_scan_clk[i], (unsigned long long)(t1_ - t0));                          \
-            t0 = t1_;                                                                           \
+            atomicAdd(&g_scan_clk[i], (unsigned long long)(t1_ - scan_clk_));                   \
+            if (i == 2) atomicAdd(&g_scan_clk[3], 1ull);                                        \
+            scan_clk_ = t1_;                                                                    \
         }                                                                                       \
     } while (0)
 #else
-#define SCAN_CLK(i, t0) (void)0
+#define SCAN_CLK_START (void)0
+#define SCAN_CLK(i) (void)0
 #endif
 
 template <int KD, int CB>
@@ -152,12 +156,11 @@ __global__ void __launch_bounds__(scan_cfg<KD, CB>::THREADS) cp_scan_kernel(cons
 
     /* this thread's accumulator rows r0, r0 + 8; its warp's columns cw0 .. */
     const int r0 = 16 * (warp % (KD / 16)) + g, cw0 = 8 * cfg::NT * (warp / (KD / 16));
-    long long clk = clock64();
-    (void)clk;
+    SCAN_CLK_START;
     for (int64_t j = 0; j < nseg; j++) {
         fqla_cp_async_wait<cfg::STAGES - 1>();
         __syncthreads(); /* S_j in Ss, M_j / H_j landed for every thread */
-        SCAN_CLK(0, clk);
+        SCAN_CLK(0);
         const int st = (int)(j % cfg::STAGES);
 
         float *s0 = p.seg_s0 + ((g0 + j) * p.HV + hv) * KD * p.V + c0;
@@ -199,7 +202,7 @@ __global__ void __launch_bounds__(scan_cfg<KD, CB>::THREADS) cp_scan_kernel(cons
                 }
             }
         }
-        SCAN_CLK(1, clk);
+        SCAN_CLK(1);
         __syncthreads(); /* every read of S_j and of stage st is done */
         load(j + cfg::STAGES);
 #pragma unroll
@@ -209,10 +212,7 @@ __global__ void __launch_bounds__(scan_cfg<KD, CB>::THREADS) cp_scan_kernel(cons
             *reinterpret_cast<float2 *>(Ss + (r0 + 8) * cfg::LDS + cw0 + 8 * nt + 2 * t) =
                 make_float2(acc[nt][2], acc[nt][3]);
         }
-        SCAN_CLK(2, clk);
-#ifdef FQLA_SCAN_CLOCKS
-        if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) atomicAdd(&g_scan_clk[3], 1ull);
-#endif
+        SCAN_CLK(2);
     }
     __syncthreads();
     if (p.ht) {

@@ -26,7 +26,9 @@ wgmma with nwg consumer warpgroups (0 = the default), fqla_cuda_fwd_tune_chunk);
 'hb,late,wg,nwg,cp', sets context parallelism (-1 = the plan, 0 = off, L = segments of L
 chunks; fqla_cuda_fwd_tune_cp), and a sixth the CP scan's columns per CTA (8, 16, 32; 0 = by
 the grid; fqla_cuda_fwd_tune_cp_scan), and a seventh the CP shortcut for negligible
-transitions (0 off, 1 on; fqla_cuda_fwd_tune_cp_skip). Each (library,
+transitions (0 off, 1 on; fqla_cuda_fwd_tune_cp_skip), and an eighth programmatic
+dependent launch of the kernels after the prepare kernel (0 off, 1 on, -1 the default;
+fqla_cuda_fwd_tune_pdl). Each (library,
 variant) is one CSV row; its commit field is the build's commit plus the
 variant, or the label of a labelled library run without variants (e.g.
 '206cbd8=old/libflashqla.so').
@@ -91,6 +93,7 @@ class Lib:
         self.tune_cp = getattr(self.L, "fqla_cuda_fwd_tune_cp", None)
         self.tune_scan = getattr(self.L, "fqla_cuda_fwd_tune_cp_scan", None)
         self.tune_skip = getattr(self.L, "fqla_cuda_fwd_tune_cp_skip", None)
+        self.tune_pdl = getattr(self.L, "fqla_cuda_fwd_tune_pdl", None)
         self.L.fqla_last_error.restype = C.c_char_p
         self.L.fqla_status_string.restype = C.c_char_p
         self.ctx = C.c_void_p()
@@ -351,6 +354,8 @@ def main():
                     lib.tune_scan(C.c_int(var[5] if var and len(var) >= 6 else 0))
                 if lib.tune_skip:
                     lib.tune_skip(C.c_int(var[6] if var and len(var) >= 7 else 0))
+                if lib.tune_pdl:
+                    lib.tune_pdl(C.c_int(var[7] if var and len(var) >= 8 else -1))
                 ours = FqlaFwd(lib, q, k, v, g, beta, h0, cu, cu_host, o, ht)
                 ours()
                 torch.cuda.synchronize()

@@ -53,6 +53,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
+#include "cuda/pdl.cuh"
 
 /* most warps per CTA of a K-split group exchange (= the launch bound / 32) */
 #define FQLA_DECODE_XCH_WARPS 8
@@ -266,13 +267,11 @@ __global__ void __launch_bounds__(256) fqla_decode_kernel(const DecodeParams p)
         b_ = dec_load(p.beta, b * p.b_s0 + t * p.b_s1 + hv, p.beta_dt);
     };
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     /* programmatic dependent launch: nothing global is read before the
      * previous kernel of the stream has finished and its writes are visible;
      * the next kernel may start its own launch now (it waits likewise) */
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-    asm volatile("griddepcontrol.launch_dependents;" :::);
-#endif
+    fqla_pdl_wait();
+    fqla_pdl_trigger();
     load_token(0, kk, qq, vv, graw, braw);
 
     const int64_t slot = dec_load_index(p.slots, b * p.slot_s, p.slot_dt);

@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/decode_kernel.cuh"
+#include "cuda/pdl.cuh"
 
 /* Warps per CTA (default): adjacent warps take adjacent V-slices of one
  * head, so a CTA reads whole rows of a [K, V] state between them. The
@@ -52,27 +53,8 @@ static cudaError_t fqla_decode_launch_kwv(const DecodeParams &p, bool multi, int
         const int64_t blocks = (p.total_warps + warps - 1) / warps;
         /* the kernel indexes warps in 32 bits */
         if (p.total_warps >= 0x7fffffffLL - FQLA_DECODE_MAX_WARPS) return cudaErrorInvalidConfiguration;
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = dim3((unsigned)blocks);
-        cfg.blockDim = dim3(32 * warps);
-        cfg.dynamicSmemBytes = 0;
-        cfg.stream = stream;
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[0].val.programmaticStreamSerializationAllowed = 1;
-        cfg.attrs = attr;
-        cfg.numAttrs = p.pdl ? 1 : 0;
-        cudaError_t e = multi ? cudaLaunchKernelEx(&cfg, fqla_decode_kernel<K, WV, VF, true, ST, KS>, p)
-                              : cudaLaunchKernelEx(&cfg, fqla_decode_kernel<K, WV, VF, false, ST, KS>, p);
-        if (e != cudaSuccess && cfg.numAttrs) {
-            /* a stream or driver that refuses the attribute: launch plainly */
-            (void)cudaGetLastError();
-            cfg.numAttrs = 0;
-            e = multi ? cudaLaunchKernelEx(&cfg, fqla_decode_kernel<K, WV, VF, true, ST, KS>, p)
-                      : cudaLaunchKernelEx(&cfg, fqla_decode_kernel<K, WV, VF, false, ST, KS>, p);
-        }
-        if (e != cudaSuccess) return e;
-        return cudaGetLastError();
+        auto kernel = multi ? fqla_decode_kernel<K, WV, VF, true, ST, KS> : fqla_decode_kernel<K, WV, VF, false, ST, KS>;
+        return fqla_launch_pdl(kernel, dim3((unsigned)blocks), dim3(32 * warps), 0, stream, p.pdl, p);
     }
 }
 

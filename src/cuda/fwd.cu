@@ -52,6 +52,7 @@ int g_tune_wg = -1, g_tune_nwg = 0;
 int64_t g_tune_cp = -1;
 int g_tune_scan_cb = 0;
 int g_tune_cp_skip = 0;
+int g_tune_pdl = -1;
 
 /* Consumer warpgroups per CTA of the wgmma chunk kernel. Two (one CTA per
  * 128 value columns, sharing the K, Q, Ag, Pg tiles) run a CTA ~1.4x longer
@@ -113,6 +114,14 @@ extern "C" void fqla_cuda_fwd_tune_cp(int seg_chunks)
 extern "C" void fqla_cuda_fwd_tune_cp_skip(int on)
 {
     g_tune_cp_skip = on != 0;
+}
+
+/* Programmatic dependent launch of the kernels after the prepare kernel:
+ * 1 on, 0 off, -1 the default (on). Each of them may then launch while its
+ * predecessor drains (pdl.cuh). */
+extern "C" void fqla_cuda_fwd_tune_pdl(int on)
+{
+    g_tune_pdl = on;
 }
 
 /* Test hook: how many (segment, value head) transitions the last CP call
@@ -329,6 +338,8 @@ fqla_status fqla_cuda_fwd_run(fqla_context *ctx, const fqla_problem *p, const fq
     k.Ag = ws + L.Ag;
     k.Pg = ws + L.Pg;
     if (seg_chunks > 0 && g_tune_cp_skip) k.chunk_ok = (int *)(ws + L.chunk_ok);
+
+    k.pdl = g_tune_pdl != 0;
 
     const int io_bf16 = p->io_dtype == FQLA_DTYPE_BF16;
     st = fqla_cuda_check(ctx, fqla_fwd_launch_prepare(k, io_bf16, g_tune_hb, stream),

@@ -36,6 +36,7 @@
 #include "cuda/fwd_common.cuh"
 #include "cuda/fwd_ptx.cuh"
 #include "cuda/hopper.cuh"
+#include "cuda/pdl.cuh"
 
 namespace {
 
@@ -119,6 +120,11 @@ __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
      * empty: every consumer warp is done with it */
     uint64_t *full = reinterpret_cast<uint64_t *>(sm + cfg::oBar), *empty = full + cfg::STAGES;
     uint64_t *ready = empty + cfg::STAGES;
+    /* launched with PDL after the prepare kernel (or the CP scan): wait
+     * for it before any global access or return; let the next kernel's
+     * launch begin */
+    fqla_pdl_wait();
+    fqla_pdl_trigger();
 
     const int wg = threadIdx.x >> 7;
     const int64_t ns = blockIdx.x / p.HV; /* sequence, or segment with cp_mode: the state's row */
@@ -475,9 +481,8 @@ cudaError_t launch(const fqla_fwd_params &p, const CUtensorMap *maps, cudaStream
     const int64_t rows = p.cp_mode ? p.segs : p.N;
     const int64_t cols = p.cp_mode == 1 ? p.V + p.K : p.V;
     dim3 grid((unsigned)(rows * p.HV), (unsigned)(cols / (64 * NWG)));
-    fwd_chunk_wg_kernel<T, KD, NWG, OUT>
-        <<<grid, cfg::THREADS, cfg::bytes, stream>>>(p, maps[0], maps[1], maps[2], maps[3], maps[4]);
-    return cudaGetLastError();
+    return fqla_launch_pdl(fwd_chunk_wg_kernel<T, KD, NWG, OUT>, grid, dim3(cfg::THREADS), cfg::bytes, stream, p.pdl, p,
+                           maps[0], maps[1], maps[2], maps[3], maps[4]);
 }
 
 template <typename T>

@@ -98,6 +98,9 @@ struct fqla_fwd_params {
     int cp_skip;
     int *seg_flag;
     int *chunk_ok;
+    /* host side only: launch the kernels after the prepare kernel with
+     * programmatic dependent launch (pdl.cuh) */
+    int pdl;
 };
 
 /* Workspace carve-up (bytes; every region 256-aligned). */

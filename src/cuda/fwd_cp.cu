@@ -29,6 +29,7 @@
 #include "cuda/fwd_common.cuh"
 
 #include "cuda/fwd_ptx.cuh"
+#include "cuda/pdl.cuh"
 
 #include <cuda_bf16.h>
 
@@ -89,6 +90,8 @@ __global__ void __launch_bounds__(scan_cfg<KD, CB>::THREADS) cp_scan_kernel(cons
     extern __shared__ float4 smem_f4[];
     float *sm = reinterpret_cast<float *>(smem_f4);
     float *Ss = sm + cfg::oS;
+    fqla_pdl_wait(); /* for the pre-pass (launched with PDL: pdl.cuh) */
+    fqla_pdl_trigger();
 
     const int64_t n = blockIdx.x / p.HV;
     const int hv = blockIdx.x % p.HV;
@@ -241,8 +244,7 @@ cudaError_t launch_scan(const fqla_fwd_params &p, cudaStream_t stream)
         if (dev >= 0 && dev < 64) configured[dev] = 1;
     }
     dim3 grid((unsigned)(p.N * p.HV), (unsigned)(p.V / CB));
-    cp_scan_kernel<KD, CB><<<grid, cfg::THREADS, cfg::bytes, stream>>>(p);
-    return cudaGetLastError();
+    return fqla_launch_pdl(cp_scan_kernel<KD, CB>, grid, dim3(cfg::THREADS), cfg::bytes, stream, p.pdl, p);
 }
 
 /* cb > 0: that many columns per CTA; else the narrowest whose grid fits one

@@ -53,6 +53,7 @@
  */
 #include "cuda/fwd_common.cuh"
 #include "cuda/fwd_ptx.cuh"
+#include "cuda/pdl.cuh"
 
 namespace {
 
@@ -242,6 +243,9 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
     const int g = lane >> 2, t = lane & 3;
     const int64_t slot = blockIdx.x;
     const int hq = blockIdx.y;
+    /* the chunk kernel may start launching (it waits for this kernel's end
+     * before its first global access: pdl.cuh) */
+    fqla_pdl_trigger();
 
     if (slot >= p.slots) {
         if (hq == 0) zero_tail<T>(p, slot - p.slots);

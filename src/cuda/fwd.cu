@@ -175,6 +175,9 @@ static fqla_status run_cp(fqla_context *ctx, const fqla_problem *p, fqla_fwd_par
 {
     k.seg_chunks = seg_chunks;
     k.segs = cp_segs(p, seg_chunks);
+    /* CP's chain (pre-pass, scan, main pass) measured ~1% slower with PDL on
+     * every CP row tried (docs/perf.md, PDL), so its kernels launch plainly */
+    k.pdl = 0;
     k.seg_hm = (float *)(ws + L.seg_hm);
     k.seg_s0 = (float *)(ws + L.seg_s0);
     k.seg_flag = (int *)(ws + L.seg_flag);

@@ -65,9 +65,10 @@ struct wg_cfg {
     /* two stages: a third (it fits at NWG = 1) measured no faster, so the
      * chunk is not waiting for its loads (docs/perf.md v5) */
     static constexpr int STAGES = 2;
-    static constexpr int LDO = C + 8;                   /* output staging rows (b16): 144 B */
-    static constexpr uint32_t oO = STAGES * stage;      /* [NWG][2][64][LDO] */
-    static constexpr uint32_t oBar = oO + (OUT ? NWG * 2 * C * LDO * 2 : 0);
+    /* output staging: [NWG][2] tiles of [64 tokens][64 values] b16 in TMA's
+     * 128-byte swizzle (the o map's box) */
+    static constexpr uint32_t oO = STAGES * stage;
+    static constexpr uint32_t oBar = oO + (OUT ? NWG * 2 * TILE : 0);
     static constexpr uint32_t bytes = oBar + 3 * STAGES * 8 + 1024; /* + slack for the 1024 alignment */
     static constexpr int THREADS = 128 * (NWG + 1);
     /* CTAs per SM the registers are budgeted for, and the consumers' share
@@ -109,7 +110,8 @@ template <typename T, int KD, int NWG, bool OUT>
 __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
     fwd_chunk_wg_kernel(const __grid_constant__ fqla_fwd_params p, const __grid_constant__ CUtensorMap tmQ,
                         const __grid_constant__ CUtensorMap tmK, const __grid_constant__ CUtensorMap tmV,
-                        const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmP)
+                        const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmP,
+                        const __grid_constant__ CUtensorMap tmO)
 {
     typedef wg_cfg<KD, NWG, OUT> cfg;
     typedef fqla_io<T> io;
@@ -153,6 +155,7 @@ __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
         fqla_tma_prefetch(&tmV);
         fqla_tma_prefetch(&tmA);
         fqla_tma_prefetch(&tmP);
+        if (OUT) fqla_tma_prefetch(&tmO);
         for (int s = 0; s < cfg::STAGES; s++) {
             fqla_mbar_init(&full[s], 1);
             fqla_mbar_init(&empty[s], 4 * NWG); /* lane 0 of every consumer warp */
@@ -259,19 +262,32 @@ __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
     }
 
     T *ob = OUT ? (T *)p.o + batch * p.o_sb + hv * p.o_sh + v0 : NULL;
-    T *Obuf = reinterpret_cast<T *>(sm + cfg::oO) + cw * 2 * C * cfg::LDO;
-    /* Stores chunk cc's output rows, staged in Obuf[cc & 1], to o (nothing
-     * for cc < 0). Every thread runs the same four steps (a fixed trip count
-     * keeps the code around the products in flight free of divergence). */
+    unsigned char *Obuf = sm + cfg::oO + cw * 2 * TILE; /* this warpgroup's two staging tiles */
+    /* Stores chunk cc's output rows, staged in tile cc & 1, to o (nothing for
+     * cc < 0). A whole chunk, or any chunk of a padded batch (the map clips
+     * rows past T), goes out as one TMA store issued by thread 0 of the
+     * warpgroup, which first waits until its previous store has read its
+     * tile: the barrier after that wait orders it before every later write
+     * of that tile. A varlen tail chunk (the rows after it belong to the
+     * next sequence) is stored row by row. */
     auto store_out = [&](int64_t cc) {
-        fqla_named_sync(2 + cw, 128); /* the warpgroup's stmatrix writes are done */
-        const T *src = Obuf + (cc & 1) * C * cfg::LDO;
+        if (tid == 0) fqla_bulk_wait_read<0>();
+        fqla_named_sync(2 + cw, 128); /* the warpgroup's stmatrix writes are done and fenced */
+        if (cc < 0) return;
+        const unsigned char *src = Obuf + (cc & 1) * TILE;
         const int64_t t0 = start + cc * C;
-        const int nvalid = cc < 0 ? 0 : (int)min((int64_t)C, len - cc * C);
+        const int nvalid = (int)min((int64_t)C, len - cc * C);
+        if (nvalid == C || !p.varlen) {
+            if (tid == 0) {
+                fqla_tma_store_4d(&tmO, src, v0, hv, (int)t0, p.varlen ? 0 : (int)batch);
+                fqla_bulk_commit();
+            }
+            return;
+        }
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             const int r = (tid >> 3) + 16 * i, cv = tid & 7;
-            const uint4 x = *reinterpret_cast<const uint4 *>(src + r * cfg::LDO + cv * 8);
+            const uint4 x = *reinterpret_cast<const uint4 *>(src + r * 128 + 16 * (cv ^ (r & 7)));
             if (r < nvalid) *reinterpret_cast<uint4 *>(ob + (t0 + r) * p.o_st + cv * 8) = x;
         }
     };
@@ -427,9 +443,12 @@ __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
             __syncwarp();
             if (lane == 0) fqla_mbar_arrive(&empty[s]); /* stage s is no longer read */
 
-            /* O^T = Qs^T diag(o) + P^T -> Obuf[c & 1] as [t][v] (stmatrix.trans) */
+            /* O^T = Qs^T diag(o) + P^T -> staging tile c & 1 as [t][v]
+             * (stmatrix.trans; lane l addresses token row 8 (j + q / 2) + l % 8,
+             * 16-byte chunk 2 warp + q % 2 of it, swizzled: chunk ^ (row % 8),
+             * so the 8 rows of each matrix hit 8 different bank groups) */
             {
-                T *dst = Obuf + (c & 1) * C * cfg::LDO;
+                unsigned char *dst = Obuf + (c & 1) * TILE;
                 const int q = lane >> 3, rr = lane & 7;
 #pragma unroll
                 for (int j = 0; j < 8; j += 2) {
@@ -441,13 +460,15 @@ __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
                         r[m] = io::pack(fo[2 * jj] * accUQ[32 + i0] + accP[i0],
                                         fo[2 * jj + 1] * accUQ[32 + i0 + 1] + accP[i0 + 1]);
                     }
-                    fqla_stsm_x4_t(dst + (8 * (j + (q >> 1)) + rr) * cfg::LDO + 16 * warp + 8 * (q & 1), r[0], r[1], r[2],
-                                   r[3]);
+                    const int row = 8 * (j + (q >> 1)) + rr, ch = 2 * warp + (q & 1);
+                    fqla_stsm_x4_t(dst + row * 128 + 16 * (ch ^ rr), r[0], r[1], r[2], r[3]);
                 }
+                fqla_fence_async_smem(); /* for the TMA store (store_out) */
             }
         }
     }
     if (OUT && nch > 0) store_out(nch - 1);
+    if (OUT && tid == 0) fqla_bulk_wait<0>(); /* the CTA's last stores are done before it exits */
 
     if (p.ht) {
 #pragma unroll
@@ -482,7 +503,7 @@ cudaError_t launch(const fqla_fwd_params &p, const CUtensorMap *maps, cudaStream
     const int64_t cols = p.cp_mode == 1 ? p.V + p.K : p.V;
     dim3 grid((unsigned)(rows * p.HV), (unsigned)(cols / (64 * NWG)));
     return fqla_launch_pdl(fwd_chunk_wg_kernel<T, KD, NWG, OUT>, grid, dim3(cfg::THREADS), cfg::bytes, stream, p.pdl, p,
-                           maps[0], maps[1], maps[2], maps[3], maps[4]);
+                           maps[0], maps[1], maps[2], maps[3], maps[4], maps[5]);
 }
 
 template <typename T>
@@ -502,7 +523,7 @@ cudaError_t fqla_fwd_launch_chunk_wg(const fqla_fwd_params &p, int io_bf16, int 
 {
     *used = 0;
     if (p.N * p.HV == 0) return cudaSuccess;
-    CUtensorMap maps[5];
+    CUtensorMap maps[FQLA_FWD_MAPS];
     if (!fqla_fwd_tma_maps(p, io_bf16, maps)) return cudaSuccess; /* the caller runs the mma.sync kernel */
     *used = 1;
     return io_bf16 ? launch_t<__nv_bfloat16>(p, nwg, maps, stream) : launch_t<__half>(p, nwg, maps, stream);

@@ -197,7 +197,9 @@ cudaError_t fqla_fwd_launch_chunk(const fqla_fwd_params &p, int io_bf16, int bv,
  * allow them; the maps of q, k, v, Ag, Pg (Pg only when p.Pg is set), 0 when
  * one cannot be encoded. */
 int fqla_fwd_wg_usable(const fqla_fwd_params &p);
-int fqla_fwd_tma_maps(const fqla_fwd_params &p, int io_bf16, CUtensorMap maps[5]);
+/* q, k, v, Ag, Pg (loads) and o (stores) */
+#define FQLA_FWD_MAPS 6
+int fqla_fwd_tma_maps(const fqla_fwd_params &p, int io_bf16, CUtensorMap maps[FQLA_FWD_MAPS]);
 /* The warp-specialised chunk kernel (fwd_chunk_wg.cu); sets *used to 0
  * (launching nothing) when the maps cannot be encoded. nwg: consumer
  * warpgroups per CTA (1 or 2, 64 value columns each). */

@@ -73,12 +73,13 @@ int fqla_fwd_wg_usable(const fqla_fwd_params &p)
     return 1;
 }
 
-int fqla_fwd_tma_maps(const fqla_fwd_params &p, int io_bf16, CUtensorMap maps[5])
+int fqla_fwd_tma_maps(const fqla_fwd_params &p, int io_bf16, CUtensorMap maps[FQLA_FWD_MAPS])
 {
     const int64_t B = p.varlen ? 1 : p.N;
     const int64_t rows = p.slots * p.HV * FQLA_FWD_CHUNK;
     return map_btd(&maps[0], io_bf16, p.q, B, p.T, p.H, p.K, p.q_sb, p.q_st, p.q_sh) &&
            map_btd(&maps[1], io_bf16, p.k, B, p.T, p.H, p.K, p.k_sb, p.k_st, p.k_sh) &&
            map_btd(&maps[2], io_bf16, p.v, B, p.T, p.HV, p.V, p.v_sb, p.v_st, p.v_sh) &&
-           map_tiles(&maps[3], io_bf16, p.Ag, rows) && (!p.Pg || map_tiles(&maps[4], io_bf16, p.Pg, rows));
+           map_tiles(&maps[3], io_bf16, p.Ag, rows) && (!p.Pg || map_tiles(&maps[4], io_bf16, p.Pg, rows)) &&
+           map_btd(&maps[5], io_bf16, p.o, B, p.T, p.HV, p.V, p.o_sb, p.o_st, p.o_sh);
 }

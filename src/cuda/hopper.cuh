@@ -82,6 +82,20 @@ FQLA_HDEV void fqla_bulk_load(void *dst, const void *src, uint32_t bytes, uint64
                  "l"(src), "r"(bytes), "r"(fqla_h_smem(bar))
                  : "memory");
 }
+/* 4-D tile store shared -> global (box elements outside the tensor are not
+ * written), in this thread's bulk async-group. */
+FQLA_HDEV void fqla_tma_store_4d(const CUtensorMap *m, const void *src, int c0, int c1, int c2, int c3)
+{
+    asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4, %5}], [%1];" ::"l"(
+                     (uint64_t)m),
+                 "r"(fqla_h_smem(src)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+                 : "memory");
+}
+FQLA_HDEV void fqla_bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+/* This thread's bulk groups: at most N pending that still read shared memory. */
+template <int N> FQLA_HDEV void fqla_bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory"); }
+/* ... at most N pending at all (their global writes done). */
+template <int N> FQLA_HDEV void fqla_bulk_wait() { asm volatile("cp.async.bulk.wait_group %0;" ::"n"(N) : "memory"); }
 /* Generic-proxy shared-memory writes -> visible to wgmma / TMA. */
 FQLA_HDEV void fqla_fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 

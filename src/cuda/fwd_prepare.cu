@@ -58,13 +58,9 @@
 namespace {
 
 constexpr int C = FQLA_FWD_CHUNK;
-/* fp32 matrices X: [64][72] and KK: [64][68]. X's 72 = 8 mod 32 words: the
- * float2 loads of row g, columns 2t, 2t+1 and the scalar loads of rows t,
- * t + 4, column g (step 4b's B operand) hit every bank once per half warp /
- * warp. KK's 68 = 4 mod 32: the scalar A-operand loads of rows g, g + 8,
- * columns t, t + 4 hit every bank once per warp. */
+/* fp32 matrices KK and X: [64][72]. 72 = 8 mod 32 words: the float2 operand
+ * loads (row g, columns 2t, 2t+1) hit every bank once per half warp. */
 constexpr int LDF = C + 8;
-constexpr int LDK = C + 4;
 constexpr int HB = 2; /* value heads per batch in step 4: four warps each */
 
 template <int KD>
@@ -73,7 +69,7 @@ struct prep_smem {
     static constexpr size_t qk_tiles = 2 * (size_t)C * LDQ * 2; /* Q, K (b16) */
     static constexpr size_t xs = (size_t)HB * C * LDF * 4;      /* X per head of the batch */
     static constexpr size_t region0 = qk_tiles > xs ? qk_tiles : xs;
-    static constexpr size_t kk = (size_t)C * LDK * 4;
+    static constexpr size_t kk = (size_t)C * LDF * 4;
     static_assert(qk_tiles % 16 == 0 && region0 % 16 == 0, "alignment of the fp32 regions");
     static constexpr size_t stage = 8 * 16 * 64; /* per warp a 16x32 b16 output tile */
     /* Q, K then X[HB]; KK; rq, rk; gamma and beta of every head of the group;
@@ -186,55 +182,6 @@ __device__ __forceinline__ void mma_f32(float (&d)[4], const tf32_a<PREC> &a, fl
     fqla_mma_tf32(d, a.big, bb0, bb1);
 }
 
-/* Step 4b for one 8-column tile ct of a head's inverse X (row-major, pitch
- * LDF; its diagonal blocks already inverted): for each block row i below
- * block column bj = ct / 2,
- *   T   = diag(beta_i) sum_{k=bj}^{i-1} KK_ik X_k[:, tile]   (A = KK_ik, B = X)
- *   X_i[:, tile] = -X_ii T                                    (A = X_ii, B = T)
- * The first product reads its A fragments (rows g, g + 8, columns t, t + 4)
- * and B fragments (rows t, t + 4, column g) as scalars, conflict-free at
- * pitches LDK and LDF. The second reads X_ii as float2 with the k slots
- * permuted (slot t = column 2t, slot t + 4 = column 2t + 1) and takes T's
- * matching B fragments from the lanes that hold them (shuffles). */
-template <int PREC>
-__device__ __forceinline__ void walk_tile(float *Xh, const float *KK, const float *bh, int ct, int g, int t)
-{
-    const int bj = ct >> 1, n0 = 8 * ct;
-    for (int i = bj + 1; i < 4; i++) {
-        float T[4] = {0.f, 0.f, 0.f, 0.f};
-        for (int k = bj; k < i; k++)
-#pragma unroll
-            for (int ks = 0; ks < 2; ks++) {
-                const float *A = KK + (16 * i + g) * LDK + 16 * k + 8 * ks + t;
-                const tf32_a<PREC> a(A[0], A[8 * LDK], A[4], A[8 * LDK + 4]);
-                const float *B = Xh + (16 * k + 8 * ks + t) * LDF + n0 + g;
-                mma_f32<PREC>(T, a, B[0], B[4 * LDF]);
-            }
-        const float be0 = bh[16 * i + g], be1 = bh[16 * i + g + 8];
-        T[0] *= be0;
-        T[1] *= be0;
-        T[2] *= be1;
-        T[3] *= be1;
-        /* T[r][c] sits in lane 4 (r % 8) + c / 2, element 2 (r / 8) + c % 2 */
-        float Xn[4] = {0.f, 0.f, 0.f, 0.f};
-        const int src0 = 8 * t + (g >> 1), src1 = src0 + 4;
-#pragma unroll
-        for (int ks = 0; ks < 2; ks++) {
-            const float2 lo = *reinterpret_cast<const float2 *>(Xh + (16 * i + g) * LDF + 16 * i + 8 * ks + 2 * t);
-            const float2 hi = *reinterpret_cast<const float2 *>(Xh + (16 * i + g + 8) * LDF + 16 * i + 8 * ks + 2 * t);
-            const tf32_a<PREC> a(lo.x, hi.x, lo.y, hi.y);
-            const float e0 = __shfl_sync(0xffffffffu, T[2 * ks], src0);
-            const float o0 = __shfl_sync(0xffffffffu, T[2 * ks + 1], src0);
-            const float e1 = __shfl_sync(0xffffffffu, T[2 * ks], src1);
-            const float o1 = __shfl_sync(0xffffffffu, T[2 * ks + 1], src1);
-            mma_f32<PREC>(Xn, a, (g & 1) ? o0 : e0, (g & 1) ? o1 : e1);
-        }
-        *reinterpret_cast<float2 *>(Xh + (16 * i + g) * LDF + n0 + 2 * t) = make_float2(-Xn[0], -Xn[1]);
-        *reinterpret_cast<float2 *>(Xh + (16 * i + g + 8) * LDF + n0 + 2 * t) = make_float2(-Xn[2], -Xn[3]);
-        __syncwarp(); /* the next block row reads this one as its B operand */
-    }
-}
-
 /* 2^x (MUFU, ~2 ulp; 0 for large negative x) */
 __device__ __forceinline__ float ex2(float x)
 {
@@ -286,7 +233,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
     T *Ks = Qs + C * LDQ;
     float *X = reinterpret_cast<float *>(smem_raw); /* [HB][64][LDF], over Q and K */
     float *KK = reinterpret_cast<float *>(smem_raw + prep_smem<KD>::region0);
-    float *rqs = KK + C * LDK;
+    float *rqs = KK + C * LDF;
     float *rks = rqs + C;
     float *gam = rks + C;            /* [group][64] gamma * log2(e) */
     float *bet = gam + p.group * C;  /* [group][64] */
@@ -432,9 +379,9 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
         for (int nt = 0; nt < 4; nt++) {
             const int col = n0 + 8 * nt + 2 * t;
             const float2 rc = *reinterpret_cast<const float2 *>(rks + col);
-            *reinterpret_cast<float2 *>(KK + (r0 + g) * LDK + col) =
+            *reinterpret_cast<float2 *>(KK + (r0 + g) * LDF + col) =
                 make_float2(akk[nt][0] * rk0 * rc.x, akk[nt][1] * rk0 * rc.y);
-            *reinterpret_cast<float2 *>(KK + (r0 + g + 8) * LDK + col) =
+            *reinterpret_cast<float2 *>(KK + (r0 + g + 8) * LDF + col) =
                 make_float2(akk[nt][2] * rk1 * rc.x, akk[nt][3] * rk1 * rc.y);
             aqk[nt][0] *= rq0 * rc.x;
             aqk[nt][1] *= rq0 * rc.y;
@@ -485,8 +432,8 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
         if (j0 == 0 && p.chunk_ok) /* for CP's negligible-transition test */
             for (int jj = warp; jj < p.group; jj += FQLA_FWD_THREADS / 32) {
                 const float *bh = bet + jj * C;
-                const float x0 = bh[lane] * KK[lane * LDK + lane];
-                const float x1 = bh[lane + 32] * KK[(lane + 32) * LDK + lane + 32];
+                const float x0 = bh[lane] * KK[lane * LDF + lane];
+                const float x1 = bh[lane + 32] * KK[(lane + 32) * LDF + lane + 32];
                 const int ok = __all_sync(0xffffffffu, x0 >= 0.f && x0 <= 2.f && x1 >= 0.f && x1 <= 2.f);
                 if (lane == 0) p.chunk_ok[(size_t)slot * p.HV + hq * p.group + jj] = ok;
             }
@@ -504,7 +451,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
             for (int i = 0; i < 16; i++) {
                 x[i] = (i == jc ? 1.f : 0.f) - bw[s + i] * acc[i];
 #pragma unroll
-                for (int r = i + 1; r < 16; r++) acc[r] += KK[(s + r) * LDK + s + i] * x[i];
+                for (int r = i + 1; r < 16; r++) acc[r] += KK[(s + r) * LDF + s + i] * x[i];
             }
             if (lane < 16)
 #pragma unroll
@@ -512,56 +459,82 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
         }
         __syncthreads();
 
-        /* b. X_ij = -X_ii diag(beta_i) sum_{k=j}^{i-1} KK_ik X_kj, in 8-column
-         * tiles of X: tile ct (block column ct / 2) walks down its block rows,
-         * each step two products on tensor cores (tf32 m16n8k8 in the
-         * 3xTF32 split). A tile's cost falls with its block column (9, 5, 2
-         * and 0 units for columns 0-3), so a warp takes a heavy tile alone
-         * and the lighter ones in pairs of equal cost: the longest walk is
-         * half a block column's (docs/perf.md, prepare v5). */
-        {
-            int h2 = warp < 4 ? warp >> 1 : (warp - 4) >> 1;
-            int ct0 = warp < 4 ? warp & 1 : 2 + (warp & 1), ct1 = warp < 4 ? -1 : 5 - (warp & 1);
-            if (nb == 1) { /* one head: tiles 0-5 on warps 0-5 */
-                h2 = 0;
-                ct0 = warp < 6 ? warp : -1;
-                ct1 = -1;
-            }
-            if (h2 < nb) {
-                float *Xh = X + h2 * C * LDF;
-                const float *bh = bet + (j0 + h2) * C;
-                if (ct0 >= 0) walk_tile<PREC>(Xh, KK, bh, ct0, g, t);
-                if (ct1 >= 0) walk_tile<PREC>(Xh, KK, bh, ct1, g, t);
+        /* b. block column bj: X_ij = -X_ii diag(beta_i) sum_k KK_ik X_kj.
+         * P[k] = X_kj^T in accumulator layout (P[k][q][e]: row g + 8 (e / 2),
+         * column 8q + 2t + e % 2 of X^T). A product C = P Q^T with P in
+         * accumulator layout and Q read as Q[n = g][2t, 2t + 1] needs no
+         * shuffles: mma k-slot t is column 2t, slot t + 4 column 2t + 1. */
+        if (active && bj < 3) {
+            float P[3][2][4];
+#pragma unroll
+            for (int k = 0; k < 3; k++)
+                if (k == bj)
+#pragma unroll
+                    for (int q = 0; q < 2; q++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++)
+                            P[k][q][e] = Xw[(16 * k + 8 * q + 2 * t + (e & 1)) * LDF + 16 * k + g + 8 * (e >> 1)];
+#pragma unroll
+            for (int i = 1; i < 4; i++) {
+                if (i <= bj) continue;
+                /* T^T = sum_k X_kj^T KK_ik^T, then columns times beta_i */
+                float Tt[2][4];
+#pragma unroll
+                for (int q = 0; q < 2; q++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) Tt[q][e] = 0.f;
+#pragma unroll
+                for (int k = 0; k < 3; k++) {
+                    if (k < bj || k >= i) continue;
+#pragma unroll
+                    for (int ks = 0; ks < 2; ks++) {
+                        const tf32_a<PREC> a(P[k][ks][0], P[k][ks][2], P[k][ks][1], P[k][ks][3]);
+#pragma unroll
+                        for (int no = 0; no < 2; no++) {
+                            const float2 b = *reinterpret_cast<const float2 *>(
+                                KK + (16 * i + 8 * no + g) * LDF + 16 * k + 8 * ks + 2 * t);
+                            mma_f32<PREC>(Tt[no], a, b.x, b.y);
+                        }
+                    }
+                }
+#pragma unroll
+                for (int no = 0; no < 2; no++) {
+                    const float2 bb = *reinterpret_cast<const float2 *>(bw + 16 * i + 8 * no + 2 * t);
+                    Tt[no][0] *= bb.x;
+                    Tt[no][1] *= bb.y;
+                    Tt[no][2] *= bb.x;
+                    Tt[no][3] *= bb.y;
+                }
+                /* X_ij^T = -T^T X_ii^T */
+                float Xn[2][4];
+#pragma unroll
+                for (int q = 0; q < 2; q++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) Xn[q][e] = 0.f;
+#pragma unroll
+                for (int ks = 0; ks < 2; ks++) {
+                    const tf32_a<PREC> a(Tt[ks][0], Tt[ks][2], Tt[ks][1], Tt[ks][3]);
+#pragma unroll
+                    for (int no = 0; no < 2; no++) {
+                        const float2 b = *reinterpret_cast<const float2 *>(
+                            Xw + (16 * i + 8 * no + g) * LDF + 16 * i + 8 * ks + 2 * t);
+                        mma_f32<PREC>(Xn[no], a, b.x, b.y);
+                    }
+                }
+#pragma unroll
+                for (int q = 0; q < 2; q++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const float v = -Xn[q][e];
+                        if (i < 3) P[i][q][e] = v;
+                        Xw[(16 * i + 8 * q + 2 * t + (e & 1)) * LDF + 16 * bj + g + 8 * (e >> 1)] = v;
+                    }
             }
         }
         __syncthreads();
 
-        /* c. Ag = Gamma (.) X diag(beta) in 16x32 tiles (rows 16 mw, columns
-         * 32 nh), whose cost is the number of their 8-column blocks at or
-         * left of the diagonal: 4 for (1,0) (2,0) (3,0) (3,1), 2 for (0,0)
-         * (2,1), 0 for (0,1) (1,1) (zeros stored). With two heads each warp
-         * takes one cost-4 tile and one of the others (6 or 4 blocks, where
-         * the warp's own tile of both heads was up to 8); one head: the
-         * warp's own tile. */
-        for (int jb = 0; jb < nb; jb++) {
-            int h2 = jb, mw2 = warp & 3, nh2 = warp >> 2;
-            if (nb == 2) {
-                const int w4 = warp & 3;
-                if (jb == 0) { /* the cost-4 tiles: head warp / 4 */
-                    h2 = warp >> 2;
-                    mw2 = w4 == 3 ? 3 : w4 + 1;
-                    nh2 = w4 == 3 ? 1 : 0;
-                } else if (warp < 4) { /* cost 2: (0,0), (2,1) of head w4 / 2 */
-                    h2 = w4 >> 1;
-                    mw2 = (w4 & 1) ? 2 : 0;
-                    nh2 = w4 & 1;
-                } else { /* cost 0: (0,1), (1,1) of head w4 / 2 */
-                    h2 = w4 >> 1;
-                    mw2 = w4 & 1;
-                    nh2 = 1;
-                }
-            }
-            const int r0 = 16 * mw2, n0 = 32 * nh2;
+        /* c. Ag = Gamma (.) X diag(beta): this warp's tile of each head */
+        for (int h2 = 0; h2 < nb; h2++) {
             const int jj = j0 + h2, hv = hq * p.group + jj;
             const float *Xh = X + h2 * C * LDF, *gh = gam + jj * C, *bh = bet + jj * C;
             const float gi[2] = {gh[r0 + g], gh[r0 + g + 8]};

@@ -10,6 +10,7 @@
 set -u
 BIN=${BIN:-.decbin}
 . "$(dirname "$0")/../tools/gpu/unpack.sh" # a folder packed by tools/gpu/pack.sh
+. "$(dirname "$0")/../tools/gpu/triton_cache.sh" # FLA's compiled kernels from earlier sessions
 BENCH=${BENCH:-bench/bench_decode.py}
 OUT=${OUT:-/tmp/decode-out}
 mkdir -p "$OUT"
@@ -39,4 +40,5 @@ PYTHONUNBUFFERED=1 timeout "${BENCH_S:-400}" python3 "$BENCH" --lib "$BIN/libfla
     --out "$OUT/decode-h200.csv" --commit "$(cat "$BIN/commit" 2>/dev/null || echo unknown)" ${BENCH_ARGS:-} \
     > "$OUT/bench.log" 2>&1
 echo "== bench rc=$? ($(( $(date +%s) - start )) s)"
+triton_cache_save "$OUT"
 cut -c1-400 "$OUT/bench.log"

@@ -18,6 +18,7 @@ OUT=${OUT:-/tmp/fwd_out}
 mkdir -p "$OUT"
 BIN=${FWD_BIN:-.fwdbin}
 . "$(dirname "$0")/unpack.sh" # a folder packed by tools/gpu/pack.sh
+. "$(dirname "$0")/triton_cache.sh" # FLA's compiled kernels and autotuning from earlier sessions
 FLA_WHL=${FLA_WHL:-.whl/fla_core-0.5.2-py3-none-any.whl}
 DEADLINE=${DEADLINE:-600}
 export PYTHONUNBUFFERED=1
@@ -76,4 +77,5 @@ for s in $steps; do
     ;;
   esac
 done
+triton_cache_save "$OUT"
 stamp "done"

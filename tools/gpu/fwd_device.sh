@@ -4,9 +4,9 @@
 # small shapes, and the FLA comparison benchmark (bench/bench_fwd.py).
 # Logs go to $OUT. Uses binaries carried in $FWD_BIN (default .fwdbin:
 # test_gpu_fwd and libflashqla.so built on the dev machine, COMMIT) when they
-# start, otherwise builds them here. A baseline build in $FWD_BIN/base
-# (libflashqla.so, COMMIT), when present, is timed in the same benchmark
-# process. FLA comes from the wheel $FLA_WHL (default: fla-core 0.5.2 in .whl,
+# start, otherwise builds them here. Other builds in subfolders of $FWD_BIN
+# (each libflashqla.so with its COMMIT; base/ by custom) are timed in the same
+# benchmark process. FLA comes from the wheel $FLA_WHL (default: fla-core 0.5.2 in .whl,
 # the version of every earlier row of bench/results/fwd-h200.csv).
 #
 #   tools/gpu/fwd_device.sh [tests] [memcheck|sanitize] [pytest] [bench]
@@ -86,8 +86,13 @@ for s in $steps; do
     wait "$pip_pid"
     grep -q "pip failed" "$LOG/pip.log" && stamp "pip failed: $(tail -n 3 "$LOG/pip.log")"
     export PYTHONPATH=/tmp/site
+    # the carried build, then every other build in a subfolder (base/, or any
+    # name), each labelled by its COMMIT file: all timed in the same process
     libs=$BIN/libflashqla.so
-    [ -f "$BIN/base/libflashqla.so" ] && libs="$libs,$(cat "$BIN/base/COMMIT" 2>/dev/null || echo base)=$BIN/base/libflashqla.so"
+    for d in "$BIN"/*/; do
+      [ -f "$d/libflashqla.so" ] || continue
+      libs="$libs,$(cat "$d/COMMIT" 2>/dev/null || basename "$d")=${d}libflashqla.so"
+    done
     left=$(( DEADLINE - ($(date +%s) - t_start) - 5 ))
     stamp "bench (${left}s left)"
     eval "timeout $left python3 bench/bench_fwd.py --lib '$libs' --out $OUT/fwd-h200.csv ${BENCH_ARGS:-}" \

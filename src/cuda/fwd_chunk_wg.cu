@@ -117,7 +117,11 @@ __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
     typedef fqla_io<T> io;
     typedef fqla_wg<T> mma;
     extern __shared__ unsigned char smem_raw[];
-    unsigned char *sm = (unsigned char *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+    /* 1024-aligned (TMA's 128-byte swizzle) by an offset from smem_raw, not a
+     * round trip through an integer: the compiler then still knows every
+     * pointer below is shared and emits LDS / STS, not generic LD / ST
+     * (the factor loads sit on the chain: docs/perf.md, v7b) */
+    unsigned char *sm = smem_raw + ((1024u - (fqla_h_smem(smem_raw) & 1023u)) & 1023u);
     /* full: the stage's copies landed; ready: its token factors are written;
      * empty: every consumer warp is done with it */
     uint64_t *full = reinterpret_cast<uint64_t *>(sm + cfg::oBar), *empty = full + cfg::STAGES;

@@ -117,7 +117,11 @@ __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
     typedef fqla_io<T> io;
     typedef fqla_wg<T> mma;
     extern __shared__ unsigned char smem_raw[];
-    unsigned char *sm = (unsigned char *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+    /* 1024-aligned (TMA's 128-byte swizzle) by an offset from smem_raw, not a
+     * round trip through an integer: the compiler then still knows every
+     * pointer below is shared and emits LDS / STS, not generic LD / ST
+     * (the factor loads sit on the chain: docs/perf.md, v7b) */
+    unsigned char *sm = smem_raw + ((1024u - (fqla_h_smem(smem_raw) & 1023u)) & 1023u);
     /* full: the stage's copies landed; ready: its token factors are written;
      * empty: every consumer warp is done with it */
     uint64_t *full = reinterpret_cast<uint64_t *>(sm + cfg::oBar), *empty = full + cfg::STAGES;
@@ -243,22 +247,36 @@ __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
     constexpr int NS = KD / 2; /* state accumulators per thread */
     constexpr int KS = KD / 16; /* k-steps over K */
 
-    /* S^T accumulator i: value row 16 warp + g + 8 ((i >> 1) & 1), key column
-     * 8 (i >> 2) + 2 tq + (i & 1) */
+    /* S^T accumulator i: value row vr + 8 ((i >> 1) & 1), key column
+     * kc + 8 (i >> 2) + (i & 1). A state element's offset is a per-thread
+     * base plus compile-time multiples of the key and value strides (skey,
+     * sval); the layout and dtype tests are warpgroup-uniform and made once
+     * (per element they cost ~40 instructions, ~2700 per warp before the
+     * first chunk: docs/perf.md, session 5). */
+    const int vr = v0 + 16 * warp + g, kc = 2 * tq;
+    auto soff = [](int i, int64_t skey, int64_t sval) {
+        return (int64_t)(8 * (i >> 2) + (i & 1)) * skey + (int64_t)(8 * ((i >> 1) & 1)) * sval;
+    };
     float S[NS];
+    if (p.cp_mode == 1 && v0 >= p.V) { /* V and v0 are multiples of 64: the whole warpgroup */
 #pragma unroll
-    for (int i = 0; i < NS; i++) {
-        float x = 0.f;
-        const int vv = v0 + 16 * warp + g + 8 * ((i >> 1) & 1);
-        const int kk = 8 * (i >> 2) + 2 * tq + (i & 1);
-        if (p.cp_mode == 1 && vv >= p.V) {
-            x = vv - p.V == kk ? 1.f : 0.f; /* the transition's columns start from I */
-        } else if (p.h0) {
-            const int64_t off = ns * p.h0_sn + hv * p.h0_sh +
-                                (p.v_first ? (int64_t)vv * p.h0_s2 + kk : (int64_t)kk * p.h0_s2 + vv);
-            x = p.h0_bf16 ? __bfloat162float(((const __nv_bfloat16 *)p.h0)[off]) : ((const float *)p.h0)[off];
+        for (int i = 0; i < NS; i++) /* the transition's columns start from I */
+            S[i] = vr + 8 * ((i >> 1) & 1) - p.V == kc + 8 * (i >> 2) + (i & 1) ? 1.f : 0.f;
+    } else if (p.h0) {
+        const int64_t skey = p.v_first ? 1 : p.h0_s2, sval = p.v_first ? p.h0_s2 : 1;
+        const int64_t base = ns * p.h0_sn + hv * p.h0_sh + kc * skey + vr * sval;
+        if (p.h0_bf16) {
+            const __nv_bfloat16 *h = (const __nv_bfloat16 *)p.h0 + base;
+#pragma unroll
+            for (int i = 0; i < NS; i++) S[i] = __bfloat162float(h[soff(i, skey, sval)]);
+        } else {
+            const float *h = (const float *)p.h0 + base;
+#pragma unroll
+            for (int i = 0; i < NS; i++) S[i] = h[soff(i, skey, sval)];
         }
-        S[i] = x;
+    } else {
+#pragma unroll
+        for (int i = 0; i < NS; i++) S[i] = 0.f;
     }
 
     T *ob = OUT ? (T *)p.o + batch * p.o_sb + hv * p.o_sh + v0 : NULL;
@@ -471,14 +489,16 @@ __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
     if (OUT && tid == 0) fqla_bulk_wait<0>(); /* the CTA's last stores are done before it exits */
 
     if (p.ht) {
+        const int64_t skey = p.v_first ? 1 : p.ht_s2, sval = p.v_first ? p.ht_s2 : 1;
+        const int64_t base = ns * p.ht_sn + hv * p.ht_sh + kc * skey + vr * sval;
+        if (p.ht_bf16) {
+            __nv_bfloat16 *h = (__nv_bfloat16 *)p.ht + base;
 #pragma unroll
-        for (int i = 0; i < NS; i++) {
-            const int vv = v0 + 16 * warp + g + 8 * ((i >> 1) & 1);
-            const int kk = 8 * (i >> 2) + 2 * tq + (i & 1);
-            const int64_t off = ns * p.ht_sn + hv * p.ht_sh +
-                                (p.v_first ? (int64_t)vv * p.ht_s2 + kk : (int64_t)kk * p.ht_s2 + vv);
-            if (p.ht_bf16) ((__nv_bfloat16 *)p.ht)[off] = __float2bfloat16_rn(S[i]);
-            else ((float *)p.ht)[off] = S[i];
+            for (int i = 0; i < NS; i++) h[soff(i, skey, sval)] = __float2bfloat16_rn(S[i]);
+        } else {
+            float *h = (float *)p.ht + base;
+#pragma unroll
+            for (int i = 0; i < NS; i++) h[soff(i, skey, sval)] = S[i];
         }
     }
 }

@@ -438,24 +438,31 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
                 if (lane == 0) p.chunk_ok[(size_t)slot * p.HV + hq * p.group + jj] = ok;
             }
 
-        /* a. diagonal block bj: lane -> column jc (lanes 16..31 repeat
-         * lanes 0..15 and store nothing). Right-looking: once x_i is known
-         * it updates every later row's sum; each row's sum adds its terms in
-         * increasing k. */
-        if (active) {
-            const int s = 16 * bj, jc = lane & 15;
-            float acc[16], x[16];
+        /* a. the diagonal 16x16 blocks, one per half warp, lane -> column
+         * jc: with two heads, warp w takes block w of both (the same KK
+         * words, read once as a broadcast); with one, warps 0 and 1 take
+         * blocks 0, 1 and 2, 3 (KK words 16 banks apart). Right-looking:
+         * once x_i is known it updates every later row's sum; each row's sum
+         * adds its terms in increasing k. */
+        {
+            const int hj = 2 * warp + (lane >> 4); /* half-warp job */
+            const int ha = nb == 2 ? hj & 1 : 0, blk = nb == 2 ? hj >> 1 : hj;
+            if (hj < 4 * nb) { /* warp-uniform: 4 nb is even */
+                const int s = 16 * blk, jc = lane & 15;
+                const float *ba = bet + (j0 + ha) * C;
+                float *Xa = X + ha * C * LDF;
+                float acc[16], x[16];
 #pragma unroll
-            for (int i = 0; i < 16; i++) acc[i] = 0.f;
+                for (int i = 0; i < 16; i++) acc[i] = 0.f;
 #pragma unroll
-            for (int i = 0; i < 16; i++) {
-                x[i] = (i == jc ? 1.f : 0.f) - bw[s + i] * acc[i];
+                for (int i = 0; i < 16; i++) {
+                    x[i] = (i == jc ? 1.f : 0.f) - ba[s + i] * acc[i];
 #pragma unroll
-                for (int r = i + 1; r < 16; r++) acc[r] += KK[(s + r) * LDF + s + i] * x[i];
+                    for (int r = i + 1; r < 16; r++) acc[r] += KK[(s + r) * LDF + s + i] * x[i];
+                }
+#pragma unroll
+                for (int i = 0; i < 16; i++) Xa[(s + i) * LDF + s + jc] = x[i];
             }
-            if (lane < 16)
-#pragma unroll
-                for (int i = 0; i < 16; i++) Xw[(s + i) * LDF + s + jc] = x[i];
         }
         __syncthreads();
 

@@ -349,7 +349,11 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
         rks[tid] = 1.f;
     }
 
-    /* 3. KK = K K^T, QK = Q K^T: warp -> rows 16 (w % 4), cols 32 (w / 4) */
+    /* 3. KK = K K^T, QK = Q K^T: warp -> rows 16 (w % 4), cols 32 (w / 4).
+     * Only the 16x16 blocks on or below the diagonal are read later (the
+     * merges read KK_ik for i > k, step 4a and chunk_ok the diagonal blocks,
+     * Pg is zero above the diagonal), so a warp skips the products and KK
+     * stores of its blocks above it (warp-uniform): two warps have none. */
     const int mw = warp & 3, r0 = 16 * mw, n0 = (warp >> 2) * 32;
     {
         float akk[4][4], aqk[4][4];
@@ -357,6 +361,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
         for (int i = 0; i < 4; i++)
 #pragma unroll
             for (int e = 0; e < 4; e++) akk[i][e] = aqk[i][e] = 0.f;
+        if (n0 <= r0 + 15)
 #pragma unroll(KD == 64 ? 2 : 4)
         for (int ks = 0; ks < KD / 16; ks++) {
             uint32_t ak[4], aq[4];
@@ -364,6 +369,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
             fqla_frag_a(aq, Qs, LDQ, r0, 16 * ks, lane);
 #pragma unroll
             for (int np = 0; np < 2; np++) {
+                if (n0 + 16 * np > r0 + 15) continue; /* above the diagonal */
                 uint32_t b[4];
                 fqla_frag_b_nk(b, Ks, LDQ, 16 * ks, n0 + 16 * np, lane);
                 io::mma(akk[2 * np], ak, b[0], b[1]);
@@ -379,10 +385,12 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
         for (int nt = 0; nt < 4; nt++) {
             const int col = n0 + 8 * nt + 2 * t;
             const float2 rc = *reinterpret_cast<const float2 *>(rks + col);
-            *reinterpret_cast<float2 *>(KK + (r0 + g) * LDF + col) =
-                make_float2(akk[nt][0] * rk0 * rc.x, akk[nt][1] * rk0 * rc.y);
-            *reinterpret_cast<float2 *>(KK + (r0 + g + 8) * LDF + col) =
-                make_float2(akk[nt][2] * rk1 * rc.x, akk[nt][3] * rk1 * rc.y);
+            if (n0 + 16 * (nt >> 1) <= r0 + 15) { /* the 16x16 block is read later */
+                *reinterpret_cast<float2 *>(KK + (r0 + g) * LDF + col) =
+                    make_float2(akk[nt][0] * rk0 * rc.x, akk[nt][1] * rk0 * rc.y);
+                *reinterpret_cast<float2 *>(KK + (r0 + g + 8) * LDF + col) =
+                    make_float2(akk[nt][2] * rk1 * rc.x, akk[nt][3] * rk1 * rc.y);
+            }
             aqk[nt][0] *= rq0 * rc.x;
             aqk[nt][1] *= rq0 * rc.y;
             aqk[nt][2] *= rq1 * rc.x;
@@ -438,24 +446,31 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
                 if (lane == 0) p.chunk_ok[(size_t)slot * p.HV + hq * p.group + jj] = ok;
             }
 
-        /* a. diagonal block bj: lane -> column jc (lanes 16..31 repeat
-         * lanes 0..15 and store nothing). Right-looking: once x_i is known
-         * it updates every later row's sum; each row's sum adds its terms in
-         * increasing k. */
-        if (active) {
-            const int s = 16 * bj, jc = lane & 15;
-            float acc[16], x[16];
+        /* a. the diagonal 16x16 blocks, one per half warp, lane -> column
+         * jc: with two heads, warp w takes block w of both (the same KK
+         * words, read once as a broadcast); with one, warps 0 and 1 take
+         * blocks 0, 1 and 2, 3 (KK words 16 banks apart). Right-looking:
+         * once x_i is known it updates every later row's sum; each row's sum
+         * adds its terms in increasing k. */
+        {
+            const int hj = 2 * warp + (lane >> 4); /* half-warp job */
+            const int ha = nb == 2 ? hj & 1 : 0, blk = nb == 2 ? hj >> 1 : hj;
+            if (hj < 4 * nb) { /* warp-uniform: 4 nb is even */
+                const int s = 16 * blk, jc = lane & 15;
+                const float *ba = bet + (j0 + ha) * C;
+                float *Xa = X + ha * C * LDF;
+                float acc[16], x[16];
 #pragma unroll
-            for (int i = 0; i < 16; i++) acc[i] = 0.f;
+                for (int i = 0; i < 16; i++) acc[i] = 0.f;
 #pragma unroll
-            for (int i = 0; i < 16; i++) {
-                x[i] = (i == jc ? 1.f : 0.f) - bw[s + i] * acc[i];
+                for (int i = 0; i < 16; i++) {
+                    x[i] = (i == jc ? 1.f : 0.f) - ba[s + i] * acc[i];
 #pragma unroll
-                for (int r = i + 1; r < 16; r++) acc[r] += KK[(s + r) * LDF + s + i] * x[i];
+                    for (int r = i + 1; r < 16; r++) acc[r] += KK[(s + r) * LDF + s + i] * x[i];
+                }
+#pragma unroll
+                for (int i = 0; i < 16; i++) Xa[(s + i) * LDF + s + jc] = x[i];
             }
-            if (lane < 16)
-#pragma unroll
-                for (int i = 0; i < 16; i++) Xw[(s + i) * LDF + s + jc] = x[i];
         }
         __syncthreads();
 

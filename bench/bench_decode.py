@@ -94,8 +94,9 @@ class Lib:
         self.tune_warps = getattr(L, "fqla_cuda_decode_tune_warps", None)
         self.tune_ks = getattr(L, "fqla_cuda_decode_tune_ksplit", None)
         self.tune_pdl = getattr(L, "fqla_cuda_decode_tune_pdl", None)
+        self.tune_prefetch = getattr(L, "fqla_cuda_decode_tune_prefetch", None)
 
-    def set_tuning(self, wv=0, streaming=-1, warps=0, ks=0, pdl=-1):
+    def set_tuning(self, wv=0, streaming=-1, warps=0, ks=0, pdl=-1, prefetch=-1):
         if self.tune:
             self.tune(C.c_int(wv), C.c_int(streaming))
         if self.tune_warps:
@@ -104,6 +105,8 @@ class Lib:
             self.tune_ks(C.c_int(ks))
         if self.tune_pdl:
             self.tune_pdl(C.c_int(pdl))
+        if self.tune_prefetch:
+            self.tune_prefetch(C.c_int(prefetch))
 
     def args(self, q, k, v, g, beta, pool, slots, o, v_first=False, step_states=None, step_slots=None,
              l2norm=False, gate=None, beta_sigmoid=False):
@@ -256,7 +259,7 @@ def make_sets(lib, B, H, HV, sdt, T=1, fresh=False):
     return sets
 
 
-def time_sets(lib, sets, v_first=False, wv=0, streaming=-1, verify=False, warps=0, ks=0, pdl=-1):
+def time_sets(lib, sets, v_first=False, wv=0, streaming=-1, verify=False, warps=0, ks=0, pdl=-1, prefetch=-1):
     """ms per call of fqla_decode / fqla_verify over the sets."""
     nsets = len(sets)
     calls = max(nsets, 4)
@@ -264,7 +267,7 @@ def time_sets(lib, sets, v_first=False, wv=0, streaming=-1, verify=False, warps=
         a.opt.state_v_first = int(v_first)
         # decode takes no step_states; verify writes into the set's buffer
         a.step_states = tensor(getattr(a, "_ss", None) if verify else None)
-    lib.set_tuning(wv, streaming, warps, ks, pdl)
+    lib.set_tuning(wv, streaming, warps, ks, pdl, prefetch)
 
     def run():
         for c in range(calls):
@@ -272,7 +275,7 @@ def time_sets(lib, sets, v_first=False, wv=0, streaming=-1, verify=False, warps=
     try:
         return time_graph(run) / calls
     finally:
-        lib.set_tuning(0, -1)
+        lib.set_tuning()
 
 
 def bench_flashqla(lib, B, H, HV, sdt, v_first=False):
@@ -388,6 +391,41 @@ def sweep2(lib, bw):
     print("", flush=True)
 
 
+SWEEP3_CASES = ((1, 16, 32), (1, 2, 8), (8, 2, 8), (8, 16, 32), (64, 16, 32), (256, 2, 8))
+# (B, H, HV, state dtype) of 8 to 128 MB of state: where the prefetch turns from gain to loss
+SWEEP4_CASES = ((4, 16, 32, torch.float32), (8, 16, 32, torch.float32), (16, 16, 32, torch.float32), (8, 16, 64, torch.float32),
+                (64, 2, 8, torch.float32), (32, 16, 32, torch.float32), (128, 2, 8, torch.float32),
+                (16, 16, 32, torch.bfloat16), (32, 16, 32, torch.bfloat16), (128, 16, 32, torch.bfloat16))
+
+
+def sweep3(lib, bw, cases=SWEEP3_CASES, dtypes=(torch.float32, torch.bfloat16),
+           variants=(("pf0", dict(prefetch=0)), ("pf1", dict(prefetch=1)), ("def", {}), ("pdl0", dict(pdl=0)))):
+    """us per call with the L2 prefetch before the PDL wait off / on / the
+    default, both layouts and state types; cases of four give their dtype."""
+    if not lib.tune_prefetch:
+        print("sweep3: this library has no fqla_cuda_decode_tune_prefetch", flush=True)
+        return
+    print("\nsweep3: us per call; pf0 / pf1 = L2 prefetch before the PDL wait off / on, def = the default; "
+          "pdl0 = no PDL (so no prefetch)", flush=True)
+    for case in cases:
+        B, H, HV = case[:3]
+        for sdt in (case[3],) if len(case) > 3 else dtypes:
+            es = 4 if sdt == torch.float32 else 2
+            nbytes = 2 * B * HV * KDIM * KDIM * es
+            sets = make_sets(lib, B, H, HV, sdt)
+            cells = []
+            for vf in (False, True):
+                lay = "vk" if vf else "kv"
+                for name, kw in variants:
+                    ms = time_sets(lib, sets, v_first=vf, **kw)
+                    cells.append("%s/%s=%.2f(%.2f)" % (lay, name, 1e3 * ms, nbytes / (ms * 1e-3) / bw))
+            del sets
+            torch.cuda.empty_cache()
+            print("B=%d H=%d HV=%d %s (%d MB of state): %s" % (B, H, HV, "f32" if sdt == torch.float32 else "bf16",
+                                                               nbytes >> 21, " ".join(cells)), flush=True)
+    print("", flush=True)
+
+
 # ------------------------------------------------------------------ main
 
 def git_commit():
@@ -405,6 +443,11 @@ def main():
     ap.add_argument("--sweep", action="store_true", help="also time every variant (slice width, layout, hints)")
     ap.add_argument("--sweep2", action="store_true",
                     help="K-split / PDL / in-place-vs-fresh variants of the fp32 decode (before the table)")
+    ap.add_argument("--sweep3", action="store_true",
+                    help="L2 prefetch before the PDL wait off / on on the small calls (before the table)")
+    ap.add_argument("--sweep4", action="store_true",
+                    help="the same, at 8-128 MB of state (where the default rule switches)")
+    ap.add_argument("--table", type=int, default=1, help="0: no table (sweeps only)")
     ap.add_argument("--no-fla", action="store_true")
     ap.add_argument("--layouts", default="kv,vk", help="state layouts to time: kv ([K, V]), vk ([V, K])")
     ap.add_argument("--dtypes", default="fp32,bf16", help="state dtypes of the table (and of the FLA checks)")
@@ -431,6 +474,12 @@ def main():
         print("elementwise x*c 2 GiB fp32: in place %.3f TB/s, into a second buffer %.3f TB/s" % (ip / 1e12, oop / 1e12),
               flush=True)
         sweep2(lib, bw)
+    if args.sweep3:
+        sweep3(lib, bw)
+    if args.sweep4:
+        sweep3(lib, bw, SWEEP4_CASES, variants=(("pf0", dict(prefetch=0)), ("pf1", dict(prefetch=1))))
+    if not args.table:
+        return
 
     if not args.no_fla:
         checks = ((torch.float32, False), (torch.float32, True), (torch.bfloat16, False))

@@ -19,6 +19,7 @@ static int g_streaming_override = -1;
 static int g_warps_override = 0;
 static int g_ks_override = 0;
 static int g_pdl_override = -1;
+static int g_prefetch_override = -1;
 
 extern "C" void fqla_cuda_decode_tune(int wv, int streaming)
 {
@@ -38,6 +39,13 @@ extern "C" void fqla_cuda_decode_tune_ksplit(int ks)
 extern "C" void fqla_cuda_decode_tune_pdl(int on)
 {
     g_pdl_override = on;
+}
+
+/* L2 prefetch before the PDL wait: 1 on, 0 off, -1 the default (on for
+ * calls whose state fits well inside L2, see fqla_cuda_decode_run) */
+extern "C" void fqla_cuda_decode_tune_prefetch(int on)
+{
+    g_prefetch_override = on;
 }
 
 /* warps per CTA, 1..8 (0 = the default, FQLA_DECODE_WARPS) */
@@ -214,6 +222,11 @@ fqla_status fqla_cuda_decode_run(fqla_context *ctx, const fqla_problem *p, const
     k.streaming = g_streaming_override >= 0 ? g_streaming_override : 0;
     k.scale = (float)p->scale;
     k.pdl = g_pdl_override >= 0 ? g_pdl_override : 1;
+    /* The prefetch only pays where latency bounds the call and only the
+     * warps resident before the previous kernel ends can use it: small calls,
+     * whose whole state (read once) fits in a fraction of the 50 MB L2. */
+    const int64_t state_bytes = p->B * p->HV * p->K * p->V * (int64_t)fqla_dtype_size(p->state_dtype);
+    k.prefetch = k.pdl && (g_prefetch_override >= 0 ? g_prefetch_override : state_bytes <= ((int64_t)16 << 20));
 
     const bool vf = p->opt.state_v_first != 0;
     cudaError_t err = p->state_dtype == FQLA_DTYPE_F32

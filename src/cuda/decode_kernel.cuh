@@ -46,6 +46,16 @@
  * before its first global memory access, so it may be launched while the
  * previous kernel of the stream is still running (the launcher sets the
  * attribute when asked); without the attribute the wait is a no-op.
+ *
+ * L2 prefetch before the wait (p.prefetch, small calls under PDL): while the
+ * previous kernel still runs, each warp reads its slot and issues
+ * prefetch.global.L2 for its state tile and token-0 input rows. A prefetch
+ * only moves lines into L2, which is the GPU's point of coherence, so it can
+ * never make a later load see stale data: if the previous kernel writes
+ * those lines (or the slot itself) after the prefetch, the loads after the
+ * wait still see its writes, and the prefetch was merely wasted. What it
+ * buys is the DRAM latency of the two dependent trips (inputs and slot, then
+ * the state), which is most of a small call (docs/perf.md, decode round 3).
  */
 #ifndef FQLA_CUDA_DECODE_KERNEL_CUH
 #define FQLA_CUDA_DECODE_KERNEL_CUH
@@ -87,6 +97,7 @@ struct DecodeParams {
     int write_mode;
     int streaming;                   /* evict-first hints on the state stream */
     int pdl;                         /* launch with programmatic stream serialization (host side only) */
+    int prefetch;                    /* L2 prefetch of the state and inputs before the PDL wait */
     float scale;
 };
 
@@ -110,6 +121,13 @@ static __device__ __forceinline__ void dec_store(void *p, int64_t i, int dt, flo
     case DEC_BF16: static_cast<__nv_bfloat16 *>(p)[i] = __float2bfloat16_rn(x); break;
     default: static_cast<float *>(p)[i] = x; break;
     }
+}
+
+/* A hint: moves the 128-byte line holding p into L2; never faults on
+ * in-bounds addresses and returns nothing. */
+static __device__ __forceinline__ void dec_prefetch_l2(const void *p)
+{
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(__cvta_generic_to_global(p)));
 }
 
 static __device__ __forceinline__ int64_t dec_load_index(const void *p, int64_t i, int dt)
@@ -270,6 +288,32 @@ __global__ void __launch_bounds__(256) fqla_decode_kernel(const DecodeParams p)
     /* programmatic dependent launch: nothing global is read before the
      * previous kernel of the stream has finished and its writes are visible;
      * the next kernel may start its own launch now (it waits likewise) */
+    if (p.prefetch) {
+        /* before the wait: hints only (see the header). The slot read here
+         * may be stale; it only picks which lines to warm and is read again
+         * after the wait. Lanes take the 128-byte lines of the token-0 q, k, v
+         * rows in turn; for the state tile, the lane whose 16 bytes start a
+         * line prefetches it (every line of a tile starts in some lane's
+         * vector, of this warp or of a neighbour). */
+        const int es = p.io_dt == DEC_F32 ? 4 : 2;
+        const int lines = (int)(((int64_t)K * es + 127) / 128);
+        if (lane < lines) {
+            dec_prefetch_l2(static_cast<const char *>(p.q) + (b * p.q_s0 + hk * p.q_s2) * es + lane * 128);
+            dec_prefetch_l2(static_cast<const char *>(p.k) + (b * p.k_s0 + hk * p.k_s2) * es + lane * 128);
+            dec_prefetch_l2(static_cast<const char *>(p.v) + (b * p.v_s0 + hv * p.v_s2) * es + lane * 128);
+        }
+        const int64_t ps = dec_load_index(p.slots, b * p.slot_s, p.slot_dt);
+        if (ps >= 0 && ps < p.P) {
+            const ST *src = static_cast<const ST *>(p.pool) + ps * p.pool_s0 + hv * p.pool_s1;
+#pragma unroll
+            for (int r = 0; r < NR; r++)
+#pragma unroll
+                for (int c = 0; c < NC; c++) {
+                    const ST *a = src + tile_off(r, c, p.pool_row);
+                    if ((reinterpret_cast<uintptr_t>(a) & 127) < 16) dec_prefetch_l2(a);
+                }
+        }
+    }
     fqla_pdl_wait();
     fqla_pdl_trigger();
     load_token(0, kk, qq, vv, graw, braw);

@@ -14,7 +14,10 @@
  * completed and its writes are visible; since that kernel waited likewise
  * for its own predecessor, a chain of such kernels stays ordered end to end.
  * Without the attribute both instructions are no-ops, so the same kernel
- * runs correctly under a plain launch.
+ * runs correctly under a plain launch. One exception to "no global access
+ * before the wait": reads whose values only steer prefetch.global.L2 hints
+ * (decode_kernel.cuh). L2 is the point of coherence, so a prefetch cannot
+ * make a later load stale, and a stale value only warms the wrong lines.
  */
 #ifndef FQLA_CUDA_PDL_CUH
 #define FQLA_CUDA_PDL_CUH

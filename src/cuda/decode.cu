@@ -41,8 +41,8 @@ extern "C" void fqla_cuda_decode_tune_pdl(int on)
     g_pdl_override = on;
 }
 
-/* L2 prefetch before the PDL wait: 1 on, 0 off, -1 the default (on for
- * calls whose state fits well inside L2, see fqla_cuda_decode_run) */
+/* L2 prefetch before the PDL wait: 1 on, 0 off, -1 the default (on but for
+ * fp32 state of 8-64 MB, see fqla_cuda_decode_run) */
 extern "C" void fqla_cuda_decode_tune_prefetch(int on)
 {
     g_prefetch_override = on;
@@ -222,11 +222,17 @@ fqla_status fqla_cuda_decode_run(fqla_context *ctx, const fqla_problem *p, const
     k.streaming = g_streaming_override >= 0 ? g_streaming_override : 0;
     k.scale = (float)p->scale;
     k.pdl = g_pdl_override >= 0 ? g_pdl_override : 1;
-    /* The prefetch only pays where latency bounds the call and only the
-     * warps resident before the previous kernel ends can use it: small calls,
-     * whose whole state (read once) fits in a fraction of the 50 MB L2. */
+    /* Measured (docs/perf.md, decode round 3; K = V = 128, back-to-back
+     * calls): the prefetch gains 20-25 % at <= 8 MB of state (latency-bound
+     * calls), 2-3 % (fp32) and 5-8 % (bf16) from 64 MB up, and bf16 gains at
+     * every size; fp32 loses 8 % at 16 MB and is +-2 % at 32 MB, where the
+     * whole grid is resident early and its prefetched lines compete in L2
+     * with the previous call's stream. So: on, except fp32 state between
+     * 8 and 64 MB. */
     const int64_t state_bytes = p->B * p->HV * p->K * p->V * (int64_t)fqla_dtype_size(p->state_dtype);
-    k.prefetch = k.pdl && (g_prefetch_override >= 0 ? g_prefetch_override : state_bytes <= ((int64_t)16 << 20));
+    const bool mid_f32 = p->state_dtype == FQLA_DTYPE_F32 && state_bytes > ((int64_t)8 << 20) &&
+                         state_bytes < ((int64_t)64 << 20);
+    k.prefetch = k.pdl && (g_prefetch_override >= 0 ? g_prefetch_override != 0 : !mid_f32);
 
     const bool vf = p->opt.state_v_first != 0;
     cudaError_t err = p->state_dtype == FQLA_DTYPE_F32

@@ -47,8 +47,9 @@
  * previous kernel of the stream is still running (the launcher sets the
  * attribute when asked); without the attribute the wait is a no-op.
  *
- * L2 prefetch before the wait (p.prefetch, small calls under PDL): while the
- * previous kernel still runs, each warp reads its slot and issues
+ * L2 prefetch before the wait (p.prefetch, under PDL, chosen by the host
+ * from the call's size): while the previous kernel still runs, each warp
+ * reads its slot and issues
  * prefetch.global.L2 for its state tile and token-0 input rows. A prefetch
  * only moves lines into L2, which is the GPU's point of coherence, so it can
  * never make a later load see stale data: if the previous kernel writes

@@ -49,8 +49,8 @@
  *
  * L2 prefetch before the wait (p.prefetch, under PDL, chosen by the host
  * from the call's size): while the previous kernel still runs, each warp
- * reads its slot and issues
- * prefetch.global.L2 for its state tile and token-0 input rows. A prefetch
+ * reads its slot and issues prefetch.global.L2 for its state tile and
+ * token-0 input rows. A prefetch
  * only moves lines into L2, which is the GPU's point of coherence, so it can
  * never make a later load see stale data: if the previous kernel writes
  * those lines (or the slot itself) after the prefetch, the loads after the
@@ -286,9 +286,6 @@ __global__ void __launch_bounds__(256) fqla_decode_kernel(const DecodeParams p)
         b_ = dec_load(p.beta, b * p.b_s0 + t * p.b_s1 + hv, p.beta_dt);
     };
 
-    /* programmatic dependent launch: nothing global is read before the
-     * previous kernel of the stream has finished and its writes are visible;
-     * the next kernel may start its own launch now (it waits likewise) */
     if (p.prefetch) {
         /* before the wait: hints only (see the header). The slot read here
          * may be stale; it only picks which lines to warm and is read again
@@ -315,6 +312,10 @@ __global__ void __launch_bounds__(256) fqla_decode_kernel(const DecodeParams p)
                 }
         }
     }
+    /* programmatic dependent launch: nothing global is loaded (beyond the
+     * hints above) before the previous kernel of the stream has finished and
+     * its writes are visible; the next kernel may start its own launch now
+     * (it waits likewise) */
     fqla_pdl_wait();
     fqla_pdl_trigger();
     load_token(0, kk, qq, vv, graw, braw);

@@ -22,6 +22,8 @@ access poisons the CUDA context), so FLA rows run in a child process each.
 
     python3 bench/bench_decode.py --lib build/libflashqla.so --out bench/results/decode-h200.csv
     python3 bench/bench_decode.py --sweep      # also time every slice width / layout variant
+    python3 bench/bench_decode.py --sweep3 --sweep4 --table 0 --no-fla
+                                               # the L2 prefetch off / on, small calls and 8-128 MB
 """
 import argparse
 import ctypes as C

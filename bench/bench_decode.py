@@ -393,38 +393,39 @@ def sweep2(lib, bw):
     print("", flush=True)
 
 
-SWEEP3_CASES = ((1, 16, 32), (1, 2, 8), (8, 2, 8), (8, 16, 32), (64, 16, 32), (256, 2, 8))
+# (B, H, HV, state dtype): the latency-bound small calls and two large ones
+SWEEP3_CASES = tuple((B, H, HV, sdt) for (B, H, HV) in ((1, 16, 32), (1, 2, 8), (8, 2, 8), (8, 16, 32),
+                                                        (64, 16, 32), (256, 2, 8))
+                     for sdt in (torch.float32, torch.bfloat16))
 # (B, H, HV, state dtype) of 8 to 128 MB of state: where the prefetch turns from gain to loss
 SWEEP4_CASES = ((4, 16, 32, torch.float32), (8, 16, 32, torch.float32), (16, 16, 32, torch.float32), (8, 16, 64, torch.float32),
                 (64, 2, 8, torch.float32), (32, 16, 32, torch.float32), (128, 2, 8, torch.float32),
                 (16, 16, 32, torch.bfloat16), (32, 16, 32, torch.bfloat16), (128, 16, 32, torch.bfloat16))
 
 
-def sweep3(lib, bw, cases=SWEEP3_CASES, dtypes=(torch.float32, torch.bfloat16),
+def sweep3(lib, bw, cases=SWEEP3_CASES,
            variants=(("pf0", dict(prefetch=0)), ("pf1", dict(prefetch=1)), ("def", {}), ("pdl0", dict(pdl=0)))):
     """us per call with the L2 prefetch before the PDL wait off / on / the
-    default, both layouts and state types; cases of four give their dtype."""
+    default, both layouts, for each (B, H, HV, state dtype) case."""
     if not lib.tune_prefetch:
         print("sweep3: this library has no fqla_cuda_decode_tune_prefetch", flush=True)
         return
     print("\nsweep3: us per call; pf0 / pf1 = L2 prefetch before the PDL wait off / on, def = the default; "
           "pdl0 = no PDL (so no prefetch)", flush=True)
-    for case in cases:
-        B, H, HV = case[:3]
-        for sdt in (case[3],) if len(case) > 3 else dtypes:
-            es = 4 if sdt == torch.float32 else 2
-            nbytes = 2 * B * HV * KDIM * KDIM * es
-            sets = make_sets(lib, B, H, HV, sdt)
-            cells = []
-            for vf in (False, True):
-                lay = "vk" if vf else "kv"
-                for name, kw in variants:
-                    ms = time_sets(lib, sets, v_first=vf, **kw)
-                    cells.append("%s/%s=%.2f(%.2f)" % (lay, name, 1e3 * ms, nbytes / (ms * 1e-3) / bw))
-            del sets
-            torch.cuda.empty_cache()
-            print("B=%d H=%d HV=%d %s (%d MB of state): %s" % (B, H, HV, "f32" if sdt == torch.float32 else "bf16",
-                                                               nbytes >> 21, " ".join(cells)), flush=True)
+    for (B, H, HV, sdt) in cases:
+        es = 4 if sdt == torch.float32 else 2
+        nbytes = 2 * B * HV * KDIM * KDIM * es
+        sets = make_sets(lib, B, H, HV, sdt)
+        cells = []
+        for vf in (False, True):
+            lay = "vk" if vf else "kv"
+            for name, kw in variants:
+                ms = time_sets(lib, sets, v_first=vf, **kw)
+                cells.append("%s/%s=%.2f(%.2f)" % (lay, name, 1e3 * ms, nbytes / (ms * 1e-3) / bw))
+        del sets
+        torch.cuda.empty_cache()
+        print("B=%d H=%d HV=%d %s (%d MB of state): %s" % (B, H, HV, "f32" if sdt == torch.float32 else "bf16",
+                                                           nbytes >> 21, " ".join(cells)), flush=True)
     print("", flush=True)
 
 

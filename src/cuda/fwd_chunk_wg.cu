@@ -162,7 +162,13 @@ __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
         if (OUT) fqla_tma_prefetch(&tmO);
         for (int s = 0; s < cfg::STAGES; s++) {
             fqla_mbar_init(&full[s], 1);
-            fqla_mbar_init(&empty[s], 4 * NWG); /* lane 0 of every consumer warp */
+            /* every consumer thread: each arrive then orders that thread's
+             * own reads of the stage before the next lap's writes. (A lane-0
+             * arrive after __syncwarp orders them too, but compute-sanitizer's
+             * racecheck does not follow __syncwarp, and reported every read
+             * of the stage's gamma and token factors against the next lap's
+             * writes: docs/perf.md, session 7.) */
+            fqla_mbar_init(&empty[s], 128 * NWG);
             fqla_mbar_init(&ready[s], 32); /* every lane of the factor warp */
         }
         fqla_mbar_init_fence();
@@ -435,8 +441,7 @@ __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
         if constexpr (!OUT) {
             fqla_wg_wait<0>();
             fqla_reg_fence(S);
-            __syncwarp();
-            if (lane == 0) fqla_mbar_arrive(&empty[s]);
+            fqla_mbar_arrive(&empty[s]);
         } else {
             float accP[32];
             {   /* G6: P^T = Vd^T Pg^T */
@@ -458,8 +463,7 @@ __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
             fqla_reg_fence(S);
             fqla_reg_fence(accUQ);
             fqla_reg_fence(accP);
-            __syncwarp();
-            if (lane == 0) fqla_mbar_arrive(&empty[s]); /* stage s is no longer read */
+            fqla_mbar_arrive(&empty[s]); /* stage s is no longer read by this thread */
 
             /* O^T = Qs^T diag(o) + P^T -> staging tile c & 1 as [t][v]
              * (stmatrix.trans; lane l addresses token row 8 (j + q / 2) + l % 8,

@@ -48,7 +48,7 @@
  * (HB = 1, 2, 4 of v3) are gone: the batch is two heads in every build.
  *
  * Extra CTAs (blockIdx.x >= slots, varlen only) zero the rows of o after the
- * last sequence. A slot that belongs to no chunk (base(n) + c with c past
+ * last sequence, one 64-row block each (block (x - slots) H + y). A slot that belongs to no chunk (base(n) + c with c past
  * sequence n's end) exits at once.
  */
 #include "cuda/fwd_common.cuh"
@@ -248,7 +248,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
     fqla_pdl_trigger();
 
     if (slot >= p.slots) {
-        if (hq == 0) zero_tail<T>(p, slot - p.slots);
+        zero_tail<T>(p, (slot - p.slots) * gridDim.y + hq);
         return;
     }
     int64_t n, c;
@@ -598,7 +598,12 @@ cudaError_t launch(const fqla_fwd_params &p, cudaStream_t stream)
         if (err != cudaSuccess) return err;
         if (dev >= 0 && dev < 64) configured[dev] = smem;
     }
-    int64_t tail = p.varlen ? (p.T + C - 1) / C : 0;
+    /* varlen: the 64-row blocks of o that may lie past the last sequence,
+     * spread over the H rows of the grid (CTA (slots + x, y) zeroes block
+     * x H + y). One block per CTA column instead made the tail H times as
+     * many CTAs, nearly all of them exiting at once: 16384 of the 32896 CTAs
+     * at 4 x 8192 tokens, H = 32 (docs/perf.md, session 7). */
+    const int64_t tail = p.varlen ? ((p.T + C - 1) / C + p.H - 1) / p.H : 0;
     dim3 grid((unsigned)(p.slots + tail), (unsigned)p.H);
     fwd_prepare_kernel<T, KD, PREC><<<grid, FQLA_FWD_THREADS, smem, stream>>>(p);
     return cudaGetLastError();

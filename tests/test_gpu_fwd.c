@@ -75,7 +75,7 @@ static fqla_context *gpu, *ref;
 typedef struct spec {
     int B, T, H, HV, K, V;
     int ncu;             /* varlen: N + 1 entries in cu[] (0 = padded batch) */
-    int64_t cu[16];
+    int64_t cu[48];
     int cu64;
     int cu_host;         /* also pass cu_seqlens_host */
     fqla_dtype io, gate, h0_dtype, ht_dtype;
@@ -293,7 +293,7 @@ static void upload_all(prob *p)
     p->dA = upload(FQLA_DTYPE_F32, p->A_log, s->HV);
     p->ddt = upload(FQLA_DTYPE_F32, p->dt_bias, s->HV);
     if (s->ncu) {
-        double cud[16];
+        double cud[sizeof s->cu / sizeof s->cu[0]];
         for (int i = 0; i < s->ncu; i++) cud[i] = (double)s->cu[i];
         p->dcu = upload(s->cu64 ? FQLA_DTYPE_I64 : FQLA_DTYPE_I32, cud, s->ncu);
     }
@@ -510,6 +510,16 @@ static void fwd_varlen(void)
     set_cu(&s2, cu2, 2);
     s2.h0 = 0;
     check_spec(&s2, "varlen [0,15] no h0");
+    /* 40 sequences: the prepare kernel's slot search takes its path for
+     * N >= 32 (rounds of 32 probes); lengths 0, 1, 63, 64, 65, 130 in turn
+     * put empty slots and tails everywhere; 50 rows after the last one */
+    const int lens[] = {0, 1, 63, 64, 65, 130};
+    int64_t cu3[41];
+    cu3[0] = 0;
+    for (int i = 0; i < 40; i++) cu3[i + 1] = cu3[i] + lens[(i * 5) % 6];
+    spec s3 = base_spec(1, (int)cu3[40] + 50, 2, 4, 64);
+    set_cu(&s3, cu3, 41);
+    check_spec(&s3, "varlen 40 sequences (0..130 tokens) T = cu[40] + 50 K=V=64");
 }
 
 static void fwd_varlen_i64_zero_len(void)

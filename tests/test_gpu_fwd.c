@@ -510,9 +510,9 @@ static void fwd_varlen(void)
     set_cu(&s2, cu2, 2);
     s2.h0 = 0;
     check_spec(&s2, "varlen [0,15] no h0");
-    /* 40 sequences: the prepare kernel's slot search takes its path for
-     * N >= 32 (rounds of 32 probes); lengths 0, 1, 63, 64, 65, 130 in turn
-     * put empty slots and tails everywhere; 50 rows after the last one */
+    /* 40 sequences (the prepare kernel's slot search over many entries of
+     * cu_seqlens); lengths 0, 1, 63, 64, 65, 130 in turn put empty slots and
+     * tails everywhere; 50 rows after the last one */
     const int lens[] = {0, 1, 63, 64, 65, 130};
     int64_t cu3[41];
     cu3[0] = 0;

@@ -48,8 +48,9 @@
  * (HB = 1, 2, 4 of v3) are gone: the batch is two heads in every build.
  *
  * Extra CTAs (blockIdx.x >= slots, varlen only) zero the rows of o after the
- * last sequence, one 64-row block each (block (x - slots) H + y). A slot that belongs to no chunk (base(n) + c with c past
- * sequence n's end) exits at once.
+ * last sequence, one 64-row block each (block (x - slots) H + y). A slot
+ * that belongs to no chunk (base(n) + c with c past sequence n's end) exits
+ * at once.
  */
 #include "cuda/fwd_common.cuh"
 #include "cuda/fwd_ptx.cuh"

@@ -19,8 +19,11 @@ if [ -f "$TRITON_PACK" ]; then
 fi
 
 # Writes the cache (what was carried plus what this session added) to
-# $1/triton_cache.tar.xz, one file so that it comes back whole.
+# $1/triton_cache.tar.xz, one file so that it comes back whole. Nothing when
+# the cache is empty (no cache carried, no Triton launch): an empty archive
+# copied back would replace a full one on the dev machine.
 triton_cache_save() {
   [ -n "$1" ] && [ -d "$TRITON_CACHE_DIR" ] || return 0
+  [ -n "$(ls -A "$TRITON_CACHE_DIR")" ] || return 0
   tar cf - -C "$TRITON_CACHE_DIR" . | xz -T0 -6 > "$1/triton_cache.tar.xz"
 }

@@ -32,6 +32,21 @@ fqla_cuda_fwd_tune_pdl). Each (library,
 variant) is one CSV row; its commit field is the build's commit plus the
 variant, or the label of a labelled library run without variants (e.g.
 '206cbd8=old/libflashqla.so').
+FLA's autotuning (--fla-tune): FLA's Triton kernels autotune once per head
+configuration (their keys hold H, HV, K, V, not T or the number of
+sequences), so the configs FLA runs on a row are those picked on the first
+row of that head configuration the process (or Triton's disk cache, which FLA
+fills) saw. The anchor table's FLA times match a process that tunes on the
+table's first row of each head configuration (1x32768) and runs the rest in
+table order: bench/fla_measured_h200.csv, timed that way, is within 3 % of
+the published FLA on every row. --fla-tune table (the default) reproduces
+that: FLA's disk cache of autotuning results is off (FLA_CACHE_RESULTS=0),
+and before the first timed row of a head configuration FLA runs once on that
+configuration's first table row. --fla-tune cache keeps whatever the disk
+cache holds, as every run before 2026-11-30's eighth session did: its picks
+came from a run of the uniform rows, which made FLA ~9 % faster on those and
+10-17 % slower on the single-sequence rows than the anchors' FLA
+(docs/perf.md, "Session 8").
 """
 import argparse
 import ctypes as C
@@ -257,6 +272,9 @@ def main():
     ap.add_argument("--out", default=os.path.join(HERE, "results", "fwd-h200.csv"))
     ap.add_argument("--no-fla", action="store_true", help="time flashqla only")
     ap.add_argument("--profile", action="store_true", help="print flashqla's per-kernel device time")
+    ap.add_argument("--fla-tune", choices=("table", "cache"), default="table",
+                    help="where FLA's autotuning comes from (see the top of this file): 'table' tunes on each "
+                         "head config's first anchor row in this process, 'cache' keeps Triton's disk cache")
     ap.add_argument("--quick", action="store_true",
                     help="six rows spread over the table (the same as `flashqla bench --quick`): a few minutes")
     a = ap.parse_args()
@@ -285,7 +303,14 @@ def main():
 
     fla_fwd = None
     if not a.no_fla:
+        if a.fla_tune == "table":
+            os.environ["FLA_CACHE_RESULTS"] = "0"  # read when fla is imported
         from fla.ops.gated_delta_rule.chunk import chunk_gated_delta_rule_fwd as fla_fwd
+    # the first anchor row of each head config: where FLA tunes (--fla-tune table)
+    first_row = {}
+    for (model, sl), r in anchors.items():
+        first_row.setdefault(model, (int(r["h_qk"]), int(r["h_v"]), sl))
+    fla_tuned = set()
 
     libs = []
     for ent in a.lib.split(","):
@@ -331,6 +356,16 @@ def main():
         scale = 128 ** -0.5
         fla_ms = float("nan")
         res = None
+        if fla_fwd is not None and a.fla_tune == "table" and model not in fla_tuned:
+            fla_tuned.add(model)
+            fhq, fhv, fsl = first_row.get(model, (hq, hv, sl))
+            if fsl != sl:  # else this row's own first call tunes
+                t_in = make_inputs(fhq, fhv, parse_seqlens(fsl))
+                fla_fwd(*t_in[:5], 128 ** -0.5, t_in[5], True, cu_seqlens=t_in[6])
+                torch.cuda.synchronize()
+                del t_in
+                torch.cuda.empty_cache()
+                print("(FLA autotuned on %s %s, the head config's first anchor row)" % (model, fsl), flush=True)
         if fla_fwd is not None:
             def run_fla():
                 return fla_fwd(q, k, v, g, beta, scale, h0, True, cu_seqlens=cu)

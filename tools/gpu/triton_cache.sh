@@ -1,7 +1,8 @@
 # triton_cache.sh - sourced by the device scripts: keeps Triton's cache (FLA's
 # compiled kernels and, since FLA sets cache_results, its autotuning choices)
 # from one device session to the next, so that the benchmark's FLA baseline
-# costs its compile and autotune once instead of on every fresh machine.
+# is not compiled again on every fresh machine. bench_fwd.py ignores the
+# cached autotuning choices unless run with --fla-tune cache (bench/README.md).
 # A cold FLA row costs ~3-8 s of device time, a warm one ~1-3 s (docs/perf.md).
 #
 #   . tools/gpu/triton_cache.sh        # before the first Triton launch:

@@ -96,8 +96,10 @@ __device__ __forceinline__ float sigmoid_f(float x)
 }
 
 /* Finds the sequence and chunk of slot s (varlen): the largest n with
- * base(n) = cu[n] / 64 + n <= s. Returns 0 when the slot holds no chunk. */
-__device__ int find_slot(const fqla_fwd_params &p, int64_t s, int64_t &n_out, int64_t &c_out)
+ * base(n) = cu[n] / 64 + n <= s, its first token and its length. Returns 0
+ * when the slot holds no chunk. */
+__device__ int find_slot(const fqla_fwd_params &p, int64_t s, int64_t &n_out, int64_t &c_out, int64_t &start_out,
+                         int64_t &len_out)
 {
     int64_t lo = 0, hi = p.N - 1;
     while (lo < hi) {
@@ -105,13 +107,16 @@ __device__ int find_slot(const fqla_fwd_params &p, int64_t s, int64_t &n_out, in
         if (fqla_fwd_cu(p, mid) / C + mid <= s) lo = mid;
         else hi = mid - 1;
     }
-    int64_t base = fqla_fwd_cu(p, lo) / C + lo;
+    const int64_t start = fqla_fwd_cu(p, lo);
+    const int64_t base = start / C + lo;
     if (base > s) return 0;
-    int64_t len = fqla_fwd_cu(p, lo + 1) - fqla_fwd_cu(p, lo);
-    int64_t c = s - base;
+    const int64_t len = fqla_fwd_cu(p, lo + 1) - start;
+    const int64_t c = s - base;
     if (c * C >= len) return 0;
     n_out = lo;
     c_out = c;
+    start_out = start;
+    len_out = len;
     return 1;
 }
 
@@ -252,15 +257,33 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
         zero_tail<T>(p, (slot - p.slots) * gridDim.y + hq);
         return;
     }
-    int64_t n, c;
+    int64_t c, batch, start, len;
     if (p.varlen) {
-        if (!find_slot(p, slot, n, c)) return;
+        /* The search is the same in every thread, so one warp runs it and
+         * the others wait at the barrier: every warp searching cost 9 % of
+         * the kernel's instructions at group 1 (docs/perf.md, session 8). */
+        __shared__ int64_t found[3]; /* c (-1: no chunk), start, len */
+        if (warp == 0) {
+            int64_t fn, fc = -1, fs = 0, fl = 0;
+            if (!find_slot(p, slot, fn, fc, fs, fl)) fc = -1;
+            if (lane == 0) {
+                found[0] = fc;
+                found[1] = fs;
+                found[2] = fl;
+            }
+        }
+        __syncthreads();
+        c = found[0];
+        if (c < 0) return; /* CTA-uniform */
+        batch = 0;
+        start = found[1];
+        len = found[2];
     } else {
-        n = slot / p.cps;
+        batch = slot / p.cps;
         c = slot % p.cps;
+        start = 0;
+        len = p.T;
     }
-    int64_t batch, start, len, slot0;
-    fqla_fwd_seq(p, n, batch, start, len, slot0);
     const int64_t t0 = start + c * C;
     const int nvalid = (int)min((int64_t)C, len - c * C);
 
@@ -345,10 +368,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
             p.rq[off] = rqs[tid];
             p.rk[off] = rks[tid];
         }
-    } else if (tid < C) {
-        rqs[tid] = 1.f;
-        rks[tid] = 1.f;
-    }
+    } /* without l2norm, rqs and rks are not read */
 
     /* 3. KK = K K^T, QK = Q K^T: warp -> rows 16 (w % 4), cols 32 (w / 4).
      * Only the 16x16 blocks on or below the diagonal are read later (the
@@ -380,22 +400,34 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
             }
         }
         __syncthreads(); /* rqs / rks written by other warps */
-        const float rq0 = rqs[r0 + g] * p.scale, rq1 = rqs[r0 + g + 8] * p.scale;
-        const float rk0 = rks[r0 + g], rk1 = rks[r0 + g + 8];
+        if (p.l2norm) { /* CTA-uniform; without l2norm only the scale applies */
+            const float rq0 = rqs[r0 + g] * p.scale, rq1 = rqs[r0 + g + 8] * p.scale;
+            const float rk0 = rks[r0 + g], rk1 = rks[r0 + g + 8];
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++) {
+                const float2 rc = *reinterpret_cast<const float2 *>(rks + n0 + 8 * nt + 2 * t);
+                akk[nt][0] = akk[nt][0] * rk0 * rc.x;
+                akk[nt][1] = akk[nt][1] * rk0 * rc.y;
+                akk[nt][2] = akk[nt][2] * rk1 * rc.x;
+                akk[nt][3] = akk[nt][3] * rk1 * rc.y;
+                aqk[nt][0] *= rq0 * rc.x;
+                aqk[nt][1] *= rq0 * rc.y;
+                aqk[nt][2] *= rq1 * rc.x;
+                aqk[nt][3] *= rq1 * rc.y;
+            }
+        } else {
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) aqk[nt][e] *= p.scale;
+        }
 #pragma unroll
         for (int nt = 0; nt < 4; nt++) {
             const int col = n0 + 8 * nt + 2 * t;
-            const float2 rc = *reinterpret_cast<const float2 *>(rks + col);
             if (n0 + 16 * (nt >> 1) <= r0 + 15) { /* the 16x16 block is read later */
-                *reinterpret_cast<float2 *>(KK + (r0 + g) * LDF + col) =
-                    make_float2(akk[nt][0] * rk0 * rc.x, akk[nt][1] * rk0 * rc.y);
-                *reinterpret_cast<float2 *>(KK + (r0 + g + 8) * LDF + col) =
-                    make_float2(akk[nt][2] * rk1 * rc.x, akk[nt][3] * rk1 * rc.y);
+                *reinterpret_cast<float2 *>(KK + (r0 + g) * LDF + col) = make_float2(akk[nt][0], akk[nt][1]);
+                *reinterpret_cast<float2 *>(KK + (r0 + g + 8) * LDF + col) = make_float2(akk[nt][2], akk[nt][3]);
             }
-            aqk[nt][0] *= rq0 * rc.x;
-            aqk[nt][1] *= rq0 * rc.y;
-            aqk[nt][2] *= rq1 * rc.x;
-            aqk[nt][3] *= rq1 * rc.y;
         }
         /* Pg = scale Gamma (.) tril(QK) for every value head of the group,
          * this warp's tile (n-tiles wholly above the diagonal are zeros) */

@@ -288,25 +288,11 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
     }
     int64_t c, batch, start, len;
     if (p.varlen) {
-        /* The search is the same in every thread, so one warp runs it and
-         * the others wait at the barrier: every warp searching cost 9 % of
-         * the kernel's instructions at group 1 (docs/perf.md, session 8). */
-        __shared__ int64_t found[3]; /* c (-1: no chunk), start, len */
-        if (warp == 0) {
-            int64_t fn, fc = -1, fs = 0, fl = 0;
-            if (!find_slot(p, slot, fn, fc, fs, fl)) fc = -1;
-            if (lane == 0) {
-                found[0] = fc;
-                found[1] = fs;
-                found[2] = fl;
-            }
-        }
-        __syncthreads();
-        c = found[0];
-        if (c < 0) return; /* CTA-uniform */
+        /* every warp searches: one warp searching and a barrier to broadcast
+         * was slower (docs/perf.md, session 8) */
+        int64_t n;
+        if (!find_slot(p, slot, n, c, start, len)) return;
         batch = 0;
-        start = found[1];
-        len = found[2];
     } else {
         batch = slot / p.cps;
         c = slot % p.cps;

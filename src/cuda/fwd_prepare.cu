@@ -196,20 +196,17 @@ struct tf32_a {
 };
 
 /* d += A B for one m16n8k8 step (A fragment split once per k-step, B
- * fragment b0, b1 fp32). PREC 3: the two cross products (small x big, big x
- * small) go to their own accumulator dc, added to d once the sum is done, so
- * that a step's three mma are not one chain (step 4b's walk is the kernel's
- * critical path at group 1, docs/perf.md session 8); small x small dropped:
- * about fp32 accuracy. PREC 1: plain tf32, dc untouched. */
+ * fragment b0, b1 fp32). PREC 3: the small products first, small x small
+ * dropped: about fp32 accuracy. PREC 1: plain tf32. */
 template <int PREC>
-__device__ __forceinline__ void mma_f32(float (&d)[4], float (&dc)[4], const tf32_a<PREC> &a, float b0, float b1)
+__device__ __forceinline__ void mma_f32(float (&d)[4], const tf32_a<PREC> &a, float b0, float b1)
 {
     uint32_t bb0, bb1, bs0, bs1;
     split_tf32<PREC>(b0, bb0, bs0);
     split_tf32<PREC>(b1, bb1, bs1);
     if (PREC == 3) {
-        fqla_mma_tf32(dc, a.small, bb0, bb1);
-        fqla_mma_tf32(dc, a.big, bs0, bs1);
+        fqla_mma_tf32(d, a.small, bb0, bb1);
+        fqla_mma_tf32(d, a.big, bs0, bs1);
     }
     fqla_mma_tf32(d, a.big, bb0, bb1);
 }
@@ -575,11 +572,11 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
             for (int i = 1; i < 4; i++) {
                 if (i <= bj) continue;
                 /* T^T = sum_k X_kj^T KK_ik^T, then columns times beta_i */
-                float Tt[2][4], Tc[2][4];
+                float Tt[2][4];
 #pragma unroll
                 for (int q = 0; q < 2; q++)
 #pragma unroll
-                    for (int e = 0; e < 4; e++) Tt[q][e] = Tc[q][e] = 0.f;
+                    for (int e = 0; e < 4; e++) Tt[q][e] = 0.f;
 #pragma unroll
                 for (int k = 0; k < 3; k++) {
                     if (k < bj || k >= i) continue;
@@ -590,24 +587,24 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
                         for (int no = 0; no < 2; no++) {
                             const float2 b = *reinterpret_cast<const float2 *>(
                                 KK + (16 * i + 8 * no + g) * LDF + 16 * k + 8 * ks + 2 * t);
-                            mma_f32<PREC>(Tt[no], Tc[no], a, b.x, b.y);
+                            mma_f32<PREC>(Tt[no], a, b.x, b.y);
                         }
                     }
                 }
 #pragma unroll
                 for (int no = 0; no < 2; no++) {
                     const float2 bb = *reinterpret_cast<const float2 *>(bw + 16 * i + 8 * no + 2 * t);
-                    Tt[no][0] = (Tt[no][0] + Tc[no][0]) * bb.x;
-                    Tt[no][1] = (Tt[no][1] + Tc[no][1]) * bb.y;
-                    Tt[no][2] = (Tt[no][2] + Tc[no][2]) * bb.x;
-                    Tt[no][3] = (Tt[no][3] + Tc[no][3]) * bb.y;
+                    Tt[no][0] *= bb.x;
+                    Tt[no][1] *= bb.y;
+                    Tt[no][2] *= bb.x;
+                    Tt[no][3] *= bb.y;
                 }
                 /* X_ij^T = -T^T X_ii^T */
-                float Xn[2][4], Xc[2][4];
+                float Xn[2][4];
 #pragma unroll
                 for (int q = 0; q < 2; q++)
 #pragma unroll
-                    for (int e = 0; e < 4; e++) Xn[q][e] = Xc[q][e] = 0.f;
+                    for (int e = 0; e < 4; e++) Xn[q][e] = 0.f;
 #pragma unroll
                 for (int ks = 0; ks < 2; ks++) {
                     const tf32_a<PREC> a(Tt[ks][0], Tt[ks][2], Tt[ks][1], Tt[ks][3]);
@@ -615,14 +612,14 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
                     for (int no = 0; no < 2; no++) {
                         const float2 b = *reinterpret_cast<const float2 *>(
                             Xw + (16 * i + 8 * no + g) * LDF + 16 * i + 8 * ks + 2 * t);
-                        mma_f32<PREC>(Xn[no], Xc[no], a, b.x, b.y);
+                        mma_f32<PREC>(Xn[no], a, b.x, b.y);
                     }
                 }
 #pragma unroll
                 for (int q = 0; q < 2; q++)
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
-                        const float v = -(Xn[q][e] + Xc[q][e]);
+                        const float v = -Xn[q][e];
                         if (i < 3) P[i][q][e] = v;
                         Xw[(16 * i + 8 * q + 2 * t + (e & 1)) * LDF + 16 * bj + g + 8 * (e >> 1)] = v;
                     }

@@ -190,8 +190,7 @@ __device__ __forceinline__ bool fqla_fwd_span(const fqla_fwd_params &p, int64_t 
 /* Launchers (fwd_prepare.cu, fwd_chunk.cu): enqueue on stream, return the
  * launch error. kd is K; bv the V slice of the chunk kernel. io_bf16 picks
  * bf16 (else fp16). hb and late pick the variant (0 / -1: the default; hb = 2:
- * plain-tf32 merges; hb = 3: the prepare kernel's Q and K by cp.async where
- * TMA could load them). */
+ * plain-tf32 merges). */
 cudaError_t fqla_fwd_launch_prepare(const fqla_fwd_params &p, int io_bf16, int hb, cudaStream_t stream);
 cudaError_t fqla_fwd_launch_chunk(const fqla_fwd_params &p, int io_bf16, int bv, int late, cudaStream_t stream);
 /* The TMA chunk kernels (fwd_tma.cu): 1 when p's shapes and alignments
@@ -201,9 +200,6 @@ int fqla_fwd_wg_usable(const fqla_fwd_params &p);
 /* q, k, v, Ag, Pg (loads) and o (stores) */
 #define FQLA_FWD_MAPS 6
 int fqla_fwd_tma_maps(const fqla_fwd_params &p, int io_bf16, CUtensorMap maps[FQLA_FWD_MAPS]);
-/* The prepare kernel's Q and K maps (the same boxes): 0 when TMA cannot read
- * them (K not 64 or 128, rows not 16-byte aligned, T past int coordinates). */
-int fqla_fwd_qk_maps(const fqla_fwd_params &p, int io_bf16, CUtensorMap maps[2]);
 /* The warp-specialised chunk kernel (fwd_chunk_wg.cu); sets *used to 0
  * (launching nothing) when the maps cannot be encoded. nwg: consumer
  * warpgroups per CTA (1 or 2, 64 value columns each). */

@@ -53,12 +53,8 @@
  * at once.
  */
 #include "cuda/fwd_common.cuh"
-#include "cuda/hopper.cuh"
 #include "cuda/fwd_ptx.cuh"
 #include "cuda/pdl.cuh"
-
-#include <string.h>
-#include <type_traits>
 
 namespace {
 
@@ -68,37 +64,18 @@ constexpr int C = FQLA_FWD_CHUNK;
 constexpr int LDF = C + 8;
 constexpr int HB = 2; /* value heads per batch in step 4: four warps each */
 
-/* The chunk's Q or K rows in shared memory (b16). cp.async (TMA = false):
- * rows padded to KD + 8 elements, so that ldmatrix's eight row addresses hit
- * distinct banks. TMA: the tensor map's 128-byte swizzle, one [64 rows][64
- * columns] 8 KB tile per 64-wide block of columns, the 16-byte chunk c of row
- * r at chunk c ^ (r % 8) (conflict-free for ldmatrix as well). */
-template <int KD, bool TMA>
-struct qk_tile {
-    static constexpr uint32_t bytes = TMA ? C * KD * 2 : C * (KD + 8) * 2;
-    /* byte offset of element (row, col); col % 8 == 0 for 16-byte accesses */
-    static __device__ __forceinline__ uint32_t off(int row, int col)
-    {
-        if (TMA) return (col >> 6) * (C * 128) + row * 128 + ((((col & 63) >> 3) ^ (row & 7)) << 4) + (col & 7) * 2;
-        return (row * (KD + 8) + col) * 2;
-    }
-};
-
-template <int KD, bool TMA>
+template <int KD>
 struct prep_smem {
-    static constexpr size_t qk_tiles = 2 * (size_t)qk_tile<KD, TMA>::bytes; /* Q, K */
-    static constexpr size_t xs = (size_t)HB * C * LDF * 4;                  /* X per head of the batch */
+    static constexpr int LDQ = KD + 8;
+    static constexpr size_t qk_tiles = 2 * (size_t)C * LDQ * 2; /* Q, K (b16) */
+    static constexpr size_t xs = (size_t)HB * C * LDF * 4;      /* X per head of the batch */
     static constexpr size_t region0 = qk_tiles > xs ? qk_tiles : xs;
     static constexpr size_t kk = (size_t)C * LDF * 4;
     static_assert(qk_tiles % 16 == 0 && region0 % 16 == 0, "alignment of the fp32 regions");
     static constexpr size_t stage = 8 * 16 * 64; /* per warp a 16x32 b16 output tile */
     /* Q, K then X[HB]; KK; rq, rk; gamma and beta of every head of the group;
-     * the warps' output staging tiles; TMA: slack for the 1024-byte alignment
-     * of the swizzled tiles */
-    static size_t bytes(int group)
-    {
-        return region0 + kk + 2 * C * 4 + (size_t)group * 2 * C * 4 + stage + (TMA ? 1024 : 0);
-    }
+     * the warps' output staging tiles */
+    static size_t bytes(int group) { return region0 + kk + 2 * C * 4 + (size_t)group * 2 * C * 4 + stage; }
 };
 __device__ __forceinline__ float load_gate(const void *p, int bf16, int64_t off)
 {
@@ -252,22 +229,16 @@ __device__ __forceinline__ void store_tile(T *dst, const uint32_t (&u)[4][2], in
     __syncwarp(); /* the staging area is free for the next tile */
 }
 
-/* TMA: Q and K come by tensor maps (fwd_tma.cu's, the chunk kernel's tiles)
- * in one copy per 64-wide block instead of 16-byte cp.async per thread (13 %
- * of the kernel's instructions at group 1, docs/perf.md session 8). */
-template <typename T, int KD, int PREC, bool TMA>
-__global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
-    fwd_prepare_kernel(const fqla_fwd_params p, const __grid_constant__ CUtensorMap tmQ,
-                       const __grid_constant__ CUtensorMap tmK)
+template <typename T, int KD, int PREC>
+__global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const fqla_fwd_params p)
 {
     typedef fqla_io<T> io;
-    typedef qk_tile<KD, TMA> tile;
+    constexpr int LDQ = prep_smem<KD>::LDQ;
     extern __shared__ __align__(128) unsigned char smem_raw[];
-    /* the swizzled tiles need 1024-byte alignment: an offset from smem_raw */
-    unsigned char *smem = smem_raw + (TMA ? (1024 - (fqla_smem_u32(smem_raw) & 1023)) & 1023 : 0);
-    unsigned char *Qb = smem, *Kb = smem + tile::bytes;
-    float *X = reinterpret_cast<float *>(smem); /* [HB][64][LDF], over Q and K */
-    float *KK = reinterpret_cast<float *>(smem + prep_smem<KD, TMA>::region0);
+    T *Qs = reinterpret_cast<T *>(smem_raw);
+    T *Ks = Qs + C * LDQ;
+    float *X = reinterpret_cast<float *>(smem_raw); /* [HB][64][LDF], over Q and K */
+    float *KK = reinterpret_cast<float *>(smem_raw + prep_smem<KD>::region0);
     float *rqs = KK + C * LDF;
     float *rks = rqs + C;
     float *gam = rks + C;            /* [group][64] gamma * log2(e) */
@@ -303,19 +274,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
     const int nvalid = (int)min((int64_t)C, len - c * C);
 
     /* 1. Q, K rows (zero past the end): copies in flight during the gates */
-    __shared__ uint64_t qk_full; /* TMA: the copies' completion */
-    if (TMA) {
-        if (tid == 0) {
-            fqla_mbar_init(&qk_full, 1);
-            fqla_mbar_init_fence();
-            fqla_mbar_arrive_tx(&qk_full, 2 * tile::bytes);
-#pragma unroll
-            for (int kb = 0; kb < KD / 64; kb++) {
-                fqla_tma_load_4d(Qb + kb * C * 128, &tmQ, &qk_full, 64 * kb, hq, (int)t0, (int)batch);
-                fqla_tma_load_4d(Kb + kb * C * 128, &tmK, &qk_full, 64 * kb, hq, (int)t0, (int)batch);
-            }
-        }
-    } else {
+    {
         const T *qb = (const T *)p.q + batch * p.q_sb + hq * p.q_sh;
         const T *kb = (const T *)p.k + batch * p.k_sb + hq * p.k_sh;
         constexpr int VPR = KD / 8;
@@ -323,8 +282,8 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
             int i = idx / VPR, cv = idx % VPR;
             int ok = i < nvalid;
             int64_t tt = t0 + (ok ? i : 0);
-            fqla_cp_async16(Qb + tile::off(i, cv * 8), qb + tt * p.q_st + cv * 8, ok ? 16 : 0);
-            fqla_cp_async16(Kb + tile::off(i, cv * 8), kb + tt * p.k_st + cv * 8, ok ? 16 : 0);
+            fqla_cp_async16(Qs + i * LDQ + cv * 8, qb + tt * p.q_st + cv * 8, ok ? 16 : 0);
+            fqla_cp_async16(Ks + i * LDQ + cv * 8, kb + tt * p.k_st + cv * 8, ok ? 16 : 0);
         }
         fqla_cp_async_commit();
     }
@@ -369,32 +328,16 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
         gdst[lane] = gv[0];
         gdst[lane + 32] = gv[1];
     }
-    if (!TMA) fqla_cp_async_wait_all();
-    __syncthreads(); /* gamma, beta; TMA: the barrier's initialisation */
-    if (TMA) {
-        fqla_mbar_wait(&qk_full, 0);
-        /* Rows past the sequence end hold the next tokens (or TMA's zeros at
-         * the tensor's end). Zero them as the cp.async path does: a
-         * non-finite value there would reach the inverse as 0 * inf. */
-        if (nvalid < C) { /* CTA-uniform */
-            constexpr int RV = KD / 8; /* 16-byte chunks per row of Q or K */
-            for (int idx = tid; idx < (C - nvalid) * 2 * RV; idx += FQLA_FWD_THREADS) {
-                const int i = nvalid + idx / (2 * RV), m = idx % (2 * RV);
-                unsigned char *b = m < RV ? Qb : Kb;
-                *reinterpret_cast<uint4 *>(b + tile::off(i, (m % RV) * 8)) = make_uint4(0, 0, 0, 0);
-            }
-            __syncthreads();
-        }
-    }
+    fqla_cp_async_wait_all();
+    __syncthreads();
 
     /* 2. l2norm factors: 128 row tasks (64 of Q, 64 of K), 16 per warp */
     if (p.l2norm) {
         for (int r = warp; r < 2 * C; r += 8) {
-            const unsigned char *mb = r < C ? Qb : Kb;
-            const int rr = r % C;
+            const T *row = (r < C ? Qs + r * LDQ : Ks + (r - C) * LDQ);
             float ss = 0.f;
             for (int j = lane; j < KD; j += 32) {
-                float x = io::to_f(*reinterpret_cast<const T *>(mb + tile::off(rr, j)));
+                float x = io::to_f(row[j]);
                 ss += x * x;
             }
 #pragma unroll
@@ -429,16 +372,13 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
 #pragma unroll(KD == 64 ? 2 : 4)
         for (int ks = 0; ks < KD / 16; ks++) {
             uint32_t ak[4], aq[4];
-            /* fqla_frag_a and fqla_frag_b_nk's row addresses, through tile::off */
-            const uint32_t oa = tile::off(r0 + (lane & 15), 16 * ks + ((lane >> 4) << 3));
-            fqla_ldsm_x4(ak, Kb + oa);
-            fqla_ldsm_x4(aq, Qb + oa);
+            fqla_frag_a(ak, Ks, LDQ, r0, 16 * ks, lane);
+            fqla_frag_a(aq, Qs, LDQ, r0, 16 * ks, lane);
 #pragma unroll
             for (int np = 0; np < 2; np++) {
                 if (n0 + 16 * np > r0 + 15) continue; /* above the diagonal */
                 uint32_t b[4];
-                fqla_ldsm_x4(b, Kb + tile::off(n0 + 16 * np + (lane & 7) + ((lane >> 4) << 3),
-                                               16 * ks + (((lane >> 3) & 1) << 3)));
+                fqla_frag_b_nk(b, Ks, LDQ, 16 * ks, n0 + 16 * np, lane);
                 io::mma(akk[2 * np], ak, b[0], b[1]);
                 io::mma(akk[2 * np + 1], ak, b[2], b[3]);
                 io::mma(aqk[2 * np], aq, b[0], b[1]);
@@ -660,10 +600,10 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
     }
 }
 
-template <typename T, int KD, int PREC, bool TMA>
-cudaError_t launch_kernel(const fqla_fwd_params &p, const CUtensorMap (&maps)[2], cudaStream_t stream)
+template <typename T, int KD, int PREC>
+cudaError_t launch(const fqla_fwd_params &p, cudaStream_t stream)
 {
-    const size_t smem = prep_smem<KD, TMA>::bytes(p.group);
+    const size_t smem = prep_smem<KD>::bytes(p.group);
     /* Raise the shared-memory limit per device when a larger group needs
      * more (a host-side setting, kept out of later calls so that they stay
      * cheap under graph capture). */
@@ -672,8 +612,8 @@ cudaError_t launch_kernel(const fqla_fwd_params &p, const CUtensorMap (&maps)[2]
     cudaError_t err = cudaGetDevice(&dev);
     if (err != cudaSuccess) return err;
     if (dev < 0 || dev >= 64 || configured[dev] < smem) {
-        err = cudaFuncSetAttribute(fwd_prepare_kernel<T, KD, PREC, TMA>,
-                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        err = cudaFuncSetAttribute(fwd_prepare_kernel<T, KD, PREC>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)smem);
         if (err != cudaSuccess) return err;
         if (dev >= 0 && dev < 64) configured[dev] = smem;
     }
@@ -684,46 +624,30 @@ cudaError_t launch_kernel(const fqla_fwd_params &p, const CUtensorMap (&maps)[2]
      * at 4 x 8192 tokens, H = 32 (docs/perf.md, session 7). */
     const int64_t tail = p.varlen ? ((p.T + C - 1) / C + p.H - 1) / p.H : 0;
     dim3 grid((unsigned)(p.slots + tail), (unsigned)p.H);
-    fwd_prepare_kernel<T, KD, PREC, TMA><<<grid, FQLA_FWD_THREADS, smem, stream>>>(p, maps[0], maps[1]);
+    fwd_prepare_kernel<T, KD, PREC><<<grid, FQLA_FWD_THREADS, smem, stream>>>(p);
     return cudaGetLastError();
 }
 
-/* Q and K by TMA where the tensor maps allow it (K = 64 or 128, 16-byte rows),
- * else by cp.async. */
-template <typename T, int KD, int PREC>
-cudaError_t launch(const fqla_fwd_params &p, bool tma, cudaStream_t stream)
-{
-    CUtensorMap maps[2];
-    if constexpr (KD <= 128) {
-        if (tma && fqla_fwd_qk_maps(p, std::is_same<T, __nv_bfloat16>::value, maps))
-            return launch_kernel<T, KD, PREC, true>(p, maps, stream);
-    }
-    memset(maps, 0, sizeof maps);
-    return launch_kernel<T, KD, PREC, false>(p, maps, stream);
-}
-
 template <typename T, int PREC>
-cudaError_t launch_kd(const fqla_fwd_params &p, bool tma, cudaStream_t stream)
+cudaError_t launch_kd(const fqla_fwd_params &p, cudaStream_t stream)
 {
     switch (p.K) {
-    case 64: return launch<T, 64, PREC>(p, tma, stream);
-    case 128: return launch<T, 128, PREC>(p, tma, stream);
-    case 256: return launch<T, 256, PREC>(p, tma, stream);
+    case 64: return launch<T, 64, PREC>(p, stream);
+    case 128: return launch<T, 128, PREC>(p, stream);
+    case 256: return launch<T, 256, PREC>(p, stream);
     }
     return cudaErrorInvalidValue;
 }
 
-/* variant (tuning builds only): 2 -> plain tf32 merges; 3 -> Q and K by
- * cp.async even where TMA could load them; else the default (3xTF32, TMA). */
+/* variant: 2 -> plain tf32 merges (tuning builds only); else 3xTF32 */
 template <typename T>
 cudaError_t launch_variant(const fqla_fwd_params &p, int variant, cudaStream_t stream)
 {
 #if FQLA_FWD_TUNING
-    if (variant == 2) return launch_kd<T, 1>(p, true, stream);
-    if (variant == 3) return launch_kd<T, 3>(p, false, stream);
+    if (variant == 2) return launch_kd<T, 1>(p, stream);
 #endif
     (void)variant;
-    return launch_kd<T, 3>(p, true, stream);
+    return launch_kd<T, 3>(p, stream);
 }
 
 } // namespace

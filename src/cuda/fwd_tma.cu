@@ -1,7 +1,6 @@
 /*
- * fwd_tma.cu - the host side of the TMA kernels: whether a problem can use
- * the chunk kernel of fwd_chunk_wg.cu, its tensor maps, and the prepare
- * kernel's Q and K maps.
+ * fwd_tma.cu - the host side of the TMA chunk kernel (fwd_chunk_wg.cu):
+ * whether a problem can use it, and its tensor maps.
  * cuTensorMapEncodeTiled comes from the driver through the runtime's entry
  * point query, so libcuda is not linked; maps are plain host structs passed
  * as kernel parameters (CUDA-graph safe, nothing allocated).
@@ -72,15 +71,6 @@ int fqla_fwd_wg_usable(const fqla_fwd_params &p)
     if (((uintptr_t)p.o & 15) || (p.o_st % 8) || (p.o_sh % 8) || (p.o_sb % 8)) return 0;
     if (!encode_fn()) return 0;
     return 1;
-}
-
-int fqla_fwd_qk_maps(const fqla_fwd_params &p, int io_bf16, CUtensorMap maps[2])
-{
-    if (p.K != 64 && p.K != 128) return 0;
-    if (p.T > 0x7fffffffLL - 2 * FQLA_FWD_CHUNK) return 0; /* int coordinates */
-    const int64_t B = p.varlen ? 1 : p.N;
-    return map_btd(&maps[0], io_bf16, p.q, B, p.T, p.H, p.K, p.q_sb, p.q_st, p.q_sh) &&
-           map_btd(&maps[1], io_bf16, p.k, B, p.T, p.H, p.K, p.k_sb, p.k_st, p.k_sh);
 }
 
 int fqla_fwd_tma_maps(const fqla_fwd_params &p, int io_bf16, CUtensorMap maps[FQLA_FWD_MAPS])

@@ -176,6 +176,11 @@ def make_inputs(hq, hv, lens, seed=0, D=128):
     return q, k, v, g, beta, h0, cu, cu_host
 
 
+# fwd_chunk_wg.cu's spans under -DFQLA_CHAIN_CLOCKS (printed by --profile)
+CHAIN_SPANS = ["stage wait", "G1+G2 issue", "G1+G2 wait", "G4 form+issue", "G4 wait", "G5+G6 form+issue",
+               "G5+G6 wait", "output"]
+
+
 def time_graph(fn, flush, calls, replays):
     """Median ms per call over graph replays of `calls` back-to-back calls."""
     s = torch.cuda.Stream()
@@ -423,6 +428,18 @@ def main():
                         if buf[3]:
                             print("    scan cycles per step: wait %.0f, products %.0f, rest %.0f (%d steps)" %
                                   (buf[0] / buf[3], buf[1] / buf[3], buf[2] / buf[3], buf[3]), flush=True)
+                    chain = getattr(lib.L, "fqla_cuda_debug_chain_clocks", None)  # instrumented builds only
+                    if chain:
+                        buf = (C.c_ulonglong * 18)()
+                        chain(buf)
+                        ours()
+                        chain(buf)
+                        for cw in range(2):
+                            nck = buf[9 * cw + 8]
+                            if nck:
+                                print("    chain cycles per chunk, consumer warpgroup %d: %s (%d chunks)" %
+                                      (cw, ", ".join("%s %.0f" % (nm, buf[9 * cw + i] / nck)
+                                                     for i, nm in enumerate(CHAIN_SPANS)), nck), flush=True)
                 # a labelled library without variants is another build: its label is its commit
                 ccol = tag if (lib.label and var is None) else commit + ("+" + tag if tag else "")
                 w.writerow(["fwd", model, hq, hv, sl, "%.4f" % ms, "%.4f" % fla_ms, gpu_tag, ccol, date])

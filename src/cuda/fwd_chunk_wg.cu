@@ -106,6 +106,30 @@ static __device__ int m_negligible(const fqla_fwd_params &p, int64_t len, int64_
     return !bad && tot <= -17.f;
 }
 
+#ifdef FQLA_CHAIN_CLOCKS
+/* Instrumented builds only (nvcc -DFQLA_CHAIN_CLOCKS): thread 0 of each
+ * consumer warpgroup of the first 16 CTAs (blockIdx.y = 0) adds clock64
+ * spans of every chunk from the third on, per warpgroup: [0] waiting for the
+ * stage (copies, token factors), [1] issuing G1 and G2 and the previous
+ * chunk's output store, [2] waiting for G1 and G2, [3] forming and issuing
+ * G4, [4] waiting for G4, [5] forming Vd, Vp and issuing G5 and G6, [6]
+ * waiting for G5 and G6, [7] the output epilogue; [8] counts the chunks. */
+__device__ unsigned long long g_chain_clk[2][9];
+#define CHAIN_CLK_START long long chain_t_ = clock64()
+#define CHAIN_CLK(i)                                                                            \
+    do {                                                                                        \
+        const long long t1_ = clock64();                                                        \
+        if (OUT && blockIdx.y == 0 && blockIdx.x < 16 && tid == 0 && c >= 2) {                  \
+            atomicAdd(&g_chain_clk[cw][i], (unsigned long long)(t1_ - chain_t_));               \
+            if (i == 7) atomicAdd(&g_chain_clk[cw][8], 1ull);                                   \
+        }                                                                                       \
+        chain_t_ = t1_;                                                                         \
+    } while (0)
+#else
+#define CHAIN_CLK_START
+#define CHAIN_CLK(i)
+#endif
+
 template <typename T, int KD, int NWG, bool OUT>
 __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
     fwd_chunk_wg_kernel(const __grid_constant__ fqla_fwd_params p, const __grid_constant__ CUtensorMap tmQ,
@@ -317,11 +341,13 @@ __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
     };
 
     for (int64_t c = 0; c < nch; c++) {
+        CHAIN_CLK_START;
         const int s = (int)(c % cfg::STAGES);
         const uint32_t ph = (uint32_t)(c / cfg::STAGES) & 1;
         unsigned char *st = sm + s * cfg::stage;
         fqla_mbar_wait(&full[s], ph);
         fqla_mbar_wait(&ready[s], ph);
+        CHAIN_CLK(0);
         const int nvalid = (int)min((int64_t)C, len - c * C);
         if (nvalid < C) {
             /* rows past the end: zero K (consumer 0) and this V slice, whole
@@ -378,10 +404,12 @@ __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
 
         /* this thread's token columns are t = 8 j + 2 tq + e (j = 0..7, e = 0, 1) */
         const float gC = gm[C - 1];
+        CHAIN_CLK(1);
 
         fqla_wg_wait<0>();
         fqla_reg_fence(accUQ);
         fqla_reg_fence(accVd);
+        CHAIN_CLK(2);
         /* G4: Vd^T += (-U^T diag(u)) Ag^T */
         {
             uint32_t wn[4][4];
@@ -408,8 +436,10 @@ __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
 #pragma unroll
             for (int i = 0; i < NS; i++) S[i] *= eC;
         }
+        CHAIN_CLK(3);
         fqla_wg_wait<0>();
         fqla_reg_fence(accVd);
+        CHAIN_CLK(4);
 
         /* Vd (for G6) and Vp = Vd diag(d) (for G5) as A fragments */
         uint32_t vd[4][4], vp[4][4];
@@ -459,10 +489,12 @@ __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
                 fo[2 * j] = f.x;
                 fo[2 * j + 1] = f.y;
             }
+            CHAIN_CLK(5);
             fqla_wg_wait<0>();
             fqla_reg_fence(S);
             fqla_reg_fence(accUQ);
             fqla_reg_fence(accP);
+            CHAIN_CLK(6);
             fqla_mbar_arrive(&empty[s]); /* stage s is no longer read by this thread */
 
             /* O^T = Qs^T diag(o) + P^T -> staging tile c & 1 as [t][v]
@@ -487,6 +519,7 @@ __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
                 }
                 fqla_fence_async_smem(); /* for the TMA store (store_out) */
             }
+            CHAIN_CLK(7);
         }
     }
     if (OUT && nch > 0) store_out(nch - 1);
@@ -506,6 +539,20 @@ __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
         }
     }
 }
+
+#ifdef FQLA_CHAIN_CLOCKS
+} // namespace
+/* Instrumented builds: the clock sums since the last call (then reset). */
+extern "C" int fqla_cuda_debug_chain_clocks(unsigned long long out[18])
+{
+    if (cudaDeviceSynchronize() != cudaSuccess ||
+        cudaMemcpyFromSymbol(out, g_chain_clk, sizeof g_chain_clk) != cudaSuccess)
+        return -1;
+    static const unsigned long long z[18] = {0};
+    return cudaMemcpyToSymbol(g_chain_clk, z, sizeof z) == cudaSuccess ? 0 : -1;
+}
+namespace {
+#endif
 
 template <typename T, int KD, int NWG, bool OUT>
 cudaError_t launch(const fqla_fwd_params &p, const CUtensorMap *maps, cudaStream_t stream)

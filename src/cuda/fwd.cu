@@ -53,7 +53,6 @@ int64_t g_tune_cp = -1;
 int g_tune_scan_cb = 0;
 int g_tune_cp_skip = 0;
 int g_tune_pdl = -1;
-int g_tune_pingpong = -1;
 
 /* Consumer warpgroups per CTA of the wgmma chunk kernel. Two (one CTA per
  * 128 value columns, sharing the K, Q, Ag, Pg tiles) run a CTA ~1.4x longer
@@ -123,13 +122,6 @@ extern "C" void fqla_cuda_fwd_tune_cp_skip(int on)
 extern "C" void fqla_cuda_fwd_tune_pdl(int on)
 {
     g_tune_pdl = on;
-}
-
-/* The wgmma chunk kernel's two consumer warpgroups take turns issuing
- * their largest products (G1 + G2): 1 on, 0 off, -1 the default (on). */
-extern "C" void fqla_cuda_fwd_tune_pingpong(int on)
-{
-    g_tune_pingpong = on;
 }
 
 /* Test hook: how many (segment, value head) transitions the last CP call
@@ -351,7 +343,6 @@ fqla_status fqla_cuda_fwd_run(fqla_context *ctx, const fqla_problem *p, const fq
     if (seg_chunks > 0 && g_tune_cp_skip) k.chunk_ok = (int *)(ws + L.chunk_ok);
 
     k.pdl = g_tune_pdl != 0;
-    k.pingpong = g_tune_pingpong != 0;
 
     const int io_bf16 = p->io_dtype == FQLA_DTYPE_BF16;
     st = fqla_cuda_check(ctx, fqla_fwd_launch_prepare(k, io_bf16, g_tune_hb, stream),

@@ -270,16 +270,6 @@ __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
 
     /* consumers */
     if (cfg::REALLOC) fqla_setmaxnreg_inc<cfg::CREG>();
-    /* Ping-pong (two consumer warpgroups with an output): G1 + G2 are most
-     * of a chunk's tensor work, and both warpgroups used to issue them at
-     * the same moment (they wait for the same stage), then both formed
-     * operands while the tensor cores idled (clock64 spans, docs/perf.md
-     * session 8). Now they take turns: warpgroup w waits on named barrier
-     * 4 + w before issuing G1 + G2 and then lets the other one go (arrive on
-     * 4 + (w ^ 1)), so one forms operands while the other's products run.
-     * Warpgroup 1 gives the first turn; it skips its arrive after its last
-     * chunk, so every barrier phase completes. */
-    const bool pingpong = OUT && NWG == 2 && p.pingpong;
     const int cw = wg - 1;
     const int tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, tq = lane & 3;
@@ -350,7 +340,6 @@ __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
         }
     };
 
-    if (pingpong && cw == 1 && nch > 0) fqla_named_arrive(4, 256); /* warpgroup 0 goes first */
     for (int64_t c = 0; c < nch; c++) {
         CHAIN_CLK_START;
         const int s = (int)(c % cfg::STAGES);
@@ -392,7 +381,6 @@ __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
         float accVd[32], accUQ[OUT ? 64 : 32]; /* accUQ[0..31] = U^T, [32..63] = Qs^T */
         const uint64_t dAg = fqla_desc_kmajor(st + cfg::oAg);
         fqla_reg_fence_u(sf);
-        if (pingpong) fqla_named_sync(4 + cw, 256); /* this warpgroup's turn */
         fqla_wg_fence();
         {   /* G1: Vd^T = V^T Ag^T (V tile is [t][v]: A MN-major) */
             const uint64_t dV = fqla_desc_mnmajor(st + cfg::oV + cw * TILE, TILE);
@@ -412,7 +400,6 @@ __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
             }
             fqla_wg_commit();
         }
-        if (pingpong && !(cw == 1 && c == nch - 1)) fqla_named_arrive(4 + (cw ^ 1), 256); /* the other's turn */
         if (OUT) store_out(c - 1); /* the previous chunk's rows, while G1 / G2 run */
 
         /* this thread's token columns are t = 8 j + 2 tq + e (j = 0..7, e = 0, 1) */

@@ -101,9 +101,6 @@ struct fqla_fwd_params {
     /* host side only: launch the kernels after the prepare kernel with
      * programmatic dependent launch (pdl.cuh) */
     int pdl;
-    /* the wgmma chunk kernel with two consumer warpgroups: they take turns
-     * issuing G1 + G2 (fwd_chunk_wg.cu) */
-    int pingpong;
 };
 
 /* Workspace carve-up (bytes; every region 256-aligned). */

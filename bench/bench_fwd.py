@@ -181,6 +181,19 @@ CHAIN_SPANS = ["stage wait", "G1+G2 issue", "G1+G2 wait", "G4 form+issue", "G4 w
                "G5+G6 wait", "output"]
 
 
+def debug_clocks(lib, name, n, call):
+    """Instrumented builds only (FQLA_SCAN_CLOCKS, FQLA_CHAIN_CLOCKS): the
+    library's n clock sums over one call, or None without the hook."""
+    hook = getattr(lib.L, name, None)
+    if not hook:
+        return None
+    buf = (C.c_ulonglong * n)()
+    hook(buf)  # reset
+    call()
+    hook(buf)
+    return buf
+
+
 def time_graph(fn, flush, calls, replays):
     """Median ms per call over graph replays of `calls` back-to-back calls."""
     s = torch.cuda.Stream()
@@ -419,21 +432,12 @@ def main():
                                                                                    o_rel, ht_rel, tag), flush=True)
                 if a.profile:
                     print("    kernels: " + kernel_breakdown(ours), flush=True)
-                    clk = getattr(lib.L, "fqla_cuda_debug_scan_clocks", None)  # instrumented builds only
-                    if clk:
-                        buf = (C.c_ulonglong * 4)()
-                        clk(buf)
-                        ours()
-                        clk(buf)
-                        if buf[3]:
-                            print("    scan cycles per step: wait %.0f, products %.0f, rest %.0f (%d steps)" %
-                                  (buf[0] / buf[3], buf[1] / buf[3], buf[2] / buf[3], buf[3]), flush=True)
-                    chain = getattr(lib.L, "fqla_cuda_debug_chain_clocks", None)  # instrumented builds only
-                    if chain:
-                        buf = (C.c_ulonglong * 18)()
-                        chain(buf)
-                        ours()
-                        chain(buf)
+                    buf = debug_clocks(lib, "fqla_cuda_debug_scan_clocks", 4, ours)
+                    if buf and buf[3]:
+                        print("    scan cycles per step: wait %.0f, products %.0f, rest %.0f (%d steps)" %
+                              (buf[0] / buf[3], buf[1] / buf[3], buf[2] / buf[3], buf[3]), flush=True)
+                    buf = debug_clocks(lib, "fqla_cuda_debug_chain_clocks", 18, ours)
+                    if buf:
                         for cw in range(2):
                             nck = buf[9 * cw + 8]
                             if nck:

@@ -95,11 +95,10 @@ __device__ __forceinline__ float sigmoid_f(float x)
     return e / (1.f + e);
 }
 
-/* Finds the sequence and chunk of slot s (varlen): the largest n with
- * base(n) = cu[n] / 64 + n <= s, its first token and its length. Returns 0
- * when the slot holds no chunk. */
-__device__ int find_slot(const fqla_fwd_params &p, int64_t s, int64_t &n_out, int64_t &c_out, int64_t &start_out,
-                         int64_t &len_out)
+/* Finds the chunk of slot s (varlen) and its sequence's first token and
+ * length: the sequence is the largest n with base(n) = cu[n] / 64 + n <= s.
+ * Returns 0 when the slot holds no chunk. */
+__device__ int find_slot(const fqla_fwd_params &p, int64_t s, int64_t &c_out, int64_t &start_out, int64_t &len_out)
 {
     int64_t lo = 0, hi = p.N - 1;
     while (lo < hi) {
@@ -113,7 +112,6 @@ __device__ int find_slot(const fqla_fwd_params &p, int64_t s, int64_t &n_out, in
     const int64_t len = fqla_fwd_cu(p, lo + 1) - start;
     const int64_t c = s - base;
     if (c * C >= len) return 0;
-    n_out = lo;
     c_out = c;
     start_out = start;
     len_out = len;
@@ -261,8 +259,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
     if (p.varlen) {
         /* every warp searches: one warp searching and a barrier to broadcast
          * was slower (docs/perf.md, session 8) */
-        int64_t n;
-        if (!find_slot(p, slot, n, c, start, len)) return;
+        if (!find_slot(p, slot, c, start, len)) return;
         batch = 0;
     } else {
         batch = slot / p.cps;

@@ -205,7 +205,13 @@ __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
         if (threadIdx.x < 32 && fqla_elect_one()) {
             const int bc = p.varlen ? 0 : (int)batch;
             /* rq only with an output; rk scales the keys of the state chain */
-            const uint32_t tx = cfg::tx_tiles + (p.l2norm ? (OUT ? 512u : 256u) : 0u);
+            uint32_t tx = cfg::tx_tiles + (p.l2norm ? (OUT ? 512u : 256u) : 0u);
+#ifdef FQLA_DEBUG_NO_AGPG
+            /* Timing experiments only (wrong results): Ag and Pg are not
+             * loaded, so the kernel moves a fused kernel's bytes (q, k, v
+             * in, o out) and runs its chain on whatever the stage holds. */
+            tx -= (OUT ? 2 : 1) * TILE;
+#endif
             for (int64_t c = 0; c < nch; c++) {
                 const int s = (int)(c % cfg::STAGES);
                 const uint32_t ph = (uint32_t)(c / cfg::STAGES) & 1;
@@ -222,8 +228,10 @@ __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
                 for (int w = 0; w < NWG; w++)
                     fqla_tma_load_4d(st + cfg::oV + w * TILE, &tmV, &full[s], vbase + 64 * w, hv, t, bc);
                 const int64_t sh = (slot0 + c) * p.HV + hv;
+#ifndef FQLA_DEBUG_NO_AGPG
                 fqla_tma_load_2d(st + cfg::oAg, &tmA, &full[s], 0, (int)(sh * C));
                 if (OUT) fqla_tma_load_2d(st + cfg::oPg, &tmP, &full[s], 0, (int)(sh * C));
+#endif
                 fqla_bulk_load(st + cfg::oGam, p.gam + sh * C, 256, &full[s]);
                 if (p.l2norm) {
                     const int64_t qh = ((slot0 + c) * p.H + hq) * C;

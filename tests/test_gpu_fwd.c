@@ -728,14 +728,17 @@ static void fwd_chunk_kernels(void)
     }
 }
 
-/* (segment, value head) pairs of a problem cut into segments of L chunks */
+/* (segment, value head) pairs of a problem cut into segments of L chunks
+ * whose transition the CP pre-pass computes: every segment of a sequence
+ * but its last (the main pass runs that one on to the final state) */
 static int64_t cp_pairs(const spec *s, int L)
 {
     int64_t n = 0;
     const int N = s->ncu ? s->ncu - 1 : s->B;
     for (int i = 0; i < N; i++) {
         const int64_t len = s->ncu ? s->cu[i + 1] - s->cu[i] : s->T;
-        n += ((len + 63) / 64 + L - 1) / L;
+        const int64_t segs = ((len + 63) / 64 + L - 1) / L;
+        n += segs > 0 ? segs - 1 : 0;
     }
     return n * s->HV;
 }
@@ -788,7 +791,8 @@ static void fwd_context_parallel(void)
             fqla_cuda_fwd_tune_cp_skip(runs[r][2]);
             check_prob(&p, what);
             if (runs[r][2] && specs[i].decay == 1) {
-                /* g = -20 a token: every segment's transition is negligible,
+                /* g = -20 a token: every transition the pre-pass computes
+                 * (all but each sequence's last segment) is negligible,
                  * and the shortcut must have seen it (the result alone cannot
                  * tell: M is ~e^-100 either way) */
                 const int64_t got = fqla_cuda_fwd_debug_cp_skipped(), want = cp_pairs(&specs[i], runs[r][0]);

@@ -167,8 +167,9 @@ extern "C" void fqla_cuda_fwd_tune_chunk(int wg, int nwg)
 }
 
 /* The chunk kernel as context parallelism (after the prepare kernel):
- * pre-pass (H | M of every segment into seg_hm), scan (start states into
- * seg_s0, the final state), main pass (o). Falls back to the mma.sync
+ * pre-pass (H | M of every segment but each sequence's last into seg_hm),
+ * scan (start states into seg_s0; the final state of empty sequences), main
+ * pass (o, the final state from each sequence's last segment). Falls back to the mma.sync
  * kernel over whole sequences if the TMA maps cannot be encoded. */
 static fqla_status run_cp(fqla_context *ctx, const fqla_problem *p, fqla_fwd_params k, unsigned char *ws,
                           const fqla_fwd_ws_layout &L, int64_t seg_chunks, int io_bf16, cudaStream_t stream)
@@ -195,6 +196,7 @@ static fqla_status run_cp(fqla_context *ctx, const fqla_problem *p, fqla_fwd_par
     pre.ht_sh = p->K * VX;
     pre.ht_s2 = VX;
     pre.v_first = 0;
+    pre.ht_v_first = 0;
     int used = 0;
     cudaError_t err = fqla_fwd_launch_chunk_wg(pre, io_bf16, 1, stream, &used);
     if (err != cudaSuccess) return fqla_cuda_check(ctx, err, "CUDA forward: CP pre-pass launch");
@@ -211,8 +213,7 @@ static fqla_status run_cp(fqla_context *ctx, const fqla_problem *p, fqla_fwd_par
     mp.h0_sn = p->HV * p->K * p->V;
     mp.h0_sh = p->K * p->V;
     mp.h0_s2 = p->V;
-    mp.v_first = 0;
-    mp.ht = NULL;
+    mp.v_first = 0; /* the start states; the final state keeps the caller's layout */
     err = fqla_fwd_launch_chunk_wg(mp, io_bf16, pick_nwg(ctx, p, k.segs), stream, &used);
     return fqla_cuda_check(ctx, err, "CUDA forward: CP main pass launch");
 }
@@ -315,6 +316,7 @@ fqla_status fqla_cuda_fwd_run(fqla_context *ctx, const fqla_problem *p, const fq
         k.ht_s2 = a->final_state.strides[2];
     }
     k.v_first = p->opt.state_v_first;
+    k.ht_v_first = p->opt.state_v_first;
     k.varlen = p->varlen;
     if (p->varlen) {
         k.cu = a->cu_seqlens.data;

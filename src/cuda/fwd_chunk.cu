@@ -357,7 +357,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 1) fwd_chunk_kernel(const fq
                     int row = 16 * (sm0 + mi) + g + 8 * (e >> 1);
                     int col = v0 + sn0 + 8 * ni + 2 * tq + (e & 1);
                     int64_t off = n * p.ht_sn + hv * p.ht_sh +
-                                  (p.v_first ? (int64_t)col * p.ht_s2 + row : (int64_t)row * p.ht_s2 + col);
+                                  (p.ht_v_first ? (int64_t)col * p.ht_s2 + row : (int64_t)row * p.ht_s2 + col);
                     if (p.ht_bf16) ((__nv_bfloat16 *)p.ht)[off] = __float2bfloat16_rn(S[mi][ni][e]);
                     else ((float *)p.ht)[off] = S[mi][ni][e];
                 }

@@ -162,8 +162,11 @@ __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
     const int hq = hv / p.group;
     const int vbase = blockIdx.y * 64 * NWG;
     int64_t n, batch, start, len, slot0;
-    if (!fqla_fwd_span(p, ns, n, batch, start, len, slot0)) {
-        /* a segment index past its sequence's end: a defined flag all the same */
+    bool last;
+    /* The pre-pass leaves out each sequence's last segment: the scan needs
+     * no H or M of it, and the main pass runs it on to the final state. */
+    if (!fqla_fwd_span(p, ns, n, batch, start, len, slot0, last) || (p.cp_mode == 1 && last)) {
+        /* no segment, or the last: a defined flag all the same */
         if (!OUT && p.cp_skip && vbase == p.V && threadIdx.x == 0) p.seg_flag[ns * p.HV + hv] = 0;
         return;
     }
@@ -533,9 +536,11 @@ __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
     if (OUT && nch > 0) store_out(nch - 1);
     if (OUT && tid == 0) fqla_bulk_wait<0>(); /* the CTA's last stores are done before it exits */
 
-    if (p.ht) {
-        const int64_t skey = p.v_first ? 1 : p.ht_s2, sval = p.v_first ? p.ht_s2 : 1;
-        const int64_t base = ns * p.ht_sn + hv * p.ht_sh + kc * skey + vr * sval;
+    /* the final state: of the sequence, or with CP's main pass of the
+     * sequence's last segment (the pre-pass: of every segment it runs) */
+    if (p.ht && (p.cp_mode != 2 || last)) {
+        const int64_t skey = p.ht_v_first ? 1 : p.ht_s2, sval = p.ht_v_first ? p.ht_s2 : 1;
+        const int64_t base = (p.cp_mode == 2 ? n : ns) * p.ht_sn + hv * p.ht_sh + kc * skey + vr * sval;
         if (p.ht_bf16) {
             __nv_bfloat16 *h = (__nv_bfloat16 *)p.ht + base;
 #pragma unroll

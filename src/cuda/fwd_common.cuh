@@ -65,7 +65,8 @@ struct fqla_fwd_params {
     void *ht;                /* NULL: no final state */
     int ht_bf16;
     int64_t ht_sn, ht_sh, ht_s2;
-    int v_first;
+    int v_first;             /* h0 (and ht unless ht_v_first differs): [V][K] */
+    int ht_v_first;          /* ht: [V][K] */
     const void *cu;          /* device cu_seqlens (varlen) */
     int cu64;
     int varlen;
@@ -166,10 +167,12 @@ __device__ __forceinline__ int64_t fqla_fwd_nseg(const fqla_fwd_params &p, int64
 
 /* The token span one CTA row of the chunk kernel runs: sequence idx, or with
  * cp_mode segment idx. False (the CTA has nothing to do) for a segment index
- * that belongs to no segment. n is the sequence. */
+ * that belongs to no segment. n is the sequence; last: the span ends the
+ * sequence (always without cp_mode). */
 __device__ __forceinline__ bool fqla_fwd_span(const fqla_fwd_params &p, int64_t idx, int64_t &n, int64_t &batch,
-                                              int64_t &start, int64_t &len, int64_t &slot0)
+                                              int64_t &start, int64_t &len, int64_t &slot0, bool &last)
 {
+    last = true;
     if (!p.cp_mode) {
         n = idx;
         fqla_fwd_seq(p, n, batch, start, len, slot0);
@@ -179,9 +182,10 @@ __device__ __forceinline__ bool fqla_fwd_span(const fqla_fwd_params &p, int64_t 
     n = fqla_cp_segment(p.varlen ? p.cu : NULL, p.cu64, p.N, p.T, p.cps, p.seg_chunks, idx, &j);
     if (n < 0) return false;
     fqla_fwd_seq(p, n, batch, start, len, slot0);
-    const int64_t off = j * p.seg_chunks * FQLA_FWD_CHUNK;
+    const int64_t off = j * p.seg_chunks * FQLA_FWD_CHUNK, seg = p.seg_chunks * FQLA_FWD_CHUNK;
+    last = len - off <= seg;
     start += off;
-    len = len - off < p.seg_chunks * FQLA_FWD_CHUNK ? len - off : p.seg_chunks * FQLA_FWD_CHUNK;
+    len = len - off < seg ? len - off : seg;
     if (len < 0) len = 0;
     slot0 += j * p.seg_chunks;
     return true;

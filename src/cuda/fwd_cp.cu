@@ -9,8 +9,10 @@
  *
  *     S_0 = h0 (or 0),   S_{s+1} = M_s S_s + H_s,
  *
- * writing every start state S_s for the main pass and the last one to the
- * final state; the main pass then runs every segment from its S_s. The
+ * writing every start state S_s for the main pass, which runs every segment
+ * from its S_s and the last one on to the final state. (The last segment
+ * needs no H or M, so the pre-pass leaves it out; an empty sequence's final
+ * state, h0, is written here.) The
  * columns of S are independent, so one CTA owns CB value columns of one
  * (sequence, value head) (CB = 8, or 16 / 32 where 8 would need a second
  * wave) and walks the segments; warp w computes rows 16 w .. 16 w + 15 of
@@ -122,8 +124,10 @@ __global__ void __launch_bounds__(scan_cfg<KD, CB>::THREADS) cp_scan_kernel(cons
     const unsigned utid = (unsigned)tid;
     const int mq = (int)(utid % CPR);
     const int mrow = (int)((utid / CPR + blockIdx.y * (KD / 4)) % KD);
+    /* segments 0 .. nseg - 2: the pre-pass leaves the last one out (the main
+     * pass runs it on to the final state) */
     auto load = [&](int64_t j) {
-        if (j >= nseg) {
+        if (j >= nseg - 1) {
             fqla_cp_async_commit();
             return;
         }
@@ -173,6 +177,7 @@ __global__ void __launch_bounds__(scan_cfg<KD, CB>::THREADS) cp_scan_kernel(cons
             const unsigned i = utid + k * cfg::THREADS;
             s0[(int)(i / CB) * Vi + (int)(i % CB)] = Ss[(i / CB) * cfg::LDS + i % CB];
         }
+        if (j == nseg - 1) break; /* the last start state; no H or M of this segment */
 
         const float *Ms = sm + st * KD * cfg::LDM, *Hs = sm + cfg::oH + st * KD * cfg::LDS;
         float acc[cfg::NT][4];
@@ -218,7 +223,7 @@ __global__ void __launch_bounds__(scan_cfg<KD, CB>::THREADS) cp_scan_kernel(cons
         SCAN_CLK(2);
     }
     __syncthreads();
-    if (p.ht) {
+    if (p.ht && nseg == 0) { /* an empty sequence: h0 (the main pass writes the others) */
         for (int i = tid; i < KD * CB; i += cfg::THREADS) {
             const int k = i / CB, c = i % CB;
             const int64_t off = state_off(n, hv, k, c0 + c, p.ht_sn, p.ht_sh, p.ht_s2, p.v_first);

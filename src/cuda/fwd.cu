@@ -169,8 +169,8 @@ extern "C" void fqla_cuda_fwd_tune_chunk(int wg, int nwg)
 /* The chunk kernel as context parallelism (after the prepare kernel):
  * pre-pass (H | M of every segment but each sequence's last into seg_hm),
  * scan (start states into seg_s0; the final state of empty sequences), main
- * pass (o, the final state from each sequence's last segment). Falls back to the mma.sync
- * kernel over whole sequences if the TMA maps cannot be encoded. */
+ * pass (o, the final state from each sequence's last segment). Falls back to
+ * the mma.sync kernel over whole sequences if the TMA maps cannot be encoded. */
 static fqla_status run_cp(fqla_context *ctx, const fqla_problem *p, fqla_fwd_params k, unsigned char *ws,
                           const fqla_fwd_ws_layout &L, int64_t seg_chunks, int io_bf16, cudaStream_t stream)
 {

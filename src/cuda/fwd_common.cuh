@@ -65,8 +65,8 @@ struct fqla_fwd_params {
     void *ht;                /* NULL: no final state */
     int ht_bf16;
     int64_t ht_sn, ht_sh, ht_s2;
-    int v_first;             /* h0 (and ht unless ht_v_first differs): [V][K] */
-    int ht_v_first;          /* ht: [V][K] */
+    int v_first;             /* h0: [V][K] */
+    int ht_v_first;          /* ht: [V][K] (differs from v_first in CP's main pass) */
     const void *cu;          /* device cu_seqlens (varlen) */
     int cu64;
     int varlen;

@@ -226,7 +226,7 @@ __global__ void __launch_bounds__(scan_cfg<KD, CB>::THREADS) cp_scan_kernel(cons
     if (p.ht && nseg == 0) { /* an empty sequence: h0 (the main pass writes the others) */
         for (int i = tid; i < KD * CB; i += cfg::THREADS) {
             const int k = i / CB, c = i % CB;
-            const int64_t off = state_off(n, hv, k, c0 + c, p.ht_sn, p.ht_sh, p.ht_s2, p.v_first);
+            const int64_t off = state_off(n, hv, k, c0 + c, p.ht_sn, p.ht_sh, p.ht_s2, p.ht_v_first);
             const float x = Ss[k * cfg::LDS + c];
             if (p.ht_bf16) ((__nv_bfloat16 *)p.ht)[off] = __float2bfloat16_rn(x);
             else ((float *)p.ht)[off] = x;

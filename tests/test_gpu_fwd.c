@@ -671,14 +671,16 @@ static void fwd_variants(void)
 
 /* The edge shapes every chunk kernel runs on: mid-tensor varlen tails with a
  * 5-token sequence, K = 64, fp16 GVA, l2norm + gate + beta sigmoid,
- * state_v_first with bf16 states, V = 64 (< K), and many heads. */
-enum { NEDGE = 7 };
+ * state_v_first with bf16 states, V = 64 (< K), the gate and beta sigmoid
+ * without l2norm over 8 chunks (the fused kernel's transforms and ring
+ * laps), and many heads. */
+enum { NEDGE = 8 };
 static void edge_specs(spec specs[NEDGE], const char *names[NEDGE])
 {
     static const char *const nm[NEDGE] = {"varlen [0,70,75,333] T=400 H=2 HV=4", "K=V=64 B=2 T=300",
                                           "fp16 GVA H=2 HV=6 T=200", "l2norm + gate + beta sigmoid H=1 HV=3 T=300",
                                           "state_v_first bf16 state B=2 T=100", "K=128 V=64 T=130",
-                                          "B=3 H=8 HV=32 T=100"};
+                                          "gate + beta sigmoid GVA H=1 HV=2 T=450", "B=3 H=8 HV=32 T=100"};
     static const int64_t cu[] = {0, 70, 75, 333};
     for (int i = 0; i < NEDGE; i++) names[i] = nm[i];
     specs[0] = base_spec(1, 400, 2, 4, 128);
@@ -693,12 +695,15 @@ static void edge_specs(spec specs[NEDGE], const char *names[NEDGE])
     specs[4].h0_dtype = specs[4].ht_dtype = FQLA_DTYPE_BF16;
     specs[5] = base_spec(1, 130, 2, 2, 128);
     specs[5].V = 64;
-    specs[6] = base_spec(3, 100, 8, 32, 128);
+    specs[6] = base_spec(1, 450, 1, 2, 128);
+    specs[6].gate_in = specs[6].beta_sig = 1;
+    specs[7] = base_spec(3, 100, 8, 32, 128);
 }
 
-/* Every chunk kernel on the same inputs: the mma.sync kernel (fwd_chunk.cu)
- * and the wgmma kernel (fwd_chunk_wg.cu) with one and two consumer
- * warpgroups per CTA, each against the reference, on shapes that reach the
+/* Every chunk kernel on the same inputs: the mma.sync kernel (fwd_chunk.cu),
+ * the wgmma kernel (fwd_chunk_wg.cu) with one and two consumer
+ * warpgroups per CTA, and the fused kernel (fwd_fused.cu, one launch without
+ * the prepare kernel), each against the reference, on shapes that reach the
  * wgmma kernel's edges: varlen tails in the middle of the tensor (next
  * sequence's rows in the tile), K = 64, fp16, l2norm and the in-kernel gate,
  * state_v_first with bf16 state, GVA, V = 64 (one warpgroup only). Where the
@@ -710,14 +715,14 @@ static void fwd_chunk_kernels(void)
     spec specs[NS];
     const char *names[NS];
     edge_specs(specs, names);
-    const int kern[3][2] = {{0, 0}, {1, 1}, {1, 2}};
-    const char *kname[3] = {"mma.sync", "wgmma nwg=1", "wgmma nwg=2"};
+    const int kern[4][2] = {{0, 0}, {1, 1}, {1, 2}, {2, 0}};
+    const char *kname[4] = {"mma.sync", "wgmma nwg=1", "wgmma nwg=2", "fused"};
     for (int i = 0; i < NS; i++) {
         prob p;
         prob_init(&p, &specs[i]);
         upload_all(&p);
         run_ref(&p);
-        for (int v = 0; v < 3; v++) {
+        for (int v = 0; v < 4; v++) {
             char what[128];
             snprintf(what, sizeof what, "%s [%s]", names[i], kname[v]);
             fqla_cuda_fwd_tune_chunk(kern[v][0], kern[v][1]);

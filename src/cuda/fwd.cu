@@ -347,6 +347,11 @@ fqla_status fqla_cuda_fwd_run(fqla_context *ctx, const fqla_problem *p, const fq
     k.pdl = g_tune_pdl != 0;
 
     const int io_bf16 = p->io_dtype == FQLA_DTYPE_BF16;
+    if (g_tune_wg == 2 && seg_chunks == 0) {
+        int used = 0;
+        cudaError_t err = fqla_fwd_launch_fused(k, io_bf16, stream, &used);
+        if (used || err != cudaSuccess) return fqla_cuda_check(ctx, err, "CUDA forward: fused kernel launch");
+    }
     st = fqla_cuda_check(ctx, fqla_fwd_launch_prepare(k, io_bf16, g_tune_hb, stream),
                          "CUDA forward: prepare kernel launch");
     if (st != FQLA_STATUS_SUCCESS) return st;

@@ -181,6 +181,12 @@ CHAIN_SPANS = ["stage wait", "G1+G2 issue", "G1+G2 wait", "G4 form+issue", "G4 w
                "G5+G6 wait", "output"]
 
 
+# fwd_fused.cu's spans under -DFQLA_FUSED_CLOCKS
+FUSED_PREP_SPANS = ["stage wait", "KK", "QK issue+slot wait", "gates", "QK wait+sync", "Pg", "diag solve",
+                    "merges+Ag"]
+FUSED_CHAIN_SPANS = ["stage+slot wait", "G2", "G1+G4", "G5+G6", "output"]
+
+
 def debug_clocks(lib, name, n, call):
     """Instrumented builds only (FQLA_SCAN_CLOCKS, FQLA_CHAIN_CLOCKS): the
     library's n clock sums over one call, or None without the hook."""
@@ -436,6 +442,12 @@ def main():
                     if buf and buf[3]:
                         print("    scan cycles per step: wait %.0f, products %.0f, rest %.0f (%d steps)" %
                               (buf[0] / buf[3], buf[1] / buf[3], buf[2] / buf[3], buf[3]), flush=True)
+                    buf = debug_clocks(lib, "fqla_cuda_debug_fused_clocks", 16, ours)
+                    if buf and buf[14] and buf[15]:
+                        print("    fused cycles per chunk, preparation: %s; chain: %s" % (
+                            ", ".join("%s %.0f" % (nm, buf[i] / buf[14]) for i, nm in enumerate(FUSED_PREP_SPANS)),
+                            ", ".join("%s %.0f" % (nm, buf[8 + i] / buf[15]) for i, nm in enumerate(FUSED_CHAIN_SPANS))),
+                            flush=True)
                     buf = debug_clocks(lib, "fqla_cuda_debug_chain_clocks", 18, ours)
                     if buf:
                         for cw in range(2):

@@ -115,6 +115,30 @@ __device__ __forceinline__ void store_ag_block(unsigned char *tile, const float 
     fqla_stsm_x4_t(tile + row * 128 + 16 * (ch ^ (row & 7)), r[0], r[1], r[2], r[3]);
 }
 
+#ifdef FQLA_FUSED_CLOCKS
+/* Instrumented builds only (nvcc -DFQLA_FUSED_CLOCKS): clock64 spans per
+ * chunk from the third on, thread 0 of the preparation (spans 0-7: K/Q/V
+ * wait, K K^T to the scratch, Q K^T issue and slot wait, gates, Q K^T wait
+ * and barrier, Pg, diagonal solve, merges and Ag) and of the first chain
+ * warpgroup (8-12: stage and slot wait, G2, G1 + G4, G5 + G6, output), in
+ * the first 16 CTAs; [14], [15] count their chunks. */
+__device__ unsigned long long g_fused_clk[16];
+#define FU_CLK_START long long fu_t_ = clock64()
+#define FU_CLK(i, on)                                                                                   \
+    do {                                                                                                \
+        const long long t1_ = clock64();                                                                \
+        if ((on) && blockIdx.y == 0 && blockIdx.x < 16 && c >= 2) {                                     \
+            atomicAdd(&g_fused_clk[i], (unsigned long long)(t1_ - fu_t_));                              \
+            if ((i) == 7) atomicAdd(&g_fused_clk[14], 1ull);                                            \
+            if ((i) == 12) atomicAdd(&g_fused_clk[15], 1ull);                                           \
+        }                                                                                               \
+        fu_t_ = t1_;                                                                                    \
+    } while (0)
+#else
+#define FU_CLK_START
+#define FU_CLK(i, on)
+#endif
+
 template <typename T, int KD>
 __global__ void __launch_bounds__(512, 1)
     fwd_fused_kernel(const __grid_constant__ fqla_fwd_params p, const __grid_constant__ CUtensorMap tmQ,
@@ -216,11 +240,13 @@ __global__ void __launch_bounds__(512, 1)
         };
         if (warp < 2 && nch > 0) fetch(0);
         for (int c = 0; c < nch; c++) {
+            FU_CLK_START;
             const int s = c % cfg::QST, a = c & 1;
             const uint32_t ph = (uint32_t)(c / cfg::QST) & 1, aph = (uint32_t)(c >> 1) & 1;
             unsigned char *st = sm + s * cfg::qkv, *sl = sm + cfg::oSlots + a * cfg::slot;
             const int nvalid = (int)min(C, len - c * C);
             fqla_mbar_wait(&full[s], ph);
+            FU_CLK(0, tid == 0);
 
             /* KK = K K^T, then QK = Q K^T: one after the other, so that one
              * set of accumulators is live at a time (104 registers) */
@@ -252,6 +278,7 @@ __global__ void __launch_bounds__(512, 1)
                     *reinterpret_cast<float2 *>(KK + row * LDF + col) = make_float2(v0, v1);
                 }
             }
+            FU_CLK(1, tid == 0);
             float accQK[32];
             fqla_wg_fence();
 #pragma unroll
@@ -265,6 +292,7 @@ __global__ void __launch_bounds__(512, 1)
             fqla_wg_commit();
             /* the slot: the chain is done with chunk c - 2 */
             fqla_mbar_wait(&afree[a], aph ^ 1);
+            FU_CLK(2, tid == 0);
             if (warp == 0) {
                 /* gamma: inclusive scan of the 64 gates; the chain's token
                  * factors u_t = e^gamma_t, d_t = e^(gamma_C - gamma_t),
@@ -302,11 +330,13 @@ __global__ void __launch_bounds__(512, 1)
                     bt[lane + 32 * h] = b;
                 }
             }
+            FU_CLK(3, tid == 0);
             fqla_wg_wait<0>();
             fqla_reg_fence(accQK);
             fqla_mbar_arrive(&empty[s]); /* this thread's products have read the stage */
             if (warp < 2 && c + 1 < nch) fetch(c + 1); /* consumed next chunk */
             fqla_named_sync(4, 128);     /* KK, gl, bt */
+            FU_CLK(4, tid == 0);
 
             /* Pg = scale Gamma (.) tril(QK), this warp's 16 rows; rows and
              * columns past the sequence end are zeros */
@@ -331,6 +361,7 @@ __global__ void __launch_bounds__(512, 1)
                     stsm_x4(sl + cfg::sPg + row * 128 + 16 * (ch ^ (row & 7)), r[0], r[1], r[2], r[3]);
                 }
             }
+            FU_CLK(5, tid == 0);
 
             /* the diagonal blocks of the inverse: warp w inverts block w,
              * lane -> column jc (lanes 0-15), right-looking forward
@@ -356,6 +387,7 @@ __global__ void __launch_bounds__(512, 1)
                 for (int i = 0; i < 16; i++) xd[i * LDF + jc] = x[i];
             }
             fqla_named_sync(4, 128);
+            FU_CLK(6, tid == 0);
 
             /* block column bj = warp: X_ij = -X_ii diag(beta_i) sum_k KK_ik X_kj
              * (fwd_prepare.cu step 4b), each block written to Ag at once */
@@ -435,6 +467,7 @@ __global__ void __launch_bounds__(512, 1)
             }
             fqla_fence_async_smem(); /* Ag, Pg: read by the chain's wgmma */
             fqla_mbar_arrive(&aready[a]);
+            FU_CLK(7, tid == 0);
         }
         return;
     }
@@ -491,11 +524,13 @@ __global__ void __launch_bounds__(512, 1)
     };
 
     for (int c = 0; c < nch; c++) {
+        FU_CLK_START;
         const int s = c % cfg::QST, a = c & 1;
         const uint32_t ph = (uint32_t)(c / cfg::QST) & 1, aph = (uint32_t)(c >> 1) & 1;
         unsigned char *st = sm + s * cfg::qkv, *sl = sm + cfg::oSlots + a * cfg::slot;
         fqla_mbar_wait(&full[s], ph);
         fqla_mbar_wait(&aready[a], aph);
+        FU_CLK(8, tid == 0 && cw == 0);
         const int nvalid = (int)min(C, len - c * C);
         if (nvalid < C) {
             /* rows past the end: zero K (warpgroup 1) and this V slice (the
@@ -540,6 +575,7 @@ __global__ void __launch_bounds__(512, 1)
         const float gC = gm[C - 1];
         fqla_wg_wait<0>();
         fqla_reg_fence(accUQ);
+        FU_CLK(9, tid == 0 && cw == 0);
         {   /* G1: Vd^T = V^T Ag^T, then G4: Vd^T += (-U^T diag(u)) Ag^T */
             uint32_t wn[4][4];
 #pragma unroll
@@ -569,6 +605,7 @@ __global__ void __launch_bounds__(512, 1)
         }
         fqla_wg_wait<0>();
         fqla_reg_fence(accVd);
+        FU_CLK(10, tid == 0 && cw == 0);
 
         uint32_t vd[4][4], vp[4][4];
 #pragma unroll
@@ -615,6 +652,7 @@ __global__ void __launch_bounds__(512, 1)
         fqla_reg_fence(S);
         fqla_reg_fence(accUQ);
         fqla_reg_fence(accP);
+        FU_CLK(11, tid == 0 && cw == 0);
         fqla_mbar_arrive(&empty[s]);  /* the stage and */
         fqla_mbar_arrive(&afree[a]);  /* the slot are no longer read by this thread */
 
@@ -640,6 +678,7 @@ __global__ void __launch_bounds__(512, 1)
         }
         fqla_named_sync(2 + cw, 128);
         store_out(c);
+        FU_CLK(12, tid == 0 && cw == 0);
     }
     if (tid == 0) fqla_bulk_wait<0>(); /* the CTA's last stores are done before it exits */
 
@@ -657,6 +696,19 @@ __global__ void __launch_bounds__(512, 1)
         }
     }
 }
+
+#ifdef FQLA_FUSED_CLOCKS
+} // namespace
+/* Instrumented builds: the clock sums since the last call (then reset). */
+extern "C" int fqla_cuda_debug_fused_clocks(unsigned long long out[16])
+{
+    if (cudaDeviceSynchronize() != cudaSuccess || cudaMemcpyFromSymbol(out, g_fused_clk, sizeof g_fused_clk) != cudaSuccess)
+        return -1;
+    static const unsigned long long z[16] = {0};
+    return cudaMemcpyToSymbol(g_fused_clk, z, sizeof z) == cudaSuccess ? 0 : -1;
+}
+namespace {
+#endif
 
 template <typename T>
 cudaError_t launch(const fqla_fwd_params &p, const CUtensorMap *maps, cudaStream_t stream)

@@ -201,7 +201,7 @@ __global__ void __launch_bounds__(512, 1)
             const uint32_t tx = cfg::KB * 2 * TILE + NWG * TILE;
             for (int c = 0; c < nch; c++) {
                 const int s = c % cfg::QST;
-                fqla_mbar_wait(&empty[s], ((uint32_t)(c / cfg::QST) & 1) ^ 1);
+                fqla_mbar_wait_sleep(&empty[s], ((uint32_t)(c / cfg::QST) & 1) ^ 1);
                 unsigned char *st = sm + s * cfg::qkv;
                 fqla_mbar_arrive_tx(&full[s], tx);
                 const int t = start + c * C;
@@ -245,7 +245,7 @@ __global__ void __launch_bounds__(512, 1)
             const uint32_t ph = (uint32_t)(c / cfg::QST) & 1, aph = (uint32_t)(c >> 1) & 1;
             unsigned char *st = sm + s * cfg::qkv, *sl = sm + cfg::oSlots + a * cfg::slot;
             const int nvalid = (int)min(C, len - c * C);
-            fqla_mbar_wait(&full[s], ph);
+            fqla_mbar_wait_sleep(&full[s], ph);
             FU_CLK(0, tid == 0);
 
             /* KK = K K^T, then QK = Q K^T: one after the other, so that one
@@ -291,7 +291,7 @@ __global__ void __launch_bounds__(512, 1)
             }
             fqla_wg_commit();
             /* the slot: the chain is done with chunk c - 2 */
-            fqla_mbar_wait(&afree[a], aph ^ 1);
+            fqla_mbar_wait_sleep(&afree[a], aph ^ 1);
             FU_CLK(2, tid == 0);
             if (warp == 0) {
                 /* gamma: inclusive scan of the 64 gates; the chain's token
@@ -528,8 +528,8 @@ __global__ void __launch_bounds__(512, 1)
         const int s = c % cfg::QST, a = c & 1;
         const uint32_t ph = (uint32_t)(c / cfg::QST) & 1, aph = (uint32_t)(c >> 1) & 1;
         unsigned char *st = sm + s * cfg::qkv, *sl = sm + cfg::oSlots + a * cfg::slot;
-        fqla_mbar_wait(&full[s], ph);
-        fqla_mbar_wait(&aready[a], aph);
+        fqla_mbar_wait_sleep(&full[s], ph);
+        fqla_mbar_wait_sleep(&aready[a], aph);
         FU_CLK(8, tid == 0 && cw == 0);
         const int nvalid = (int)min(C, len - c * C);
         if (nvalid < C) {

@@ -443,10 +443,11 @@ def main():
                         print("    scan cycles per step: wait %.0f, products %.0f, rest %.0f (%d steps)" %
                               (buf[0] / buf[3], buf[1] / buf[3], buf[2] / buf[3], buf[3]), flush=True)
                     buf = debug_clocks(lib, "fqla_cuda_debug_fused_clocks", 16, ours)
-                    if buf and buf[14] and buf[15]:
-                        print("    fused cycles per chunk, preparation: %s; chain: %s" % (
-                            ", ".join("%s %.0f" % (nm, buf[i] / buf[14]) for i, nm in enumerate(FUSED_PREP_SPANS)),
-                            ", ".join("%s %.0f" % (nm, buf[8 + i] / buf[15]) for i, nm in enumerate(FUSED_CHAIN_SPANS))),
+                    if buf and (buf[14] or buf[15]):
+                        npc, ncc = max(1, buf[14]), max(1, buf[15])
+                        print("    fused cycles per chunk, preparation (%d chunks): %s; chain (%d): %s" % (
+                            buf[14], ", ".join("%s %.0f" % (nm, buf[i] / npc) for i, nm in enumerate(FUSED_PREP_SPANS)),
+                            buf[15], ", ".join("%s %.0f" % (nm, buf[8 + i] / ncc) for i, nm in enumerate(FUSED_CHAIN_SPANS))),
                             flush=True)
                     buf = debug_clocks(lib, "fqla_cuda_debug_chain_clocks", 18, ours)
                     if buf:

@@ -247,6 +247,13 @@ __global__ void __launch_bounds__(512, 1)
             const int nvalid = (int)min(C, len - c * C);
             fqla_mbar_wait_sleep(&full[s], ph);
             FU_CLK(0, tid == 0);
+#ifdef FQLA_DEBUG_FUSED_NO_PREP
+            /* timing experiments only (wrong results): the chain alone */
+            fqla_mbar_arrive(&empty[s]);
+            fqla_mbar_wait_sleep(&afree[a], aph ^ 1);
+            fqla_mbar_arrive(&aready[a]);
+            continue;
+#endif
 
             /* KK = K K^T, then QK = Q K^T: one after the other, so that one
              * set of accumulators is live at a time (104 registers) */
@@ -531,6 +538,12 @@ __global__ void __launch_bounds__(512, 1)
         fqla_mbar_wait_sleep(&full[s], ph);
         fqla_mbar_wait_sleep(&aready[a], aph);
         FU_CLK(8, tid == 0 && cw == 0);
+#ifdef FQLA_DEBUG_FUSED_NO_CHAIN
+        /* timing experiments only (wrong results): the preparation alone */
+        fqla_mbar_arrive(&empty[s]);
+        fqla_mbar_arrive(&afree[a]);
+        continue;
+#endif
         const int nvalid = (int)min(C, len - c * C);
         if (nvalid < C) {
             /* rows past the end: zero K (warpgroup 1) and this V slice (the

@@ -182,8 +182,7 @@ CHAIN_SPANS = ["stage wait", "G1+G2 issue", "G1+G2 wait", "G4 form+issue", "G4 w
 
 
 # fwd_fused.cu's spans under -DFQLA_FUSED_CLOCKS
-FUSED_PREP_SPANS = ["stage wait", "KK", "QK issue+slot wait", "gates", "QK wait+sync", "Pg", "diag solve",
-                    "merges+Ag"]
+FUSED_PREP_SPANS = ["stage wait", "QK issue+slot wait", "factors+QK wait", "Pg"]
 FUSED_CHAIN_SPANS = ["stage+slot wait", "G2", "G1+G4", "G5+G6", "output"]
 
 

@@ -347,10 +347,18 @@ fqla_status fqla_cuda_fwd_run(fqla_context *ctx, const fqla_problem *p, const fq
     k.pdl = g_tune_pdl != 0;
 
     const int io_bf16 = p->io_dtype == FQLA_DTYPE_BF16;
-    if (g_tune_wg == 2 && seg_chunks == 0) {
+    if (g_tune_wg == 2 && seg_chunks == 0 && fqla_fwd_fused_usable(k)) {
+        /* the prepare kernel without Q (gamma, Ag), then the kernel that
+         * forms Pg beside the chain (fwd_fused.cu) */
+        fqla_fwd_params f = k;
+        f.Pg = NULL;
+        st = fqla_cuda_check(ctx, fqla_fwd_launch_prepare(f, io_bf16, g_tune_hb, stream),
+                             "CUDA forward: prepare kernel launch");
+        if (st != FQLA_STATUS_SUCCESS) return st;
         int used = 0;
-        cudaError_t err = fqla_fwd_launch_fused(k, io_bf16, stream, &used);
+        cudaError_t err = fqla_fwd_launch_fused(f, io_bf16, stream, &used);
         if (used || err != cudaSuccess) return fqla_cuda_check(ctx, err, "CUDA forward: fused kernel launch");
+        /* the maps could not be encoded: the workspace's Pg and the chunk kernel */
     }
     st = fqla_cuda_check(ctx, fqla_fwd_launch_prepare(k, io_bf16, g_tune_hb, stream),
                          "CUDA forward: prepare kernel launch");

@@ -1,32 +1,31 @@
 /*
- * fwd_fused.cu - the forward in one kernel (sm_90a): the chunk kernel's
- * chain (fwd_chunk_wg.cu) with the preparation done inside the CTA by a
- * warpgroup of its own, so that q, k and v are read once and nothing but o
- * and the final state is written (no Ag / Pg round trip through HBM:
- * docs/perf.md, "the fused kernel").
+ * fwd_fused.cu - the forward's sequential kernel with Pg formed in the CTA
+ * (sm_90a): the chunk kernel's chain (fwd_chunk_wg.cu) beside a warpgroup
+ * that forms each chunk's Pg = scale Gamma (.) tril(Q K^T) from the Q and K
+ * tiles the chain loads anyway. The prepare kernel runs before it without
+ * Q (fwd_prepare.cu, WQ = false): gamma and Ag only. Per (chunk, value head)
+ * the two launches move q, k, v, Ag (and K twice, Ag twice) instead of the
+ * two-kernel path's q and k twice plus Ag and Pg twice (docs/perf.md,
+ * session 9).
  *
  * One CTA of 512 threads per (sequence, value head, 128 value columns):
- *   warpgroup 0 (24 registers): one thread issues the TMA copies of each
- *     chunk's K, Q and V tiles into a three-stage ring;
+ *   warpgroup 0 (24 registers): one thread issues the copies of each
+ *     chunk's K, Q, V and Ag tiles and gamma into a three-stage ring;
  *   warpgroups 1, 2 (192 registers): the chain, 64 value columns each, the
  *     state S^T in registers, as in fwd_chunk_wg.cu (G1 .. G6 there); here G1
  *     is issued after G2's wait, with G4, which keeps these warpgroups
  *     within 192 registers;
- *   warpgroup 3 (104 registers): the preparation of each chunk, one chunk or
- *     more ahead of the chain, into a two-slot ring of Ag / Pg tiles and the
- *     token factors:
- *       gate and beta of the 64 tokens (warps 0, 1; loaded a chunk ahead),
- *         gamma = their inclusive cumsum, the chain's token factors;
- *       QK = Q K^T and KK = K K^T as SS wgmma on the stage's tiles;
- *       Pg = scale Gamma (.) tril(QK) from the accumulators (stmatrix);
- *       KK to an fp32 scratch; the gate-free inverse Ar of
- *         I + StrictLower(diag(beta) KK) as in fwd_prepare.cu (diagonal
- *         16x16 blocks by forward substitution, then each warp walks down
- *         its block column with 3xTF32 mma), and Ag = Gamma (.) Ar diag(beta)
- *         written from the merges' registers (stmatrix.trans).
+ *   warpgroup 3 (104 registers): per chunk, a chunk or more ahead of the
+ *     chain, into a two-slot ring: QK = Q K^T (SS wgmma on the stage's
+ *     tiles), Pg from the accumulators (stmatrix), and the chain's token
+ *     factors from gamma.
  *
- * Barriers: full / empty for the K, Q, V stages (empty also waits for the
- * preparation's reads), aready / afree for the Ag / Pg slots.
+ * Barriers: full / empty for the stages (empty also waits for the Pg
+ * warpgroup's reads), pready / pfree for the Pg slots.
+ *
+ * A full fused kernel (the inverse in this warpgroup too, no prepare
+ * kernel) measured 3.7x slower per chunk in its preparation than in its
+ * chain (docs/perf.md, session 9; a61b9b8).
  *
  * Covered: K = 128, V a multiple of 128, bf16 / fp16, no l2norm, no CP
  * (fqla_fwd_fused_usable); everything else runs the two kernels.
@@ -35,6 +34,7 @@
 #include "cuda/fwd_prep_math.cuh"
 #include "cuda/fwd_ptx.cuh"
 #include "cuda/hopper.cuh"
+#include "cuda/pdl.cuh"
 
 namespace {
 
@@ -42,9 +42,9 @@ using namespace fqla_pm;
 
 constexpr int C = FQLA_FWD_CHUNK;
 constexpr uint32_t TILE = C * 128; /* one [64 rows][64 b16] tile, 128-byte swizzle */
-constexpr int LDF = C + 8;         /* fp32 scratch rows (as fwd_prepare.cu) */
-/* registers per thread of each role after setmaxnreg: 128 (24 + 104 +
- * 2 x 192) x 128 = the 65,536 of an SM */
+/* registers per thread of each role after setmaxnreg: (24 + 104 + 2 x 192)
+ * x 128 = the 65,536 of an SM. The chain needs its 192: at 184 ptxas
+ * serialises its wgmma. */
 #ifndef FU_PROD_REGS
 #define FU_PROD_REGS 24
 #define FU_PREP_REGS 104
@@ -55,73 +55,32 @@ template <int KD>
 struct fu_cfg {
     static constexpr int KB = KD / 64;
     static constexpr int NWG = 2;
-    /* K, Q, V stage: per 64-wide k block the K tile then the Q tile, then
-     * the NWG V tiles */
+    /* stage: per 64-wide k block the K tile then the Q tile, then the NWG V
+     * tiles, the Ag tile and gamma[64] */
     static constexpr uint32_t oK = 0, oQ = TILE, KQ = 2 * TILE;
     static constexpr uint32_t oV = KB * KQ;
-    static constexpr uint32_t qkv = oV + NWG * TILE;
+    static constexpr uint32_t oAg = oV + NWG * TILE;
+    static constexpr uint32_t oGam = oAg + TILE;
+    static constexpr uint32_t tx = oGam + 256; /* bytes copied per stage */
+    static constexpr uint32_t stage = (tx + 1023) / 1024 * 1024;
     static constexpr int QST = 3;
-    /* Ag / Pg slot: the two tiles, gamma[64], (u_t, d_t)[64], o_t[64] */
-    static constexpr uint32_t sAg = 0, sPg = TILE, sGam = 2 * TILE, sFac = sGam + 256;
-    static constexpr uint32_t slot = (sFac + 768 + 1023) / 1024 * 1024;
+    /* Pg slot: the tile, (u_t, d_t)[64], o_t[64] */
+    static constexpr uint32_t sPg = 0, sFac = TILE;
+    static constexpr uint32_t slot = TILE + 1024;
     static constexpr int ASL = 2;
-    static constexpr uint32_t oSlots = QST * qkv;
-    static constexpr uint32_t oO = oSlots + ASL * slot;  /* [NWG] output tiles */
-    static constexpr uint32_t oKK = oO + NWG * TILE;     /* fp32 [64][LDF] */
-    static constexpr uint32_t oGl = oKK + C * LDF * 4;   /* float[64] gamma log2(e) */
-    static constexpr uint32_t oBt = oGl + 256;           /* float[64] beta */
-    static constexpr uint32_t oBar = oBt + 256;
+    static constexpr uint32_t oSlots = QST * stage;
+    static constexpr uint32_t oO = oSlots + ASL * slot; /* [NWG] output tiles */
+    static constexpr uint32_t oBar = oO + NWG * TILE;
     static constexpr uint32_t bytes = oBar + (2 * QST + 2 * ASL) * 8 + 1024;
     static_assert(bytes <= 232448, "shared memory of one CTA");
 };
 
-/* The diagonal blocks X_bb of the inverse live in KK's scratch above the
- * diagonal, which nothing reads: X_00 at block (0, 1), X_11 at (1, 2),
- * X_22 at (2, 3), X_33 at (0, 3). */
-__device__ __forceinline__ float *xdiag(float *KK, int b)
-{
-    return b < 3 ? KK + 16 * b * LDF + 16 * b + 16 : KK + 48;
-}
-
-/* Writes a 16x16 block (rows 16 ib, columns 16 jb) of the Ag tile from the
- * transposed block in accumulator layout, xt[q][e] = X^T (row g + 8 (e / 2),
- * column 8 q + 2 t + e % 2), as Gamma (.) X diag(beta); diag: only i >= j.
- * xt = NULL writes zeros. */
-template <typename T>
-__device__ __forceinline__ void store_ag_block(unsigned char *tile, const float (*xt)[4], int ib, int jb, bool diag,
-                                               const float *gl, const float *bt, int lane)
-{
-    typedef fqla_io<T> io;
-    const int g = lane >> 2, t = lane & 3;
-    uint32_t r[4] = {0u, 0u, 0u, 0u};
-    if (xt) {
-        const float gj[2] = {gl[16 * jb + g], gl[16 * jb + g + 8]};
-        const float bj[2] = {bt[16 * jb + g], bt[16 * jb + g + 8]};
-#pragma unroll
-        for (int m = 0; m < 4; m++) {
-            const int q = m >> 1, h = m & 1;
-            const int il = 8 * q + 2 * t, jl = g + 8 * h;
-            const float2 gi = *reinterpret_cast<const float2 *>(gl + 16 * ib + il);
-            float v0 = ex2(gi.x - gj[h]) * xt[q][2 * h] * bj[h];
-            float v1 = ex2(gi.y - gj[h]) * xt[q][2 * h + 1] * bj[h];
-            if (diag) {
-                v0 = il >= jl ? v0 : 0.f;
-                v1 = il + 1 >= jl ? v1 : 0.f;
-            }
-            r[m] = io::pack(v0, v1);
-        }
-    }
-    const int mi = lane >> 3, row = 16 * ib + 8 * (mi >> 1) + (lane & 7), ch = 2 * jb + (mi & 1);
-    fqla_stsm_x4_t(tile + row * 128 + 16 * (ch ^ (row & 7)), r[0], r[1], r[2], r[3]);
-}
-
 #ifdef FQLA_FUSED_CLOCKS
 /* Instrumented builds only (nvcc -DFQLA_FUSED_CLOCKS): clock64 spans per
- * chunk from the third on, thread 0 of the preparation (spans 0-7: K/Q/V
- * wait, K K^T to the scratch, Q K^T issue and slot wait, gates, Q K^T wait
- * and barrier, Pg, diagonal solve, merges and Ag) and of the first chain
- * warpgroup (8-12: stage and slot wait, G2, G1 + G4, G5 + G6, output), in
- * the first 16 CTAs; [14], [15] count their chunks. */
+ * chunk from the third on, thread 0 of the Pg warpgroup (spans 0-3: stage
+ * wait, Q K^T issue and slot wait, factors and Q K^T wait, Pg) and of the
+ * first chain warpgroup (8-12: stage and slot wait, G2, G1 + G4, G5 + G6,
+ * output), in the first 16 CTAs; [14], [15] count their chunks. */
 __device__ unsigned long long g_fused_clk[16];
 #define FU_CLK_START long long fu_t_ = clock64()
 #define FU_CLK(i, on)                                                                                   \
@@ -129,7 +88,7 @@ __device__ unsigned long long g_fused_clk[16];
         const long long t1_ = clock64();                                                                \
         if ((on) && blockIdx.y == 0 && blockIdx.x < 16 && c >= 2) {                                     \
             atomicAdd(&g_fused_clk[i], (unsigned long long)(t1_ - fu_t_));                              \
-            if ((i) == 7) atomicAdd(&g_fused_clk[14], 1ull);                                            \
+            if ((i) == 3) atomicAdd(&g_fused_clk[14], 1ull);                                            \
             if ((i) == 12) atomicAdd(&g_fused_clk[15], 1ull);                                           \
         }                                                                                               \
         fu_t_ = t1_;                                                                                    \
@@ -143,7 +102,7 @@ template <typename T, int KD>
 __global__ void __launch_bounds__(512, 1)
     fwd_fused_kernel(const __grid_constant__ fqla_fwd_params p, const __grid_constant__ CUtensorMap tmQ,
                      const __grid_constant__ CUtensorMap tmK, const __grid_constant__ CUtensorMap tmV,
-                     const __grid_constant__ CUtensorMap tmO)
+                     const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmO)
 {
     typedef fu_cfg<KD> cfg;
     typedef fqla_io<T> io;
@@ -152,19 +111,11 @@ __global__ void __launch_bounds__(512, 1)
     extern __shared__ unsigned char smem_raw[];
     unsigned char *sm = smem_raw + ((1024u - (fqla_h_smem(smem_raw) & 1023u)) & 1023u);
     uint64_t *full = reinterpret_cast<uint64_t *>(sm + cfg::oBar), *empty = full + cfg::QST;
-    uint64_t *aready = empty + cfg::QST, *afree = aready + cfg::ASL;
+    uint64_t *pready = empty + cfg::QST, *pfree = pready + cfg::ASL;
+    /* launched with PDL after the prepare kernel: wait for it before any
+     * global access */
+    fqla_pdl_wait();
 
-    const int64_t rows = p.N * p.HV;
-    if (blockIdx.x >= rows) {
-        /* varlen: the o rows after the last sequence, 64-row blocks from the
-         * one holding cu[N], spread over the extra CTAs */
-        if (blockIdx.y == 0) {
-            const int64_t extra = gridDim.x - rows;
-            for (int64_t tb = fqla_fwd_cu(p, p.N) / C + (blockIdx.x - rows); tb * C < p.T; tb += extra)
-                zero_tail<T>(p, tb);
-        }
-        return;
-    }
     const int wg = threadIdx.x >> 7;
     const int64_t n = blockIdx.x / p.HV;
     const int hv = blockIdx.x % p.HV;
@@ -180,14 +131,15 @@ __global__ void __launch_bounds__(512, 1)
         fqla_tma_prefetch(&tmQ);
         fqla_tma_prefetch(&tmK);
         fqla_tma_prefetch(&tmV);
+        fqla_tma_prefetch(&tmA);
         fqla_tma_prefetch(&tmO);
         for (int s = 0; s < cfg::QST; s++) {
             fqla_mbar_init(&full[s], 1);
-            fqla_mbar_init(&empty[s], 128 * (NWG + 1)); /* the chain's and the preparation's threads */
+            fqla_mbar_init(&empty[s], 128 * (NWG + 1)); /* the chain's and the Pg warpgroup's threads */
         }
         for (int a = 0; a < cfg::ASL; a++) {
-            fqla_mbar_init(&aready[a], 128);
-            fqla_mbar_init(&afree[a], 128 * NWG);
+            fqla_mbar_init(&pready[a], 128);
+            fqla_mbar_init(&pfree[a], 128 * NWG);
         }
         fqla_mbar_init_fence();
     }
@@ -198,12 +150,11 @@ __global__ void __launch_bounds__(512, 1)
         fqla_setmaxnreg_dec<FU_PROD_REGS>();
         if (threadIdx.x < 32 && fqla_elect_one()) {
             const int bc = p.varlen ? 0 : (int)batch;
-            const uint32_t tx = cfg::KB * 2 * TILE + NWG * TILE;
             for (int c = 0; c < nch; c++) {
                 const int s = c % cfg::QST;
                 fqla_mbar_wait_sleep(&empty[s], ((uint32_t)(c / cfg::QST) & 1) ^ 1);
-                unsigned char *st = sm + s * cfg::qkv;
-                fqla_mbar_arrive_tx(&full[s], tx);
+                unsigned char *st = sm + s * cfg::stage;
+                fqla_mbar_arrive_tx(&full[s], cfg::tx);
                 const int t = start + c * C;
 #pragma unroll
                 for (int kb = 0; kb < cfg::KB; kb++) {
@@ -213,6 +164,9 @@ __global__ void __launch_bounds__(512, 1)
 #pragma unroll
                 for (int w = 0; w < NWG; w++)
                     fqla_tma_load_4d(st + cfg::oV + w * TILE, &tmV, &full[s], vbase + 64 * w, hv, t, bc);
+                const int64_t sh = (slot0 + c) * p.HV + hv;
+                fqla_tma_load_2d(st + cfg::oAg, &tmA, &full[s], 0, (int)(sh * C));
+                fqla_bulk_load(st + cfg::oGam, p.gam + sh * C, 256, &full[s]);
             }
         }
         return;
@@ -222,70 +176,18 @@ __global__ void __launch_bounds__(512, 1)
     const int g = lane >> 2, tq = lane & 3;
 
     if (wg == 3) {
-        /* ---- the preparation ---- */
+        /* ---- Pg and the token factors ---- */
         fqla_setmaxnreg_dec<FU_PREP_REGS>();
-        float *KK = reinterpret_cast<float *>(sm + cfg::oKK);
-        float *gl = reinterpret_cast<float *>(sm + cfg::oGl), *bt = reinterpret_cast<float *>(sm + cfg::oBt);
-        /* warps 0 and 1: the gate and beta of tokens lane, lane + 32 of the
-         * next chunk as stored (0 past the end), loaded a chunk ahead and
-         * transformed when used */
-        float gn[2] = {0.f, 0.f}, bn[2] = {0.f, 0.f};
-        auto fetch = [&](int c) {
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int i = c * C + lane + 32 * h;
-                gn[h] = bn[h] = 0.f;
-                if (i < len) token_load(p, batch, start + i, hv, gn[h], bn[h]);
-            }
-        };
-        if (warp < 2 && nch > 0) fetch(0);
         for (int c = 0; c < nch; c++) {
             FU_CLK_START;
             const int s = c % cfg::QST, a = c & 1;
             const uint32_t ph = (uint32_t)(c / cfg::QST) & 1, aph = (uint32_t)(c >> 1) & 1;
-            unsigned char *st = sm + s * cfg::qkv, *sl = sm + cfg::oSlots + a * cfg::slot;
-            const int nvalid = (int)min(C, len - c * C);
+            const unsigned char *st = sm + s * cfg::stage;
+            unsigned char *sl = sm + cfg::oSlots + a * cfg::slot;
+            const int nvalid = min(C, len - c * C);
             fqla_mbar_wait_sleep(&full[s], ph);
             FU_CLK(0, tid == 0);
-#ifdef FQLA_DEBUG_FUSED_NO_PREP
-            /* timing experiments only (wrong results): the chain alone */
-            fqla_mbar_arrive(&empty[s]);
-            fqla_mbar_wait_sleep(&afree[a], aph ^ 1);
-            fqla_mbar_arrive(&aready[a]);
-            continue;
-#endif
 
-            /* KK = K K^T, then QK = Q K^T: one after the other, so that one
-             * set of accumulators is live at a time (104 registers) */
-            float accKK[32];
-            fqla_wg_fence();
-#pragma unroll
-            for (int kk = 0; kk < KD / 16; kk++) {
-                const uint64_t dK =
-                    fqla_desc_kmajor(st + cfg::oK + (kk >> 2) * cfg::KQ) + (kk & 3) * FQLA_DESC_K16_KMAJOR;
-                mma::template ss64<0, 0>(accKK, dK, dK, kk > 0);
-            }
-            fqla_wg_commit();
-            /* every warp is done with the last chunk's scratch */
-            fqla_named_sync(4, 128);
-            fqla_wg_wait<0>();
-            fqla_reg_fence(accKK);
-            /* KK to the scratch: the blocks on and below the diagonal (the
-             * only ones read), zero past the sequence end */
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                if (j > 2 * warp + 1) continue;
-                const int col = 8 * j + 2 * tq;
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const int row = 16 * warp + g + 8 * h;
-                    const bool rok = row < nvalid;
-                    const float v0 = rok && col < nvalid ? accKK[4 * j + 2 * h] : 0.f;
-                    const float v1 = rok && col + 1 < nvalid ? accKK[4 * j + 2 * h + 1] : 0.f;
-                    *reinterpret_cast<float2 *>(KK + row * LDF + col) = make_float2(v0, v1);
-                }
-            }
-            FU_CLK(1, tid == 0);
             float accQK[32];
             fqla_wg_fence();
 #pragma unroll
@@ -298,68 +200,44 @@ __global__ void __launch_bounds__(512, 1)
             }
             fqla_wg_commit();
             /* the slot: the chain is done with chunk c - 2 */
-            fqla_mbar_wait_sleep(&afree[a], aph ^ 1);
-            FU_CLK(2, tid == 0);
+            fqla_mbar_wait_sleep(&pfree[a], aph ^ 1);
+            FU_CLK(1, tid == 0);
+            const float *gam = reinterpret_cast<const float *>(st + cfg::oGam);
             if (warp == 0) {
-                /* gamma: inclusive scan of the 64 gates; the chain's token
-                 * factors u_t = e^gamma_t, d_t = e^(gamma_C - gamma_t),
-                 * o_t = scale e^gamma_t (fwd_chunk_wg.cu) */
-                float gv[2] = {gn[0], gn[1]}, bd[2] = {bn[0], bn[1]};
-#pragma unroll
-                for (int h = 0; h < 2; h++)
-                    if (lane + 32 * h < nvalid) token_transform(p, hv, gv[h], bd[h]);
-#pragma unroll
-                for (int h = 0; h < 2; h++)
-#pragma unroll
-                    for (int o = 1; o < 32; o <<= 1) {
-                        const float y = __shfl_up_sync(0xffffffffu, gv[h], o);
-                        if (lane >= o) gv[h] += y;
-                    }
-                gv[1] += __shfl_sync(0xffffffffu, gv[0], 31);
-                const float gC = __shfl_sync(0xffffffffu, gv[1], 31);
-                float *gam = reinterpret_cast<float *>(sl + cfg::sGam);
+                /* the chain's token factors u_t = e^gamma_t, d_t =
+                 * e^(gamma_C - gamma_t), o_t = scale e^gamma_t
+                 * (fwd_chunk_wg.cu's factor warp) */
                 float2 *ud = reinterpret_cast<float2 *>(sl + cfg::sFac);
                 float *fo = reinterpret_cast<float *>(sl + cfg::sFac + 512);
+                const float gC = gam[C - 1];
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     const int t = lane + 32 * h;
-                    gl[t] = gv[h] * 1.4426950408889634f;
-                    gam[t] = gv[h];
-                    const float eg = __expf(gv[h]);
-                    ud[t] = make_float2(eg, __expf(gC - gv[h]));
+                    const float eg = __expf(gam[t]);
+                    ud[t] = make_float2(eg, __expf(gC - gam[t]));
                     fo[t] = p.scale * eg;
                 }
-            } else if (warp == 1) {
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    float gd = gn[h], b = bn[h];
-                    if (lane + 32 * h < nvalid) token_transform(p, hv, gd, b);
-                    bt[lane + 32 * h] = b;
-                }
             }
-            FU_CLK(3, tid == 0);
             fqla_wg_wait<0>();
             fqla_reg_fence(accQK);
-            fqla_mbar_arrive(&empty[s]); /* this thread's products have read the stage */
-            if (warp < 2 && c + 1 < nch) fetch(c + 1); /* consumed next chunk */
-            fqla_named_sync(4, 128);     /* KK, gl, bt */
-            FU_CLK(4, tid == 0);
+            FU_CLK(2, tid == 0);
 
             /* Pg = scale Gamma (.) tril(QK), this warp's 16 rows; rows and
              * columns past the sequence end are zeros */
             {
+                constexpr float L2E = 1.4426950408889634f;
                 const int r0 = 16 * warp + g;
-                const float gi[2] = {gl[r0], gl[r0 + 8]};
+                const float gi[2] = {gam[r0] * L2E, gam[r0 + 8] * L2E};
 #pragma unroll
                 for (int j2 = 0; j2 < 4; j2++) {
                     uint32_t r[4];
 #pragma unroll
                     for (int m = 0; m < 4; m++) {
                         const int h = m & 1, j = 2 * j2 + (m >> 1), col = 8 * j + 2 * tq, row = r0 + 8 * h;
-                        const float2 gc = *reinterpret_cast<const float2 *>(gl + col);
+                        const float2 gc = *reinterpret_cast<const float2 *>(gam + col);
                         const bool rok = row < nvalid;
-                        float v0 = p.scale * accQK[4 * j + 2 * h] * ex2(gi[h] - gc.x);
-                        float v1 = p.scale * accQK[4 * j + 2 * h + 1] * ex2(gi[h] - gc.y);
+                        float v0 = p.scale * accQK[4 * j + 2 * h] * ex2(gi[h] - gc.x * L2E);
+                        float v1 = p.scale * accQK[4 * j + 2 * h + 1] * ex2(gi[h] - gc.y * L2E);
                         v0 = rok && col <= row && col < nvalid ? v0 : 0.f;
                         v1 = rok && col + 1 <= row && col + 1 < nvalid ? v1 : 0.f;
                         r[m] = io::pack(v0, v1);
@@ -368,113 +246,10 @@ __global__ void __launch_bounds__(512, 1)
                     stsm_x4(sl + cfg::sPg + row * 128 + 16 * (ch ^ (row & 7)), r[0], r[1], r[2], r[3]);
                 }
             }
-            FU_CLK(5, tid == 0);
-
-            /* the diagonal blocks of the inverse: warp w inverts block w,
-             * lane -> column jc (lanes 0-15), right-looking forward
-             * substitution in fp32 as fwd_prepare.cu */
-            if (lane < 16) {
-                /* jc through a volatile move, so that ptxas does not hoist
-                 * the 16 (i == jc) selects out of the chunk loop (they were
-                 * spilled there) */
-                int jc;
-                asm volatile("mov.u32 %0, %1;" : "=r"(jc) : "r"(lane));
-                const int s0 = 16 * warp;
-                float acc[16], x[16];
-#pragma unroll
-                for (int i = 0; i < 16; i++) acc[i] = 0.f;
-#pragma unroll
-                for (int i = 0; i < 16; i++) {
-                    x[i] = (i == jc ? 1.f : 0.f) - bt[s0 + i] * acc[i];
-#pragma unroll
-                    for (int r = i + 1; r < 16; r++) acc[r] += KK[(s0 + r) * LDF + s0 + i] * x[i];
-                }
-                float *xd = xdiag(KK, warp);
-#pragma unroll
-                for (int i = 0; i < 16; i++) xd[i * LDF + jc] = x[i];
-            }
-            fqla_named_sync(4, 128);
-            FU_CLK(6, tid == 0);
-
-            /* block column bj = warp: X_ij = -X_ii diag(beta_i) sum_k KK_ik X_kj
-             * (fwd_prepare.cu step 4b), each block written to Ag at once */
-            {
-                const int bj = warp;
-                unsigned char *ag = sl + cfg::sAg;
-                float P[3][2][4], D[2][4];
-                const float *xb = xdiag(KK, bj);
-#pragma unroll
-                for (int q = 0; q < 2; q++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) D[q][e] = xb[(8 * q + 2 * tq + (e & 1)) * LDF + g + 8 * (e >> 1)];
-                store_ag_block<T>(ag, D, bj, bj, true, gl, bt, lane);
-                for (int i = 0; i < bj; i++) store_ag_block<T>(ag, NULL, i, bj, false, gl, bt, lane);
-#pragma unroll
-                for (int k = 0; k < 3; k++)
-                    if (k == bj)
-#pragma unroll
-                        for (int q = 0; q < 2; q++)
-#pragma unroll
-                            for (int e = 0; e < 4; e++) P[k][q][e] = D[q][e];
-#pragma unroll
-                for (int i = 1; i < 4; i++) {
-                    if (i <= bj) continue;
-                    float Tt[2][4];
-#pragma unroll
-                    for (int q = 0; q < 2; q++)
-#pragma unroll
-                        for (int e = 0; e < 4; e++) Tt[q][e] = 0.f;
-#pragma unroll
-                    for (int k = 0; k < 3; k++) {
-                        if (k < bj || k >= i) continue;
-#pragma unroll
-                        for (int ks = 0; ks < 2; ks++) {
-                            const tf32_a<3> af(P[k][ks][0], P[k][ks][2], P[k][ks][1], P[k][ks][3]);
-#pragma unroll
-                            for (int no = 0; no < 2; no++) {
-                                const float2 b = *reinterpret_cast<const float2 *>(
-                                    KK + (16 * i + 8 * no + g) * LDF + 16 * k + 8 * ks + 2 * tq);
-                                mma_f32<3>(Tt[no], af, b.x, b.y);
-                            }
-                        }
-                    }
-#pragma unroll
-                    for (int no = 0; no < 2; no++) {
-                        const float2 bb = *reinterpret_cast<const float2 *>(bt + 16 * i + 8 * no + 2 * tq);
-                        Tt[no][0] *= bb.x;
-                        Tt[no][1] *= bb.y;
-                        Tt[no][2] *= bb.x;
-                        Tt[no][3] *= bb.y;
-                    }
-                    const float *xi = xdiag(KK, i);
-                    float Xn[2][4];
-#pragma unroll
-                    for (int q = 0; q < 2; q++)
-#pragma unroll
-                        for (int e = 0; e < 4; e++) Xn[q][e] = 0.f;
-#pragma unroll
-                    for (int ks = 0; ks < 2; ks++) {
-                        const tf32_a<3> af(Tt[ks][0], Tt[ks][2], Tt[ks][1], Tt[ks][3]);
-#pragma unroll
-                        for (int no = 0; no < 2; no++) {
-                            const float2 b =
-                                *reinterpret_cast<const float2 *>(xi + (8 * no + g) * LDF + 8 * ks + 2 * tq);
-                            mma_f32<3>(Xn[no], af, b.x, b.y);
-                        }
-                    }
-#pragma unroll
-                    for (int q = 0; q < 2; q++)
-#pragma unroll
-                        for (int e = 0; e < 4; e++) {
-                            Xn[q][e] = -Xn[q][e];
-                            if (i < 3) P[i][q][e] = Xn[q][e];
-                        }
-                    store_ag_block<T>(ag, Xn, i, bj, false, gl, bt, lane);
-                }
-            }
-            fqla_fence_async_smem(); /* Ag, Pg: read by the chain's wgmma */
-            fqla_mbar_arrive(&aready[a]);
-            FU_CLK(7, tid == 0);
+            fqla_mbar_arrive(&empty[s]); /* this thread's reads of the stage are done */
+            fqla_fence_async_smem();     /* Pg: read by the chain's wgmma */
+            fqla_mbar_arrive(&pready[a]);
+            FU_CLK(3, tid == 0);
         }
         return;
     }
@@ -534,20 +309,14 @@ __global__ void __launch_bounds__(512, 1)
         FU_CLK_START;
         const int s = c % cfg::QST, a = c & 1;
         const uint32_t ph = (uint32_t)(c / cfg::QST) & 1, aph = (uint32_t)(c >> 1) & 1;
-        unsigned char *st = sm + s * cfg::qkv, *sl = sm + cfg::oSlots + a * cfg::slot;
+        unsigned char *st = sm + s * cfg::stage, *sl = sm + cfg::oSlots + a * cfg::slot;
         fqla_mbar_wait_sleep(&full[s], ph);
-        fqla_mbar_wait_sleep(&aready[a], aph);
+        fqla_mbar_wait_sleep(&pready[a], aph);
         FU_CLK(8, tid == 0 && cw == 0);
-#ifdef FQLA_DEBUG_FUSED_NO_CHAIN
-        /* timing experiments only (wrong results): the preparation alone */
-        fqla_mbar_arrive(&empty[s]);
-        fqla_mbar_arrive(&afree[a]);
-        continue;
-#endif
         const int nvalid = (int)min(C, len - c * C);
         if (nvalid < C) {
             /* rows past the end: zero K (warpgroup 1) and this V slice (the
-             * preparation has read K already: it signalled aready after) */
+             * Pg warpgroup has read K already: it signalled pready after) */
             const uint4 z = make_uint4(0, 0, 0, 0);
             for (int idx = tid; idx < (C - nvalid) * 8; idx += 128) {
                 const int r = nvalid + (idx >> 3), cv = idx & 7;
@@ -560,7 +329,7 @@ __global__ void __launch_bounds__(512, 1)
             fqla_fence_async_smem();
             fqla_named_sync(1, 128 * NWG);
         }
-        const float *gm = reinterpret_cast<const float *>(sl + cfg::sGam);
+        const float *gm = reinterpret_cast<const float *>(st + cfg::oGam);
         const float2 *ud = reinterpret_cast<const float2 *>(sl + cfg::sFac);
         const float *fos = reinterpret_cast<const float *>(sl + cfg::sFac + 512);
 
@@ -573,7 +342,7 @@ __global__ void __launch_bounds__(512, 1)
             sf[kk][3] = io::pack(S[8 * kk + 6], S[8 * kk + 7]);
         }
         float accVd[32], accUQ[64]; /* accUQ[0..31] = U^T, [32..63] = Qs^T */
-        const uint64_t dAg = fqla_desc_kmajor(sl + cfg::sAg);
+        const uint64_t dAg = fqla_desc_kmajor(st + cfg::oAg);
         fqla_reg_fence_u(sf);
         fqla_wg_fence();
         {   /* G2: [U^T | Qs^T] = S^T [K; Q]^T */
@@ -667,7 +436,7 @@ __global__ void __launch_bounds__(512, 1)
         fqla_reg_fence(accP);
         FU_CLK(11, tid == 0 && cw == 0);
         fqla_mbar_arrive(&empty[s]);  /* the stage and */
-        fqla_mbar_arrive(&afree[a]);  /* the slot are no longer read by this thread */
+        fqla_mbar_arrive(&pfree[a]);  /* the slot are no longer read by this thread */
 
         /* O^T = Qs^T diag(o) + P^T -> Obuf as [t][v] (stmatrix.trans), once
          * the last store has read it */
@@ -737,11 +506,10 @@ cudaError_t launch(const fqla_fwd_params &p, const CUtensorMap *maps, cudaStream
         if (err != cudaSuccess) return err;
         if (dev >= 0 && dev < 64) configured[dev] = 1;
     }
-    /* varlen: 8 more CTAs zero the o rows after the last sequence */
-    const int64_t extra = p.varlen ? 8 : 0;
-    dim3 grid((unsigned)(p.N * p.HV + extra), (unsigned)(p.V / 128));
-    fwd_fused_kernel<T, 128><<<grid, 512, cfg::bytes, stream>>>(p, maps[0], maps[1], maps[2], maps[5]);
-    return cudaGetLastError();
+    /* (the prepare kernel zeroes the o rows after the last sequence) */
+    dim3 grid((unsigned)(p.N * p.HV), (unsigned)(p.V / 128));
+    return fqla_launch_pdl(fwd_fused_kernel<T, 128>, grid, dim3(512), cfg::bytes, stream, p.pdl, p, maps[0], maps[1],
+                           maps[2], maps[3], maps[5]);
 }
 
 } // namespace

@@ -128,7 +128,7 @@ __device__ __forceinline__ void store_tile(T *dst, const uint32_t (&u)[4][2], in
     __syncwarp(); /* the staging area is free for the next tile */
 }
 
-template <typename T, int KD, int PREC>
+template <typename T, int KD, int PREC, bool WQ>
 __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const fqla_fwd_params p)
 {
     typedef fqla_io<T> io;
@@ -180,7 +180,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
             int i = idx / VPR, cv = idx % VPR;
             int ok = i < nvalid;
             int64_t tt = t0 + (ok ? i : 0);
-            fqla_cp_async16(Qs + i * LDQ + cv * 8, qb + tt * p.q_st + cv * 8, ok ? 16 : 0);
+            if (WQ) fqla_cp_async16(Qs + i * LDQ + cv * 8, qb + tt * p.q_st + cv * 8, ok ? 16 : 0);
             fqla_cp_async16(Ks + i * LDQ + cv * 8, kb + tt * p.k_st + cv * 8, ok ? 16 : 0);
         }
         fqla_cp_async_commit();
@@ -262,7 +262,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
         for (int ks = 0; ks < KD / 16; ks++) {
             uint32_t ak[4], aq[4];
             fqla_frag_a(ak, Ks, LDQ, r0, 16 * ks, lane);
-            fqla_frag_a(aq, Qs, LDQ, r0, 16 * ks, lane);
+            if (WQ) fqla_frag_a(aq, Qs, LDQ, r0, 16 * ks, lane);
 #pragma unroll
             for (int np = 0; np < 2; np++) {
                 if (n0 + 16 * np > r0 + 15) continue; /* above the diagonal */
@@ -270,8 +270,10 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
                 fqla_frag_b_nk(b, Ks, LDQ, 16 * ks, n0 + 16 * np, lane);
                 io::mma(akk[2 * np], ak, b[0], b[1]);
                 io::mma(akk[2 * np + 1], ak, b[2], b[3]);
-                io::mma(aqk[2 * np], aq, b[0], b[1]);
-                io::mma(aqk[2 * np + 1], aq, b[2], b[3]);
+                if (WQ) {
+                    io::mma(aqk[2 * np], aq, b[0], b[1]);
+                    io::mma(aqk[2 * np + 1], aq, b[2], b[3]);
+                }
             }
         }
         __syncthreads(); /* rqs / rks written by other warps */
@@ -306,7 +308,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
         }
         /* Pg = scale Gamma (.) tril(QK) for every value head of the group,
          * this warp's tile (n-tiles wholly above the diagonal are zeros) */
-        for (int jj = 0; jj < p.group; jj++) {
+        for (int jj = 0; jj < (WQ ? p.group : 0); jj++) {
             const int hv = hq * p.group + jj;
             const float *gh = gam + jj * C;
             const float gi[2] = {gh[r0 + g], gh[r0 + g + 8]};
@@ -489,7 +491,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
     }
 }
 
-template <typename T, int KD, int PREC>
+template <typename T, int KD, int PREC, bool WQ = true>
 cudaError_t launch(const fqla_fwd_params &p, cudaStream_t stream)
 {
     const size_t smem = prep_smem<KD>::bytes(p.group);
@@ -501,7 +503,7 @@ cudaError_t launch(const fqla_fwd_params &p, cudaStream_t stream)
     cudaError_t err = cudaGetDevice(&dev);
     if (err != cudaSuccess) return err;
     if (dev < 0 || dev >= 64 || configured[dev] < smem) {
-        err = cudaFuncSetAttribute(fwd_prepare_kernel<T, KD, PREC>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        err = cudaFuncSetAttribute(fwd_prepare_kernel<T, KD, PREC, WQ>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    (int)smem);
         if (err != cudaSuccess) return err;
         if (dev >= 0 && dev < 64) configured[dev] = smem;
@@ -513,13 +515,15 @@ cudaError_t launch(const fqla_fwd_params &p, cudaStream_t stream)
      * at 4 x 8192 tokens, H = 32 (docs/perf.md, session 7). */
     const int64_t tail = p.varlen ? ((p.T + C - 1) / C + p.H - 1) / p.H : 0;
     dim3 grid((unsigned)(p.slots + tail), (unsigned)p.H);
-    fwd_prepare_kernel<T, KD, PREC><<<grid, FQLA_FWD_THREADS, smem, stream>>>(p);
+    fwd_prepare_kernel<T, KD, PREC, WQ><<<grid, FQLA_FWD_THREADS, smem, stream>>>(p);
     return cudaGetLastError();
 }
 
 template <typename T, int PREC>
 cudaError_t launch_kd(const fqla_fwd_params &p, cudaStream_t stream)
 {
+    /* without Pg (the fused kernel forms it, K = 128 only): no Q, no Q K^T */
+    if (!p.Pg) return p.K == 128 ? launch<T, 128, PREC, false>(p, stream) : cudaErrorInvalidValue;
     switch (p.K) {
     case 64: return launch<T, 64, PREC>(p, stream);
     case 128: return launch<T, 128, PREC>(p, stream);

@@ -22,7 +22,8 @@ against the same FLA timing, in reverse order on every other row: --lib 'new=bui
 and --variants '2,0;1,1' (value heads per prepare batch, late chunk copies:
 fqla_cuda_fwd_tune, applied to each library that has it; a variant of four
 numbers 'hb,late,wg,nwg' also picks the chunk kernel: wg 0 = mma.sync, 1 =
-wgmma with nwg consumer warpgroups (0 = the default), fqla_cuda_fwd_tune_chunk); a fifth,
+wgmma with nwg consumer warpgroups (0 = the default), 2 = Pg formed beside the chain
+(fwd_fused.cu), -1 = the default; fqla_cuda_fwd_tune_chunk); a fifth,
 'hb,late,wg,nwg,cp', sets context parallelism (-1 = the plan, 0 = off, L = segments of L
 chunks; fqla_cuda_fwd_tune_cp), and a sixth the CP scan's columns per CTA (8, 16, 32; 0 = by
 the grid; fqla_cuda_fwd_tune_cp_scan), and a seventh the CP shortcut for negligible

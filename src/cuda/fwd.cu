@@ -156,10 +156,13 @@ extern "C" void fqla_cuda_fwd_tune(int prep_variant, int late_loads)
 }
 
 /* The same kind of hook for the chunk kernel: wg = 0 forces the mma.sync
- * kernel (fwd_chunk.cu), 1 or -1 (the default) the wgmma kernel of
- * fwd_chunk_wg.cu with nwg = 1 or 2 consumer warpgroups per CTA (0:
- * pick_nwg). The wgmma kernel runs only where it can (fqla_fwd_wg_usable),
- * else mma.sync. */
+ * kernel (fwd_chunk.cu), 1 the wgmma kernel of fwd_chunk_wg.cu with nwg =
+ * 1 or 2 consumer warpgroups per CTA (0: pick_nwg), 2 the kernel that forms
+ * Pg beside the chain (fwd_fused.cu, after the prepare kernel without Q);
+ * -1 (the default) the last where it covers the call and CP is not
+ * planned, else the second. Each runs only where it can (fwd_fused.cu's
+ * and fqla_fwd_wg_usable's conditions), else the next: fused, wgmma,
+ * mma.sync. */
 extern "C" void fqla_cuda_fwd_tune_chunk(int wg, int nwg)
 {
     g_tune_wg = wg;
@@ -347,7 +350,7 @@ fqla_status fqla_cuda_fwd_run(fqla_context *ctx, const fqla_problem *p, const fq
     k.pdl = g_tune_pdl != 0;
 
     const int io_bf16 = p->io_dtype == FQLA_DTYPE_BF16;
-    if (g_tune_wg == 2 && seg_chunks == 0 && fqla_fwd_fused_usable(k)) {
+    if ((g_tune_wg == 2 || g_tune_wg == -1) && seg_chunks == 0 && fqla_fwd_fused_usable(k)) {
         /* the prepare kernel without Q (gamma, Ag), then the kernel that
          * forms Pg beside the chain (fwd_fused.cu) */
         fqla_fwd_params f = k;

@@ -840,49 +840,57 @@ static void fwd_robustness(void)
     prob_free(&p);
 }
 
-/* Capture one call in a CUDA graph; replay it on new inputs in the same
- * buffers; the result must equal an eager run bit for bit. */
+/* CUDA-graph capture and replay on new data, against the reference and
+ * bit for bit against an eager call, on the default path (at this size the
+ * two kernels) and on the kernel that forms Pg beside the chain (forced:
+ * the default takes it on large batches only, pick_fused). */
 static void fwd_graph_replay(void)
 {
     const int64_t cu[] = {0, 100, 500};
     spec s = base_spec(1, 520, 2, 4, 128);
     set_cu(&s, cu, 3);
-    prob p;
-    prob_init(&p, &s);
-    upload_all(&p);
-    cuda_stream st = NULL;
-    cuda_graph g = NULL;
-    cuda_graph_exec ge = NULL;
-    CU(cudaStreamCreate(&st));
-    /* an eager call first sizes the workspace, so capture allocates nothing */
-    CHECK(run_gpu(&p, st) == FQLA_STATUS_SUCCESS, "eager run: %s", fqla_last_error(gpu));
-    CU(cudaStreamSynchronize(st));
-    CU(cudaStreamBeginCapture(st, 0 /* global */));
-    fqla_status fs = run_gpu(&p, st);
-    CU(cudaStreamEndCapture(st, &g));
-    CHECK(fs == FQLA_STATUS_SUCCESS, "captured call: %s", fqla_last_error(gpu));
-    CU(cudaGraphInstantiate(&ge, g, 0));
-    /* new data in the same buffers */
-    draw(&p);
-    reupload(&p);
-    poison(&p);
-    CU(cudaGraphLaunch(ge, st));
-    CU(cudaStreamSynchronize(st));
-    unsigned char *o1, *h1, *o2, *h2;
-    download(&p, &o1, &h1);
-    run_ref(&p);
-    compare(&p, "graph replay on new data");
-    poison(&p);
-    CHECK(run_gpu(&p, st) == FQLA_STATUS_SUCCESS, "eager rerun: %s", fqla_last_error(gpu));
-    CU(cudaStreamSynchronize(st));
-    download(&p, &o2, &h2);
-    CHECK(memcmp(o1, o2, (size_t)p.nv * 2 + 2 * GUARD) == 0, "graph replay and eager run differ (o)");
-    CHECK(memcmp(h1, h2, (size_t)p.ns * 4 + 2 * GUARD) == 0, "graph replay and eager run differ (state)");
-    free(o1); free(h1); free(o2); free(h2);
-    if (ge) cudaGraphExecDestroy(ge);
-    if (g) cudaGraphDestroy(g);
-    cudaStreamDestroy(st);
-    prob_free(&p);
+    const char *path[2] = {"default", "fused"};
+    for (int v = 0; v < 2; v++) {
+        fqla_cuda_fwd_tune_chunk(v ? 2 : -1, 0);
+        prob p;
+        prob_init(&p, &s);
+        upload_all(&p);
+        cuda_stream st = NULL;
+        cuda_graph g = NULL;
+        cuda_graph_exec ge = NULL;
+        CU(cudaStreamCreate(&st));
+        /* an eager call first sizes the workspace, so capture allocates nothing */
+        CHECK(run_gpu(&p, st) == FQLA_STATUS_SUCCESS, "[%s] eager run: %s", path[v], fqla_last_error(gpu));
+        CU(cudaStreamSynchronize(st));
+        CU(cudaStreamBeginCapture(st, 0 /* global */));
+        fqla_status fs = run_gpu(&p, st);
+        CU(cudaStreamEndCapture(st, &g));
+        CHECK(fs == FQLA_STATUS_SUCCESS, "[%s] captured call: %s", path[v], fqla_last_error(gpu));
+        CU(cudaGraphInstantiate(&ge, g, 0));
+        /* new data in the same buffers */
+        draw(&p);
+        reupload(&p);
+        poison(&p);
+        CU(cudaGraphLaunch(ge, st));
+        CU(cudaStreamSynchronize(st));
+        unsigned char *o1, *h1, *o2, *h2;
+        download(&p, &o1, &h1);
+        run_ref(&p);
+        compare(&p, v ? "graph replay on new data [fused]" : "graph replay on new data [default]");
+        poison(&p);
+        CHECK(run_gpu(&p, st) == FQLA_STATUS_SUCCESS, "[%s] eager rerun: %s", path[v], fqla_last_error(gpu));
+        CU(cudaStreamSynchronize(st));
+        download(&p, &o2, &h2);
+        CHECK(memcmp(o1, o2, (size_t)p.nv * 2 + 2 * GUARD) == 0, "[%s] graph replay and eager run differ (o)", path[v]);
+        CHECK(memcmp(h1, h2, (size_t)p.ns * 4 + 2 * GUARD) == 0, "[%s] graph replay and eager run differ (state)",
+              path[v]);
+        free(o1); free(h1); free(o2); free(h2);
+        if (ge) cudaGraphExecDestroy(ge);
+        if (g) cudaGraphDestroy(g);
+        cudaStreamDestroy(st);
+        prob_free(&p);
+    }
+    fqla_cuda_fwd_tune_chunk(-1, 0);
 }
 
 static void fwd_not_supported(void)

@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""summarize.py - the advantage summary of bench_fwd.py's result rows, split
+into the 36 uniform-batch rows and the rest (the two targets of the forward
+issue), per commit label, from a results CSV (bench/results/fwd-h200.csv or
+a run's own) and the published anchors (bench/anchors_h200.csv).
+
+    python3 bench/summarize.py RESULTS.csv [--commits a,b] [--rows]
+
+Advantages as BENCHMARKS.md defines them, at the FLA time measured in the
+same run: adv_A = (fla_now / ours) / (fla_pub / A_pub); best = the smaller
+of FlashQLA's and FlashInfer's. With several rows for one (commit, row),
+the last counts.
+"""
+import argparse
+import csv
+import math
+import os
+
+UNIFORM = {"8192x4", "4096x8", "2048x4", "1024x8"}
+
+
+def gmean(xs):
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("results")
+    ap.add_argument("--anchors", default=os.path.join(os.path.dirname(__file__), "anchors_h200.csv"))
+    ap.add_argument("--commits", default="", help="comma-separated commit labels (default: every one)")
+    ap.add_argument("--rows", action="store_true", help="print every row's advantage")
+    a = ap.parse_args()
+    anchors = {}
+    for r in csv.DictReader(open(a.anchors)):
+        if r["op"] != "fwd":
+            continue
+        anchors[(r["model"], r["seqlens"])] = (float(r["fla_ms"]), float(r["flashqla_ms"]), float(r["flashinfer_ms"]))
+    runs = {}
+    for r in csv.DictReader(open(a.results)):
+        key = (r["model"], r["seqlens"])
+        if key not in anchors or r["fla_ms"] in ("", "nan"):
+            continue
+        runs.setdefault(r["commit"], {})[key] = (float(r["flashqla_ms"]), float(r["fla_ms"]))
+    want = [c for c in a.commits.split(",") if c] or sorted(runs)
+    for c in want:
+        rows = runs.get(c, {})
+        groups = {"all": [], "uniform": [], "others": []}
+        for key, (ours, fla) in sorted(rows.items()):
+            fla_pub, fq, fi = anchors[key]
+            xf = fla / ours
+            adv_fq, adv_fi = xf / (fla_pub / fq), xf / (fla_pub / fi)
+            rec = (xf, adv_fq, min(adv_fq, adv_fi), key)
+            groups["all"].append(rec)
+            groups["uniform" if key[1] in UNIFORM else "others"].append(rec)
+            if a.rows:
+                print("%-12s %-16s %-14s x_fla %.2f adv_fq %.2f adv_best %.2f" % (c, key[0], key[1], *rec[:3]))
+        for g, recs in groups.items():
+            if not recs:
+                continue
+            best = [r[2] for r in recs]
+            print("%-12s %-8s rows %3d  x_fla %.2f  adv_fq %.2f  adv_best %.2f  min %.2f  rows>=1 %d" % (
+                c, g, len(recs), gmean([r[0] for r in recs]), gmean([r[1] for r in recs]), gmean(best), min(best),
+                sum(b >= 1 for b in best)))
+
+
+if __name__ == "__main__":
+    main()

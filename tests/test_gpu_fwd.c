@@ -673,14 +673,18 @@ static void fwd_variants(void)
  * 5-token sequence, K = 64, fp16 GVA, l2norm + gate + beta sigmoid,
  * state_v_first with bf16 states, V = 64 (< K), the gate and beta sigmoid
  * without l2norm over 8 chunks (the fused kernel's transforms and ring
- * laps), and many heads. */
-enum { NEDGE = 8 };
+ * laps), group 1 varlen with an empty chunk slot after the first sequence
+ * and an odd slot count (the prepare kernel's two-chunk CTAs), and many
+ * heads. */
+enum { NEDGE = 9 };
 static void edge_specs(spec specs[NEDGE], const char *names[NEDGE])
 {
     static const char *const nm[NEDGE] = {"varlen [0,70,75,333] T=400 H=2 HV=4", "K=V=64 B=2 T=300",
                                           "fp16 GVA H=2 HV=6 T=200", "l2norm + gate + beta sigmoid H=1 HV=3 T=300",
                                           "state_v_first bf16 state B=2 T=100", "K=128 V=64 T=130",
-                                          "gate + beta sigmoid GVA H=1 HV=2 T=450", "B=3 H=8 HV=32 T=100"};
+                                          "gate + beta sigmoid GVA H=1 HV=2 T=450",
+                                          "varlen [0,64,333] T=340 H=HV=3", "B=3 H=8 HV=32 T=100"};
+    static const int64_t cu7[] = {0, 64, 333};
     static const int64_t cu[] = {0, 70, 75, 333};
     for (int i = 0; i < NEDGE; i++) names[i] = nm[i];
     specs[0] = base_spec(1, 400, 2, 4, 128);
@@ -697,7 +701,9 @@ static void edge_specs(spec specs[NEDGE], const char *names[NEDGE])
     specs[5].V = 64;
     specs[6] = base_spec(1, 450, 1, 2, 128);
     specs[6].gate_in = specs[6].beta_sig = 1;
-    specs[7] = base_spec(3, 100, 8, 32, 128);
+    specs[7] = base_spec(1, 340, 3, 3, 128);
+    set_cu(&specs[7], cu7, 3);
+    specs[8] = base_spec(3, 100, 8, 32, 128);
 }
 
 /* Every chunk kernel on the same inputs: the mma.sync kernel (fwd_chunk.cu),

@@ -66,6 +66,8 @@ constexpr int C = FQLA_FWD_CHUNK;
  * loads (row g, columns 2t, 2t+1) hit every bank once per half warp. */
 constexpr int LDF = C + 8;
 constexpr int HB = 2; /* value heads per batch in step 4: four warps each */
+/* PAIR at group 1 (fqla_cuda_fwd_tune_prep_pair; on by default) */
+int g_prep_pair = 1;
 
 template <int KD>
 struct prep_smem {
@@ -79,6 +81,9 @@ struct prep_smem {
     /* Q, K then X[HB]; KK; rq, rk; gamma and beta of every head of the group;
      * the warps' output staging tiles */
     static size_t bytes(int group) { return region0 + kk + 2 * C * 4 + (size_t)group * 2 * C * 4 + stage; }
+    /* PAIR: KK of both chunks, gamma and beta of both; the staging tiles in
+     * the second KK (dead when they are written): three CTAs per SM */
+    static size_t bytes_pair() { return region0 + 2 * kk + 2 * C * 4 + 2 * 2 * C * 4; }
 };
 /* Finds the chunk of slot s (varlen) and its sequence's first token and
  * length: the sequence is the largest n with base(n) = cu[n] / 64 + n <= s.
@@ -128,66 +133,86 @@ __device__ __forceinline__ void store_tile(T *dst, const uint32_t (&u)[4][2], in
     __syncwarp(); /* the staging area is free for the next tile */
 }
 
-template <typename T, int KD, int PREC, bool WQ>
+template <typename T, int KD, int PREC, bool WQ, bool PAIR>
 __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const fqla_fwd_params p)
 {
     typedef fqla_io<T> io;
     constexpr int LDQ = prep_smem<KD>::LDQ;
+    /* PAIR (group 1, without Q): two chunk slots per CTA, one per half of
+     * the warps, in place of two value heads of a group in step 4: each its
+     * own K tile (Q's and K's), KK, gamma, beta. At group 1 the batch of two
+     * heads had one, and half the warps idled through the inverse. */
+    static_assert(!PAIR || !WQ, "PAIR: without Q");
+    constexpr int NKK = PAIR ? 2 : 1;
     extern __shared__ __align__(128) unsigned char smem_raw[];
     T *Qs = reinterpret_cast<T *>(smem_raw);
     T *Ks = Qs + C * LDQ;
     float *X = reinterpret_cast<float *>(smem_raw); /* [HB][64][LDF], over Q and K */
-    float *KK = reinterpret_cast<float *>(smem_raw + prep_smem<KD>::region0);
-    float *rqs = KK + C * LDF;
+    float *KKall = reinterpret_cast<float *>(smem_raw + prep_smem<KD>::region0); /* [NKK][64][LDF] */
+    float *KK = KKall; /* the group's (PAIR: the first chunk's) */
+    float *rqs = KKall + NKK * C * LDF;
     float *rks = rqs + C;
-    float *gam = rks + C;            /* [group][64] gamma * log2(e) */
-    float *bet = gam + p.group * C;  /* [group][64] */
-    unsigned char *stage = reinterpret_cast<unsigned char *>(bet + p.group * C) + (threadIdx.x >> 5) * 16 * 64;
+    const int ng = PAIR ? 2 : p.group; /* gamma, beta rows: the group's heads, or the pair's chunks */
+    float *gam = rks + C;              /* [ng][64] gamma * log2(e) */
+    float *bet = gam + ng * C;         /* [ng][64] */
+    unsigned char *stage = (PAIR ? reinterpret_cast<unsigned char *>(KK + C * LDF)
+                                 : reinterpret_cast<unsigned char *>(bet + ng * C)) +
+                           (threadIdx.x >> 5) * 16 * 64;
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t = lane & 3;
-    const int64_t slot = blockIdx.x;
+    const int half = PAIR ? warp >> 2 : 0;
+    const int64_t ctas = PAIR ? (p.slots + 1) / 2 : p.slots; /* CTAs with chunk slots */
+    const int64_t slot = PAIR ? 2 * (int64_t)blockIdx.x + half : blockIdx.x;
     const int hq = blockIdx.y;
     /* the chunk kernel may start launching (it waits for this kernel's end
      * before its first global access: pdl.cuh) */
     fqla_pdl_trigger();
 
-    if (slot >= p.slots) {
-        zero_tail<T>(p, (slot - p.slots) * gridDim.y + hq);
+    if ((int64_t)blockIdx.x >= ctas) {
+        zero_tail<T>(p, ((int64_t)blockIdx.x - ctas) * gridDim.y + hq);
         return;
     }
-    int64_t c, batch, start, len;
-    if (p.varlen) {
+    /* a slot without a chunk: the CTA returns; with PAIR that half runs on
+     * with no tokens (zeros, X = I) through the barriers and stores nothing */
+    int64_t c = 0, batch = 0, start = 0, len = 0;
+    bool have = slot < p.slots;
+    if (have && p.varlen) {
         /* every warp searches: one warp searching and a barrier to broadcast
          * was slower (docs/perf.md, session 8) */
-        if (!find_slot(p, slot, c, start, len)) return;
-        batch = 0;
-    } else {
+        have = find_slot(p, slot, c, start, len);
+    } else if (have) {
         batch = slot / p.cps;
         c = slot % p.cps;
-        start = 0;
         len = p.T;
     }
+    if (!PAIR && !have) return;
     const int64_t t0 = start + c * C;
-    const int nvalid = (int)min((int64_t)C, len - c * C);
+    const int nvalid = have ? (int)min((int64_t)C, len - c * C) : 0;
+    __shared__ int have_pair[2];
+    if (PAIR && (tid & 127) == 0) have_pair[half] = have; /* read in step 4c, after barriers */
 
     /* 1. Q, K rows (zero past the end): copies in flight during the gates */
     {
         const T *qb = (const T *)p.q + batch * p.q_sb + hq * p.q_sh;
         const T *kb = (const T *)p.k + batch * p.k_sb + hq * p.k_sh;
         constexpr int VPR = KD / 8;
-        for (int idx = tid; idx < C * VPR; idx += FQLA_FWD_THREADS) {
+        /* PAIR: each half its chunk's K, into the Q tile (half 0) or K tile */
+        T *Kd = PAIR && half == 0 ? Qs : Ks;
+        constexpr int CT = PAIR ? FQLA_FWD_THREADS / 2 : FQLA_FWD_THREADS;
+        for (int idx = PAIR ? tid & 127 : tid; idx < C * VPR; idx += CT) {
             int i = idx / VPR, cv = idx % VPR;
             int ok = i < nvalid;
             int64_t tt = t0 + (ok ? i : 0);
             if (WQ) fqla_cp_async16(Qs + i * LDQ + cv * 8, qb + tt * p.q_st + cv * 8, ok ? 16 : 0);
-            fqla_cp_async16(Ks + i * LDQ + cv * 8, kb + tt * p.k_st + cv * 8, ok ? 16 : 0);
+            fqla_cp_async16(Kd + i * LDQ + cv * 8, kb + tt * p.k_st + cv * 8, ok ? 16 : 0);
         }
         fqla_cp_async_commit();
     }
-    /* gate, beta, gamma of every value head of the group: one warp per head */
-    for (int jj = warp; jj < p.group; jj += FQLA_FWD_THREADS / 32) {
-        const int hv = hq * p.group + jj;
+    /* gate, beta, gamma of every value head of the group: one warp per head
+     * (PAIR: the first warp of each half, its chunk) */
+    for (int jj = PAIR ? ((warp & 3) == 0 ? half : 2) : warp; jj < ng; jj += FQLA_FWD_THREADS / 32) {
+        const int hv = PAIR ? hq : hq * p.group + jj;
         float gv[2], bv[2];
 #pragma unroll
         for (int h = 0; h < 2; h++) {
@@ -213,9 +238,11 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
         gh[lane + 32] = gv[1] * 1.4426950408889634f;
         bh[lane] = bv[0];
         bh[lane + 32] = bv[1];
-        float *gdst = p.gam + ((size_t)slot * p.HV + hv) * C;
-        gdst[lane] = gv[0];
-        gdst[lane + 32] = gv[1];
+        if (have) {
+            float *gdst = p.gam + ((size_t)slot * p.HV + hv) * C;
+            gdst[lane] = gv[0];
+            gdst[lane + 32] = gv[1];
+        }
     }
     fqla_cp_async_wait_all();
     __syncthreads();
@@ -251,7 +278,12 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
      * Pg is zero above the diagonal), so a warp skips the products and KK
      * stores of its blocks above it (warp-uniform): two warps have none. */
     const int mw = warp & 3, r0 = 16 * mw, n0 = (warp >> 2) * 32;
-    {
+    /* PAIR: each half forms its chunk's KK, a warp its rows' 64 columns
+     * in two passes of 32 */
+    for (int pass = 0; pass < (PAIR ? 2 : 1); pass++) {
+        const int n0 = PAIR ? 32 * pass : (warp >> 2) * 32;
+        const T *Ksrc = PAIR && half == 0 ? Qs : Ks;
+        float *KKd = PAIR ? KK + half * C * LDF : KK;
         float akk[4][4], aqk[4][4];
 #pragma unroll
         for (int i = 0; i < 4; i++)
@@ -261,13 +293,13 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
 #pragma unroll(KD == 64 ? 2 : 4)
         for (int ks = 0; ks < KD / 16; ks++) {
             uint32_t ak[4], aq[4];
-            fqla_frag_a(ak, Ks, LDQ, r0, 16 * ks, lane);
+            fqla_frag_a(ak, Ksrc, LDQ, r0, 16 * ks, lane);
             if (WQ) fqla_frag_a(aq, Qs, LDQ, r0, 16 * ks, lane);
 #pragma unroll
             for (int np = 0; np < 2; np++) {
                 if (n0 + 16 * np > r0 + 15) continue; /* above the diagonal */
                 uint32_t b[4];
-                fqla_frag_b_nk(b, Ks, LDQ, 16 * ks, n0 + 16 * np, lane);
+                fqla_frag_b_nk(b, Ksrc, LDQ, 16 * ks, n0 + 16 * np, lane);
                 io::mma(akk[2 * np], ak, b[0], b[1]);
                 io::mma(akk[2 * np + 1], ak, b[2], b[3]);
                 if (WQ) {
@@ -302,8 +334,8 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
         for (int nt = 0; nt < 4; nt++) {
             const int col = n0 + 8 * nt + 2 * t;
             if (n0 + 16 * (nt >> 1) <= r0 + 15) { /* the 16x16 block is read later */
-                *reinterpret_cast<float2 *>(KK + (r0 + g) * LDF + col) = make_float2(akk[nt][0], akk[nt][1]);
-                *reinterpret_cast<float2 *>(KK + (r0 + g + 8) * LDF + col) = make_float2(akk[nt][2], akk[nt][3]);
+                *reinterpret_cast<float2 *>(KKd + (r0 + g) * LDF + col) = make_float2(akk[nt][0], akk[nt][1]);
+                *reinterpret_cast<float2 *>(KKd + (r0 + g + 8) * LDF + col) = make_float2(akk[nt][2], akk[nt][3]);
             }
         }
         /* Pg = scale Gamma (.) tril(QK) for every value head of the group,
@@ -342,12 +374,12 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
      * barrier after the products above): X overwrites them. */
     const int hh = warp >> 2, bj = warp & 3;
     float *Xw = X + hh * C * LDF;
-    for (int j0 = 0; j0 < p.group; j0 += HB) {
-        const int nb = min(HB, p.group - j0);
+    for (int j0 = 0; j0 < ng; j0 += HB) {
+        const int nb = min(HB, ng - j0);
         const bool active = hh < nb;
         const float *bw = bet + (j0 + hh) * C;
         __syncthreads(); /* KK visible; the previous batch's reads of X done */
-        if (j0 == 0 && p.chunk_ok) /* for CP's negligible-transition test */
+        if (!PAIR && j0 == 0 && p.chunk_ok) /* for CP's negligible-transition test */
             for (int jj = warp; jj < p.group; jj += FQLA_FWD_THREADS / 32) {
                 const float *bh = bet + jj * C;
                 const float x0 = bh[lane] * KK[lane * LDF + lane];
@@ -369,6 +401,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
                 const int s = 16 * blk, jc = lane & 15;
                 const float *ba = bet + (j0 + ha) * C;
                 float *Xa = X + ha * C * LDF;
+                const float *KK = PAIR ? KKall + ha * C * LDF : KKall;
                 float acc[16], x[16];
 #pragma unroll
                 for (int i = 0; i < 16; i++) acc[i] = 0.f;
@@ -390,6 +423,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
          * accumulator layout and Q read as Q[n = g][2t, 2t + 1] needs no
          * shuffles: mma k-slot t is column 2t, slot t + 4 column 2t + 1. */
         if (active && bj < 3) {
+            const float *KKh = PAIR ? KKall + hh * C * LDF : KKall;
             float P[3][2][4];
 #pragma unroll
             for (int k = 0; k < 3; k++)
@@ -417,7 +451,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
 #pragma unroll
                         for (int no = 0; no < 2; no++) {
                             const float2 b = *reinterpret_cast<const float2 *>(
-                                KK + (16 * i + 8 * no + g) * LDF + 16 * k + 8 * ks + 2 * t);
+                                KKh + (16 * i + 8 * no + g) * LDF + 16 * k + 8 * ks + 2 * t);
                             mma_f32<PREC>(Tt[no], a, b.x, b.y);
                         }
                     }
@@ -460,7 +494,9 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
 
         /* c. Ag = Gamma (.) X diag(beta): this warp's tile of each head */
         for (int h2 = 0; h2 < nb; h2++) {
-            const int jj = j0 + h2, hv = hq * p.group + jj;
+            const int jj = j0 + h2, hv = PAIR ? hq : hq * p.group + jj;
+            const int64_t sl = PAIR ? 2 * (int64_t)blockIdx.x + h2 : slot; /* PAIR: chunk h2's slot */
+            if (PAIR && !have_pair[h2]) continue; /* warp-uniform */
             const float *Xh = X + h2 * C * LDF, *gh = gam + jj * C, *bh = bet + jj * C;
             const float gi[2] = {gh[r0 + g], gh[r0 + g + 8]};
             uint32_t u[4][2];
@@ -486,15 +522,15 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
                     }
                 }
             }
-            store_tile<T>((T *)p.Ag + ((size_t)slot * p.HV + hv) * C * C, u, r0, n0, lane, stage);
+            store_tile<T>((T *)p.Ag + ((size_t)sl * p.HV + hv) * C * C, u, r0, n0, lane, stage);
         }
     }
 }
 
-template <typename T, int KD, int PREC, bool WQ = true>
+template <typename T, int KD, int PREC, bool WQ = true, bool PAIR = false>
 cudaError_t launch(const fqla_fwd_params &p, cudaStream_t stream)
 {
-    const size_t smem = prep_smem<KD>::bytes(p.group);
+    const size_t smem = PAIR ? prep_smem<KD>::bytes_pair() : prep_smem<KD>::bytes(p.group);
     /* Raise the shared-memory limit per device when a larger group needs
      * more (a host-side setting, kept out of later calls so that they stay
      * cheap under graph capture). */
@@ -503,7 +539,7 @@ cudaError_t launch(const fqla_fwd_params &p, cudaStream_t stream)
     cudaError_t err = cudaGetDevice(&dev);
     if (err != cudaSuccess) return err;
     if (dev < 0 || dev >= 64 || configured[dev] < smem) {
-        err = cudaFuncSetAttribute(fwd_prepare_kernel<T, KD, PREC, WQ>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        err = cudaFuncSetAttribute(fwd_prepare_kernel<T, KD, PREC, WQ, PAIR>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    (int)smem);
         if (err != cudaSuccess) return err;
         if (dev >= 0 && dev < 64) configured[dev] = smem;
@@ -514,16 +550,21 @@ cudaError_t launch(const fqla_fwd_params &p, cudaStream_t stream)
      * many CTAs, nearly all of them exiting at once: 16384 of the 32896 CTAs
      * at 4 x 8192 tokens, H = 32 (docs/perf.md, session 7). */
     const int64_t tail = p.varlen ? ((p.T + C - 1) / C + p.H - 1) / p.H : 0;
-    dim3 grid((unsigned)(p.slots + tail), (unsigned)p.H);
-    fwd_prepare_kernel<T, KD, PREC, WQ><<<grid, FQLA_FWD_THREADS, smem, stream>>>(p);
+    dim3 grid((unsigned)((PAIR ? (p.slots + 1) / 2 : p.slots) + tail), (unsigned)p.H);
+    fwd_prepare_kernel<T, KD, PREC, WQ, PAIR><<<grid, FQLA_FWD_THREADS, smem, stream>>>(p);
     return cudaGetLastError();
 }
 
 template <typename T, int PREC>
 cudaError_t launch_kd(const fqla_fwd_params &p, cudaStream_t stream)
 {
-    /* without Pg (the fused kernel forms it, K = 128 only): no Q, no Q K^T */
-    if (!p.Pg) return p.K == 128 ? launch<T, 128, PREC, false>(p, stream) : cudaErrorInvalidValue;
+    /* without Pg (the fused kernel forms it, K = 128 only): no Q, no Q K^T;
+     * at group 1 two chunks per CTA (PAIR) */
+    if (!p.Pg) {
+        if (p.K != 128) return cudaErrorInvalidValue;
+        return p.group == 1 && g_prep_pair ? launch<T, 128, PREC, false, true>(p, stream)
+                                           : launch<T, 128, PREC, false>(p, stream);
+    }
     switch (p.K) {
     case 64: return launch<T, 64, PREC>(p, stream);
     case 128: return launch<T, 128, PREC>(p, stream);
@@ -544,6 +585,13 @@ cudaError_t launch_variant(const fqla_fwd_params &p, int variant, cudaStream_t s
 }
 
 } // namespace
+
+/* Benchmarks and tests: 0 runs the prepare kernel without Q one chunk per
+ * CTA at group 1 too (the PAIR mode off). */
+extern "C" void fqla_cuda_fwd_tune_prep_pair(int on)
+{
+    g_prep_pair = on != 0;
+}
 
 /* hb: the variant of fqla_cuda_fwd_tune's first argument (see the top). */
 cudaError_t fqla_fwd_launch_prepare(const fqla_fwd_params &p, int io_bf16, int hb, cudaStream_t stream)

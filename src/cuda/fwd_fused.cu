@@ -152,7 +152,7 @@ __global__ void __launch_bounds__(512, 1)
             const int bc = p.varlen ? 0 : (int)batch;
             for (int c = 0; c < nch; c++) {
                 const int s = c % cfg::QST;
-                fqla_mbar_wait_sleep(&empty[s], ((uint32_t)(c / cfg::QST) & 1) ^ 1);
+                fqla_mbar_wait(&empty[s], ((uint32_t)(c / cfg::QST) & 1) ^ 1);
                 unsigned char *st = sm + s * cfg::stage;
                 fqla_mbar_arrive_tx(&full[s], cfg::tx);
                 const int t = start + c * C;
@@ -185,7 +185,7 @@ __global__ void __launch_bounds__(512, 1)
             const unsigned char *st = sm + s * cfg::stage;
             unsigned char *sl = sm + cfg::oSlots + a * cfg::slot;
             const int nvalid = min(C, len - c * C);
-            fqla_mbar_wait_sleep(&full[s], ph);
+            fqla_mbar_wait(&full[s], ph);
             FU_CLK(0, tid == 0);
 
             float accQK[32];
@@ -200,7 +200,7 @@ __global__ void __launch_bounds__(512, 1)
             }
             fqla_wg_commit();
             /* the slot: the chain is done with chunk c - 2 */
-            fqla_mbar_wait_sleep(&pfree[a], aph ^ 1);
+            fqla_mbar_wait(&pfree[a], aph ^ 1);
             FU_CLK(1, tid == 0);
             const float *gam = reinterpret_cast<const float *>(st + cfg::oGam);
             if (warp == 0) {
@@ -310,8 +310,8 @@ __global__ void __launch_bounds__(512, 1)
         const int s = c % cfg::QST, a = c & 1;
         const uint32_t ph = (uint32_t)(c / cfg::QST) & 1, aph = (uint32_t)(c >> 1) & 1;
         unsigned char *st = sm + s * cfg::stage, *sl = sm + cfg::oSlots + a * cfg::slot;
-        fqla_mbar_wait_sleep(&full[s], ph);
-        fqla_mbar_wait_sleep(&pready[a], aph);
+        fqla_mbar_wait(&full[s], ph);
+        fqla_mbar_wait(&pready[a], aph);
         FU_CLK(8, tid == 0 && cw == 0);
         const int nvalid = (int)min(C, len - c * C);
         if (nvalid < C) {

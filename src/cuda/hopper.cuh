@@ -54,24 +54,6 @@ FQLA_HDEV void fqla_mbar_wait(uint64_t *b, uint32_t parity)
     } while (!done);
 }
 
-/* The same, but a waiting warp is suspended in the hardware (up to the
- * suspend-time hint, ~10 ms, per try) instead of spinning: warps that wait
- * long leave their issue slots to the warps that work beside them (the
- * fused kernel's chain waits most of a chunk for the preparation). */
-FQLA_HDEV void fqla_mbar_wait_sleep(uint64_t *b, uint32_t parity)
-{
-    const uint32_t a = fqla_h_smem(b);
-    uint32_t done;
-    do {
-        asm volatile("{\n\t.reg .pred p;\n\t"
-                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\n\t"
-                     "selp.u32 %0, 1, 0, p;\n\t}"
-                     : "=r"(done)
-                     : "r"(a), "r"(parity), "r"(0x989680u)
-                     : "memory");
-    } while (!done);
-}
-
 /* ---- TMA ---- */
 FQLA_HDEV void fqla_tma_prefetch(const CUtensorMap *m)
 {

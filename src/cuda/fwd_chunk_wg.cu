@@ -33,6 +33,7 @@
  * shared memory before the products, so they add nothing, and the output
  * rows past the end are not stored.
  */
+#include "cuda/fwd_chain.cuh"
 #include "cuda/fwd_common.cuh"
 #include "cuda/fwd_ptx.cuh"
 #include "cuda/hopper.cuh"
@@ -138,7 +139,6 @@ __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
                         const __grid_constant__ CUtensorMap tmO)
 {
     typedef wg_cfg<KD, NWG, OUT> cfg;
-    typedef fqla_io<T> io;
     typedef fqla_wg<T> mma;
     extern __shared__ unsigned char smem_raw[];
     /* 1024-aligned (TMA's 128-byte swizzle) by an offset from smem_raw, not a
@@ -288,36 +288,15 @@ __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
     constexpr int NS = KD / 2; /* state accumulators per thread */
     constexpr int KS = KD / 16; /* k-steps over K */
 
-    /* S^T accumulator i: value row vr + 8 ((i >> 1) & 1), key column
-     * kc + 8 (i >> 2) + (i & 1). A state element's offset is a per-thread
-     * base plus compile-time multiples of the key and value strides (skey,
-     * sval); the layout and dtype tests are warpgroup-uniform and made once
-     * (per element they cost ~40 instructions, ~2700 per warp before the
-     * first chunk: docs/perf.md, session 5). */
+    /* S^T: value rows vr (+ 8), key columns kc (+ 1, + 8 ...): fwd_chain.cuh */
     const int vr = v0 + 16 * warp + g, kc = 2 * tq;
-    auto soff = [](int i, int64_t skey, int64_t sval) {
-        return (int64_t)(8 * (i >> 2) + (i & 1)) * skey + (int64_t)(8 * ((i >> 1) & 1)) * sval;
-    };
     float S[NS];
     if (p.cp_mode == 1 && v0 >= p.V) { /* V and v0 are multiples of 64: the whole warpgroup */
 #pragma unroll
         for (int i = 0; i < NS; i++) /* the transition's columns start from I */
             S[i] = vr + 8 * ((i >> 1) & 1) - p.V == kc + 8 * (i >> 2) + (i & 1) ? 1.f : 0.f;
-    } else if (p.h0) {
-        const int64_t skey = p.v_first ? 1 : p.h0_s2, sval = p.v_first ? p.h0_s2 : 1;
-        const int64_t base = ns * p.h0_sn + hv * p.h0_sh + kc * skey + vr * sval;
-        if (p.h0_bf16) {
-            const __nv_bfloat16 *h = (const __nv_bfloat16 *)p.h0 + base;
-#pragma unroll
-            for (int i = 0; i < NS; i++) S[i] = __bfloat162float(h[soff(i, skey, sval)]);
-        } else {
-            const float *h = (const float *)p.h0 + base;
-#pragma unroll
-            for (int i = 0; i < NS; i++) S[i] = h[soff(i, skey, sval)];
-        }
     } else {
-#pragma unroll
-        for (int i = 0; i < NS; i++) S[i] = 0.f;
+        fqla_chain::load_state(p, S, ns, hv, vr, kc);
     }
 
     T *ob = OUT ? (T *)p.o + batch * p.o_sb + hv * p.o_sh + v0 : NULL;
@@ -343,12 +322,7 @@ __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
             }
             return;
         }
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const int r = (tid >> 3) + 16 * i, cv = tid & 7;
-            const uint4 x = *reinterpret_cast<const uint4 *>(src + r * 128 + 16 * (cv ^ (r & 7)));
-            if (r < nvalid) *reinterpret_cast<uint4 *>(ob + (t0 + r) * p.o_st + cv * 8) = x;
-        }
+        fqla_chain::store_rows(ob, p.o_st, t0, src, nvalid, tid);
     };
 
     for (int64_t c = 0; c < nch; c++) {
@@ -361,19 +335,8 @@ __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
         CHAIN_CLK(0);
         const int nvalid = (int)min((int64_t)C, len - c * C);
         if (nvalid < C) {
-            /* rows past the end: zero K (consumer 0) and this V slice, whole
-             * 128-byte rows, so the swizzle does not matter */
-            uint4 z = make_uint4(0, 0, 0, 0);
-            const int nrow = C - nvalid;
-            for (int idx = tid; idx < nrow * 8; idx += 128) {
-                const int r = nvalid + (idx >> 3), cv = idx & 7;
-                if (cw == 0)
-#pragma unroll
-                    for (int kb = 0; kb < cfg::KB; kb++)
-                        *reinterpret_cast<uint4 *>(st + cfg::oK + kb * cfg::KQ + r * 128 + cv * 16) = z;
-                *reinterpret_cast<uint4 *>(st + cfg::oV + cw * TILE + r * 128 + cv * 16) = z;
-            }
-            fqla_fence_async_smem();
+            /* rows past the end: zero K (consumer 0) and this V slice */
+            fqla_chain::zero_rows(st + cfg::oK, cfg::KB, cfg::KQ, cw == 0, st + cfg::oV + cw * TILE, nvalid, tid);
             fqla_named_sync(1, 128 * NWG);
         }
         const float *gm = reinterpret_cast<const float *>(st + cfg::oGam);
@@ -382,13 +345,7 @@ __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
 
         /* S^T in the io dtype: the A operand of G2 */
         uint32_t sf[KS][4];
-#pragma unroll
-        for (int kk = 0; kk < KS; kk++) {
-            sf[kk][0] = io::pack(S[8 * kk + 0], S[8 * kk + 1]);
-            sf[kk][1] = io::pack(S[8 * kk + 2], S[8 * kk + 3]);
-            sf[kk][2] = io::pack(S[8 * kk + 4], S[8 * kk + 5]);
-            sf[kk][3] = io::pack(S[8 * kk + 6], S[8 * kk + 7]);
-        }
+        fqla_chain::pack_state<T>(sf, S);
         float accVd[32], accUQ[OUT ? 64 : 32]; /* accUQ[0..31] = U^T, [32..63] = Qs^T */
         const uint64_t dAg = fqla_desc_kmajor(st + cfg::oAg);
         fqla_reg_fence_u(sf);
@@ -424,16 +381,7 @@ __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
         /* G4: Vd^T += (-U^T diag(u)) Ag^T */
         {
             uint32_t wn[4][4];
-#pragma unroll
-            for (int kk = 0; kk < 4; kk++)
-#pragma unroll
-                for (int r = 0; r < 4; r++) {
-                    /* register r of k-step kk: accumulators 8 kk + 2 r, +1;
-                     * token columns 16 kk + 8 (r >> 1) + 2 tq, +1 */
-                    const int t0 = 16 * kk + 8 * (r >> 1) + 2 * tq;
-                    const float u0 = ud[t0].x, u1 = ud[t0 + 1].x;
-                    wn[kk][r] = io::pack(-u0 * accUQ[8 * kk + 2 * r], -u1 * accUQ[8 * kk + 2 * r + 1]);
-                }
+            fqla_chain::g4_operand<T>(wn, accUQ, ud, tq);
             fqla_reg_fence_u(wn);
             fqla_wg_fence();
 #pragma unroll
@@ -454,16 +402,7 @@ __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
 
         /* Vd (for G6) and Vp = Vd diag(d) (for G5) as A fragments */
         uint32_t vd[4][4], vp[4][4];
-#pragma unroll
-        for (int kk = 0; kk < 4; kk++)
-#pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const float a0 = accVd[8 * kk + 2 * r], a1 = accVd[8 * kk + 2 * r + 1];
-                const int t0 = 16 * kk + 8 * (r >> 1) + 2 * tq;
-                const float d0 = ud[t0].y, d1 = ud[t0 + 1].y;
-                vd[kk][r] = io::pack(a0, a1);
-                vp[kk][r] = io::pack(d0 * a0, d1 * a1);
-            }
+        fqla_chain::g56_operands<T>(vd, vp, accVd, ud, tq);
         fqla_reg_fence(S);
         fqla_reg_fence_u(vd);
         fqla_reg_fence_u(vp);
@@ -494,12 +433,7 @@ __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
             }
             /* output factors while the products run */
             float fo[16];
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                const float2 f = *reinterpret_cast<const float2 *>(fos + 8 * j + 2 * tq);
-                fo[2 * j] = f.x;
-                fo[2 * j + 1] = f.y;
-            }
+            fqla_chain::load_out_factors(fo, fos, tq);
             CHAIN_CLK(5);
             fqla_wg_wait<0>();
             fqla_reg_fence(S);
@@ -508,28 +442,8 @@ __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
             CHAIN_CLK(6);
             fqla_mbar_arrive(&empty[s]); /* stage s is no longer read by this thread */
 
-            /* O^T = Qs^T diag(o) + P^T -> staging tile c & 1 as [t][v]
-             * (stmatrix.trans; lane l addresses token row 8 (j + q / 2) + l % 8,
-             * 16-byte chunk 2 warp + q % 2 of it, swizzled: chunk ^ (row % 8),
-             * so the 8 rows of each matrix hit 8 different bank groups) */
-            {
-                unsigned char *dst = Obuf + (c & 1) * TILE;
-                const int q = lane >> 3, rr = lane & 7;
-#pragma unroll
-                for (int j = 0; j < 8; j += 2) {
-                    uint32_t r[4];
-#pragma unroll
-                    for (int m = 0; m < 4; m++) {
-                        /* matrix m: token block j + (m >> 1), value rows 8 (m & 1) */
-                        const int jj = j + (m >> 1), i0 = 4 * jj + 2 * (m & 1);
-                        r[m] = io::pack(fo[2 * jj] * accUQ[32 + i0] + accP[i0],
-                                        fo[2 * jj + 1] * accUQ[32 + i0 + 1] + accP[i0 + 1]);
-                    }
-                    const int row = 8 * (j + (q >> 1)) + rr, ch = 2 * warp + (q & 1);
-                    fqla_stsm_x4_t(dst + row * 128 + 16 * (ch ^ rr), r[0], r[1], r[2], r[3]);
-                }
-                fqla_fence_async_smem(); /* for the TMA store (store_out) */
-            }
+            /* O^T = Qs^T diag(o) + P^T -> staging tile c & 1 as [t][v] */
+            fqla_chain::output_tile<T>(Obuf + (c & 1) * TILE, fo, accUQ + 32, accP, warp, lane);
             CHAIN_CLK(7);
         }
     }
@@ -538,19 +452,7 @@ __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
 
     /* the final state: of the sequence, or with CP's main pass of the
      * sequence's last segment (the pre-pass: of every segment it runs) */
-    if (p.ht && (p.cp_mode != 2 || last)) {
-        const int64_t skey = p.ht_v_first ? 1 : p.ht_s2, sval = p.ht_v_first ? p.ht_s2 : 1;
-        const int64_t base = (p.cp_mode == 2 ? n : ns) * p.ht_sn + hv * p.ht_sh + kc * skey + vr * sval;
-        if (p.ht_bf16) {
-            __nv_bfloat16 *h = (__nv_bfloat16 *)p.ht + base;
-#pragma unroll
-            for (int i = 0; i < NS; i++) h[soff(i, skey, sval)] = __float2bfloat16_rn(S[i]);
-        } else {
-            float *h = (float *)p.ht + base;
-#pragma unroll
-            for (int i = 0; i < NS; i++) h[soff(i, skey, sval)] = S[i];
-        }
-    }
+    if (p.ht && (p.cp_mode != 2 || last)) fqla_chain::store_state(p, S, p.cp_mode == 2 ? n : ns, hv, vr, kc);
 }
 
 #ifdef FQLA_CHAIN_CLOCKS

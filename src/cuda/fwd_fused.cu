@@ -30,6 +30,7 @@
  * Covered: K = 128, V a multiple of 128, bf16 / fp16, no l2norm, no CP
  * (fqla_fwd_fused_usable); everything else runs the two kernels.
  */
+#include "cuda/fwd_chain.cuh"
 #include "cuda/fwd_common.cuh"
 #include "cuda/fwd_prep_math.cuh"
 #include "cuda/fwd_ptx.cuh"
@@ -261,26 +262,8 @@ __global__ void __launch_bounds__(512, 1)
     constexpr int NS = KD / 2;
     constexpr int KS = KD / 16;
     const int vr = v0 + 16 * warp + g, kc = 2 * tq;
-    auto soff = [](int i, int64_t skey, int64_t sval) {
-        return (int64_t)(8 * (i >> 2) + (i & 1)) * skey + (int64_t)(8 * ((i >> 1) & 1)) * sval;
-    };
     float S[NS];
-    if (p.h0) {
-        const int64_t skey = p.v_first ? 1 : p.h0_s2, sval = p.v_first ? p.h0_s2 : 1;
-        const int64_t base = n * p.h0_sn + hv * p.h0_sh + kc * skey + vr * sval;
-        if (p.h0_bf16) {
-            const __nv_bfloat16 *h = (const __nv_bfloat16 *)p.h0 + base;
-#pragma unroll
-            for (int i = 0; i < NS; i++) S[i] = __bfloat162float(h[soff(i, skey, sval)]);
-        } else {
-            const float *h = (const float *)p.h0 + base;
-#pragma unroll
-            for (int i = 0; i < NS; i++) S[i] = h[soff(i, skey, sval)];
-        }
-    } else {
-#pragma unroll
-        for (int i = 0; i < NS; i++) S[i] = 0.f;
-    }
+    fqla_chain::load_state(p, S, n, hv, vr, kc);
 
     T *ob = (T *)p.o + batch * p.o_sb + hv * p.o_sh + v0;
     unsigned char *Obuf = sm + cfg::oO + cw * TILE;
@@ -297,12 +280,7 @@ __global__ void __launch_bounds__(512, 1)
             }
             return;
         }
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const int r = (tid >> 3) + 16 * i, cv = tid & 7;
-            const uint4 x = *reinterpret_cast<const uint4 *>(Obuf + r * 128 + 16 * (cv ^ (r & 7)));
-            if (r < nvalid) *reinterpret_cast<uint4 *>(ob + (int64_t)(t0 + r) * p.o_st + cv * 8) = x;
-        }
+        fqla_chain::store_rows(ob, p.o_st, t0, Obuf, nvalid, tid);
     };
 
     for (int c = 0; c < nch; c++) {
@@ -317,16 +295,7 @@ __global__ void __launch_bounds__(512, 1)
         if (nvalid < C) {
             /* rows past the end: zero K (warpgroup 1) and this V slice (the
              * Pg warpgroup has read K already: it signalled pready after) */
-            const uint4 z = make_uint4(0, 0, 0, 0);
-            for (int idx = tid; idx < (C - nvalid) * 8; idx += 128) {
-                const int r = nvalid + (idx >> 3), cv = idx & 7;
-                if (cw == 0)
-#pragma unroll
-                    for (int kb = 0; kb < cfg::KB; kb++)
-                        *reinterpret_cast<uint4 *>(st + cfg::oK + kb * cfg::KQ + r * 128 + cv * 16) = z;
-                *reinterpret_cast<uint4 *>(st + cfg::oV + cw * TILE + r * 128 + cv * 16) = z;
-            }
-            fqla_fence_async_smem();
+            fqla_chain::zero_rows(st + cfg::oK, cfg::KB, cfg::KQ, cw == 0, st + cfg::oV + cw * TILE, nvalid, tid);
             fqla_named_sync(1, 128 * NWG);
         }
         const float *gm = reinterpret_cast<const float *>(st + cfg::oGam);
@@ -334,13 +303,7 @@ __global__ void __launch_bounds__(512, 1)
         const float *fos = reinterpret_cast<const float *>(sl + cfg::sFac + 512);
 
         uint32_t sf[KS][4];
-#pragma unroll
-        for (int kk = 0; kk < KS; kk++) {
-            sf[kk][0] = io::pack(S[8 * kk + 0], S[8 * kk + 1]);
-            sf[kk][1] = io::pack(S[8 * kk + 2], S[8 * kk + 3]);
-            sf[kk][2] = io::pack(S[8 * kk + 4], S[8 * kk + 5]);
-            sf[kk][3] = io::pack(S[8 * kk + 6], S[8 * kk + 7]);
-        }
+        fqla_chain::pack_state<T>(sf, S);
         float accVd[32], accUQ[64]; /* accUQ[0..31] = U^T, [32..63] = Qs^T */
         const uint64_t dAg = fqla_desc_kmajor(st + cfg::oAg);
         fqla_reg_fence_u(sf);
@@ -360,14 +323,7 @@ __global__ void __launch_bounds__(512, 1)
         FU_CLK(9, tid == 0 && cw == 0);
         {   /* G1: Vd^T = V^T Ag^T, then G4: Vd^T += (-U^T diag(u)) Ag^T */
             uint32_t wn[4][4];
-#pragma unroll
-            for (int kk = 0; kk < 4; kk++)
-#pragma unroll
-                for (int r = 0; r < 4; r++) {
-                    const int t0 = 16 * kk + 8 * (r >> 1) + 2 * tq;
-                    const float u0 = ud[t0].x, u1 = ud[t0 + 1].x;
-                    wn[kk][r] = io::pack(-u0 * accUQ[8 * kk + 2 * r], -u1 * accUQ[8 * kk + 2 * r + 1]);
-                }
+            fqla_chain::g4_operand<T>(wn, accUQ, ud, tq);
             fqla_reg_fence_u(wn);
             fqla_wg_fence();
             const uint64_t dV = fqla_desc_mnmajor(st + cfg::oV + cw * TILE, TILE);
@@ -390,16 +346,7 @@ __global__ void __launch_bounds__(512, 1)
         FU_CLK(10, tid == 0 && cw == 0);
 
         uint32_t vd[4][4], vp[4][4];
-#pragma unroll
-        for (int kk = 0; kk < 4; kk++)
-#pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const float a0 = accVd[8 * kk + 2 * r], a1 = accVd[8 * kk + 2 * r + 1];
-                const int t0 = 16 * kk + 8 * (r >> 1) + 2 * tq;
-                const float d0 = ud[t0].y, d1 = ud[t0 + 1].y;
-                vd[kk][r] = io::pack(a0, a1);
-                vp[kk][r] = io::pack(d0 * a0, d1 * a1);
-            }
+        fqla_chain::g56_operands<T>(vd, vp, accVd, ud, tq);
         fqla_reg_fence(S);
         fqla_reg_fence_u(vd);
         fqla_reg_fence_u(vp);
@@ -424,12 +371,7 @@ __global__ void __launch_bounds__(512, 1)
             fqla_wg_commit();
         }
         float fo[16];
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            const float2 f = *reinterpret_cast<const float2 *>(fos + 8 * j + 2 * tq);
-            fo[2 * j] = f.x;
-            fo[2 * j + 1] = f.y;
-        }
+        fqla_chain::load_out_factors(fo, fos, tq);
         fqla_wg_wait<0>();
         fqla_reg_fence(S);
         fqla_reg_fence(accUQ);
@@ -442,41 +384,14 @@ __global__ void __launch_bounds__(512, 1)
          * the last store has read it */
         if (tid == 0) fqla_bulk_wait_read<0>();
         fqla_named_sync(2 + cw, 128);
-        {
-            const int q = lane >> 3, rr = lane & 7;
-#pragma unroll
-            for (int j = 0; j < 8; j += 2) {
-                uint32_t r[4];
-#pragma unroll
-                for (int m = 0; m < 4; m++) {
-                    const int jj = j + (m >> 1), i0 = 4 * jj + 2 * (m & 1);
-                    r[m] = io::pack(fo[2 * jj] * accUQ[32 + i0] + accP[i0],
-                                    fo[2 * jj + 1] * accUQ[32 + i0 + 1] + accP[i0 + 1]);
-                }
-                const int row = 8 * (j + (q >> 1)) + rr, ch = 2 * warp + (q & 1);
-                fqla_stsm_x4_t(Obuf + row * 128 + 16 * (ch ^ rr), r[0], r[1], r[2], r[3]);
-            }
-            fqla_fence_async_smem();
-        }
+        fqla_chain::output_tile<T>(Obuf, fo, accUQ + 32, accP, warp, lane);
         fqla_named_sync(2 + cw, 128);
         store_out(c);
         FU_CLK(12, tid == 0 && cw == 0);
     }
     if (tid == 0) fqla_bulk_wait<0>(); /* the CTA's last stores are done before it exits */
 
-    if (p.ht) {
-        const int64_t skey = p.ht_v_first ? 1 : p.ht_s2, sval = p.ht_v_first ? p.ht_s2 : 1;
-        const int64_t base = n * p.ht_sn + hv * p.ht_sh + kc * skey + vr * sval;
-        if (p.ht_bf16) {
-            __nv_bfloat16 *h = (__nv_bfloat16 *)p.ht + base;
-#pragma unroll
-            for (int i = 0; i < NS; i++) h[soff(i, skey, sval)] = __float2bfloat16_rn(S[i]);
-        } else {
-            float *h = (float *)p.ht + base;
-#pragma unroll
-            for (int i = 0; i < NS; i++) h[soff(i, skey, sval)] = S[i];
-        }
-    }
+    if (p.ht) fqla_chain::store_state(p, S, n, hv, vr, kc);
 }
 
 #ifdef FQLA_FUSED_CLOCKS

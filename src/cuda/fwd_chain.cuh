@@ -1,0 +1,186 @@
+/*
+ * fwd_chain.cuh - the per-thread pieces of the state chain that the two
+ * warp-specialised sequential kernels share (fwd_chunk_wg.cu and
+ * fwd_fused.cu): the state's load and store in the caller's layout, its
+ * bf16 / fp16 copy as wgmma A fragments, the operands of G4, G5 and G6 from
+ * the accumulators and the token factors, the output tile, and the rows
+ * past a sequence's end. Layouts as in fwd_chunk_wg.cu: a consumer
+ * warpgroup holds S^T (64 value rows x K) as a wgmma accumulator; thread
+ * (warp, g = lane / 4, tq = lane % 4) holds value rows vr = v0 + 16 warp + g
+ * (+ 8) and key columns kc = 2 tq (+ 1, + 8 ...).
+ */
+#ifndef FQLA_CUDA_FWD_CHAIN_CUH
+#define FQLA_CUDA_FWD_CHAIN_CUH
+
+#include "cuda/fwd_common.cuh"
+#include "cuda/fwd_ptx.cuh"
+#include "cuda/hopper.cuh"
+
+namespace fqla_chain {
+
+/* S^T accumulator i: value row vr + 8 ((i >> 1) & 1), key column
+ * kc + 8 (i >> 2) + (i & 1); its offset from the thread's base in a state
+ * with key stride skey and value stride sval. The layout and dtype tests are
+ * made once per call, not per element (per element they cost ~40
+ * instructions, ~2700 per warp before the first chunk: docs/perf.md,
+ * session 5). */
+__device__ __forceinline__ int64_t soff(int i, int64_t skey, int64_t sval)
+{
+    return (int64_t)(8 * (i >> 2) + (i & 1)) * skey + (int64_t)(8 * ((i >> 1) & 1)) * sval;
+}
+
+/* S = h0[row, hv] (fp32 or bf16, [K][V] or [V][K]), or zeros without h0. */
+template <int NS>
+__device__ __forceinline__ void load_state(const fqla_fwd_params &p, float (&S)[NS], int64_t row, int hv, int vr,
+                                           int kc)
+{
+    if (!p.h0) {
+#pragma unroll
+        for (int i = 0; i < NS; i++) S[i] = 0.f;
+        return;
+    }
+    const int64_t skey = p.v_first ? 1 : p.h0_s2, sval = p.v_first ? p.h0_s2 : 1;
+    const int64_t base = row * p.h0_sn + hv * p.h0_sh + kc * skey + vr * sval;
+    if (p.h0_bf16) {
+        const __nv_bfloat16 *h = (const __nv_bfloat16 *)p.h0 + base;
+#pragma unroll
+        for (int i = 0; i < NS; i++) S[i] = __bfloat162float(h[soff(i, skey, sval)]);
+    } else {
+        const float *h = (const float *)p.h0 + base;
+#pragma unroll
+        for (int i = 0; i < NS; i++) S[i] = h[soff(i, skey, sval)];
+    }
+}
+
+/* ht[row, hv] = S (p.ht set; fp32 or bf16, the caller's layout). */
+template <int NS>
+__device__ __forceinline__ void store_state(const fqla_fwd_params &p, const float (&S)[NS], int64_t row, int hv,
+                                            int vr, int kc)
+{
+    const int64_t skey = p.ht_v_first ? 1 : p.ht_s2, sval = p.ht_v_first ? p.ht_s2 : 1;
+    const int64_t base = row * p.ht_sn + hv * p.ht_sh + kc * skey + vr * sval;
+    if (p.ht_bf16) {
+        __nv_bfloat16 *h = (__nv_bfloat16 *)p.ht + base;
+#pragma unroll
+        for (int i = 0; i < NS; i++) h[soff(i, skey, sval)] = __float2bfloat16_rn(S[i]);
+    } else {
+        float *h = (float *)p.ht + base;
+#pragma unroll
+        for (int i = 0; i < NS; i++) h[soff(i, skey, sval)] = S[i];
+    }
+}
+
+/* S^T in the io dtype: the A operand of G2, one k-step of 16 keys per kk. */
+template <typename T, int KS>
+__device__ __forceinline__ void pack_state(uint32_t (&sf)[KS][4], const float (&S)[8 * KS])
+{
+#pragma unroll
+    for (int kk = 0; kk < KS; kk++) {
+        sf[kk][0] = fqla_io<T>::pack(S[8 * kk + 0], S[8 * kk + 1]);
+        sf[kk][1] = fqla_io<T>::pack(S[8 * kk + 2], S[8 * kk + 3]);
+        sf[kk][2] = fqla_io<T>::pack(S[8 * kk + 4], S[8 * kk + 5]);
+        sf[kk][3] = fqla_io<T>::pack(S[8 * kk + 6], S[8 * kk + 7]);
+    }
+}
+
+/* G4's A operand, -U^T diag(u), from U^T's 32 accumulators (register r of
+ * k-step kk: accumulators 8 kk + 2 r, +1; token columns 16 kk + 8 (r >> 1)
+ * + 2 tq, +1) and the stage's (u_t, d_t). */
+template <typename T>
+__device__ __forceinline__ void g4_operand(uint32_t (&wn)[4][4], const float *accU, const float2 *ud, int tq)
+{
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int t0 = 16 * kk + 8 * (r >> 1) + 2 * tq;
+            const float u0 = ud[t0].x, u1 = ud[t0 + 1].x;
+            wn[kk][r] = fqla_io<T>::pack(-u0 * accU[8 * kk + 2 * r], -u1 * accU[8 * kk + 2 * r + 1]);
+        }
+}
+
+/* Vd (G6's A operand) and Vp = Vd diag(d) (G5's) from Vd^T's accumulators. */
+template <typename T>
+__device__ __forceinline__ void g56_operands(uint32_t (&vd)[4][4], uint32_t (&vp)[4][4], const float (&accVd)[32],
+                                             const float2 *ud, int tq)
+{
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const float a0 = accVd[8 * kk + 2 * r], a1 = accVd[8 * kk + 2 * r + 1];
+            const int t0 = 16 * kk + 8 * (r >> 1) + 2 * tq;
+            const float d0 = ud[t0].y, d1 = ud[t0 + 1].y;
+            vd[kk][r] = fqla_io<T>::pack(a0, a1);
+            vp[kk][r] = fqla_io<T>::pack(d0 * a0, d1 * a1);
+        }
+}
+
+/* This thread's output factors o_t, t = 8 j + 2 tq (+ 1). */
+__device__ __forceinline__ void load_out_factors(float (&fo)[16], const float *fos, int tq)
+{
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        const float2 f = *reinterpret_cast<const float2 *>(fos + 8 * j + 2 * tq);
+        fo[2 * j] = f.x;
+        fo[2 * j + 1] = f.y;
+    }
+}
+
+/* O^T = Qs^T diag(o) + P^T into dst as [t][v] b16 in TMA's 128-byte swizzle
+ * (stmatrix.trans; lane l addresses token row 8 (j + q / 2) + l % 8, 16-byte
+ * chunk 2 warp + q % 2 of it, swizzled: chunk ^ (row % 8), so the 8 rows of
+ * each matrix hit 8 different bank groups), then fenced for the TMA store. */
+template <typename T>
+__device__ __forceinline__ void output_tile(unsigned char *dst, const float (&fo)[16], const float *accQs,
+                                            const float (&accP)[32], int warp, int lane)
+{
+    const int q = lane >> 3, rr = lane & 7;
+#pragma unroll
+    for (int j = 0; j < 8; j += 2) {
+        uint32_t r[4];
+#pragma unroll
+        for (int m = 0; m < 4; m++) {
+            /* matrix m: token block j + (m >> 1), value rows 8 (m & 1) */
+            const int jj = j + (m >> 1), i0 = 4 * jj + 2 * (m & 1);
+            r[m] = fqla_io<T>::pack(fo[2 * jj] * accQs[i0] + accP[i0], fo[2 * jj + 1] * accQs[i0 + 1] + accP[i0 + 1]);
+        }
+        const int row = 8 * (j + (q >> 1)) + rr, ch = 2 * warp + (q & 1);
+        fqla_stsm_x4_t(dst + row * 128 + 16 * (ch ^ rr), r[0], r[1], r[2], r[3]);
+    }
+    fqla_fence_async_smem();
+}
+
+/* The rows nvalid.. of a stage's K tiles (KB of them, kq bytes apart; when
+ * zero_k) and of one V tile as zeros, whole 128-byte rows (the swizzle does
+ * not matter), fenced for wgmma; tid of the warpgroup's 128 threads. */
+__device__ __forceinline__ void zero_rows(unsigned char *k, int kb_count, uint32_t kq, bool zero_k, unsigned char *v,
+                                          int nvalid, int tid)
+{
+    const uint4 z = make_uint4(0, 0, 0, 0);
+    for (int idx = tid; idx < (FQLA_FWD_CHUNK - nvalid) * 8; idx += 128) {
+        const int r = nvalid + (idx >> 3), cv = idx & 7;
+        if (zero_k)
+            for (int kb = 0; kb < kb_count; kb++) *reinterpret_cast<uint4 *>(k + kb * kq + r * 128 + cv * 16) = z;
+        *reinterpret_cast<uint4 *>(v + r * 128 + cv * 16) = z;
+    }
+    fqla_fence_async_smem();
+}
+
+/* A varlen tail chunk's nvalid output rows from the swizzled tile src to o
+ * (row by row: the rows after them belong to the next sequence). */
+template <typename T>
+__device__ __forceinline__ void store_rows(T *ob, int64_t o_st, int64_t t0, const unsigned char *src, int nvalid,
+                                           int tid)
+{
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int r = (tid >> 3) + 16 * i, cv = tid & 7;
+        const uint4 x = *reinterpret_cast<const uint4 *>(src + r * 128 + 16 * (cv ^ (r & 7)));
+        if (r < nvalid) *reinterpret_cast<uint4 *>(ob + (t0 + r) * o_st + cv * 8) = x;
+    }
+}
+
+} // namespace fqla_chain
+
+#endif

@@ -182,9 +182,9 @@ extern "C" void fqla_cuda_fwd_tune(int prep_variant, int late_loads)
  * 1 or 2 consumer warpgroups per CTA (0: pick_nwg), 2 the kernel that forms
  * Pg beside the chain (fwd_fused.cu, after the prepare kernel without Q);
  * -1 (the default) the last where it covers the call, CP is not planned
- * and pick_fused says it is faster, else the second. Each runs only where it can (fwd_fused.cu's
- * and fqla_fwd_wg_usable's conditions), else the next: fused, wgmma,
- * mma.sync. */
+ * and pick_fused says it is faster, else the second. Each runs only where
+ * it can (fwd_fused.cu's and fqla_fwd_wg_usable's conditions), else the
+ * next: fused, wgmma, mma.sync. */
 extern "C" void fqla_cuda_fwd_tune_chunk(int wg, int nwg)
 {
     g_tune_wg = wg;
@@ -375,16 +375,11 @@ fqla_status fqla_cuda_fwd_run(fqla_context *ctx, const fqla_problem *p, const fq
     if ((g_tune_wg == 2 || (g_tune_wg == -1 && pick_fused(ctx, p, a))) && seg_chunks == 0 &&
         fqla_fwd_fused_usable(k)) {
         /* the prepare kernel without Q (gamma, Ag), then the kernel that
-         * forms Pg beside the chain (fwd_fused.cu) */
-        fqla_fwd_params f = k;
-        f.Pg = NULL;
-        st = fqla_cuda_check(ctx, fqla_fwd_launch_prepare(f, io_bf16, g_tune_hb, stream),
-                             "CUDA forward: prepare kernel launch");
-        if (st != FQLA_STATUS_SUCCESS) return st;
+         * forms Pg beside the chain; nothing launched if its maps cannot be
+         * encoded (then the two kernels run) */
         int used = 0;
-        cudaError_t err = fqla_fwd_launch_fused(f, io_bf16, stream, &used);
-        if (used || err != cudaSuccess) return fqla_cuda_check(ctx, err, "CUDA forward: fused kernel launch");
-        /* the maps could not be encoded: the workspace's Pg and the chunk kernel */
+        cudaError_t err = fqla_fwd_launch_fused(k, io_bf16, g_tune_hb, stream, &used);
+        if (used || err != cudaSuccess) return fqla_cuda_check(ctx, err, "CUDA forward: fused path launch");
     }
     st = fqla_cuda_check(ctx, fqla_fwd_launch_prepare(k, io_bf16, g_tune_hb, stream),
                          "CUDA forward: prepare kernel launch");

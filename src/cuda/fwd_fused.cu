@@ -434,16 +434,16 @@ int fqla_fwd_fused_usable(const fqla_fwd_params &p)
     return p.K == 128 && p.V % 128 == 0 && !p.l2norm && !p.cp_mode && fqla_fwd_wg_usable(p);
 }
 
-cudaError_t fqla_fwd_launch_fused(const fqla_fwd_params &p, int io_bf16, cudaStream_t stream, int *used)
+cudaError_t fqla_fwd_launch_fused(const fqla_fwd_params &k, int io_bf16, int hb, cudaStream_t stream, int *used)
 {
     *used = 0;
+    fqla_fwd_params p = k;
+    p.Pg = NULL; /* this path has none: the prepare kernel runs without Q */
     if (!fqla_fwd_fused_usable(p)) return cudaSuccess;
-    if (p.N * p.HV == 0) {
-        *used = 1;
-        return cudaSuccess;
-    }
     CUtensorMap maps[FQLA_FWD_MAPS];
     if (!fqla_fwd_tma_maps(p, io_bf16, maps)) return cudaSuccess; /* the caller runs the two kernels */
     *used = 1;
+    cudaError_t err = fqla_fwd_launch_prepare(p, io_bf16, hb, stream);
+    if (err != cudaSuccess || p.N * p.HV == 0) return err;
     return io_bf16 ? launch<__nv_bfloat16>(p, maps, stream) : launch<__half>(p, maps, stream);
 }

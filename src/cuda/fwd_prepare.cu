@@ -47,10 +47,16 @@
  * other value the default 3xTF32. The former value-heads-per-batch variants
  * (HB = 1, 2, 4 of v3) are gone: the batch is two heads in every build.
  *
- * Extra CTAs (blockIdx.x >= slots, varlen only) zero the rows of o after the
- * last sequence, one 64-row block each (block (x - slots) H + y). A slot
- * that belongs to no chunk (base(n) + c with c past sequence n's end) exits
- * at once.
+ * Without Pg (p.Pg = NULL; K = 128, the path where fwd_fused.cu forms Pg
+ * itself): WQ = false, no Q copy, no Q K^T, no Pg; only gamma and Ag. At
+ * group 1 it runs two chunk slots per CTA (PAIR, one per half of the warps,
+ * each with its own K tile, KK, gamma and beta), so that step 4 has two
+ * "heads" to work on instead of one (docs/perf.md, session 9).
+ *
+ * Extra CTAs (past the slots' CTAs, varlen only) zero the rows of o after
+ * the last sequence, one 64-row block each (block (x - slot CTAs) H + y). A
+ * slot that belongs to no chunk (base(n) + c with c past sequence n's end)
+ * exits at once (with PAIR, its half runs on zeros and stores nothing).
  */
 #include "cuda/fwd_common.cuh"
 #include "cuda/fwd_prep_math.cuh"

@@ -139,6 +139,59 @@ __device__ __forceinline__ void store_tile(T *dst, const uint32_t (&u)[4][2], in
     __syncwarp(); /* the staging area is free for the next tile */
 }
 
+/* 16x16 fp32 blocks in m16n8 accumulator layout: acc[nt][e] is row
+ * g + 8 (e / 2), column 8 nt + 2 t + e % 2 of the block. */
+__device__ __forceinline__ void zero16(float (&acc)[2][4])
+{
+#pragma unroll
+    for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc[nt][e] = 0.f;
+}
+__device__ __forceinline__ void neg16(float (&acc)[2][4])
+{
+#pragma unroll
+    for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc[nt][e] = -acc[nt][e];
+}
+/* rows times s[row] (diag(s) A) */
+__device__ __forceinline__ void rows_times16(float (&acc)[2][4], const float *s, int lane)
+{
+    const float s0 = s[lane >> 2], s1 = s[(lane >> 2) + 8];
+#pragma unroll
+    for (int nt = 0; nt < 2; nt++) {
+        acc[nt][0] *= s0;
+        acc[nt][1] *= s0;
+        acc[nt][2] *= s1;
+        acc[nt][3] *= s1;
+    }
+}
+/* the block to fp32 shared memory at m (row stride LDF) */
+__device__ __forceinline__ void store16(float *m, const float (&acc)[2][4], int lane)
+{
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int nt = 0; nt < 2; nt++) {
+        *reinterpret_cast<float2 *>(m + g * LDF + 8 * nt + 2 * t) = make_float2(acc[nt][0], acc[nt][1]);
+        *reinterpret_cast<float2 *>(m + (g + 8) * LDF + 8 * nt + 2 * t) = make_float2(acc[nt][2], acc[nt][3]);
+    }
+}
+/* acc += A B, A and B 16x16 fp32 blocks in shared memory (row-major, row
+ * stride LDF), tf32 m16n8k8 in PREC's split (3: 3xTF32) */
+template <int PREC>
+__device__ __forceinline__ void mm16(float (&acc)[2][4], const float *a, const float *b, int lane)
+{
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int ks = 0; ks < 2; ks++) {
+        const float *ak = a + 8 * ks, *bk = b + 8 * ks * LDF;
+        const tf32_a<PREC> af(ak[g * LDF + t], ak[(g + 8) * LDF + t], ak[g * LDF + t + 4], ak[(g + 8) * LDF + t + 4]);
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++) mma_f32<PREC>(acc[nt], af, bk[t * LDF + 8 * nt + g], bk[(t + 4) * LDF + 8 * nt + g]);
+    }
+}
+
 template <typename T, int KD, int PREC, bool WQ, bool PAIR>
 __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const fqla_fwd_params p)
 {
@@ -423,77 +476,66 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
         }
         __syncthreads();
 
-        /* b. block column bj: X_ij = -X_ii diag(beta_i) sum_k KK_ik X_kj.
-         * P[k] = X_kj^T in accumulator layout (P[k][q][e]: row g + 8 (e / 2),
-         * column 8q + 2t + e % 2 of X^T). A product C = P Q^T with P in
-         * accumulator layout and Q read as Q[n = g][2t, 2t + 1] needs no
-         * shuffles: mma k-slot t is column 2t, slot t + 4 column 2t + 1. */
-        if (active && bj < 3) {
+        /* b. the off-diagonal blocks by doubling, X = (I + M)^-1 with
+         * M = diag(beta) StrictLower(KK), in three levels separated by
+         * barriers, each warp of the head one role r = bj:
+         *   1. r0: X_10 = -X_11 M_10 X_00, r2: X_32 = -X_33 M_32 X_22 (the
+         *      two 32x32 diagonal inverses); r1: M_21 X_11 and M_20 X_00,
+         *      r3: M_31 X_11 and M_30 X_00 (kept in registers);
+         *   2. r1: T_20 = M_20 X_00 + M_21 X_10, T_21 = M_21 X_11; r3: T_30,
+         *      T_31 likewise;
+         *   3. X_2j = -X_22 T_2j (r0: j = 0, r1: j = 1), X_3j = -(X_32 T_2j +
+         *      X_33 T_3j) (r2, r3).
+         * Five dependent 16x16 products on the longest path, against nine
+         * for walking block column 0 down (docs/perf.md, session 9). T and
+         * the level-1 temporaries go through the blocks above the diagonal,
+         * which nothing else reads. Products in 3xTF32 (mm16). */
+        {
             const float *KKh = PAIR ? KKall + hh * C * LDF : KKall;
-            float P[3][2][4];
-#pragma unroll
-            for (int k = 0; k < 3; k++)
-                if (k == bj)
-#pragma unroll
-                    for (int q = 0; q < 2; q++)
-#pragma unroll
-                        for (int e = 0; e < 4; e++)
-                            P[k][q][e] = Xw[(16 * k + 8 * q + 2 * t + (e & 1)) * LDF + 16 * k + g + 8 * (e >> 1)];
-#pragma unroll
-            for (int i = 1; i < 4; i++) {
-                if (i <= bj) continue;
-                /* T^T = sum_k X_kj^T KK_ik^T, then columns times beta_i */
-                float Tt[2][4];
-#pragma unroll
-                for (int q = 0; q < 2; q++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) Tt[q][e] = 0.f;
-#pragma unroll
-                for (int k = 0; k < 3; k++) {
-                    if (k < bj || k >= i) continue;
-#pragma unroll
-                    for (int ks = 0; ks < 2; ks++) {
-                        const tf32_a<PREC> a(P[k][ks][0], P[k][ks][2], P[k][ks][1], P[k][ks][3]);
-#pragma unroll
-                        for (int no = 0; no < 2; no++) {
-                            const float2 b = *reinterpret_cast<const float2 *>(
-                                KKh + (16 * i + 8 * no + g) * LDF + 16 * k + 8 * ks + 2 * t);
-                            mma_f32<PREC>(Tt[no], a, b.x, b.y);
-                        }
-                    }
+            auto blk = [&](float *m, int i, int j) { return m + 16 * i * LDF + 16 * j; };
+            auto cblk = [&](const float *m, int i, int j) { return m + 16 * i * LDF + 16 * j; };
+            float acc[2][4], acc2[2][4];
+            const int r = bj;
+            /* level 1 */
+            if (active) {
+                zero16(acc);
+                zero16(acc2);
+                if (r == 0 || r == 2) {
+                    const int i = r + 1, k = r; /* X_10 or X_32 */
+                    mm16<PREC>(acc, cblk(KKh, i, k), cblk(Xw, k, k), lane);
+                    rows_times16(acc, bw + 16 * i, lane);
+                    float *tmp = blk(Xw, r == 0 ? 2 : 0, r == 0 ? 3 : 1);
+                    store16(tmp, acc, lane);
+                    __syncwarp();
+                    zero16(acc2);
+                    mm16<PREC>(acc2, cblk(Xw, i, i), tmp, lane);
+                    neg16(acc2);
+                    store16(blk(Xw, i, k), acc2, lane);
+                } else {
+                    const int i = r == 1 ? 2 : 3;
+                    mm16<PREC>(acc, cblk(KKh, i, 1), cblk(Xw, 1, 1), lane);  /* M_i1 X_11 */
+                    mm16<PREC>(acc2, cblk(KKh, i, 0), cblk(Xw, 0, 0), lane); /* M_i0 X_00, partial */
                 }
-#pragma unroll
-                for (int no = 0; no < 2; no++) {
-                    const float2 bb = *reinterpret_cast<const float2 *>(bw + 16 * i + 8 * no + 2 * t);
-                    Tt[no][0] *= bb.x;
-                    Tt[no][1] *= bb.y;
-                    Tt[no][2] *= bb.x;
-                    Tt[no][3] *= bb.y;
-                }
-                /* X_ij^T = -T^T X_ii^T */
-                float Xn[2][4];
-#pragma unroll
-                for (int q = 0; q < 2; q++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) Xn[q][e] = 0.f;
-#pragma unroll
-                for (int ks = 0; ks < 2; ks++) {
-                    const tf32_a<PREC> a(Tt[ks][0], Tt[ks][2], Tt[ks][1], Tt[ks][3]);
-#pragma unroll
-                    for (int no = 0; no < 2; no++) {
-                        const float2 b = *reinterpret_cast<const float2 *>(
-                            Xw + (16 * i + 8 * no + g) * LDF + 16 * i + 8 * ks + 2 * t);
-                        mma_f32<PREC>(Xn[no], a, b.x, b.y);
-                    }
-                }
-#pragma unroll
-                for (int q = 0; q < 2; q++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        const float v = -Xn[q][e];
-                        if (i < 3) P[i][q][e] = v;
-                        Xw[(16 * i + 8 * q + 2 * t + (e & 1)) * LDF + 16 * bj + g + 8 * (e >> 1)] = v;
-                    }
+            }
+            __syncthreads();
+            /* level 2 */
+            if (active && (r == 1 || r == 3)) {
+                const int i = r == 1 ? 2 : 3;
+                mm16<PREC>(acc2, cblk(KKh, i, 1), cblk(Xw, 1, 0), lane); /* + M_i1 X_10 */
+                rows_times16(acc, bw + 16 * i, lane);
+                rows_times16(acc2, bw + 16 * i, lane);
+                store16(blk(Xw, r == 1 ? 0 : 1, 2), acc2, lane); /* T_i0 */
+                store16(blk(Xw, r == 1 ? 0 : 1, 3), acc, lane);  /* T_i1 */
+            }
+            __syncthreads();
+            /* level 3: T_2j at block (0, 2 + j), T_3j at (1, 2 + j) */
+            if (active) {
+                const int j = r & 1, i = r < 2 ? 2 : 3;
+                zero16(acc);
+                if (i == 3) mm16<PREC>(acc, cblk(Xw, 3, 2), cblk(Xw, 0, 2 + j), lane);
+                mm16<PREC>(acc, cblk(Xw, i, i), cblk(Xw, i - 2, 2 + j), lane);
+                neg16(acc);
+                store16(blk(Xw, i, j), acc, lane);
             }
         }
         __syncthreads();

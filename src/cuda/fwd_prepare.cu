@@ -15,29 +15,31 @@
  *      accumulators, and each warp writes its 16x32 tile of
  *      Pg = scale Gamma (.) tril(QK) for every value head of the group
  *      straight from them (Gamma_ij = exp(gamma_i - gamma_j), i >= j);
- *   4. per batch of two value heads (four warps per head, warp -> one 16-wide
- *      block column of the head's inverse):
- *        a. each warp inverts its diagonal 16x16 block of
+ *   4. per batch of two value heads (four warps per head):
+ *        a. the four diagonal 16x16 blocks of the inverse of
  *           I + StrictLower(diag(beta) KK) by forward substitution in fp32
  *           (16 lanes, one column each) into shared memory;
- *        b. each warp walks down its block column j on tensor cores:
- *           X_ij = -X_ii diag(beta_i) sum_{k=j}^{i-1} KK_ik X_kj, kept as
- *           X^T in mma accumulator layout so that every product reads its
- *           left operand straight from registers and only KK_ik and X_ii
- *           from shared memory (float2 loads). The products are tf32
- *           m16n8k8 in the 3xTF32 split (a = big + small, three mma, fp32
- *           accumulate: fp32-level accuracy, the inverse's math stays fp32);
+ *        b. the off-diagonal blocks by doubling in three levels (the 32x32
+ *           diagonal inverses, then the 32x32 block below them as
+ *           -X_BB (M_BA X_AA)), one 16x16 block product chain per warp, on
+ *           tensor cores: tf32 m16n8k8 in the 3xTF32 split (a = big + small,
+ *           three mma, fp32 accumulate: fp32-level accuracy, the inverse's
+ *           math stays fp32);
  *        c. each warp writes its 16x32 tile of Ag = Gamma (.) Ar diag(beta).
  *
- * Why (docs/perf.md, CUDA forward v4): v1-v3 did the block merges with fp32
- * FMAs fed by shared-memory loads, ~640 warp-wide 16-byte loads per value
- * head, and read X, QK, gamma and beta back from shared memory for Ag/Pg.
+ * Why (docs/perf.md, CUDA forward v4 and session 9): v1-v3 did the block
+ * merges with fp32 FMAs fed by shared-memory loads, ~640 warp-wide 16-byte
+ * loads per value head, and read X, QK, gamma and beta back from shared
+ * memory for Ag/Pg; v4 walked each block column down (nine dependent
+ * products for column 0, none for column 3), doubling has five.
  *
  * Outputs go from accumulator layout (a thread holds two adjacent columns of
  * a row) to 16-byte global stores through a per-warp staging tile (stmatrix,
  * then 16-byte loads). Gamma is kept in shared memory times log2(e), so each
  * Gamma entry is one ex2; only the n-tiles that cut the diagonal are masked.
  * The merges split each A fragment into tf32 parts once per k-step.
+ * Their temporaries (the level-1 products, T) live in X's blocks above the
+ * diagonal, which step c does not read.
  *
  * Shared memory: X (two heads, fp32) reuses the Q/K tiles' space (dead once
  * KK and QK are formed); ~65 KB at K = 128 and group 4: three CTAs per SM.

@@ -74,8 +74,6 @@ constexpr int C = FQLA_FWD_CHUNK;
  * loads (row g, columns 2t, 2t+1) hit every bank once per half warp. */
 constexpr int LDF = C + 8;
 constexpr int HB = 2; /* value heads per batch in step 4: four warps each */
-/* PAIR at group 1 (fqla_cuda_fwd_tune_prep_pair; on by default) */
-int g_prep_pair = 1;
 
 template <int KD>
 struct prep_smem {
@@ -612,8 +610,7 @@ cudaError_t launch_kd(const fqla_fwd_params &p, cudaStream_t stream)
      * at group 1 two chunks per CTA (PAIR) */
     if (!p.Pg) {
         if (p.K != 128) return cudaErrorInvalidValue;
-        return p.group == 1 && g_prep_pair ? launch<T, 128, PREC, false, true>(p, stream)
-                                           : launch<T, 128, PREC, false>(p, stream);
+        return p.group == 1 ? launch<T, 128, PREC, false, true>(p, stream) : launch<T, 128, PREC, false>(p, stream);
     }
     switch (p.K) {
     case 64: return launch<T, 64, PREC>(p, stream);
@@ -635,13 +632,6 @@ cudaError_t launch_variant(const fqla_fwd_params &p, int variant, cudaStream_t s
 }
 
 } // namespace
-
-/* Benchmarks and tests: 0 runs the prepare kernel without Q one chunk per
- * CTA at group 1 too (the PAIR mode off). */
-extern "C" void fqla_cuda_fwd_tune_prep_pair(int on)
-{
-    g_prep_pair = on != 0;
-}
 
 /* hb: the variant of fqla_cuda_fwd_tune's first argument (see the top). */
 cudaError_t fqla_fwd_launch_prepare(const fqla_fwd_params &p, int io_bf16, int hb, cudaStream_t stream)

@@ -70,6 +70,18 @@ __device__ __forceinline__ void store_state(const fqla_fwd_params &p, const floa
     }
 }
 
+/* Token t's factors for the chain from gamma (gm, the chunk's inclusive
+ * cumsum; gC its last entry) and the l2norm factors rq, rk (1 without
+ * l2norm): (u_t, d_t) = (e^gamma_t rk_t, e^(gamma_C - gamma_t) rk_t) and
+ * o_t = scale rq_t e^gamma_t, written once per CTA for every consumer. */
+__device__ __forceinline__ void token_factors(float2 *ud, float *fo, const float *gm, int t, float gC, float rq,
+                                              float rk, float scale)
+{
+    const float eg = __expf(gm[t]);
+    ud[t] = make_float2(eg * rk, __expf(gC - gm[t]) * rk);
+    fo[t] = scale * rq * eg;
+}
+
 /* S^T in the io dtype: the A operand of G2, one k-step of 16 keys per kk. */
 template <typename T, int KS>
 __device__ __forceinline__ void pack_state(uint32_t (&sf)[KS][4], const float (&S)[8 * KS])

@@ -269,9 +269,7 @@ __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
                         if (OUT) rq = reinterpret_cast<const float *>(st + cfg::oRq)[t];
                         rk = reinterpret_cast<const float *>(st + cfg::oRk)[t];
                     }
-                    const float eg = __expf(gm[t]);
-                    ud[t] = make_float2(eg * rk, __expf(gC - gm[t]) * rk);
-                    fo[t] = p.scale * rq * eg;
+                    fqla_chain::token_factors(ud, fo, gm, t, gC, rq, rk, p.scale);
                 }
                 fqla_mbar_arrive(&ready[s]);
             }

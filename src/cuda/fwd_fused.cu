@@ -32,14 +32,11 @@
  */
 #include "cuda/fwd_chain.cuh"
 #include "cuda/fwd_common.cuh"
-#include "cuda/fwd_prep_math.cuh"
 #include "cuda/fwd_ptx.cuh"
 #include "cuda/hopper.cuh"
 #include "cuda/pdl.cuh"
 
 namespace {
-
-using namespace fqla_pm;
 
 constexpr int C = FQLA_FWD_CHUNK;
 constexpr uint32_t TILE = C * 128; /* one [64 rows][64 b16] tile, 128-byte swizzle */
@@ -205,19 +202,12 @@ __global__ void __launch_bounds__(512, 1)
             FU_CLK(1, tid == 0);
             const float *gam = reinterpret_cast<const float *>(st + cfg::oGam);
             if (warp == 0) {
-                /* the chain's token factors u_t = e^gamma_t, d_t =
-                 * e^(gamma_C - gamma_t), o_t = scale e^gamma_t
-                 * (fwd_chunk_wg.cu's factor warp) */
+                /* the chain's token factors (no l2norm on this path) */
                 float2 *ud = reinterpret_cast<float2 *>(sl + cfg::sFac);
                 float *fo = reinterpret_cast<float *>(sl + cfg::sFac + 512);
                 const float gC = gam[C - 1];
 #pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const int t = lane + 32 * h;
-                    const float eg = __expf(gam[t]);
-                    ud[t] = make_float2(eg, __expf(gC - gam[t]));
-                    fo[t] = p.scale * eg;
-                }
+                for (int h = 0; h < 2; h++) fqla_chain::token_factors(ud, fo, gam, lane + 32 * h, gC, 1.f, 1.f, p.scale);
             }
             fqla_wg_wait<0>();
             fqla_reg_fence(accQK);
@@ -237,14 +227,14 @@ __global__ void __launch_bounds__(512, 1)
                         const int h = m & 1, j = 2 * j2 + (m >> 1), col = 8 * j + 2 * tq, row = r0 + 8 * h;
                         const float2 gc = *reinterpret_cast<const float2 *>(gam + col);
                         const bool rok = row < nvalid;
-                        float v0 = p.scale * accQK[4 * j + 2 * h] * ex2(gi[h] - gc.x * L2E);
-                        float v1 = p.scale * accQK[4 * j + 2 * h + 1] * ex2(gi[h] - gc.y * L2E);
+                        float v0 = p.scale * accQK[4 * j + 2 * h] * fqla_ex2(gi[h] - gc.x * L2E);
+                        float v1 = p.scale * accQK[4 * j + 2 * h + 1] * fqla_ex2(gi[h] - gc.y * L2E);
                         v0 = rok && col <= row && col < nvalid ? v0 : 0.f;
                         v1 = rok && col + 1 <= row && col + 1 < nvalid ? v1 : 0.f;
                         r[m] = io::pack(v0, v1);
                     }
                     const int mi = lane >> 3, row = 16 * warp + 8 * (mi & 1) + (lane & 7), ch = 2 * j2 + (mi >> 1);
-                    stsm_x4(sl + cfg::sPg + row * 128 + 16 * (ch ^ (row & 7)), r[0], r[1], r[2], r[3]);
+                    fqla_stsm_x4(sl + cfg::sPg + row * 128 + 16 * (ch ^ (row & 7)), r[0], r[1], r[2], r[3]);
                 }
             }
             fqla_mbar_arrive(&empty[s]); /* this thread's reads of the stage are done */

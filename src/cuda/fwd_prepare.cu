@@ -61,15 +61,112 @@
  * exits at once (with PAIR, its half runs on zeros and stores nothing).
  */
 #include "cuda/fwd_common.cuh"
-#include "cuda/fwd_prep_math.cuh"
 #include "cuda/fwd_ptx.cuh"
 #include "cuda/pdl.cuh"
 
 namespace {
 
-using namespace fqla_pm;
-
 constexpr int C = FQLA_FWD_CHUNK;
+
+__device__ __forceinline__ float load_gate(const void *p, int bf16, int64_t off)
+{
+    if (bf16) return __bfloat162float(((const __nv_bfloat16 *)p)[off]);
+    return ((const float *)p)[off];
+}
+
+/* log(1 + e^x) without overflow (the CPU reference's form). */
+__device__ __forceinline__ float softplus_f(float x)
+{
+    return x > 0.f ? x + log1pf(expf(-x)) : log1pf(expf(x));
+}
+__device__ __forceinline__ float sigmoid_f(float x)
+{
+    if (x >= 0.f) return 1.f / (1.f + expf(-x));
+    float e = expf(x);
+    return e / (1.f + e);
+}
+
+/* Token tt (of batch row batch) of value head hv: its gate (the log decay
+ * g, or -exp(A_log) softplus(g + dt_bias) with the in-kernel gate) and its
+ * beta (optionally sigmoid, times 2 with negative eigenvalues allowed). */
+__device__ __forceinline__ void token_gate_beta(const fqla_fwd_params &p, int64_t batch, int64_t tt, int hv,
+                                                float &g, float &b)
+{
+    g = load_gate(p.g, p.g_bf16, batch * p.g_sb + tt * p.g_st + hv * p.g_sh);
+    b = load_gate(p.beta, p.beta_bf16, batch * p.b_sb + tt * p.b_st + hv * p.b_sh);
+    if (p.gate_in_kernel) g = -expf(p.A_log[hv * p.alog_s]) * softplus_f(g + p.dt_bias[hv * p.dtb_s]);
+    if (p.beta_sigmoid) {
+        b = sigmoid_f(b);
+        if (p.neg_eig) b *= 2.f;
+    }
+}
+
+/* tf32 operand: round to nearest (ties away), the 13 low bits cleared. */
+__device__ __forceinline__ uint32_t to_tf32(float x)
+{
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r & 0xffffe000u;
+}
+
+/* An fp32 operand as tf32 parts. PREC 3 (3xTF32): fqla_tf32_split3. PREC 1:
+ * big = x rounded to tf32. */
+template <int PREC>
+__device__ __forceinline__ void split_tf32(float x, uint32_t &big, uint32_t &small)
+{
+    if (PREC == 3) {
+        fqla_tf32_split3(x, big, small);
+    } else {
+        big = to_tf32(x);
+        small = 0u;
+    }
+}
+template <int PREC>
+struct tf32_a {
+    uint32_t big[4], small[4];
+    /* from fp32 values in A fragment order */
+    __device__ __forceinline__ tf32_a(float a0, float a1, float a2, float a3)
+    {
+        split_tf32<PREC>(a0, big[0], small[0]);
+        split_tf32<PREC>(a1, big[1], small[1]);
+        split_tf32<PREC>(a2, big[2], small[2]);
+        split_tf32<PREC>(a3, big[3], small[3]);
+    }
+};
+
+/* d += A B for one m16n8k8 step (A fragment split once per k-step, B
+ * fragment b0, b1 fp32). PREC 3: the small products first, small x small
+ * dropped: about fp32 accuracy. PREC 1: plain tf32. */
+template <int PREC>
+__device__ __forceinline__ void mma_f32(float (&d)[4], const tf32_a<PREC> &a, float b0, float b1)
+{
+    uint32_t bb0, bb1, bs0, bs1;
+    split_tf32<PREC>(b0, bb0, bs0);
+    split_tf32<PREC>(b1, bb1, bs1);
+    if (PREC == 3) {
+        fqla_mma_tf32(d, a.small, bb0, bb1);
+        fqla_mma_tf32(d, a.big, bs0, bs1);
+    }
+    fqla_mma_tf32(d, a.big, bb0, bb1);
+}
+
+/* Zeroes o rows [64 tb, 64 tb + 64) past cu[N]. */
+template <typename T>
+__device__ __forceinline__ void zero_tail(const fqla_fwd_params &p, int64_t tb)
+{
+    const int64_t end = fqla_fwd_cu(p, p.N);
+    if ((tb + 1) * C <= end) return; /* every row of the block is in a sequence */
+    const int vec_per_head = p.V / 8;
+    const int per_row = p.HV * vec_per_head;
+    for (int idx = threadIdx.x; idx < C * per_row; idx += blockDim.x) {
+        int64_t t = tb * C + idx / per_row;
+        if (t < end || t >= p.T) continue;
+        int r = idx % per_row;
+        int h = r / vec_per_head, cv = r % vec_per_head;
+        T *dst = (T *)p.o + t * p.o_st + h * p.o_sh + cv * 8;
+        *reinterpret_cast<uint4 *>(dst) = make_uint4(0, 0, 0, 0);
+    }
+}
 /* fp32 matrices KK and X: [64][72]. 72 = 8 mod 32 words: the float2 operand
  * loads (row g, columns 2t, 2t+1) hit every bank once per half warp. */
 constexpr int LDF = C + 8;
@@ -127,7 +224,7 @@ __device__ __forceinline__ void store_tile(T *dst, const uint32_t (&u)[4][2], in
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         const int r = (lane & 7) + 8 * h, mi = lane >> 3;
-        stsm_x4(stage + r * 64 + 16 * (mi ^ ((r >> 1) & 3)), u[0][h], u[1][h], u[2][h], u[3][h]);
+        fqla_stsm_x4(stage + r * 64 + 16 * (mi ^ ((r >> 1) & 3)), u[0][h], u[1][h], u[2][h], u[3][h]);
     }
     __syncwarp();
 #pragma unroll
@@ -279,8 +376,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
             gv[h] = 0.f;
             bv[h] = 0.f;
             if (i < nvalid) {
-                token_load(p, batch, t0 + i, hv, gv[h], bv[h]);
-                token_transform(p, hv, gv[h], bv[h]);
+                token_gate_beta(p, batch, t0 + i, hv, gv[h], bv[h]);
             }
         }
         /* inclusive scan of 64 values: rows lane and lane + 32 */
@@ -414,8 +510,8 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
 #pragma unroll
                     for (int h = 0; h < 2; h++) {
                         const int r = r0 + g + 8 * h;
-                        float v0 = aqk[nt][2 * h] * ex2(gi[h] - gc.x);
-                        float v1 = aqk[nt][2 * h + 1] * ex2(gi[h] - gc.y);
+                        float v0 = aqk[nt][2 * h] * fqla_ex2(gi[h] - gc.x);
+                        float v1 = aqk[nt][2 * h + 1] * fqla_ex2(gi[h] - gc.y);
                         if (cb >= r0) { /* the diagonal block: i >= j only */
                             v0 = col <= r ? v0 : 0.f;
                             v1 = col + 1 <= r ? v1 : 0.f;
@@ -560,8 +656,8 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
                     for (int h = 0; h < 2; h++) {
                         const int r = r0 + g + 8 * h;
                         const float2 xv = *reinterpret_cast<const float2 *>(Xh + r * LDF + col);
-                        float v0 = ex2(gi[h] - gc.x) * xv.x * bc.x;
-                        float v1 = ex2(gi[h] - gc.y) * xv.y * bc.y;
+                        float v0 = fqla_ex2(gi[h] - gc.x) * xv.x * bc.x;
+                        float v1 = fqla_ex2(gi[h] - gc.y) * xv.y * bc.y;
                         if (cb >= r0) { /* the diagonal block: i >= j only */
                             v0 = col <= r ? v0 : 0.f;
                             v1 = col + 1 <= r ? v1 : 0.f;

@@ -142,4 +142,20 @@ FQLA_DEV void fqla_frag_b_nk(uint32_t (&b)[4], const T *base, int ld, int k0, in
     fqla_ldsm_x4(b, base + (n0 + (lane & 7) + ((lane >> 4) << 3)) * ld + k0 + (((lane >> 3) & 1) << 3));
 }
 
+/* 2^x (MUFU, ~2 ulp; 0 for large negative x) */
+FQLA_DEV float fqla_ex2(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+/* Four 8x8 b16 matrices from accumulator-layout registers; lane l gives the
+ * row address of matrix l / 8. */
+FQLA_DEV void fqla_stsm_x4(void *p, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3)
+{
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
+                 :: "r"(fqla_smem_u32(p)), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
+}
+
 #endif

@@ -186,6 +186,9 @@ CHAIN_SPANS = ["stage wait", "G1+G2 issue", "G1+G2 wait", "G4 form+issue", "G4 w
 FUSED_PREP_SPANS = ["stage wait", "QK issue+slot wait", "factors+QK wait", "Pg"]
 FUSED_CHAIN_SPANS = ["stage+slot wait", "G2", "G1+G4", "G5+G6", "output"]
 
+# fwd_prepare.cu's spans under -DFQLA_PREP_CLOCKS
+PREP_SPANS = ["setup", "gates", "copy wait", "KK", "diag solve", "merge 1", "merge 2", "merge 3", "Ag"]
+
 
 def debug_clocks(lib, name, n, call):
     """Instrumented builds only (FQLA_SCAN_CLOCKS, FQLA_CHAIN_CLOCKS): the
@@ -449,6 +452,11 @@ def main():
                             buf[14], ", ".join("%s %.0f" % (nm, buf[i] / npc) for i, nm in enumerate(FUSED_PREP_SPANS)),
                             buf[15], ", ".join("%s %.0f" % (nm, buf[8 + i] / ncc) for i, nm in enumerate(FUSED_CHAIN_SPANS))),
                             flush=True)
+                    buf = debug_clocks(lib, "fqla_cuda_debug_prep_clocks", 16, ours)
+                    if buf and buf[14]:
+                        print("    prepare cycles per CTA (%d timed): %s; lifetime %.0f" % (
+                            buf[14], ", ".join("%s %.0f" % (nm, buf[i] / buf[14]) for i, nm in enumerate(PREP_SPANS)),
+                            buf[15] / buf[14]), flush=True)
                     buf = debug_clocks(lib, "fqla_cuda_debug_chain_clocks", 18, ours)
                     if buf:
                         for cw in range(2):

@@ -289,6 +289,31 @@ __device__ __forceinline__ void mm16(float (&acc)[2][4], const float *a, const f
     }
 }
 
+#ifdef FQLA_PREP_CLOCKS
+/* Instrumented builds only (nvcc -DFQLA_PREP_CLOCKS): clock64 spans of
+ * thread 0 of each half (PAIR) or of the CTA, in the CTAs of q/k head 0:
+ * 0 setup and copy issue, 1 gates, 2 copy wait, 3 K K^T (and Q K^T, Pg),
+ * 4 diagonal solve, 5-7 the merges' three levels, 8 Ag; [14] counts the
+ * CTAs (halves) timed, [15] sums their lifetimes. */
+__device__ unsigned long long g_prep_clk[16];
+#define PR_CLK_START const long long pr_t0_ = clock64(); long long pr_t_ = pr_t0_
+#define PR_CLK(i)                                                                                       \
+    do {                                                                                                \
+        const long long t1_ = clock64();                                                                \
+        if ((tid & 127) == 0 && (PAIR || tid == 0) && blockIdx.y == 0) {                                \
+            atomicAdd(&g_prep_clk[i], (unsigned long long)(t1_ - pr_t_));                               \
+            if ((i) == 8) {                                                                             \
+                atomicAdd(&g_prep_clk[14], 1ull);                                                       \
+                atomicAdd(&g_prep_clk[15], (unsigned long long)(t1_ - pr_t0_));                         \
+            }                                                                                           \
+        }                                                                                               \
+        pr_t_ = t1_;                                                                                    \
+    } while (0)
+#else
+#define PR_CLK_START
+#define PR_CLK(i)
+#endif
+
 template <typename T, int KD, int PREC, bool WQ, bool PAIR>
 __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const fqla_fwd_params p)
 {
@@ -324,6 +349,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
     /* the chunk kernel may start launching (it waits for this kernel's end
      * before its first global access: pdl.cuh) */
     fqla_pdl_trigger();
+    PR_CLK_START;
 
     if ((int64_t)blockIdx.x >= ctas) {
         zero_tail<T>(p, ((int64_t)blockIdx.x - ctas) * gridDim.y + hq);
@@ -365,6 +391,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
         }
         fqla_cp_async_commit();
     }
+    PR_CLK(0);
     /* gate, beta, gamma of every value head of the group: one warp per head
      * (PAIR: the first warp of each half, its chunk) */
     for (int jj = PAIR ? ((warp & 3) == 0 ? half : 2) : warp; jj < ng; jj += FQLA_FWD_THREADS / 32) {
@@ -399,8 +426,10 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
             gdst[lane + 32] = gv[1];
         }
     }
+    PR_CLK(1);
     fqla_cp_async_wait_all();
     __syncthreads();
+    PR_CLK(2);
 
     /* 2. l2norm factors: 128 row tasks (64 of Q, 64 of K), 16 per warp */
     if (p.l2norm) {
@@ -524,6 +553,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
         }
     }
 
+    PR_CLK(3);
     /* 4. per batch of up to HB value heads: warp -> head hh = w / 4 of the
      * batch, block column bj = w % 4. Q and K are dead from here on (the
      * barrier after the products above): X overwrites them. */
@@ -571,6 +601,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
             }
         }
         __syncthreads();
+        PR_CLK(4);
 
         /* b. the off-diagonal blocks by doubling, X = (I + M)^-1 with
          * M = diag(beta) StrictLower(KK), in three levels separated by
@@ -614,6 +645,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
                 }
             }
             __syncthreads();
+            PR_CLK(5);
             /* level 2 */
             if (active && (r == 1 || r == 3)) {
                 const int i = r == 1 ? 2 : 3;
@@ -624,6 +656,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
                 store16(blk(Xw, r == 1 ? 0 : 1, 3), acc, lane);  /* T_i1 */
             }
             __syncthreads();
+            PR_CLK(6);
             /* level 3: T_2j at block (0, 2 + j), T_3j at (1, 2 + j) */
             if (active) {
                 const int j = r & 1, i = r < 2 ? 2 : 3;
@@ -635,6 +668,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
             }
         }
         __syncthreads();
+        PR_CLK(7);
 
         /* c. Ag = Gamma (.) X diag(beta): this warp's tile of each head */
         for (int h2 = 0; h2 < nb; h2++) {
@@ -669,7 +703,21 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
             store_tile<T>((T *)p.Ag + ((size_t)sl * p.HV + hv) * C * C, u, r0, n0, lane, stage);
         }
     }
+    PR_CLK(8); /* at group > 2, spans 4-7 sum over the batches and span 4 holds the earlier batches' Ag */
 }
+
+#ifdef FQLA_PREP_CLOCKS
+} // namespace
+/* Instrumented builds: the clock sums since the last call (then reset). */
+extern "C" int fqla_cuda_debug_prep_clocks(unsigned long long out[16])
+{
+    if (cudaDeviceSynchronize() != cudaSuccess || cudaMemcpyFromSymbol(out, g_prep_clk, sizeof g_prep_clk) != cudaSuccess)
+        return -1;
+    static const unsigned long long z[16] = {0};
+    return cudaMemcpyToSymbol(g_prep_clk, z, sizeof z) == cudaSuccess ? 0 : -1;
+}
+namespace {
+#endif
 
 template <typename T, int KD, int PREC, bool WQ = true, bool PAIR = false>
 cudaError_t launch(const fqla_fwd_params &p, cudaStream_t stream)

@@ -86,14 +86,26 @@ __device__ __forceinline__ float sigmoid_f(float x)
     return e / (1.f + e);
 }
 
-/* Token tt (of batch row batch) of value head hv: its gate (the log decay
- * g, or -exp(A_log) softplus(g + dt_bias) with the in-kernel gate) and its
- * beta (optionally sigmoid, times 2 with negative eigenvalues allowed). */
-__device__ __forceinline__ void token_gate_beta(const fqla_fwd_params &p, int64_t batch, int64_t tt, int hv,
-                                                float &g, float &b)
+/* Rows i = lane, lane + 32 of a chunk (t0, nvalid valid rows) of value
+ * head hv: the stored gate and beta, 0 past the end. Issued before the
+ * chunk's K copies: behind them the loads waited ~11 k cycles (docs/perf.md,
+ * session 10). */
+__device__ __forceinline__ void load_gate_beta(const fqla_fwd_params &p, int64_t batch, int64_t t0, int nvalid, int hv,
+                                               int lane, float (&g)[2], float (&b)[2])
 {
-    g = load_gate(p.g, p.g_bf16, batch * p.g_sb + tt * p.g_st + hv * p.g_sh);
-    b = load_gate(p.beta, p.beta_bf16, batch * p.b_sb + tt * p.b_st + hv * p.b_sh);
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int64_t tt = t0 + lane + 32 * h;
+        const bool ok = lane + 32 * h < nvalid;
+        g[h] = ok ? load_gate(p.g, p.g_bf16, batch * p.g_sb + tt * p.g_st + hv * p.g_sh) : 0.f;
+        b[h] = ok ? load_gate(p.beta, p.beta_bf16, batch * p.b_sb + tt * p.b_st + hv * p.b_sh) : 0.f;
+    }
+}
+/* A stored gate and beta of value head hv to the log decay (g, or
+ * -exp(A_log) softplus(g + dt_bias) with the in-kernel gate) and beta
+ * (optionally sigmoid, times 2 with negative eigenvalues allowed). */
+__device__ __forceinline__ void finish_gate_beta(const fqla_fwd_params &p, int hv, float &g, float &b)
+{
     if (p.gate_in_kernel) g = -expf(p.A_log[hv * p.alog_s]) * softplus_f(g + p.dt_bias[hv * p.dtb_s]);
     if (p.beta_sigmoid) {
         b = sigmoid_f(b);
@@ -193,16 +205,33 @@ struct prep_smem {
  * Returns 0 when the slot holds no chunk. */
 __device__ int find_slot(const fqla_fwd_params &p, int64_t s, int64_t &c_out, int64_t &start_out, int64_t &len_out)
 {
-    int64_t lo = 0, hi = p.N - 1;
-    while (lo < hi) {
-        int64_t mid = (lo + hi + 1) >> 1;
-        if (fqla_fwd_cu(p, mid) / C + mid <= s) lo = mid;
-        else hi = mid - 1;
+    int64_t lo, start, len;
+    if (p.N < 32) {
+        /* one round of loads: lane j holds cu[j]; the bases are strictly
+         * increasing in j, so the sequence is the count of those <= s, less
+         * one (the binary search below takes log2 N + 1 dependent rounds of
+         * L2 latency, ~1 k cycles each under the kernel's load: docs/perf.md,
+         * session 10) */
+        const int lane = threadIdx.x & 31;
+        const int64_t cu = lane <= p.N ? fqla_fwd_cu(p, lane) : 0;
+        const unsigned below = __ballot_sync(0xffffffffu, lane < p.N && cu / C + lane <= s);
+        lo = __popc(below) - 1;
+        if (lo < 0) lo = 0; /* s below base(0) = 0 cannot happen; kept safe */
+        start = __shfl_sync(0xffffffffu, cu, (int)lo);
+        len = __shfl_sync(0xffffffffu, cu, (int)lo + 1) - start;
+    } else {
+        int64_t hi = p.N - 1;
+        lo = 0;
+        while (lo < hi) {
+            int64_t mid = (lo + hi + 1) >> 1;
+            if (fqla_fwd_cu(p, mid) / C + mid <= s) lo = mid;
+            else hi = mid - 1;
+        }
+        start = fqla_fwd_cu(p, lo);
+        len = fqla_fwd_cu(p, lo + 1) - start;
     }
-    const int64_t start = fqla_fwd_cu(p, lo);
     const int64_t base = start / C + lo;
     if (base > s) return 0;
-    const int64_t len = fqla_fwd_cu(p, lo + 1) - start;
     const int64_t c = s - base;
     if (c * C >= len) return 0;
     c_out = c;
@@ -374,6 +403,11 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
     __shared__ int have_pair[2];
     if (PAIR && (tid & 127) == 0) have_pair[half] = have; /* read in step 4c, after barriers */
 
+    /* the gate warps' first head's gates and betas, issued first */
+    const int jg0 = PAIR ? ((warp & 3) == 0 ? half : 2) : warp; /* gate warp's first head (PAIR: chunk) */
+    float graw[2] = {0.f, 0.f}, braw[2] = {0.f, 0.f};
+    if (jg0 < ng) load_gate_beta(p, batch, t0, nvalid, PAIR ? hq : hq * p.group + jg0, lane, graw, braw);
+
     /* 1. Q, K rows (zero past the end): copies in flight during the gates */
     {
         const T *qb = (const T *)p.q + batch * p.q_sb + hq * p.q_sh;
@@ -394,18 +428,17 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
     PR_CLK(0);
     /* gate, beta, gamma of every value head of the group: one warp per head
      * (PAIR: the first warp of each half, its chunk) */
-    for (int jj = PAIR ? ((warp & 3) == 0 ? half : 2) : warp; jj < ng; jj += FQLA_FWD_THREADS / 32) {
+    for (int jj = jg0; jj < ng; jj += FQLA_FWD_THREADS / 32) {
         const int hv = PAIR ? hq : hq * p.group + jj;
         float gv[2], bv[2];
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            int i = lane + 32 * h;
-            gv[h] = 0.f;
-            bv[h] = 0.f;
-            if (i < nvalid) {
-                token_gate_beta(p, batch, t0 + i, hv, gv[h], bv[h]);
-            }
+        if (jj == jg0) {
+            gv[0] = graw[0], gv[1] = graw[1], bv[0] = braw[0], bv[1] = braw[1];
+        } else {
+            load_gate_beta(p, batch, t0, nvalid, hv, lane, gv, bv);
         }
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+            if (lane + 32 * h < nvalid) finish_gate_beta(p, hv, gv[h], bv[h]);
         /* inclusive scan of 64 values: rows lane and lane + 32 */
 #pragma unroll
         for (int h = 0; h < 2; h++)

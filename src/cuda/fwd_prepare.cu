@@ -1,7 +1,6 @@
 /*
  * fwd_prepare.cu - the forward's chunk-parallel preparation kernel
- * (DESIGN.md §2). One CTA of 256 threads per (chunk slot, q/k head), the
- * head fastest in the one-dimensional grid:
+ * (DESIGN.md §2). One CTA of 256 threads per (chunk slot, q/k head):
  *
  *   1. start the copies of the chunk's Q and K rows (rows past the sequence
  *      end read as 0); meanwhile, for every value head of the GVA group, the
@@ -57,8 +56,7 @@
  * "heads" to work on instead of one (docs/perf.md, session 9).
  *
  * Extra CTAs (past the slots' CTAs, varlen only) zero the rows of o after
- * the last sequence, one 64-row block each (block (x - slot CTAs) H + y for
- * CTA x of head y). A
+ * the last sequence, one 64-row block each (block (x - slot CTAs) H + y). A
  * slot that belongs to no chunk (base(n) + c with c past sequence n's end)
  * exits at once (with PAIR, its half runs on zeros and stores nothing).
  */
@@ -322,7 +320,9 @@ __device__ __forceinline__ void mm16(float (&acc)[2][4], const float *a, const f
 
 #ifdef FQLA_PREP_CLOCKS
 /* Instrumented builds only (nvcc -DFQLA_PREP_CLOCKS): clock64 spans of
- * thread 0 of each half (PAIR) or of the CTA, in the CTAs of q/k head 0:
+ * thread 0 of each half (PAIR) or of the CTA, in the CTAs (x, x % H), spread
+ * over the waves (the CTAs of one head are the first wave, whose loads all
+ * start together and were 1.4x as long: docs/perf.md, session 10):
  * 0 setup and copy issue, 1 gates, 2 copy wait, 3 K K^T (and Q K^T, Pg),
  * 4 diagonal solve, 5-7 the merges' three levels, 8 Ag; [14] counts the
  * CTAs (halves) timed, [15] sums their lifetimes. */
@@ -331,7 +331,7 @@ __device__ unsigned long long g_prep_clk[16];
 #define PR_CLK(i)                                                                                       \
     do {                                                                                                \
         const long long t1_ = clock64();                                                                \
-        if ((tid & 127) == 0 && (PAIR || tid == 0) && hq == 0) {                                        \
+        if ((tid & 127) == 0 && (PAIR || tid == 0) && blockIdx.y == blockIdx.x % gridDim.y) {                              \
             atomicAdd(&g_prep_clk[i], (unsigned long long)(t1_ - pr_t_));                               \
             if ((i) == 8) {                                                                             \
                 atomicAdd(&g_prep_clk[14], 1ull);                                                       \
@@ -375,21 +375,15 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
     const int g = lane >> 2, t = lane & 3;
     const int half = PAIR ? warp >> 2 : 0;
     const int64_t ctas = PAIR ? (p.slots + 1) / 2 : p.slots; /* CTAs with chunk slots */
-    /* the grid is one-dimensional, q/k head fastest: the CTAs resident
-     * together read all heads' K rows of a few chunks (8 KB contiguous per
-     * token at H = 32) and share the chunk's gate lines in L2; slots
-     * fastest spread them over 256-byte pieces 8 KB apart (docs/perf.md,
-     * session 10) */
-    const int hq = (int)(blockIdx.x % (unsigned)p.H);
-    const int64_t xb = blockIdx.x / (unsigned)p.H; /* the CTA's slot (PAIR: slot pair) or tail block */
-    const int64_t slot = PAIR ? 2 * xb + half : xb;
+    const int64_t slot = PAIR ? 2 * (int64_t)blockIdx.x + half : blockIdx.x;
+    const int hq = blockIdx.y;
     /* the chunk kernel may start launching (it waits for this kernel's end
      * before its first global access: pdl.cuh) */
     fqla_pdl_trigger();
     PR_CLK_START;
 
-    if (xb >= ctas) {
-        zero_tail<T>(p, (xb - ctas) * p.H + hq);
+    if ((int64_t)blockIdx.x >= ctas) {
+        zero_tail<T>(p, ((int64_t)blockIdx.x - ctas) * gridDim.y + hq);
         return;
     }
     /* a slot without a chunk: the CTA returns; with PAIR that half runs on
@@ -714,7 +708,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
         /* c. Ag = Gamma (.) X diag(beta): this warp's tile of each head */
         for (int h2 = 0; h2 < nb; h2++) {
             const int jj = j0 + h2, hv = PAIR ? hq : hq * p.group + jj;
-            const int64_t sl = PAIR ? 2 * xb + h2 : slot; /* PAIR: chunk h2's slot */
+            const int64_t sl = PAIR ? 2 * (int64_t)blockIdx.x + h2 : slot; /* PAIR: chunk h2's slot */
             if (PAIR && !have_pair[h2]) continue; /* warp-uniform */
             const float *Xh = X + h2 * C * LDF, *gh = gam + jj * C, *bh = bet + jj * C;
             const float gi[2] = {gh[r0 + g], gh[r0 + g + 8]};
@@ -778,14 +772,13 @@ cudaError_t launch(const fqla_fwd_params &p, cudaStream_t stream)
         if (dev >= 0 && dev < 64) configured[dev] = smem;
     }
     /* varlen: the 64-row blocks of o that may lie past the last sequence,
-     * spread over the heads (CTA (slot CTAs + x, head y) zeroes block
-     * x H + y). One block per slot CTA instead made the tail H times as
+     * spread over the H rows of the grid (CTA (slots + x, y) zeroes block
+     * x H + y). One block per CTA column instead made the tail H times as
      * many CTAs, nearly all of them exiting at once: 16384 of the 32896 CTAs
      * at 4 x 8192 tokens, H = 32 (docs/perf.md, session 7). */
     const int64_t tail = p.varlen ? ((p.T + C - 1) / C + p.H - 1) / p.H : 0;
-    const int64_t ctas = ((PAIR ? (p.slots + 1) / 2 : p.slots) + tail) * p.H; /* head fastest */
-    if (ctas > 0x7fffffff) return cudaErrorInvalidConfiguration;
-    fwd_prepare_kernel<T, KD, PREC, WQ, PAIR><<<(unsigned)ctas, FQLA_FWD_THREADS, smem, stream>>>(p);
+    dim3 grid((unsigned)((PAIR ? (p.slots + 1) / 2 : p.slots) + tail), (unsigned)p.H);
+    fwd_prepare_kernel<T, KD, PREC, WQ, PAIR><<<grid, FQLA_FWD_THREADS, smem, stream>>>(p);
     return cudaGetLastError();
 }
 

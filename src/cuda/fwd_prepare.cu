@@ -318,6 +318,48 @@ __device__ __forceinline__ void mm16(float (&acc)[2][4], const float *a, const f
     }
 }
 
+/* Without Q (the fused path): the KK blocks of 16 rows from r0 and NB block
+ * columns from 16 cb0 (all at or left of the diagonal), K K^T from the K
+ * tile (row stride LDQ), stored to KKd (fp32, row stride LDF). Straight-line
+ * code on two ldmatrix base addresses: the general loop below (its
+ * per-block skips, Q K^T beside it, addresses recomputed per load) was 16 %
+ * of the kernel's instructions (docs/perf.md, session 10). */
+template <typename T, int LDQ, int KD, int NB>
+__device__ __forceinline__ void kk_blocks(const T *Ksrc, float *KKd, int r0, int cb0, int lane)
+{
+    typedef fqla_io<T> io;
+    float acc[NB][2][4];
+#pragma unroll
+    for (int nb = 0; nb < NB; nb++)
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[nb][h][e] = 0.f;
+    const uint32_t a_at = fqla_smem_u32(Ksrc + (r0 + (lane & 15)) * LDQ + ((lane >> 4) << 3));
+    const uint32_t b_at = fqla_smem_u32(Ksrc + (16 * cb0 + (lane & 7) + ((lane >> 4) << 3)) * LDQ + (((lane >> 3) & 1) << 3));
+#pragma unroll
+    for (int ks = 0; ks < KD / 16; ks++) {
+        uint32_t a[4];
+        fqla_ldsm_x4_at(a, a_at + 32 * ks);
+#pragma unroll
+        for (int nb = 0; nb < NB; nb++) {
+            uint32_t b[4];
+            fqla_ldsm_x4_at(b, b_at + 2 * (16 * LDQ * nb + 16 * ks));
+            io::mma(acc[nb][0], a, b[0], b[1]);
+            io::mma(acc[nb][1], a, b[2], b[3]);
+        }
+    }
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int nb = 0; nb < NB; nb++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            float *d = KKd + (r0 + g) * LDF + 16 * (cb0 + nb) + 8 * h + 2 * t;
+            *reinterpret_cast<float2 *>(d) = make_float2(acc[nb][h][0], acc[nb][h][1]);
+            *reinterpret_cast<float2 *>(d + 8 * LDF) = make_float2(acc[nb][h][2], acc[nb][h][3]);
+        }
+}
+
 #ifdef FQLA_PREP_CLOCKS
 /* Instrumented builds only (nvcc -DFQLA_PREP_CLOCKS): clock64 spans of
  * thread 0 of each half (PAIR) or of the CTA, in the CTAs (x, x % H), spread
@@ -418,12 +460,25 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
         /* PAIR: each half its chunk's K, into the Q tile (half 0) or K tile */
         T *Kd = PAIR && half == 0 ? Qs : Ks;
         constexpr int CT = PAIR ? FQLA_FWD_THREADS / 2 : FQLA_FWD_THREADS;
-        for (int idx = PAIR ? tid & 127 : tid; idx < C * VPR; idx += CT) {
-            int i = idx / VPR, cv = idx % VPR;
-            int ok = i < nvalid;
-            int64_t tt = t0 + (ok ? i : 0);
-            if (WQ) fqla_cp_async16(Qs + i * LDQ + cv * 8, qb + tt * p.q_st + cv * 8, ok ? 16 : 0);
-            fqla_cp_async16(Kd + i * LDQ + cv * 8, kb + tt * p.k_st + cv * 8, ok ? 16 : 0);
+        static_assert(CT % VPR == 0, "whole rows per pass");
+        constexpr int RPI = CT / VPR; /* rows per pass */
+        /* a thread copies column vector cv of rows i0, i0 + RPI, ...: one
+         * pointer per operand stepped by RPI rows (the index and 64-bit
+         * address math per copy were 13 % of the kernel's instructions:
+         * docs/perf.md, session 10); rows past the end read nothing (size 0)
+         * from the chunk's first row */
+        const int tl = PAIR ? tid & 127 : tid, i0 = tl / VPR, cv = tl % VPR;
+        const T *k0 = kb + t0 * p.k_st + cv * 8, *q0 = qb + t0 * p.q_st + cv * 8;
+        const T *ks = k0 + i0 * p.k_st, *qs = q0 + i0 * p.q_st;
+        const int64_t kstep = RPI * p.k_st, qstep = RPI * p.q_st;
+#pragma unroll
+        for (int it = 0; it < C / RPI; it++) {
+            const int i = i0 + RPI * it;
+            const bool ok = i < nvalid;
+            if (WQ) fqla_cp_async16(Qs + i * LDQ + cv * 8, ok ? qs : q0, ok ? 16 : 0);
+            fqla_cp_async16(Kd + i * LDQ + cv * 8, ok ? ks : k0, ok ? 16 : 0);
+            ks += kstep;
+            qs += qstep;
         }
         fqla_cp_async_commit();
     }
@@ -467,7 +522,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
     PR_CLK(2);
 
     /* 2. l2norm factors: 128 row tasks (64 of Q, 64 of K), 16 per warp */
-    if (p.l2norm) {
+    if (WQ && p.l2norm) { /* without Q: no l2norm (the host refuses it) */
         for (int r = warp; r < 2 * C; r += 8) {
             const T *row = (r < C ? Qs + r * LDQ : Ks + (r - C) * LDQ);
             float ss = 0.f;
@@ -497,12 +552,24 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
      * Pg is zero above the diagonal), so a warp skips the products and KK
      * stores of its blocks above it (warp-uniform): two warps have none. */
     const int mw = warp & 3, r0 = 16 * mw, n0 = (warp >> 2) * 32;
-    /* PAIR: each half forms its chunk's KK, a warp its rows' 64 columns
-     * in two passes of 32 */
-    for (int pass = 0; pass < (PAIR ? 2 : 1); pass++) {
-        const int n0 = PAIR ? 32 * pass : (warp >> 2) * 32;
+    if constexpr (!WQ) {
+        /* without Q (no l2norm, no Pg on this path): KK only. PAIR: each
+         * half its chunk's KK, a warp the blocks of its rows up to the
+         * diagonal; else a warp its rows' blocks among columns n0..n0+31 */
         const T *Ksrc = PAIR && half == 0 ? Qs : Ks;
         float *KKd = PAIR ? KK + half * C * LDF : KK;
+        const int cb0 = PAIR ? 0 : n0 / 16;
+        const int nbk = PAIR ? mw + 1 : max(0, min(2, mw - cb0 + 1));
+        switch (nbk) { /* warp-uniform */
+        case 1: kk_blocks<T, LDQ, KD, 1>(Ksrc, KKd, r0, cb0, lane); break;
+        case 2: kk_blocks<T, LDQ, KD, 2>(Ksrc, KKd, r0, cb0, lane); break;
+        case 3: kk_blocks<T, LDQ, KD, 3>(Ksrc, KKd, r0, cb0, lane); break;
+        case 4: kk_blocks<T, LDQ, KD, 4>(Ksrc, KKd, r0, cb0, lane); break;
+        }
+    }
+    if constexpr (WQ) {
+        const T *Ksrc = Ks;
+        float *KKd = KK;
         float akk[4][4], aqk[4][4];
 #pragma unroll
         for (int i = 0; i < 4; i++)
@@ -788,7 +855,7 @@ cudaError_t launch_kd(const fqla_fwd_params &p, cudaStream_t stream)
     /* without Pg (the fused kernel forms it, K = 128 only): no Q, no Q K^T;
      * at group 1 two chunks per CTA (PAIR) */
     if (!p.Pg) {
-        if (p.K != 128) return cudaErrorInvalidValue;
+        if (p.K != 128 || p.l2norm) return cudaErrorInvalidValue;
         return p.group == 1 ? launch<T, 128, PREC, false, true>(p, stream) : launch<T, 128, PREC, false>(p, stream);
     }
     switch (p.K) {

@@ -321,13 +321,10 @@ __device__ __forceinline__ void mm16(float (&acc)[2][4], const float *a, const f
 /* Without Q (the fused path): the KK blocks of 16 rows from r0 and NB block
  * columns from 16 cb0 (all at or left of the diagonal), K K^T from the K
  * tile (row stride LDQ), stored to KKd (fp32, row stride LDF). Straight-line
- * code on one ldmatrix base address: the general loop below (its per-block
- * skips, Q K^T beside it, addresses recomputed per load) was 16 % of the
- * kernel's instructions (docs/perf.md, session 10). The A fragment of a
- * 16-row block of K is also the B fragment of K^T's two n-tiles of those
- * rows ({a0, a2} and {a1, a3}), so a warp loads each block once per k-step;
- * OWN: its own rows are the last of the NB blocks (else loaded apart). */
-template <typename T, int LDQ, int KD, int NB, bool OWN>
+ * code on two ldmatrix base addresses: the general loop below (its
+ * per-block skips, Q K^T beside it, addresses recomputed per load) was 16 %
+ * of the kernel's instructions (docs/perf.md, session 10). */
+template <typename T, int LDQ, int KD, int NB>
 __device__ __forceinline__ void kk_blocks(const T *Ksrc, float *KKd, int r0, int cb0, int lane)
 {
     typedef fqla_io<T> io;
@@ -339,18 +336,17 @@ __device__ __forceinline__ void kk_blocks(const T *Ksrc, float *KKd, int r0, int
 #pragma unroll
             for (int e = 0; e < 4; e++) acc[nb][h][e] = 0.f;
     const uint32_t a_at = fqla_smem_u32(Ksrc + (r0 + (lane & 15)) * LDQ + ((lane >> 4) << 3));
-    const uint32_t b_at = fqla_smem_u32(Ksrc + (16 * cb0 + (lane & 15)) * LDQ + ((lane >> 4) << 3));
+    const uint32_t b_at = fqla_smem_u32(Ksrc + (16 * cb0 + (lane & 7) + ((lane >> 4) << 3)) * LDQ + (((lane >> 3) & 1) << 3));
 #pragma unroll
     for (int ks = 0; ks < KD / 16; ks++) {
-        uint32_t f[NB][4], own[4];
-#pragma unroll
-        for (int nb = 0; nb < NB; nb++) fqla_ldsm_x4_at(f[nb], b_at + 2 * (16 * LDQ * nb + 16 * ks));
-        if (!OWN) fqla_ldsm_x4_at(own, a_at + 32 * ks);
-        const uint32_t(&a)[4] = OWN ? f[NB - 1] : own;
+        uint32_t a[4];
+        fqla_ldsm_x4_at(a, a_at + 32 * ks);
 #pragma unroll
         for (int nb = 0; nb < NB; nb++) {
-            io::mma(acc[nb][0], a, f[nb][0], f[nb][2]);
-            io::mma(acc[nb][1], a, f[nb][1], f[nb][3]);
+            uint32_t b[4];
+            fqla_ldsm_x4_at(b, b_at + 2 * (16 * LDQ * nb + 16 * ks));
+            io::mma(acc[nb][0], a, b[0], b[1]);
+            io::mma(acc[nb][1], a, b[2], b[3]);
         }
     }
     const int g = lane >> 2, t = lane & 3;
@@ -564,13 +560,11 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
         float *KKd = PAIR ? KK + half * C * LDF : KK;
         const int cb0 = PAIR ? 0 : n0 / 16;
         const int nbk = PAIR ? mw + 1 : max(0, min(2, mw - cb0 + 1));
-        const bool own = mw <= cb0 + nbk - 1; /* then the last of the blocks */
-        switch (2 * nbk + own) { /* warp-uniform */
-        case 3: kk_blocks<T, LDQ, KD, 1, true>(Ksrc, KKd, r0, cb0, lane); break;
-        case 5: kk_blocks<T, LDQ, KD, 2, true>(Ksrc, KKd, r0, cb0, lane); break;
-        case 4: kk_blocks<T, LDQ, KD, 2, false>(Ksrc, KKd, r0, cb0, lane); break;
-        case 7: kk_blocks<T, LDQ, KD, 3, true>(Ksrc, KKd, r0, cb0, lane); break;
-        case 9: kk_blocks<T, LDQ, KD, 4, true>(Ksrc, KKd, r0, cb0, lane); break;
+        switch (nbk) { /* warp-uniform */
+        case 1: kk_blocks<T, LDQ, KD, 1>(Ksrc, KKd, r0, cb0, lane); break;
+        case 2: kk_blocks<T, LDQ, KD, 2>(Ksrc, KKd, r0, cb0, lane); break;
+        case 3: kk_blocks<T, LDQ, KD, 3>(Ksrc, KKd, r0, cb0, lane); break;
+        case 4: kk_blocks<T, LDQ, KD, 4>(Ksrc, KKd, r0, cb0, lane); break;
         }
     }
     if constexpr (WQ) {
@@ -695,29 +689,14 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
                 const float *ba = bet + (j0 + ha) * C;
                 float *Xa = X + ha * C * LDF;
                 const float *KK = PAIR ? KKall + ha * C * LDF : KKall;
-                float acc[16], x[16], bv[16];
-#pragma unroll
-                for (int q = 0; q < 4; q++) {
-                    const float4 b4 = *reinterpret_cast<const float4 *>(ba + s + 4 * q);
-                    bv[4 * q] = b4.x, bv[4 * q + 1] = b4.y, bv[4 * q + 2] = b4.z, bv[4 * q + 3] = b4.w;
-                }
+                float acc[16], x[16];
 #pragma unroll
                 for (int i = 0; i < 16; i++) acc[i] = 0.f;
 #pragma unroll
                 for (int i = 0; i < 16; i++) {
-                    x[i] = (i == jc ? 1.f : 0.f) - bv[i] * acc[i];
-                    /* column i below the diagonal read as row i right of it
-                     * (K K^T is symmetric and the diagonal blocks are stored
-                     * whole): 16-byte broadcast loads, 36 per block instead
-                     * of 120 scalar ones (docs/perf.md, session 10) */
+                    x[i] = (i == jc ? 1.f : 0.f) - ba[s + i] * acc[i];
 #pragma unroll
-                    for (int q = (i + 1) / 4; q < 4; q++) {
-                        const float4 k4 = *reinterpret_cast<const float4 *>(KK + (s + i) * LDF + s + 4 * q);
-                        const float kv[4] = {k4.x, k4.y, k4.z, k4.w};
-#pragma unroll
-                        for (int e = 0; e < 4; e++)
-                            if (4 * q + e > i) acc[4 * q + e] += kv[e] * x[i];
-                    }
+                    for (int r = i + 1; r < 16; r++) acc[r] += KK[(s + r) * LDF + s + i] * x[i];
                 }
 #pragma unroll
                 for (int i = 0; i < 16; i++) Xa[(s + i) * LDF + s + jc] = x[i];

@@ -194,8 +194,10 @@ __device__ __forceinline__ bool fqla_fwd_span(const fqla_fwd_params &p, int64_t 
 /* Launchers (fwd_prepare.cu, fwd_chunk.cu): enqueue on stream, return the
  * launch error. kd is K; bv the V slice of the chunk kernel. io_bf16 picks
  * bf16 (else fp16). hb and late pick the variant (0 / -1: the default; hb = 2:
- * plain-tf32 merges). */
-cudaError_t fqla_fwd_launch_prepare(const fqla_fwd_params &p, int io_bf16, int hb, cudaStream_t stream);
+ * plain-tf32 merges). tmK: k's TMA map (fqla_fwd_tma_maps), required without
+ * Pg (the fused path, which loads K by TMA), else unused (NULL). */
+cudaError_t fqla_fwd_launch_prepare(const fqla_fwd_params &p, int io_bf16, int hb, const CUtensorMap *tmK,
+                                    cudaStream_t stream);
 cudaError_t fqla_fwd_launch_chunk(const fqla_fwd_params &p, int io_bf16, int bv, int late, cudaStream_t stream);
 /* The TMA chunk kernels (fwd_tma.cu): 1 when p's shapes and alignments
  * allow them; the maps of q, k, v, Ag, Pg (Pg only when p.Pg is set), 0 when

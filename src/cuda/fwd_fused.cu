@@ -433,7 +433,7 @@ cudaError_t fqla_fwd_launch_fused(const fqla_fwd_params &k, int io_bf16, int hb,
     CUtensorMap maps[FQLA_FWD_MAPS];
     if (!fqla_fwd_tma_maps(p, io_bf16, maps)) return cudaSuccess; /* the caller runs the two kernels */
     *used = 1;
-    cudaError_t err = fqla_fwd_launch_prepare(p, io_bf16, hb, stream);
+    cudaError_t err = fqla_fwd_launch_prepare(p, io_bf16, hb, &maps[1], stream);
     if (err != cudaSuccess || p.N * p.HV == 0) return err;
     return io_bf16 ? launch<__nv_bfloat16>(p, maps, stream) : launch<__half>(p, maps, stream);
 }

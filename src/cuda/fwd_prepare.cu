@@ -62,6 +62,7 @@
  */
 #include "cuda/fwd_common.cuh"
 #include "cuda/fwd_ptx.cuh"
+#include "cuda/hopper.cuh"
 #include "cuda/pdl.cuh"
 
 namespace {
@@ -195,10 +196,12 @@ struct prep_smem {
     static constexpr size_t stage = 8 * 16 * 64; /* per warp a 16x32 b16 output tile */
     /* Q, K then X[HB]; KK; rq, rk; gamma and beta of every head of the group;
      * the warps' output staging tiles */
-    static size_t bytes(int group) { return region0 + kk + 2 * C * 4 + (size_t)group * 2 * C * 4 + stage; }
+    __host__ __device__ static size_t bytes(int group) { return region0 + kk + 2 * C * 4 + (size_t)group * 2 * C * 4 + stage + misc; }
     /* PAIR: KK of both chunks, gamma and beta of both; the staging tiles in
      * the second KK (dead when they are written): three CTAs per SM */
-    static size_t bytes_pair() { return region0 + 2 * kk + 2 * C * 4 + 2 * 2 * C * 4; }
+    __host__ __device__ static size_t bytes_pair() { return region0 + 2 * kk + 2 * C * 4 + 2 * 2 * C * 4 + misc; }
+    /* last: the K copies' mbarriers (two), PAIR's have flags (two) */
+    static constexpr size_t misc = 32;
 };
 /* Finds the chunk of slot s (varlen) and its sequence's first token and
  * length: the sequence is the largest n with base(n) = cu[n] / 64 + n <= s.
@@ -320,11 +323,12 @@ __device__ __forceinline__ void mm16(float (&acc)[2][4], const float *a, const f
 
 /* Without Q (the fused path): the KK blocks of 16 rows from r0 and NB block
  * columns from 16 cb0 (all at or left of the diagonal), K K^T from the K
- * tile (row stride LDQ), stored to KKd (fp32, row stride LDF). Straight-line
- * code on two ldmatrix base addresses: the general loop below (its
- * per-block skips, Q K^T beside it, addresses recomputed per load) was 16 %
- * of the kernel's instructions (docs/perf.md, session 10). */
-template <typename T, int LDQ, int KD, int NB>
+ * tile as TMA writes it (two boxes of 64 columns, 128-byte rows, 16-byte
+ * chunk c of row r at c ^ (r % 8)), stored to KKd (fp32, row stride LDF).
+ * Straight-line code on two ldmatrix base addresses: the general loop below
+ * (its per-block skips, Q K^T beside it, addresses recomputed per load) was
+ * 16 % of the kernel's instructions (docs/perf.md, session 10). */
+template <typename T, int KD, int NB>
 __device__ __forceinline__ void kk_blocks(const T *Ksrc, float *KKd, int r0, int cb0, int lane)
 {
     typedef fqla_io<T> io;
@@ -335,16 +339,23 @@ __device__ __forceinline__ void kk_blocks(const T *Ksrc, float *KKd, int r0, int
         for (int h = 0; h < 2; h++)
 #pragma unroll
             for (int e = 0; e < 4; e++) acc[nb][h][e] = 0.f;
-    const uint32_t a_at = fqla_smem_u32(Ksrc + (r0 + (lane & 15)) * LDQ + ((lane >> 4) << 3));
-    const uint32_t b_at = fqla_smem_u32(Ksrc + (16 * cb0 + (lane & 7) + ((lane >> 4) << 3)) * LDQ + (((lane >> 3) & 1) << 3));
+    static_assert(KD == 128, "two 64-column boxes");
+    /* rows: A r0 + (lane & 15), B 16 cb0 + (lane & 7) + 8 (lane >> 4), both
+     * = lane % 8 mod 8; 16-byte chunks 2 (ks % 4) + (lane >> 4) (A) and
+     * + (lane >> 3) % 2 (B), swizzled by the row */
+    const uint32_t a_at = fqla_smem_u32(Ksrc) + (r0 + (lane & 15)) * 128;
+    const uint32_t b_at = fqla_smem_u32(Ksrc) + (16 * cb0 + (lane & 7) + ((lane >> 4) << 3)) * 128;
+    const int x = lane & 7, ha = lane >> 4, hb = (lane >> 3) & 1;
 #pragma unroll
     for (int ks = 0; ks < KD / 16; ks++) {
+        const uint32_t box = 8192 * (ks / 4);
         uint32_t a[4];
-        fqla_ldsm_x4_at(a, a_at + 32 * ks);
+        fqla_ldsm_x4_at(a, a_at + box + (((2 * (ks % 4) + ha) ^ x) << 4));
+        const uint32_t b_ks = b_at + box + (((2 * (ks % 4) + hb) ^ x) << 4);
 #pragma unroll
         for (int nb = 0; nb < NB; nb++) {
             uint32_t b[4];
-            fqla_ldsm_x4_at(b, b_at + 2 * (16 * LDQ * nb + 16 * ks));
+            fqla_ldsm_x4_at(b, b_ks + 16 * 128 * nb);
             io::mma(acc[nb][0], a, b[0], b[1]);
             io::mma(acc[nb][1], a, b[2], b[3]);
         }
@@ -388,7 +399,8 @@ __device__ unsigned long long g_prep_clk[16];
 #endif
 
 template <typename T, int KD, int PREC, bool WQ, bool PAIR>
-__global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const fqla_fwd_params p)
+__global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
+    fwd_prepare_kernel(const __grid_constant__ fqla_fwd_params p, const __grid_constant__ CUtensorMap tmK)
 {
     typedef fqla_io<T> io;
     constexpr int LDQ = prep_smem<KD>::LDQ;
@@ -398,7 +410,9 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
      * heads had one, and half the warps idled through the inverse. */
     static_assert(!PAIR || !WQ, "PAIR: without Q");
     constexpr int NKK = PAIR ? 2 : 1;
-    extern __shared__ __align__(128) unsigned char smem_raw[];
+    /* 1024-byte alignment: TMA's 128-byte swizzle (no static shared memory
+     * in this kernel, so the dynamic base is the CTA's) */
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
     T *Qs = reinterpret_cast<T *>(smem_raw);
     T *Ks = Qs + C * LDQ;
     float *X = reinterpret_cast<float *>(smem_raw); /* [HB][64][LDF], over Q and K */
@@ -412,6 +426,10 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
     unsigned char *stage = (PAIR ? reinterpret_cast<unsigned char *>(KK + C * LDF)
                                  : reinterpret_cast<unsigned char *>(bet + ng * C)) +
                            (threadIdx.x >> 5) * 16 * 64;
+    unsigned char *misc = smem_raw + (PAIR ? prep_smem<KD>::bytes_pair() : prep_smem<KD>::bytes(p.group)) -
+                          prep_smem<KD>::misc;
+    uint64_t *kbar = reinterpret_cast<uint64_t *>(misc); /* [2]: per half (PAIR) */
+    int *have_pair = reinterpret_cast<int *>(misc + 16);  /* [2] */
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t = lane & 3;
@@ -444,7 +462,6 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
     if (!PAIR && !have) return;
     const int64_t t0 = start + c * C;
     const int nvalid = have ? (int)min((int64_t)C, len - c * C) : 0;
-    __shared__ int have_pair[2];
     if (PAIR && (tid & 127) == 0) have_pair[half] = have; /* read in step 4c, after barriers */
 
     /* the gate warps' first head's gates and betas, issued first */
@@ -452,8 +469,26 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
     float graw[2] = {0.f, 0.f}, braw[2] = {0.f, 0.f};
     if (jg0 < ng) load_gate_beta(p, batch, t0, nvalid, PAIR ? hq : hq * p.group + jg0, lane, graw, braw);
 
-    /* 1. Q, K rows (zero past the end): copies in flight during the gates */
-    {
+    /* 1. Q, K rows (zero past the end): copies in flight during the gates.
+     * Without Q: K by TMA, two boxes of 64 columns (the fused kernel's map),
+     * one thread per half. Rows past the sequence end hold the next
+     * sequence's tokens (zeros past T): harmless, their beta is 0, so M's
+     * rows and columns for them are 0 and X is the identity there; a half
+     * without a chunk loads tokens 0..63 and stores nothing. The cp.async
+     * copies' shared-memory side met 2.6x the ideal wavefronts, 18 % of the
+     * kernel's (docs/perf.md, session 10). */
+    if constexpr (!WQ) {
+        if ((tid & 127) == 0 && (PAIR || tid == 0)) {
+            uint64_t *bar = kbar + half;
+            T *Kd = PAIR && half == 0 ? Qs : Ks;
+            if (fqla_smem_u32(smem_raw) & 1023) __trap(); /* the swizzle's alignment (see above) */
+            fqla_mbar_init(bar, 1);
+            fqla_mbar_init_fence();
+            fqla_mbar_arrive_tx(bar, C * KD * (uint32_t)sizeof(T));
+            for (int kb = 0; kb < KD / 64; kb++)
+                fqla_tma_load_4d(Kd + kb * 64 * C, &tmK, bar, 64 * kb, hq, (int)t0, p.varlen ? 0 : (int)batch);
+        }
+    } else {
         const T *qb = (const T *)p.q + batch * p.q_sb + hq * p.q_sh;
         const T *kb = (const T *)p.k + batch * p.k_sb + hq * p.k_sh;
         constexpr int VPR = KD / 8;
@@ -517,8 +552,13 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
         }
     }
     PR_CLK(1);
-    fqla_cp_async_wait_all();
-    __syncthreads();
+    if constexpr (!WQ) {
+        __syncthreads(); /* the barrier's initialisation is visible */
+        fqla_mbar_wait(kbar + half, 0);
+    } else {
+        fqla_cp_async_wait_all();
+        __syncthreads();
+    }
     PR_CLK(2);
 
     /* 2. l2norm factors: 128 row tasks (64 of Q, 64 of K), 16 per warp */
@@ -561,10 +601,10 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3) fwd_prepare_kernel(const 
         const int cb0 = PAIR ? 0 : n0 / 16;
         const int nbk = PAIR ? mw + 1 : max(0, min(2, mw - cb0 + 1));
         switch (nbk) { /* warp-uniform */
-        case 1: kk_blocks<T, LDQ, KD, 1>(Ksrc, KKd, r0, cb0, lane); break;
-        case 2: kk_blocks<T, LDQ, KD, 2>(Ksrc, KKd, r0, cb0, lane); break;
-        case 3: kk_blocks<T, LDQ, KD, 3>(Ksrc, KKd, r0, cb0, lane); break;
-        case 4: kk_blocks<T, LDQ, KD, 4>(Ksrc, KKd, r0, cb0, lane); break;
+        case 1: kk_blocks<T, KD, 1>(Ksrc, KKd, r0, cb0, lane); break;
+        case 2: kk_blocks<T, KD, 2>(Ksrc, KKd, r0, cb0, lane); break;
+        case 3: kk_blocks<T, KD, 3>(Ksrc, KKd, r0, cb0, lane); break;
+        case 4: kk_blocks<T, KD, 4>(Ksrc, KKd, r0, cb0, lane); break;
         }
     }
     if constexpr (WQ) {
@@ -822,7 +862,7 @@ namespace {
 #endif
 
 template <typename T, int KD, int PREC, bool WQ = true, bool PAIR = false>
-cudaError_t launch(const fqla_fwd_params &p, cudaStream_t stream)
+cudaError_t launch(const fqla_fwd_params &p, const CUtensorMap &tmK, cudaStream_t stream)
 {
     const size_t smem = PAIR ? prep_smem<KD>::bytes_pair() : prep_smem<KD>::bytes(p.group);
     /* Raise the shared-memory limit per device when a larger group needs
@@ -845,43 +885,46 @@ cudaError_t launch(const fqla_fwd_params &p, cudaStream_t stream)
      * at 4 x 8192 tokens, H = 32 (docs/perf.md, session 7). */
     const int64_t tail = p.varlen ? ((p.T + C - 1) / C + p.H - 1) / p.H : 0;
     dim3 grid((unsigned)((PAIR ? (p.slots + 1) / 2 : p.slots) + tail), (unsigned)p.H);
-    fwd_prepare_kernel<T, KD, PREC, WQ, PAIR><<<grid, FQLA_FWD_THREADS, smem, stream>>>(p);
+    fwd_prepare_kernel<T, KD, PREC, WQ, PAIR><<<grid, FQLA_FWD_THREADS, smem, stream>>>(p, tmK);
     return cudaGetLastError();
 }
 
 template <typename T, int PREC>
-cudaError_t launch_kd(const fqla_fwd_params &p, cudaStream_t stream)
+cudaError_t launch_kd(const fqla_fwd_params &p, const CUtensorMap *tmK, cudaStream_t stream)
 {
-    /* without Pg (the fused kernel forms it, K = 128 only): no Q, no Q K^T;
-     * at group 1 two chunks per CTA (PAIR) */
+    /* without Pg (the fused kernel forms it, K = 128 only): no Q, no Q K^T,
+     * K by TMA; at group 1 two chunks per CTA (PAIR) */
     if (!p.Pg) {
-        if (p.K != 128 || p.l2norm) return cudaErrorInvalidValue;
-        return p.group == 1 ? launch<T, 128, PREC, false, true>(p, stream) : launch<T, 128, PREC, false>(p, stream);
+        if (p.K != 128 || p.l2norm || !tmK) return cudaErrorInvalidValue;
+        return p.group == 1 ? launch<T, 128, PREC, false, true>(p, *tmK, stream)
+                            : launch<T, 128, PREC, false>(p, *tmK, stream);
     }
+    static const CUtensorMap unused = {}; /* the kernels with Q copy K with cp.async */
     switch (p.K) {
-    case 64: return launch<T, 64, PREC>(p, stream);
-    case 128: return launch<T, 128, PREC>(p, stream);
-    case 256: return launch<T, 256, PREC>(p, stream);
+    case 64: return launch<T, 64, PREC>(p, unused, stream);
+    case 128: return launch<T, 128, PREC>(p, unused, stream);
+    case 256: return launch<T, 256, PREC>(p, unused, stream);
     }
     return cudaErrorInvalidValue;
 }
 
 /* variant: 2 -> plain tf32 merges (tuning builds only); else 3xTF32 */
 template <typename T>
-cudaError_t launch_variant(const fqla_fwd_params &p, int variant, cudaStream_t stream)
+cudaError_t launch_variant(const fqla_fwd_params &p, int variant, const CUtensorMap *tmK, cudaStream_t stream)
 {
 #if FQLA_FWD_TUNING
-    if (variant == 2) return launch_kd<T, 1>(p, stream);
+    if (variant == 2) return launch_kd<T, 1>(p, tmK, stream);
 #endif
     (void)variant;
-    return launch_kd<T, 3>(p, stream);
+    return launch_kd<T, 3>(p, tmK, stream);
 }
 
 } // namespace
 
 /* hb: the variant of fqla_cuda_fwd_tune's first argument (see the top). */
-cudaError_t fqla_fwd_launch_prepare(const fqla_fwd_params &p, int io_bf16, int hb, cudaStream_t stream)
+cudaError_t fqla_fwd_launch_prepare(const fqla_fwd_params &p, int io_bf16, int hb, const CUtensorMap *tmK,
+                                    cudaStream_t stream)
 {
     if (p.slots + (p.varlen ? (p.T + C - 1) / C : 0) == 0 || p.H == 0) return cudaSuccess;
-    return io_bf16 ? launch_variant<__nv_bfloat16>(p, hb, stream) : launch_variant<__half>(p, hb, stream);
+    return io_bf16 ? launch_variant<__nv_bfloat16>(p, hb, tmK, stream) : launch_variant<__half>(p, hb, tmK, stream);
 }

@@ -371,6 +371,47 @@ __device__ __forceinline__ void kk_blocks(const T *Ksrc, float *KKd, int r0, int
         }
 }
 
+/* A 16-column block b of Ag's rows 16 mw..: 0 above the diagonal (zeros),
+ * 1 the diagonal block (i >= j kept), 2 below it. */
+__device__ __forceinline__ int ag_kind(int b, int mw) { return b > mw ? 0 : b == mw ? 1 : 2; }
+/* u (store_tile's layout) = Ag = Gamma (.) X diag(beta) on the 16x32 tile
+ * at (r0, n0), the two 16-column blocks of kinds K0, K1 (ag_kind): a
+ * straight-line body per combination, the diagonal masks only where they
+ * apply. The general loop kept all sixteen masks as bits of one register
+ * (LOP3, P2R per element) and branched per n-tile: ~11 instructions per
+ * element, 28 % of the kernel's (docs/perf.md, session 10). Used without
+ * Q; the kernels with Q keep the general loop (this body with the kinds
+ * at run time spilled ~100 bytes there). */
+template <typename T, int K0, int K1>
+__device__ __forceinline__ void ag_tile(uint32_t (&u)[4][2], const float *Xh, const float *gh, const float *bh, int r0,
+                                        int n0, int lane)
+{
+    typedef fqla_io<T> io;
+    const int g = lane >> 2, t = lane & 3;
+    const float gi[2] = {gh[r0 + g], gh[r0 + g + 8]};
+#pragma unroll
+    for (int nt = 0; nt < 4; nt++) {
+        const int kind = nt < 2 ? K0 : K1;
+        u[nt][0] = u[nt][1] = 0u;
+        if (kind == 0) continue;
+        const int col = n0 + 8 * nt + 2 * t, lc = 8 * (nt & 1) + 2 * t; /* lc: in the 16-column block */
+        const float2 gc = *reinterpret_cast<const float2 *>(gh + col);
+        const float2 bc = *reinterpret_cast<const float2 *>(bh + col);
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int lr = g + 8 * h;
+            const float2 xv = *reinterpret_cast<const float2 *>(Xh + (r0 + lr) * LDF + col);
+            float v0 = fqla_ex2(gi[h] - gc.x) * xv.x * bc.x;
+            float v1 = fqla_ex2(gi[h] - gc.y) * xv.y * bc.y;
+            if (kind == 1) { /* the diagonal block: i >= j only */
+                v0 = lc <= lr ? v0 : 0.f;
+                v1 = lc + 1 <= lr ? v1 : 0.f;
+            }
+            u[nt][h] = io::pack(v0, v1);
+        }
+    }
+}
+
 #ifdef FQLA_PREP_CLOCKS
 /* Instrumented builds only (nvcc -DFQLA_PREP_CLOCKS): clock64 spans of
  * thread 0 of each half (PAIR) or of the CTA, in the CTAs (x, x % H), spread
@@ -818,28 +859,40 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
             const int64_t sl = PAIR ? 2 * (int64_t)blockIdx.x + h2 : slot; /* PAIR: chunk h2's slot */
             if (PAIR && !have_pair[h2]) continue; /* warp-uniform */
             const float *Xh = X + h2 * C * LDF, *gh = gam + jj * C, *bh = bet + jj * C;
-            const float gi[2] = {gh[r0 + g], gh[r0 + g + 8]};
             uint32_t u[4][2];
+            /* the kinds of the tile's two 16-column blocks: the tile at
+             * rows r0.. and columns n0.. meets the diagonal block mw in at
+             * most one of them; 4 combinations occur (warp-uniform) */
+            if constexpr (WQ) { /* ag_tile's kinds at run time spilled ~100 bytes here */
+                const float gi[2] = {gh[r0 + g], gh[r0 + g + 8]};
 #pragma unroll
-            for (int nt = 0; nt < 4; nt++) {
-                u[nt][0] = u[nt][1] = 0u;
-                const int cb = n0 + 8 * nt;
-                if (cb <= r0 + 15) { /* blocks at or left of the diagonal: written */
-                    const int col = cb + 2 * t;
-                    const float2 gc = *reinterpret_cast<const float2 *>(gh + col);
-                    const float2 bc = *reinterpret_cast<const float2 *>(bh + col);
+                for (int nt = 0; nt < 4; nt++) {
+                    u[nt][0] = u[nt][1] = 0u;
+                    const int cb = n0 + 8 * nt;
+                    if (cb <= r0 + 15) { /* blocks at or left of the diagonal: written */
+                        const int col = cb + 2 * t;
+                        const float2 gc = *reinterpret_cast<const float2 *>(gh + col);
+                        const float2 bc = *reinterpret_cast<const float2 *>(bh + col);
 #pragma unroll
-                    for (int h = 0; h < 2; h++) {
-                        const int r = r0 + g + 8 * h;
-                        const float2 xv = *reinterpret_cast<const float2 *>(Xh + r * LDF + col);
-                        float v0 = fqla_ex2(gi[h] - gc.x) * xv.x * bc.x;
-                        float v1 = fqla_ex2(gi[h] - gc.y) * xv.y * bc.y;
-                        if (cb >= r0) { /* the diagonal block: i >= j only */
-                            v0 = col <= r ? v0 : 0.f;
-                            v1 = col + 1 <= r ? v1 : 0.f;
+                        for (int h = 0; h < 2; h++) {
+                            const int r = r0 + g + 8 * h;
+                            const float2 xv = *reinterpret_cast<const float2 *>(Xh + r * LDF + col);
+                            float v0 = fqla_ex2(gi[h] - gc.x) * xv.x * bc.x;
+                            float v1 = fqla_ex2(gi[h] - gc.y) * xv.y * bc.y;
+                            if (cb >= r0) { /* the diagonal block: i >= j only */
+                                v0 = col <= r ? v0 : 0.f;
+                                v1 = col + 1 <= r ? v1 : 0.f;
+                            }
+                            u[nt][h] = io::pack(v0, v1);
                         }
-                        u[nt][h] = io::pack(v0, v1);
                     }
+                }
+            } else {
+                switch (ag_kind(n0 / 16, mw) * 3 + ag_kind(n0 / 16 + 1, mw)) {
+                case 0: ag_tile<T, 0, 0>(u, Xh, gh, bh, r0, n0, lane); break;
+                case 3: ag_tile<T, 1, 0>(u, Xh, gh, bh, r0, n0, lane); break;
+                case 7: ag_tile<T, 2, 1>(u, Xh, gh, bh, r0, n0, lane); break;
+                default: ag_tile<T, 2, 2>(u, Xh, gh, bh, r0, n0, lane); break;
                 }
             }
             store_tile<T>((T *)p.Ag + ((size_t)sl * p.HV + hv) * C * C, u, r0, n0, lane, stage);

@@ -321,54 +321,37 @@ __device__ __forceinline__ void mm16(float (&acc)[2][4], const float *a, const f
     }
 }
 
-/* Without Q (the fused path): the KK blocks of 16 rows from r0 and NB block
- * columns from 16 cb0 (all at or left of the diagonal), K K^T from the K
- * tile as TMA writes it (two boxes of 64 columns, 128-byte rows, 16-byte
- * chunk c of row r at c ^ (r % 8)), stored to KKd (fp32, row stride LDF).
- * Straight-line code on two ldmatrix base addresses: the general loop below
- * (its per-block skips, Q K^T beside it, addresses recomputed per load) was
- * 16 % of the kernel's instructions (docs/perf.md, session 10). */
-template <typename T, int KD, int NB>
-__device__ __forceinline__ void kk_blocks(const T *Ksrc, float *KKd, int r0, int cb0, int lane)
+/* Without Q (the fused path): KK = K K^T by one warpgroup, SS wgmma
+ * m64n64k16 on the K tile as TMA writes it (two 64-column boxes, 128-byte
+ * swizzle: both operands K-major, the same descriptors), then warp w (of
+ * the warpgroup) stores its 16 rows' blocks at or left of the diagonal to
+ * KKd (fp32, row stride LDF). mma.sync with ldmatrix fragments made K K^T
+ * 34 % of the kernel's shared-memory wavefronts, the largest share, in a
+ * kernel bound by its shared-memory pipe (docs/perf.md, session 10): each
+ * warp loaded its own copies of the operands. */
+template <typename T>
+__device__ __forceinline__ void kk_wgmma(const T *Ktile, float *KKd, int w, int lane)
 {
-    typedef fqla_io<T> io;
-    float acc[NB][2][4];
+    float d[32];
+    const unsigned char *kt = reinterpret_cast<const unsigned char *>(Ktile);
+    fqla_wg_fence();
 #pragma unroll
-    for (int nb = 0; nb < NB; nb++)
-#pragma unroll
-        for (int h = 0; h < 2; h++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) acc[nb][h][e] = 0.f;
-    static_assert(KD == 128, "two 64-column boxes");
-    /* rows: A r0 + (lane & 15), B 16 cb0 + (lane & 7) + 8 (lane >> 4), both
-     * = lane % 8 mod 8; 16-byte chunks 2 (ks % 4) + (lane >> 4) (A) and
-     * + (lane >> 3) % 2 (B), swizzled by the row */
-    const uint32_t a_at = fqla_smem_u32(Ksrc) + (r0 + (lane & 15)) * 128;
-    const uint32_t b_at = fqla_smem_u32(Ksrc) + (16 * cb0 + (lane & 7) + ((lane >> 4) << 3)) * 128;
-    const int x = lane & 7, ha = lane >> 4, hb = (lane >> 3) & 1;
-#pragma unroll
-    for (int ks = 0; ks < KD / 16; ks++) {
-        const uint32_t box = 8192 * (ks / 4);
-        uint32_t a[4];
-        fqla_ldsm_x4_at(a, a_at + box + (((2 * (ks % 4) + ha) ^ x) << 4));
-        const uint32_t b_ks = b_at + box + (((2 * (ks % 4) + hb) ^ x) << 4);
-#pragma unroll
-        for (int nb = 0; nb < NB; nb++) {
-            uint32_t b[4];
-            fqla_ldsm_x4_at(b, b_ks + 16 * 128 * nb);
-            io::mma(acc[nb][0], a, b[0], b[1]);
-            io::mma(acc[nb][1], a, b[2], b[3]);
-        }
+    for (int kk = 0; kk < 128 / 16; kk++) {
+        const uint64_t dk = fqla_desc_kmajor(kt + (kk >> 2) * 64 * C * (int)sizeof(T)) + (kk & 3) * FQLA_DESC_K16_KMAJOR;
+        fqla_wg<T>::template ss64<0, 0>(d, dk, dk, kk > 0);
     }
+    fqla_wg_commit();
+    fqla_wg_wait<0>();
+    fqla_reg_fence(d);
+    /* d[4j..4j+3]: rows 16 w + g (+ 8), columns 8 j + 2 t, + 1 */
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
-    for (int nb = 0; nb < NB; nb++)
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            float *d = KKd + (r0 + g) * LDF + 16 * (cb0 + nb) + 8 * h + 2 * t;
-            *reinterpret_cast<float2 *>(d) = make_float2(acc[nb][h][0], acc[nb][h][1]);
-            *reinterpret_cast<float2 *>(d + 8 * LDF) = make_float2(acc[nb][h][2], acc[nb][h][3]);
-        }
+    for (int j = 0; j < 8; j++) {
+        if (j / 2 > w) break; /* blocks above the diagonal are not read */
+        float *dd = KKd + (16 * w + g) * LDF + 8 * j + 2 * t;
+        *reinterpret_cast<float2 *>(dd) = make_float2(d[4 * j], d[4 * j + 1]);
+        *reinterpret_cast<float2 *>(dd + 8 * LDF) = make_float2(d[4 * j + 2], d[4 * j + 3]);
+    }
 }
 
 /* A 16-column block b of Ag's rows 16 mw..: 0 above the diagonal (zeros),
@@ -634,19 +617,11 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
      * stores of its blocks above it (warp-uniform): two warps have none. */
     const int mw = warp & 3, r0 = 16 * mw, n0 = (warp >> 2) * 32;
     if constexpr (!WQ) {
-        /* without Q (no l2norm, no Pg on this path): KK only. PAIR: each
-         * half its chunk's KK, a warp the blocks of its rows up to the
-         * diagonal; else a warp its rows' blocks among columns n0..n0+31 */
-        const T *Ksrc = PAIR && half == 0 ? Qs : Ks;
-        float *KKd = PAIR ? KK + half * C * LDF : KK;
-        const int cb0 = PAIR ? 0 : n0 / 16;
-        const int nbk = PAIR ? mw + 1 : max(0, min(2, mw - cb0 + 1));
-        switch (nbk) { /* warp-uniform */
-        case 1: kk_blocks<T, KD, 1>(Ksrc, KKd, r0, cb0, lane); break;
-        case 2: kk_blocks<T, KD, 2>(Ksrc, KKd, r0, cb0, lane); break;
-        case 3: kk_blocks<T, KD, 3>(Ksrc, KKd, r0, cb0, lane); break;
-        case 4: kk_blocks<T, KD, 4>(Ksrc, KKd, r0, cb0, lane); break;
-        }
+        /* without Q (no l2norm, no Pg on this path): KK only, by wgmma.
+         * PAIR: each half (a warpgroup) its chunk's; else the first
+         * warpgroup (the barrier at step 4 waits for it) */
+        static_assert(KD == 128, "the fused path's K tile");
+        if (PAIR || warp < 4) kk_wgmma<T>(PAIR && half == 0 ? Qs : Ks, PAIR ? KK + half * C * LDF : KK, mw, lane);
     }
     if constexpr (WQ) {
         const T *Ksrc = Ks;

@@ -30,14 +30,6 @@ FQLA_DEV void fqla_ldsm_x4(uint32_t (&r)[4], const void *p)
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(fqla_smem_u32(p)));
 }
-/* The same at a shared-memory address (base + constant offsets in unrolled
- * loops: one address register instead of one computed per load). */
-FQLA_DEV void fqla_ldsm_x4_at(uint32_t (&r)[4], uint32_t addr)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
 /* The same, each 8x8 matrix transposed in flight. */
 FQLA_DEV void fqla_ldsm_x4_t(uint32_t (&r)[4], const void *p)
 {

@@ -333,11 +333,14 @@ template <typename T>
 __device__ __forceinline__ void kk_wgmma(const T *Ktile, float *KKd, int w, int lane)
 {
     float d[32];
-    const unsigned char *kt = reinterpret_cast<const unsigned char *>(Ktile);
+    /* one descriptor, stepped by constants: 32 bytes per k-step in a box,
+     * the box (64 columns x 64 rows) 64 C sizeof(T) bytes on (the
+     * descriptor counts 16-byte units) */
+    const uint64_t d0 = fqla_desc_kmajor(Ktile);
     fqla_wg_fence();
 #pragma unroll
     for (int kk = 0; kk < 128 / 16; kk++) {
-        const uint64_t dk = fqla_desc_kmajor(kt + (kk >> 2) * 64 * C * (int)sizeof(T)) + (kk & 3) * FQLA_DESC_K16_KMAJOR;
+        const uint64_t dk = d0 + (uint64_t)((kk >> 2) * 64 * C * (int)sizeof(T) / 16) + (kk & 3) * FQLA_DESC_K16_KMAJOR;
         fqla_wg<T>::template ss64<0, 0>(d, dk, dk, kk > 0);
     }
     fqla_wg_commit();

@@ -200,7 +200,7 @@ struct prep_smem {
     /* PAIR: KK of both chunks, gamma and beta of both; the staging tiles in
      * the second KK (dead when they are written): three CTAs per SM */
     __host__ __device__ static size_t bytes_pair() { return region0 + 2 * kk + 2 * C * 4 + 2 * 2 * C * 4 + misc; }
-    /* last: the K copies' mbarriers (two; 32 bytes kept aligned) */
+    /* last: the K copies' mbarriers (two), PAIR's have flags (two) */
     static constexpr size_t misc = 32;
 };
 /* Finds the chunk of slot s (varlen) and its sequence's first token and
@@ -433,9 +433,8 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
     constexpr int LDQ = prep_smem<KD>::LDQ;
     /* PAIR (group 1, without Q): two chunk slots per CTA, one per half of
      * the warps, in place of two value heads of a group in step 4: each its
-     * own K tile (inside its own X, so that the halves never share bytes),
-     * KK, gamma, beta. At group 1 the batch of two heads had one, and half
-     * the warps idled through the inverse. */
+     * own K tile (Q's and K's), KK, gamma, beta. At group 1 the batch of two
+     * heads had one, and half the warps idled through the inverse. */
     static_assert(!PAIR || !WQ, "PAIR: without Q");
     constexpr int NKK = PAIR ? 2 : 1;
     /* 1024-byte alignment: TMA's 128-byte swizzle (no static shared memory
@@ -451,26 +450,17 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
     const int ng = PAIR ? 2 : p.group; /* gamma, beta rows: the group's heads, or the pair's chunks */
     float *gam = rks + C;              /* [ng][64] gamma * log2(e) */
     float *bet = gam + ng * C;         /* [ng][64] */
-    /* PAIR: each half's staging tiles in its own KK (dead by step 4c; the
-     * halves run apart, so not in the other's) */
-    unsigned char *stage = PAIR ? reinterpret_cast<unsigned char *>(KK + ((threadIdx.x >> 7) & 1) * C * LDF) +
-                                      ((threadIdx.x >> 5) & 3) * 16 * 64
-                                : reinterpret_cast<unsigned char *>(bet + ng * C) + (threadIdx.x >> 5) * 16 * 64;
+    unsigned char *stage = (PAIR ? reinterpret_cast<unsigned char *>(KK + C * LDF)
+                                 : reinterpret_cast<unsigned char *>(bet + ng * C)) +
+                           (threadIdx.x >> 5) * 16 * 64;
     unsigned char *misc = smem_raw + (PAIR ? prep_smem<KD>::bytes_pair() : prep_smem<KD>::bytes(p.group)) -
                           prep_smem<KD>::misc;
     uint64_t *kbar = reinterpret_cast<uint64_t *>(misc); /* [2]: per half (PAIR) */
+    int *have_pair = reinterpret_cast<int *>(misc + 16);  /* [2] */
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int half = PAIR ? warp >> 2 : 0;
-    /* PAIR: the halves are independent chunks from step 1 on; each waits
-     * for its own four warps (named barriers 1 and 2) instead of all eight,
-     * so they drift apart and one half's loads overlap the other's math
-     * (docs/perf.md, session 10) */
-    auto step_sync = [&]() {
-        if (PAIR) fqla_named_sync(1 + half, 128);
-        else __syncthreads();
-    };
     const int64_t ctas = PAIR ? (p.slots + 1) / 2 : p.slots; /* CTAs with chunk slots */
     const int64_t slot = PAIR ? 2 * (int64_t)blockIdx.x + half : blockIdx.x;
     const int hq = blockIdx.y;
@@ -499,6 +489,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
     if (!PAIR && !have) return;
     const int64_t t0 = start + c * C;
     const int nvalid = have ? (int)min((int64_t)C, len - c * C) : 0;
+    if (PAIR && (tid & 127) == 0) have_pair[half] = have; /* read in step 4c, after barriers */
 
     /* the gate warps' first head's gates and betas, issued first */
     const int jg0 = PAIR ? ((warp & 3) == 0 ? half : 2) : warp; /* gate warp's first head (PAIR: chunk) */
@@ -516,7 +507,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
     if constexpr (!WQ) {
         if ((tid & 127) == 0 && (PAIR || tid == 0)) {
             uint64_t *bar = kbar + half;
-            T *Kd = PAIR ? reinterpret_cast<T *>(X + half * C * LDF) : Ks;
+            T *Kd = PAIR && half == 0 ? Qs : Ks;
             if (fqla_smem_u32(smem_raw) & 1023) __trap(); /* the swizzle's alignment (see above) */
             fqla_mbar_init(bar, 1);
             fqla_mbar_init_fence();
@@ -528,8 +519,9 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
         const T *qb = (const T *)p.q + batch * p.q_sb + hq * p.q_sh;
         const T *kb = (const T *)p.k + batch * p.k_sb + hq * p.k_sh;
         constexpr int VPR = KD / 8;
-        T *Kd = Ks;
-        constexpr int CT = FQLA_FWD_THREADS;
+        /* PAIR: each half its chunk's K, into the Q tile (half 0) or K tile */
+        T *Kd = PAIR && half == 0 ? Qs : Ks;
+        constexpr int CT = PAIR ? FQLA_FWD_THREADS / 2 : FQLA_FWD_THREADS;
         static_assert(CT % VPR == 0, "whole rows per pass");
         constexpr int RPI = CT / VPR; /* rows per pass */
         /* a thread copies column vector cv of rows i0, i0 + RPI, ...: one
@@ -537,7 +529,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
          * address math per copy were 13 % of the kernel's instructions:
          * docs/perf.md, session 10); rows past the end read nothing (size 0)
          * from the chunk's first row */
-        const int tl = tid, i0 = tl / VPR, cv = tl % VPR;
+        const int tl = PAIR ? tid & 127 : tid, i0 = tl / VPR, cv = tl % VPR;
         const T *k0 = kb + t0 * p.k_st + cv * 8, *q0 = qb + t0 * p.q_st + cv * 8;
         const T *ks = k0 + i0 * p.k_st, *qs = q0 + i0 * p.q_st;
         const int64_t kstep = RPI * p.k_st, qstep = RPI * p.q_st;
@@ -588,7 +580,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
     }
     PR_CLK(1);
     if constexpr (!WQ) {
-        step_sync(); /* the mbarrier's initialisation is visible (PAIR: each half its own) */
+        __syncthreads(); /* the barrier's initialisation is visible */
         fqla_mbar_wait(kbar + half, 0);
     } else {
         fqla_cp_async_wait_all();
@@ -632,9 +624,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
          * PAIR: each half (a warpgroup) its chunk's; else the first
          * warpgroup (the barrier at step 4 waits for it) */
         static_assert(KD == 128, "the fused path's K tile");
-        if (PAIR || warp < 4)
-            kk_wgmma<T>(PAIR ? reinterpret_cast<const T *>(X + half * C * LDF) : Ks, PAIR ? KK + half * C * LDF : KK, mw,
-                        lane);
+        if (PAIR || warp < 4) kk_wgmma<T>(PAIR && half == 0 ? Qs : Ks, PAIR ? KK + half * C * LDF : KK, mw, lane);
     }
     if constexpr (WQ) {
         const T *Ksrc = Ks;
@@ -734,7 +724,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
         const int nb = min(HB, ng - j0);
         const bool active = hh < nb;
         const float *bw = bet + (j0 + hh) * C;
-        step_sync(); /* KK visible; the previous batch's reads of X done */
+        __syncthreads(); /* KK visible; the previous batch's reads of X done */
         if (!PAIR && j0 == 0 && p.chunk_ok) /* for CP's negligible-transition test */
             for (int jj = warp; jj < p.group; jj += FQLA_FWD_THREADS / 32) {
                 const float *bh = bet + jj * C;
@@ -747,14 +737,13 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
         /* a. the diagonal 16x16 blocks, one per half warp, lane -> column
          * jc: with two heads, warp w takes block w of both (the same KK
          * words, read once as a broadcast); with one, warps 0 and 1 take
-         * blocks 0, 1 and 2, 3 (KK words 16 banks apart); PAIR: the first
-         * two warps of each half its chunk's four. Right-looking: once x_i
-         * is known it updates every later row's sum; each row's sum adds its
-         * terms in increasing k. */
+         * blocks 0, 1 and 2, 3 (KK words 16 banks apart). Right-looking:
+         * once x_i is known it updates every later row's sum; each row's sum
+         * adds its terms in increasing k. */
         {
-            const int hj = 2 * (PAIR ? warp & 3 : warp) + (lane >> 4); /* half-warp job */
-            const int ha = PAIR ? half : nb == 2 ? hj & 1 : 0, blk = !PAIR && nb == 2 ? hj >> 1 : hj;
-            if (hj < (PAIR ? 4 : 4 * nb)) { /* warp-uniform: 4 nb is even */
+            const int hj = 2 * warp + (lane >> 4); /* half-warp job */
+            const int ha = nb == 2 ? hj & 1 : 0, blk = nb == 2 ? hj >> 1 : hj;
+            if (hj < 4 * nb) { /* warp-uniform: 4 nb is even */
                 const int s = 16 * blk, jc = lane & 15;
                 const float *ba = bet + (j0 + ha) * C;
                 float *Xa = X + ha * C * LDF;
@@ -772,7 +761,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
                 for (int i = 0; i < 16; i++) Xa[(s + i) * LDF + s + jc] = x[i];
             }
         }
-        step_sync();
+        __syncthreads();
         PR_CLK(4);
 
         /* b. the off-diagonal blocks by doubling, X = (I + M)^-1 with
@@ -816,7 +805,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
                     mm16<PREC>(acc2, cblk(KKh, i, 0), cblk(Xw, 0, 0), lane); /* M_i0 X_00, partial */
                 }
             }
-            step_sync();
+            __syncthreads();
             PR_CLK(5);
             /* level 2 */
             if (active && (r == 1 || r == 3)) {
@@ -827,7 +816,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
                 store16(blk(Xw, r == 1 ? 0 : 1, 2), acc2, lane); /* T_i0 */
                 store16(blk(Xw, r == 1 ? 0 : 1, 3), acc, lane);  /* T_i1 */
             }
-            step_sync();
+            __syncthreads();
             PR_CLK(6);
             /* level 3: T_2j at block (0, 2 + j), T_3j at (1, 2 + j) */
             if (active) {
@@ -839,15 +828,14 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
                 store16(blk(Xw, i, j), acc, lane);
             }
         }
-        step_sync();
+        __syncthreads();
         PR_CLK(7);
 
-        /* c. Ag = Gamma (.) X diag(beta): this warp's tile of each head
-         * (PAIR: its two tiles, columns 0.. and 32.., of its half's chunk) */
-        for (int it = 0; it < (PAIR ? 2 : nb); it++) {
-            const int h2 = PAIR ? half : it, n0 = PAIR ? 32 * it : (warp >> 2) * 32;
+        /* c. Ag = Gamma (.) X diag(beta): this warp's tile of each head */
+        for (int h2 = 0; h2 < nb; h2++) {
             const int jj = j0 + h2, hv = PAIR ? hq : hq * p.group + jj;
-            if (PAIR && !have) break; /* warp-uniform: a half without a chunk stores nothing */
+            const int64_t sl = PAIR ? 2 * (int64_t)blockIdx.x + h2 : slot; /* PAIR: chunk h2's slot */
+            if (PAIR && !have_pair[h2]) continue; /* warp-uniform */
             const float *Xh = X + h2 * C * LDF, *gh = gam + jj * C, *bh = bet + jj * C;
             uint32_t u[4][2];
             /* the kinds of the tile's two 16-column blocks: the tile at
@@ -885,7 +873,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
                 default: ag_tile<T, 2, 2>(u, Xh, gh, bh, r0, n0, lane); break;
                 }
             }
-            store_tile<T>((T *)p.Ag + ((size_t)slot * p.HV + hv) * C * C, u, r0, n0, lane, stage);
+            store_tile<T>((T *)p.Ag + ((size_t)sl * p.HV + hv) * C * C, u, r0, n0, lane, stage);
         }
     }
     PR_CLK(8); /* at group > 2, spans 4-7 sum over the batches and span 4 holds the earlier batches' Ag */

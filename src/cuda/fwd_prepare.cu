@@ -3,7 +3,8 @@
  * (DESIGN.md §2). One CTA of 256 threads per (chunk slot, q/k head):
  *
  *   1. start the copies of the chunk's Q and K rows (rows past the sequence
- *      end read as 0); meanwhile, for every value head of the GVA group, the
+ *      end read as 0; without Q, K by TMA: see below); meanwhile, for every
+ *      value head of the GVA group, the
  *      gate (optionally -exp(A_log) softplus(a + dt_bias)) and beta
  *      (optionally sigmoid) of the 64 rows and gamma = inclusive cumsum of g
  *      (padded rows g = 0, beta = 0), written to the workspace;
@@ -53,12 +54,18 @@
  * itself): WQ = false, no Q copy, no Q K^T, no Pg; only gamma and Ag. At
  * group 1 it runs two chunk slots per CTA (PAIR, one per half of the warps,
  * each with its own K tile, KK, gamma and beta), so that step 4 has two
- * "heads" to work on instead of one (docs/perf.md, session 9).
+ * "heads" to work on instead of one (docs/perf.md, session 9). This path
+ * is bound by the SM's shared-memory pipe (~75 % busy, docs/perf.md,
+ * session 10), so it moves fewer bytes through it: K comes by TMA (the
+ * fused kernel's map, 128-byte swizzle) in place of the cp.async copies,
+ * K K^T is one warpgroup's SS wgmma in place of per-warp ldmatrix + mma,
+ * and step 4c has one straight-line body per tile kind (ag_tile).
  *
  * Extra CTAs (past the slots' CTAs, varlen only) zero the rows of o after
  * the last sequence, one 64-row block each (block (x - slot CTAs) H + y). A
  * slot that belongs to no chunk (base(n) + c with c past sequence n's end)
- * exits at once (with PAIR, its half runs on zeros and stores nothing).
+ * exits at once (with PAIR, its half runs on zeros and stores nothing; its
+ * TMA loads the tokens 0..63, so all its values stay finite).
  */
 #include "cuda/fwd_common.cuh"
 #include "cuda/fwd_ptx.cuh"

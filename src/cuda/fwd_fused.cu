@@ -110,9 +110,13 @@ __global__ void __launch_bounds__(512, 1)
     unsigned char *sm = smem_raw + ((1024u - (fqla_h_smem(smem_raw) & 1023u)) & 1023u);
     uint64_t *full = reinterpret_cast<uint64_t *>(sm + cfg::oBar), *empty = full + cfg::QST;
     uint64_t *pready = empty + cfg::QST, *pfree = pready + cfg::ASL;
-    /* launched with PDL after the prepare kernel: wait for it before any
-     * global access */
-    fqla_pdl_wait();
+    /* Launched with PDL after the prepare kernel. Only its outputs (Ag and
+     * gamma in the workspace) need it finished: the producer waits for it
+     * (griddepcontrol.wait) after issuing the first stages' K, Q and V
+     * copies, before the first Ag / gamma copy; the chain warpgroups load
+     * h0 meanwhile. Everything else read here is the caller's input, which
+     * the prepare kernel never writes (its only other write, o's rows past
+     * the last sequence, no CTA here touches). docs/perf.md, session 10. */
 
     const int wg = threadIdx.x >> 7;
     const int64_t n = blockIdx.x / p.HV;
@@ -148,7 +152,9 @@ __global__ void __launch_bounds__(512, 1)
         fqla_setmaxnreg_dec<FU_PROD_REGS>();
         if (threadIdx.x < 32 && fqla_elect_one()) {
             const int bc = p.varlen ? 0 : (int)batch;
-            for (int c = 0; c < nch; c++) {
+            /* chunk c's K, Q, V (the caller's inputs) into its stage, the
+             * whole stage's bytes announced on full[s] */
+            auto inputs = [&](int c) {
                 const int s = c % cfg::QST;
                 fqla_mbar_wait(&empty[s], ((uint32_t)(c / cfg::QST) & 1) ^ 1);
                 unsigned char *st = sm + s * cfg::stage;
@@ -162,6 +168,14 @@ __global__ void __launch_bounds__(512, 1)
 #pragma unroll
                 for (int w = 0; w < NWG; w++)
                     fqla_tma_load_4d(st + cfg::oV + w * TILE, &tmV, &full[s], vbase + 64 * w, hv, t, bc);
+            };
+            const int early = min(nch, cfg::QST); /* stages free from the start */
+            for (int c = 0; c < early; c++) inputs(c);
+            fqla_pdl_wait(); /* the prepare kernel's Ag and gamma */
+            for (int c = 0; c < nch; c++) {
+                if (c >= early) inputs(c);
+                const int s = c % cfg::QST;
+                unsigned char *st = sm + s * cfg::stage;
                 const int64_t sh = (slot0 + c) * p.HV + hv;
                 fqla_tma_load_2d(st + cfg::oAg, &tmA, &full[s], 0, (int)(sh * C));
                 fqla_bulk_load(st + cfg::oGam, p.gam + sh * C, 256, &full[s]);

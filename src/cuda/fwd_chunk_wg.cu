@@ -150,10 +150,14 @@ __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
      * empty: every consumer warp is done with it */
     uint64_t *full = reinterpret_cast<uint64_t *>(sm + cfg::oBar), *empty = full + cfg::STAGES;
     uint64_t *ready = empty + cfg::STAGES;
-    /* launched with PDL after the prepare kernel (or the CP scan): wait
-     * for it before any global access or return; let the next kernel's
-     * launch begin */
-    fqla_pdl_wait();
+    /* Launched with PDL after the prepare kernel (CP's kernels launch
+     * plainly, p.pdl = 0, where this wait is a no-op). Only the prepare
+     * kernel's outputs (Ag, Pg, gamma, rq, rk) need it finished: without CP
+     * the producer waits after issuing the first stages' K, Q, V copies,
+     * and h0 (the caller's) loads meanwhile (docs/perf.md, session 10); CP's
+     * passes wait here, before the segment flags and chunk_ok are read. Let
+     * the next kernel's launch begin. */
+    if (p.cp_mode) fqla_pdl_wait();
     fqla_pdl_trigger();
 
     const int wg = threadIdx.x >> 7;
@@ -215,7 +219,9 @@ __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
              * in, o out) and runs its chain on whatever the stage holds. */
             tx -= (OUT ? 2 : 1) * TILE;
 #endif
-            for (int64_t c = 0; c < nch; c++) {
+            /* chunk c's K, Q, V (the caller's inputs) into its stage, the
+             * whole stage's bytes announced on full[s] */
+            auto inputs = [&](int64_t c) {
                 const int s = (int)(c % cfg::STAGES);
                 const uint32_t ph = (uint32_t)(c / cfg::STAGES) & 1;
                 fqla_mbar_wait(&empty[s], ph ^ 1);
@@ -230,6 +236,14 @@ __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
 #pragma unroll
                 for (int w = 0; w < NWG; w++)
                     fqla_tma_load_4d(st + cfg::oV + w * TILE, &tmV, &full[s], vbase + 64 * w, hv, t, bc);
+            };
+            const int64_t early = nch < cfg::STAGES ? nch : cfg::STAGES; /* stages free from the start */
+            for (int64_t c = 0; c < early; c++) inputs(c);
+            fqla_pdl_wait(); /* the prepare kernel's outputs (a no-op if waited above) */
+            for (int64_t c = 0; c < nch; c++) {
+                if (c >= early) inputs(c);
+                const int s = (int)(c % cfg::STAGES);
+                unsigned char *st = sm + s * cfg::stage;
                 const int64_t sh = (slot0 + c) * p.HV + hv;
 #ifndef FQLA_DEBUG_NO_AGPG
                 fqla_tma_load_2d(st + cfg::oAg, &tmA, &full[s], 0, (int)(sh * C));

@@ -472,11 +472,7 @@ __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
 /* Instrumented builds: the clock sums since the last call (then reset). */
 extern "C" int fqla_cuda_debug_chain_clocks(unsigned long long out[18])
 {
-    if (cudaDeviceSynchronize() != cudaSuccess ||
-        cudaMemcpyFromSymbol(out, g_chain_clk, sizeof g_chain_clk) != cudaSuccess)
-        return -1;
-    static const unsigned long long z[18] = {0};
-    return cudaMemcpyToSymbol(g_chain_clk, z, sizeof z) == cudaSuccess ? 0 : -1;
+    return fqla_debug_clocks_take(g_chain_clk, out, 18);
 }
 namespace {
 #endif

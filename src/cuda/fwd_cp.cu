@@ -270,10 +270,7 @@ cudaError_t launch_kd(const fqla_fwd_params &p, int cb, int sms, cudaStream_t st
 /* Instrumented builds: the clock sums since the last call (then reset). */
 extern "C" int fqla_cuda_debug_scan_clocks(unsigned long long out[4])
 {
-    if (cudaDeviceSynchronize() != cudaSuccess || cudaMemcpyFromSymbol(out, g_scan_clk, sizeof g_scan_clk) != cudaSuccess)
-        return -1;
-    const unsigned long long z[4] = {0, 0, 0, 0};
-    return cudaMemcpyToSymbol(g_scan_clk, z, sizeof z) == cudaSuccess ? 0 : -1;
+    return fqla_debug_clocks_take(g_scan_clk, out, 4);
 }
 #endif
 

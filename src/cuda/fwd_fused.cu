@@ -403,10 +403,7 @@ __global__ void __launch_bounds__(512, 1)
 /* Instrumented builds: the clock sums since the last call (then reset). */
 extern "C" int fqla_cuda_debug_fused_clocks(unsigned long long out[16])
 {
-    if (cudaDeviceSynchronize() != cudaSuccess || cudaMemcpyFromSymbol(out, g_fused_clk, sizeof g_fused_clk) != cudaSuccess)
-        return -1;
-    static const unsigned long long z[16] = {0};
-    return cudaMemcpyToSymbol(g_fused_clk, z, sizeof z) == cudaSuccess ? 0 : -1;
+    return fqla_debug_clocks_take(g_fused_clk, out, 16);
 }
 namespace {
 #endif

@@ -525,10 +525,9 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
     } else {
         const T *qb = (const T *)p.q + batch * p.q_sb + hq * p.q_sh;
         const T *kb = (const T *)p.k + batch * p.k_sb + hq * p.k_sh;
-        constexpr int VPR = KD / 8;
-        /* PAIR: each half its chunk's K, into the Q tile (half 0) or K tile */
-        T *Kd = PAIR && half == 0 ? Qs : Ks;
-        constexpr int CT = PAIR ? FQLA_FWD_THREADS / 2 : FQLA_FWD_THREADS;
+        constexpr int VPR = KD / 8; /* (the kernels with Q: never PAIR) */
+        T *Kd = Ks;
+        constexpr int CT = FQLA_FWD_THREADS;
         static_assert(CT % VPR == 0, "whole rows per pass");
         constexpr int RPI = CT / VPR; /* rows per pass */
         /* a thread copies column vector cv of rows i0, i0 + RPI, ...: one
@@ -536,7 +535,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
          * address math per copy were 13 % of the kernel's instructions:
          * docs/perf.md, session 10); rows past the end read nothing (size 0)
          * from the chunk's first row */
-        const int tl = PAIR ? tid & 127 : tid, i0 = tl / VPR, cv = tl % VPR;
+        const int tl = tid, i0 = tl / VPR, cv = tl % VPR;
         const T *k0 = kb + t0 * p.k_st + cv * 8, *q0 = qb + t0 * p.q_st + cv * 8;
         const T *ks = k0 + i0 * p.k_st, *qs = q0 + i0 * p.q_st;
         const int64_t kstep = RPI * p.k_st, qstep = RPI * p.q_st;

@@ -26,7 +26,7 @@
 #define CASES(X)                                                                                 \
     X(fwd_lengths) X(fwd_varlen) X(fwd_varlen_i64_zero_len) X(fwd_trailing_rows) X(fwd_gva)       \
     X(fwd_many_heads) X(fwd_head_dims) X(fwd_fp16) X(fwd_options) X(fwd_v_first_bf16_state) X(fwd_decay_extremes) \
-    X(fwd_variants) X(fwd_chunk_kernels) X(fwd_persistent) X(fwd_context_parallel) X(fwd_robustness) X(fwd_graph_replay) X(fwd_not_supported)
+    X(fwd_variants) X(fwd_chunk_kernels) X(fwd_context_parallel) X(fwd_robustness) X(fwd_graph_replay) X(fwd_not_supported)
 
 #ifdef FQLA_HAVE_CUDA
 
@@ -732,41 +732,6 @@ static void fwd_chunk_kernels(void)
             char what[128];
             snprintf(what, sizeof what, "%s [%s]", names[i], kname[v]);
             fqla_cuda_fwd_tune_chunk(kern[v][0], kern[v][1]);
-            check_prob(&p, what);
-        }
-        fqla_cuda_fwd_tune_chunk(-1, 0);
-        prob_free(&p);
-    }
-}
-
-/* The fused kernel's persistent grid (fwd_fused.cu, fused_ctas): more
- * (sequence, value head) items than one wave of CTAs, so a CTA walks two or
- * three items in turn with its stage and Pg rings running on across them.
- * 301 items of three chunks (the last one partial), so that CTAs get
- * different item counts; at V = 256 too (two CTAs per item along y); and
- * with state_v_first bf16 states (h0's L2 prefetch on 256-byte rows). The
- * fused kernel forced, then the default path. */
-static void fwd_persistent(void)
-{
-    enum { NS = 3 };
-    const char *names[NS] = {"B=7 H=HV=43 T=150", "B=7 H=HV=43 T=150 V=256",
-                             "B=7 H=HV=43 T=150 state_v_first bf16 state"};
-    spec specs[NS];
-    specs[0] = base_spec(7, 150, 43, 43, 128);
-    specs[1] = specs[0];
-    specs[1].V = 256;
-    specs[2] = specs[0];
-    specs[2].v_first = 1;
-    specs[2].h0_dtype = specs[2].ht_dtype = FQLA_DTYPE_BF16;
-    for (int i = 0; i < NS; i++) {
-        prob p;
-        prob_init(&p, &specs[i]);
-        upload_all(&p);
-        run_ref(&p);
-        for (int v = 0; v < 2; v++) {
-            char what[128];
-            snprintf(what, sizeof what, "%s [%s]", names[i], v ? "default" : "fused");
-            fqla_cuda_fwd_tune_chunk(v ? -1 : 2, 0);
             check_prob(&p, what);
         }
         fqla_cuda_fwd_tune_chunk(-1, 0);

@@ -96,41 +96,6 @@ __device__ unsigned long long g_fused_clk[16];
 #define FU_CLK(i, on)
 #endif
 
-/* One work item: sequence n, value head hv, at the CTA's value columns. */
-struct fu_item {
-    int64_t n, batch, slot0;
-    int hv, hq, start, len, nch; /* 32-bit token counts: fqla_fwd_wg_usable bounds T */
-};
-
-__device__ __forceinline__ fu_item fu_item_at(const fqla_fwd_params &p, int it)
-{
-    fu_item w;
-    int64_t start, len;
-    w.n = it / p.HV;
-    w.hv = (int)(it % p.HV);
-    w.hq = w.hv / p.group;
-    fqla_fwd_seq(p, w.n, w.batch, start, len, w.slot0);
-    w.start = (int)start;
-    w.len = (int)len;
-    w.nch = (w.len + C - 1) / C;
-    return w;
-}
-
-/* Item w's h0 at the CTA's 128 value columns (128 rows: keys, or values
- * with state_v_first) into L2, where the chain's loads find it when it
- * starts the item. A hint: rows not 16-byte aligned are skipped. */
-__device__ __forceinline__ void prefetch_h0(const fqla_fwd_params &p, const fu_item &w, int vbase)
-{
-    if (!p.h0) return;
-    const int es = p.h0_bf16 ? 2 : 4;
-    const char *b = (const char *)p.h0 + (w.n * p.h0_sn + w.hv * p.h0_sh) * es;
-    for (int r = 0; r < 128; r++) {
-        const int64_t off = p.v_first ? (int64_t)(vbase + r) * p.h0_s2 : (int64_t)r * p.h0_s2 + vbase;
-        const char *a = b + off * es;
-        if (((uintptr_t)a & 15) == 0) fqla_bulk_prefetch_l2(a, 128 * es);
-    }
-}
-
 template <typename T, int KD>
 __global__ void __launch_bounds__(512, 1)
     fwd_fused_kernel(const __grid_constant__ fqla_fwd_params p, const __grid_constant__ CUtensorMap tmQ,
@@ -154,8 +119,15 @@ __global__ void __launch_bounds__(512, 1)
      * the last sequence, no CTA here touches). docs/perf.md, session 10. */
 
     const int wg = threadIdx.x >> 7;
+    const int64_t n = blockIdx.x / p.HV;
+    const int hv = blockIdx.x % p.HV;
+    const int hq = hv / p.group;
     const int vbase = blockIdx.y * 64 * NWG;
-    const int items = (int)(p.N * p.HV); /* the grid's x extent when not persistent: < 2^31 */
+    /* 32-bit token counts (fqla_fwd_wg_usable bounds T): fewer registers */
+    int64_t batch, start64, len64, slot0;
+    fqla_fwd_seq(p, n, batch, start64, len64, slot0);
+    const int start = (int)start64, len = (int)len64;
+    const int nch = (len + C - 1) / C;
 
     if (threadIdx.x == 0) {
         fqla_tma_prefetch(&tmQ);
@@ -175,55 +147,38 @@ __global__ void __launch_bounds__(512, 1)
     }
     __syncthreads();
 
-    /* Every role walks the CTA's items in the same order and counts the
-     * chunks it has passed (q0): chunk c of an item is the CTA's chunk
-     * q0 + c, which picks its stage and Pg slot and their phases, so the
-     * rings run on across items. */
     if (wg == 0) {
         /* producer: one thread issues every copy */
         fqla_setmaxnreg_dec<FU_PROD_REGS>();
         if (threadIdx.x < 32 && fqla_elect_one()) {
-            int q0 = 0;
-            bool waited = false;
-            for (int it = blockIdx.x; it < items; it += gridDim.x) {
-                const fu_item w = fu_item_at(p, it);
-                const int bc = p.varlen ? 0 : (int)w.batch;
-                /* chunk c's K, Q, V (the caller's inputs) into its stage, the
-                 * whole stage's bytes announced on full[s] */
-                auto inputs = [&](int c) {
-                    const int q = q0 + c, s = q % cfg::QST;
-                    fqla_mbar_wait(&empty[s], ((uint32_t)(q / cfg::QST) & 1) ^ 1);
-                    unsigned char *st = sm + s * cfg::stage;
-                    fqla_mbar_arrive_tx(&full[s], cfg::tx);
-                    const int t = w.start + c * C;
+            const int bc = p.varlen ? 0 : (int)batch;
+            /* chunk c's K, Q, V (the caller's inputs) into its stage, the
+             * whole stage's bytes announced on full[s] */
+            auto inputs = [&](int c) {
+                const int s = c % cfg::QST;
+                fqla_mbar_wait(&empty[s], ((uint32_t)(c / cfg::QST) & 1) ^ 1);
+                unsigned char *st = sm + s * cfg::stage;
+                fqla_mbar_arrive_tx(&full[s], cfg::tx);
+                const int t = start + c * C;
 #pragma unroll
-                    for (int kb = 0; kb < cfg::KB; kb++) {
-                        fqla_tma_load_4d(st + cfg::oK + kb * cfg::KQ, &tmK, &full[s], 64 * kb, w.hq, t, bc);
-                        fqla_tma_load_4d(st + cfg::oQ + kb * cfg::KQ, &tmQ, &full[s], 64 * kb, w.hq, t, bc);
-                    }
+                for (int kb = 0; kb < cfg::KB; kb++) {
+                    fqla_tma_load_4d(st + cfg::oK + kb * cfg::KQ, &tmK, &full[s], 64 * kb, hq, t, bc);
+                    fqla_tma_load_4d(st + cfg::oQ + kb * cfg::KQ, &tmQ, &full[s], 64 * kb, hq, t, bc);
+                }
 #pragma unroll
-                    for (int v = 0; v < NWG; v++)
-                        fqla_tma_load_4d(st + cfg::oV + v * TILE, &tmV, &full[s], vbase + 64 * v, w.hv, t, bc);
-                };
-                int early = 0; /* stages free from the start */
-                if (!waited) {
-                    early = min(w.nch, cfg::QST);
-                    for (int c = 0; c < early; c++) inputs(c);
-                    fqla_pdl_wait(); /* the prepare kernel's Ag and gamma */
-                    waited = true;
-                }
-                for (int c = 0; c < w.nch; c++) {
-                    if (c >= early) inputs(c);
-                    unsigned char *st = sm + (q0 + c) % cfg::QST * cfg::stage;
-                    uint64_t *bar = &full[(q0 + c) % cfg::QST];
-                    const int64_t sh = (w.slot0 + c) * p.HV + w.hv;
-                    fqla_tma_load_2d(st + cfg::oAg, &tmA, bar, 0, (int)(sh * C));
-                    fqla_bulk_load(st + cfg::oGam, p.gam + sh * C, 256, bar);
-                }
-                q0 += w.nch;
-                /* the next item's h0 into L2, a few chunks before the chain
-                 * loads it */
-                if (it + (int)gridDim.x < items) prefetch_h0(p, fu_item_at(p, it + gridDim.x), vbase);
+                for (int w = 0; w < NWG; w++)
+                    fqla_tma_load_4d(st + cfg::oV + w * TILE, &tmV, &full[s], vbase + 64 * w, hv, t, bc);
+            };
+            const int early = min(nch, cfg::QST); /* stages free from the start */
+            for (int c = 0; c < early; c++) inputs(c);
+            fqla_pdl_wait(); /* the prepare kernel's Ag and gamma */
+            for (int c = 0; c < nch; c++) {
+                if (c >= early) inputs(c);
+                const int s = c % cfg::QST;
+                unsigned char *st = sm + s * cfg::stage;
+                const int64_t sh = (slot0 + c) * p.HV + hv;
+                fqla_tma_load_2d(st + cfg::oAg, &tmA, &full[s], 0, (int)(sh * C));
+                fqla_bulk_load(st + cfg::oGam, p.gam + sh * C, 256, &full[s]);
             }
         }
         return;
@@ -235,77 +190,71 @@ __global__ void __launch_bounds__(512, 1)
     if (wg == 3) {
         /* ---- Pg and the token factors ---- */
         fqla_setmaxnreg_dec<FU_PREP_REGS>();
-        int q0 = 0;
-        for (int it = blockIdx.x; it < items; it += gridDim.x) {
-            const fu_item w = fu_item_at(p, it);
-            for (int c = 0; c < w.nch; c++) {
-                FU_CLK_START;
-                const int q = q0 + c, s = q % cfg::QST, a = q & 1;
-                const uint32_t ph = (uint32_t)(q / cfg::QST) & 1, aph = (uint32_t)(q >> 1) & 1;
-                const unsigned char *st = sm + s * cfg::stage;
-                unsigned char *sl = sm + cfg::oSlots + a * cfg::slot;
-                const int nvalid = min(C, w.len - c * C);
-                fqla_mbar_wait(&full[s], ph);
-                FU_CLK(0, tid == 0);
+        for (int c = 0; c < nch; c++) {
+            FU_CLK_START;
+            const int s = c % cfg::QST, a = c & 1;
+            const uint32_t ph = (uint32_t)(c / cfg::QST) & 1, aph = (uint32_t)(c >> 1) & 1;
+            const unsigned char *st = sm + s * cfg::stage;
+            unsigned char *sl = sm + cfg::oSlots + a * cfg::slot;
+            const int nvalid = min(C, len - c * C);
+            fqla_mbar_wait(&full[s], ph);
+            FU_CLK(0, tid == 0);
 
-                float accQK[32];
-                fqla_wg_fence();
+            float accQK[32];
+            fqla_wg_fence();
 #pragma unroll
-                for (int kk = 0; kk < KD / 16; kk++) {
-                    const uint64_t dK =
-                        fqla_desc_kmajor(st + cfg::oK + (kk >> 2) * cfg::KQ) + (kk & 3) * FQLA_DESC_K16_KMAJOR;
-                    const uint64_t dQ =
-                        fqla_desc_kmajor(st + cfg::oQ + (kk >> 2) * cfg::KQ) + (kk & 3) * FQLA_DESC_K16_KMAJOR;
-                    mma::template ss64<0, 0>(accQK, dQ, dK, kk > 0);
-                }
-                fqla_wg_commit();
-                /* the slot: the chain is done with chunk q - 2 */
-                fqla_mbar_wait(&pfree[a], aph ^ 1);
-                FU_CLK(1, tid == 0);
-                const float *gam = reinterpret_cast<const float *>(st + cfg::oGam);
-                if (warp == 0) {
-                    /* the chain's token factors (no l2norm on this path) */
-                    float2 *ud = reinterpret_cast<float2 *>(sl + cfg::sFac);
-                    float *fo = reinterpret_cast<float *>(sl + cfg::sFac + 512);
-                    const float gC = gam[C - 1];
-#pragma unroll
-                    for (int h = 0; h < 2; h++)
-                        fqla_chain::token_factors(ud, fo, gam, lane + 32 * h, gC, 1.f, 1.f, p.scale);
-                }
-                fqla_wg_wait<0>();
-                fqla_reg_fence(accQK);
-                FU_CLK(2, tid == 0);
-
-                /* Pg = scale Gamma (.) tril(QK), this warp's 16 rows; rows and
-                 * columns past the sequence end are zeros */
-                {
-                    constexpr float L2E = 1.4426950408889634f;
-                    const int r0 = 16 * warp + g;
-                    const float gi[2] = {gam[r0] * L2E, gam[r0 + 8] * L2E};
-#pragma unroll
-                    for (int j2 = 0; j2 < 4; j2++) {
-                        uint32_t r[4];
-#pragma unroll
-                        for (int m = 0; m < 4; m++) {
-                            const int h = m & 1, j = 2 * j2 + (m >> 1), col = 8 * j + 2 * tq, row = r0 + 8 * h;
-                            const float2 gc = *reinterpret_cast<const float2 *>(gam + col);
-                            const bool rok = row < nvalid;
-                            float v0 = p.scale * accQK[4 * j + 2 * h] * fqla_ex2(gi[h] - gc.x * L2E);
-                            float v1 = p.scale * accQK[4 * j + 2 * h + 1] * fqla_ex2(gi[h] - gc.y * L2E);
-                            v0 = rok && col <= row && col < nvalid ? v0 : 0.f;
-                            v1 = rok && col + 1 <= row && col + 1 < nvalid ? v1 : 0.f;
-                            r[m] = io::pack(v0, v1);
-                        }
-                        const int mi = lane >> 3, row = 16 * warp + 8 * (mi & 1) + (lane & 7), ch = 2 * j2 + (mi >> 1);
-                        fqla_stsm_x4(sl + cfg::sPg + row * 128 + 16 * (ch ^ (row & 7)), r[0], r[1], r[2], r[3]);
-                    }
-                }
-                fqla_mbar_arrive(&empty[s]); /* this thread's reads of the stage are done */
-                fqla_fence_async_smem();     /* Pg: read by the chain's wgmma */
-                fqla_mbar_arrive(&pready[a]);
-                FU_CLK(3, tid == 0);
+            for (int kk = 0; kk < KD / 16; kk++) {
+                const uint64_t dK =
+                    fqla_desc_kmajor(st + cfg::oK + (kk >> 2) * cfg::KQ) + (kk & 3) * FQLA_DESC_K16_KMAJOR;
+                const uint64_t dQ =
+                    fqla_desc_kmajor(st + cfg::oQ + (kk >> 2) * cfg::KQ) + (kk & 3) * FQLA_DESC_K16_KMAJOR;
+                mma::template ss64<0, 0>(accQK, dQ, dK, kk > 0);
             }
-            q0 += w.nch;
+            fqla_wg_commit();
+            /* the slot: the chain is done with chunk c - 2 */
+            fqla_mbar_wait(&pfree[a], aph ^ 1);
+            FU_CLK(1, tid == 0);
+            const float *gam = reinterpret_cast<const float *>(st + cfg::oGam);
+            if (warp == 0) {
+                /* the chain's token factors (no l2norm on this path) */
+                float2 *ud = reinterpret_cast<float2 *>(sl + cfg::sFac);
+                float *fo = reinterpret_cast<float *>(sl + cfg::sFac + 512);
+                const float gC = gam[C - 1];
+#pragma unroll
+                for (int h = 0; h < 2; h++) fqla_chain::token_factors(ud, fo, gam, lane + 32 * h, gC, 1.f, 1.f, p.scale);
+            }
+            fqla_wg_wait<0>();
+            fqla_reg_fence(accQK);
+            FU_CLK(2, tid == 0);
+
+            /* Pg = scale Gamma (.) tril(QK), this warp's 16 rows; rows and
+             * columns past the sequence end are zeros */
+            {
+                constexpr float L2E = 1.4426950408889634f;
+                const int r0 = 16 * warp + g;
+                const float gi[2] = {gam[r0] * L2E, gam[r0 + 8] * L2E};
+#pragma unroll
+                for (int j2 = 0; j2 < 4; j2++) {
+                    uint32_t r[4];
+#pragma unroll
+                    for (int m = 0; m < 4; m++) {
+                        const int h = m & 1, j = 2 * j2 + (m >> 1), col = 8 * j + 2 * tq, row = r0 + 8 * h;
+                        const float2 gc = *reinterpret_cast<const float2 *>(gam + col);
+                        const bool rok = row < nvalid;
+                        float v0 = p.scale * accQK[4 * j + 2 * h] * fqla_ex2(gi[h] - gc.x * L2E);
+                        float v1 = p.scale * accQK[4 * j + 2 * h + 1] * fqla_ex2(gi[h] - gc.y * L2E);
+                        v0 = rok && col <= row && col < nvalid ? v0 : 0.f;
+                        v1 = rok && col + 1 <= row && col + 1 < nvalid ? v1 : 0.f;
+                        r[m] = io::pack(v0, v1);
+                    }
+                    const int mi = lane >> 3, row = 16 * warp + 8 * (mi & 1) + (lane & 7), ch = 2 * j2 + (mi >> 1);
+                    fqla_stsm_x4(sl + cfg::sPg + row * 128 + 16 * (ch ^ (row & 7)), r[0], r[1], r[2], r[3]);
+                }
+            }
+            fqla_mbar_arrive(&empty[s]); /* this thread's reads of the stage are done */
+            fqla_fence_async_smem();     /* Pg: read by the chain's wgmma */
+            fqla_mbar_arrive(&pready[a]);
+            FU_CLK(3, tid == 0);
         }
         return;
     }
@@ -317,142 +266,136 @@ __global__ void __launch_bounds__(512, 1)
     constexpr int NS = KD / 2;
     constexpr int KS = KD / 16;
     const int vr = v0 + 16 * warp + g, kc = 2 * tq;
+    float S[NS];
+    fqla_chain::load_state(p, S, n, hv, vr, kc);
+
+    T *ob = (T *)p.o + batch * p.o_sb + hv * p.o_sh + v0;
     unsigned char *Obuf = sm + cfg::oO + cw * TILE;
-    int q0 = 0;
-    for (int it = blockIdx.x; it < items; it += gridDim.x) {
-        const fu_item w = fu_item_at(p, it);
-        float S[NS];
-        fqla_chain::load_state(p, S, w.n, w.hv, vr, kc);
-
-        /* chunk cc's output rows, staged in Obuf, to o: one TMA store by
-         * thread 0 (whole chunks, or a padded batch: the map clips rows past
-         * T), or row by row (a varlen tail chunk) */
-        auto store_out = [&](int cc) {
-            const int t0 = w.start + cc * C;
-            const int nvalid = (int)min(C, w.len - cc * C);
-            if (nvalid == C || !p.varlen) {
-                if (tid == 0) {
-                    fqla_tma_store_4d(&tmO, Obuf, v0, w.hv, t0, p.varlen ? 0 : (int)w.batch);
-                    fqla_bulk_commit();
-                }
-                return;
+    /* chunk cc's output rows, staged in Obuf, to o: one TMA store by thread 0
+     * (whole chunks, or a padded batch: the map clips rows past T), or row by
+     * row (a varlen tail chunk) */
+    auto store_out = [&](int cc) {
+        const int t0 = start + cc * C;
+        const int nvalid = (int)min(C, len - cc * C);
+        if (nvalid == C || !p.varlen) {
+            if (tid == 0) {
+                fqla_tma_store_4d(&tmO, Obuf, v0, hv, t0, p.varlen ? 0 : (int)batch);
+                fqla_bulk_commit();
             }
-            T *ob = (T *)p.o + w.batch * p.o_sb + w.hv * p.o_sh + v0;
-            fqla_chain::store_rows(ob, p.o_st, t0, Obuf, nvalid, tid);
-        };
-
-        for (int c = 0; c < w.nch; c++) {
-            FU_CLK_START;
-            const int q = q0 + c, s = q % cfg::QST, a = q & 1;
-            const uint32_t ph = (uint32_t)(q / cfg::QST) & 1, aph = (uint32_t)(q >> 1) & 1;
-            unsigned char *st = sm + s * cfg::stage, *sl = sm + cfg::oSlots + a * cfg::slot;
-            fqla_mbar_wait(&full[s], ph);
-            fqla_mbar_wait(&pready[a], aph);
-            FU_CLK(8, tid == 0 && cw == 0);
-            const int nvalid = (int)min(C, w.len - c * C);
-            if (nvalid < C) {
-                /* rows past the end: zero K (warpgroup 1) and this V slice
-                 * (the Pg warpgroup has read K already: it signalled pready
-                 * after) */
-                fqla_chain::zero_rows(st + cfg::oK, cfg::KB, cfg::KQ, cw == 0, st + cfg::oV + cw * TILE, nvalid,
-                                      tid);
-                fqla_named_sync(1, 128 * NWG);
-            }
-            const float *gm = reinterpret_cast<const float *>(st + cfg::oGam);
-            const float2 *ud = reinterpret_cast<const float2 *>(sl + cfg::sFac);
-            const float *fos = reinterpret_cast<const float *>(sl + cfg::sFac + 512);
-
-            uint32_t sf[KS][4];
-            fqla_chain::pack_state<T>(sf, S);
-            float accVd[32], accUQ[64]; /* accUQ[0..31] = U^T, [32..63] = Qs^T */
-            const uint64_t dAg = fqla_desc_kmajor(st + cfg::oAg);
-            fqla_reg_fence_u(sf);
-            fqla_wg_fence();
-            {   /* G2: [U^T | Qs^T] = S^T [K; Q]^T */
-#pragma unroll
-                for (int kk = 0; kk < KS; kk++) {
-                    const uint64_t dKQ =
-                        fqla_desc_kmajor(st + cfg::oK + (kk >> 2) * cfg::KQ) + (kk & 3) * FQLA_DESC_K16_KMAJOR;
-                    mma::template rs128<0>(accUQ, sf[kk], dKQ, kk > 0);
-                }
-                fqla_wg_commit();
-            }
-            const float gC = gm[C - 1];
-            fqla_wg_wait<0>();
-            fqla_reg_fence(accUQ);
-            FU_CLK(9, tid == 0 && cw == 0);
-            {   /* G1: Vd^T = V^T Ag^T, then G4: Vd^T += (-U^T diag(u)) Ag^T */
-                uint32_t wn[4][4];
-                fqla_chain::g4_operand<T>(wn, accUQ, ud, tq);
-                fqla_reg_fence_u(wn);
-                fqla_wg_fence();
-                const uint64_t dV = fqla_desc_mnmajor(st + cfg::oV + cw * TILE, TILE);
-#pragma unroll
-                for (int kk = 0; kk < 4; kk++)
-                    mma::template ss64<1, 0>(accVd, dV + kk * FQLA_DESC_K16_MNMAJOR,
-                                             dAg + kk * FQLA_DESC_K16_KMAJOR, kk > 0);
-#pragma unroll
-                for (int kk = 0; kk < 4; kk++)
-                    mma::template rs64<0>(accVd, wn[kk], dAg + kk * FQLA_DESC_K16_KMAJOR, 1);
-                fqla_wg_commit();
-            }
-            {
-                const float eC = __expf(gC);
-#pragma unroll
-                for (int i = 0; i < NS; i++) S[i] *= eC;
-            }
-            fqla_wg_wait<0>();
-            fqla_reg_fence(accVd);
-            FU_CLK(10, tid == 0 && cw == 0);
-
-            uint32_t vd[4][4], vp[4][4];
-            fqla_chain::g56_operands<T>(vd, vp, accVd, ud, tq);
-            fqla_reg_fence(S);
-            fqla_reg_fence_u(vd);
-            fqla_reg_fence_u(vp);
-            fqla_wg_fence();
-            {   /* G5: S^T += Vp^T K */
-                const uint64_t dKt = fqla_desc_mnmajor(st + cfg::oK, cfg::KQ);
-#pragma unroll
-                for (int kk = 0; kk < 4; kk++) {
-                    if constexpr (KD == 128)
-                        mma::template rs128<1>(S, vp[kk], dKt + kk * FQLA_DESC_K16_MNMAJOR, 1);
-                    else
-                        mma::template rs64<1>(S, vp[kk], dKt + kk * FQLA_DESC_K16_MNMAJOR, 1);
-                }
-                fqla_wg_commit();
-            }
-            float accP[32];
-            {   /* G6: P^T = Vd^T Pg^T */
-                const uint64_t dPg = fqla_desc_kmajor(sl + cfg::sPg);
-#pragma unroll
-                for (int kk = 0; kk < 4; kk++)
-                    mma::template rs64<0>(accP, vd[kk], dPg + kk * FQLA_DESC_K16_KMAJOR, kk > 0);
-                fqla_wg_commit();
-            }
-            float fo[16];
-            fqla_chain::load_out_factors(fo, fos, tq);
-            fqla_wg_wait<0>();
-            fqla_reg_fence(S);
-            fqla_reg_fence(accUQ);
-            fqla_reg_fence(accP);
-            FU_CLK(11, tid == 0 && cw == 0);
-            fqla_mbar_arrive(&empty[s]);  /* the stage and */
-            fqla_mbar_arrive(&pfree[a]);  /* the slot are no longer read by this thread */
-
-            /* O^T = Qs^T diag(o) + P^T -> Obuf as [t][v] (stmatrix.trans),
-             * once the last store has read it */
-            if (tid == 0) fqla_bulk_wait_read<0>();
-            fqla_named_sync(2 + cw, 128);
-            fqla_chain::output_tile<T>(Obuf, fo, accUQ + 32, accP, warp, lane);
-            fqla_named_sync(2 + cw, 128);
-            store_out(c);
-            FU_CLK(12, tid == 0 && cw == 0);
+            return;
         }
-        q0 += w.nch;
-        if (p.ht) fqla_chain::store_state(p, S, w.n, w.hv, vr, kc);
+        fqla_chain::store_rows(ob, p.o_st, t0, Obuf, nvalid, tid);
+    };
+
+    for (int c = 0; c < nch; c++) {
+        FU_CLK_START;
+        const int s = c % cfg::QST, a = c & 1;
+        const uint32_t ph = (uint32_t)(c / cfg::QST) & 1, aph = (uint32_t)(c >> 1) & 1;
+        unsigned char *st = sm + s * cfg::stage, *sl = sm + cfg::oSlots + a * cfg::slot;
+        fqla_mbar_wait(&full[s], ph);
+        fqla_mbar_wait(&pready[a], aph);
+        FU_CLK(8, tid == 0 && cw == 0);
+        const int nvalid = (int)min(C, len - c * C);
+        if (nvalid < C) {
+            /* rows past the end: zero K (warpgroup 1) and this V slice (the
+             * Pg warpgroup has read K already: it signalled pready after) */
+            fqla_chain::zero_rows(st + cfg::oK, cfg::KB, cfg::KQ, cw == 0, st + cfg::oV + cw * TILE, nvalid, tid);
+            fqla_named_sync(1, 128 * NWG);
+        }
+        const float *gm = reinterpret_cast<const float *>(st + cfg::oGam);
+        const float2 *ud = reinterpret_cast<const float2 *>(sl + cfg::sFac);
+        const float *fos = reinterpret_cast<const float *>(sl + cfg::sFac + 512);
+
+        uint32_t sf[KS][4];
+        fqla_chain::pack_state<T>(sf, S);
+        float accVd[32], accUQ[64]; /* accUQ[0..31] = U^T, [32..63] = Qs^T */
+        const uint64_t dAg = fqla_desc_kmajor(st + cfg::oAg);
+        fqla_reg_fence_u(sf);
+        fqla_wg_fence();
+        {   /* G2: [U^T | Qs^T] = S^T [K; Q]^T */
+#pragma unroll
+            for (int kk = 0; kk < KS; kk++) {
+                const uint64_t dKQ =
+                    fqla_desc_kmajor(st + cfg::oK + (kk >> 2) * cfg::KQ) + (kk & 3) * FQLA_DESC_K16_KMAJOR;
+                mma::template rs128<0>(accUQ, sf[kk], dKQ, kk > 0);
+            }
+            fqla_wg_commit();
+        }
+        const float gC = gm[C - 1];
+        fqla_wg_wait<0>();
+        fqla_reg_fence(accUQ);
+        FU_CLK(9, tid == 0 && cw == 0);
+        {   /* G1: Vd^T = V^T Ag^T, then G4: Vd^T += (-U^T diag(u)) Ag^T */
+            uint32_t wn[4][4];
+            fqla_chain::g4_operand<T>(wn, accUQ, ud, tq);
+            fqla_reg_fence_u(wn);
+            fqla_wg_fence();
+            const uint64_t dV = fqla_desc_mnmajor(st + cfg::oV + cw * TILE, TILE);
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++)
+                mma::template ss64<1, 0>(accVd, dV + kk * FQLA_DESC_K16_MNMAJOR, dAg + kk * FQLA_DESC_K16_KMAJOR,
+                                         kk > 0);
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++)
+                mma::template rs64<0>(accVd, wn[kk], dAg + kk * FQLA_DESC_K16_KMAJOR, 1);
+            fqla_wg_commit();
+        }
+        {
+            const float eC = __expf(gC);
+#pragma unroll
+            for (int i = 0; i < NS; i++) S[i] *= eC;
+        }
+        fqla_wg_wait<0>();
+        fqla_reg_fence(accVd);
+        FU_CLK(10, tid == 0 && cw == 0);
+
+        uint32_t vd[4][4], vp[4][4];
+        fqla_chain::g56_operands<T>(vd, vp, accVd, ud, tq);
+        fqla_reg_fence(S);
+        fqla_reg_fence_u(vd);
+        fqla_reg_fence_u(vp);
+        fqla_wg_fence();
+        {   /* G5: S^T += Vp^T K */
+            const uint64_t dKt = fqla_desc_mnmajor(st + cfg::oK, cfg::KQ);
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) {
+                if constexpr (KD == 128)
+                    mma::template rs128<1>(S, vp[kk], dKt + kk * FQLA_DESC_K16_MNMAJOR, 1);
+                else
+                    mma::template rs64<1>(S, vp[kk], dKt + kk * FQLA_DESC_K16_MNMAJOR, 1);
+            }
+            fqla_wg_commit();
+        }
+        float accP[32];
+        {   /* G6: P^T = Vd^T Pg^T */
+            const uint64_t dPg = fqla_desc_kmajor(sl + cfg::sPg);
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++)
+                mma::template rs64<0>(accP, vd[kk], dPg + kk * FQLA_DESC_K16_KMAJOR, kk > 0);
+            fqla_wg_commit();
+        }
+        float fo[16];
+        fqla_chain::load_out_factors(fo, fos, tq);
+        fqla_wg_wait<0>();
+        fqla_reg_fence(S);
+        fqla_reg_fence(accUQ);
+        fqla_reg_fence(accP);
+        FU_CLK(11, tid == 0 && cw == 0);
+        fqla_mbar_arrive(&empty[s]);  /* the stage and */
+        fqla_mbar_arrive(&pfree[a]);  /* the slot are no longer read by this thread */
+
+        /* O^T = Qs^T diag(o) + P^T -> Obuf as [t][v] (stmatrix.trans), once
+         * the last store has read it */
+        if (tid == 0) fqla_bulk_wait_read<0>();
+        fqla_named_sync(2 + cw, 128);
+        fqla_chain::output_tile<T>(Obuf, fo, accUQ + 32, accP, warp, lane);
+        fqla_named_sync(2 + cw, 128);
+        store_out(c);
+        FU_CLK(12, tid == 0 && cw == 0);
     }
     if (tid == 0) fqla_bulk_wait<0>(); /* the CTA's last stores are done before it exits */
+
+    if (p.ht) fqla_chain::store_state(p, S, n, hv, vr, kc);
 }
 
 #ifdef FQLA_FUSED_CLOCKS
@@ -464,30 +407,6 @@ extern "C" int fqla_cuda_debug_fused_clocks(unsigned long long out[16])
 }
 namespace {
 #endif
-
-/* CTAs along x. One per item (sequence, value head) where the items fit in
- * one wave, or vary in length (varlen: the hardware's scheduler balances
- * them). Otherwise persistent: as few CTAs as give the same number of waves,
- * each walking its items in turn, so that an item's first loads and Pg
- * tiles are made while the previous item's last chunks run
- * (docs/perf.md, session 11). */
-int fused_ctas(const fqla_fwd_params &p, int dev)
-{
-    static volatile int sms[64];
-    const int64_t items = p.N * p.HV, vb = p.V / 128;
-    if (p.varlen || dev < 0 || dev >= 64) return (int)items;
-    if (!sms[dev]) {
-        int n = 0;
-        if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) {
-            (void)cudaGetLastError();
-            return (int)items;
-        }
-        sms[dev] = n;
-    }
-    const int64_t waves = (items * vb + sms[dev] - 1) / sms[dev];
-    if (waves < 2) return (int)items;
-    return (int)((items + waves - 1) / waves);
-}
 
 template <typename T>
 cudaError_t launch(const fqla_fwd_params &p, const CUtensorMap *maps, cudaStream_t stream)
@@ -504,7 +423,7 @@ cudaError_t launch(const fqla_fwd_params &p, const CUtensorMap *maps, cudaStream
         if (dev >= 0 && dev < 64) configured[dev] = 1;
     }
     /* (the prepare kernel zeroes the o rows after the last sequence) */
-    dim3 grid((unsigned)fused_ctas(p, dev), (unsigned)(p.V / 128));
+    dim3 grid((unsigned)(p.N * p.HV), (unsigned)(p.V / 128));
     return fqla_launch_pdl(fwd_fused_kernel<T, 128>, grid, dim3(512), cfg::bytes, stream, p.pdl, p, maps[0], maps[1],
                            maps[2], maps[3], maps[5]);
 }

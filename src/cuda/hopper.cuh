@@ -82,12 +82,6 @@ FQLA_HDEV void fqla_bulk_load(void *dst, const void *src, uint32_t bytes, uint64
                  "l"(src), "r"(bytes), "r"(fqla_h_smem(bar))
                  : "memory");
 }
-/* A hint: bytes (a multiple of 16, src 16-aligned) from global memory into
- * L2, no completion to wait for. */
-FQLA_HDEV void fqla_bulk_prefetch_l2(const void *src, uint32_t bytes)
-{
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
-}
 /* 4-D tile store shared -> global (box elements outside the tensor are not
  * written), in this thread's bulk async-group. */
 FQLA_HDEV void fqla_tma_store_4d(const CUtensorMap *m, const void *src, int c0, int c1, int c2, int c3)

@@ -67,8 +67,8 @@ struct fu_cfg {
     static constexpr uint32_t slot = TILE + 1024;
     static constexpr int ASL = 2;
     static constexpr uint32_t oSlots = QST * stage;
-    static constexpr uint32_t oO = oSlots + ASL * slot; /* [NWG] output tiles */
-    static constexpr uint32_t oBar = oO + NWG * TILE;
+    static constexpr uint32_t oO = oSlots + ASL * slot; /* [NWG][2] output tiles */
+    static constexpr uint32_t oBar = oO + 2 * NWG * TILE;
     static constexpr uint32_t bytes = oBar + (2 * QST + 2 * ASL) * 8 + 1024;
     static_assert(bytes <= 232448, "shared memory of one CTA");
 };
@@ -77,8 +77,9 @@ struct fu_cfg {
 /* Instrumented builds only (nvcc -DFQLA_FUSED_CLOCKS): clock64 spans per
  * chunk from the third on, thread 0 of the Pg warpgroup (spans 0-3: stage
  * wait, Q K^T issue and slot wait, factors and Q K^T wait, Pg) and of the
- * first chain warpgroup (8-12: stage and slot wait, G2, G1 + G4, G5 + G6,
- * output), in the first 16 CTAs; [14], [15] count their chunks. */
+ * first chain warpgroup (8-12: stage and slot wait, G2 with the previous
+ * chunk's output store, G1 + G4, G5 + G6, output), in the first 16 CTAs;
+ * [14], [15] count their chunks. */
 __device__ unsigned long long g_fused_clk[16];
 #define FU_CLK_START long long fu_t_ = clock64()
 #define FU_CLK(i, on)                                                                                   \
@@ -270,21 +271,30 @@ __global__ void __launch_bounds__(512, 1)
     fqla_chain::load_state(p, S, n, hv, vr, kc);
 
     T *ob = (T *)p.o + batch * p.o_sb + hv * p.o_sh + v0;
-    unsigned char *Obuf = sm + cfg::oO + cw * TILE;
-    /* chunk cc's output rows, staged in Obuf, to o: one TMA store by thread 0
-     * (whole chunks, or a padded batch: the map clips rows past T), or row by
-     * row (a varlen tail chunk) */
+    unsigned char *Obuf = sm + cfg::oO + cw * 2 * TILE; /* this warpgroup's two staging tiles */
+    /* Chunk cc's output rows, staged in tile cc & 1, to o (nothing for
+     * cc < 0), as in fwd_chunk_wg.cu: issued while the next chunk's G2 runs,
+     * so the barrier and the store are off the chain's path. A whole chunk,
+     * or any chunk of a padded batch (the map clips rows past T), goes out
+     * as one TMA store by thread 0, which first waits until its previous
+     * store has read its tile: the barrier after that wait orders it before
+     * every later write of that tile. A varlen tail chunk (the rows after
+     * it belong to the next sequence) is stored row by row. */
     auto store_out = [&](int cc) {
+        if (tid == 0) fqla_bulk_wait_read<0>();
+        fqla_named_sync(2 + cw, 128); /* the warpgroup's stmatrix writes are done and fenced */
+        if (cc < 0) return;
+        const unsigned char *src = Obuf + (cc & 1) * TILE;
         const int t0 = start + cc * C;
         const int nvalid = (int)min(C, len - cc * C);
         if (nvalid == C || !p.varlen) {
             if (tid == 0) {
-                fqla_tma_store_4d(&tmO, Obuf, v0, hv, t0, p.varlen ? 0 : (int)batch);
+                fqla_tma_store_4d(&tmO, src, v0, hv, t0, p.varlen ? 0 : (int)batch);
                 fqla_bulk_commit();
             }
             return;
         }
-        fqla_chain::store_rows(ob, p.o_st, t0, Obuf, nvalid, tid);
+        fqla_chain::store_rows(ob, p.o_st, t0, src, nvalid, tid);
     };
 
     for (int c = 0; c < nch; c++) {
@@ -321,6 +331,7 @@ __global__ void __launch_bounds__(512, 1)
             }
             fqla_wg_commit();
         }
+        store_out(c - 1); /* the previous chunk's rows, while G2 runs */
         const float gC = gm[C - 1];
         fqla_wg_wait<0>();
         fqla_reg_fence(accUQ);
@@ -384,15 +395,13 @@ __global__ void __launch_bounds__(512, 1)
         fqla_mbar_arrive(&empty[s]);  /* the stage and */
         fqla_mbar_arrive(&pfree[a]);  /* the slot are no longer read by this thread */
 
-        /* O^T = Qs^T diag(o) + P^T -> Obuf as [t][v] (stmatrix.trans), once
-         * the last store has read it */
-        if (tid == 0) fqla_bulk_wait_read<0>();
-        fqla_named_sync(2 + cw, 128);
-        fqla_chain::output_tile<T>(Obuf, fo, accUQ + 32, accP, warp, lane);
-        fqla_named_sync(2 + cw, 128);
-        store_out(c);
+        /* O^T = Qs^T diag(o) + P^T -> staging tile c & 1 as [t][v]
+         * (stmatrix.trans); chunk c - 2's store has read it (store_out(c - 1)
+         * waited for that before its barrier) */
+        fqla_chain::output_tile<T>(Obuf + (c & 1) * TILE, fo, accUQ + 32, accP, warp, lane);
         FU_CLK(12, tid == 0 && cw == 0);
     }
+    if (nch > 0) store_out(nch - 1);
     if (tid == 0) fqla_bulk_wait<0>(); /* the CTA's last stores are done before it exits */
 
     if (p.ht) fqla_chain::store_state(p, S, n, hv, vr, kc);

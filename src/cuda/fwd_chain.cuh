@@ -139,40 +139,10 @@ __device__ __forceinline__ void load_out_factors(float (&fo)[16], const float *f
     }
 }
 
-/* O^T = Qs^T diag(o) + P^T in the io dtype, packed in output_store's
- * order: u[4 (j / 2) + m] is matrix m of token blocks j, j + 1. */
-template <typename T>
-__device__ __forceinline__ void output_pack(uint32_t (&u)[16], const float (&fo)[16], const float *accQs,
-                                            const float (&accP)[32])
-{
-#pragma unroll
-    for (int j = 0; j < 8; j += 2)
-#pragma unroll
-        for (int m = 0; m < 4; m++) {
-            /* matrix m: token block j + (m >> 1), value rows 8 (m & 1) */
-            const int jj = j + (m >> 1), i0 = 4 * jj + 2 * (m & 1);
-            u[2 * j + m] =
-                fqla_io<T>::pack(fo[2 * jj] * accQs[i0] + accP[i0], fo[2 * jj + 1] * accQs[i0 + 1] + accP[i0 + 1]);
-        }
-}
-
-/* output_pack's tile into dst as [t][v] b16 in TMA's 128-byte swizzle
+/* O^T = Qs^T diag(o) + P^T into dst as [t][v] b16 in TMA's 128-byte swizzle
  * (stmatrix.trans; lane l addresses token row 8 (j + q / 2) + l % 8, 16-byte
  * chunk 2 warp + q % 2 of it, swizzled: chunk ^ (row % 8), so the 8 rows of
  * each matrix hit 8 different bank groups), then fenced for the TMA store. */
-__device__ __forceinline__ void output_store(unsigned char *dst, const uint32_t (&u)[16], int warp, int lane)
-{
-    const int q = lane >> 3, rr = lane & 7;
-#pragma unroll
-    for (int j = 0; j < 8; j += 2) {
-        const int row = 8 * (j + (q >> 1)) + rr, ch = 2 * warp + (q & 1);
-        fqla_stsm_x4_t(dst + row * 128 + 16 * (ch ^ rr), u[2 * j], u[2 * j + 1], u[2 * j + 2], u[2 * j + 3]);
-    }
-    fqla_fence_async_smem();
-}
-
-/* Both at once, interleaved (the chunk kernel's order: its schedule was
- * measured with it). */
 template <typename T>
 __device__ __forceinline__ void output_tile(unsigned char *dst, const float (&fo)[16], const float *accQs,
                                             const float (&accP)[32], int warp, int lane)
@@ -183,6 +153,7 @@ __device__ __forceinline__ void output_tile(unsigned char *dst, const float (&fo
         uint32_t r[4];
 #pragma unroll
         for (int m = 0; m < 4; m++) {
+            /* matrix m: token block j + (m >> 1), value rows 8 (m & 1) */
             const int jj = j + (m >> 1), i0 = 4 * jj + 2 * (m & 1);
             r[m] = fqla_io<T>::pack(fo[2 * jj] * accQs[i0] + accP[i0], fo[2 * jj + 1] * accQs[i0 + 1] + accP[i0 + 1]);
         }

@@ -78,8 +78,8 @@ struct fu_cfg {
  * chunk from the third on, thread 0 of the Pg warpgroup (spans 0-3: stage
  * wait, Q K^T issue and slot wait, factors and Q K^T wait, Pg) and of the
  * first chain warpgroup (8-12: stage and slot wait, G2 with the previous
- * chunk's output tile and store, G1 + G4, G5 + G6, the output's packing),
- * in the first 16 CTAs; [14], [15] count their chunks. */
+ * chunk's output store, G1 + G4, G5 + G6, output), in the first 16 CTAs;
+ * [14], [15] count their chunks. */
 __device__ unsigned long long g_fused_clk[16];
 #define FU_CLK_START long long fu_t_ = clock64()
 #define FU_CLK(i, on)                                                                                   \
@@ -297,9 +297,6 @@ __global__ void __launch_bounds__(512, 1)
         fqla_chain::store_rows(ob, p.o_st, t0, src, nvalid, tid);
     };
 
-    /* chunk c's output tile, packed after its G6 and stored to shared memory
-     * while chunk c + 1's G2 runs */
-    uint32_t opk[16];
     for (int c = 0; c < nch; c++) {
         FU_CLK_START;
         const int s = c % cfg::QST, a = c & 1;
@@ -334,11 +331,7 @@ __global__ void __launch_bounds__(512, 1)
             }
             fqla_wg_commit();
         }
-        /* the previous chunk's rows, while G2 runs: its tile (chunk c - 3's
-         * store has read it: store_out(c - 2) waited for that before its
-         * barrier), then the store */
-        if (c > 0) fqla_chain::output_store(Obuf + ((c - 1) & 1) * TILE, opk, warp, lane);
-        store_out(c - 1);
+        store_out(c - 1); /* the previous chunk's rows, while G2 runs */
         const float gC = gm[C - 1];
         fqla_wg_wait<0>();
         fqla_reg_fence(accUQ);
@@ -402,14 +395,13 @@ __global__ void __launch_bounds__(512, 1)
         fqla_mbar_arrive(&empty[s]);  /* the stage and */
         fqla_mbar_arrive(&pfree[a]);  /* the slot are no longer read by this thread */
 
-        /* O^T = Qs^T diag(o) + P^T, packed: the accumulators die here */
-        fqla_chain::output_pack<T>(opk, fo, accUQ + 32, accP);
+        /* O^T = Qs^T diag(o) + P^T -> staging tile c & 1 as [t][v]
+         * (stmatrix.trans); chunk c - 2's store has read it (store_out(c - 1)
+         * waited for that before its barrier) */
+        fqla_chain::output_tile<T>(Obuf + (c & 1) * TILE, fo, accUQ + 32, accP, warp, lane);
         FU_CLK(12, tid == 0 && cw == 0);
     }
-    if (nch > 0) {
-        fqla_chain::output_store(Obuf + ((nch - 1) & 1) * TILE, opk, warp, lane);
-        store_out(nch - 1);
-    }
+    if (nch > 0) store_out(nch - 1);
     if (tid == 0) fqla_bulk_wait<0>(); /* the CTA's last stores are done before it exits */
 
     if (p.ht) fqla_chain::store_state(p, S, n, hv, vr, kc);

@@ -187,7 +187,8 @@ FUSED_PREP_SPANS = ["stage wait", "QK issue+slot wait", "factors+QK wait", "Pg"]
 FUSED_CHAIN_SPANS = ["stage+slot wait", "G2", "G1+G4", "G5+G6", "output"]
 
 # fwd_prepare.cu's spans under -DFQLA_PREP_CLOCKS
-PREP_SPANS = ["setup", "gates", "copy wait", "KK", "diag solve", "merge 1", "merge 2", "merge 3", "Ag"]
+PREP_SPANS = ["setup: copies", "gates", "copy wait", "KK", "diag solve", "merge 1", "merge 2", "merge 3", "Ag",
+              "setup: slot", "setup: gate loads"]
 
 
 def debug_clocks(lib, name, n, call):

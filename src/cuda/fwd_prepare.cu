@@ -410,9 +410,10 @@ __device__ __forceinline__ void ag_tile(uint32_t (&u)[4][2], const float *Xh, co
  * thread 0 of each half (PAIR) or of the CTA, in the CTAs (x, x % H), spread
  * over the waves (the CTAs of one head are the first wave, whose loads all
  * start together and were 1.4x as long: docs/perf.md, session 10):
- * 0 setup and copy issue, 1 gates, 2 copy wait, 3 K K^T (and Q K^T, Pg),
- * 4 diagonal solve, 5-7 the merges' three levels, 8 Ag; [14] counts the
- * CTAs (halves) timed, [15] sums their lifetimes. */
+ * 9 the slot's chunk, 10 the first gate loads' issue, 0 the copies' issue,
+ * 1 gates, 2 copy wait, 3 K K^T (and Q K^T, Pg), 4 diagonal solve, 5-7 the
+ * merges' three levels, 8 Ag; [14] counts the CTAs (halves) timed, [15]
+ * sums their lifetimes. */
 __device__ unsigned long long g_prep_clk[16];
 #define PR_CLK_START const long long pr_t0_ = clock64(); long long pr_t_ = pr_t0_
 #define PR_CLK(i)                                                                                       \
@@ -497,11 +498,13 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
     const int64_t t0 = start + c * C;
     const int nvalid = have ? (int)min((int64_t)C, len - c * C) : 0;
     if (PAIR && (tid & 127) == 0) have_pair[half] = have; /* read in step 4c, after barriers */
+    PR_CLK(9);
 
     /* the gate warps' first head's gates and betas, issued first */
     const int jg0 = PAIR ? ((warp & 3) == 0 ? half : 2) : warp; /* gate warp's first head (PAIR: chunk) */
     float graw[2] = {0.f, 0.f}, braw[2] = {0.f, 0.f};
     if (jg0 < ng) load_gate_beta(p, batch, t0, nvalid, PAIR ? hq : hq * p.group + jg0, lane, graw, braw);
+    PR_CLK(10);
 
     /* 1. Q, K rows (zero past the end): copies in flight during the gates.
      * Without Q: K by TMA, two boxes of 64 columns (the fused kernel's map),

@@ -337,8 +337,9 @@ __device__ __forceinline__ void mm16(float (&acc)[2][4], const float *a, const f
  * kernel bound by its shared-memory pipe (docs/perf.md, session 10): each
  * warp loaded its own copies of the operands. */
 template <typename T>
-__device__ __forceinline__ void kk_issue(float (&d)[32], const T *Ktile)
+__device__ __forceinline__ void kk_wgmma(const T *Ktile, float *KKd, int w, int lane)
 {
+    float d[32];
     /* one descriptor, stepped by constants: 32 bytes per k-step in a box,
      * the box (64 columns x 64 rows) 64 C sizeof(T) bytes on (the
      * descriptor counts 16-byte units) */
@@ -350,11 +351,6 @@ __device__ __forceinline__ void kk_issue(float (&d)[32], const T *Ktile)
         fqla_wg<T>::template ss64<0, 0>(d, dk, dk, kk > 0);
     }
     fqla_wg_commit();
-}
-/* ... then, once the issuing warpgroup has done other work, the wait and
- * the stores */
-__device__ __forceinline__ void kk_store(float (&d)[32], float *KKd, int w, int lane)
-{
     fqla_wg_wait<0>();
     fqla_reg_fence(d);
     /* d[4j..4j+3]: rows 16 w + g (+ 8), columns 8 j + 2 t, + 1 */
@@ -504,12 +500,8 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
     if (PAIR && (tid & 127) == 0) have_pair[half] = have; /* read in step 4c, after barriers */
     PR_CLK(9);
 
-    /* the gate warps' first head's gates and betas, issued first. Without Q
-     * and PAIR the gate warps are the second warpgroup's, so that the first
-     * forms K K^T meanwhile; PAIR: the first warp of each half (both
-     * warpgroups form a K K^T), after issuing its products */
-    const int jg0 = PAIR ? ((warp & 3) == 0 ? half : 2) : !WQ ? (warp >= 4 ? warp - 4 : ng) : warp;
-    constexpr int jstep = PAIR ? 8 : !WQ ? 4 : FQLA_FWD_THREADS / 32; /* gate warps' stride over heads */
+    /* the gate warps' first head's gates and betas, issued first */
+    const int jg0 = PAIR ? ((warp & 3) == 0 ? half : 2) : warp; /* gate warp's first head (PAIR: chunk) */
     float graw[2] = {0.f, 0.f}, braw[2] = {0.f, 0.f};
     if (jg0 < ng) load_gate_beta(p, batch, t0, nvalid, PAIR ? hq : hq * p.group + jg0, lane, graw, braw);
     PR_CLK(10);
@@ -562,26 +554,9 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
         fqla_cp_async_commit();
     }
     PR_CLK(0);
-    /* Without Q, K K^T's products are issued first (warpgroup 0, or both
-     * with PAIR) and run while the gates are processed: the gate loads'
-     * latency, the K copy's and the products' overlap (ncu: the barrier
-     * after the gates held 22 % of the warps' samples at group 2, the
-     * products waited behind it; docs/perf.md, session 11) */
-    float kkd[32];
-    const bool kk_warps = PAIR || warp < 4;
-    const int mw = warp & 3;
-    if constexpr (!WQ) {
-        static_assert(KD == 128, "the fused path's K tile");
-        __syncthreads(); /* the K barrier's initialisation is visible */
-        if (kk_warps) {
-            fqla_mbar_wait(kbar + half, 0);
-            PR_CLK(2);
-            kk_issue<T>(kkd, PAIR && half == 0 ? Qs : Ks);
-        }
-    }
     /* gate, beta, gamma of every value head of the group: one warp per head
      * (PAIR: the first warp of each half, its chunk) */
-    for (int jj = jg0; jj < ng; jj += jstep) {
+    for (int jj = jg0; jj < ng; jj += FQLA_FWD_THREADS / 32) {
         const int hv = PAIR ? hq : hq * p.group + jj;
         float gv[2], bv[2];
         if (jj == jg0) {
@@ -614,14 +589,13 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
     }
     PR_CLK(1);
     if constexpr (!WQ) {
-        /* KK: PAIR: each half (a warpgroup) its chunk's; else the first
-         * warpgroup (the barrier at step 4 waits for it) */
-        if (kk_warps) kk_store(kkd, PAIR ? KK + half * C * LDF : KK, mw, lane);
+        __syncthreads(); /* the barrier's initialisation is visible */
+        fqla_mbar_wait(kbar + half, 0);
     } else {
         fqla_cp_async_wait_all();
         __syncthreads();
-        PR_CLK(2);
     }
+    PR_CLK(2);
 
     /* 2. l2norm factors: 128 row tasks (64 of Q, 64 of K), 16 per warp */
     if (WQ && p.l2norm) { /* without Q: no l2norm (the host refuses it) */
@@ -653,9 +627,14 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
      * merges read KK_ik for i > k, step 4a and chunk_ok the diagonal blocks,
      * Pg is zero above the diagonal), so a warp skips the products and KK
      * stores of its blocks above it (warp-uniform): two warps have none. */
-    const int r0 = 16 * mw, n0 = (warp >> 2) * 32;
-    /* (without Q, no l2norm and no Pg on this path: KK only, by wgmma,
-     * above) */
+    const int mw = warp & 3, r0 = 16 * mw, n0 = (warp >> 2) * 32;
+    if constexpr (!WQ) {
+        /* without Q (no l2norm, no Pg on this path): KK only, by wgmma.
+         * PAIR: each half (a warpgroup) its chunk's; else the first
+         * warpgroup (the barrier at step 4 waits for it) */
+        static_assert(KD == 128, "the fused path's K tile");
+        if (PAIR || warp < 4) kk_wgmma<T>(PAIR && half == 0 ? Qs : Ks, PAIR ? KK + half * C * LDF : KK, mw, lane);
+    }
     if constexpr (WQ) {
         const T *Ksrc = Ks;
         float *KKd = KK;

@@ -190,23 +190,15 @@ __device__ __forceinline__ void zero_tail(const fqla_fwd_params &p, int64_t tb)
 /* fp32 matrices KK and X: [64][72]. 72 = 8 mod 32 words: the float2 operand
  * loads (row g, columns 2t, 2t+1) hit every bank once per half warp. */
 constexpr int LDF = C + 8;
-/* Words from one head's X to the next (and from one chunk's KK to the
- * next with PAIR): 16 more than the matrix, so that in the diagonal solve,
- * where the two half-warps of a warp work on the same block of two heads
- * (or chunks), their stores to X (and with PAIR their reads of KK) fall 16
- * banks apart. At C LDF words apart (0 mod 32) each of them was a two-way
- * conflict: ncu counted 1.05 M excess wavefronts of 19 M at group 2
- * (docs/perf.md, session 11). */
-constexpr int XS = C * LDF + 16;
 constexpr int HB = 2; /* value heads per batch in step 4: four warps each */
 
 template <int KD>
 struct prep_smem {
     static constexpr int LDQ = KD + 8;
     static constexpr size_t qk_tiles = 2 * (size_t)C * LDQ * 2; /* Q, K (b16) */
-    static constexpr size_t xs = (size_t)HB * XS * 4;           /* X per head of the batch */
+    static constexpr size_t xs = (size_t)HB * C * LDF * 4;      /* X per head of the batch */
     static constexpr size_t region0 = qk_tiles > xs ? qk_tiles : xs;
-    static constexpr size_t kk = (size_t)XS * 4;
+    static constexpr size_t kk = (size_t)C * LDF * 4;
     static_assert(qk_tiles % 16 == 0 && region0 % 16 == 0, "alignment of the fp32 regions");
     static constexpr size_t stage = 8 * 16 * 64; /* per warp a 16x32 b16 output tile */
     /* Q, K then X[HB]; KK; rq, rk; gamma and beta of every head of the group;
@@ -458,15 +450,15 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     T *Qs = reinterpret_cast<T *>(smem_raw);
     T *Ks = Qs + C * LDQ;
-    float *X = reinterpret_cast<float *>(smem_raw); /* [HB][XS]: [64][LDF] each, over Q and K */
-    float *KKall = reinterpret_cast<float *>(smem_raw + prep_smem<KD>::region0); /* [NKK][XS] */
+    float *X = reinterpret_cast<float *>(smem_raw); /* [HB][64][LDF], over Q and K */
+    float *KKall = reinterpret_cast<float *>(smem_raw + prep_smem<KD>::region0); /* [NKK][64][LDF] */
     float *KK = KKall; /* the group's (PAIR: the first chunk's) */
-    float *rqs = KKall + NKK * XS;
+    float *rqs = KKall + NKK * C * LDF;
     float *rks = rqs + C;
     const int ng = PAIR ? 2 : p.group; /* gamma, beta rows: the group's heads, or the pair's chunks */
     float *gam = rks + C;              /* [ng][64] gamma * log2(e) */
     float *bet = gam + ng * C;         /* [ng][64] */
-    unsigned char *stage = (PAIR ? reinterpret_cast<unsigned char *>(KK + XS)
+    unsigned char *stage = (PAIR ? reinterpret_cast<unsigned char *>(KK + C * LDF)
                                  : reinterpret_cast<unsigned char *>(bet + ng * C)) +
                            (threadIdx.x >> 5) * 16 * 64;
     unsigned char *misc = smem_raw + (PAIR ? prep_smem<KD>::bytes_pair() : prep_smem<KD>::bytes(p.group)) -
@@ -641,7 +633,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
          * PAIR: each half (a warpgroup) its chunk's; else the first
          * warpgroup (the barrier at step 4 waits for it) */
         static_assert(KD == 128, "the fused path's K tile");
-        if (PAIR || warp < 4) kk_wgmma<T>(PAIR && half == 0 ? Qs : Ks, PAIR ? KK + half * XS : KK, mw, lane);
+        if (PAIR || warp < 4) kk_wgmma<T>(PAIR && half == 0 ? Qs : Ks, PAIR ? KK + half * C * LDF : KK, mw, lane);
     }
     if constexpr (WQ) {
         const T *Ksrc = Ks;
@@ -736,7 +728,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
      * batch, block column bj = w % 4. Q and K are dead from here on (the
      * barrier after the products above): X overwrites them. */
     const int hh = warp >> 2, bj = warp & 3;
-    float *Xw = X + hh * XS;
+    float *Xw = X + hh * C * LDF;
     for (int j0 = 0; j0 < ng; j0 += HB) {
         const int nb = min(HB, ng - j0);
         const bool active = hh < nb;
@@ -763,8 +755,8 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
             if (hj < 4 * nb) { /* warp-uniform: 4 nb is even */
                 const int s = 16 * blk, jc = lane & 15;
                 const float *ba = bet + (j0 + ha) * C;
-                float *Xa = X + ha * XS;
-                const float *KK = PAIR ? KKall + ha * XS : KKall;
+                float *Xa = X + ha * C * LDF;
+                const float *KK = PAIR ? KKall + ha * C * LDF : KKall;
                 float acc[16], x[16];
 #pragma unroll
                 for (int i = 0; i < 16; i++) acc[i] = 0.f;
@@ -796,7 +788,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
          * the level-1 temporaries go through the blocks above the diagonal,
          * which nothing else reads. Products in 3xTF32 (mm16). */
         {
-            const float *KKh = PAIR ? KKall + hh * XS : KKall;
+            const float *KKh = PAIR ? KKall + hh * C * LDF : KKall;
             auto blk = [&](float *m, int i, int j) { return m + 16 * i * LDF + 16 * j; };
             auto cblk = [&](const float *m, int i, int j) { return m + 16 * i * LDF + 16 * j; };
             float acc[2][4], acc2[2][4];
@@ -853,7 +845,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
             const int jj = j0 + h2, hv = PAIR ? hq : hq * p.group + jj;
             const int64_t sl = PAIR ? 2 * (int64_t)blockIdx.x + h2 : slot; /* PAIR: chunk h2's slot */
             if (PAIR && !have_pair[h2]) continue; /* warp-uniform */
-            const float *Xh = X + h2 * XS, *gh = gam + jj * C, *bh = bet + jj * C;
+            const float *Xh = X + h2 * C * LDF, *gh = gam + jj * C, *bh = bet + jj * C;
             uint32_t u[4][2];
             /* the kinds of the tile's two 16-column blocks: the tile at
              * rows r0.. and columns n0.. meets the diagonal block mw in at

@@ -530,6 +530,11 @@ static void fwd_varlen_i64_zero_len(void)
     s.cu64 = 1;
     s.cu_host = 1;
     check_spec(&s, "varlen [0,64,64,128] i64 + host copy");
+    /* the fused path too: its prepare kernel without Q at group 2 meets the
+     * empty chunk slots (1, 2 and 4) that this layout leaves */
+    fqla_cuda_fwd_tune_chunk(2, 0);
+    check_spec(&s, "varlen [0,64,64,128] i64 + host copy [fused]");
+    fqla_cuda_fwd_tune_chunk(-1, 0);
 }
 
 static void fwd_trailing_rows(void)

@@ -485,28 +485,19 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
      * with no tokens (zeros, X = I) through the barriers and stores nothing */
     int64_t c = 0, batch = 0, start = 0, len = 0;
     bool have = slot < p.slots;
-    /* the chunk's bounds: with Q every warp copies rows and needs them;
-     * without Q only the gate warps (among them the K copies' threads), and
-     * the others learn whether there is a chunk at the first barrier. Every
-     * warp searching cost ~10 % of the kernel's instructions without Q, in
-     * a kernel that runs about one instruction per scheduler-cycle
-     * (docs/perf.md, session 11); with Q, one warp searching and a barrier
-     * to broadcast was slower (session 8). */
-    const bool bounds = WQ || (PAIR ? (warp & 3) == 0 : warp < p.group);
-    if (bounds) {
-        if (have && p.varlen) {
-            have = find_slot(p, slot, c, start, len);
-        } else if (have) {
-            batch = slot / p.cps;
-            c = slot % p.cps;
-            len = p.T;
-        }
+    if (have && p.varlen) {
+        /* every warp searches: one warp searching and a barrier to broadcast
+         * was slower (docs/perf.md, session 8) */
+        have = find_slot(p, slot, c, start, len);
+    } else if (have) {
+        batch = slot / p.cps;
+        c = slot % p.cps;
+        len = p.T;
     }
-    if (WQ && !have) return; /* (never PAIR) */
+    if (!PAIR && !have) return;
     const int64_t t0 = start + c * C;
     const int nvalid = have ? (int)min((int64_t)C, len - c * C) : 0;
-    /* read in step 4c (PAIR) and after the first barrier (without Q) */
-    if (!WQ && (tid & 127) == 0 && (PAIR || tid == 0)) have_pair[half] = have;
+    if (PAIR && (tid & 127) == 0) have_pair[half] = have; /* read in step 4c, after barriers */
     PR_CLK(9);
 
     /* the gate warps' first head's gates and betas, issued first */
@@ -524,7 +515,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
      * copies' shared-memory side met 2.6x the ideal wavefronts, 18 % of the
      * kernel's (docs/perf.md, session 10). */
     if constexpr (!WQ) {
-        if ((tid & 127) == 0 && (PAIR || (tid == 0 && have))) {
+        if ((tid & 127) == 0 && (PAIR || tid == 0)) {
             uint64_t *bar = kbar + half;
             T *Kd = PAIR && half == 0 ? Qs : Ks;
             if (fqla_smem_u32(smem_raw) & 1023) __trap(); /* the swizzle's alignment (see above) */
@@ -598,8 +589,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
     }
     PR_CLK(1);
     if constexpr (!WQ) {
-        __syncthreads(); /* the barrier's initialisation and have_pair are visible */
-        if (!PAIR && !have_pair[0]) return; /* a slot without a chunk: nothing issued or stored */
+        __syncthreads(); /* the barrier's initialisation is visible */
         fqla_mbar_wait(kbar + half, 0);
     } else {
         fqla_cp_async_wait_all();

@@ -154,6 +154,22 @@ struct tf32_a {
     }
 };
 
+/* d += A B for one m16n8k8 step (A fragment split once per k-step, B
+ * fragment b0, b1 fp32). PREC 3: the small products first, small x small
+ * dropped: about fp32 accuracy. PREC 1: plain tf32. */
+template <int PREC>
+__device__ __forceinline__ void mma_f32(float (&d)[4], const tf32_a<PREC> &a, float b0, float b1)
+{
+    uint32_t bb0, bb1, bs0, bs1;
+    split_tf32<PREC>(b0, bb0, bs0);
+    split_tf32<PREC>(b1, bb1, bs1);
+    if (PREC == 3) {
+        fqla_mma_tf32(d, a.small, bb0, bb1);
+        fqla_mma_tf32(d, a.big, bs0, bs1);
+    }
+    fqla_mma_tf32(d, a.big, bb0, bb1);
+}
+
 /* Zeroes o rows [64 tb, 64 tb + 64) past cu[N]. */
 template <typename T>
 __device__ __forceinline__ void zero_tail(const fqla_fwd_params &p, int64_t tb)
@@ -298,42 +314,18 @@ __device__ __forceinline__ void store16(float *m, const float (&acc)[2][4], int 
     }
 }
 /* acc += A B, A and B 16x16 fp32 blocks in shared memory (row-major, row
- * stride LDF), tf32 m16n8k8 in PREC's split: 3 (3xTF32) big x big plus the
- * two cross products, small x small dropped, about fp32 accuracy; 1 plain
- * tf32. The A fragment is split once per k-step. With PREC 3 the
- * two correction products go into their own accumulators, added at the
- * end: acc's dependent chain is two mma per n-tile instead of six, and the
- * merges are a chain of such products (docs/perf.md, session 11). */
+ * stride LDF), tf32 m16n8k8 in PREC's split (3: 3xTF32) */
 template <int PREC>
 __device__ __forceinline__ void mm16(float (&acc)[2][4], const float *a, const float *b, int lane)
 {
     const int g = lane >> 2, t = lane & 3;
-    float cor[2][4];
-#pragma unroll
-    for (int nt = 0; nt < 2; nt++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) cor[nt][e] = 0.f;
 #pragma unroll
     for (int ks = 0; ks < 2; ks++) {
         const float *ak = a + 8 * ks, *bk = b + 8 * ks * LDF;
         const tf32_a<PREC> af(ak[g * LDF + t], ak[(g + 8) * LDF + t], ak[g * LDF + t + 4], ak[(g + 8) * LDF + t + 4]);
 #pragma unroll
-        for (int nt = 0; nt < 2; nt++) {
-            uint32_t bb0, bb1, bs0, bs1;
-            split_tf32<PREC>(bk[t * LDF + 8 * nt + g], bb0, bs0);
-            split_tf32<PREC>(bk[(t + 4) * LDF + 8 * nt + g], bb1, bs1);
-            if (PREC == 3) {
-                fqla_mma_tf32(cor[nt], af.small, bb0, bb1);
-                fqla_mma_tf32(cor[nt], af.big, bs0, bs1);
-            }
-            fqla_mma_tf32(acc[nt], af.big, bb0, bb1);
-        }
+        for (int nt = 0; nt < 2; nt++) mma_f32<PREC>(acc[nt], af, bk[t * LDF + 8 * nt + g], bk[(t + 4) * LDF + 8 * nt + g]);
     }
-    if (PREC == 3)
-#pragma unroll
-        for (int nt = 0; nt < 2; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) acc[nt][e] += cor[nt][e];
 }
 
 /* Without Q (the fused path): KK = K K^T by one warpgroup, SS wgmma

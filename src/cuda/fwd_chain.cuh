@@ -193,6 +193,37 @@ __device__ __forceinline__ void store_rows(T *ob, int64_t o_st, int64_t t0, cons
     }
 }
 
+/* The chain warpgroup cw's store of chunk cc's output rows, staged in tile
+ * cc & 1 of its two at obuf (8 KB each), to o (nothing for cc < 0; start
+ * and len the sequence's, in the kernel's integer type I). A whole chunk,
+ * or any chunk of a padded batch (the map clips rows past T), goes out as
+ * one TMA store issued by thread 0 of the warpgroup, which first waits
+ * until its previous store has read its tile: the barrier after that wait
+ * orders it before every later write of that tile. A varlen tail chunk
+ * (the rows after it belong to the next sequence) is stored row by row.
+ * Called by the whole warpgroup, one chunk after the tile was written,
+ * while the next chunk's products run (fwd_chunk_wg.cu, fwd_fused.cu). */
+template <typename T, typename I>
+__device__ __forceinline__ void store_out(const fqla_fwd_params &p, const CUtensorMap *tmO, const unsigned char *obuf,
+                                          T *ob, I cc, I start, I len, int v0, int hv, int64_t batch, int cw, int tid)
+{
+    constexpr I C = FQLA_FWD_CHUNK;
+    if (tid == 0) fqla_bulk_wait_read<0>();
+    fqla_named_sync(2 + cw, 128); /* the warpgroup's stmatrix writes are done and fenced */
+    if (cc < 0) return;
+    const unsigned char *src = obuf + (cc & 1) * (FQLA_FWD_CHUNK * 128);
+    const I t0 = start + cc * C;
+    const int nvalid = (int)min(C, len - cc * C);
+    if (nvalid == C || !p.varlen) {
+        if (tid == 0) {
+            fqla_tma_store_4d(tmO, src, v0, hv, (int)t0, p.varlen ? 0 : (int)batch);
+            fqla_bulk_commit();
+        }
+        return;
+    }
+    store_rows(ob, p.o_st, t0, src, nvalid, tid);
+}
+
 } // namespace fqla_chain
 
 #endif

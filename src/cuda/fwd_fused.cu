@@ -272,29 +272,11 @@ __global__ void __launch_bounds__(512, 1)
 
     T *ob = (T *)p.o + batch * p.o_sb + hv * p.o_sh + v0;
     unsigned char *Obuf = sm + cfg::oO + cw * 2 * TILE; /* this warpgroup's two staging tiles */
-    /* Chunk cc's output rows, staged in tile cc & 1, to o (nothing for
-     * cc < 0), as in fwd_chunk_wg.cu: issued while the next chunk's G2 runs,
-     * so the barrier and the store are off the chain's path. A whole chunk,
-     * or any chunk of a padded batch (the map clips rows past T), goes out
-     * as one TMA store by thread 0, which first waits until its previous
-     * store has read its tile: the barrier after that wait orders it before
-     * every later write of that tile. A varlen tail chunk (the rows after
-     * it belong to the next sequence) is stored row by row. */
+    /* chunk cc's output rows to o (fwd_chain.cuh), issued while the next
+     * chunk's G2 runs, so the barrier and the store are off the chain's
+     * path */
     auto store_out = [&](int cc) {
-        if (tid == 0) fqla_bulk_wait_read<0>();
-        fqla_named_sync(2 + cw, 128); /* the warpgroup's stmatrix writes are done and fenced */
-        if (cc < 0) return;
-        const unsigned char *src = Obuf + (cc & 1) * TILE;
-        const int t0 = start + cc * C;
-        const int nvalid = (int)min(C, len - cc * C);
-        if (nvalid == C || !p.varlen) {
-            if (tid == 0) {
-                fqla_tma_store_4d(&tmO, src, v0, hv, t0, p.varlen ? 0 : (int)batch);
-                fqla_bulk_commit();
-            }
-            return;
-        }
-        fqla_chain::store_rows(ob, p.o_st, t0, src, nvalid, tid);
+        fqla_chain::store_out(p, &tmO, Obuf, ob, cc, start, len, v0, hv, batch, cw, tid);
     };
 
     for (int c = 0; c < nch; c++) {

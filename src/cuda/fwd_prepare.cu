@@ -207,10 +207,6 @@ struct prep_smem {
     /* PAIR: KK of both chunks, gamma and beta of both; the staging tiles in
      * the second KK (dead when they are written): three CTAs per SM */
     __host__ __device__ static size_t bytes_pair() { return region0 + 2 * kk + 2 * C * 4 + 2 * 2 * C * 4 + misc; }
-    /* without Q and PAIR: no rq, rk (no l2norm) and no staging tiles (Ag
-     * goes out from registers): <= 56 KB up to group 3, so that four CTAs
-     * fit on an SM (docs/perf.md, session 11) */
-    __host__ __device__ static size_t bytes_nq(int group) { return region0 + kk + (size_t)group * 2 * C * 4 + misc; }
     /* last: the K copies' mbarriers (two), PAIR's have flags (two) */
     static constexpr size_t misc = 32;
 };
@@ -277,20 +273,6 @@ __device__ __forceinline__ void store_tile(T *dst, const uint32_t (&u)[4][2], in
         *reinterpret_cast<uint4 *>(dst + (r0 + r) * C + n0 + 8 * ch) = w;
     }
     __syncwarp(); /* the staging area is free for the next tile */
-}
-
-/* store_tile's tile without the staging: each lane's column pairs straight
- * to global memory, eight 4-byte stores (the kernel without Q and PAIR,
- * whose shared memory has no staging tiles) */
-template <typename T>
-__device__ __forceinline__ void store_tile_direct(T *dst, const uint32_t (&u)[4][2], int r0, int n0, int lane)
-{
-    const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-    for (int nt = 0; nt < 4; nt++)
-#pragma unroll
-        for (int h = 0; h < 2; h++)
-            *reinterpret_cast<uint32_t *>(dst + (r0 + g + 8 * h) * C + n0 + 8 * nt + 2 * t) = u[nt][h];
 }
 
 /* 16x16 fp32 blocks in m16n8 accumulator layout: acc[nt][e] is row
@@ -451,10 +433,8 @@ __device__ unsigned long long g_prep_clk[16];
 #define PR_CLK(i)
 #endif
 
-/* Three CTAs per SM (80 registers); without Q and PAIR four (64 registers,
- * bytes_nq; group 4's 57.4 KB still fits only three) */
 template <typename T, int KD, int PREC, bool WQ, bool PAIR>
-__global__ void __launch_bounds__(FQLA_FWD_THREADS, (!WQ && !PAIR) ? 4 : 3)
+__global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
     fwd_prepare_kernel(const __grid_constant__ fqla_fwd_params p, const __grid_constant__ CUtensorMap tmK)
 {
     typedef fqla_io<T> io;
@@ -475,15 +455,13 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (!WQ && !PAIR) ? 4 : 3)
     float *KK = KKall; /* the group's (PAIR: the first chunk's) */
     float *rqs = KKall + NKK * C * LDF;
     float *rks = rqs + C;
-    constexpr bool NQ = !WQ && !PAIR; /* bytes_nq's layout: no rq, rk, no staging */
     const int ng = PAIR ? 2 : p.group; /* gamma, beta rows: the group's heads, or the pair's chunks */
-    float *gam = NQ ? rqs : rks + C;   /* [ng][64] gamma * log2(e) */
+    float *gam = rks + C;              /* [ng][64] gamma * log2(e) */
     float *bet = gam + ng * C;         /* [ng][64] */
     unsigned char *stage = (PAIR ? reinterpret_cast<unsigned char *>(KK + C * LDF)
                                  : reinterpret_cast<unsigned char *>(bet + ng * C)) +
                            (threadIdx.x >> 5) * 16 * 64;
-    unsigned char *misc = smem_raw +
-                          (PAIR ? prep_smem<KD>::bytes_pair() : NQ ? prep_smem<KD>::bytes_nq(p.group) : prep_smem<KD>::bytes(p.group)) -
+    unsigned char *misc = smem_raw + (PAIR ? prep_smem<KD>::bytes_pair() : prep_smem<KD>::bytes(p.group)) -
                           prep_smem<KD>::misc;
     uint64_t *kbar = reinterpret_cast<uint64_t *>(misc); /* [2]: per half (PAIR) */
     int *have_pair = reinterpret_cast<int *>(misc + 16);  /* [2] */
@@ -904,10 +882,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (!WQ && !PAIR) ? 4 : 3)
                 default: ag_tile<T, 2, 2>(u, Xh, gh, bh, r0, n0, lane); break;
                 }
             }
-            if constexpr (NQ)
-                store_tile_direct<T>((T *)p.Ag + ((size_t)sl * p.HV + hv) * C * C, u, r0, n0, lane);
-            else
-                store_tile<T>((T *)p.Ag + ((size_t)sl * p.HV + hv) * C * C, u, r0, n0, lane, stage);
+            store_tile<T>((T *)p.Ag + ((size_t)sl * p.HV + hv) * C * C, u, r0, n0, lane, stage);
         }
     }
     PR_CLK(8); /* at group > 2, spans 4-7 sum over the batches and span 4 holds the earlier batches' Ag */
@@ -926,7 +901,7 @@ namespace {
 template <typename T, int KD, int PREC, bool WQ = true, bool PAIR = false>
 cudaError_t launch(const fqla_fwd_params &p, const CUtensorMap &tmK, cudaStream_t stream)
 {
-    const size_t smem = PAIR ? prep_smem<KD>::bytes_pair() : !WQ ? prep_smem<KD>::bytes_nq(p.group) : prep_smem<KD>::bytes(p.group);
+    const size_t smem = PAIR ? prep_smem<KD>::bytes_pair() : prep_smem<KD>::bytes(p.group);
     /* Raise the shared-memory limit per device when a larger group needs
      * more (a host-side setting, kept out of later calls so that they stay
      * cheap under graph capture). */

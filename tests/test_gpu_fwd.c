@@ -713,8 +713,9 @@ static void edge_specs(spec specs[NEDGE], const char *names[NEDGE])
 
 /* Every chunk kernel on the same inputs: the mma.sync kernel (fwd_chunk.cu),
  * the wgmma kernel (fwd_chunk_wg.cu) with one and two consumer
- * warpgroups per CTA, and the fused kernel (fwd_fused.cu, one launch without
- * the prepare kernel), each against the reference, on shapes that reach the
+ * warpgroups per CTA, and the kernel that forms Pg beside the chain
+ * (fwd_fused.cu, after the prepare kernel without Q) with one and two chain
+ * warpgroups per CTA, each against the reference, on shapes that reach the
  * wgmma kernel's edges: varlen tails in the middle of the tensor (next
  * sequence's rows in the tile), K = 64, fp16, l2norm and the in-kernel gate,
  * state_v_first with bf16 state, GVA, V = 64 (one warpgroup only). Where the
@@ -726,14 +727,15 @@ static void fwd_chunk_kernels(void)
     spec specs[NS];
     const char *names[NS];
     edge_specs(specs, names);
-    const int kern[4][2] = {{0, 0}, {1, 1}, {1, 2}, {2, 0}};
-    const char *kname[4] = {"mma.sync", "wgmma nwg=1", "wgmma nwg=2", "fused"};
+    enum { NK = 5 };
+    const int kern[NK][2] = {{0, 0}, {1, 1}, {1, 2}, {2, 1}, {2, 2}};
+    const char *kname[NK] = {"mma.sync", "wgmma nwg=1", "wgmma nwg=2", "fused nwg=1", "fused nwg=2"};
     for (int i = 0; i < NS; i++) {
         prob p;
         prob_init(&p, &specs[i]);
         upload_all(&p);
         run_ref(&p);
-        for (int v = 0; v < 4; v++) {
+        for (int v = 0; v < NK; v++) {
             char what[128];
             snprintf(what, sizeof what, "%s [%s]", names[i], kname[v]);
             fqla_cuda_fwd_tune_chunk(kern[v][0], kern[v][1]);
@@ -852,17 +854,19 @@ static void fwd_robustness(void)
 }
 
 /* CUDA-graph capture and replay on new data, against the reference and
- * bit for bit against an eager call, on the default path (at this size the
- * two kernels) and on the kernel that forms Pg beside the chain (forced:
- * the default takes it on large batches only, pick_fused). */
+ * bit for bit against an eager call, on the two-kernel path and on the
+ * kernel that forms Pg beside the chain with one and two chain warpgroups
+ * (each forced; the default takes the fused path with pick_nwg's count,
+ * one here, pick_fused). */
 static void fwd_graph_replay(void)
 {
     const int64_t cu[] = {0, 100, 500};
     spec s = base_spec(1, 520, 2, 4, 128);
     set_cu(&s, cu, 3);
-    const char *path[2] = {"default", "fused"};
-    for (int v = 0; v < 2; v++) {
-        fqla_cuda_fwd_tune_chunk(v ? 2 : -1, 0);
+    const char *path[3] = {"two kernels", "fused nwg=1", "fused nwg=2"};
+    const int kern[3][2] = {{1, 0}, {2, 1}, {2, 2}};
+    for (int v = 0; v < 3; v++) {
+        fqla_cuda_fwd_tune_chunk(kern[v][0], kern[v][1]);
         prob p;
         prob_init(&p, &s);
         upload_all(&p);
@@ -887,7 +891,9 @@ static void fwd_graph_replay(void)
         unsigned char *o1, *h1, *o2, *h2;
         download(&p, &o1, &h1);
         run_ref(&p);
-        compare(&p, v ? "graph replay on new data [fused]" : "graph replay on new data [default]");
+        char what[96];
+        snprintf(what, sizeof what, "graph replay on new data [%s]", path[v]);
+        compare(&p, what);
         poison(&p);
         CHECK(run_gpu(&p, st) == FQLA_STATUS_SUCCESS, "[%s] eager rerun: %s", path[v], fqla_last_error(gpu));
         CU(cudaStreamSynchronize(st));

@@ -68,26 +68,26 @@ int pick_nwg(const fqla_context *ctx, const fqla_problem *p, int64_t rows)
     return waves2 * 14 < waves1 * 10 ? 2 : 1;
 }
 
-/* Whether the default takes the kernel that forms Pg beside the chain
- * (fwd_fused.cu, after the prepare kernel without Q) over the two-kernel
- * path, by the 171 rows measured on the H200 (docs/perf.md, session 9):
- * - it runs two chain warpgroups per CTA, so only where pick_nwg picks two
- *   (with half the CTAs the rows with few sequences x heads ran 1.2-1.5x
- *   slower);
- * - above a GVA group of 2 it forms Q K^T once per value head, not once per
- *   group: its chain is ~10 % slower at group 4 and the prepare kernel's
- *   savings pay only when every CTA's chain is as long as the others'
- *   (equal sequences: x0.94-0.98; two unequal ones: x1.00-1.07). Without a
- *   host copy of cu_seqlens a varlen call counts as unequal. */
+/* The kernel that forms Pg beside the chain (fwd_fused.cu, after the
+ * prepare kernel without Q): its chain warpgroups per CTA (pick_nwg's), or
+ * 0 for the two-kernel path, by the rows measured on the H200:
+ * - nwg = 2 (docs/perf.md, session 9): above a GVA group of 2 it forms
+ *   Q K^T once per value head, not once per group: its chain is ~10 %
+ *   slower at group 4 and the prepare kernel's savings pay only when every
+ *   CTA's chain is as long as the others' (equal sequences: x0.94-0.98;
+ *   two unequal ones: x1.00-1.07). Without a host copy of cu_seqlens a
+ *   varlen call counts as unequal.
+ * - nwg = 1 (few sequences x heads; docs/perf.md, session 12): the same
+ *   rule. */
 int pick_fused(const fqla_context *ctx, const fqla_problem *p, const fqla_fwd_args *a)
 {
-    if (pick_nwg(ctx, p, p->N) != 2) return 0;
-    if (p->group <= 2 || !p->varlen) return 1;
+    const int nwg = pick_nwg(ctx, p, p->N);
+    if (p->group <= 2 || !p->varlen) return nwg;
     const int64_t *cu = a->cu_seqlens_host;
     if (!cu || p->N <= 0) return 0;
     int64_t longest = 0;
     for (int64_t n = 0; n < p->N; n++) longest = cu[n + 1] - cu[n] > longest ? cu[n + 1] - cu[n] : longest;
-    return longest * p->N <= cu[p->N] + cu[p->N] / 16; /* the longest within ~6 % of the mean */
+    return longest * p->N <= cu[p->N] + cu[p->N] / 16 ? nwg : 0; /* the longest within ~6 % of the mean */
 }
 
 int64_t cp_segs(const fqla_problem *p, int64_t L) { return fqla_cp_segs(p->varlen, p->T, p->N, L); }
@@ -180,7 +180,8 @@ extern "C" void fqla_cuda_fwd_tune(int prep_variant, int late_loads)
 /* The same kind of hook for the chunk kernel: wg = 0 forces the mma.sync
  * kernel (fwd_chunk.cu), 1 the wgmma kernel of fwd_chunk_wg.cu with nwg =
  * 1 or 2 consumer warpgroups per CTA (0: pick_nwg), 2 the kernel that forms
- * Pg beside the chain (fwd_fused.cu, after the prepare kernel without Q);
+ * Pg beside the chain (fwd_fused.cu, after the prepare kernel without Q)
+ * with nwg chain warpgroups (0: pick_nwg);
  * -1 (the default) the last where it covers the call, CP is not planned
  * and pick_fused says it is faster, else the second. Each runs only where
  * it can (fwd_fused.cu's and fqla_fwd_wg_usable's conditions), else the
@@ -372,13 +373,15 @@ fqla_status fqla_cuda_fwd_run(fqla_context *ctx, const fqla_problem *p, const fq
     k.pdl = g_tune_pdl != 0;
 
     const int io_bf16 = p->io_dtype == FQLA_DTYPE_BF16;
-    if ((g_tune_wg == 2 || (g_tune_wg == -1 && pick_fused(ctx, p, a))) && seg_chunks == 0 &&
-        fqla_fwd_fused_usable(k)) {
+    const int fused_nwg = g_tune_wg == 2 ? (g_tune_nwg == 1 || g_tune_nwg == 2 ? g_tune_nwg : pick_nwg(ctx, p, p->N))
+                          : g_tune_wg == -1 ? pick_fused(ctx, p, a)
+                                            : 0;
+    if (fused_nwg && seg_chunks == 0 && fqla_fwd_fused_usable(k, fused_nwg)) {
         /* the prepare kernel without Q (gamma, Ag), then the kernel that
          * forms Pg beside the chain; nothing launched if its maps cannot be
          * encoded (then the two kernels run) */
         int used = 0;
-        cudaError_t err = fqla_fwd_launch_fused(k, io_bf16, g_tune_hb, stream, &used);
+        cudaError_t err = fqla_fwd_launch_fused(k, io_bf16, g_tune_hb, fused_nwg, stream, &used);
         if (used || err != cudaSuccess) return fqla_cuda_check(ctx, err, "CUDA forward: fused path launch");
     }
     st = fqla_cuda_check(ctx, fqla_fwd_launch_prepare(k, io_bf16, g_tune_hb, NULL, stream),

@@ -8,17 +8,23 @@
  * two-kernel path's q and k twice plus Ag and Pg twice (docs/perf.md,
  * session 9).
  *
- * One CTA of 512 threads per (sequence, value head, 128 value columns):
+ * One CTA of 128 (NWG + 2) threads per (sequence, value head, 64 NWG value
+ * columns), NWG = 1 or 2 chain warpgroups:
  *   warpgroup 0 (24 registers): one thread issues the copies of each
  *     chunk's K, Q, V and Ag tiles and gamma into a three-stage ring;
- *   warpgroups 1, 2 (192 registers): the chain, 64 value columns each, the
- *     state S^T in registers, as in fwd_chunk_wg.cu (G1 .. G6 there); here G1
- *     is issued after G2's wait, with G4, which keeps these warpgroups
- *     within 192 registers;
- *   warpgroup 3 (104 registers): per chunk, a chunk or more ahead of the
- *     chain, into a two-slot ring: QK = Q K^T (SS wgmma on the stage's
+ *   warpgroups 1 .. NWG (192 registers): the chain, 64 value columns each,
+ *     the state S^T in registers, as in fwd_chunk_wg.cu (G1 .. G6 there);
+ *     here G1 is issued after G2's wait, with G4, which keeps these
+ *     warpgroups within 192 registers;
+ *   warpgroup NWG + 1 (104 registers): per chunk, a chunk or more ahead of
+ *     the chain, into a two-slot ring: QK = Q K^T (SS wgmma on the stage's
  *     tiles), Pg from the accumulators (stmatrix), and the chain's token
  *     factors from gamma.
+ * NWG = 2 where sequences x heads fill the GPU with one CTA per 128 value
+ * columns; NWG = 1 (two CTAs per 128 columns, each forming the same Pg)
+ * where they do not, in place of the two-kernel path's V split, whose
+ * prepare kernel with Q forms Pg and moves it through HBM (pick_fused in
+ * fwd.cu, docs/perf.md, session 12).
  *
  * Barriers: full / empty for the stages (empty also waits for the Pg
  * warpgroup's reads), pready / pfree for the Pg slots.
@@ -27,7 +33,7 @@
  * kernel) measured 3.7x slower per chunk in its preparation than in its
  * chain (docs/perf.md, session 9; a61b9b8).
  *
- * Covered: K = 128, V a multiple of 128, bf16 / fp16, no l2norm, no CP
+ * Covered: K = 128, V a multiple of 64 NWG, bf16 / fp16, no l2norm, no CP
  * (fqla_fwd_fused_usable); everything else runs the two kernels.
  */
 #include "cuda/fwd_chain.cuh"
@@ -40,19 +46,21 @@ namespace {
 
 constexpr int C = FQLA_FWD_CHUNK;
 constexpr uint32_t TILE = C * 128; /* one [64 rows][64 b16] tile, 128-byte swizzle */
-/* registers per thread of each role after setmaxnreg: (24 + 104 + 2 x 192)
- * x 128 = the 65,536 of an SM. The chain needs its 192: at 184 ptxas
- * serialises its wgmma. */
+/* registers per thread of each role after setmaxnreg: at NWG = 2,
+ * (24 + 104 + 2 x 192) x 128 = the 65,536 of an SM. The chain needs its
+ * 192: at 184 ptxas serialises its wgmma. NWG = 1 uses the same budgets
+ * (the same chain code), with registers to spare. */
 #ifndef FU_PROD_REGS
 #define FU_PROD_REGS 24
 #define FU_PREP_REGS 104
 #define FU_CHAIN_REGS 192
 #endif
 
-template <int KD>
+template <int KD, int NWG_>
 struct fu_cfg {
     static constexpr int KB = KD / 64;
-    static constexpr int NWG = 2;
+    static constexpr int NWG = NWG_;
+    static constexpr int THREADS = 128 * (NWG + 2);
     /* stage: per 64-wide k block the K tile then the Q tile, then the NWG V
      * tiles, the Ag tile and gamma[64] */
     static constexpr uint32_t oK = 0, oQ = TILE, KQ = 2 * TILE;
@@ -97,13 +105,13 @@ __device__ unsigned long long g_fused_clk[16];
 #define FU_CLK(i, on)
 #endif
 
-template <typename T, int KD>
-__global__ void __launch_bounds__(512, 1)
+template <typename T, int KD, int NWG_>
+__global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
     fwd_fused_kernel(const __grid_constant__ fqla_fwd_params p, const __grid_constant__ CUtensorMap tmQ,
                      const __grid_constant__ CUtensorMap tmK, const __grid_constant__ CUtensorMap tmV,
                      const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmO)
 {
-    typedef fu_cfg<KD> cfg;
+    typedef fu_cfg<KD, NWG_> cfg;
     typedef fqla_io<T> io;
     typedef fqla_wg<T> mma;
     constexpr int NWG = cfg::NWG;
@@ -188,7 +196,7 @@ __global__ void __launch_bounds__(512, 1)
     const int tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, tq = lane & 3;
 
-    if (wg == 3) {
+    if (wg == NWG + 1) {
         /* ---- Pg and the token factors ---- */
         fqla_setmaxnreg_dec<FU_PREP_REGS>();
         for (int c = 0; c < nch; c++) {
@@ -399,43 +407,46 @@ extern "C" int fqla_cuda_debug_fused_clocks(unsigned long long out[16])
 namespace {
 #endif
 
-template <typename T>
+template <typename T, int NWG>
 cudaError_t launch(const fqla_fwd_params &p, const CUtensorMap *maps, cudaStream_t stream)
 {
-    typedef fu_cfg<128> cfg;
+    typedef fu_cfg<128, NWG> cfg;
     static volatile int configured[64];
     int dev = 0;
     cudaError_t err = cudaGetDevice(&dev);
     if (err != cudaSuccess) return err;
     if (dev < 0 || dev >= 64 || !configured[dev]) {
-        err = cudaFuncSetAttribute(fwd_fused_kernel<T, 128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        err = cudaFuncSetAttribute(fwd_fused_kernel<T, 128, NWG>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    (int)cfg::bytes);
         if (err != cudaSuccess) return err;
         if (dev >= 0 && dev < 64) configured[dev] = 1;
     }
     /* (the prepare kernel zeroes the o rows after the last sequence) */
-    dim3 grid((unsigned)(p.N * p.HV), (unsigned)(p.V / 128));
-    return fqla_launch_pdl(fwd_fused_kernel<T, 128>, grid, dim3(512), cfg::bytes, stream, p.pdl, p, maps[0], maps[1],
-                           maps[2], maps[3], maps[5]);
+    dim3 grid((unsigned)(p.N * p.HV), (unsigned)(p.V / (64 * NWG)));
+    return fqla_launch_pdl(fwd_fused_kernel<T, 128, NWG>, grid, dim3(cfg::THREADS), cfg::bytes, stream, p.pdl, p,
+                           maps[0], maps[1], maps[2], maps[3], maps[5]);
 }
 
 } // namespace
 
-int fqla_fwd_fused_usable(const fqla_fwd_params &p)
+int fqla_fwd_fused_usable(const fqla_fwd_params &p, int nwg)
 {
-    return p.K == 128 && p.V % 128 == 0 && !p.l2norm && !p.cp_mode && fqla_fwd_wg_usable(p);
+    return (nwg == 1 || nwg == 2) && p.K == 128 && p.V % (64 * nwg) == 0 && !p.l2norm && !p.cp_mode &&
+           fqla_fwd_wg_usable(p);
 }
 
-cudaError_t fqla_fwd_launch_fused(const fqla_fwd_params &k, int io_bf16, int hb, cudaStream_t stream, int *used)
+cudaError_t fqla_fwd_launch_fused(const fqla_fwd_params &k, int io_bf16, int hb, int nwg, cudaStream_t stream,
+                                  int *used)
 {
     *used = 0;
     fqla_fwd_params p = k;
     p.Pg = NULL; /* this path has none: the prepare kernel runs without Q */
-    if (!fqla_fwd_fused_usable(p)) return cudaSuccess;
+    if (!fqla_fwd_fused_usable(p, nwg)) return cudaSuccess;
     CUtensorMap maps[FQLA_FWD_MAPS];
     if (!fqla_fwd_tma_maps(p, io_bf16, maps)) return cudaSuccess; /* the caller runs the two kernels */
     *used = 1;
     cudaError_t err = fqla_fwd_launch_prepare(p, io_bf16, hb, &maps[1], stream);
     if (err != cudaSuccess || p.N * p.HV == 0) return err;
-    return io_bf16 ? launch<__nv_bfloat16>(p, maps, stream) : launch<__half>(p, maps, stream);
+    if (nwg == 1) return io_bf16 ? launch<__nv_bfloat16, 1>(p, maps, stream) : launch<__half, 1>(p, maps, stream);
+    return io_bf16 ? launch<__nv_bfloat16, 2>(p, maps, stream) : launch<__half, 2>(p, maps, stream);
 }

@@ -793,17 +793,26 @@ static void fwd_context_parallel(void)
     specs[NS - 1] = base_spec(2, 300, 2, 4, 64);
     specs[NS - 1].decay = 1;
     names[NS - 1] = "strong decay K=V=64 B=2 T=300";
-    /* (segment chunks, scan columns (0 = by the grid), cp_skip) */
-    const int runs[7][3] = {{1, 0, 0}, {2, 0, 0}, {3, 0, 0}, {2, 8, 0}, {2, 32, 0}, {1, 0, 1}, {2, 0, 1}};
+    /* (segment chunks, scan columns (0 = by the grid), cp_skip, main pass:
+     * 0 the default (the kernel that forms Pg beside the chain where it
+     * covers the call, after the prepare kernel without Q), 1 the two-kernel
+     * path's chunk kernel, 2 and 3 the former forced with two and one chain
+     * warpgroups) */
+    enum { NR = 11 };
+    const int runs[NR][4] = {{1, 0, 0, 0}, {2, 0, 0, 0}, {3, 0, 0, 0}, {2, 8, 0, 0}, {2, 32, 0, 0}, {1, 0, 1, 0},
+                             {2, 0, 1, 0}, {1, 0, 0, 1}, {3, 0, 0, 1}, {2, 0, 0, 2}, {3, 0, 0, 3}};
+    const int main_tune[4][2] = {{-1, 0}, {1, 0}, {2, 2}, {2, 1}};
+    const char *main_name[4] = {"", ", chunk kernel", ", fused nwg=2", ", fused nwg=1"};
     for (int i = 0; i < NS; i++) {
         prob p;
         prob_init(&p, &specs[i]);
         upload_all(&p);
         run_ref(&p);
-        for (int r = 0; r < 7; r++) {
-            char what[160];
-            snprintf(what, sizeof what, "%s [CP, %d-chunk segments, scan columns %d, skip %d]", names[i], runs[r][0],
-                     runs[r][1], runs[r][2]);
+        for (int r = 0; r < NR; r++) {
+            char what[192];
+            snprintf(what, sizeof what, "%s [CP, %d-chunk segments, scan columns %d, skip %d%s]", names[i], runs[r][0],
+                     runs[r][1], runs[r][2], main_name[runs[r][3]]);
+            fqla_cuda_fwd_tune_chunk(main_tune[runs[r][3]][0], main_tune[runs[r][3]][1]);
             fqla_cuda_fwd_tune_cp(runs[r][0]);
             fqla_cuda_fwd_tune_cp_scan(runs[r][1]);
             fqla_cuda_fwd_tune_cp_skip(runs[r][2]);
@@ -821,6 +830,7 @@ static void fwd_context_parallel(void)
         fqla_cuda_fwd_tune_cp(-1);
         fqla_cuda_fwd_tune_cp_scan(0);
         fqla_cuda_fwd_tune_cp_skip(0);
+        fqla_cuda_fwd_tune_chunk(-1, 0);
         prob_free(&p);
     }
     /* the plan's own choice: 8 recurrences of 128 chunks on 132 SMs */

@@ -77,16 +77,26 @@ int pick_nwg(const fqla_context *ctx, const fqla_problem *p, int64_t rows)
  *   CTA's chain is as long as the others' (equal sequences: x0.94-0.98;
  *   two unequal ones: x1.00-1.07). Without a host copy of cu_seqlens a
  *   varlen call counts as unequal.
- * - nwg = 1 (few sequences x heads; docs/perf.md, session 12): the same
- *   rule. */
+ * - nwg = 1 (docs/perf.md, session 12): its chain runs 0-12 % longer than
+ *   the two-kernel path's (Q K^T formed per value head and per 64
+ *   columns), its prepare kernel ~30-50 % shorter. The prepare kernel's
+ *   time grows with tokens x q/k heads, the chain's with the longest
+ *   sequence, so it pays where T H >= 12 x the longest sequence (measured:
+ *   16 sequence-heads x0.77-0.99, 8 x0.99-1.08). Without a host copy of
+ *   cu_seqlens a varlen call counts one sequence as holding every token. */
 int pick_fused(const fqla_context *ctx, const fqla_problem *p, const fqla_fwd_args *a)
 {
     const int nwg = pick_nwg(ctx, p, p->N);
+    const int64_t *cu = p->varlen ? a->cu_seqlens_host : NULL;
+    int64_t longest = p->varlen ? p->T : (p->N > 0 ? p->T : 0); /* padded batch: every sequence is T long */
+    if (cu && p->N > 0) {
+        longest = 0;
+        for (int64_t n = 0; n < p->N; n++) longest = cu[n + 1] - cu[n] > longest ? cu[n + 1] - cu[n] : longest;
+    }
+    const int64_t tokens = p->varlen ? p->T : p->N * p->T;
+    if (nwg == 1) return tokens * p->H >= 12 * longest ? 1 : 0;
     if (p->group <= 2 || !p->varlen) return nwg;
-    const int64_t *cu = a->cu_seqlens_host;
     if (!cu || p->N <= 0) return 0;
-    int64_t longest = 0;
-    for (int64_t n = 0; n < p->N; n++) longest = cu[n + 1] - cu[n] > longest ? cu[n + 1] - cu[n] : longest;
     return longest * p->N <= cu[p->N] + cu[p->N] / 16 ? nwg : 0; /* the longest within ~6 % of the mean */
 }
 
@@ -192,11 +202,15 @@ extern "C" void fqla_cuda_fwd_tune_chunk(int wg, int nwg)
     g_tune_nwg = nwg;
 }
 
-/* The chunk kernel as context parallelism (after the prepare kernel):
- * pre-pass (H | M of every segment but each sequence's last into seg_hm),
- * scan (start states into seg_s0; the final state of empty sequences), main
- * pass (o, the final state from each sequence's last segment). Falls back to
- * the mma.sync kernel over whole sequences if the TMA maps cannot be encoded. */
+/* Context parallelism: the prepare kernel, then the pre-pass (the TMA
+ * chunk kernel without output: H | M of every segment but each sequence's
+ * last into seg_hm), the scan (start states into seg_s0; the final state of
+ * empty sequences) and the main pass (o, the final state from each
+ * sequence's last segment). The main pass is the kernel that forms Pg
+ * beside the chain where it covers the call (then the prepare kernel runs
+ * without Q), else the TMA chunk kernel; the tuning hook's wg = 1 or 2
+ * forces either. Falls back to the mma.sync kernel over whole sequences if
+ * the TMA maps cannot be encoded. */
 static fqla_status run_cp(fqla_context *ctx, const fqla_problem *p, fqla_fwd_params k, unsigned char *ws,
                           const fqla_fwd_ws_layout &L, int64_t seg_chunks, int io_bf16, cudaStream_t stream)
 {
@@ -213,6 +227,28 @@ static fqla_status run_cp(fqla_context *ctx, const fqla_problem *p, fqla_fwd_par
     g_debug_flag_count = k.segs * p->HV;
     const int64_t VX = p->V + p->K;
 
+    fqla_fwd_params mp = k;
+    mp.cp_mode = 2;
+    mp.h0 = k.seg_s0;
+    mp.h0_bf16 = 0;
+    mp.h0_sn = p->HV * p->K * p->V;
+    mp.h0_sh = p->K * p->V;
+    mp.h0_s2 = p->V;
+    mp.v_first = 0; /* the start states; the final state keeps the caller's layout */
+    const int main_nwg = pick_nwg(ctx, p, k.segs);
+    int fused = g_tune_wg != 1 && fqla_fwd_fused_usable(mp, main_nwg);
+    int used = 0;
+    cudaError_t err = cudaSuccess;
+    if (fused) {
+        err = fqla_fwd_launch_fused(k, io_bf16, g_tune_hb, main_nwg, FQLA_FUSED_PREPARE, stream, &used);
+        if (err != cudaSuccess) return fqla_cuda_check(ctx, err, "CUDA forward: prepare kernel launch");
+        fused = used;
+    }
+    if (!fused) {
+        err = fqla_fwd_launch_prepare(k, io_bf16, g_tune_hb, NULL, stream);
+        if (err != cudaSuccess) return fqla_cuda_check(ctx, err, "CUDA forward: prepare kernel launch");
+    }
+
     fqla_fwd_params pre = k;
     pre.cp_mode = 1;
     pre.h0 = NULL;
@@ -223,24 +259,23 @@ static fqla_status run_cp(fqla_context *ctx, const fqla_problem *p, fqla_fwd_par
     pre.ht_s2 = VX;
     pre.v_first = 0;
     pre.ht_v_first = 0;
-    int used = 0;
-    cudaError_t err = fqla_fwd_launch_chunk_wg(pre, io_bf16, 1, stream, &used);
+    err = fqla_fwd_launch_chunk_wg(pre, io_bf16, 1, stream, &used);
     if (err != cudaSuccess) return fqla_cuda_check(ctx, err, "CUDA forward: CP pre-pass launch");
+    if (!used && fused) /* the same maps were encoded for the prepare kernel */
+        return fqla_fail(ctx, FQLA_STATUS_INTERNAL_ERROR, "CUDA forward: the CP pre-pass's TMA maps failed");
     if (!used)
         return fqla_cuda_check(ctx, fqla_fwd_launch_chunk(k, io_bf16, pick_bv(ctx, p), g_tune_late, stream),
                                "CUDA forward: chunk kernel launch");
     err = fqla_fwd_launch_cp_scan(k, g_tune_scan_cb, ctx->info.sm_count > 0 ? ctx->info.sm_count : 132, stream);
     if (err != cudaSuccess) return fqla_cuda_check(ctx, err, "CUDA forward: CP scan launch");
 
-    fqla_fwd_params mp = k;
-    mp.cp_mode = 2;
-    mp.h0 = k.seg_s0;
-    mp.h0_bf16 = 0;
-    mp.h0_sn = p->HV * p->K * p->V;
-    mp.h0_sh = p->K * p->V;
-    mp.h0_s2 = p->V;
-    mp.v_first = 0; /* the start states; the final state keeps the caller's layout */
-    err = fqla_fwd_launch_chunk_wg(mp, io_bf16, pick_nwg(ctx, p, k.segs), stream, &used);
+    if (fused) {
+        err = fqla_fwd_launch_fused(mp, io_bf16, g_tune_hb, main_nwg, FQLA_FUSED_CHAIN, stream, &used);
+        if (err == cudaSuccess && !used)
+            return fqla_fail(ctx, FQLA_STATUS_INTERNAL_ERROR, "CUDA forward: the CP main pass's TMA maps failed");
+    } else {
+        err = fqla_fwd_launch_chunk_wg(mp, io_bf16, main_nwg, stream, &used);
+    }
     return fqla_cuda_check(ctx, err, "CUDA forward: CP main pass launch");
 }
 
@@ -373,6 +408,8 @@ fqla_status fqla_cuda_fwd_run(fqla_context *ctx, const fqla_problem *p, const fq
     k.pdl = g_tune_pdl != 0;
 
     const int io_bf16 = p->io_dtype == FQLA_DTYPE_BF16;
+    /* CP (it launches its own prepare kernel) */
+    if (seg_chunks > 0 && g_tune_wg != 0 && fqla_fwd_wg_usable(k)) return run_cp(ctx, p, k, ws, L, seg_chunks, io_bf16, stream);
     const int fused_nwg = g_tune_wg == 2 ? (g_tune_nwg == 1 || g_tune_nwg == 2 ? g_tune_nwg : pick_nwg(ctx, p, p->N))
                           : g_tune_wg == -1 ? pick_fused(ctx, p, a)
                                             : 0;
@@ -381,7 +418,8 @@ fqla_status fqla_cuda_fwd_run(fqla_context *ctx, const fqla_problem *p, const fq
          * forms Pg beside the chain; nothing launched if its maps cannot be
          * encoded (then the two kernels run) */
         int used = 0;
-        cudaError_t err = fqla_fwd_launch_fused(k, io_bf16, g_tune_hb, fused_nwg, stream, &used);
+        cudaError_t err = fqla_fwd_launch_fused(k, io_bf16, g_tune_hb, fused_nwg, FQLA_FUSED_PREPARE | FQLA_FUSED_CHAIN,
+                                                stream, &used);
         if (used || err != cudaSuccess) return fqla_cuda_check(ctx, err, "CUDA forward: fused path launch");
     }
     st = fqla_cuda_check(ctx, fqla_fwd_launch_prepare(k, io_bf16, g_tune_hb, NULL, stream),
@@ -389,7 +427,6 @@ fqla_status fqla_cuda_fwd_run(fqla_context *ctx, const fqla_problem *p, const fq
     if (st != FQLA_STATUS_SUCCESS) return st;
     if (g_tune_wg != 0 && fqla_fwd_wg_usable(k)) {
         int used = 0;
-        if (seg_chunks > 0) return run_cp(ctx, p, k, ws, L, seg_chunks, io_bf16, stream);
         cudaError_t err = fqla_fwd_launch_chunk_wg(k, io_bf16, pick_nwg(ctx, p, p->N), stream, &used);
         if (used || err != cudaSuccess) return fqla_cuda_check(ctx, err, "CUDA forward: wgmma chunk kernel launch");
     }

@@ -222,14 +222,16 @@ int fqla_fwd_tma_maps(const fqla_fwd_params &p, int io_bf16, CUtensorMap maps[FQ
 cudaError_t fqla_fwd_launch_chunk_wg(const fqla_fwd_params &p, int io_bf16, int nwg, cudaStream_t stream, int *used);
 /* The path that forms Pg beside the chain (fwd_fused.cu) with nwg chain
  * warpgroups per CTA (1 or 2, 64 value columns each): 1 when it covers p
- * (K = 128, V a multiple of 64 nwg, no l2norm, no CP, the TMA kernel's
- * alignments). The launcher enqueues the prepare kernel without Q (gamma
- * and Ag only; hb as fqla_fwd_launch_prepare's) and then the sequential
- * kernel with its Pg warpgroup, or sets *used to 0 and launches nothing
- * when p is not covered or the maps cannot be encoded. */
+ * (K = 128, V a multiple of 64 nwg, no l2norm, the TMA kernel's
+ * alignments; with CP the main pass, cp_mode 2, without chunk_ok). The
+ * launcher enqueues the parts asked for: the prepare kernel without Q
+ * (gamma and Ag only; hb as fqla_fwd_launch_prepare's), then the
+ * sequential kernel with its Pg warpgroup; or it sets *used to 0 and
+ * launches nothing when p is not covered or the maps cannot be encoded. */
+enum { FQLA_FUSED_PREPARE = 1, FQLA_FUSED_CHAIN = 2 };
 int fqla_fwd_fused_usable(const fqla_fwd_params &p, int nwg);
-cudaError_t fqla_fwd_launch_fused(const fqla_fwd_params &p, int io_bf16, int hb, int nwg, cudaStream_t stream,
-                                  int *used);
+cudaError_t fqla_fwd_launch_fused(const fqla_fwd_params &p, int io_bf16, int hb, int nwg, int parts,
+                                  cudaStream_t stream, int *used);
 /* The CP scan (fwd_cp.cu): p as for the pre-pass and main pass (seg_*,
  * seg_chunks), with the caller's h0 / ht; K = 64 or 128; cb value columns
  * per CTA (8, 16 or 32; 0: the narrowest that fits one wave of sms SMs). */

@@ -33,8 +33,11 @@
  * kernel) measured 3.7x slower per chunk in its preparation than in its
  * chain (docs/perf.md, session 9; a61b9b8).
  *
- * Covered: K = 128, V a multiple of 64 NWG, bf16 / fp16, no l2norm, no CP
- * (fqla_fwd_fused_usable); everything else runs the two kernels.
+ * Covered: K = 128, V a multiple of 64 NWG, bf16 / fp16, no l2norm
+ * (fqla_fwd_fused_usable); everything else runs the two kernels. With CP
+ * this kernel is the main pass over segments (cp_mode 2: fqla_fwd_span,
+ * start states from the scan), after the prepare kernel without Q and the
+ * state-only pre-pass of fwd_chunk_wg.cu, which reads only Ag and gamma.
  */
 #include "cuda/fwd_chain.cuh"
 #include "cuda/fwd_common.cuh"
@@ -128,13 +131,16 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
      * the last sequence, no CTA here touches). docs/perf.md, session 10. */
 
     const int wg = threadIdx.x >> 7;
-    const int64_t n = blockIdx.x / p.HV;
+    /* the state's row: the sequence, or with CP's main pass (cp_mode 2) the
+     * segment, whose start state the scan wrote (h0 = seg_s0) */
+    const int64_t ns = blockIdx.x / p.HV;
     const int hv = blockIdx.x % p.HV;
     const int hq = hv / p.group;
     const int vbase = blockIdx.y * 64 * NWG;
     /* 32-bit token counts (fqla_fwd_wg_usable bounds T): fewer registers */
-    int64_t batch, start64, len64, slot0;
-    fqla_fwd_seq(p, n, batch, start64, len64, slot0);
+    int64_t n, batch, start64, len64, slot0;
+    bool last;
+    if (!fqla_fwd_span(p, ns, n, batch, start64, len64, slot0, last)) return; /* no segment: the whole CTA */
     const int start = (int)start64, len = (int)len64;
     const int nch = (len + C - 1) / C;
 
@@ -276,7 +282,7 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
     constexpr int KS = KD / 16;
     const int vr = v0 + 16 * warp + g, kc = 2 * tq;
     float S[NS];
-    fqla_chain::load_state(p, S, n, hv, vr, kc);
+    fqla_chain::load_state(p, S, ns, hv, vr, kc);
 
     T *ob = (T *)p.o + batch * p.o_sb + hv * p.o_sh + v0;
     unsigned char *Obuf = sm + cfg::oO + cw * 2 * TILE; /* this warpgroup's two staging tiles */
@@ -394,7 +400,8 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
     if (nch > 0) store_out(nch - 1);
     if (tid == 0) fqla_bulk_wait<0>(); /* the CTA's last stores are done before it exits */
 
-    if (p.ht) fqla_chain::store_state(p, S, n, hv, vr, kc);
+    /* the final state: of the sequence (with CP, from its last segment) */
+    if (p.ht && last) fqla_chain::store_state(p, S, n, hv, vr, kc);
 }
 
 #ifdef FQLA_FUSED_CLOCKS
@@ -422,7 +429,7 @@ cudaError_t launch(const fqla_fwd_params &p, const CUtensorMap *maps, cudaStream
         if (dev >= 0 && dev < 64) configured[dev] = 1;
     }
     /* (the prepare kernel zeroes the o rows after the last sequence) */
-    dim3 grid((unsigned)(p.N * p.HV), (unsigned)(p.V / (64 * NWG)));
+    dim3 grid((unsigned)((p.cp_mode ? p.segs : p.N) * p.HV), (unsigned)(p.V / (64 * NWG)));
     return fqla_launch_pdl(fwd_fused_kernel<T, 128, NWG>, grid, dim3(cfg::THREADS), cfg::bytes, stream, p.pdl, p,
                            maps[0], maps[1], maps[2], maps[3], maps[5]);
 }
@@ -431,12 +438,15 @@ cudaError_t launch(const fqla_fwd_params &p, const CUtensorMap *maps, cudaStream
 
 int fqla_fwd_fused_usable(const fqla_fwd_params &p, int nwg)
 {
-    return (nwg == 1 || nwg == 2) && p.K == 128 && p.V % (64 * nwg) == 0 && !p.l2norm && !p.cp_mode &&
-           fqla_fwd_wg_usable(p);
+    /* CP: the main pass (cp_mode 2), without the negligible-transition
+     * shortcut, whose chunk flags the two-chunk prepare kernel (PAIR) does
+     * not write */
+    return (nwg == 1 || nwg == 2) && p.K == 128 && p.V % (64 * nwg) == 0 && !p.l2norm && p.cp_mode != 1 &&
+           !p.chunk_ok && fqla_fwd_wg_usable(p);
 }
 
-cudaError_t fqla_fwd_launch_fused(const fqla_fwd_params &k, int io_bf16, int hb, int nwg, cudaStream_t stream,
-                                  int *used)
+cudaError_t fqla_fwd_launch_fused(const fqla_fwd_params &k, int io_bf16, int hb, int nwg, int parts,
+                                  cudaStream_t stream, int *used)
 {
     *used = 0;
     fqla_fwd_params p = k;
@@ -445,8 +455,9 @@ cudaError_t fqla_fwd_launch_fused(const fqla_fwd_params &k, int io_bf16, int hb,
     CUtensorMap maps[FQLA_FWD_MAPS];
     if (!fqla_fwd_tma_maps(p, io_bf16, maps)) return cudaSuccess; /* the caller runs the two kernels */
     *used = 1;
-    cudaError_t err = fqla_fwd_launch_prepare(p, io_bf16, hb, &maps[1], stream);
-    if (err != cudaSuccess || p.N * p.HV == 0) return err;
+    cudaError_t err = cudaSuccess;
+    if (parts & FQLA_FUSED_PREPARE) err = fqla_fwd_launch_prepare(p, io_bf16, hb, &maps[1], stream);
+    if (err != cudaSuccess || !(parts & FQLA_FUSED_CHAIN) || (p.cp_mode ? p.segs : p.N) * p.HV == 0) return err;
     if (nwg == 1) return io_bf16 ? launch<__nv_bfloat16, 1>(p, maps, stream) : launch<__half, 1>(p, maps, stream);
     return io_bf16 ? launch<__nv_bfloat16, 2>(p, maps, stream) : launch<__half, 2>(p, maps, stream);
 }

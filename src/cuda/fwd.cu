@@ -409,7 +409,8 @@ fqla_status fqla_cuda_fwd_run(fqla_context *ctx, const fqla_problem *p, const fq
 
     const int io_bf16 = p->io_dtype == FQLA_DTYPE_BF16;
     /* CP (it launches its own prepare kernel) */
-    if (seg_chunks > 0 && g_tune_wg != 0 && fqla_fwd_wg_usable(k)) return run_cp(ctx, p, k, ws, L, seg_chunks, io_bf16, stream);
+    if (seg_chunks > 0 && g_tune_wg != 0 && fqla_fwd_wg_usable(k))
+        return run_cp(ctx, p, k, ws, L, seg_chunks, io_bf16, stream);
     const int fused_nwg = g_tune_wg == 2 ? (g_tune_nwg == 1 || g_tune_nwg == 2 ? g_tune_nwg : pick_nwg(ctx, p, p->N))
                           : g_tune_wg == -1 ? pick_fused(ctx, p, a)
                                             : 0;

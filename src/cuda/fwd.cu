@@ -1,16 +1,23 @@
 /*
  * fwd.cu - the CUDA forward's entry points (declared in cuda_backend.h):
- * what the kernels cover, the exact workspace, and the two launches
- * (fwd_prepare.cu, then the chunk kernel: fwd_chunk_wg.cu on TMA + wgmma
- * where K is 64 or 128, V a multiple of 64 and the rows 16-byte aligned,
- * else fwd_chunk.cu on mma.sync) on the caller's stream. Where sequences x
- * heads leave SMs idle, the chunk kernel runs as intra-card context
- * parallelism instead (DESIGN.md §3): a state-only pre-pass over segments
- * of the sequences, the scan of fwd_cp.cu, and a main pass over the
- * segments (plan_cp decides, from the shapes and cu_seqlens_host). Nothing here
- * allocates, synchronises or reads device memory on the host (the TMA maps
- * are encoded on the host and passed as kernel parameters), so a call can be
- * captured in a CUDA graph.
+ * what the kernels cover, the exact workspace, and the launches on the
+ * caller's stream:
+ * - where K = 128, there is no l2norm and the rows suit TMA (the default
+ *   where pick_fused says it pays): the prepare kernel without Q
+ *   (fwd_prepare.cu: gamma, Ag), then the kernel that forms Pg beside the
+ *   chain (fwd_fused.cu), with one or two chain warpgroups per CTA;
+ * - else the two-kernel path: the prepare kernel with Q (also Pg), then the
+ *   chunk kernel: fwd_chunk_wg.cu on TMA + wgmma where K is 64 or 128, V a
+ *   multiple of 64 and the rows 16-byte aligned, else fwd_chunk.cu on
+ *   mma.sync.
+ * Where sequences x heads leave SMs idle, the chain runs as intra-card
+ * context parallelism instead (DESIGN.md §3): a state-only pre-pass over
+ * segments of the sequences, the scan of fwd_cp.cu, and a main pass over
+ * the segments, on the fused kernel where it covers the call (plan_cp
+ * decides, from the shapes and cu_seqlens_host). Nothing here allocates,
+ * synchronises or reads device memory on the host (the TMA maps are encoded
+ * on the host and passed as kernel parameters), so a call can be captured
+ * in a CUDA graph.
  *
  * Covered: q/k/v/o bf16 or fp16; K in {64, 128, 256}; V a multiple of 32;
  * g, beta f32 or bf16; initial / final state f32 or bf16, either layout;
@@ -70,34 +77,30 @@ int pick_nwg(const fqla_context *ctx, const fqla_problem *p, int64_t rows)
 
 /* The kernel that forms Pg beside the chain (fwd_fused.cu, after the
  * prepare kernel without Q): its chain warpgroups per CTA (pick_nwg's), or
- * 0 for the two-kernel path, by the rows measured on the H200:
- * - nwg = 2 (docs/perf.md, session 9): above a GVA group of 2 it forms
- *   Q K^T once per value head, not once per group: its chain is ~10 %
- *   slower at group 4 and the prepare kernel's savings pay only when every
- *   CTA's chain is as long as the others' (equal sequences: x0.94-0.98;
- *   two unequal ones: x1.00-1.07). Without a host copy of cu_seqlens a
- *   varlen call counts as unequal.
- * - nwg = 1 (docs/perf.md, session 12): its chain runs 0-12 % longer than
- *   the two-kernel path's (Q K^T formed per value head and per 64
- *   columns), its prepare kernel ~30-50 % shorter. The prepare kernel's
- *   time grows with tokens x q/k heads, the chain's with the longest
- *   sequence, so it pays where T H >= 12 x the longest sequence (measured:
- *   16 sequence-heads x0.77-0.99, 8 x0.99-1.08). Without a host copy of
- *   cu_seqlens a varlen call counts one sequence as holding every token. */
+ * 0 for the two-kernel path, by the 171 rows measured on the H200
+ * (docs/perf.md, session 12). Its chain runs up to ~10 % longer than the
+ * chunk kernel's above a GVA group of 2 (Q K^T formed per value head, and
+ * with one warpgroup per 64 columns), its prepare kernel 30-50 % shorter.
+ * - nwg = 2: every row gained or held (x0.94-1.01), unequal sequences at
+ *   groups 3-4 too (session 9 had measured those x1.00-1.07 slower, before
+ *   the prepare kernel without Q got TMA, wgmma and PAIR in session 10).
+ * - nwg = 1: the prepare kernel's time grows with tokens x q/k heads, the
+ *   chain's with the longest sequence, so it pays where T H >= 12 x the
+ *   longest sequence (16 sequence-heads: x0.77-0.99, 8: x0.99-1.08).
+ *   Without a host copy of cu_seqlens a varlen call counts one sequence as
+ *   holding every token. */
 int pick_fused(const fqla_context *ctx, const fqla_problem *p, const fqla_fwd_args *a)
 {
     const int nwg = pick_nwg(ctx, p, p->N);
+    if (nwg == 2) return 2;
     const int64_t *cu = p->varlen ? a->cu_seqlens_host : NULL;
-    int64_t longest = p->varlen ? p->T : (p->N > 0 ? p->T : 0); /* padded batch: every sequence is T long */
+    int64_t longest = p->T; /* a padded batch's sequences, or every token in one */
     if (cu && p->N > 0) {
         longest = 0;
         for (int64_t n = 0; n < p->N; n++) longest = cu[n + 1] - cu[n] > longest ? cu[n + 1] - cu[n] : longest;
     }
     const int64_t tokens = p->varlen ? p->T : p->N * p->T;
-    if (nwg == 1) return tokens * p->H >= 12 * longest ? 1 : 0;
-    if (p->group <= 2 || !p->varlen) return nwg;
-    if (!cu || p->N <= 0) return 0;
-    return longest * p->N <= cu[p->N] + cu[p->N] / 16 ? nwg : 0; /* the longest within ~6 % of the mean */
+    return tokens * p->H >= 12 * longest ? 1 : 0;
 }
 
 int64_t cp_segs(const fqla_problem *p, int64_t L) { return fqla_cp_segs(p->varlen, p->T, p->N, L); }

@@ -3,8 +3,8 @@
  * warp-specialised sequential kernels share (fwd_chunk_wg.cu and
  * fwd_fused.cu): the state's load and store in the caller's layout, its
  * bf16 / fp16 copy as wgmma A fragments, the operands of G4, G5 and G6 from
- * the accumulators and the token factors, the output tile, and the rows
- * past a sequence's end. Layouts as in fwd_chunk_wg.cu: a consumer
+ * the accumulators and the token factors, the products G1 .. G6 themselves,
+ * the output tile, and the rows past a sequence's end. Layouts as in fwd_chunk_wg.cu: a consumer
  * warpgroup holds S^T (64 value rows x K) as a wgmma accumulator; thread
  * (warp, g = lane / 4, tq = lane % 4) holds value rows vr = v0 + 16 warp + g
  * (+ 8) and key columns kc = 2 tq (+ 1, + 8 ...).
@@ -222,6 +222,65 @@ __device__ __forceinline__ void store_out(const fqla_fwd_params &p, const CUtens
         return;
     }
     store_rows(ob, p.o_st, t0, src, nvalid, tid);
+}
+
+/* The chain's products, issued by the whole warpgroup (no commit: the
+ * caller groups them). Shared-memory operands by descriptor (hopper.cuh):
+ * tiles of 64 token rows x 64 columns in TMA's 128-byte swizzle, one k-step
+ * of 16 tokens FQLA_DESC_K16_* on. */
+
+/* G1: Vd^T = V^T Ag^T (the V tile [t][v]: A MN-major; the accumulators
+ * overwritten) */
+template <typename T>
+__device__ __forceinline__ void g1_issue(float (&accVd)[32], uint64_t dV, uint64_t dAg)
+{
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++)
+        fqla_wg<T>::template ss64<1, 0>(accVd, dV + kk * FQLA_DESC_K16_MNMAJOR, dAg + kk * FQLA_DESC_K16_KMAJOR,
+                                        kk > 0);
+}
+
+/* G2: [U^T | Qs^T] = S^T [K; Q]^T with the Q tiles (N = 128: each 64-wide
+ * k block's K and Q tiles back to back at k, kq bytes per block), or
+ * U^T = S^T K^T alone (N = 64); sf: pack_state's fragments */
+template <typename T, int KS, int N>
+__device__ __forceinline__ void g2_issue(float (&accUQ)[N / 2], const uint32_t (&sf)[KS][4], const unsigned char *k,
+                                         uint32_t kq)
+{
+#pragma unroll
+    for (int kk = 0; kk < KS; kk++) {
+        const uint64_t dKQ = fqla_desc_kmajor(k + (kk >> 2) * kq) + (kk & 3) * FQLA_DESC_K16_KMAJOR;
+        if constexpr (N == 128) fqla_wg<T>::template rs128<0>(accUQ, sf[kk], dKQ, kk > 0);
+        else fqla_wg<T>::template rs64<0>(accUQ, sf[kk], dKQ, kk > 0);
+    }
+}
+
+/* G4: Vd^T += (-U^T diag(u)) Ag^T (wn: g4_operand's fragments) */
+template <typename T>
+__device__ __forceinline__ void g4_issue(float (&accVd)[32], const uint32_t (&wn)[4][4], uint64_t dAg)
+{
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) fqla_wg<T>::template rs64<0>(accVd, wn[kk], dAg + kk * FQLA_DESC_K16_KMAJOR, 1);
+}
+
+/* G5: S^T += Vp^T K (the K tiles [t][k]: B MN-major, dKt over all KD / 64
+ * of them; vp: g56_operands' fragments) */
+template <typename T, int KD>
+__device__ __forceinline__ void g5_issue(float (&S)[KD / 2], const uint32_t (&vp)[4][4], uint64_t dKt)
+{
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) {
+        if constexpr (KD == 128) fqla_wg<T>::template rs128<1>(S, vp[kk], dKt + kk * FQLA_DESC_K16_MNMAJOR, 1);
+        else fqla_wg<T>::template rs64<1>(S, vp[kk], dKt + kk * FQLA_DESC_K16_MNMAJOR, 1);
+    }
+}
+
+/* G6: P^T = Vd^T Pg^T (vd: g56_operands' fragments; overwritten) */
+template <typename T>
+__device__ __forceinline__ void g6_issue(float (&accP)[32], const uint32_t (&vd)[4][4], uint64_t dPg)
+{
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) fqla_wg<T>::template rs64<0>(accP, vd[kk], dPg + kk * FQLA_DESC_K16_KMAJOR, kk > 0);
 }
 
 } // namespace fqla_chain

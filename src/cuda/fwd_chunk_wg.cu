@@ -139,7 +139,6 @@ __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
                         const __grid_constant__ CUtensorMap tmO)
 {
     typedef wg_cfg<KD, NWG, OUT> cfg;
-    typedef fqla_wg<T> mma;
     extern __shared__ unsigned char smem_raw[];
     /* 1024-aligned (TMA's 128-byte swizzle) by an offset from smem_raw, not a
      * round trip through an integer: the compiler then still knows every
@@ -343,24 +342,11 @@ __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
         const uint64_t dAg = fqla_desc_kmajor(st + cfg::oAg);
         fqla_reg_fence_u(sf);
         fqla_wg_fence();
-        {   /* G1: Vd^T = V^T Ag^T (V tile is [t][v]: A MN-major) */
-            const uint64_t dV = fqla_desc_mnmajor(st + cfg::oV + cw * TILE, TILE);
-#pragma unroll
-            for (int kk = 0; kk < 4; kk++)
-                mma::template ss64<1, 0>(accVd, dV + kk * FQLA_DESC_K16_MNMAJOR, dAg + kk * FQLA_DESC_K16_KMAJOR,
-                                         kk > 0);
-            fqla_wg_commit();
-        }
-        {   /* G2: [U^T | Qs^T] = S^T [K; Q]^T (U^T = S^T K^T alone without an output) */
-#pragma unroll
-            for (int kk = 0; kk < KS; kk++) {
-                const uint64_t dKQ =
-                    fqla_desc_kmajor(st + cfg::oK + (kk >> 2) * cfg::KQ) + (kk & 3) * FQLA_DESC_K16_KMAJOR;
-                if constexpr (OUT) mma::template rs128<0>(accUQ, sf[kk], dKQ, kk > 0);
-                else mma::template rs64<0>(accUQ, sf[kk], dKQ, kk > 0);
-            }
-            fqla_wg_commit();
-        }
+        /* G1, then G2 (U^T = S^T K^T alone without an output) */
+        fqla_chain::g1_issue<T>(accVd, fqla_desc_mnmajor(st + cfg::oV + cw * TILE, TILE), dAg);
+        fqla_wg_commit();
+        fqla_chain::g2_issue<T, KS, OUT ? 128 : 64>(accUQ, sf, st + cfg::oK, cfg::KQ);
+        fqla_wg_commit();
         if (OUT) store_out(c - 1); /* the previous chunk's rows, while G1 / G2 run */
 
         /* this thread's token columns are t = 8 j + 2 tq + e (j = 0..7, e = 0, 1) */
@@ -377,9 +363,7 @@ __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
             fqla_chain::g4_operand<T>(wn, accUQ, ud, tq);
             fqla_reg_fence_u(wn);
             fqla_wg_fence();
-#pragma unroll
-            for (int kk = 0; kk < 4; kk++)
-                mma::template rs64<0>(accVd, wn[kk], dAg + kk * FQLA_DESC_K16_KMAJOR, 1);
+            fqla_chain::g4_issue<T>(accVd, wn, dAg);
             fqla_wg_commit();
         }
         {   /* the state decays by e^gamma_C before G5 adds to it, while G4
@@ -400,30 +384,17 @@ __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
         fqla_reg_fence_u(vd);
         fqla_reg_fence_u(vp);
         fqla_wg_fence();
-        {   /* G5: S^T += Vp^T K (K tile [t][k]: B MN-major, atoms KB tiles apart) */
-            const uint64_t dKt = fqla_desc_mnmajor(st + cfg::oK, cfg::KQ);
-#pragma unroll
-            for (int kk = 0; kk < 4; kk++) {
-                if constexpr (KD == 128)
-                    mma::template rs128<1>(S, vp[kk], dKt + kk * FQLA_DESC_K16_MNMAJOR, 1);
-                else
-                    mma::template rs64<1>(S, vp[kk], dKt + kk * FQLA_DESC_K16_MNMAJOR, 1);
-            }
-            fqla_wg_commit();
-        }
+        /* G5 (the K tiles' atoms KB tiles apart) */
+        fqla_chain::g5_issue<T, KD>(S, vp, fqla_desc_mnmajor(st + cfg::oK, cfg::KQ));
+        fqla_wg_commit();
         if constexpr (!OUT) {
             fqla_wg_wait<0>();
             fqla_reg_fence(S);
             fqla_mbar_arrive(&empty[s]);
         } else {
             float accP[32];
-            {   /* G6: P^T = Vd^T Pg^T */
-                const uint64_t dPg = fqla_desc_kmajor(st + cfg::oPg);
-#pragma unroll
-                for (int kk = 0; kk < 4; kk++)
-                    mma::template rs64<0>(accP, vd[kk], dPg + kk * FQLA_DESC_K16_KMAJOR, kk > 0);
-                fqla_wg_commit();
-            }
+            fqla_chain::g6_issue<T>(accP, vd, fqla_desc_kmajor(st + cfg::oPg)); /* G6 */
+            fqla_wg_commit();
             /* output factors while the products run */
             float fo[16];
             fqla_chain::load_out_factors(fo, fos, tq);

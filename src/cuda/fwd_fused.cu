@@ -318,15 +318,8 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
         const uint64_t dAg = fqla_desc_kmajor(st + cfg::oAg);
         fqla_reg_fence_u(sf);
         fqla_wg_fence();
-        {   /* G2: [U^T | Qs^T] = S^T [K; Q]^T */
-#pragma unroll
-            for (int kk = 0; kk < KS; kk++) {
-                const uint64_t dKQ =
-                    fqla_desc_kmajor(st + cfg::oK + (kk >> 2) * cfg::KQ) + (kk & 3) * FQLA_DESC_K16_KMAJOR;
-                mma::template rs128<0>(accUQ, sf[kk], dKQ, kk > 0);
-            }
-            fqla_wg_commit();
-        }
+        fqla_chain::g2_issue<T, KS, 128>(accUQ, sf, st + cfg::oK, cfg::KQ); /* G2 */
+        fqla_wg_commit();
         store_out(c - 1); /* the previous chunk's rows, while G2 runs */
         const float gC = gm[C - 1];
         fqla_wg_wait<0>();
@@ -337,14 +330,8 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
             fqla_chain::g4_operand<T>(wn, accUQ, ud, tq);
             fqla_reg_fence_u(wn);
             fqla_wg_fence();
-            const uint64_t dV = fqla_desc_mnmajor(st + cfg::oV + cw * TILE, TILE);
-#pragma unroll
-            for (int kk = 0; kk < 4; kk++)
-                mma::template ss64<1, 0>(accVd, dV + kk * FQLA_DESC_K16_MNMAJOR, dAg + kk * FQLA_DESC_K16_KMAJOR,
-                                         kk > 0);
-#pragma unroll
-            for (int kk = 0; kk < 4; kk++)
-                mma::template rs64<0>(accVd, wn[kk], dAg + kk * FQLA_DESC_K16_KMAJOR, 1);
+            fqla_chain::g1_issue<T>(accVd, fqla_desc_mnmajor(st + cfg::oV + cw * TILE, TILE), dAg);
+            fqla_chain::g4_issue<T>(accVd, wn, dAg);
             fqla_wg_commit();
         }
         {
@@ -362,25 +349,11 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
         fqla_reg_fence_u(vd);
         fqla_reg_fence_u(vp);
         fqla_wg_fence();
-        {   /* G5: S^T += Vp^T K */
-            const uint64_t dKt = fqla_desc_mnmajor(st + cfg::oK, cfg::KQ);
-#pragma unroll
-            for (int kk = 0; kk < 4; kk++) {
-                if constexpr (KD == 128)
-                    mma::template rs128<1>(S, vp[kk], dKt + kk * FQLA_DESC_K16_MNMAJOR, 1);
-                else
-                    mma::template rs64<1>(S, vp[kk], dKt + kk * FQLA_DESC_K16_MNMAJOR, 1);
-            }
-            fqla_wg_commit();
-        }
+        fqla_chain::g5_issue<T, KD>(S, vp, fqla_desc_mnmajor(st + cfg::oK, cfg::KQ)); /* G5 */
+        fqla_wg_commit();
         float accP[32];
-        {   /* G6: P^T = Vd^T Pg^T */
-            const uint64_t dPg = fqla_desc_kmajor(sl + cfg::sPg);
-#pragma unroll
-            for (int kk = 0; kk < 4; kk++)
-                mma::template rs64<0>(accP, vd[kk], dPg + kk * FQLA_DESC_K16_KMAJOR, kk > 0);
-            fqla_wg_commit();
-        }
+        fqla_chain::g6_issue<T>(accP, vd, fqla_desc_kmajor(sl + cfg::sPg)); /* G6 */
+        fqla_wg_commit();
         float fo[16];
         fqla_chain::load_out_factors(fo, fos, tq);
         fqla_wg_wait<0>();

@@ -124,11 +124,13 @@ static fqla_cp_problem problem(int64_t N, int64_t T, int64_t HV, int varlen, con
     q.N = N;
     q.T = T;
     q.HV = HV;
+    q.H = HV;
     q.K = 128;
     q.V = 128;
     q.varlen = varlen;
     q.cu_host = cu_host;
     q.sms = 132;
+    q.prep_saving = 0;
     return q;
 }
 
@@ -154,9 +156,26 @@ static void plan_decisions(void)
     /* TP8 1x2048: 0.069 ms without, 0.0725 with the first plan's L = 4 */
     q = problem(1, 2048, 8, 0, NULL);
     CHECK(fqla_cp_plan(&q) == 0, "TP8 1x2048: no CP expected");
-    /* TP2 (8,32) 1x32768 and Sym h32 1x32768: CP lost at every L */
+    /* TP8 1x32768 keeps the first model's L = 32 (the second's 64 measured
+     * x1.12 slower, docs/perf.md session 12) */
+    q = problem(1, 32768, 8, 0, NULL);
+    q.H = 2;
+    q.prep_saving = 1;
+    CHECK(fqla_cp_plan(&q) == 32, "TP8 1x32768 with the prepare saving: L = %lld, 32 expected",
+          (long long)fqla_cp_plan(&q));
+    /* Sym h32 1x32768: the first model plans no CP; since the fused main
+     * pass (session 12) the second plans L = 128: 0.891 -> 0.841 ms */
     q = problem(1, 32768, 32, 0, NULL);
-    CHECK(fqla_cp_plan(&q) == 0, "HV=32 1x32768: no CP expected");
+    CHECK(fqla_cp_plan(&q) == 128, "HV=32 1x32768: L = %lld, 128 expected", (long long)fqla_cp_plan(&q));
+    /* 27B TP2 (8,24) 12288+4096: CP only through the prepare kernel's
+     * saving (the two kernels without CP): 0.328 -> 0.301 ms at L = 64 */
+    const int64_t cu3[] = {0, 12288, 16384};
+    q = problem(2, 16384, 24, 1, cu3);
+    q.H = 8;
+    CHECK(fqla_cp_plan(&q) == 0, "27B TP2 12288+4096 without the saving: no CP expected");
+    q.prep_saving = 1;
+    CHECK(fqla_cp_plan(&q) == 64, "27B TP2 12288+4096 with the saving: L = %lld, 64 expected",
+          (long long)fqla_cp_plan(&q));
     /* recurrences that fill the SMs: never */
     q = problem(2, 32768, 64, 0, NULL);
     CHECK(fqla_cp_plan(&q) == 0, "N=2 HV=64: no CP expected");

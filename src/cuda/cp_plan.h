@@ -85,9 +85,13 @@ FQLA_CP_HD int64_t fqla_cp_segs(int varlen, int64_t T, int64_t N, int64_t L)
 /* What the plan needs to know of a forward call. */
 typedef struct fqla_cp_problem {
     int64_t N, T, HV, K, V;
+    int64_t H;              /* q/k heads */
     int varlen;
     const int64_t *cu_host; /* [N + 1] host cu_seqlens, or NULL */
     int64_t sms;            /* streaming multiprocessors */
+    int prep_saving;        /* 1: with CP the prepare kernel runs without Q (the
+                               fused main pass), without CP with Q (the two
+                               kernels): CP saves that difference */
 } fqla_cp_problem;
 
 /* Measured costs on the H200 (docs/perf.md v4, CP v1, CP v2), us: one chunk
@@ -102,6 +106,15 @@ typedef struct fqla_cp_problem {
 #define FQLA_CP_US_CHAIN 10.0
 #define FQLA_CP_US_SCAN 2.7
 #define FQLA_CP_US_SCAN0 3.0
+/* Session 12's second model (docs/perf.md, session 12), us: a pre-pass
+ * wave of L chunks costs L US2_PRE + US2_PRE0; a scan step US2_SCAN0 +
+ * HV US2_SCAN_HV; the prepare kernel without Q saves US2_PREP per chunk
+ * slot and q/k head over the one with Q (0.0096-0.0146 measured). */
+#define FQLA_CP_US2_PRE 1.3
+#define FQLA_CP_US2_PRE0 7.0
+#define FQLA_CP_US2_SCAN0 1.7
+#define FQLA_CP_US2_SCAN_HV 0.09
+#define FQLA_CP_US2_PREP 0.011
 
 static inline int64_t fqla_cp_waves(int64_t ctas, int64_t slots) { return (ctas + slots - 1) / slots; }
 
@@ -118,15 +131,43 @@ static inline double fqla_cp_chain_us(const fqla_cp_problem *q, int64_t rows, in
     return t;
 }
 
-/* Chunks per segment, or 0 for no CP, by the latency model
- *   without CP: chain(N, chunks of the longest sequence) + US_CHAIN
- *   with L:     chain(segs, L) + waves(segs HV (V + K) / 64, 2 per SM) L US_PRE
- *               + 2 US_CHAIN + ceil(chunks / L) US_SCAN + US_SCAN0
- * over L = 4, 8, ..., chunks / 2; CP only where it saves 10%, and never
- * where the recurrences alone fill the SMs. Packed varlen input is planned
- * from cu_host when given (the longest sequence, the exact segment count),
- * else as N sequences of T / N tokens. K in {64, 128}, V % 64 = 0 (the TMA
- * kernel's cases; the caller checks). */
+/* The second model's time with segments of L chunks (see fqla_cp_plan):
+ * the sequences' lengths from cu (host cu_seqlens), or all maxlen. */
+static inline double fqla_cp_time2(const fqla_cp_problem *q, const int64_t *cu, int64_t maxlen, int64_t chunks,
+                                   int64_t L)
+{
+    int64_t segs = 0, pre = 0;
+    for (int64_t n = 0; n < q->N; n++) {
+        const int64_t ns = fqla_cp_nseg(cu ? cu[n + 1] - cu[n] : maxlen, L);
+        segs += ns;
+        pre += ns - 1; /* a sequence's last segment is left out of the pre-pass */
+    }
+    const double tokens = (double)(q->varlen ? q->T : q->N * q->T);
+    return fqla_cp_chain_us(q, segs, L) +
+           (double)fqla_cp_waves(pre * q->HV * ((q->V + q->K) / 64), 2 * q->sms) *
+               ((double)L * FQLA_CP_US2_PRE + FQLA_CP_US2_PRE0) +
+           2 * FQLA_CP_US_CHAIN + (double)((chunks + L - 1) / L) * (FQLA_CP_US2_SCAN0 + FQLA_CP_US2_SCAN_HV * q->HV) +
+           FQLA_CP_US_SCAN0 - (q->prep_saving ? FQLA_CP_US2_PREP * (tokens / FQLA_CP_CHUNK + q->N) * q->H : 0.0);
+}
+
+/* Chunks per segment, or 0 for no CP, by two latency models, CP only where
+ * one saves 10 % and never where the recurrences alone fill the SMs:
+ * - the first (sessions 5-6, fitted on TP8 and TP4 rows):
+ *     without CP: chain(N, chunks of the longest sequence) + US_CHAIN
+ *     with L:     chain(segs, L) + waves(segs HV (V + K) / 64, 2 per SM) L US_PRE
+ *                 + 2 US_CHAIN + ceil(chunks / L) US_SCAN + US_SCAN0
+ * - where the first plans no CP, the second (session 12): the pre-pass over
+ *   each sequence's segments but its last, a scan step that grows with HV,
+ *   and the prepare kernel's saving when CP's main pass is the fused kernel
+ *   and the path without CP the two kernels (prep_saving). It gained
+ *   x0.87-0.97 on 22 of the 24 benchmark rows where it plans CP and the
+ *   first does not (x1.004 and x1.008 on the other two); where the first
+ *   plans CP, the second's choices measured x1.04-1.17 slower (TP8, TP4,
+ *   2B), so it does not overrule it there.
+ * L = 4, 8, ..., chunks / 2. Packed varlen input is planned from cu_host
+ * when given (the longest sequence, the exact segment count), else as N
+ * sequences of T / N tokens. K in {64, 128}, V % 64 = 0 (the TMA kernel's
+ * cases; the caller checks). */
 static inline int64_t fqla_cp_plan(const fqla_cp_problem *q)
 {
     const int64_t C = FQLA_CP_CHUNK;
@@ -139,7 +180,8 @@ static inline int64_t fqla_cp_plan(const fqla_cp_problem *q)
             if (cu[n + 1] - cu[n] > maxlen) maxlen = cu[n + 1] - cu[n];
     }
     const int64_t chunks = (maxlen + C - 1) / C;
-    double best_t = 0.9 * (fqla_cp_chain_us(q, q->N, chunks) + FQLA_CP_US_CHAIN);
+    const double base = 0.9 * (fqla_cp_chain_us(q, q->N, chunks) + FQLA_CP_US_CHAIN);
+    double best_t = base;
     int64_t best = 0;
     for (int64_t L = 4; 2 * L <= chunks; L *= 2) {
         int64_t segs = q->N * ((chunks + L - 1) / L);
@@ -151,6 +193,15 @@ static inline int64_t fqla_cp_plan(const fqla_cp_problem *q)
                          (double)(fqla_cp_waves(segs * q->HV * ((q->V + q->K) / 64), 2 * q->sms) * L) *
                              FQLA_CP_US_PRE +
                          2 * FQLA_CP_US_CHAIN + (double)((chunks + L - 1) / L) * FQLA_CP_US_SCAN + FQLA_CP_US_SCAN0;
+        if (t < best_t) {
+            best_t = t;
+            best = L;
+        }
+    }
+    if (best > 0) return best;
+    best_t = base; /* the second model */
+    for (int64_t L = 4; 2 * L <= chunks; L *= 2) {
+        const double t = fqla_cp_time2(q, cu, maxlen, chunks, L);
         if (t < best_t) {
             best_t = t;
             best = L;

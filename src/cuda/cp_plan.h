@@ -74,6 +74,15 @@ FQLA_CP_HD int64_t fqla_cp_segment(const void *cu, int cu64, int64_t N, int64_t 
     return n;
 }
 
+/* The longest of the N sequences of a host cu_seqlens array. */
+FQLA_CP_HD int64_t fqla_cp_longest(const int64_t *cu, int64_t N)
+{
+    int64_t longest = 0;
+    for (int64_t n = 0; n < N; n++)
+        if (cu[n + 1] - cu[n] > longest) longest = cu[n + 1] - cu[n];
+    return longest;
+}
+
 /* Segment indices to size for: T tokens (varlen: packed, N sequences; else
  * N sequences of T). */
 FQLA_CP_HD int64_t fqla_cp_segs(int varlen, int64_t T, int64_t N, int64_t L)
@@ -173,12 +182,7 @@ static inline int64_t fqla_cp_plan(const fqla_cp_problem *q)
     const int64_t C = FQLA_CP_CHUNK;
     if (q->N <= 0 || q->sms <= 0 || q->N * q->HV * (q->V / 64) >= q->sms) return 0;
     const int64_t *cu = q->varlen ? q->cu_host : 0;
-    int64_t maxlen = q->varlen ? (q->T + q->N - 1) / q->N : q->T;
-    if (cu) {
-        maxlen = 0;
-        for (int64_t n = 0; n < q->N; n++)
-            if (cu[n + 1] - cu[n] > maxlen) maxlen = cu[n + 1] - cu[n];
-    }
+    const int64_t maxlen = cu ? fqla_cp_longest(cu, q->N) : q->varlen ? (q->T + q->N - 1) / q->N : q->T;
     const int64_t chunks = (maxlen + C - 1) / C;
     const double base = 0.9 * (fqla_cp_chain_us(q, q->N, chunks) + FQLA_CP_US_CHAIN);
     double best_t = base;

@@ -94,11 +94,8 @@ int pick_fused(const fqla_context *ctx, const fqla_problem *p, const fqla_fwd_ar
     const int nwg = pick_nwg(ctx, p, p->N);
     if (nwg == 2) return 2;
     const int64_t *cu = p->varlen ? a->cu_seqlens_host : NULL;
-    int64_t longest = p->T; /* a padded batch's sequences, or every token in one */
-    if (cu && p->N > 0) {
-        longest = 0;
-        for (int64_t n = 0; n < p->N; n++) longest = cu[n + 1] - cu[n] > longest ? cu[n + 1] - cu[n] : longest;
-    }
+    /* else a padded batch's sequences, or every token in one */
+    const int64_t longest = cu && p->N > 0 ? fqla_cp_longest(cu, p->N) : p->T;
     const int64_t tokens = p->varlen ? p->T : p->N * p->T;
     return tokens * p->H >= 12 * longest ? 1 : 0;
 }

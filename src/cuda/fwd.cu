@@ -252,7 +252,7 @@ static fqla_status run_cp(fqla_context *ctx, const fqla_problem *p, fqla_fwd_par
         fused = used;
     }
     if (!fused) {
-        err = fqla_fwd_launch_prepare(k, io_bf16, g_tune_hb, NULL, stream);
+        err = fqla_fwd_launch_prepare(k, io_bf16, g_tune_hb, NULL, NULL, stream);
         if (err != cudaSuccess) return fqla_cuda_check(ctx, err, "CUDA forward: prepare kernel launch");
     }
 
@@ -430,7 +430,7 @@ fqla_status fqla_cuda_fwd_run(fqla_context *ctx, const fqla_problem *p, const fq
                                                 stream, &used);
         if (used || err != cudaSuccess) return fqla_cuda_check(ctx, err, "CUDA forward: fused path launch");
     }
-    st = fqla_cuda_check(ctx, fqla_fwd_launch_prepare(k, io_bf16, g_tune_hb, NULL, stream),
+    st = fqla_cuda_check(ctx, fqla_fwd_launch_prepare(k, io_bf16, g_tune_hb, NULL, NULL, stream),
                          "CUDA forward: prepare kernel launch");
     if (st != FQLA_STATUS_SUCCESS) return st;
     if (g_tune_wg != 0 && fqla_fwd_wg_usable(k)) {

@@ -204,10 +204,11 @@ static inline int fqla_debug_clocks_take(const void *sym, unsigned long long *ou
 /* Launchers (fwd_prepare.cu, fwd_chunk.cu): enqueue on stream, return the
  * launch error. kd is K; bv the V slice of the chunk kernel. io_bf16 picks
  * bf16 (else fp16). hb and late pick the variant (0 / -1: the default; hb = 2:
- * plain-tf32 merges). tmK: k's TMA map (fqla_fwd_tma_maps), required without
- * Pg (the fused path, which loads K by TMA), else unused (NULL). */
+ * plain-tf32 merges). tmK: k's TMA map (fqla_fwd_tma_maps) and tmAg: Ag's
+ * store map (fqla_fwd_map_ag_store), both required without Pg (the fused
+ * path, which loads K and stores Ag by TMA), else unused (NULL). */
 cudaError_t fqla_fwd_launch_prepare(const fqla_fwd_params &p, int io_bf16, int hb, const CUtensorMap *tmK,
-                                    cudaStream_t stream);
+                                    const CUtensorMap *tmAg, cudaStream_t stream);
 cudaError_t fqla_fwd_launch_chunk(const fqla_fwd_params &p, int io_bf16, int bv, int late, cudaStream_t stream);
 /* The TMA chunk kernels (fwd_tma.cu): 1 when p's shapes and alignments
  * allow them; the maps of q, k, v, Ag, Pg (Pg only when p.Pg is set), 0 when
@@ -216,6 +217,10 @@ int fqla_fwd_wg_usable(const fqla_fwd_params &p);
 /* q, k, v, Ag, Pg (loads) and o (stores) */
 #define FQLA_FWD_MAPS 6
 int fqla_fwd_tma_maps(const fqla_fwd_params &p, int io_bf16, CUtensorMap maps[FQLA_FWD_MAPS]);
+/* Ag as the prepare kernel stores it: [slots HV 64][64] b16, box 16 rows x
+ * 32 columns, 64-byte swizzle (a warp's staging tile as stmatrix lays it
+ * out). 0 when it cannot be encoded. */
+int fqla_fwd_map_ag_store(const fqla_fwd_params &p, int io_bf16, CUtensorMap *m);
 /* The warp-specialised chunk kernel (fwd_chunk_wg.cu); sets *used to 0
  * (launching nothing) when the maps cannot be encoded. nwg: consumer
  * warpgroups per CTA (1 or 2, 64 value columns each). */

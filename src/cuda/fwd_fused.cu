@@ -425,11 +425,12 @@ cudaError_t fqla_fwd_launch_fused(const fqla_fwd_params &k, int io_bf16, int hb,
     fqla_fwd_params p = k;
     p.Pg = NULL; /* this path has none: the prepare kernel runs without Q */
     if (!fqla_fwd_fused_usable(p, nwg)) return cudaSuccess;
-    CUtensorMap maps[FQLA_FWD_MAPS];
+    CUtensorMap maps[FQLA_FWD_MAPS], ag_store;
     if (!fqla_fwd_tma_maps(p, io_bf16, maps)) return cudaSuccess; /* the caller runs the two kernels */
+    if ((parts & FQLA_FUSED_PREPARE) && !fqla_fwd_map_ag_store(p, io_bf16, &ag_store)) return cudaSuccess;
     *used = 1;
     cudaError_t err = cudaSuccess;
-    if (parts & FQLA_FUSED_PREPARE) err = fqla_fwd_launch_prepare(p, io_bf16, hb, &maps[1], stream);
+    if (parts & FQLA_FUSED_PREPARE) err = fqla_fwd_launch_prepare(p, io_bf16, hb, &maps[1], &ag_store, stream);
     if (err != cudaSuccess || !(parts & FQLA_FUSED_CHAIN) || (p.cp_mode ? p.segs : p.N) * p.HV == 0) return err;
     if (nwg == 1) return io_bf16 ? launch<__nv_bfloat16, 1>(p, maps, stream) : launch<__half, 1>(p, maps, stream);
     return io_bf16 ? launch<__nv_bfloat16, 2>(p, maps, stream) : launch<__half, 2>(p, maps, stream);

@@ -209,6 +209,9 @@ struct prep_smem {
     __host__ __device__ static size_t bytes_pair() { return region0 + 2 * kk + 2 * C * 4 + 2 * 2 * C * 4 + misc; }
     /* last: the K copies' mbarriers (two), PAIR's have flags (two) */
     static constexpr size_t misc = 32;
+    /* the staging tiles (after the 512-byte rows rq, rk, gamma, beta; PAIR:
+     * the second KK) start 512-byte aligned: TMA's 64-byte swizzle */
+    static_assert((region0 + kk) % 512 == 0 && 2 * C * 4 % 512 == 0, "staging alignment");
 };
 /* Finds the chunk of slot s (varlen) and its sequence's first token and
  * length: the sequence is the largest n with base(n) = cu[n] / 64 + n <= s.
@@ -273,6 +276,35 @@ __device__ __forceinline__ void store_tile(T *dst, const uint32_t (&u)[4][2], in
         *reinterpret_cast<uint4 *>(dst + (r0 + r) * C + n0 + 8 * ch) = w;
     }
     __syncwarp(); /* the staging area is free for the next tile */
+}
+
+/* store_tile without the copy-out (the kernels without Q): stmatrix lays the
+ * staging tile out as TMA's 64-byte swizzle does (chunk c of row r at
+ * c ^ ((r / 2) % 4) in a 512-byte aligned area), so one lane sends it by a
+ * TMA store through tmAg (fqla_fwd_map_ag_store) at row y, column x. The
+ * copy-out's 16-byte shared loads and global stores were two L1 requests
+ * per lane and tile in a kernel bound by its L1 / shared-memory pipe
+ * (docs/perf.md, session 13). pending: this warp has a store in flight
+ * from the staging area (lane 0's bulk group), waited for before the area
+ * is written again. */
+template <typename T>
+__device__ __forceinline__ void store_tile_tma(const CUtensorMap *tmAg, int x, int y, const uint32_t (&u)[4][2],
+                                               int lane, unsigned char *stage, bool &pending)
+{
+    if (pending && lane == 0) fqla_bulk_wait_read<0>();
+    __syncwarp();
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int r = (lane & 7) + 8 * h, mi = lane >> 3;
+        fqla_stsm_x4(stage + r * 64 + 16 * (mi ^ ((r >> 1) & 3)), u[0][h], u[1][h], u[2][h], u[3][h]);
+    }
+    fqla_fence_async_smem(); /* each lane's stmatrix writes, for the TMA read */
+    __syncwarp();
+    if (lane == 0) {
+        fqla_tma_store_2d(tmAg, stage, x, y);
+        fqla_bulk_commit();
+    }
+    pending = true;
 }
 
 /* 16x16 fp32 blocks in m16n8 accumulator layout: acc[nt][e] is row
@@ -435,7 +467,8 @@ __device__ unsigned long long g_prep_clk[16];
 
 template <typename T, int KD, int PREC, bool WQ, bool PAIR>
 __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
-    fwd_prepare_kernel(const __grid_constant__ fqla_fwd_params p, const __grid_constant__ CUtensorMap tmK)
+    fwd_prepare_kernel(const __grid_constant__ fqla_fwd_params p, const __grid_constant__ CUtensorMap tmK,
+                       const __grid_constant__ CUtensorMap tmAg)
 {
     typedef fqla_io<T> io;
     constexpr int LDQ = prep_smem<KD>::LDQ;
@@ -729,6 +762,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
      * barrier after the products above): X overwrites them. */
     const int hh = warp >> 2, bj = warp & 3;
     float *Xw = X + hh * C * LDF;
+    bool ag_pending = false; /* (without Q) a TMA store from this warp's staging area in flight */
     for (int j0 = 0; j0 < ng; j0 += HB) {
         const int nb = min(HB, ng - j0);
         const bool active = hh < nb;
@@ -882,9 +916,13 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
                 default: ag_tile<T, 2, 2>(u, Xh, gh, bh, r0, n0, lane); break;
                 }
             }
-            store_tile<T>((T *)p.Ag + ((size_t)sl * p.HV + hv) * C * C, u, r0, n0, lane, stage);
+            if constexpr (WQ) store_tile<T>((T *)p.Ag + ((size_t)sl * p.HV + hv) * C * C, u, r0, n0, lane, stage);
+            else store_tile_tma<T>(&tmAg, n0, (int)((sl * p.HV + hv) * C) + r0, u, lane, stage, ag_pending);
         }
     }
+    /* the warp's last Ag stores are done before the CTA exits (the fused
+     * kernel reads them after this grid completes) */
+    if (!WQ && lane == 0) fqla_bulk_wait<0>();
     PR_CLK(8); /* at group > 2, spans 4-7 sum over the batches and span 4 holds the earlier batches' Ag */
 }
 
@@ -899,7 +937,7 @@ namespace {
 #endif
 
 template <typename T, int KD, int PREC, bool WQ = true, bool PAIR = false>
-cudaError_t launch(const fqla_fwd_params &p, const CUtensorMap &tmK, cudaStream_t stream)
+cudaError_t launch(const fqla_fwd_params &p, const CUtensorMap &tmK, const CUtensorMap &tmAg, cudaStream_t stream)
 {
     const size_t smem = PAIR ? prep_smem<KD>::bytes_pair() : prep_smem<KD>::bytes(p.group);
     /* Raise the shared-memory limit per device when a larger group needs
@@ -922,46 +960,49 @@ cudaError_t launch(const fqla_fwd_params &p, const CUtensorMap &tmK, cudaStream_
      * at 4 x 8192 tokens, H = 32 (docs/perf.md, session 7). */
     const int64_t tail = p.varlen ? ((p.T + C - 1) / C + p.H - 1) / p.H : 0;
     dim3 grid((unsigned)((PAIR ? (p.slots + 1) / 2 : p.slots) + tail), (unsigned)p.H);
-    fwd_prepare_kernel<T, KD, PREC, WQ, PAIR><<<grid, FQLA_FWD_THREADS, smem, stream>>>(p, tmK);
+    fwd_prepare_kernel<T, KD, PREC, WQ, PAIR><<<grid, FQLA_FWD_THREADS, smem, stream>>>(p, tmK, tmAg);
     return cudaGetLastError();
 }
 
 template <typename T, int PREC>
-cudaError_t launch_kd(const fqla_fwd_params &p, const CUtensorMap *tmK, cudaStream_t stream)
+cudaError_t launch_kd(const fqla_fwd_params &p, const CUtensorMap *tmK, const CUtensorMap *tmAg,
+                      cudaStream_t stream)
 {
     /* without Pg (the fused kernel forms it, K = 128 only): no Q, no Q K^T,
-     * K by TMA; at group 1 two chunks per CTA (PAIR) */
+     * K by TMA, Ag stored by TMA; at group 1 two chunks per CTA (PAIR) */
     if (!p.Pg) {
-        if (p.K != 128 || p.l2norm || !tmK) return cudaErrorInvalidValue;
-        return p.group == 1 ? launch<T, 128, PREC, false, true>(p, *tmK, stream)
-                            : launch<T, 128, PREC, false>(p, *tmK, stream);
+        if (p.K != 128 || p.l2norm || !tmK || !tmAg) return cudaErrorInvalidValue;
+        return p.group == 1 ? launch<T, 128, PREC, false, true>(p, *tmK, *tmAg, stream)
+                            : launch<T, 128, PREC, false>(p, *tmK, *tmAg, stream);
     }
-    static const CUtensorMap unused = {}; /* the kernels with Q copy K with cp.async */
+    static const CUtensorMap unused = {}; /* the kernels with Q copy K and store Ag from the threads */
     switch (p.K) {
-    case 64: return launch<T, 64, PREC>(p, unused, stream);
-    case 128: return launch<T, 128, PREC>(p, unused, stream);
-    case 256: return launch<T, 256, PREC>(p, unused, stream);
+    case 64: return launch<T, 64, PREC>(p, unused, unused, stream);
+    case 128: return launch<T, 128, PREC>(p, unused, unused, stream);
+    case 256: return launch<T, 256, PREC>(p, unused, unused, stream);
     }
     return cudaErrorInvalidValue;
 }
 
 /* variant: 2 -> plain tf32 merges (tuning builds only); else 3xTF32 */
 template <typename T>
-cudaError_t launch_variant(const fqla_fwd_params &p, int variant, const CUtensorMap *tmK, cudaStream_t stream)
+cudaError_t launch_variant(const fqla_fwd_params &p, int variant, const CUtensorMap *tmK, const CUtensorMap *tmAg,
+                           cudaStream_t stream)
 {
 #if FQLA_FWD_TUNING
-    if (variant == 2) return launch_kd<T, 1>(p, tmK, stream);
+    if (variant == 2) return launch_kd<T, 1>(p, tmK, tmAg, stream);
 #endif
     (void)variant;
-    return launch_kd<T, 3>(p, tmK, stream);
+    return launch_kd<T, 3>(p, tmK, tmAg, stream);
 }
 
 } // namespace
 
 /* hb: the variant of fqla_cuda_fwd_tune's first argument (see the top). */
 cudaError_t fqla_fwd_launch_prepare(const fqla_fwd_params &p, int io_bf16, int hb, const CUtensorMap *tmK,
-                                    cudaStream_t stream)
+                                    const CUtensorMap *tmAg, cudaStream_t stream)
 {
     if (p.slots + (p.varlen ? (p.T + C - 1) / C : 0) == 0 || p.H == 0) return cudaSuccess;
-    return io_bf16 ? launch_variant<__nv_bfloat16>(p, hb, tmK, stream) : launch_variant<__half>(p, hb, tmK, stream);
+    return io_bf16 ? launch_variant<__nv_bfloat16>(p, hb, tmK, tmAg, stream)
+                   : launch_variant<__half>(p, hb, tmK, tmAg, stream);
 }

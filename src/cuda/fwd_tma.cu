@@ -47,16 +47,18 @@ bool map_btd(CUtensorMap *m, int bf16, const void *base, int64_t B, int64_t T, i
                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-/* Workspace [rows][64] b16 tiles (Ag, Pg), box {64, 64}. */
-bool map_tiles(CUtensorMap *m, int bf16, const void *base, int64_t rows)
+/* Workspace [rows][64] b16 tiles (Ag, Pg), box {64, 64} with 128-byte
+ * swizzle (the chunk kernels' loads), or {32, 16} with 64-byte swizzle (the
+ * prepare kernel's per-warp stores). */
+bool map_tiles(CUtensorMap *m, int bf16, const void *base, int64_t rows, bool store_box = false)
 {
     PFN_cuTensorMapEncodeTiled_v12000 enc = encode_fn();
     if (!enc || ((uintptr_t)base & 15)) return false;
     cuuint64_t dims[2] = {64, (cuuint64_t)rows}, strides[1] = {128};
-    cuuint32_t box[2] = {64, 64}, estr[2] = {1, 1};
+    cuuint32_t box[2] = {store_box ? 32u : 64u, store_box ? 16u : 64u}, estr[2] = {1, 1};
     return enc(m, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2,
                const_cast<void *>(base), dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
-               CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+               store_box ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
@@ -82,4 +84,9 @@ int fqla_fwd_tma_maps(const fqla_fwd_params &p, int io_bf16, CUtensorMap maps[FQ
            map_btd(&maps[2], io_bf16, p.v, B, p.T, p.HV, p.V, p.v_sb, p.v_st, p.v_sh) &&
            map_tiles(&maps[3], io_bf16, p.Ag, rows) && (!p.Pg || map_tiles(&maps[4], io_bf16, p.Pg, rows)) &&
            map_btd(&maps[5], io_bf16, p.o, B, p.T, p.HV, p.V, p.o_sb, p.o_st, p.o_sh);
+}
+
+int fqla_fwd_map_ag_store(const fqla_fwd_params &p, int io_bf16, CUtensorMap *m)
+{
+    return map_tiles(m, io_bf16, p.Ag, p.slots * p.HV * FQLA_FWD_CHUNK, true);
 }

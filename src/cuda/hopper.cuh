@@ -91,6 +91,13 @@ FQLA_HDEV void fqla_tma_store_4d(const CUtensorMap *m, const void *src, int c0, 
                  "r"(fqla_h_smem(src)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
                  : "memory");
 }
+/* 2-D tile store shared -> global, in this thread's bulk async-group. */
+FQLA_HDEV void fqla_tma_store_2d(const CUtensorMap *m, const void *src, int c0, int c1)
+{
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [%0, {%2, %3}], [%1];" ::"l"((uint64_t)m),
+                 "r"(fqla_h_smem(src)), "r"(c0), "r"(c1)
+                 : "memory");
+}
 FQLA_HDEV void fqla_bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
 /* This thread's bulk groups: at most N pending that still read shared memory. */
 template <int N> FQLA_HDEV void fqla_bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory"); }

@@ -191,19 +191,13 @@ __device__ __forceinline__ void zero_tail(const fqla_fwd_params &p, int64_t tb)
  * loads (row g, columns 2t, 2t+1) hit every bank once per half warp. */
 constexpr int LDF = C + 8;
 constexpr int HB = 2; /* value heads per batch in step 4: four warps each */
-/* From one head's X (and with PAIR one chunk's KK) to the next: 16 words
- * past a whole matrix, so the diagonal solve's two half warps, which read
- * and write the same offsets of the two, meet in different banks (at C LDF
- * words, a multiple of 32, every one of those accesses was a two-way bank
- * conflict: docs/perf.md, session 13). */
-constexpr int XHS = C * LDF + 16;
 
 template <int KD>
 struct prep_smem {
     static constexpr int LDQ = KD + 8;
     static constexpr size_t qk_tiles = 2 * (size_t)C * LDQ * 2; /* Q, K (b16) */
-    static constexpr size_t xs = ((size_t)(HB - 1) * XHS + C * LDF) * 4; /* X per head of the batch */
-    static constexpr size_t region0 = ((qk_tiles > xs ? qk_tiles : xs) + 511) / 512 * 512;
+    static constexpr size_t xs = (size_t)HB * C * LDF * 4;      /* X per head of the batch */
+    static constexpr size_t region0 = qk_tiles > xs ? qk_tiles : xs;
     static constexpr size_t kk = (size_t)C * LDF * 4;
     static_assert(qk_tiles % 16 == 0 && region0 % 16 == 0, "alignment of the fp32 regions");
     static constexpr size_t stage = 8 * 16 * 64; /* per warp a 16x32 b16 output tile */
@@ -212,7 +206,7 @@ struct prep_smem {
     __host__ __device__ static size_t bytes(int group) { return region0 + kk + 2 * C * 4 + (size_t)group * 2 * C * 4 + stage + misc; }
     /* PAIR: KK of both chunks, gamma and beta of both; the staging tiles in
      * the second KK (dead when they are written): three CTAs per SM */
-    __host__ __device__ static size_t bytes_pair() { return region0 + XHS * 4 + kk + 2 * C * 4 + 2 * 2 * C * 4 + misc; }
+    __host__ __device__ static size_t bytes_pair() { return region0 + 2 * kk + 2 * C * 4 + 2 * 2 * C * 4 + misc; }
     /* last: the K copies' mbarriers (two), PAIR's have flags (two) */
     static constexpr size_t misc = 32;
     /* the staging tiles (after the 512-byte rows rq, rk, gamma, beta; PAIR:
@@ -489,10 +483,10 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     T *Qs = reinterpret_cast<T *>(smem_raw);
     T *Ks = Qs + C * LDQ;
-    float *X = reinterpret_cast<float *>(smem_raw); /* [HB][64][LDF], XHS apart, over Q and K */
-    float *KKall = reinterpret_cast<float *>(smem_raw + prep_smem<KD>::region0); /* [NKK][64][LDF], XHS apart */
+    float *X = reinterpret_cast<float *>(smem_raw); /* [HB][64][LDF], over Q and K */
+    float *KKall = reinterpret_cast<float *>(smem_raw + prep_smem<KD>::region0); /* [NKK][64][LDF] */
     float *KK = KKall; /* the group's (PAIR: the first chunk's) */
-    float *rqs = KKall + (NKK - 1) * XHS + C * LDF;
+    float *rqs = KKall + NKK * C * LDF;
     float *rks = rqs + C;
     const int ng = PAIR ? 2 : p.group; /* gamma, beta rows: the group's heads, or the pair's chunks */
     float *gam = rks + C;              /* [ng][64] gamma * log2(e) */
@@ -672,7 +666,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
          * PAIR: each half (a warpgroup) its chunk's; else the first
          * warpgroup (the barrier at step 4 waits for it) */
         static_assert(KD == 128, "the fused path's K tile");
-        if (PAIR || warp < 4) kk_wgmma<T>(PAIR && half == 0 ? Qs : Ks, PAIR ? KK + half * XHS : KK, mw, lane);
+        if (PAIR || warp < 4) kk_wgmma<T>(PAIR && half == 0 ? Qs : Ks, PAIR ? KK + half * C * LDF : KK, mw, lane);
     }
     if constexpr (WQ) {
         const T *Ksrc = Ks;
@@ -767,7 +761,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
      * batch, block column bj = w % 4. Q and K are dead from here on (the
      * barrier after the products above): X overwrites them. */
     const int hh = warp >> 2, bj = warp & 3;
-    float *Xw = X + hh * XHS;
+    float *Xw = X + hh * C * LDF;
     bool ag_pending = false; /* (without Q) a TMA store from this warp's staging area in flight */
     for (int j0 = 0; j0 < ng; j0 += HB) {
         const int nb = min(HB, ng - j0);
@@ -795,8 +789,8 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
             if (hj < 4 * nb) { /* warp-uniform: 4 nb is even */
                 const int s = 16 * blk, jc = lane & 15;
                 const float *ba = bet + (j0 + ha) * C;
-                float *Xa = X + ha * XHS;
-                const float *KK = PAIR ? KKall + ha * XHS : KKall;
+                float *Xa = X + ha * C * LDF;
+                const float *KK = PAIR ? KKall + ha * C * LDF : KKall;
                 float acc[16], x[16];
 #pragma unroll
                 for (int i = 0; i < 16; i++) acc[i] = 0.f;
@@ -828,7 +822,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
          * the level-1 temporaries go through the blocks above the diagonal,
          * which nothing else reads. Products in 3xTF32 (mm16). */
         {
-            const float *KKh = PAIR ? KKall + hh * XHS : KKall;
+            const float *KKh = PAIR ? KKall + hh * C * LDF : KKall;
             auto blk = [&](float *m, int i, int j) { return m + 16 * i * LDF + 16 * j; };
             auto cblk = [&](const float *m, int i, int j) { return m + 16 * i * LDF + 16 * j; };
             float acc[2][4], acc2[2][4];
@@ -885,7 +879,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
             const int jj = j0 + h2, hv = PAIR ? hq : hq * p.group + jj;
             const int64_t sl = PAIR ? 2 * (int64_t)blockIdx.x + h2 : slot; /* PAIR: chunk h2's slot */
             if (PAIR && !have_pair[h2]) continue; /* warp-uniform */
-            const float *Xh = X + h2 * XHS, *gh = gam + jj * C, *bh = bet + jj * C;
+            const float *Xh = X + h2 * C * LDF, *gh = gam + jj * C, *bh = bet + jj * C;
             uint32_t u[4][2];
             /* the kinds of the tile's two 16-column blocks: the tile at
              * rows r0.. and columns n0.. meets the diagonal block mw in at

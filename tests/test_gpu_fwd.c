@@ -24,7 +24,7 @@
 #include <string.h>
 
 #define CASES(X)                                                                                 \
-    X(fwd_lengths) X(fwd_varlen) X(fwd_varlen_i64_zero_len) X(fwd_trailing_rows) X(fwd_gva)       \
+    X(fwd_lengths) X(fwd_varlen) X(fwd_varlen_i64_zero_len) X(fwd_need_order) X(fwd_trailing_rows) X(fwd_gva)       \
     X(fwd_many_heads) X(fwd_head_dims) X(fwd_fp16) X(fwd_options) X(fwd_v_first_bf16_state) X(fwd_decay_extremes) \
     X(fwd_variants) X(fwd_chunk_kernels) X(fwd_context_parallel) X(fwd_robustness) X(fwd_graph_replay) X(fwd_not_supported)
 
@@ -535,6 +535,37 @@ static void fwd_varlen_i64_zero_len(void)
     fqla_cuda_fwd_tune_chunk(2, 0);
     check_spec(&s, "varlen [0,64,64,128] i64 + host copy [fused]");
     fqla_cuda_fwd_tune_chunk(-1, 0);
+}
+
+/* The fused path's prepare kernel in need order (fwd.cu's set_need_order):
+ * group 1 (two-chunk CTAs) over two and three waves of the fused kernel
+ * (H = HV = 32: four sequences a wave with two chain warpgroups, two with
+ * one, on 132 SMs), varlen with a host copy and 3-4 chunks per sequence (a
+ * CTA half past a shorter sequence's end), then group 2 in a padded batch,
+ * each with the fused kernel's chain warpgroups forced to 2 and 1. */
+static void fwd_need_order(void)
+{
+    const int64_t cu[] = {0, 200, 400, 590, 800, 1000, 1230};
+    spec s[2];
+    s[0] = base_spec(1, 1230, 32, 32, 128);
+    set_cu(&s[0], cu, 7);
+    s[0].cu_host = 1;
+    s[1] = base_spec(6, 250, 16, 32, 128);
+    const char *names[2] = {"group 1 varlen 6 x 3-4 chunks + host copy", "group 2 B=6 T=250"};
+    for (int i = 0; i < 2; i++) {
+        prob p;
+        prob_init(&p, &s[i]);
+        upload_all(&p);
+        run_ref(&p);
+        for (int nwg = 2; nwg >= 1; nwg--) {
+            char what[128];
+            snprintf(what, sizeof what, "need order: %s [fused nwg=%d]", names[i], nwg);
+            fqla_cuda_fwd_tune_chunk(2, nwg);
+            check_prob(&p, what);
+        }
+        fqla_cuda_fwd_tune_chunk(-1, 0);
+        prob_free(&p);
+    }
 }
 
 static void fwd_trailing_rows(void)

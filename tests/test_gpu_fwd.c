@@ -24,7 +24,7 @@
 #include <string.h>
 
 #define CASES(X)                                                                                 \
-    X(fwd_lengths) X(fwd_varlen) X(fwd_varlen_i64_zero_len) X(fwd_need_order) X(fwd_trailing_rows) X(fwd_gva)       \
+    X(fwd_lengths) X(fwd_varlen) X(fwd_varlen_i64_zero_len) X(fwd_fused_waves) X(fwd_trailing_rows) X(fwd_gva)       \
     X(fwd_many_heads) X(fwd_head_dims) X(fwd_fp16) X(fwd_options) X(fwd_v_first_bf16_state) X(fwd_decay_extremes) \
     X(fwd_variants) X(fwd_chunk_kernels) X(fwd_context_parallel) X(fwd_robustness) X(fwd_graph_replay) X(fwd_not_supported)
 
@@ -537,13 +537,13 @@ static void fwd_varlen_i64_zero_len(void)
     fqla_cuda_fwd_tune_chunk(-1, 0);
 }
 
-/* The fused path's prepare kernel in need order (fwd.cu's set_need_order):
- * group 1 (two-chunk CTAs) over two and three waves of the fused kernel
- * (H = HV = 32: four sequences a wave with two chain warpgroups, two with
- * one, on 132 SMs), varlen with a host copy and 3-4 chunks per sequence (a
- * CTA half past a shorter sequence's end), then group 2 in a padded batch,
- * each with the fused kernel's chain warpgroups forced to 2 and 1. */
-static void fwd_need_order(void)
+/* The fused path over several waves of its CTAs: group 1 (the prepare
+ * kernel's two-chunk CTAs) with two and three waves (H = HV = 32, 192
+ * chains of 64 value columns x 2 on 132 SMs), varlen with a host copy
+ * and 3-4 chunks per sequence (a CTA half past a shorter sequence's end),
+ * then group 2 in a padded batch, each with the fused kernel's chain
+ * warpgroups forced to 2 and 1. */
+static void fwd_fused_waves(void)
 {
     const int64_t cu[] = {0, 200, 400, 590, 800, 1000, 1230};
     spec s[2];
@@ -559,7 +559,7 @@ static void fwd_need_order(void)
         run_ref(&p);
         for (int nwg = 2; nwg >= 1; nwg--) {
             char what[128];
-            snprintf(what, sizeof what, "need order: %s [fused nwg=%d]", names[i], nwg);
+            snprintf(what, sizeof what, "%s [fused nwg=%d]", names[i], nwg);
             fqla_cuda_fwd_tune_chunk(2, nwg);
             check_prob(&p, what);
         }

@@ -100,28 +100,6 @@ int pick_fused(const fqla_context *ctx, const fqla_problem *p, const fqla_fwd_ar
     return tokens * p->H >= 12 * longest ? 1 : 0;
 }
 
-/* The fused path's prepare kernel in need order (fqla_fwd_params.prep_units,
- * docs/perf.md, session 13), where every sequence has about as many chunks
- * as the longest (N x units <= 1.25 x the slot order's CTAs, so that few
- * CTAs find no chunk) and the lengths are known on the host. A wave of the
- * fused kernel (nwg chain warpgroups, one CTA per SM) holds
- * SMs / (HV x its CTAs per head) sequences, at least one. */
-static void set_need_order(const fqla_context *ctx, const fqla_problem *p, const fqla_fwd_args *a, int nwg,
-                           fqla_fwd_params *k)
-{
-    const int64_t *cu = p->varlen ? a->cu_seqlens_host : NULL;
-    if (p->varlen && !cu) return;
-    const int64_t chunks = ((cu && p->N > 0 ? fqla_cp_longest(cu, p->N) : p->T) + 63) / 64;
-    const int pair = k->group == 1; /* two chunks per CTA (fwd_prepare.cu) */
-    const int64_t units = pair ? (chunks + 1) / 2 : chunks;
-    const int64_t slot_ctas = pair ? (k->slots + 1) / 2 : k->slots;
-    if (units == 0 || p->N * units * 4 > slot_ctas * 5) return;
-    const int64_t sms = ctx->info.sm_count > 0 ? ctx->info.sm_count : 132;
-    const int64_t per_seq = p->HV * (p->V / (64 * nwg));
-    k->prep_units = units;
-    k->prep_spw = per_seq >= sms ? 1 : sms / per_seq;
-}
-
 int64_t cp_segs(const fqla_problem *p, int64_t L) { return fqla_cp_segs(p->varlen, p->T, p->N, L); }
 
 /* Context parallelism: chunks per segment, or 0 for none (cp_plan.h's
@@ -448,10 +426,8 @@ fqla_status fqla_cuda_fwd_run(fqla_context *ctx, const fqla_problem *p, const fq
          * forms Pg beside the chain; nothing launched if its maps cannot be
          * encoded (then the two kernels run) */
         int used = 0;
-        set_need_order(ctx, p, a, fused_nwg, &k);
         cudaError_t err = fqla_fwd_launch_fused(k, io_bf16, g_tune_hb, fused_nwg, FQLA_FUSED_PREPARE | FQLA_FUSED_CHAIN,
                                                 stream, &used);
-        k.prep_units = 0; /* (the two kernels below, if the fused path did not run, keep slot order) */
         if (used || err != cudaSuccess) return fqla_cuda_check(ctx, err, "CUDA forward: fused path launch");
     }
     st = fqla_cuda_check(ctx, fqla_fwd_launch_prepare(k, io_bf16, g_tune_hb, NULL, NULL, stream),

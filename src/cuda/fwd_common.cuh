@@ -102,13 +102,6 @@ struct fqla_fwd_params {
     /* host side only: launch the kernels after the prepare kernel with
      * programmatic dependent launch (pdl.cuh) */
     int pdl;
-    /* The prepare kernel without Q in need order (fwd_prepare.cu): with
-     * prep_units > 0 its CTAs run the units (chunks, PAIR: chunk pairs) of
-     * prep_spw sequences at a time (one wave of the fused kernel), the
-     * fused kernel's first wave and chunk 0 last, so that L2 still holds
-     * them when the chains start. 0: slot order. */
-    int64_t prep_units;
-    int64_t prep_spw;
 };
 
 /* Workspace carve-up (bytes; every region 256-aligned). */

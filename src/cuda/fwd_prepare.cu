@@ -502,10 +502,8 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int half = PAIR ? warp >> 2 : 0;
-    /* need order (without Q, prep_units > 0): N units CTAs; else one per
-     * slot (PAIR: slot pair) */
-    const bool need_order = !WQ && p.prep_units > 0;
-    const int64_t ctas = need_order ? p.N * p.prep_units : PAIR ? (p.slots + 1) / 2 : p.slots; /* CTAs with chunks */
+    const int64_t ctas = PAIR ? (p.slots + 1) / 2 : p.slots; /* CTAs with chunk slots */
+    const int64_t slot = PAIR ? 2 * (int64_t)blockIdx.x + half : blockIdx.x;
     const int hq = blockIdx.y;
     /* the chunk kernel may start launching (it waits for this kernel's end
      * before its first global access: pdl.cuh) */
@@ -519,34 +517,15 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
     /* a slot without a chunk: the CTA returns; with PAIR that half runs on
      * with no tokens (zeros, X = I) through the barriers and stores nothing */
     int64_t c = 0, batch = 0, start = 0, len = 0;
-    int64_t slot, pair0; /* this half's slot; PAIR: the first chunk's */
-    bool have;
-    if (need_order) {
-        /* x: this CTA's place in need order, 0 the last to run. Waves of
-         * prep_spw sequences; within one, unit u, then sequence n */
-        const int64_t x = ctas - 1 - (int64_t)blockIdx.x, per_wave = p.prep_spw * p.prep_units;
-        const int64_t w = x / per_wave, r = x - w * per_wave;
-        const int64_t nw = min(p.prep_spw, p.N - w * p.prep_spw);
-        const int64_t u = r / nw, n = w * p.prep_spw + r % nw;
-        int64_t slot0;
-        fqla_fwd_seq(p, n, batch, start, len, slot0);
-        c = PAIR ? 2 * u + half : u;
-        have = c * C < len;
-        pair0 = slot0 + 2 * u;
-        slot = slot0 + c;
-    } else {
-        pair0 = 2 * (int64_t)blockIdx.x;
-        slot = PAIR ? pair0 + half : blockIdx.x;
-        have = slot < p.slots;
-        if (have && p.varlen) {
-            /* every warp searches: one warp searching and a barrier to
-             * broadcast was slower (docs/perf.md, session 8) */
-            have = find_slot(p, slot, c, start, len);
-        } else if (have) {
-            batch = slot / p.cps;
-            c = slot % p.cps;
-            len = p.T;
-        }
+    bool have = slot < p.slots;
+    if (have && p.varlen) {
+        /* every warp searches: one warp searching and a barrier to broadcast
+         * was slower (docs/perf.md, session 8) */
+        have = find_slot(p, slot, c, start, len);
+    } else if (have) {
+        batch = slot / p.cps;
+        c = slot % p.cps;
+        len = p.T;
     }
     if (!PAIR && !have) return;
     const int64_t t0 = start + c * C;
@@ -898,7 +877,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
         /* c. Ag = Gamma (.) X diag(beta): this warp's tile of each head */
         for (int h2 = 0; h2 < nb; h2++) {
             const int jj = j0 + h2, hv = PAIR ? hq : hq * p.group + jj;
-            const int64_t sl = PAIR ? pair0 + h2 : slot; /* PAIR: chunk h2's slot */
+            const int64_t sl = PAIR ? 2 * (int64_t)blockIdx.x + h2 : slot; /* PAIR: chunk h2's slot */
             if (PAIR && !have_pair[h2]) continue; /* warp-uniform */
             const float *Xh = X + h2 * C * LDF, *gh = gam + jj * C, *bh = bet + jj * C;
             uint32_t u[4][2];
@@ -980,8 +959,7 @@ cudaError_t launch(const fqla_fwd_params &p, const CUtensorMap &tmK, const CUten
      * many CTAs, nearly all of them exiting at once: 16384 of the 32896 CTAs
      * at 4 x 8192 tokens, H = 32 (docs/perf.md, session 7). */
     const int64_t tail = p.varlen ? ((p.T + C - 1) / C + p.H - 1) / p.H : 0;
-    const int64_t ctas = !WQ && p.prep_units > 0 ? p.N * p.prep_units : PAIR ? (p.slots + 1) / 2 : p.slots;
-    dim3 grid((unsigned)(ctas + tail), (unsigned)p.H);
+    dim3 grid((unsigned)((PAIR ? (p.slots + 1) / 2 : p.slots) + tail), (unsigned)p.H);
     fwd_prepare_kernel<T, KD, PREC, WQ, PAIR><<<grid, FQLA_FWD_THREADS, smem, stream>>>(p, tmK, tmAg);
     return cudaGetLastError();
 }

@@ -59,7 +59,8 @@
  * session 10), so it moves fewer bytes through it: K comes by TMA (the
  * fused kernel's map, 128-byte swizzle) in place of the cp.async copies,
  * K K^T is one warpgroup's SS wgmma in place of per-warp ldmatrix + mma,
- * and step 4c has one straight-line body per tile kind (ag_tile).
+ * step 4c has one straight-line body per tile kind (ag_tile), and each
+ * warp's Ag tile leaves its staging area by one TMA store (store_tile_tma).
  *
  * Extra CTAs (past the slots' CTAs, varlen only) zero the rows of o after
  * the last sequence, one 64-row block each (block (x - slot CTAs) H + y). A

@@ -2,7 +2,9 @@
 # ncu_prep.sh - ncu on one forward kernel of one benchmark row, from the
 # carried flashqla binary ($BIN, default .fwdbin): the details page and the
 # per-SASS-line source page (instructions executed, stall samples) as CSV
-# under $OUT. Used for docs/perf.md's instruction counts.
+# under $OUT, and on stdout a few headline metrics and the kernel's warp
+# stall reasons (share of the sampled warp states). Used for docs/perf.md's
+# instruction counts and stall profiles.
 #
 #   tools/gpu/ncu_prep.sh [KERNEL_REGEX] [ROW_FILTER]
 #   (default: fwd_prepare, "Sym h32 8192x4")
@@ -28,4 +30,25 @@ keep = ("Duration", "Executed Instructions", "Issue Slots Busy", "Issued Warp Pe
 for r in csv.DictReader(open(sys.argv[1])):
     if r["Metric Name"] in keep:
         print(r["Metric Name"], r["Metric Value"], r["Metric Unit"])
+PY
+ncu -i "$rep.ncu-rep" --page raw --csv > "$OUT/ncu_raw.csv" 2>&1
+python3 - "$OUT/ncu_raw.csv" <<'PY'
+import csv, sys
+rows = list(csv.reader(open(sys.argv[1])))
+head = next((r for r in rows if "ID" in r), None)
+if head is None:
+    sys.exit("ncu_raw.csv: no header")
+data = [r for r in rows[rows.index(head) + 1:] if r and r[0].strip().isdigit()]
+pre = "smsp__pcsamp_warps_issue_stalled_"
+for r in data[:1]:
+    vals = {}
+    for name, v in zip(head, r):
+        if name.startswith(pre) and not name.endswith("_not_issued"):
+            try:
+                vals[name[len(pre):]] = float(v.replace(",", ""))
+            except ValueError:
+                pass
+    total = sum(vals.values()) or 1.0
+    print("stall reasons (share of warp samples):",
+          ", ".join("%s %.1f%%" % (k, 100 * x / total) for k, x in sorted(vals.items(), key=lambda kv: -kv[1])[:10]))
 PY

@@ -260,15 +260,22 @@ __device__ int find_slot(const fqla_fwd_params &p, int64_t s, int64_t &c_out, in
  * tile in the warp's staging area (16 rows of 64 bytes; 16-byte chunk c of
  * row r at chunk c ^ ((r / 2) % 4): conflict-free both ways), then each lane
  * loads and stores 16 bytes twice. */
-template <typename T>
-__device__ __forceinline__ void store_tile(T *dst, const uint32_t (&u)[4][2], int r0, int n0, int lane,
-                                           unsigned char *stage)
+/* stmatrix of a 16x32 accumulator tile (store_tile's u) into a warp's
+ * staging area: 16 rows of 64 bytes, 16-byte chunk c of row r at chunk
+ * c ^ ((r / 2) % 4) */
+__device__ __forceinline__ void stage_tile(const uint32_t (&u)[4][2], int lane, unsigned char *stage)
 {
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         const int r = (lane & 7) + 8 * h, mi = lane >> 3;
         fqla_stsm_x4(stage + r * 64 + 16 * (mi ^ ((r >> 1) & 3)), u[0][h], u[1][h], u[2][h], u[3][h]);
     }
+}
+template <typename T>
+__device__ __forceinline__ void store_tile(T *dst, const uint32_t (&u)[4][2], int r0, int n0, int lane,
+                                           unsigned char *stage)
+{
+    stage_tile(u, lane, stage);
     __syncwarp();
 #pragma unroll
     for (int h = 0; h < 2; h++) {
@@ -284,8 +291,8 @@ __device__ __forceinline__ void store_tile(T *dst, const uint32_t (&u)[4][2], in
  * c ^ ((r / 2) % 4) in a 512-byte aligned area), so one lane sends it by a
  * TMA store through tmAg (fqla_fwd_map_ag_store) at row y, column x. The
  * copy-out's 16-byte shared loads and global stores were two L1 requests
- * per lane and tile in a kernel bound by its L1 / shared-memory pipe
- * (docs/perf.md, session 13). pending: this warp has a store in flight
+ * per lane and tile (without them the kernel ran x0.985: docs/perf.md,
+ * session 13). pending: this warp has a store in flight
  * from the staging area (lane 0's bulk group), waited for before the area
  * is written again. */
 template <typename T>
@@ -294,11 +301,7 @@ __device__ __forceinline__ void store_tile_tma(const CUtensorMap *tmAg, int x, i
 {
     if (pending && lane == 0) fqla_bulk_wait_read<0>();
     __syncwarp();
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const int r = (lane & 7) + 8 * h, mi = lane >> 3;
-        fqla_stsm_x4(stage + r * 64 + 16 * (mi ^ ((r >> 1) & 3)), u[0][h], u[1][h], u[2][h], u[3][h]);
-    }
+    stage_tile(u, lane, stage);
     fqla_fence_async_smem(); /* each lane's stmatrix writes, for the TMA read */
     __syncwarp();
     if (lane == 0) {

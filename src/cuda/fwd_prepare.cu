@@ -54,11 +54,13 @@
  * itself): WQ = false, no Q copy, no Q K^T, no Pg; only gamma and Ag. At
  * group 1 it runs two chunk slots per CTA (PAIR, one per half of the warps,
  * each with its own K tile, KK, gamma and beta), so that step 4 has two
- * "heads" to work on instead of one (docs/perf.md, session 9). This path
- * is bound by the SM's shared-memory pipe (~75 % busy, docs/perf.md,
- * session 10), so it moves fewer bytes through it: K comes by TMA (the
- * fused kernel's map, 128-byte swizzle) in place of the cp.async copies,
- * K K^T is one warpgroup's SS wgmma in place of per-warp ldmatrix + mma,
+ * "heads" to work on instead of one (docs/perf.md, session 9). Session 10
+ * read this path as bound by the SM's shared-memory pipe (~75 % busy), so
+ * it moves fewer bytes through it (since session 13's measurements its
+ * time follows latency and barrier waits more than wavefronts): K comes
+ * by TMA (the fused kernel's map, 128-byte swizzle) in place of the
+ * cp.async copies, K K^T is one warpgroup's SS wgmma in place of per-warp
+ * ldmatrix + mma,
  * step 4c has one straight-line body per tile kind (ag_tile), and each
  * warp's Ag tile leaves its staging area by one TMA store (store_tile_tma).
  *
@@ -254,15 +256,10 @@ __device__ int find_slot(const fqla_fwd_params &p, int64_t s, int64_t &c_out, in
     return 1;
 }
 
-/* Stores a 16x32 tile (rows r0.., columns n0..) of a 64x64 row-major matrix
- * of the io dtype from accumulator layout: u[nt][h] packs row r0 + g + 8h,
- * columns n0 + 8nt + 2t, +1 (g = lane / 4, t = lane % 4). stmatrix puts the
- * tile in the warp's staging area (16 rows of 64 bytes; 16-byte chunk c of
- * row r at chunk c ^ ((r / 2) % 4): conflict-free both ways), then each lane
- * loads and stores 16 bytes twice. */
-/* stmatrix of a 16x32 accumulator tile (store_tile's u) into a warp's
+/* stmatrix of a 16x32 tile in accumulator layout (u[nt][h] packs row g +
+ * 8h, columns 8nt + 2t, +1; g = lane / 4, t = lane % 4) into a warp's
  * staging area: 16 rows of 64 bytes, 16-byte chunk c of row r at chunk
- * c ^ ((r / 2) % 4) */
+ * c ^ ((r / 2) % 4), conflict-free both ways. */
 __device__ __forceinline__ void stage_tile(const uint32_t (&u)[4][2], int lane, unsigned char *stage)
 {
 #pragma unroll
@@ -271,6 +268,9 @@ __device__ __forceinline__ void stage_tile(const uint32_t (&u)[4][2], int lane, 
         fqla_stsm_x4(stage + r * 64 + 16 * (mi ^ ((r >> 1) & 3)), u[0][h], u[1][h], u[2][h], u[3][h]);
     }
 }
+/* Stores a 16x32 tile (rows r0.., columns n0..) of a 64x64 row-major matrix
+ * of the io dtype from accumulator layout through the warp's staging area
+ * (stage_tile), then each lane loads and stores 16 bytes twice. */
 template <typename T>
 __device__ __forceinline__ void store_tile(T *dst, const uint32_t (&u)[4][2], int r0, int n0, int lane,
                                            unsigned char *stage)

@@ -27,7 +27,7 @@ ifneq ($(strip $(NVCC)),)
 CU_SRC  = $(wildcard src/cuda/*.cu)
 BASE_CFLAGS += -DFQLA_HAVE_CUDA
 NVCCFLAGS = -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Xcompiler -fPIC -Iinclude -Isrc \
-            -DFQLA_HAVE_CUDA --expt-relaxed-constexpr -lineinfo -Xptxas=-warn-spills
+            -DFQLA_HAVE_CUDA --expt-relaxed-constexpr -lineinfo -Xptxas=-warn-spills $(NVCC_EXTRA)
 LDLIBS  += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
 endif
 

@@ -185,7 +185,9 @@ typedef struct fqla_fwd_args {
     fqla_tensor cu_seqlens;     /* [N + 1] i32/i64, optional; B must be 1     */
     const int64_t *cu_seqlens_host; /* [N + 1] host copy of cu_seqlens, optional
                                        (CUDA: used for validation and planning
-                                       without synchronising) */
+                                       without synchronising; equal lengths
+                                       that fill T run as a padded batch, so
+                                       it must match cu_seqlens) */
     fqla_tensor o;              /* [B, T, HV, V], dtype of q             out  */
     fqla_tensor final_state;    /* [N, HV, K, V] f32, optional           out  */
     fqla_options opt;

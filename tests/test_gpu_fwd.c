@@ -520,6 +520,21 @@ static void fwd_varlen(void)
     spec s3 = base_spec(1, (int)cu3[40] + 50, 2, 4, 64);
     set_cu(&s3, cu3, 41);
     check_spec(&s3, "varlen 40 sequences (0..130 tokens) T = cu[40] + 50 K=V=64");
+    /* equal lengths with a host copy run as the padded batch [N][L] over the
+     * same memory (fwd.cu, uniform_as_padded): a length that is no multiple
+     * of 64, both routes; with rows after the last sequence they stay varlen */
+    const int64_t cu4[] = {0, 200, 400, 600};
+    spec s4 = base_spec(1, 600, 2, 4, 128);
+    set_cu(&s4, cu4, 4);
+    s4.cu_host = 1;
+    check_spec(&s4, "varlen 3 x 200 + host copy (as padded)");
+    fqla_cuda_fwd_tune_chunk(2, 0);
+    check_spec(&s4, "varlen 3 x 200 + host copy (as padded) [fused]");
+    fqla_cuda_fwd_tune_chunk(-1, 0);
+    spec s5 = base_spec(1, 640, 2, 4, 128);
+    set_cu(&s5, cu4, 4);
+    s5.cu_host = 1;
+    check_spec(&s5, "varlen 3 x 200 + host copy, 40 rows after (varlen)");
 }
 
 static void fwd_varlen_i64_zero_len(void)

@@ -127,6 +127,29 @@ int64_t plan_cp(const fqla_context *ctx, const fqla_problem *p, const fqla_fwd_a
     return fqla_cp_plan(&q);
 }
 
+/* Packed varlen input whose sequences all have one length L and fill the
+ * tokens (cu_seqlens_host = 0, L, 2L, ..., T) runs as the padded batch it
+ * is, [N][L] over the same memory: the prepare kernel then maps a chunk slot
+ * to its sequence by a division instead of searching cu_seqlens (a dependent
+ * load before each CTA's first copies: ~5-8 % of that kernel, docs/perf.md,
+ * session 14), and no CTAs zero rows past the last sequence. Returns L, or 0
+ * (the input stays varlen); *pp is the problem to plan and run. */
+int64_t uniform_as_padded(const fqla_problem *p, const fqla_fwd_args *a, fqla_problem *pp)
+{
+    *pp = *p;
+    const int64_t *cu = a->cu_seqlens_host;
+    if (!p->varlen || !cu || p->N < 1 || cu[0] != 0 || cu[p->N] != p->T || cu[1] <= 0) return 0;
+    const int64_t L = cu[1];
+    for (int64_t n = 1; n < p->N; n++)
+        if (cu[n + 1] - cu[n] != L) return 0;
+    pp->varlen = 0;
+    pp->B = p->N;
+    pp->T = L;
+    pp->cu_host = NULL;
+    pp->cu = NULL;
+    return L;
+}
+
 /* The workspace of the call, and its CP plan in *seg_chunks. */
 fqla_fwd_ws_layout ws_layout(const fqla_context *ctx, const fqla_problem *p, const fqla_fwd_args *a,
                              int64_t *seg_chunks)
@@ -333,6 +356,9 @@ fqla_status fqla_cuda_fwd_workspace(fqla_context *ctx, const fqla_problem *p, co
     *bytes = 0;
     fqla_status st = fqla_cuda_fwd_supported(ctx, p, a);
     if (st != FQLA_STATUS_SUCCESS) return st;
+    fqla_problem pp;
+    uniform_as_padded(p, a, &pp);
+    p = &pp;
     int64_t seg_chunks = 0;
     *bytes = ws_layout(ctx, p, a, &seg_chunks).total;
     return FQLA_STATUS_SUCCESS;
@@ -343,6 +369,9 @@ fqla_status fqla_cuda_fwd_run(fqla_context *ctx, const fqla_problem *p, const fq
 {
     fqla_status st = fqla_cuda_fwd_supported(ctx, p, a);
     if (st != FQLA_STATUS_SUCCESS) return st;
+    fqla_problem pp;
+    const int64_t uniform = uniform_as_padded(p, a, &pp);
+    p = &pp;
     const int64_t slots = slots_of(p);
     int64_t seg_chunks = 0;
     const fqla_fwd_ws_layout L = ws_layout(ctx, p, a, &seg_chunks);
@@ -361,6 +390,10 @@ fqla_status fqla_cuda_fwd_run(fqla_context *ctx, const fqla_problem *p, const fq
     k.g = a->g.data; k.beta = a->beta.data;
     k.g_sb = a->g.strides[0]; k.g_st = a->g.strides[1]; k.g_sh = a->g.strides[2];
     k.b_sb = a->beta.strides[0]; k.b_st = a->beta.strides[1]; k.b_sh = a->beta.strides[2];
+    if (uniform) { /* the padded view [N][L] of the packed tokens */
+        k.q_sb = uniform * k.q_st; k.k_sb = uniform * k.k_st; k.v_sb = uniform * k.v_st;
+        k.o_sb = uniform * k.o_st; k.g_sb = uniform * k.g_st; k.b_sb = uniform * k.b_st;
+    }
     k.g_bf16 = a->g.dtype == FQLA_DTYPE_BF16;
     k.beta_bf16 = a->beta.dtype == FQLA_DTYPE_BF16;
     if (p->opt.use_gate_in_kernel) {

@@ -102,6 +102,20 @@ int pick_fused(const fqla_context *ctx, const fqla_problem *p, const fqla_fwd_ar
 
 int64_t cp_segs(const fqla_problem *p, int64_t L) { return fqla_cp_segs(p->varlen, p->T, p->N, L); }
 
+/* The segments that hold tokens, for sizing the main pass: packed varlen
+ * input's index range (cp_segs) has up to one spare index per sequence, and
+ * counting those made pick_nwg choose two warpgroups where one wave of one
+ * fits (TP8 1x16384: 9 x 8 x 2 > 132 SMs against 8 x 8 x 2 real CTAs, the
+ * main pass 68 us against 51: docs/perf.md, session 14). Exact from the host
+ * copy of cu_seqlens; without one the index range. */
+int64_t cp_real_segs(const fqla_problem *p, int64_t L)
+{
+    if (!p->varlen || !p->cu_host) return cp_segs(p, L);
+    int64_t segs = 0;
+    for (int64_t n = 0; n < p->N; n++) segs += fqla_cp_nseg(p->cu_host[n + 1] - p->cu_host[n], L);
+    return segs;
+}
+
 /* Context parallelism: chunks per segment, or 0 for none (cp_plan.h's
  * model), where the TMA chunk kernel runs; the tuning hook overrides it. */
 int64_t plan_cp(const fqla_context *ctx, const fqla_problem *p, const fqla_fwd_args *a)
@@ -265,7 +279,7 @@ static fqla_status run_cp(fqla_context *ctx, const fqla_problem *p, fqla_fwd_par
     mp.h0_sh = p->K * p->V;
     mp.h0_s2 = p->V;
     mp.v_first = 0; /* the start states; the final state keeps the caller's layout */
-    const int main_nwg = pick_nwg(ctx, p, k.segs);
+    const int main_nwg = pick_nwg(ctx, p, cp_real_segs(p, seg_chunks));
     int fused = g_tune_wg != 1 && fqla_fwd_fused_usable(mp, main_nwg);
     int used = 0;
     cudaError_t err = cudaSuccess;

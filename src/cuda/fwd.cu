@@ -136,7 +136,7 @@ int64_t plan_cp(const fqla_context *ctx, const fqla_problem *p, const fqla_fwd_a
      * where that covers the call (K = 128, no l2norm, no CP shortcut: run_cp
      * and fqla_fwd_fused_usable; the TMA alignments are assumed); without
      * CP, pick_fused's route */
-    const int cp_fused = p->K == 128 && !p->opt.use_qk_l2norm && !g_tune_cp_skip && g_tune_wg != 1;
+    const int cp_fused = p->K == 128 && !p->opt.use_qk_l2norm && g_tune_wg != 1;
     q.prep_saving = cp_fused && !(g_tune_wg == 2 || (g_tune_wg == -1 && pick_fused(ctx, p, a)));
     return fqla_cp_plan(&q);
 }

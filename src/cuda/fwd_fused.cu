@@ -411,11 +411,11 @@ cudaError_t launch(const fqla_fwd_params &p, const CUtensorMap *maps, cudaStream
 
 int fqla_fwd_fused_usable(const fqla_fwd_params &p, int nwg)
 {
-    /* CP: the main pass (cp_mode 2), without the negligible-transition
-     * shortcut, whose chunk flags the two-chunk prepare kernel (PAIR) does
-     * not write */
+    /* CP: the main pass (cp_mode 2); its prepare kernel without Q writes
+     * the negligible-transition shortcut's chunk flags (PAIR too, since
+     * session 14) */
     return (nwg == 1 || nwg == 2) && p.K == 128 && p.V % (64 * nwg) == 0 && !p.l2norm && p.cp_mode != 1 &&
-           !p.chunk_ok && fqla_fwd_wg_usable(p);
+           fqla_fwd_wg_usable(p);
 }
 
 cudaError_t fqla_fwd_launch_fused(const fqla_fwd_params &k, int io_bf16, int hb, int nwg, int parts,

@@ -772,13 +772,18 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
         const bool active = hh < nb;
         const float *bw = bet + (j0 + hh) * C;
         __syncthreads(); /* KK visible; the previous batch's reads of X done */
-        if (!PAIR && j0 == 0 && p.chunk_ok) /* for CP's negligible-transition test */
-            for (int jj = warp; jj < p.group; jj += FQLA_FWD_THREADS / 32) {
-                const float *bh = bet + jj * C;
-                const float x0 = bh[lane] * KK[lane * LDF + lane];
-                const float x1 = bh[lane + 32] * KK[(lane + 32) * LDF + lane + 32];
+        if (j0 == 0 && p.chunk_ok) /* for CP's negligible-transition test */
+            for (int jj = PAIR ? ((warp & 3) == 0 ? half : 2) : warp; jj < (PAIR ? 2 : p.group);
+                 jj += FQLA_FWD_THREADS / 32) {
+                /* PAIR: the first warp of each half, its chunk's (KK, beta, slot) */
+                if (PAIR && !have_pair[jj]) break;
+                const float *bh = bet + jj * C, *KKj = PAIR ? KKall + jj * C * LDF : KK;
+                const float x0 = bh[lane] * KKj[lane * LDF + lane];
+                const float x1 = bh[lane + 32] * KKj[(lane + 32) * LDF + lane + 32];
                 const int ok = __all_sync(0xffffffffu, x0 >= 0.f && x0 <= 2.f && x1 >= 0.f && x1 <= 2.f);
-                if (lane == 0) p.chunk_ok[(size_t)slot * p.HV + hq * p.group + jj] = ok;
+                if (lane == 0)
+                    p.chunk_ok[PAIR ? (size_t)(2 * (int64_t)blockIdx.x + jj) * p.HV + hq
+                                    : (size_t)slot * p.HV + hq * p.group + jj] = ok;
             }
 
         /* a. the diagonal 16x16 blocks, one per half warp, lane -> column

@@ -844,9 +844,10 @@ static void fwd_context_parallel(void)
      * covers the call, after the prepare kernel without Q), 1 the two-kernel
      * path's chunk kernel, 2 and 3 the former forced with two and one chain
      * warpgroups) */
-    enum { NR = 11 };
-    const int runs[NR][4] = {{1, 0, 0, 0}, {2, 0, 0, 0}, {3, 0, 0, 0}, {2, 8, 0, 0}, {2, 32, 0, 0}, {1, 0, 1, 0},
-                             {2, 0, 1, 0}, {1, 0, 0, 1}, {3, 0, 0, 1}, {2, 0, 0, 2}, {3, 0, 0, 3}};
+    enum { NR = 13 };
+    const int runs[NR][4] = {{1, 0, 0, 0}, {2, 0, 0, 0}, {3, 0, 0, 0}, {2, 8, 0, 0}, {2, 32, 0, 0},
+                             {1, 0, 1, 0}, {2, 0, 1, 0}, {2, 0, 1, 1}, {3, 0, 1, 3}, {1, 0, 0, 1},
+                             {3, 0, 0, 1}, {2, 0, 0, 2}, {3, 0, 0, 3}};
     const int main_tune[4][2] = {{-1, 0}, {1, 0}, {2, 2}, {2, 1}};
     const char *main_name[4] = {"", ", chunk kernel", ", fused nwg=2", ", fused nwg=1"};
     for (int i = 0; i < NS; i++) {
@@ -875,7 +876,7 @@ static void fwd_context_parallel(void)
         }
         fqla_cuda_fwd_tune_cp(-1);
         fqla_cuda_fwd_tune_cp_scan(0);
-        fqla_cuda_fwd_tune_cp_skip(0);
+        fqla_cuda_fwd_tune_cp_skip(1); /* the default */
         fqla_cuda_fwd_tune_chunk(-1, 0);
         prob_free(&p);
     }

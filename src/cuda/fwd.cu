@@ -58,7 +58,7 @@ int g_tune_hb = 0, g_tune_late = -1;
 int g_tune_wg = -1, g_tune_nwg = 0;
 int64_t g_tune_cp = -1;
 int g_tune_scan_cb = 0;
-int g_tune_cp_skip = 0;
+int g_tune_cp_skip = 1;
 int g_tune_pdl = -1;
 
 /* Consumer warpgroups per CTA of the wgmma chunk kernel. Two (one CTA per
@@ -183,10 +183,12 @@ extern "C" void fqla_cuda_fwd_tune_cp(int seg_chunks)
     g_tune_cp = seg_chunks;
 }
 
-/* 1: the CP pre-pass leaves out transitions its segment's decay makes
- * negligible (fwd_chunk_wg.cu m_negligible), and the scan skips them. Off
- * by default: no faster on the benchmark's inputs, where ungated heads set
- * the critical path (docs/perf.md, CP v3). */
+/* 1 (the default): the CP pre-pass leaves out transitions its segment's
+ * decay makes negligible (fwd_chunk_wg.cu m_negligible), and the scan skips
+ * them; 0 computes every one. On since session 14, when the fused path got
+ * the chunk flags it needs: x0.79-0.90 on the CP rows with 16 or more value
+ * heads, where the pre-pass runs several waves (docs/perf.md); flat on TP8
+ * (CP v3). */
 extern "C" void fqla_cuda_fwd_tune_cp_skip(int on)
 {
     g_tune_cp_skip = on != 0;

@@ -27,7 +27,8 @@ wgmma with nwg consumer warpgroups (0 = the default), 2 = Pg formed beside the c
 'hb,late,wg,nwg,cp', sets context parallelism (-1 = the plan, 0 = off, L = segments of L
 chunks; fqla_cuda_fwd_tune_cp), and a sixth the CP scan's columns per CTA (8, 16, 32; 0 = by
 the grid; fqla_cuda_fwd_tune_cp_scan), and a seventh the CP shortcut for negligible
-transitions (0 off, 1 on; fqla_cuda_fwd_tune_cp_skip), and an eighth programmatic
+transitions (0 off, 1 on; fqla_cuda_fwd_tune_cp_skip; without it each build keeps its
+default: on since session 14), and an eighth programmatic
 dependent launch of the kernels after the prepare kernel (0 off, 1 on, -1 the default;
 fqla_cuda_fwd_tune_pdl). Each (library,
 variant) is one CSV row; its commit field is the build's commit plus the
@@ -415,8 +416,8 @@ def main():
                     lib.tune_cp(C.c_int(var[4] if var and len(var) >= 5 else -1))
                 if lib.tune_scan:
                     lib.tune_scan(C.c_int(var[5] if var and len(var) >= 6 else 0))
-                if lib.tune_skip:
-                    lib.tune_skip(C.c_int(var[6] if var and len(var) >= 7 else 0))
+                if lib.tune_skip and var and len(var) >= 7:  # else each build keeps its own default
+                    lib.tune_skip(C.c_int(var[6]))
                 if lib.tune_pdl:
                     lib.tune_pdl(C.c_int(var[7] if var and len(var) >= 8 else -1))
                 ours = FqlaFwd(lib, q, k, v, g, beta, h0, cu, cu_host, o, ht)

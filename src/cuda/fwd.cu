@@ -133,8 +133,8 @@ int64_t plan_cp(const fqla_context *ctx, const fqla_problem *p, const fqla_fwd_a
     q.cu_host = p->varlen ? a->cu_seqlens_host : NULL;
     q.sms = ctx->info.sm_count > 0 ? ctx->info.sm_count : 132;
     /* CP's main pass is the fused kernel (its prepare kernel without Q)
-     * where that covers the call (K = 128, no l2norm, no CP shortcut: run_cp
-     * and fqla_fwd_fused_usable; the TMA alignments are assumed); without
+     * where that covers the call (K = 128, no l2norm: run_cp and
+     * fqla_fwd_fused_usable; the TMA alignments are assumed); without
      * CP, pick_fused's route */
     const int cp_fused = p->K == 128 && !p->opt.use_qk_l2norm && g_tune_wg != 1;
     q.prep_saving = cp_fused && !(g_tune_wg == 2 || (g_tune_wg == -1 && pick_fused(ctx, p, a)));

@@ -104,6 +104,43 @@ static void segment_lookup(void)
     }
 }
 
+/* The real segment count (which sizes CP's main pass in fwd.cu) is the
+ * number of indices that belong to a segment, at most one below the index
+ * range per sequence; and the equal-length test behind running a packed
+ * batch as a padded one. */
+static void real_segments_and_uniform(void)
+{
+    const int trials = check_quick() ? 60 : 300;
+    for (int trial = 0; trial < trials; trial++) {
+        int64_t cu[17];
+        const int N = 1 + (int)(check_uniform() * 16);
+        cu[0] = 0;
+        for (int n = 0; n < N; n++) {
+            const double u = check_uniform();
+            cu[n + 1] = cu[n] + (u < 0.2 ? 0 : u < 0.5 ? (int64_t)(check_uniform() * 200) : (int64_t)(check_uniform() * 3000));
+        }
+        const int64_t T = cu[N] + (check_uniform() < 0.5 ? 0 : (int64_t)(check_uniform() * 100));
+        const int64_t L = 1 + (int64_t)(check_uniform() * 5);
+        const int64_t bound = fqla_cp_segs(1, T, N, L), real = fqla_cp_real_segs(cu, N, L);
+        int64_t valid = 0;
+        for (int64_t g = 0; g < bound; g++) {
+            int64_t j;
+            valid += fqla_cp_segment(cu, 1, N, T, 0, L, g, &j) >= 0;
+        }
+        CHECK(real == valid && real <= bound && bound - real <= N,
+              "trial %d L=%lld: %lld real segments, %lld valid indices, index range %lld, N = %d", trial,
+              (long long)L, (long long)real, (long long)valid, (long long)bound, N);
+    }
+    const int64_t eq[] = {0, 200, 400, 600}, one[] = {0, 4096}, uneq[] = {0, 200, 450, 600}, empty[] = {0, 0, 0},
+                  late[] = {5, 205, 405};
+    CHECK(fqla_cp_uniform_len(eq, 3, 600) == 200, "0, 200, 400, 600: %lld", (long long)fqla_cp_uniform_len(eq, 3, 600));
+    CHECK(fqla_cp_uniform_len(eq, 3, 640) == 0, "rows after the last sequence are not a padded batch");
+    CHECK(fqla_cp_uniform_len(one, 1, 4096) == 4096, "one sequence is a padded batch of one");
+    CHECK(fqla_cp_uniform_len(uneq, 3, 600) == 0, "unequal lengths");
+    CHECK(fqla_cp_uniform_len(empty, 2, 0) == 0, "empty sequences");
+    CHECK(fqla_cp_uniform_len(late, 2, 405) == 0, "cu[0] != 0");
+}
+
 /* A padded batch: N sequences of T tokens, ceil(chunks / L) segments each. */
 static void padded_indexing(void)
 {
@@ -210,6 +247,7 @@ int main(void)
     CHECK_RUN(varlen_indexing);
     CHECK_RUN(padded_indexing);
     CHECK_RUN(segment_lookup);
+    CHECK_RUN(real_segments_and_uniform);
     CHECK_RUN(plan_decisions);
     CHECK_RUN(plan_consistency);
     return check_summary();

@@ -122,7 +122,7 @@ def chunk_gated_delta_rule(
     use_beta_sigmoid_in_kernel); initial_state [N, HV, K, V] ([N, HV, V, K]
     with state_v_first); cu_seqlens [N + 1] with B == 1 for packed
     variable-length input (cu_seqlens_cpu: its host copy, which lets the CUDA
-    backend plan without reading device memory).
+    backend plan without reading device memory; it must match cu_seqlens).
 
     Returns (o [B, T, HV, V] in q's dtype, final_state [N, HV, K, V] fp32 or
     None). Differentiable in q, k, v, g, beta, A_log, dt_bias, initial_state.

@@ -83,6 +83,27 @@ FQLA_CP_HD int64_t fqla_cp_longest(const int64_t *cu, int64_t N)
     return longest;
 }
 
+/* The segments that hold tokens (an empty sequence has one) of the N
+ * sequences of a host cu_seqlens array: the index range fqla_cp_segs sizes
+ * for has up to one spare index per sequence besides these. */
+static inline int64_t fqla_cp_real_segs(const int64_t *cu, int64_t N, int64_t L)
+{
+    int64_t segs = 0;
+    for (int64_t n = 0; n < N; n++) segs += fqla_cp_nseg(cu[n + 1] - cu[n], L);
+    return segs;
+}
+
+/* The common length L of N >= 1 sequences that fill all T tokens of a host
+ * cu_seqlens array (0, L, 2L, ..., N L = T, L > 0), else 0: such a packed
+ * batch is the padded batch [N][L] over the same memory. */
+static inline int64_t fqla_cp_uniform_len(const int64_t *cu, int64_t N, int64_t T)
+{
+    if (N < 1 || cu[0] != 0 || cu[N] != T || cu[1] <= 0) return 0;
+    for (int64_t n = 1; n < N; n++)
+        if (cu[n + 1] - cu[n] != cu[1]) return 0;
+    return cu[1];
+}
+
 /* Segment indices to size for: T tokens (varlen: packed, N sequences; else
  * N sequences of T). */
 FQLA_CP_HD int64_t fqla_cp_segs(int varlen, int64_t T, int64_t N, int64_t L)
@@ -188,11 +209,7 @@ static inline int64_t fqla_cp_plan(const fqla_cp_problem *q)
     double best_t = base;
     int64_t best = 0;
     for (int64_t L = 4; 2 * L <= chunks; L *= 2) {
-        int64_t segs = q->N * ((chunks + L - 1) / L);
-        if (cu) {
-            segs = 0;
-            for (int64_t n = 0; n < q->N; n++) segs += fqla_cp_nseg(cu[n + 1] - cu[n], L);
-        }
+        const int64_t segs = cu ? fqla_cp_real_segs(cu, q->N, L) : q->N * ((chunks + L - 1) / L);
         const double t = fqla_cp_chain_us(q, segs, L) +
                          (double)(fqla_cp_waves(segs * q->HV * ((q->V + q->K) / 64), 2 * q->sms) * L) *
                              FQLA_CP_US_PRE +

@@ -110,10 +110,7 @@ int64_t cp_segs(const fqla_problem *p, int64_t L) { return fqla_cp_segs(p->varle
  * copy of cu_seqlens; without one the index range. */
 int64_t cp_real_segs(const fqla_problem *p, int64_t L)
 {
-    if (!p->varlen || !p->cu_host) return cp_segs(p, L);
-    int64_t segs = 0;
-    for (int64_t n = 0; n < p->N; n++) segs += fqla_cp_nseg(p->cu_host[n + 1] - p->cu_host[n], L);
-    return segs;
+    return p->varlen && p->cu_host ? fqla_cp_real_segs(p->cu_host, p->N, L) : cp_segs(p, L);
 }
 
 /* Context parallelism: chunks per segment, or 0 for none (cp_plan.h's
@@ -151,11 +148,8 @@ int64_t plan_cp(const fqla_context *ctx, const fqla_problem *p, const fqla_fwd_a
 int64_t uniform_as_padded(const fqla_problem *p, const fqla_fwd_args *a, fqla_problem *pp)
 {
     *pp = *p;
-    const int64_t *cu = a->cu_seqlens_host;
-    if (!p->varlen || !cu || p->N < 1 || cu[0] != 0 || cu[p->N] != p->T || cu[1] <= 0) return 0;
-    const int64_t L = cu[1];
-    for (int64_t n = 1; n < p->N; n++)
-        if (cu[n + 1] - cu[n] != L) return 0;
+    const int64_t L = p->varlen && a->cu_seqlens_host ? fqla_cp_uniform_len(a->cu_seqlens_host, p->N, p->T) : 0;
+    if (!L) return 0;
     pp->varlen = 0;
     pp->B = p->N;
     pp->T = L;

@@ -10,6 +10,21 @@
 
 #include <stdlib.h>
 
+/* A random packed batch of 1..16 sequences into cu[0..N]: a length is 0
+ * with probability p0, below short_max with p1 - p0, else below long_max.
+ * Returns N. */
+static int random_batch(int64_t cu[17], double p0, double p1, int64_t short_max, int64_t long_max)
+{
+    const int N = 1 + (int)(check_uniform() * 16);
+    cu[0] = 0;
+    for (int n = 0; n < N; n++) {
+        const double u = check_uniform();
+        cu[n + 1] = cu[n] + (u < p0 ? 0 : u < p1 ? (int64_t)(check_uniform() * short_max)
+                                                 : (int64_t)(check_uniform() * long_max));
+    }
+    return N;
+}
+
 /* Random packed batches: every segment index lies inside the workspace bound,
  * sequences' index ranges never overlap, and the segments cover each
  * sequence with no empty one after the first. */
@@ -19,14 +34,8 @@ static void varlen_indexing(void)
     const int trials = check_quick() ? 100 : 600;
     for (int trial = 0; trial < trials; trial++) {
         int64_t cu[17];
-        const int N = 1 + (int)(check_uniform() * 16);
-        cu[0] = 0;
-        for (int n = 0; n < N; n++) {
-            const double u = check_uniform();
-            /* empty, short, around chunk and segment edges, long */
-            const int64_t len = u < 0.15 ? 0 : u < 0.4 ? (int64_t)(check_uniform() * 130) : (int64_t)(check_uniform() * 5000);
-            cu[n + 1] = cu[n] + len;
-        }
+        /* empty, short, around chunk and segment edges, long */
+        const int N = random_batch(cu, 0.15, 0.4, 130, 5000);
         const int64_t T = cu[N] + (int64_t)(check_uniform() * 200); /* rows past the last sequence */
         for (int li = 0; li < (int)(sizeof Ls / sizeof Ls[0]); li++) {
             const int64_t L = Ls[li], span = FQLA_CP_CHUNK * L;
@@ -62,12 +71,7 @@ static void segment_lookup(void)
     for (int trial = 0; trial < trials; trial++) {
         int64_t cu[17];
         int32_t cu32[17];
-        const int N = 1 + (int)(check_uniform() * 16);
-        cu[0] = 0;
-        for (int n = 0; n < N; n++) {
-            const double u = check_uniform();
-            cu[n + 1] = cu[n] + (u < 0.2 ? 0 : u < 0.5 ? (int64_t)(check_uniform() * 200) : (int64_t)(check_uniform() * 3000));
-        }
+        const int N = random_batch(cu, 0.2, 0.5, 200, 3000);
         for (int n = 0; n <= N; n++) cu32[n] = (int32_t)cu[n];
         const int64_t T = cu[N] + (int64_t)(check_uniform() * 100);
         const int64_t L = 1 + (int64_t)(check_uniform() * 5);
@@ -113,12 +117,7 @@ static void real_segments_and_uniform(void)
     const int trials = check_quick() ? 60 : 300;
     for (int trial = 0; trial < trials; trial++) {
         int64_t cu[17];
-        const int N = 1 + (int)(check_uniform() * 16);
-        cu[0] = 0;
-        for (int n = 0; n < N; n++) {
-            const double u = check_uniform();
-            cu[n + 1] = cu[n] + (u < 0.2 ? 0 : u < 0.5 ? (int64_t)(check_uniform() * 200) : (int64_t)(check_uniform() * 3000));
-        }
+        const int N = random_batch(cu, 0.2, 0.5, 200, 3000);
         const int64_t T = cu[N] + (check_uniform() < 0.5 ? 0 : (int64_t)(check_uniform() * 100));
         const int64_t L = 1 + (int64_t)(check_uniform() * 5);
         const int64_t bound = fqla_cp_segs(1, T, N, L), real = fqla_cp_real_segs(cu, N, L);

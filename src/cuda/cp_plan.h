@@ -166,12 +166,8 @@ static inline double fqla_cp_chain_us(const fqla_cp_problem *q, int64_t rows, in
 static inline double fqla_cp_time2(const fqla_cp_problem *q, const int64_t *cu, int64_t maxlen, int64_t chunks,
                                    int64_t L)
 {
-    int64_t segs = 0, pre = 0;
-    for (int64_t n = 0; n < q->N; n++) {
-        const int64_t ns = fqla_cp_nseg(cu ? cu[n + 1] - cu[n] : maxlen, L);
-        segs += ns;
-        pre += ns - 1; /* a sequence's last segment is left out of the pre-pass */
-    }
+    const int64_t segs = cu ? fqla_cp_real_segs(cu, q->N, L) : q->N * fqla_cp_nseg(maxlen, L);
+    const int64_t pre = segs - q->N; /* a sequence's last segment is left out of the pre-pass */
     const double tokens = (double)(q->varlen ? q->T : q->N * q->T);
     return fqla_cp_chain_us(q, segs, L) +
            (double)fqla_cp_waves(pre * q->HV * ((q->V + q->K) / 64), 2 * q->sms) *

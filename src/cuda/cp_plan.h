@@ -85,7 +85,8 @@ FQLA_CP_HD int64_t fqla_cp_longest(const int64_t *cu, int64_t N)
 
 /* The segments that hold tokens (an empty sequence has one) of the N
  * sequences of a host cu_seqlens array: the index range fqla_cp_segs sizes
- * for has up to one spare index per sequence besides these. */
+ * for has up to one spare index per sequence besides these, and more when T
+ * has rows after the last sequence. */
 static inline int64_t fqla_cp_real_segs(const int64_t *cu, int64_t N, int64_t L)
 {
     int64_t segs = 0;

@@ -304,6 +304,9 @@ def main():
     ap.add_argument("--fla-tune", choices=("table", "cache"), default="table",
                     help="where FLA's autotuning comes from (see the top of this file): 'table' tunes on each "
                          "head config's first anchor row in this process, 'cache' keeps Triton's disk cache")
+    ap.add_argument("--cp-rows", action="store_true",
+                    help="only the rows where context parallelism may run (sequences x value heads x V / 64 "
+                         "below 132 SMs: cp_plan.h's first test), e.g. for a sweep of --variants' cp")
     ap.add_argument("--quick", action="store_true",
                     help="six rows spread over the table (the same as `flashqla bench --quick`): a few minutes")
     a = ap.parse_args()
@@ -325,6 +328,8 @@ def main():
     if a.seqlens:
         keys = a.seqlens.split(",")
         rows = [r for r in rows if r[3] in keys]
+    if a.cp_rows:  # the benchmark's q/k/v heads are 128 wide: two 64-column slices per value head
+        rows = [r for r in rows if len(parse_seqlens(r[3])) * r[2] * 2 < 132]
     if a.rows:
         want = [tuple(x.rsplit(":", 1)) for x in a.rows.split(",")]
         byk = {(r[0], r[3]): r for r in rows}

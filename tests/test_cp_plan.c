@@ -8,6 +8,7 @@
 #include "common/check.h"
 #include "cuda/cp_plan.h"
 
+#include <math.h>
 #include <stdlib.h>
 
 /* A random packed batch of 1..16 sequences into cu[0..N]: a length is 0
@@ -169,6 +170,7 @@ static fqla_cp_problem problem(int64_t N, int64_t T, int64_t HV, int varlen, con
     q.cu_host = cu_host;
     q.sms = 132;
     q.prep_saving = 0;
+    q.m_skipped = 0.0;
     return q;
 }
 
@@ -242,6 +244,52 @@ static void plan_consistency(void)
             }
 }
 
+/* The share of transitions the shortcut leaves out (m_skipped): 0 prices
+ * every pre-pass slice, as before it existed; it discounts only the M
+ * slices of segments of FQLA_CP_SKIP_MIN_L chunks or more; out-of-range
+ * shares clamp; and a larger share never turns a CP plan into none (every
+ * L's modelled time can only fall, the time without CP stays). */
+static void plan_skip_share(void)
+{
+    fqla_cp_problem q = problem(2, 8192, 16, 0, NULL);
+    q.K = 128;
+    q.V = 256;
+    const int64_t all = 10 * 16 * (256 + 128) / 64, h_only = 10 * 16 * 256 / 64;
+    CHECK(fqla_cp_pre_ctas(&q, 10, 16) == all, "m_skipped 0: %lld CTAs, %lld expected",
+          (long long)fqla_cp_pre_ctas(&q, 10, 16), (long long)all);
+    q.m_skipped = 1.0;
+    CHECK(fqla_cp_pre_ctas(&q, 10, 16) == h_only, "m_skipped 1: %lld CTAs, %lld expected",
+          (long long)fqla_cp_pre_ctas(&q, 10, 16), (long long)h_only);
+    CHECK(fqla_cp_pre_ctas(&q, 10, FQLA_CP_SKIP_MIN_L / 2) == all, "short segments: every slice priced");
+    q.m_skipped = 0.75; /* 320 M slices, a quarter live */
+    CHECK(fqla_cp_pre_ctas(&q, 10, 16) == h_only + 80, "m_skipped 0.75: %lld CTAs",
+          (long long)fqla_cp_pre_ctas(&q, 10, 16));
+    q.m_skipped = 7.0;
+    CHECK(fqla_cp_pre_ctas(&q, 10, 16) == h_only, "m_skipped > 1 clamps to 1");
+    q.m_skipped = -1.0;
+    CHECK(fqla_cp_pre_ctas(&q, 10, 16) == all, "m_skipped < 0 clamps to 0");
+    q.m_skipped = NAN;
+    CHECK(fqla_cp_pre_ctas(&q, 10, 16) == all, "m_skipped NaN prices every slice");
+
+    const int64_t HVs[] = {2, 4, 8, 16, 24, 32, 48};
+    const int trials = check_quick() ? 200 : 1000;
+    for (int trial = 0; trial < trials; trial++) {
+        int64_t cu[17];
+        const int N = random_batch(cu, 0.2, 0.5, 512, 40000);
+        fqla_cp_problem p = problem(N, cu[N], HVs[(int)(check_uniform() * 7) % 7], 1, cu);
+        p.H = p.HV / (1 + (int64_t)(check_uniform() * 2));
+        p.prep_saving = check_uniform() < 0.5;
+        int64_t prev = 0;
+        for (int s = 0; s <= 4; s++) {
+            p.m_skipped = 0.25 * s;
+            const int64_t L = fqla_cp_plan(&p);
+            CHECK(!(prev > 0 && L == 0), "trial %d: N=%d HV=%lld: CP at m_skipped %.2f (L=%lld), none at %.2f", trial, N,
+                  (long long)p.HV, 0.25 * (s - 1), (long long)prev, 0.25 * s);
+            prev = L;
+        }
+    }
+}
+
 int main(void)
 {
     check_rng_seed(check_seed());
@@ -251,5 +299,6 @@ int main(void)
     CHECK_RUN(real_segments_and_uniform);
     CHECK_RUN(plan_decisions);
     CHECK_RUN(plan_consistency);
+    CHECK_RUN(plan_skip_share);
     return check_summary();
 }

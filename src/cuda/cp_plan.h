@@ -123,7 +123,19 @@ typedef struct fqla_cp_problem {
     int prep_saving;        /* 1: with CP the prepare kernel runs without Q (the
                                fused main pass), without CP with Q (the two
                                kernels): CP saves that difference */
+    double m_skipped;       /* the share (0..1) of transitions M of segments of
+                               FQLA_CP_SKIP_MIN_L or more chunks that the
+                               pre-pass is expected to leave out as negligible
+                               (fwd.cu's cp_skip); 0 (the default) prices every
+                               one. Which are negligible depends on the gates,
+                               which the plan does not see. */
 } fqla_cp_problem;
+
+/* The shortest segment, in chunks, whose transitions m_skipped discounts:
+ * 512 tokens, where a gate of mean log-decay -0.033 per token sums to the
+ * shortcut's -17 (the benchmark's gated heads, ~-0.05: from 8 chunks on, not
+ * at 4). */
+#define FQLA_CP_SKIP_MIN_L 8
 
 /* Measured costs on the H200 (docs/perf.md v4, CP v1, CP v2), us: one chunk
  * step of the chunk kernel with one consumer warpgroup at one CTA per SM,
@@ -149,6 +161,18 @@ typedef struct fqla_cp_problem {
 
 static inline int64_t fqla_cp_waves(int64_t ctas, int64_t slots) { return (ctas + slots - 1) / slots; }
 
+/* The pre-pass's CTAs over segs segments of L chunks: one per 64 columns of
+ * H (V / 64) and of the transition M (K / 64) per segment and value head;
+ * the M slices the shortcut leaves out (m_skipped) exit at once and are not
+ * counted. With m_skipped = 0: segs HV (V + K) / 64. */
+static inline int64_t fqla_cp_pre_ctas(const fqla_cp_problem *q, int64_t segs, int64_t L)
+{
+    const int64_t h = segs * q->HV * (q->V / 64), m = segs * q->HV * (q->K / 64);
+    double skip = L >= FQLA_CP_SKIP_MIN_L ? q->m_skipped : 0.0;
+    skip = !(skip > 0.0) ? 0.0 : skip > 1.0 ? 1.0 : skip; /* NaN: none */
+    return h + m - (int64_t)(skip * (double)m); /* rounds the live slices up */
+}
+
 /* The chunk kernel over rows x HV recurrences of `steps` chunks, with the
  * better of one or two consumer warpgroups per CTA (fwd.cu pick_nwg). */
 static inline double fqla_cp_chain_us(const fqla_cp_problem *q, int64_t rows, int64_t steps)
@@ -171,7 +195,7 @@ static inline double fqla_cp_time2(const fqla_cp_problem *q, const int64_t *cu, 
     const int64_t pre = segs - q->N; /* a sequence's last segment is left out of the pre-pass */
     const double tokens = (double)(q->varlen ? q->T : q->N * q->T);
     return fqla_cp_chain_us(q, segs, L) +
-           (double)fqla_cp_waves(pre * q->HV * ((q->V + q->K) / 64), 2 * q->sms) *
+           (double)fqla_cp_waves(fqla_cp_pre_ctas(q, pre, L), 2 * q->sms) *
                ((double)L * FQLA_CP_US2_PRE + FQLA_CP_US2_PRE0) +
            2 * FQLA_CP_US_CHAIN + (double)((chunks + L - 1) / L) * (FQLA_CP_US2_SCAN0 + FQLA_CP_US2_SCAN_HV * q->HV) +
            FQLA_CP_US_SCAN0 - (q->prep_saving ? FQLA_CP_US2_PREP * (tokens / FQLA_CP_CHUNK + q->N) * q->H : 0.0);
@@ -181,7 +205,7 @@ static inline double fqla_cp_time2(const fqla_cp_problem *q, const int64_t *cu, 
  * one saves 10 % and never where the recurrences alone fill the SMs:
  * - the first (sessions 5-6, fitted on TP8 and TP4 rows):
  *     without CP: chain(N, chunks of the longest sequence) + US_CHAIN
- *     with L:     chain(segs, L) + waves(segs HV (V + K) / 64, 2 per SM) L US_PRE
+ *     with L:     chain(segs, L) + waves(pre-pass CTAs, 2 per SM) L US_PRE
  *                 + 2 US_CHAIN + ceil(chunks / L) US_SCAN + US_SCAN0
  * - where the first plans no CP, the second (session 12): the pre-pass over
  *   each sequence's segments but its last, a scan step that grows with HV,
@@ -208,7 +232,7 @@ static inline int64_t fqla_cp_plan(const fqla_cp_problem *q)
     for (int64_t L = 4; 2 * L <= chunks; L *= 2) {
         const int64_t segs = cu ? fqla_cp_real_segs(cu, q->N, L) : q->N * ((chunks + L - 1) / L);
         const double t = fqla_cp_chain_us(q, segs, L) +
-                         (double)(fqla_cp_waves(segs * q->HV * ((q->V + q->K) / 64), 2 * q->sms) * L) *
+                         (double)(fqla_cp_waves(fqla_cp_pre_ctas(q, segs, L), 2 * q->sms) * L) *
                              FQLA_CP_US_PRE +
                          2 * FQLA_CP_US_CHAIN + (double)((chunks + L - 1) / L) * FQLA_CP_US_SCAN + FQLA_CP_US_SCAN0;
         if (t < best_t) {

@@ -135,6 +135,11 @@ int64_t plan_cp(const fqla_context *ctx, const fqla_problem *p, const fqla_fwd_a
      * CP, pick_fused's route */
     const int cp_fused = p->K == 128 && !p->opt.use_qk_l2norm && g_tune_wg != 1;
     q.prep_saving = cp_fused && !(g_tune_wg == 2 || (g_tune_wg == -1 && pick_fused(ctx, p, a)));
+    /* Every transition priced, as the models were fitted (the shortcut
+     * running or not). The share it leaves out is the gates' business; a
+     * share > 0 waits for the sweep that measures what it buys (docs/perf.md,
+     * session 15) */
+    q.m_skipped = 0.0;
     return fqla_cp_plan(&q);
 }
 

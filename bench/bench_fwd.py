@@ -30,7 +30,9 @@ the grid; fqla_cuda_fwd_tune_cp_scan), and a seventh the CP shortcut for negligi
 transitions (0 off, 1 on; fqla_cuda_fwd_tune_cp_skip; without it each build keeps its
 default: on since session 14), and an eighth programmatic
 dependent launch of the kernels after the prepare kernel (0 off, 1 on, -1 the default;
-fqla_cuda_fwd_tune_pdl). Each (library,
+fqla_cuda_fwd_tune_pdl), and a ninth the per cent of long segments' transitions the CP
+plan expects the shortcut to leave out (cp_plan.h m_skipped; 0 = the default;
+fqla_cuda_fwd_tune_cp_mskip). Each (library,
 variant) is one CSV row; its commit field is the build's commit plus the
 variant, or the label of a labelled library run without variants (e.g.
 '206cbd8=old/libflashqla.so').
@@ -111,6 +113,9 @@ class Lib:
         self.tune_scan = getattr(self.L, "fqla_cuda_fwd_tune_cp_scan", None)
         self.tune_skip = getattr(self.L, "fqla_cuda_fwd_tune_cp_skip", None)
         self.tune_pdl = getattr(self.L, "fqla_cuda_fwd_tune_pdl", None)
+        self.tune_mskip = getattr(self.L, "fqla_cuda_fwd_tune_cp_mskip", None)
+        if self.tune_mskip:
+            self.tune_mskip.argtypes = [C.c_double]
         self.L.fqla_last_error.restype = C.c_char_p
         self.L.fqla_status_string.restype = C.c_char_p
         self.ctx = C.c_void_p()
@@ -359,6 +364,8 @@ def main():
                 name += "-cp%d" % var[4] if len(var) >= 5 else ""
                 name += "-cb%d" % var[5] if len(var) >= 6 else ""
                 name += "-skip%d" % var[6] if len(var) >= 7 else ""
+                name += "-pdl%d" % var[7] if len(var) >= 8 else ""
+                name += "-ms%d" % var[8] if len(var) >= 9 else ""
                 configs.append((lib, var, (lib.label + ":" if lib.label else "") + name))
         else:
             configs.append((lib, None, lib.label))
@@ -425,6 +432,8 @@ def main():
                     lib.tune_skip(C.c_int(var[6]))
                 if lib.tune_pdl:
                     lib.tune_pdl(C.c_int(var[7] if var and len(var) >= 8 else -1))
+                if lib.tune_mskip:
+                    lib.tune_mskip(var[8] / 100.0 if var and len(var) >= 9 else 0.0)
                 ours = FqlaFwd(lib, q, k, v, g, beta, h0, cu, cu_host, o, ht)
                 ours()
                 torch.cuda.synchronize()

@@ -60,6 +60,7 @@ int64_t g_tune_cp = -1;
 int g_tune_scan_cb = 0;
 int g_tune_cp_skip = 1;
 int g_tune_pdl = -1;
+double g_tune_cp_mskip = 0.0;
 
 /* Consumer warpgroups per CTA of the wgmma chunk kernel. Two (one CTA per
  * 128 value columns, sharing the K, Q, Ag, Pg tiles) run a CTA ~1.4x longer
@@ -135,11 +136,11 @@ int64_t plan_cp(const fqla_context *ctx, const fqla_problem *p, const fqla_fwd_a
      * CP, pick_fused's route */
     const int cp_fused = p->K == 128 && !p->opt.use_qk_l2norm && g_tune_wg != 1;
     q.prep_saving = cp_fused && !(g_tune_wg == 2 || (g_tune_wg == -1 && pick_fused(ctx, p, a)));
-    /* Every transition priced, as the models were fitted (the shortcut
-     * running or not). The share it leaves out is the gates' business; a
-     * share > 0 waits for the sweep that measures what it buys (docs/perf.md,
-     * session 15) */
-    q.m_skipped = 0.0;
+    /* Every transition priced by default, as the models were fitted (the
+     * shortcut running or not): the share it leaves out is the gates'
+     * business, and a share > 0 waits for the sweep that measures what it
+     * buys (fqla_cuda_fwd_tune_cp_mskip; docs/perf.md, session 15) */
+    q.m_skipped = g_tune_cp_mskip;
     return fqla_cp_plan(&q);
 }
 
@@ -191,6 +192,17 @@ extern "C" void fqla_cuda_fwd_tune_cp(int seg_chunks)
 extern "C" void fqla_cuda_fwd_tune_cp_skip(int on)
 {
     g_tune_cp_skip = on != 0;
+}
+
+/* The share (0..1) of long segments' transitions the CP plan expects the
+ * shortcut to leave out (cp_plan.h m_skipped): 0, the default, prices every
+ * one. For benchmarks: the plan's picks at other shares, timed beside the
+ * forced segment lengths (docs/perf.md, session 15). Like
+ * fqla_cuda_fwd_tune_cp it can change the workspace size: set it before
+ * the query. */
+extern "C" void fqla_cuda_fwd_tune_cp_mskip(double share)
+{
+    g_tune_cp_mskip = share;
 }
 
 /* Programmatic dependent launch of the kernels after the prepare kernel:

@@ -110,9 +110,9 @@ static void segment_lookup(void)
 }
 
 /* The real segment count (which sizes CP's main pass in fwd.cu) is the
- * number of indices that belong to a segment, at most one below the index
- * range per sequence plus the rows after the last sequence; and the equal-length test behind running a packed
- * batch as a padded one. */
+ * number of indices that belong to a segment, below the index range by at
+ * most one per sequence plus the rows after the last sequence; and the
+ * equal-length test behind running a packed batch as a padded one. */
 static void real_segments_and_uniform(void)
 {
     const int trials = check_quick() ? 60 : 300;

@@ -90,11 +90,11 @@ int pick_nwg(const fqla_context *ctx, const fqla_problem *p, int64_t rows)
  *   longest sequence (16 sequence-heads: x0.77-0.99, 8: x0.99-1.08).
  *   Without a host copy of cu_seqlens a varlen call counts one sequence as
  *   holding every token. */
-int pick_fused(const fqla_context *ctx, const fqla_problem *p, const fqla_fwd_args *a)
+int pick_fused(const fqla_context *ctx, const fqla_problem *p)
 {
     const int nwg = pick_nwg(ctx, p, p->N);
     if (nwg == 2) return 2;
-    const int64_t *cu = p->varlen ? a->cu_seqlens_host : NULL;
+    const int64_t *cu = p->cu_host; /* the validated host copy (varlen only) */
     /* else a padded batch's sequences, or every token in one */
     const int64_t longest = cu && p->N > 0 ? fqla_cp_longest(cu, p->N) : p->T;
     const int64_t tokens = p->varlen ? p->T : p->N * p->T;
@@ -116,7 +116,7 @@ int64_t cp_real_segs(const fqla_problem *p, int64_t L)
 
 /* Context parallelism: chunks per segment, or 0 for none (cp_plan.h's
  * model), where the TMA chunk kernel runs; the tuning hook overrides it. */
-int64_t plan_cp(const fqla_context *ctx, const fqla_problem *p, const fqla_fwd_args *a)
+int64_t plan_cp(const fqla_context *ctx, const fqla_problem *p)
 {
     if (g_tune_cp == 0 || g_tune_wg == 0 || (p->K != 64 && p->K != 128) || p->V % 64 != 0) return 0;
     if (g_tune_cp > 0) return cp_segs(p, g_tune_cp) * p->HV <= 0x7fffffffLL ? g_tune_cp : 0;
@@ -128,14 +128,14 @@ int64_t plan_cp(const fqla_context *ctx, const fqla_problem *p, const fqla_fwd_a
     q.V = p->V;
     q.H = p->H;
     q.varlen = p->varlen;
-    q.cu_host = p->varlen ? a->cu_seqlens_host : NULL;
+    q.cu_host = p->cu_host;
     q.sms = ctx->info.sm_count > 0 ? ctx->info.sm_count : 132;
     /* CP's main pass is the fused kernel (its prepare kernel without Q)
      * where that covers the call (K = 128, no l2norm: run_cp and
      * fqla_fwd_fused_usable; the TMA alignments are assumed); without
      * CP, pick_fused's route */
     const int cp_fused = p->K == 128 && !p->opt.use_qk_l2norm && g_tune_wg != 1;
-    q.prep_saving = cp_fused && !(g_tune_wg == 2 || (g_tune_wg == -1 && pick_fused(ctx, p, a)));
+    q.prep_saving = cp_fused && !(g_tune_wg == 2 || (g_tune_wg == -1 && pick_fused(ctx, p)));
     /* Every transition priced by default, as the models were fitted (the
      * shortcut running or not): the share it leaves out is the gates'
      * business, and a share > 0 waits for the sweep that measures what it
@@ -151,10 +151,10 @@ int64_t plan_cp(const fqla_context *ctx, const fqla_problem *p, const fqla_fwd_a
  * load before each CTA's first copies: ~5-8 % of that kernel, docs/perf.md,
  * session 14), and no CTAs zero rows past the last sequence. Returns L, or 0
  * (the input stays varlen); *pp is the problem to plan and run. */
-int64_t uniform_as_padded(const fqla_problem *p, const fqla_fwd_args *a, fqla_problem *pp)
+int64_t uniform_as_padded(const fqla_problem *p, fqla_problem *pp)
 {
     *pp = *p;
-    const int64_t L = p->varlen && a->cu_seqlens_host ? fqla_cp_uniform_len(a->cu_seqlens_host, p->N, p->T) : 0;
+    const int64_t L = p->varlen && p->cu_host ? fqla_cp_uniform_len(p->cu_host, p->N, p->T) : 0;
     if (!L) return 0;
     pp->varlen = 0;
     pp->B = p->N;
@@ -165,10 +165,9 @@ int64_t uniform_as_padded(const fqla_problem *p, const fqla_fwd_args *a, fqla_pr
 }
 
 /* The workspace of the call, and its CP plan in *seg_chunks. */
-fqla_fwd_ws_layout ws_layout(const fqla_context *ctx, const fqla_problem *p, const fqla_fwd_args *a,
-                             int64_t *seg_chunks)
+fqla_fwd_ws_layout ws_layout(const fqla_context *ctx, const fqla_problem *p, int64_t *seg_chunks)
 {
-    const int64_t L = plan_cp(ctx, p, a);
+    const int64_t L = plan_cp(ctx, p);
     *seg_chunks = L;
     return fqla_fwd_ws(slots_of(p), p->H, p->HV, p->opt.use_qk_l2norm, 2, L > 0 ? cp_segs(p, L) : 0, p->K, p->V);
 }
@@ -384,10 +383,10 @@ fqla_status fqla_cuda_fwd_workspace(fqla_context *ctx, const fqla_problem *p, co
     fqla_status st = fqla_cuda_fwd_supported(ctx, p, a);
     if (st != FQLA_STATUS_SUCCESS) return st;
     fqla_problem pp;
-    uniform_as_padded(p, a, &pp);
+    uniform_as_padded(p, &pp);
     p = &pp;
     int64_t seg_chunks = 0;
-    *bytes = ws_layout(ctx, p, a, &seg_chunks).total;
+    *bytes = ws_layout(ctx, p, &seg_chunks).total;
     return FQLA_STATUS_SUCCESS;
 }
 
@@ -397,11 +396,11 @@ fqla_status fqla_cuda_fwd_run(fqla_context *ctx, const fqla_problem *p, const fq
     fqla_status st = fqla_cuda_fwd_supported(ctx, p, a);
     if (st != FQLA_STATUS_SUCCESS) return st;
     fqla_problem pp;
-    const int64_t uniform = uniform_as_padded(p, a, &pp);
+    const int64_t uniform = uniform_as_padded(p, &pp);
     p = &pp;
     const int64_t slots = slots_of(p);
     int64_t seg_chunks = 0;
-    const fqla_fwd_ws_layout L = ws_layout(ctx, p, a, &seg_chunks);
+    const fqla_fwd_ws_layout L = ws_layout(ctx, p, &seg_chunks);
     if (workspace_bytes < L.total || (L.total > 0 && !workspace))
         return fqla_fail(ctx, FQLA_STATUS_WORKSPACE_TOO_SMALL, "workspace: %zu bytes given, %zu bytes needed",
                          workspace_bytes, L.total);
@@ -479,7 +478,7 @@ fqla_status fqla_cuda_fwd_run(fqla_context *ctx, const fqla_problem *p, const fq
     if (seg_chunks > 0 && g_tune_wg != 0 && fqla_fwd_wg_usable(k))
         return run_cp(ctx, p, k, ws, L, seg_chunks, io_bf16, stream);
     const int fused_nwg = g_tune_wg == 2 ? (g_tune_nwg == 1 || g_tune_nwg == 2 ? g_tune_nwg : pick_nwg(ctx, p, p->N))
-                          : g_tune_wg == -1 ? pick_fused(ctx, p, a)
+                          : g_tune_wg == -1 ? pick_fused(ctx, p)
                                             : 0;
     if (fused_nwg && seg_chunks == 0 && fqla_fwd_fused_usable(k, fused_nwg)) {
         /* the prepare kernel without Q (gamma, Ag), then the kernel that

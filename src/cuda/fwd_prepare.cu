@@ -60,9 +60,9 @@
  * time follows latency and barrier waits more than wavefronts): K comes
  * by TMA (the fused kernel's map, 128-byte swizzle) in place of the
  * cp.async copies, K K^T is one warpgroup's SS wgmma in place of per-warp
- * ldmatrix + mma,
- * step 4c has one straight-line body per tile kind (ag_tile), and each
- * warp's Ag tile leaves its staging area by one TMA store (store_tile_tma).
+ * ldmatrix + mma, step 4c has one straight-line body per tile kind
+ * (ag_tile), and each warp's Ag tile leaves its staging area by one TMA
+ * store (store_tile_tma).
  *
  * Extra CTAs (past the slots' CTAs, varlen only) zero the rows of o after
  * the last sequence, one 64-row block each (block (x - slot CTAs) H + y). A
@@ -292,9 +292,9 @@ __device__ __forceinline__ void store_tile(T *dst, const uint32_t (&u)[4][2], in
  * TMA store through tmAg (fqla_fwd_map_ag_store) at row y, column x. The
  * copy-out's 16-byte shared loads and global stores were two L1 requests
  * per lane and tile (without them the kernel ran x0.985: docs/perf.md,
- * session 13). pending: this warp has a store in flight
- * from the staging area (lane 0's bulk group), waited for before the area
- * is written again. */
+ * session 13). pending: this warp has a store in flight from the staging
+ * area (lane 0's bulk group), waited for before the area is written
+ * again. */
 template <typename T>
 __device__ __forceinline__ void store_tile_tma(const CUtensorMap *tmAg, int x, int y, const uint32_t (&u)[4][2],
                                                int lane, unsigned char *stage, bool &pending)

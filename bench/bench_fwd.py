@@ -31,7 +31,8 @@ transitions (0 off, 1 on; fqla_cuda_fwd_tune_cp_skip; without it each build keep
 default: on since session 14), and an eighth programmatic
 dependent launch of the kernels after the prepare kernel (0 off, 1 on, -1 the default;
 fqla_cuda_fwd_tune_pdl), and a ninth the per cent of long segments' transitions the CP
-plan expects the shortcut to leave out (cp_plan.h m_skipped; 0 = the default;
+plan expects the shortcut to leave out (cp_plan.h m_skipped; without it the build's default:
+0 before session 16, 75 since;
 fqla_cuda_fwd_tune_cp_mskip). Each (library,
 variant) is one CSV row; its commit field is the build's commit plus the
 variant, or the label of a labelled library run without variants (e.g.
@@ -433,7 +434,7 @@ def main():
                 if lib.tune_pdl:
                     lib.tune_pdl(C.c_int(var[7] if var and len(var) >= 8 else -1))
                 if lib.tune_mskip:
-                    lib.tune_mskip(var[8] / 100.0 if var and len(var) >= 9 else 0.0)
+                    lib.tune_mskip(var[8] / 100.0 if var and len(var) >= 9 else -1.0)  # < 0: the default
                 ours = FqlaFwd(lib, q, k, v, g, beta, h0, cu, cu_host, o, ht)
                 ours()
                 torch.cuda.synchronize()

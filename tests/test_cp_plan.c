@@ -279,15 +279,36 @@ static void plan_skip_share(void)
         fqla_cp_problem p = problem(N, cu[N], HVs[(int)(check_uniform() * 7) % 7], 1, cu);
         p.H = p.HV / (1 + (int64_t)(check_uniform() * 2));
         p.prep_saving = check_uniform() < 0.5;
-        int64_t prev = 0;
+        int64_t prev = 0, at0 = 0;
         for (int s = 0; s <= 4; s++) {
             p.m_skipped = 0.25 * s;
             const int64_t L = fqla_cp_plan(&p);
             CHECK(!(prev > 0 && L == 0), "trial %d: N=%d HV=%lld: CP at m_skipped %.2f (L=%lld), none at %.2f", trial, N,
                   (long long)p.HV, 0.25 * (s - 1), (long long)prev, 0.25 * s);
+            /* the share only decides whether CP runs: a length chosen at
+             * full price stays (shorter ones measured x1.14-1.32 slower) */
+            if (s == 0) at0 = L;
+            CHECK(!(at0 > 0 && L != at0), "trial %d: N=%d HV=%lld: L=%lld at full price, %lld at m_skipped %.2f",
+                  trial, N, (long long)p.HV, (long long)at0, (long long)L, 0.25 * s);
             prev = L;
         }
     }
+
+    /* Measured on the H200 (docs/perf.md, session 16), fwd.cu's default
+     * share 0.75: TP8 (2,8) 8192x4 gets CP, 0.213 -> 0.184 ms at L = 32;
+     * TP4 (4,16) 28672+4096 keeps the full price's L = 64 (32 measured
+     * x1.25 slower) */
+    q = problem(4, 8192, 8, 0, NULL);
+    q.H = 2;
+    q.prep_saving = 1;
+    q.m_skipped = 0.75;
+    CHECK(fqla_cp_plan(&q) == 32, "TP8 8192x4 at m_skipped 0.75: L = %lld, 32 expected", (long long)fqla_cp_plan(&q));
+    const int64_t cu2[] = {0, 28672, 32768};
+    q = problem(2, 32768, 16, 1, cu2);
+    q.H = 4;
+    q.prep_saving = 1;
+    q.m_skipped = 0.75;
+    CHECK(fqla_cp_plan(&q) == 64, "TP4 28672+4096 at m_skipped 0.75: L = %lld, 64 expected", (long long)fqla_cp_plan(&q));
 }
 
 int main(void)

@@ -126,9 +126,10 @@ typedef struct fqla_cp_problem {
     double m_skipped;       /* the share (0..1) of transitions M of segments of
                                FQLA_CP_SKIP_MIN_L or more chunks that the
                                pre-pass is expected to leave out as negligible
-                               (fwd.cu's cp_skip); 0 (the default) prices every
-                               one. Which are negligible depends on the gates,
-                               which the plan does not see. */
+                               (fwd.cu's cp_skip); 0 prices every one.
+                               Which are negligible depends on the gates,
+                               which the plan does not see; it only decides
+                               whether CP runs (fqla_cp_plan). */
 } fqla_cp_problem;
 
 /* The shortest segment, in chunks, whose transitions m_skipped discounts:
@@ -201,7 +202,8 @@ static inline double fqla_cp_time2(const fqla_cp_problem *q, const int64_t *cu, 
            FQLA_CP_US_SCAN0 - (q->prep_saving ? FQLA_CP_US2_PREP * (tokens / FQLA_CP_CHUNK + q->N) * q->H : 0.0);
 }
 
-/* Chunks per segment, or 0 for no CP, by two latency models, CP only where
+/* Chunks per segment at q's m_skipped, or 0 for no CP (fqla_cp_plan below
+ * decides where the share applies), by two latency models, CP only where
  * one saves 10 % and never where the recurrences alone fill the SMs:
  * - the first (sessions 5-6, fitted on TP8 and TP4 rows):
  *     without CP: chain(N, chunks of the longest sequence) + US_CHAIN
@@ -219,7 +221,7 @@ static inline double fqla_cp_time2(const fqla_cp_problem *q, const int64_t *cu, 
  * when given (the longest sequence, the exact segment count), else as N
  * sequences of T / N tokens. K in {64, 128}, V % 64 = 0 (the TMA kernel's
  * cases; the caller checks). */
-static inline int64_t fqla_cp_plan(const fqla_cp_problem *q)
+static inline int64_t fqla_cp_plan_priced(const fqla_cp_problem *q)
 {
     const int64_t C = FQLA_CP_CHUNK;
     if (q->N <= 0 || q->sms <= 0 || q->N * q->HV * (q->V / 64) >= q->sms) return 0;
@@ -250,6 +252,23 @@ static inline int64_t fqla_cp_plan(const fqla_cp_problem *q)
         }
     }
     return best;
+}
+
+/* Chunks per segment, or 0 for no CP. The segment length is chosen pricing
+ * every transition (fqla_cp_plan_priced with m_skipped 0); only where that
+ * plans no CP is m_skipped's discount asked whether CP pays. Measured on
+ * the 123 benchmark rows where CP may run (docs/perf.md, session 16): the
+ * discount applied everywhere moved rows that already ran CP to shorter
+ * segments, x1.14-1.32 slower (more segments and scan steps, which it does
+ * not price), while every row it sped up (x0.78-0.98) was one the full
+ * price had kept from CP. */
+static inline int64_t fqla_cp_plan(const fqla_cp_problem *q)
+{
+    fqla_cp_problem full = *q;
+    full.m_skipped = 0.0;
+    const int64_t L = fqla_cp_plan_priced(&full);
+    if (L > 0 || !(q->m_skipped > 0.0)) return L;
+    return fqla_cp_plan_priced(q);
 }
 
 #endif

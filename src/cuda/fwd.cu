@@ -60,7 +60,15 @@ int64_t g_tune_cp = -1;
 int g_tune_scan_cb = 0;
 int g_tune_cp_skip = 1;
 int g_tune_pdl = -1;
-double g_tune_cp_mskip = 0.0;
+double g_tune_cp_mskip = -1.0;
+
+/* The CP plan's default m_skipped (cp_plan.h): the benchmark's gates, a
+ * quarter of the heads ungated and the rest summing past the shortcut's -17
+ * over 8 chunks. With it CP runs on 13 of the 123 benchmark rows where CP
+ * may, that priced in full had none, x0.78-0.98 (docs/perf.md, session 16).
+ * Where a model's gates leave no transition negligible those rows pay the
+ * pre-pass in full; the same section measures that cost. */
+#define CP_MSKIP_DEFAULT 0.75
 
 /* Consumer warpgroups per CTA of the wgmma chunk kernel. Two (one CTA per
  * 128 value columns, sharing the K, Q, Ag, Pg tiles) run a CTA ~1.4x longer
@@ -136,11 +144,10 @@ int64_t plan_cp(const fqla_context *ctx, const fqla_problem *p)
      * CP, pick_fused's route */
     const int cp_fused = p->K == 128 && !p->opt.use_qk_l2norm && g_tune_wg != 1;
     q.prep_saving = cp_fused && !(g_tune_wg == 2 || (g_tune_wg == -1 && pick_fused(ctx, p)));
-    /* Every transition priced by default, as the models were fitted (the
-     * shortcut running or not): the share it leaves out is the gates'
-     * business, and a share > 0 waits for the sweep that measures what it
-     * buys (fqla_cuda_fwd_tune_cp_mskip; docs/perf.md, session 15) */
-    q.m_skipped = g_tune_cp_mskip;
+    /* The share of transitions the shortcut is expected to leave out
+     * (none when it is off); it only decides whether CP runs, not L
+     * (fqla_cp_plan) */
+    q.m_skipped = !g_tune_cp_skip ? 0.0 : g_tune_cp_mskip < 0 ? CP_MSKIP_DEFAULT : g_tune_cp_mskip;
     return fqla_cp_plan(&q);
 }
 
@@ -194,9 +201,10 @@ extern "C" void fqla_cuda_fwd_tune_cp_skip(int on)
 }
 
 /* The share (0..1) of long segments' transitions the CP plan expects the
- * shortcut to leave out (cp_plan.h m_skipped): 0, the default, prices every
- * one. For benchmarks: the plan's picks at other shares, timed beside the
- * forced segment lengths (docs/perf.md, session 15). Like
+ * shortcut to leave out (cp_plan.h m_skipped), where pricing every one plans
+ * no CP: 0 prices every one, < 0 the default (CP_MSKIP_DEFAULT). For
+ * benchmarks: the plan's picks at other shares, timed beside the forced
+ * segment lengths (docs/perf.md, sessions 15-16). Like
  * fqla_cuda_fwd_tune_cp it can change the workspace size: set it before
  * the query. */
 extern "C" void fqla_cuda_fwd_tune_cp_mskip(double share)

@@ -62,6 +62,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 
 import torch
 
@@ -303,6 +304,10 @@ def main():
     ap.add_argument("--seqlens", default="", help="comma-separated seqlens labels (default: all)")
     ap.add_argument("--rows", default="", help="comma-separated 'model label:seqlens' rows, run in this order")
     ap.add_argument("--calls", type=int, default=4, help="calls per captured graph")
+    ap.add_argument("--settle", type=float, default=0.0,
+                    help="diagnostic: seconds of idle GPU before each timed measurement, FLA's and "
+                         "ours alike (default 0, as in every recorded table: a rested GPU flatters the "
+                         "HBM-bound rows, docs/perf.md session 16)")
     ap.add_argument("--replays", type=int, default=10)
     ap.add_argument("--out", default=os.path.join(HERE, "results", "fwd-h200.csv"))
     ap.add_argument("--no-fla", action="store_true", help="time flashqla only")
@@ -414,6 +419,8 @@ def main():
             res = run_fla()
             torch.cuda.synchronize()
             res = (res[1].clone(), res[3].clone())
+            torch.cuda.synchronize()
+            time.sleep(a.settle)
             fla_ms = time_graph(run_fla, flush, a.calls, a.replays)
         # every other row the builds and variants run in reverse order, so that
         # a drift within the process (clocks settling) does not favour one of
@@ -441,6 +448,8 @@ def main():
                 o_rel = ht_rel = float("nan")
                 if res is not None:
                     o_rel, ht_rel = rel(o, res[0]), rel(ht, res[1])
+                torch.cuda.synchronize()
+                time.sleep(a.settle)
                 ms = time_graph(ours, flush, a.calls, a.replays)
                 x = fla_ms / ms
                 if not math.isnan(x):

@@ -212,6 +212,13 @@ def debug_clocks(lib, name, n, call):
     return buf
 
 
+def settle(seconds):
+    """--settle: the GPU idle for `seconds` once its queued work is done."""
+    if seconds > 0:
+        torch.cuda.synchronize()
+        time.sleep(seconds)
+
+
 def time_graph(fn, flush, calls, replays):
     """Median ms per call over graph replays of `calls` back-to-back calls."""
     s = torch.cuda.Stream()
@@ -419,8 +426,7 @@ def main():
             res = run_fla()
             torch.cuda.synchronize()
             res = (res[1].clone(), res[3].clone())
-            torch.cuda.synchronize()
-            time.sleep(a.settle)
+            settle(a.settle)
             fla_ms = time_graph(run_fla, flush, a.calls, a.replays)
         # every other row the builds and variants run in reverse order, so that
         # a drift within the process (clocks settling) does not favour one of
@@ -448,8 +454,7 @@ def main():
                 o_rel = ht_rel = float("nan")
                 if res is not None:
                     o_rel, ht_rel = rel(o, res[0]), rel(ht, res[1])
-                torch.cuda.synchronize()
-                time.sleep(a.settle)
+                settle(a.settle)
                 ms = time_graph(ours, flush, a.calls, a.replays)
                 x = fla_ms / ms
                 if not math.isnan(x):

@@ -16,6 +16,17 @@
 #include "cuda/fwd_ptx.cuh"
 #include "cuda/hopper.cuh"
 
+/* Tile sh's Ag (fwd_common.cuh's packed layout) into dst as the square
+ * 64 x 64 tile with 128-byte swizzle (8 KB, 1024-aligned), completing on
+ * bar: one 16-row box per strip, its columns past the strip's width zeros
+ * (out of the strip map's bounds; the box's full 2 KB count on bar). */
+__device__ __forceinline__ void fqla_fwd_load_ag(unsigned char *dst, const fqla_fwd_ag_maps &m, uint64_t *bar,
+                                                 int64_t sh)
+{
+#pragma unroll
+    for (int w = 0; w < 4; w++) fqla_tma_load_2d(dst + 2048 * w, &m.strip[w], bar, 0, (int)(sh * 16));
+}
+
 namespace fqla_chain {
 
 /* S^T accumulator i: value row vr + 8 ((i >> 1) & 1), key column

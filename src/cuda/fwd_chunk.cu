@@ -145,11 +145,14 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 1) fwd_chunk_kernel(const fq
             int64_t t = t0 + (ok ? i : 0);
             fqla_cp_async16(Vs + (b * C + i) * LDV + cv * 8, vb + t * p.v_st + cv * 8, ok ? 16 : 0);
         }
-        const size_t tile = ((size_t)(slot0 + cc) * p.HV + hv) * C * C;
-        const T *ag = (const T *)p.Ag + tile, *pg = (const T *)p.Pg + tile;
+        const int64_t ti = (slot0 + cc) * p.HV + hv;
+        const T *pg = (const T *)p.Pg + ti * C * C;
         for (int idx = lt; idx < C * 8; idx += nt) {
             int i = idx >> 3, cv = idx & 7;
-            fqla_cp_async16(Ags + (b * C + i) * LDA + cv * 8, ag + i * C + cv * 8, 16);
+            /* Ag's packed strips (fwd_common.cuh): zeros past the strip's width */
+            const int w = i >> 4, width = 16 * (w + 1), in = cv * 8 < width;
+            const T *ag = (const T *)p.Ag + fqla_fwd_ag_strip(p.slots * p.HV, w) + (ti * 16 + (i & 15)) * width;
+            fqla_cp_async16(Ags + (b * C + i) * LDA + cv * 8, ag + (in ? cv * 8 : 0), in ? 16 : 0);
             fqla_cp_async16(Pgs + (b * C + i) * LDA + cv * 8, pg + i * C + cv * 8, 16);
         }
         if (lt < 16) {

@@ -135,7 +135,7 @@ template <typename T, int KD, int NWG, bool OUT>
 __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
     fwd_chunk_wg_kernel(const __grid_constant__ fqla_fwd_params p, const __grid_constant__ CUtensorMap tmQ,
                         const __grid_constant__ CUtensorMap tmK, const __grid_constant__ CUtensorMap tmV,
-                        const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmP,
+                        const __grid_constant__ fqla_fwd_ag_maps tmA, const __grid_constant__ CUtensorMap tmP,
                         const __grid_constant__ CUtensorMap tmO)
 {
     typedef wg_cfg<KD, NWG, OUT> cfg;
@@ -187,7 +187,7 @@ __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
         fqla_tma_prefetch(&tmQ);
         fqla_tma_prefetch(&tmK);
         fqla_tma_prefetch(&tmV);
-        fqla_tma_prefetch(&tmA);
+        for (int w = 0; w < 4; w++) fqla_tma_prefetch(&tmA.strip[w]);
         fqla_tma_prefetch(&tmP);
         if (OUT) fqla_tma_prefetch(&tmO);
         for (int s = 0; s < cfg::STAGES; s++) {
@@ -245,7 +245,7 @@ __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
                 unsigned char *st = sm + s * cfg::stage;
                 const int64_t sh = (slot0 + c) * p.HV + hv;
 #ifndef FQLA_DEBUG_NO_AGPG
-                fqla_tma_load_2d(st + cfg::oAg, &tmA, &full[s], 0, (int)(sh * C));
+                fqla_fwd_load_ag(st + cfg::oAg, tmA, &full[s], sh);
                 if (OUT) fqla_tma_load_2d(st + cfg::oPg, &tmP, &full[s], 0, (int)(sh * C));
 #endif
                 fqla_bulk_load(st + cfg::oGam, p.gam + sh * C, 256, &full[s]);
@@ -430,7 +430,7 @@ namespace {
 #endif
 
 template <typename T, int KD, int NWG, bool OUT>
-cudaError_t launch(const fqla_fwd_params &p, const CUtensorMap *maps, cudaStream_t stream)
+cudaError_t launch(const fqla_fwd_params &p, const CUtensorMap *maps, const fqla_fwd_ag_maps &ag, cudaStream_t stream)
 {
     typedef wg_cfg<KD, NWG, OUT> cfg;
     static volatile int configured[64];
@@ -449,17 +449,18 @@ cudaError_t launch(const fqla_fwd_params &p, const CUtensorMap *maps, cudaStream
     const int64_t cols = p.cp_mode == 1 ? p.V + p.K : p.V;
     dim3 grid((unsigned)(rows * p.HV), (unsigned)(cols / (64 * NWG)));
     return fqla_launch_pdl(fwd_chunk_wg_kernel<T, KD, NWG, OUT>, grid, dim3(cfg::THREADS), cfg::bytes, stream, p.pdl, p,
-                           maps[0], maps[1], maps[2], maps[3], maps[4], maps[5]);
+                           maps[0], maps[1], maps[2], ag, maps[3], maps[4]);
 }
 
 template <typename T>
-cudaError_t launch_t(const fqla_fwd_params &p, int nwg, const CUtensorMap *maps, cudaStream_t stream)
+cudaError_t launch_t(const fqla_fwd_params &p, int nwg, const CUtensorMap *maps, const fqla_fwd_ag_maps &ag,
+                     cudaStream_t stream)
 {
     if (p.cp_mode == 1) /* the state-only pre-pass: one warpgroup, two CTAs per SM */
-        return p.K == 128 ? launch<T, 128, 1, false>(p, maps, stream) : launch<T, 64, 1, false>(p, maps, stream);
+        return p.K == 128 ? launch<T, 128, 1, false>(p, maps, ag, stream) : launch<T, 64, 1, false>(p, maps, ag, stream);
     if (p.K == 128)
-        return nwg == 2 ? launch<T, 128, 2, true>(p, maps, stream) : launch<T, 128, 1, true>(p, maps, stream);
-    return nwg == 2 ? launch<T, 64, 2, true>(p, maps, stream) : launch<T, 64, 1, true>(p, maps, stream);
+        return nwg == 2 ? launch<T, 128, 2, true>(p, maps, ag, stream) : launch<T, 128, 1, true>(p, maps, ag, stream);
+    return nwg == 2 ? launch<T, 64, 2, true>(p, maps, ag, stream) : launch<T, 64, 1, true>(p, maps, ag, stream);
 }
 
 } // namespace
@@ -470,7 +471,8 @@ cudaError_t fqla_fwd_launch_chunk_wg(const fqla_fwd_params &p, int io_bf16, int 
     *used = 0;
     if (p.N * p.HV == 0) return cudaSuccess;
     CUtensorMap maps[FQLA_FWD_MAPS];
-    if (!fqla_fwd_tma_maps(p, io_bf16, maps)) return cudaSuccess; /* the caller runs the mma.sync kernel */
+    fqla_fwd_ag_maps ag;
+    if (!fqla_fwd_tma_maps(p, io_bf16, maps, &ag)) return cudaSuccess; /* the caller runs the mma.sync kernel */
     *used = 1;
-    return io_bf16 ? launch_t<__nv_bfloat16>(p, nwg, maps, stream) : launch_t<__half>(p, nwg, maps, stream);
+    return io_bf16 ? launch_t<__nv_bfloat16>(p, nwg, maps, ag, stream) : launch_t<__half>(p, nwg, maps, ag, stream);
 }

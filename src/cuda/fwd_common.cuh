@@ -79,7 +79,7 @@ struct fqla_fwd_params {
     /* workspace */
     float *gam;              /* [slots][HV][64] chunk-local cumsum of g */
     float *rq, *rk;          /* [slots][H][64] l2norm factors (l2norm only) */
-    void *Ag, *Pg;           /* [slots][HV][64][64] io dtype */
+    void *Ag, *Pg;           /* io dtype; Pg [slots][HV][64][64], Ag packed (below) */
     /* context parallelism (fwd_cp.cu, DESIGN.md §3): with cp_mode != 0 the
      * chunk kernel's CTAs run segments of seg_chunks chunks instead of whole
      * sequences, and the state index (h0 / ht row) is the segment's index.
@@ -104,6 +104,28 @@ struct fqla_fwd_params {
     int pdl;
 };
 
+/* Ag's packed layout. Ag (64 x 64 per chunk slot and value head: a tile)
+ * is lower triangular, so only its blocks at and left of the diagonal are
+ * stored: row strip w (rows 16 w .. 16 w + 15) keeps its first 16 (w + 1)
+ * columns, and each strip is a region of its own over all tiles, row-major
+ * with a pitch of 16 (w + 1) elements. 2560 elements per tile instead of
+ * 4096: the prepare kernel writes and the chunk kernels read 5 / 8 of the
+ * square's bytes (docs/perf.md, session 18). The chunk kernels load strip
+ * w by TMA as a box of 64 columns whose columns past the strip's width
+ * fall outside its map and arrive as zeros, so the shared-memory tile is
+ * the square one. */
+#define FQLA_FWD_AG_ELEMS 2560
+/* first element of strip w's region (tiles: slots x HV) */
+static inline __host__ __device__ int64_t fqla_fwd_ag_strip(int64_t tiles, int w)
+{
+    return tiles * 16 * 16 * (w * (w + 1) / 2);
+}
+
+/* the TMA maps of Ag's strips (fwd_tma.cu) */
+struct fqla_fwd_ag_maps {
+    CUtensorMap strip[4];
+};
+
 /* Workspace carve-up (bytes; every region 256-aligned). */
 struct fqla_fwd_ws_layout {
     size_t gam, rq, rk, Ag, Pg, seg_hm, seg_s0, seg_flag, chunk_ok, total;
@@ -121,7 +143,7 @@ static inline fqla_fwd_ws_layout fqla_fwd_ws(int64_t slots, int64_t H, int64_t H
     L.gam = off; off += fqla_fwd_align256((size_t)slots * HV * 64 * sizeof(float));
     L.rq = off;  off += l2norm ? fqla_fwd_align256((size_t)slots * H * 64 * sizeof(float)) : 0;
     L.rk = off;  off += l2norm ? fqla_fwd_align256((size_t)slots * H * 64 * sizeof(float)) : 0;
-    L.Ag = off;  off += fqla_fwd_align256((size_t)slots * HV * 64 * 64 * io_size);
+    L.Ag = off;  off += fqla_fwd_align256((size_t)slots * HV * FQLA_FWD_AG_ELEMS * io_size);
     L.Pg = off;  off += fqla_fwd_align256((size_t)slots * HV * 64 * 64 * io_size);
     L.seg_hm = off; off += fqla_fwd_align256((size_t)segs * HV * K * (V + K) * sizeof(float));
     L.seg_s0 = off; off += fqla_fwd_align256((size_t)segs * HV * K * V * sizeof(float));
@@ -208,19 +230,21 @@ static inline int fqla_debug_clocks_take(const void *sym, unsigned long long *ou
  * store map (fqla_fwd_map_ag_store), both required without Pg (the fused
  * path, which loads K and stores Ag by TMA), else unused (NULL). */
 cudaError_t fqla_fwd_launch_prepare(const fqla_fwd_params &p, int io_bf16, int hb, const CUtensorMap *tmK,
-                                    const CUtensorMap *tmAg, cudaStream_t stream);
+                                    const fqla_fwd_ag_maps *tmAg, cudaStream_t stream);
 cudaError_t fqla_fwd_launch_chunk(const fqla_fwd_params &p, int io_bf16, int bv, int late, cudaStream_t stream);
 /* The TMA chunk kernels (fwd_tma.cu): 1 when p's shapes and alignments
  * allow them; the maps of q, k, v, Ag, Pg (Pg only when p.Pg is set), 0 when
  * one cannot be encoded. */
 int fqla_fwd_wg_usable(const fqla_fwd_params &p);
-/* q, k, v, Ag, Pg (loads) and o (stores) */
-#define FQLA_FWD_MAPS 6
-int fqla_fwd_tma_maps(const fqla_fwd_params &p, int io_bf16, CUtensorMap maps[FQLA_FWD_MAPS]);
-/* Ag as the prepare kernel stores it: [slots HV 64][64] b16, box 16 rows x
- * 32 columns, 64-byte swizzle (a warp's staging tile as stmatrix lays it
- * out). 0 when it cannot be encoded. */
-int fqla_fwd_map_ag_store(const fqla_fwd_params &p, int io_bf16, CUtensorMap *m);
+/* q, k, v, Pg (loads) and o (stores); Ag's four strips (loads: box 16
+ * rows x 64 columns, 128-byte swizzle, at column 0 and row 16 x tile) */
+#define FQLA_FWD_MAPS 5
+int fqla_fwd_tma_maps(const fqla_fwd_params &p, int io_bf16, CUtensorMap maps[FQLA_FWD_MAPS],
+                      fqla_fwd_ag_maps *ag);
+/* Ag's strips as the prepare kernel stores them: box 16 rows x 32 columns,
+ * 64-byte swizzle (a warp's staging tile as stmatrix lays it out; columns
+ * past a strip's width are not written). 0 when one cannot be encoded. */
+int fqla_fwd_map_ag_store(const fqla_fwd_params &p, int io_bf16, fqla_fwd_ag_maps *m);
 /* The warp-specialised chunk kernel (fwd_chunk_wg.cu); sets *used to 0
  * (launching nothing) when the maps cannot be encoded. nwg: consumer
  * warpgroups per CTA (1 or 2, 64 value columns each). */

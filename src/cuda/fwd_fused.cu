@@ -112,7 +112,7 @@ template <typename T, int KD, int NWG_>
 __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
     fwd_fused_kernel(const __grid_constant__ fqla_fwd_params p, const __grid_constant__ CUtensorMap tmQ,
                      const __grid_constant__ CUtensorMap tmK, const __grid_constant__ CUtensorMap tmV,
-                     const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmO)
+                     const __grid_constant__ fqla_fwd_ag_maps tmA, const __grid_constant__ CUtensorMap tmO)
 {
     typedef fu_cfg<KD, NWG_> cfg;
     typedef fqla_io<T> io;
@@ -148,7 +148,7 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
         fqla_tma_prefetch(&tmQ);
         fqla_tma_prefetch(&tmK);
         fqla_tma_prefetch(&tmV);
-        fqla_tma_prefetch(&tmA);
+        for (int w = 0; w < 4; w++) fqla_tma_prefetch(&tmA.strip[w]);
         fqla_tma_prefetch(&tmO);
         for (int s = 0; s < cfg::QST; s++) {
             fqla_mbar_init(&full[s], 1);
@@ -192,7 +192,7 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
                 const int s = c % cfg::QST;
                 unsigned char *st = sm + s * cfg::stage;
                 const int64_t sh = (slot0 + c) * p.HV + hv;
-                fqla_tma_load_2d(st + cfg::oAg, &tmA, &full[s], 0, (int)(sh * C));
+                fqla_fwd_load_ag(st + cfg::oAg, tmA, &full[s], sh);
                 fqla_bulk_load(st + cfg::oGam, p.gam + sh * C, 256, &full[s]);
             }
         }
@@ -388,7 +388,7 @@ namespace {
 #endif
 
 template <typename T, int NWG>
-cudaError_t launch(const fqla_fwd_params &p, const CUtensorMap *maps, cudaStream_t stream)
+cudaError_t launch(const fqla_fwd_params &p, const CUtensorMap *maps, const fqla_fwd_ag_maps &ag, cudaStream_t stream)
 {
     typedef fu_cfg<128, NWG> cfg;
     static volatile int configured[64];
@@ -404,7 +404,7 @@ cudaError_t launch(const fqla_fwd_params &p, const CUtensorMap *maps, cudaStream
     /* (the prepare kernel zeroes the o rows after the last sequence) */
     dim3 grid((unsigned)((p.cp_mode ? p.segs : p.N) * p.HV), (unsigned)(p.V / (64 * NWG)));
     return fqla_launch_pdl(fwd_fused_kernel<T, 128, NWG>, grid, dim3(cfg::THREADS), cfg::bytes, stream, p.pdl, p,
-                           maps[0], maps[1], maps[2], maps[3], maps[5]);
+                           maps[0], maps[1], maps[2], ag, maps[4]);
 }
 
 } // namespace
@@ -425,13 +425,14 @@ cudaError_t fqla_fwd_launch_fused(const fqla_fwd_params &k, int io_bf16, int hb,
     fqla_fwd_params p = k;
     p.Pg = NULL; /* this path has none: the prepare kernel runs without Q */
     if (!fqla_fwd_fused_usable(p, nwg)) return cudaSuccess;
-    CUtensorMap maps[FQLA_FWD_MAPS], ag_store;
-    if (!fqla_fwd_tma_maps(p, io_bf16, maps)) return cudaSuccess; /* the caller runs the two kernels */
+    CUtensorMap maps[FQLA_FWD_MAPS];
+    fqla_fwd_ag_maps ag, ag_store;
+    if (!fqla_fwd_tma_maps(p, io_bf16, maps, &ag)) return cudaSuccess; /* the caller runs the two kernels */
     if ((parts & FQLA_FUSED_PREPARE) && !fqla_fwd_map_ag_store(p, io_bf16, &ag_store)) return cudaSuccess;
     *used = 1;
     cudaError_t err = cudaSuccess;
     if (parts & FQLA_FUSED_PREPARE) err = fqla_fwd_launch_prepare(p, io_bf16, hb, &maps[1], &ag_store, stream);
     if (err != cudaSuccess || !(parts & FQLA_FUSED_CHAIN) || (p.cp_mode ? p.segs : p.N) * p.HV == 0) return err;
-    if (nwg == 1) return io_bf16 ? launch<__nv_bfloat16, 1>(p, maps, stream) : launch<__half, 1>(p, maps, stream);
-    return io_bf16 ? launch<__nv_bfloat16, 2>(p, maps, stream) : launch<__half, 2>(p, maps, stream);
+    if (nwg == 1) return io_bf16 ? launch<__nv_bfloat16, 1>(p, maps, ag, stream) : launch<__half, 1>(p, maps, ag, stream);
+    return io_bf16 ? launch<__nv_bfloat16, 2>(p, maps, ag, stream) : launch<__half, 2>(p, maps, ag, stream);
 }

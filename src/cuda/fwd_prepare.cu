@@ -26,7 +26,9 @@
  *           tensor cores: tf32 m16n8k8 in the 3xTF32 split (a = big + small,
  *           three mma, fp32 accumulate: fp32-level accuracy, the inverse's
  *           math stays fp32);
- *        c. each warp writes its 16x32 tile of Ag = Gamma (.) Ar diag(beta).
+ *        c. each warp writes its 16x32 tile of Ag = Gamma (.) Ar diag(beta)
+ *           into the packed layout (fwd_common.cuh), unless the tile lies
+ *           wholly above the diagonal.
  *
  * Why (docs/perf.md, CUDA forward v4 and session 9): v1-v3 did the block
  * merges with fp32 FMAs fed by shared-memory loads, ~640 warp-wide 16-byte
@@ -272,11 +274,13 @@ __device__ __forceinline__ void stage_tile(const uint32_t (&u)[4][2], int lane, 
         fqla_stsm_x4(stage + r * 64 + 16 * (mi ^ ((r >> 1) & 3)), u[0][h], u[1][h], u[2][h], u[3][h]);
     }
 }
-/* Stores a 16x32 tile (rows r0.., columns n0..) of a 64x64 row-major matrix
- * of the io dtype from accumulator layout through the warp's staging area
- * (stage_tile), then each lane loads and stores 16 bytes twice. */
+/* Stores a 16x32 tile (columns n0..) into 16 rows of a row-major matrix of
+ * the io dtype (dst: the tile's first row; pitch: elements per row; only
+ * columns below width are written) from accumulator layout through the
+ * warp's staging area (stage_tile), then each lane loads and stores 16 bytes
+ * twice. */
 template <typename T>
-__device__ __forceinline__ void store_tile(T *dst, const uint32_t (&u)[4][2], int r0, int n0, int lane,
+__device__ __forceinline__ void store_tile(T *dst, int pitch, int width, const uint32_t (&u)[4][2], int n0, int lane,
                                            unsigned char *stage)
 {
     stage_tile(u, lane, stage);
@@ -285,7 +289,7 @@ __device__ __forceinline__ void store_tile(T *dst, const uint32_t (&u)[4][2], in
     for (int h = 0; h < 2; h++) {
         const int r = (lane >> 2) + 8 * h, ch = lane & 3;
         const uint4 w = *reinterpret_cast<const uint4 *>(stage + r * 64 + 16 * (ch ^ ((r >> 1) & 3)));
-        *reinterpret_cast<uint4 *>(dst + (r0 + r) * C + n0 + 8 * ch) = w;
+        if (n0 + 8 * ch < width) *reinterpret_cast<uint4 *>(dst + r * pitch + n0 + 8 * ch) = w;
     }
     __syncwarp(); /* the staging area is free for the next tile */
 }
@@ -476,7 +480,7 @@ __device__ unsigned long long g_prep_clk[16];
 template <typename T, int KD, int PREC, bool WQ, bool PAIR>
 __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
     fwd_prepare_kernel(const __grid_constant__ fqla_fwd_params p, const __grid_constant__ CUtensorMap tmK,
-                       const __grid_constant__ CUtensorMap tmAg)
+                       const __grid_constant__ fqla_fwd_ag_maps tmAg)
 {
     typedef fqla_io<T> io;
     constexpr int LDQ = prep_smem<KD>::LDQ;
@@ -760,7 +764,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
                     }
                 }
             }
-            store_tile<T>((T *)p.Pg + ((size_t)slot * p.HV + hv) * C * C, u, r0, n0, lane, stage);
+            store_tile<T>((T *)p.Pg + (((size_t)slot * p.HV + hv) * C + r0) * C, C, C, u, n0, lane, stage);
         }
     }
 
@@ -887,8 +891,10 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
         __syncthreads();
         PR_CLK(7);
 
-        /* c. Ag = Gamma (.) X diag(beta): this warp's tile of each head */
-        for (int h2 = 0; h2 < nb; h2++) {
+        /* c. Ag = Gamma (.) X diag(beta): this warp's tile of each head;
+         * the tiles right of the diagonal block (warps 4 and 5) are zeros,
+         * which the packed layout does not store */
+        for (int h2 = 0; h2 < nb && n0 < 16 * (mw + 1); h2++) {
             const int jj = j0 + h2, hv = PAIR ? hq : hq * p.group + jj;
             const int64_t sl = PAIR ? 2 * (int64_t)blockIdx.x + h2 : slot; /* PAIR: chunk h2's slot */
             if (PAIR && !have_pair[h2]) continue; /* warp-uniform */
@@ -896,7 +902,8 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
             uint32_t u[4][2];
             /* the kinds of the tile's two 16-column blocks: the tile at
              * rows r0.. and columns n0.. meets the diagonal block mw in at
-             * most one of them; 4 combinations occur (warp-uniform) */
+             * most one of them; 3 combinations occur among the stored
+             * tiles (warp-uniform) */
             if constexpr (WQ) { /* ag_tile's kinds at run time spilled ~100 bytes here */
                 const float gi[2] = {gh[r0 + g], gh[r0 + g + 8]};
 #pragma unroll
@@ -923,14 +930,18 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
                 }
             } else {
                 switch (ag_kind(n0 / 16, mw) * 3 + ag_kind(n0 / 16 + 1, mw)) {
-                case 0: ag_tile<T, 0, 0>(u, Xh, gh, bh, r0, n0, lane); break;
                 case 3: ag_tile<T, 1, 0>(u, Xh, gh, bh, r0, n0, lane); break;
                 case 7: ag_tile<T, 2, 1>(u, Xh, gh, bh, r0, n0, lane); break;
                 default: ag_tile<T, 2, 2>(u, Xh, gh, bh, r0, n0, lane); break;
                 }
             }
-            if constexpr (WQ) store_tile<T>((T *)p.Ag + ((size_t)sl * p.HV + hv) * C * C, u, r0, n0, lane, stage);
-            else store_tile_tma<T>(&tmAg, n0, (int)((sl * p.HV + hv) * C) + r0, u, lane, stage, ag_pending);
+            /* into strip mw of the packed layout (fwd_common.cuh) */
+            const int64_t tile = sl * p.HV + hv;
+            if constexpr (WQ)
+                store_tile<T>((T *)p.Ag + fqla_fwd_ag_strip(p.slots * p.HV, mw) + (tile * 16) * (16 * (mw + 1)),
+                              16 * (mw + 1), 16 * (mw + 1), u, n0, lane, stage);
+            else
+                store_tile_tma<T>(&tmAg.strip[mw], n0, (int)(tile * 16), u, lane, stage, ag_pending);
         }
     }
     /* the warp's last Ag stores are done before the CTA exits (the fused
@@ -950,7 +961,8 @@ namespace {
 #endif
 
 template <typename T, int KD, int PREC, bool WQ = true, bool PAIR = false>
-cudaError_t launch(const fqla_fwd_params &p, const CUtensorMap &tmK, const CUtensorMap &tmAg, cudaStream_t stream)
+cudaError_t launch(const fqla_fwd_params &p, const CUtensorMap &tmK, const fqla_fwd_ag_maps &tmAg,
+                   cudaStream_t stream)
 {
     size_t smem = PAIR ? prep_smem<KD>::bytes_pair() : prep_smem<KD>::bytes(p.group);
 #ifdef FQLA_PREP_CLOCKS
@@ -987,7 +999,7 @@ cudaError_t launch(const fqla_fwd_params &p, const CUtensorMap &tmK, const CUten
 }
 
 template <typename T, int PREC>
-cudaError_t launch_kd(const fqla_fwd_params &p, const CUtensorMap *tmK, const CUtensorMap *tmAg,
+cudaError_t launch_kd(const fqla_fwd_params &p, const CUtensorMap *tmK, const fqla_fwd_ag_maps *tmAg,
                       cudaStream_t stream)
 {
     /* without Pg (the fused kernel forms it, K = 128 only): no Q, no Q K^T,
@@ -997,18 +1009,20 @@ cudaError_t launch_kd(const fqla_fwd_params &p, const CUtensorMap *tmK, const CU
         return p.group == 1 ? launch<T, 128, PREC, false, true>(p, *tmK, *tmAg, stream)
                             : launch<T, 128, PREC, false>(p, *tmK, *tmAg, stream);
     }
-    static const CUtensorMap unused = {}; /* the kernels with Q copy K and store Ag from the threads */
+    /* the kernels with Q copy K and store Ag from the threads */
+    static const CUtensorMap unused = {};
+    static const fqla_fwd_ag_maps unused_ag = {};
     switch (p.K) {
-    case 64: return launch<T, 64, PREC>(p, unused, unused, stream);
-    case 128: return launch<T, 128, PREC>(p, unused, unused, stream);
-    case 256: return launch<T, 256, PREC>(p, unused, unused, stream);
+    case 64: return launch<T, 64, PREC>(p, unused, unused_ag, stream);
+    case 128: return launch<T, 128, PREC>(p, unused, unused_ag, stream);
+    case 256: return launch<T, 256, PREC>(p, unused, unused_ag, stream);
     }
     return cudaErrorInvalidValue;
 }
 
 /* variant: 2 -> plain tf32 merges (tuning builds only); else 3xTF32 */
 template <typename T>
-cudaError_t launch_variant(const fqla_fwd_params &p, int variant, const CUtensorMap *tmK, const CUtensorMap *tmAg,
+cudaError_t launch_variant(const fqla_fwd_params &p, int variant, const CUtensorMap *tmK, const fqla_fwd_ag_maps *tmAg,
                            cudaStream_t stream)
 {
 #if FQLA_FWD_TUNING
@@ -1022,7 +1036,7 @@ cudaError_t launch_variant(const fqla_fwd_params &p, int variant, const CUtensor
 
 /* hb: the variant of fqla_cuda_fwd_tune's first argument (see the top). */
 cudaError_t fqla_fwd_launch_prepare(const fqla_fwd_params &p, int io_bf16, int hb, const CUtensorMap *tmK,
-                                    const CUtensorMap *tmAg, cudaStream_t stream)
+                                    const fqla_fwd_ag_maps *tmAg, cudaStream_t stream)
 {
     if (p.slots + (p.varlen ? (p.T + C - 1) / C : 0) == 0 || p.H == 0) return cudaSuccess;
     return io_bf16 ? launch_variant<__nv_bfloat16>(p, hb, tmK, tmAg, stream)

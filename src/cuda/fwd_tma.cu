@@ -47,19 +47,33 @@ bool map_btd(CUtensorMap *m, int bf16, const void *base, int64_t B, int64_t T, i
                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-/* Workspace [rows][64] b16 tiles (Ag, Pg), box {64, 64} with 128-byte
- * swizzle (the chunk kernels' loads), or {32, 16} with 64-byte swizzle (the
- * prepare kernel's per-warp stores). */
-bool map_tiles(CUtensorMap *m, int bf16, const void *base, int64_t rows, bool store_box = false)
+/* Workspace [rows][width] b16 matrices (Pg's tiles: width 64; Ag's strips:
+ * 16, 32, 48, 64), box {64, box_rows} with 128-byte swizzle (the chunk
+ * kernels' loads; columns past width arrive as zeros), or {32, 16} with
+ * 64-byte swizzle (the prepare kernel's per-warp stores; columns past width
+ * are not written). */
+bool map_tiles(CUtensorMap *m, int bf16, const void *base, int64_t rows, int width, int box_rows,
+               bool store_box = false)
 {
     PFN_cuTensorMapEncodeTiled_v12000 enc = encode_fn();
     if (!enc || ((uintptr_t)base & 15)) return false;
-    cuuint64_t dims[2] = {64, (cuuint64_t)rows}, strides[1] = {128};
-    cuuint32_t box[2] = {store_box ? 32u : 64u, store_box ? 16u : 64u}, estr[2] = {1, 1};
+    cuuint64_t dims[2] = {(cuuint64_t)width, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)width * 2};
+    cuuint32_t box[2] = {store_box ? 32u : 64u, store_box ? 16u : (cuuint32_t)box_rows}, estr[2] = {1, 1};
     return enc(m, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2,
                const_cast<void *>(base), dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
                store_box ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+/* Ag's four strip maps (fwd_common.cuh's packed layout) */
+bool map_ag(fqla_fwd_ag_maps *m, int bf16, const fqla_fwd_params &p, bool store_box)
+{
+    const int64_t tiles = p.slots * p.HV;
+    for (int w = 0; w < 4; w++)
+        if (!map_tiles(&m->strip[w], bf16, (const unsigned char *)p.Ag + 2 * fqla_fwd_ag_strip(tiles, w), tiles * 16,
+                       16 * (w + 1), 16, store_box))
+            return false;
+    return true;
 }
 
 } // namespace
@@ -75,18 +89,19 @@ int fqla_fwd_wg_usable(const fqla_fwd_params &p)
     return 1;
 }
 
-int fqla_fwd_tma_maps(const fqla_fwd_params &p, int io_bf16, CUtensorMap maps[FQLA_FWD_MAPS])
+int fqla_fwd_tma_maps(const fqla_fwd_params &p, int io_bf16, CUtensorMap maps[FQLA_FWD_MAPS], fqla_fwd_ag_maps *ag)
 {
     const int64_t B = p.varlen ? 1 : p.N;
     const int64_t rows = p.slots * p.HV * FQLA_FWD_CHUNK;
     return map_btd(&maps[0], io_bf16, p.q, B, p.T, p.H, p.K, p.q_sb, p.q_st, p.q_sh) &&
            map_btd(&maps[1], io_bf16, p.k, B, p.T, p.H, p.K, p.k_sb, p.k_st, p.k_sh) &&
            map_btd(&maps[2], io_bf16, p.v, B, p.T, p.HV, p.V, p.v_sb, p.v_st, p.v_sh) &&
-           map_tiles(&maps[3], io_bf16, p.Ag, rows) && (!p.Pg || map_tiles(&maps[4], io_bf16, p.Pg, rows)) &&
-           map_btd(&maps[5], io_bf16, p.o, B, p.T, p.HV, p.V, p.o_sb, p.o_st, p.o_sh);
+           (!p.Pg || map_tiles(&maps[3], io_bf16, p.Pg, rows, 64, 64)) &&
+           map_btd(&maps[4], io_bf16, p.o, B, p.T, p.HV, p.V, p.o_sb, p.o_st, p.o_sh) &&
+           map_ag(ag, io_bf16, p, false);
 }
 
-int fqla_fwd_map_ag_store(const fqla_fwd_params &p, int io_bf16, CUtensorMap *m)
+int fqla_fwd_map_ag_store(const fqla_fwd_params &p, int io_bf16, fqla_fwd_ag_maps *m)
 {
-    return map_tiles(m, io_bf16, p.Ag, p.slots * p.HV * FQLA_FWD_CHUNK, true);
+    return map_ag(m, io_bf16, p, true);
 }

@@ -11,8 +11,9 @@
 #
 #   tools/gpu/fwd_device.sh [tests] [memcheck|sanitize] [pytest] [bench]
 #   (default: tests memcheck bench). sanitize runs memcheck, synccheck,
-#   racecheck and initcheck on SANITIZE_FILTER's cases (small shapes of every
-#   kernel); pytest the python tests against the carried library.
+#   racecheck and initcheck (or SANITIZE_TOOLS' list) on SANITIZE_FILTER's
+#   cases (small shapes of every kernel); pytest the python tests against the
+#   carried library.
 #   BENCH_ARGS='--rows ... --variants ...' to pick benchmark rows and variants.
 #   DEADLINE=S: the benchmark is cut off S seconds after the script started
 #   (rows already measured are kept: the CSV is written row by row).
@@ -67,7 +68,7 @@ for s in $steps; do
     stamp "memcheck rc=$rc: $(grep -E 'ERROR SUMMARY' "$LOG/memcheck.log" | tail -n 1)"
     ;;
   sanitize)
-    for tool in memcheck synccheck racecheck initcheck; do
+    for tool in ${SANITIZE_TOOLS:-memcheck synccheck racecheck initcheck}; do
       stamp "$tool"
       FQLA_TEST_FILTER=${SANITIZE_FILTER:-zero_len,trailing,head_dims,gva,context_parallel} timeout "${SANITIZE_TIMEOUT:-150}" \
         compute-sanitizer --tool $tool --error-exitcode 9 "$BIN/test_gpu_fwd" > "$LOG/$tool.log" 2>&1; rc=$?

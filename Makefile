@@ -52,7 +52,9 @@ $(BUILD)/obj/%.o: %.c $(wildcard include/*.h src/*.h src/cpu/*.h)
 
 $(BUILD)/obj/%.o: %.cu $(wildcard include/*.h src/*.h src/cuda/*.h src/cuda/*.cuh)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@ 2> $@.log; st=$$?; cat $@.log >&2; [ $$st -eq 0 ] || exit $$st; \
+	! grep -q C7511 $@.log || { echo "$<: ptxas serialised wgmma (C7511): a hard regression for these kernels" \
+	  "(docs/perf.md, session 18)" >&2; rm -f $@; exit 1; }
 
 $(LIB_A): $(OBJ)
 	@mkdir -p $(dir $@)

@@ -240,28 +240,15 @@ __device__ __forceinline__ void store_out(const fqla_fwd_params &p, const CUtens
  * tiles of 64 token rows x 64 columns in TMA's 128-byte swizzle, one k-step
  * of 16 tokens FQLA_DESC_K16_* on. */
 
-/* Ag and Pg are lower triangular: in k-step kk (tokens j = 16 kk ..) of a
- * product X^T B^T with B = Ag or Pg (N = the rows i of B), the columns
- * i < 16 kk of X^T's tile get zeros. So k-step kk > 0 is one wgmma of N =
- * 64 - 16 kk on the accumulators of columns 16 kk.. (8 kk on; an n8 block
- * holds four), its B descriptor 16 kk rows on: 5/8 of the tensor work of
- * four full k-steps, the same sums (docs/perf.md, session 18). */
-template <typename T, bool SS, int TA, int kk>
-__device__ __forceinline__ void tri_step(float (&acc)[32], uint64_t dA, const uint32_t *a, uint64_t dB)
-{
-    const uint64_t db = dB + kk * FQLA_DESC_K16_KMAJOR + kk * FQLA_DESC_ROW16_KMAJOR;
-    fqla_wg<T>::template narrow<SS, TA, 0, 64 - 16 * kk>(acc + 8 * kk, dA, a, db);
-}
-
 /* G1: Vd^T = V^T Ag^T (the V tile [t][v]: A MN-major; the accumulators
  * overwritten) */
 template <typename T>
 __device__ __forceinline__ void g1_issue(float (&accVd)[32], uint64_t dV, uint64_t dAg)
 {
-    fqla_wg<T>::template ss64<1, 0>(accVd, dV, dAg, 0);
-    tri_step<T, true, 1, 1>(accVd, dV + 1 * FQLA_DESC_K16_MNMAJOR, nullptr, dAg);
-    tri_step<T, true, 1, 2>(accVd, dV + 2 * FQLA_DESC_K16_MNMAJOR, nullptr, dAg);
-    tri_step<T, true, 1, 3>(accVd, dV + 3 * FQLA_DESC_K16_MNMAJOR, nullptr, dAg);
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++)
+        fqla_wg<T>::template ss64<1, 0>(accVd, dV + kk * FQLA_DESC_K16_MNMAJOR, dAg + kk * FQLA_DESC_K16_KMAJOR,
+                                        kk > 0);
 }
 
 /* G2: [U^T | Qs^T] = S^T [K; Q]^T with the Q tiles (N = 128: each 64-wide
@@ -283,10 +270,8 @@ __device__ __forceinline__ void g2_issue(float (&accUQ)[N / 2], const uint32_t (
 template <typename T>
 __device__ __forceinline__ void g4_issue(float (&accVd)[32], const uint32_t (&wn)[4][4], uint64_t dAg)
 {
-    fqla_wg<T>::template rs64<0>(accVd, wn[0], dAg, 1);
-    tri_step<T, false, 0, 1>(accVd, 0, wn[1], dAg);
-    tri_step<T, false, 0, 2>(accVd, 0, wn[2], dAg);
-    tri_step<T, false, 0, 3>(accVd, 0, wn[3], dAg);
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) fqla_wg<T>::template rs64<0>(accVd, wn[kk], dAg + kk * FQLA_DESC_K16_KMAJOR, 1);
 }
 
 /* G5: S^T += Vp^T K (the K tiles [t][k]: B MN-major, dKt over all KD / 64
@@ -305,10 +290,8 @@ __device__ __forceinline__ void g5_issue(float (&S)[KD / 2], const uint32_t (&vp
 template <typename T>
 __device__ __forceinline__ void g6_issue(float (&accP)[32], const uint32_t (&vd)[4][4], uint64_t dPg)
 {
-    fqla_wg<T>::template rs64<0>(accP, vd[0], dPg, 0);
-    tri_step<T, false, 0, 1>(accP, 0, vd[1], dPg);
-    tri_step<T, false, 0, 2>(accP, 0, vd[2], dPg);
-    tri_step<T, false, 0, 3>(accP, 0, vd[3], dPg);
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) fqla_wg<T>::template rs64<0>(accP, vd[kk], dPg + kk * FQLA_DESC_K16_KMAJOR, kk > 0);
 }
 
 } // namespace fqla_chain

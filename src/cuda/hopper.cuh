@@ -159,8 +159,6 @@ FQLA_HDEV uint64_t fqla_desc_mnmajor(const void *tile, uint32_t atom_bytes) { re
 /* Descriptor start-address steps (the field counts 16-byte units). */
 #define FQLA_DESC_K16_KMAJOR 2ull    /* +32 B */
 #define FQLA_DESC_K16_MNMAJOR 128ull /* +2048 B */
-/* 16 rows on in a K-major tile (128-byte rows): +2048 B */
-#define FQLA_DESC_ROW16_KMAJOR 128ull
 
 #define FQLA_WG_ACC32                                                                                          \
     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, " \
@@ -172,27 +170,7 @@ FQLA_HDEV uint64_t fqla_desc_mnmajor(const void *tile, uint32_t atom_bytes) { re
 #define FQLA_WG_OUT8(d, i)                                                                                   \
     "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), \
         "+f"(d[i + 7])
-#define FQLA_WG_OUT8_0(d) FQLA_WG_OUT8(d, 0)
-#define FQLA_WG_OUT16(d) FQLA_WG_OUT8(d, 0), FQLA_WG_OUT8(d, 8)
-#define FQLA_WG_OUT24(d) FQLA_WG_OUT16(d), FQLA_WG_OUT8(d, 16)
-#define FQLA_WG_OUT32(d) FQLA_WG_OUT16(d), FQLA_WG_OUT8(d, 16), FQLA_WG_OUT8(d, 24)
-#define FQLA_WG_ACC8 "{%0, %1, %2, %3, %4, %5, %6, %7}"
-#define FQLA_WG_ACC16 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
-#define FQLA_WG_ACC24                                                                                           \
-    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, " \
-    "%23}"
-/* D += A B at N = 48, 32 or 16 (accumulating; d: the first of N / 2
- * accumulators), the operand lists after N / 2 accumulator operands */
-#define FQLA_WG_NARROW(TYPE_PTX, NSTR, ACC, OUT, SS_OPS, RS_OPS)                                                \
-    if constexpr (SS) {                                                                                         \
-        asm volatile("wgmma.mma_async.sync.aligned.m64n" NSTR "k16.f32." TYPE_PTX "." TYPE_PTX " " ACC SS_OPS   \
-                     : OUT(d)                                                                                   \
-                     : "l"(da), "l"(db), "n"(TA), "n"(TB));                                                     \
-    } else {                                                                                                    \
-        asm volatile("wgmma.mma_async.sync.aligned.m64n" NSTR "k16.f32." TYPE_PTX "." TYPE_PTX " " ACC RS_OPS   \
-                     : OUT(d)                                                                                   \
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(TB));                          \
-    }
+#define FQLA_WG_OUT32(d) FQLA_WG_OUT8(d, 0), FQLA_WG_OUT8(d, 8), FQLA_WG_OUT8(d, 16), FQLA_WG_OUT8(d, 24)
 #define FQLA_WG_OUT64(d) FQLA_WG_OUT32(d), FQLA_WG_OUT8(d, 32), FQLA_WG_OUT8(d, 40), FQLA_WG_OUT8(d, 48), FQLA_WG_OUT8(d, 56)
 
 /* D (+)= A B for one k-step of 16, fp32 accumulate. TA / TB: 0 K-major,
@@ -227,23 +205,6 @@ template <typename T> struct fqla_wg;
                          ", {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n\t}"                                       \
                          : FQLA_WG_OUT64(d)                                                                      \
                          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d), "n"(TB));        \
-        }                                                                                                        \
-        /* D += A B at N = 48, 32, 16 on d[0 .. N / 2): A from shared memory (SS, descriptor da) or from        \
-         * registers (a); the products whose B is lower triangular use them for their later k-steps */         \
-        template <bool SS, int TA, int TB, int N>                                                                \
-        static FQLA_HDEV void narrow(float *d, uint64_t da, const uint32_t *a, uint64_t db)                     \
-        {                                                                                                        \
-            static_assert(N == 48 || N == 32 || N == 16, "narrow: N = 48, 32 or 16");                           \
-            if constexpr (N == 48) {                                                                             \
-                FQLA_WG_NARROW(PTX, "48", FQLA_WG_ACC24, FQLA_WG_OUT24, ", %24, %25, 1, 1, 1, %26, %27;",       \
-                               ", {%24, %25, %26, %27}, %28, 1, 1, 1, %29;")                                    \
-            } else if constexpr (N == 32) {                                                                      \
-                FQLA_WG_NARROW(PTX, "32", FQLA_WG_ACC16, FQLA_WG_OUT16, ", %16, %17, 1, 1, 1, %18, %19;",       \
-                               ", {%16, %17, %18, %19}, %20, 1, 1, 1, %21;")                                    \
-            } else {                                                                                             \
-                FQLA_WG_NARROW(PTX, "16", FQLA_WG_ACC8, FQLA_WG_OUT8_0, ", %8, %9, 1, 1, 1, %10, %11;",         \
-                               ", {%8, %9, %10, %11}, %12, 1, 1, 1, %13;")                                      \
-            }                                                                                                    \
         }                                                                                                        \
     };
 

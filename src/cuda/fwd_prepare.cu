@@ -40,9 +40,6 @@
  * a row) to 16-byte global stores through a per-warp staging tile (stmatrix,
  * then 16-byte loads). Gamma is kept in shared memory times log2(e), so each
  * Gamma entry is one ex2; only the n-tiles that cut the diagonal are masked.
- * Without Q, where the chunk's gates allow (their log2 spread below 250), Ag
- * takes Gamma in factor form, r_i c_j: two products per element, no ex2
- * (docs/perf.md, session 18).
  * The merges split each A fragment into tf32 parts once per k-step.
  * Their temporaries (the level-1 products, T) live in X's blocks above the
  * diagonal, which step c does not read.
@@ -213,19 +210,12 @@ struct prep_smem {
     static constexpr size_t kk = (size_t)C * LDF * 4;
     static_assert(qk_tiles % 16 == 0 && region0 % 16 == 0, "alignment of the fp32 regions");
     static constexpr size_t stage = 8 * 16 * 64; /* per warp a 16x32 b16 output tile */
-    /* without Q: per head Ag's column factors [64] and the factor form's
-     * flag (an int), padded to 512 bytes (the staging tiles' alignment) */
-    __host__ __device__ static size_t factors(int ng) { return ((size_t)ng * (C * 4 + 4) + 511) / 512 * 512; }
     /* Q, K then X[HB]; KK; rq, rk; gamma and beta of every head of the group;
-     * without Q the factors; the warps' output staging tiles */
-    __host__ __device__ static size_t bytes(int group, bool nq)
-    {
-        return region0 + kk + 2 * C * 4 + (size_t)group * 2 * C * 4 + (nq ? factors(group) : 0) + stage + misc;
-    }
-    /* PAIR: KK of both chunks, gamma, beta and the factors of both; the
-     * staging tiles in the second KK (dead when they are written): three
-     * CTAs per SM */
-    __host__ __device__ static size_t bytes_pair() { return region0 + 2 * kk + 2 * C * 4 + 2 * 2 * C * 4 + factors(2) + misc; }
+     * the warps' output staging tiles */
+    __host__ __device__ static size_t bytes(int group) { return region0 + kk + 2 * C * 4 + (size_t)group * 2 * C * 4 + stage + misc; }
+    /* PAIR: KK of both chunks, gamma and beta of both; the staging tiles in
+     * the second KK (dead when they are written): three CTAs per SM */
+    __host__ __device__ static size_t bytes_pair() { return region0 + 2 * kk + 2 * C * 4 + 2 * 2 * C * 4 + misc; }
     /* last: the K copies' mbarriers (two), PAIR's have flags (two) */
     static constexpr size_t misc = 32;
     /* the staging tiles (after the 512-byte rows rq, rk, gamma, beta; PAIR:
@@ -429,9 +419,9 @@ __device__ __forceinline__ int ag_kind(int b, int mw) { return b > mw ? 0 : b ==
  * element, 28 % of the kernel's (docs/perf.md, session 10). Used without
  * Q; the kernels with Q keep the general loop (this body with the kinds
  * at run time spilled ~100 bytes there). */
-template <typename T, int K0, int K1, bool FAC>
-__device__ __forceinline__ void ag_tile(uint32_t (&u)[4][2], const float *Xh, const float *gh, const float *bh,
-                                        const float *ch, int r0, int n0, int lane)
+template <typename T, int K0, int K1>
+__device__ __forceinline__ void ag_tile(uint32_t (&u)[4][2], const float *Xh, const float *gh, const float *bh, int r0,
+                                        int n0, int lane)
 {
     typedef fqla_io<T> io;
     const int g = lane >> 2, t = lane & 3;
@@ -442,15 +432,14 @@ __device__ __forceinline__ void ag_tile(uint32_t (&u)[4][2], const float *Xh, co
         u[nt][0] = u[nt][1] = 0u;
         if (kind == 0) continue;
         const int col = n0 + 8 * nt + 2 * t, lc = 8 * (nt & 1) + 2 * t; /* lc: in the 16-column block */
-        /* FAC: gh holds r_i, ch c_j beta_j (the gate loop's factor form) */
-        const float2 gc = *reinterpret_cast<const float2 *>((FAC ? ch : gh) + col);
-        const float2 bc = FAC ? make_float2(1.f, 1.f) : *reinterpret_cast<const float2 *>(bh + col);
+        const float2 gc = *reinterpret_cast<const float2 *>(gh + col);
+        const float2 bc = *reinterpret_cast<const float2 *>(bh + col);
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const int lr = g + 8 * h;
             const float2 xv = *reinterpret_cast<const float2 *>(Xh + (r0 + lr) * LDF + col);
-            float v0 = FAC ? gi[h] * gc.x * xv.x : fqla_ex2(gi[h] - gc.x) * xv.x * bc.x;
-            float v1 = FAC ? gi[h] * gc.y * xv.y : fqla_ex2(gi[h] - gc.y) * xv.y * bc.y;
+            float v0 = fqla_ex2(gi[h] - gc.x) * xv.x * bc.x;
+            float v1 = fqla_ex2(gi[h] - gc.y) * xv.y * bc.y;
             if (kind == 1) { /* the diagonal block: i >= j only */
                 v0 = lc <= lr ? v0 : 0.f;
                 v1 = lc + 1 <= lr ? v1 : 0.f;
@@ -512,15 +501,12 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
     float *rqs = KKall + NKK * C * LDF;
     float *rks = rqs + C;
     const int ng = PAIR ? 2 : p.group; /* gamma, beta rows: the group's heads, or the pair's chunks */
-    float *gam = rks + C;              /* [ng][64] gamma * log2(e), or Ag's row factors (below) */
+    float *gam = rks + C;              /* [ng][64] gamma * log2(e) */
     float *bet = gam + ng * C;         /* [ng][64] */
-    float *cfac = bet + ng * C;        /* without Q: [ng][64] Ag's column factors */
-    int *fform = reinterpret_cast<int *>(cfac + ng * C); /* without Q: [ng] the factor form's flag */
     unsigned char *stage = (PAIR ? reinterpret_cast<unsigned char *>(KK + C * LDF)
-                                 : reinterpret_cast<unsigned char *>(bet + ng * C) +
-                                       (WQ ? 0 : prep_smem<KD>::factors(ng))) +
+                                 : reinterpret_cast<unsigned char *>(bet + ng * C)) +
                            (threadIdx.x >> 5) * 16 * 64;
-    unsigned char *misc = smem_raw + (PAIR ? prep_smem<KD>::bytes_pair() : prep_smem<KD>::bytes(p.group, !WQ)) -
+    unsigned char *misc = smem_raw + (PAIR ? prep_smem<KD>::bytes_pair() : prep_smem<KD>::bytes(p.group)) -
                           prep_smem<KD>::misc;
     uint64_t *kbar = reinterpret_cast<uint64_t *>(misc); /* [2]: per half (PAIR) */
     int *have_pair = reinterpret_cast<int *>(misc + 16);  /* [2] */
@@ -636,35 +622,8 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
             }
         gv[1] += __shfl_sync(0xffffffffu, gv[0], 31);
         float *gh = gam + jj * C, *bh = bet + jj * C;
-        const float l0 = gv[0] * 1.4426950408889634f, l1 = gv[1] * 1.4426950408889634f;
-        bool factor = false;
-        if constexpr (!WQ) {
-            /* Ag's factor form: Gamma_ij = 2^(l_i - l_j) = r_i c_j with r_i =
-             * 2^(l_i - m), c_j = 2^(m - l_j) (times beta_j here), m the
-             * midpoint of the chunk's l: one product per element instead of
-             * ex2 of a difference, where every factor stays inside fp32's
-             * range (the spread of l below 250; else the per-element form) */
-            float hi = fmaxf(l0, l1), lo = fminf(l0, l1);
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) {
-                hi = fmaxf(hi, __shfl_xor_sync(0xffffffffu, hi, o));
-                lo = fminf(lo, __shfl_xor_sync(0xffffffffu, lo, o));
-            }
-            factor = hi - lo < 250.f;
-            const float m = 0.5f * (hi + lo);
-            if (factor) {
-                float *ch = cfac + jj * C;
-                gh[lane] = fqla_ex2(l0 - m);
-                gh[lane + 32] = fqla_ex2(l1 - m);
-                ch[lane] = fqla_ex2(m - l0) * bv[0];
-                ch[lane + 32] = fqla_ex2(m - l1) * bv[1];
-            }
-            if (lane == 0) fform[jj] = factor;
-        }
-        if (!factor) {
-            gh[lane] = l0;
-            gh[lane + 32] = l1;
-        }
+        gh[lane] = gv[0] * 1.4426950408889634f;
+        gh[lane + 32] = gv[1] * 1.4426950408889634f;
         bh[lane] = bv[0];
         bh[lane + 32] = bv[1];
         if (have) {
@@ -970,20 +929,10 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
                     }
                 }
             } else {
-                const float *ch = cfac + jj * C;
-                const int kinds = ag_kind(n0 / 16, mw) * 3 + ag_kind(n0 / 16 + 1, mw);
-                if (fform[jj]) { /* warp-uniform */
-                    switch (kinds) {
-                    case 3: ag_tile<T, 1, 0, true>(u, Xh, gh, bh, ch, r0, n0, lane); break;
-                    case 7: ag_tile<T, 2, 1, true>(u, Xh, gh, bh, ch, r0, n0, lane); break;
-                    default: ag_tile<T, 2, 2, true>(u, Xh, gh, bh, ch, r0, n0, lane); break;
-                    }
-                } else {
-                    switch (kinds) {
-                    case 3: ag_tile<T, 1, 0, false>(u, Xh, gh, bh, ch, r0, n0, lane); break;
-                    case 7: ag_tile<T, 2, 1, false>(u, Xh, gh, bh, ch, r0, n0, lane); break;
-                    default: ag_tile<T, 2, 2, false>(u, Xh, gh, bh, ch, r0, n0, lane); break;
-                    }
+                switch (ag_kind(n0 / 16, mw) * 3 + ag_kind(n0 / 16 + 1, mw)) {
+                case 3: ag_tile<T, 1, 0>(u, Xh, gh, bh, r0, n0, lane); break;
+                case 7: ag_tile<T, 2, 1>(u, Xh, gh, bh, r0, n0, lane); break;
+                default: ag_tile<T, 2, 2>(u, Xh, gh, bh, r0, n0, lane); break;
                 }
             }
             /* into strip mw of the packed layout (fwd_common.cuh) */
@@ -1015,7 +964,7 @@ template <typename T, int KD, int PREC, bool WQ = true, bool PAIR = false>
 cudaError_t launch(const fqla_fwd_params &p, const CUtensorMap &tmK, const fqla_fwd_ag_maps &tmAg,
                    cudaStream_t stream)
 {
-    size_t smem = PAIR ? prep_smem<KD>::bytes_pair() : prep_smem<KD>::bytes(p.group, !WQ);
+    size_t smem = PAIR ? prep_smem<KD>::bytes_pair() : prep_smem<KD>::bytes(p.group);
 #ifdef FQLA_PREP_CLOCKS
     /* Instrumented builds only: FQLA_PREP_CTAS_PER_SM = 1 or 2 pads the
      * CTA's shared memory so that at most that many share an SM (233,472

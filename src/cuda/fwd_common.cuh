@@ -120,6 +120,13 @@ static inline __host__ __device__ int64_t fqla_fwd_ag_strip(int64_t tiles, int w
 {
     return tiles * 16 * 16 * (w * (w + 1) / 2);
 }
+/* first element of row r (0 .. 63) of tile's Ag; its 16 (r / 16 + 1)
+ * columns follow */
+static inline __host__ __device__ int64_t fqla_fwd_ag_row(int64_t tiles, int64_t tile, int r)
+{
+    const int w = r >> 4;
+    return fqla_fwd_ag_strip(tiles, w) + (tile * 16 + (r & 15)) * (16 * (w + 1));
+}
 
 /* the TMA maps of Ag's strips (fwd_tma.cu) */
 struct fqla_fwd_ag_maps {

@@ -938,8 +938,8 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
             /* into strip mw of the packed layout (fwd_common.cuh) */
             const int64_t tile = sl * p.HV + hv;
             if constexpr (WQ)
-                store_tile<T>((T *)p.Ag + fqla_fwd_ag_strip(p.slots * p.HV, mw) + (tile * 16) * (16 * (mw + 1)),
-                              16 * (mw + 1), 16 * (mw + 1), u, n0, lane, stage);
+                store_tile<T>((T *)p.Ag + fqla_fwd_ag_row(p.slots * p.HV, tile, r0), 16 * (mw + 1), 16 * (mw + 1), u,
+                              n0, lane, stage);
             else
                 store_tile_tma<T>(&tmAg.strip[mw], n0, (int)(tile * 16), u, lane, stage, ag_pending);
         }

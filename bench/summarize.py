@@ -5,6 +5,14 @@ issue), per commit label, from a results CSV (bench/results/fwd-h200.csv or
 a run's own) and the published anchors (bench/anchors_h200.csv).
 
     python3 bench/summarize.py RESULTS.csv [--commits a,b] [--rows]
+    python3 bench/summarize.py RESULTS.csv --pair NEW,BASE [--rows]
+
+--pair compares two builds timed in one process (bench_fwd.py with several
+--lib builds, FLA there or not): per row NEW's time over BASE's, their
+geomean, and each build's advantage over the best anchor at the anchors'
+own published times (best anchor / ours: no FLA needed, so it reads a
+little differently from the FLA-relative advantage above; compare within
+one run only).
 
 Advantages as BENCHMARKS.md defines them, at the FLA time measured in the
 same run: adv_A = (fla_now / ours) / (fla_pub / A_pub); best = the smaller
@@ -29,7 +37,11 @@ def main():
     ap.add_argument("--anchors", default=os.path.join(os.path.dirname(__file__), "anchors_h200.csv"))
     ap.add_argument("--commits", default="", help="comma-separated commit labels (default: every one)")
     ap.add_argument("--rows", action="store_true", help="print every row's advantage")
+    ap.add_argument("--pair", default="", help="NEW,BASE: two commit labels timed in one run")
     a = ap.parse_args()
+    if a.pair:
+        pair(a)
+        return
     anchors = {}
     for r in csv.DictReader(open(a.anchors)):
         if r["op"] != "fwd":
@@ -61,6 +73,36 @@ def main():
             print("%-12s %-8s rows %3d  x_fla %.2f  adv_fq %.2f  adv_best %.2f  min %.2f  rows>=1 %d" % (
                 c, g, len(recs), gmean([r[0] for r in recs]), gmean([r[1] for r in recs]), gmean(best), min(best),
                 sum(b >= 1 for b in best)))
+
+
+def pair(a):
+    new, base = a.pair.split(",")
+    best = {}
+    for r in csv.DictReader(open(a.anchors)):
+        if r["op"] == "fwd":
+            best[(r["model"], r["seqlens"])] = min(float(r["flashqla_ms"]), float(r["flashinfer_ms"]))
+    times = {}
+    for r in csv.DictReader(open(a.results)):
+        key = (r["model"], r["seqlens"])
+        if key in best and r["commit"] in (new, base):
+            times.setdefault(key, {})[r["commit"]] = float(r["flashqla_ms"])  # the last row counts
+    both = [(k, v) for k, v in times.items() if new in v and base in v]
+    if not both:
+        raise SystemExit("summarize.py: no row has both %s and %s" % (new, base))
+    for group in ("all", "uniform", "others"):
+        recs = [(k, v) for k, v in both if group == "all" or (k[1] in UNIFORM) == (group == "uniform")]
+        if not recs:
+            continue
+        ratio = [v[new] / v[base] for _, v in recs]
+        adv_new = [best[k] / v[new] for k, v in recs]
+        adv_base = [best[k] / v[base] for k, v in recs]
+        print("%-8s rows %3d  %s / %s: x%.4f (x%.3f - x%.3f)  adv best at the anchors' times: %.3f -> %.3f, "
+              "min %.3f -> %.3f, rows < 1: %d -> %d" % (
+                  group, len(recs), new, base, gmean(ratio), min(ratio), max(ratio), gmean(adv_base), gmean(adv_new),
+                  min(adv_base), min(adv_new), sum(x < 1 for x in adv_base), sum(x < 1 for x in adv_new)))
+    if a.rows:
+        for k, v in sorted(both):
+            print("  %-16s %-14s %.4f -> %.4f ms  x%.3f" % (k[0], k[1], v[base], v[new], v[new] / v[base]))
 
 
 if __name__ == "__main__":

@@ -188,7 +188,7 @@ __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
         fqla_tma_prefetch(&tmK);
         fqla_tma_prefetch(&tmV);
         for (int w = 0; w < 4; w++) fqla_tma_prefetch(&tmA.strip[w]);
-        fqla_tma_prefetch(&tmP);
+        if (OUT) fqla_tma_prefetch(&tmP); /* (not encoded without Pg) */
         if (OUT) fqla_tma_prefetch(&tmO);
         for (int s = 0; s < cfg::STAGES; s++) {
             fqla_mbar_init(&full[s], 1);

@@ -150,7 +150,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 1) fwd_chunk_kernel(const fq
         for (int idx = lt; idx < C * 8; idx += nt) {
             int i = idx >> 3, cv = idx & 7;
             /* Ag's packed strips (fwd_common.cuh): zeros past the strip's width */
-            const int in = cv * 8 < 16 * ((i >> 4) + 1);
+            const int in = cv * 8 < fqla_fwd_ag_width(i >> 4);
             const T *ag = (const T *)p.Ag + fqla_fwd_ag_row(p.slots * p.HV, ti, i);
             fqla_cp_async16(Ags + (b * C + i) * LDA + cv * 8, ag + (in ? cv * 8 : 0), in ? 16 : 0);
             fqla_cp_async16(Pgs + (b * C + i) * LDA + cv * 8, pg + i * C + cv * 8, 16);

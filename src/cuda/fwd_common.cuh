@@ -115,6 +115,8 @@ struct fqla_fwd_params {
  * fall outside its map and arrive as zeros, so the shared-memory tile is
  * the square one. */
 #define FQLA_FWD_AG_ELEMS 2560
+/* strip w's width and row pitch (elements): its blocks at and left of the diagonal */
+static inline __host__ __device__ int fqla_fwd_ag_width(int w) { return 16 * (w + 1); }
 /* first element of strip w's region (tiles: slots x HV) */
 static inline __host__ __device__ int64_t fqla_fwd_ag_strip(int64_t tiles, int w)
 {
@@ -125,7 +127,7 @@ static inline __host__ __device__ int64_t fqla_fwd_ag_strip(int64_t tiles, int w
 static inline __host__ __device__ int64_t fqla_fwd_ag_row(int64_t tiles, int64_t tile, int r)
 {
     const int w = r >> 4;
-    return fqla_fwd_ag_strip(tiles, w) + (tile * 16 + (r & 15)) * (16 * (w + 1));
+    return fqla_fwd_ag_strip(tiles, w) + (tile * 16 + (r & 15)) * fqla_fwd_ag_width(w);
 }
 
 /* the TMA maps of Ag's strips (fwd_tma.cu) */

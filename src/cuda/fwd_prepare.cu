@@ -894,7 +894,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
         /* c. Ag = Gamma (.) X diag(beta): this warp's tile of each head;
          * the tiles right of the diagonal block (warps 4 and 5) are zeros,
          * which the packed layout does not store */
-        for (int h2 = 0; h2 < nb && n0 < 16 * (mw + 1); h2++) {
+        for (int h2 = 0; h2 < nb && n0 < fqla_fwd_ag_width(mw); h2++) {
             const int jj = j0 + h2, hv = PAIR ? hq : hq * p.group + jj;
             const int64_t sl = PAIR ? 2 * (int64_t)blockIdx.x + h2 : slot; /* PAIR: chunk h2's slot */
             if (PAIR && !have_pair[h2]) continue; /* warp-uniform */
@@ -938,8 +938,8 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
             /* into strip mw of the packed layout (fwd_common.cuh) */
             const int64_t tile = sl * p.HV + hv;
             if constexpr (WQ)
-                store_tile<T>((T *)p.Ag + fqla_fwd_ag_row(p.slots * p.HV, tile, r0), 16 * (mw + 1), 16 * (mw + 1), u,
-                              n0, lane, stage);
+                store_tile<T>((T *)p.Ag + fqla_fwd_ag_row(p.slots * p.HV, tile, r0), fqla_fwd_ag_width(mw),
+                              fqla_fwd_ag_width(mw), u, n0, lane, stage);
             else
                 store_tile_tma<T>(&tmAg.strip[mw], n0, (int)(tile * 16), u, lane, stage, ag_pending);
         }

@@ -72,7 +72,7 @@ bool map_ag(fqla_fwd_ag_maps *m, int bf16, const fqla_fwd_params &p, bool store_
     const int64_t tiles = p.slots * p.HV;
     for (int w = 0; w < 4; w++)
         if (!map_tiles(&m->strip[w], bf16, (const unsigned char *)p.Ag + 2 * fqla_fwd_ag_strip(tiles, w), tiles * 16,
-                       16 * (w + 1), 16, store_box))
+                       fqla_fwd_ag_width(w), 16, store_box))
             return false;
     return true;
 }

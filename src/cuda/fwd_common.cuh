@@ -246,9 +246,11 @@ cudaError_t fqla_fwd_launch_chunk(const fqla_fwd_params &p, int io_bf16, int bv,
 /* The preparation without Q by one warp per (chunk slot, value head)
  * (fwd_prepare_warp.cu; prep variant 4 of fqla_cuda_fwd_tune): usable
  * without Pg at K = 128 without l2norm and outside CP's pre-pass (no
- * chunk_ok); the launch returns cudaErrorInvalidValue elsewhere. */
+ * chunk_ok), with k's TMA map; the launch returns cudaErrorInvalidValue
+ * elsewhere. */
 int fqla_fwd_prepare_warp_usable(const fqla_fwd_params &p);
-cudaError_t fqla_fwd_launch_prepare_warp(const fqla_fwd_params &p, int io_bf16, cudaStream_t stream);
+cudaError_t fqla_fwd_launch_prepare_warp(const fqla_fwd_params &p, int io_bf16, const CUtensorMap *tmK,
+                                         cudaStream_t stream);
 /* The TMA chunk kernels (fwd_tma.cu): 1 when p's shapes and alignments
  * allow them; the maps of q, k, v, Ag, Pg (Pg only when p.Pg is set), 0 when
  * one cannot be encoded. */

@@ -1,33 +1,34 @@
 /*
  * fwd_prepare_warp.cu - the forward's preparation without Q, one warp per
- * (chunk slot, value head): gamma and Ag for the kernel that forms Pg beside
- * the chain (fwd_fused.cu). Same outputs as fwd_prepare.cu's kernel without
- * Q (gamma to the workspace, Ag in the packed layout of fwd_common.cuh), by
- * another organisation of the work (docs/perf.md, session 19):
+ * (chunk slot, q/k head): gamma and Ag of the group's value heads for the
+ * kernel that forms Pg beside the chain (fwd_fused.cu). Same outputs as
+ * fwd_prepare.cu's kernel without Q (gamma to the workspace, Ag in the
+ * packed layout of fwd_common.cuh), by another organisation of the work
+ * (docs/perf.md, session 19):
  *
- *   1. the gate and beta of the 64 rows (lane: rows lane and lane + 32),
- *      gamma = their inclusive cumsum, written to the workspace;
+ *   1. K's tile by TMA (the fused kernel's map) and the first value head's
+ *      gates and betas, in flight together;
  *   2. K K^T's ten 16x16 blocks at and below the diagonal on tensor cores
- *      (m16n8k16, fp32 accumulate) with K's fragments loaded straight from
- *      global memory: lane (g, t) loads 16 bytes at column 32 s + 8 t of
- *      rows g and g + 8 of a block, which is the A fragment of two k-steps
- *      and the B fragment of the same two, under one permutation of the k
- *      index that A and B share (a sum over k does not see it);
- *      N = diag(beta) StrictLower(K K^T) goes to the warp's shared memory;
- *   3. X = (I + N)^-1, one column per lane (columns lane and 32 + lane):
- *      the top left 32x32 block by forward substitution in fp32, every
- *      lane walking the same rows in step so that each load of N is one
- *      broadcast; Y = N_BA X_AA, the dense part of the rows below, in
- *      3xTF32 on tensor cores; then rows 32..63 of both columns by
- *      substitution from Y (the bottom right block's in the same pass);
- *   4. Ag_ic = exp2(l_i - l_c) X_ic beta_c (l = gamma log2 e) for i >= c,
+ *      (ldmatrix, m16n8k16, fp32 accumulate, all ten in registers), then
+ *      StrictLower(K K^T) over the tile, shared by the group's heads;
+ *   per value head (the next head's gates in flight meanwhile):
+ *   3. gamma = the gates' inclusive cumsum (lane: rows lane, lane + 32),
+ *      written to the workspace;
+ *   4. X = (I + N)^-1 with N = diag(beta) StrictLower(K K^T), one column per
+ *      lane (columns lane and 32 + lane): the top left 32x32 block by
+ *      forward substitution in fp32, every lane walking the same rows in
+ *      step so that each load of K K^T is one broadcast (beta scales each
+ *      row's sum); the dense lower-left product K K^T_BA X_AA in 3xTF32 on
+ *      tensor cores; then rows 32..63 of both columns by substitution from
+ *      it (the bottom right block's in the same pass);
+ *   5. Ag_ic = exp2(l_i - l_c) X_ic beta_c (l = gamma log2 e) for i >= c,
  *      zero above the diagonal: one row of the packed layout per store
  *      instruction, the lanes' columns side by side.
  *
  * Why: the CTA kernel spends a chunk's life in phase barriers and its
  * dependent steps interleaved from six chunks per SM (docs/perf.md, session
  * 18: no single limit); here nothing waits on another warp, and twelve
- * chunks per SM run side by side (4 warps per CTA, 68 KB of shared memory:
+ * items per SM run side by side (4 warps per CTA, 72 KB of shared memory:
  * three CTAs per SM).
  *
  * Covered: K = 128, no l2norm, no chunk_ok (not CP's pre-pass), bf16 or
@@ -38,6 +39,7 @@
 #include "cuda/fwd_common.cuh"
 #include "cuda/fwd_prepare_common.cuh"
 #include "cuda/fwd_ptx.cuh"
+#include "cuda/hopper.cuh"
 #include "cuda/pdl.cuh"
 
 namespace {
@@ -45,93 +47,88 @@ namespace {
 constexpr int C = FQLA_FWD_CHUNK;
 constexpr int KD = 128;
 constexpr int WARPS = 4;                                     /* per CTA, one item each */
-constexpr int LDN = C + 4;                                   /* N's row pitch (floats): 16-byte aligned rows */
-constexpr size_t SMEM = (size_t)WARPS * C * LDN * sizeof(float); /* 69,632 bytes: three CTAs per SM */
+constexpr int LDN = C + 4; /* N's row pitch (floats): 16-byte aligned rows */
+/* per warp: K's tile (16 KB, by TMA), then N over it (64 x 68 fp32), in a
+ * 1024-aligned region; then the warps' mbarriers: 72 KB, three CTAs per SM */
+constexpr int REGION = 18 * 1024;
+static_assert(C * LDN * 4 <= REGION && C * KD * 2 <= REGION, "the warp's region holds K's tile and N");
+constexpr size_t SMEM = (size_t)WARPS * REGION + WARPS * 8;
 
-/* Rows 16 i + g and 16 i + g + 8 (h = 0, 1) of the chunk's K, lane's 16
- * bytes at column 32 s + 8 t (s = 0..3); zeros past the valid rows. */
-template <typename T>
-__device__ __forceinline__ void load_kblock(uint4 (&f)[2][4], const T *k0, int64_t k_st, int i, int nvalid, int lane)
+/* Address of 16-byte chunk ch (k = 8 ch .. 8 ch + 7) of row r of the K
+ * tile as TMA lays it out: two boxes of 64 columns (8 KB each), 128-byte
+ * rows, chunk ch % 8 of a row at position (ch % 8) ^ (r % 8). */
+__device__ __forceinline__ const unsigned char *ktile_at(const unsigned char *tile, int r, int ch)
 {
-    const int g = lane >> 2, t = lane & 3;
+    return tile + (ch >> 3) * (C * 128) + r * 128 + (((ch & 7) ^ (r & 7)) << 4);
+}
+
+/* acc[b(i, j)] = block (i, j) of K K^T (i >= j, b = i (i + 1) / 2 + j), n8
+ * halves [2]: per k-step one ldmatrix of each block row in A order and one
+ * in B order (the same four 8x8 matrices, B's pairs adjacent), 20 mma. */
+template <typename T>
+__device__ __forceinline__ void kk_lower(float (&acc)[10][2][4], const unsigned char *tile, int lane)
+{
+    const int m = lane >> 3, rr = lane & 7;
 #pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const int r = 16 * i + g + 8 * h;
-        const uint4 *src = reinterpret_cast<const uint4 *>(k0 + (int64_t)(r < nvalid ? r : 0) * k_st) + t;
+    for (int b = 0; b < 10; b++)
 #pragma unroll
-        for (int s = 0; s < 4; s++) f[h][s] = r < nvalid ? __ldg(src + 4 * s) : make_uint4(0u, 0u, 0u, 0u);
+        for (int nh = 0; nh < 2; nh++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[b][nh][e] = 0.f;
+#pragma unroll 2
+    for (int ks = 0; ks < KD / 16; ks++) {
+        uint32_t a[4][4], bf[4][4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            /* A: (rows 0-7, k 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15) */
+            fqla_ldsm_x4(a[i], ktile_at(tile, 16 * i + rr + 8 * (m & 1), 2 * ks + (m >> 1)));
+            /* B: (n 0-7, k 0-7), (0-7, 8-15), (8-15, 0-7), (8-15, 8-15) */
+            fqla_ldsm_x4(bf[i], ktile_at(tile, 16 * i + rr + 8 * (m >> 1), 2 * ks + (m & 1)));
+        }
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int j = 0; j <= i; j++) {
+                const int b = i * (i + 1) / 2 + j;
+                fqla_io<T>::mma(acc[b][0], a[i], bf[j][0], bf[j][1]);
+                fqla_io<T>::mma(acc[b][1], a[i], bf[j][2], bf[j][3]);
+            }
     }
 }
 
-__device__ __forceinline__ uint32_t word(const uint4 &u, int k) { return k == 0 ? u.x : k == 1 ? u.y : k == 2 ? u.z : u.w; }
-
-/* The A fragments of block row i for its 8 k-steps (s, hh): k-step (s, hh)
- * takes words 2 hh (the fragment's columns 2t, 2t+1) and 2 hh + 1 (columns
- * 2t + 8, 2t + 9) of each row's 16 bytes; formed once per block row (the
- * quads interleave rows g and g + 8, so they cost moves). */
-__device__ __forceinline__ void a_quads(uint32_t (&a)[8][4], const uint4 (&f)[2][4])
-{
-#pragma unroll
-    for (int s = 0; s < 4; s++)
-#pragma unroll
-        for (int hh = 0; hh < 2; hh++) {
-            a[2 * s + hh][0] = word(f[0][s], 2 * hh);
-            a[2 * s + hh][1] = word(f[1][s], 2 * hh);
-            a[2 * s + hh][2] = word(f[0][s], 2 * hh + 1);
-            a[2 * s + hh][3] = word(f[1][s], 2 * hh + 1);
-        }
-}
-
-/* acc[nh] = block (i, j) of K K^T, n8 half nh, from block row i's A quads
- * and block row j's rows (the B fragments: the same words, pairwise). */
-template <typename T>
-__device__ __forceinline__ void kk_block(float (&acc)[2][4], const uint32_t (&a)[8][4], const uint4 (&fj)[2][4])
-{
-#pragma unroll
-    for (int nh = 0; nh < 2; nh++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) acc[nh][e] = 0.f;
-#pragma unroll
-    for (int s = 0; s < 4; s++)
-#pragma unroll
-        for (int hh = 0; hh < 2; hh++) {
-            fqla_io<T>::mma(acc[0], a[2 * s + hh], word(fj[0][s], 2 * hh), word(fj[0][s], 2 * hh + 1));
-            fqla_io<T>::mma(acc[1], a[2 * s + hh], word(fj[1][s], 2 * hh), word(fj[1][s], 2 * hh + 1));
-        }
-}
-
-/* Block (i, j) of N = diag(beta) StrictLower(K K^T) into the warp's rows
- * (accumulator layout: acc[nh][2e + q] is row 16 i + g + 8 e, column
- * 16 j + 8 nh + 2 t + q). bv: lane's betas of rows lane, lane + 32. */
-__device__ __forceinline__ void store_nblock(float *Nw, const float (&acc)[2][4], int i, int j, const float (&bv)[2],
-                                             int lane)
+/* Block (i, j) of StrictLower(K K^T) into the warp's rows (accumulator
+ * layout: acc[nh][2e + q] is row 16 i + g + 8 e, column 16 j + 8 nh + 2 t
+ * + q); beta is applied by the solve, per value head. */
+__device__ __forceinline__ void store_kkblock(float *KKw, const float (&acc)[2][4], int i, int j, int lane)
 {
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int e = 0; e < 2; e++) {
         const int r = 16 * i + g + 8 * e;
-        const float b = __shfl_sync(0xffffffffu, bv[i >> 1], r & 31); /* rows < 32 iff i < 2 */
 #pragma unroll
         for (int nh = 0; nh < 2; nh++) {
             const int col = 16 * j + 8 * nh + 2 * t;
-            float v0 = acc[nh][2 * e] * b, v1 = acc[nh][2 * e + 1] * b;
+            float v0 = acc[nh][2 * e], v1 = acc[nh][2 * e + 1];
             if (i == j) { /* strictly below the diagonal only */
                 v0 = col < r ? v0 : 0.f;
                 v1 = col + 1 < r ? v1 : 0.f;
             }
-            *reinterpret_cast<float2 *>(Nw + r * LDN + col) = make_float2(v0, v1);
+            *reinterpret_cast<float2 *>(KKw + r * LDN + col) = make_float2(v0, v1);
         }
     }
 }
 
 /* Rows 0..31 of X's column c = lane (the top left 32x32 block's) by
- * forward substitution: x_i = [i == c] - sum_{j < i} N_ij x_j, four partial
- * sums per row; every lane reads the same N words (one broadcast each). */
-__device__ __forceinline__ void solve_top(float (&x)[32], const float *Nw, int lane)
+ * forward substitution: x_i = [i == c] - beta_i sum_{j < i} KK_ij x_j (N =
+ * diag(beta) StrictLower(KK)), four partial sums per row; every lane reads
+ * the same KK words (one broadcast each). bv: the lane's betas of rows
+ * lane, lane + 32. */
+__device__ __forceinline__ void solve_top(float (&x)[32], const float *KKw, const float (&bv)[2], int lane)
 {
 #pragma unroll
     for (int i = 0; i < 32; i++) {
-        const float *nr = Nw + i * LDN;
+        const float *nr = KKw + i * LDN;
+        const float bi = __shfl_sync(0xffffffffu, bv[0], i);
         float a[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
         for (int j4 = 0; j4 < i; j4 += 4) {
@@ -141,18 +138,19 @@ __device__ __forceinline__ void solve_top(float (&x)[32], const float *Nw, int l
             if (j4 + 2 < i) a[2] = fmaf(n.z, x[j4 + 2], a[2]);
             if (j4 + 3 < i) a[3] = fmaf(n.w, x[j4 + 3], a[3]);
         }
-        x[i] = lane == i ? 1.f : -((a[0] + a[1]) + (a[2] + a[3]));
+        x[i] = lane == i ? 1.f : -bi * ((a[0] + a[1]) + (a[2] + a[3]));
     }
 }
 
-/* Y = N_BA X_AA (rows 32..63 of N, columns 0..31, times the top left block
- * of X) in 3xTF32 on tensor cores, through the scratch block R (rows 0..31,
- * columns 32..63 of the warp's N area, which N leaves unused): X_AA in,
- * lane c's column; Y out, row-major, for lane c's reads of column c. */
-__device__ __forceinline__ void lower_left_product(float *Nw, const float (&x)[32], int lane)
+/* Y = KK_BA X_AA (rows 32..63 of KK, columns 0..31, times the top left
+ * block of X; N_BA X_AA = diag(beta_B) Y) in 3xTF32 on tensor cores,
+ * through the scratch block R (rows 0..31, columns 32..63 of the warp's KK
+ * area, which KK leaves unused): X_AA in, lane c's column; Y out,
+ * row-major, for lane c's reads of column c. */
+__device__ __forceinline__ void lower_left_product(float *KKw, const float (&x)[32], int lane)
 {
     const int g = lane >> 2, t = lane & 3;
-    float *R = Nw + 32;
+    float *R = KKw + 32;
 #pragma unroll
     for (int j = 0; j < 32; j++) R[j * LDN + lane] = x[j];
     __syncwarp();
@@ -173,7 +171,7 @@ __device__ __forceinline__ void lower_left_product(float *Nw, const float (&x)[3
         }
 #pragma unroll
         for (int mt = 0; mt < 2; mt++) {
-            const float *nr = Nw + (32 + 16 * mt + g) * LDN + 8 * ks + t;
+            const float *nr = KKw + (32 + 16 * mt + g) * LDN + 8 * ks + t;
             const tf32_a<3> a(nr[0], nr[8 * LDN], nr[4], nr[8 * LDN + 4]);
 #pragma unroll
             for (int nt = 0; nt < 4; nt++) mma_f32<3>(acc[mt][nt], a, b[nt][0], b[nt][1]);
@@ -192,13 +190,15 @@ __device__ __forceinline__ void lower_left_product(float *Nw, const float (&x)[3
 }
 
 /* Rows 32..63 of X's columns lane (xa, from Y's column lane) and 32 + lane
- * (xb: the bottom right block's), one pass over N's rows for both. */
-__device__ __forceinline__ void solve_bottom(float (&xa)[32], float (&xb)[32], const float *Nw, int lane)
+ * (xb: the bottom right block's), one pass over KK's rows for both. */
+__device__ __forceinline__ void solve_bottom(float (&xa)[32], float (&xb)[32], const float *KKw, const float (&bv)[2],
+                                             int lane)
 {
-    const float *R = Nw + 32;
+    const float *R = KKw + 32;
 #pragma unroll
     for (int i = 0; i < 32; i++) {
-        const float *nr = Nw + (32 + i) * LDN + 32;
+        const float *nr = KKw + (32 + i) * LDN + 32;
+        const float bi = __shfl_sync(0xffffffffu, bv[1], i);
         float a[4] = {R[i * LDN + lane], 0.f, 0.f, 0.f}, b[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
         for (int j4 = 0; j4 < i; j4 += 4) {
@@ -209,8 +209,8 @@ __device__ __forceinline__ void solve_bottom(float (&xa)[32], float (&xb)[32], c
             if (j4 + 2 < i) a[2] = fmaf(n.z, xa[j4 + 2], a[2]), b[2] = fmaf(n.z, xb[j4 + 2], b[2]);
             if (j4 + 3 < i) a[3] = fmaf(n.w, xa[j4 + 3], a[3]), b[3] = fmaf(n.w, xb[j4 + 3], b[3]);
         }
-        xa[i] = -((a[0] + a[1]) + (a[2] + a[3]));
-        xb[i] = lane == i ? 1.f : -((b[0] + b[1]) + (b[2] + b[3]));
+        xa[i] = -bi * ((a[0] + a[1]) + (a[2] + a[3]));
+        xb[i] = lane == i ? 1.f : -bi * ((b[0] + b[1]) + (b[2] + b[3]));
     }
 }
 
@@ -236,22 +236,25 @@ __device__ __forceinline__ void store_ag_column(const float (&x)[NR], const fqla
 }
 
 template <typename T>
-__global__ void __launch_bounds__(WARPS * 32, 3) fwd_prepare_warp_kernel(const __grid_constant__ fqla_fwd_params p)
+__global__ void __launch_bounds__(WARPS * 32, 3) fwd_prepare_warp_kernel(const __grid_constant__ fqla_fwd_params p, const __grid_constant__ CUtensorMap tmK)
 {
-    extern __shared__ __align__(16) float smem_n[];
+    /* 1024-byte alignment: TMA's 128-byte swizzle (no static shared memory
+     * in this kernel, so the dynamic base is the CTA's) */
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     /* the fused kernel may start launching (it waits for this grid's end
      * before its first global access: pdl.cuh) */
     fqla_pdl_trigger();
-    const int64_t items = p.slots * p.HV, ctas = (items + WARPS - 1) / WARPS;
+    const int64_t items = p.slots * p.H, ctas = (items + WARPS - 1) / WARPS;
     if ((int64_t)blockIdx.x >= ctas) {
         zero_tail<T>(p, (int64_t)blockIdx.x - ctas);
         return;
     }
+    /* the warp's item: a chunk slot and q/k head, for the group's value heads */
     const int64_t item = (int64_t)blockIdx.x * WARPS + warp;
     if (item >= items) return;
-    const int64_t slot = item / p.HV;
-    const int hv = (int)(item % p.HV), hq = hv / p.group;
+    const int64_t slot = item / p.H;
+    const int hq = (int)(item % p.H);
     int64_t c = 0, batch = 0, start = 0, len = 0;
     if (p.varlen) {
         if (!find_slot(p, slot, c, start, len)) return; /* a slot without a chunk */
@@ -263,70 +266,84 @@ __global__ void __launch_bounds__(WARPS * 32, 3) fwd_prepare_warp_kernel(const _
     const int64_t t0 = start + c * C;
     const int nvalid = (int)min((int64_t)C, len - c * C);
 
-    /* 1. gates and betas (rows lane, lane + 32), gamma */
-    float gv[2], bv[2];
-    load_gate_beta(p, batch, t0, nvalid, hv, lane, gv, bv);
-#pragma unroll
-    for (int h = 0; h < 2; h++)
-        if (lane + 32 * h < nvalid) finish_gate_beta(p, hv, gv[h], bv[h]);
-#pragma unroll
-    for (int h = 0; h < 2; h++)
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-            const float y = __shfl_up_sync(0xffffffffu, gv[h], o);
-            if (lane >= o) gv[h] += y;
-        }
-    gv[1] += __shfl_sync(0xffffffffu, gv[0], 31);
-    float *gdst = p.gam + ((size_t)slot * p.HV + hv) * C;
-    gdst[lane] = gv[0];
-    gdst[lane + 32] = gv[1];
-    const float lv[2] = {gv[0] * 1.4426950408889634f, gv[1] * 1.4426950408889634f};
+    /* 1. K's tile by TMA into the warp's region, and the first value head's
+     * gates and betas (rows lane, lane + 32), both in flight during the
+     * wait for the other. Rows past the sequence hold the next tokens or
+     * zeros: harmless, every N entry with such a row or column has that
+     * row's beta = 0, since N_ij needs i > j. */
+    unsigned char *region = smem_raw + warp * REGION;
+    uint64_t *kbar = reinterpret_cast<uint64_t *>(smem_raw + WARPS * REGION) + warp;
+    if (lane == 0) {
+        if (fqla_smem_u32(smem_raw) & 1023) __trap(); /* the swizzle's alignment (see above) */
+        fqla_mbar_init(kbar, 1);
+        fqla_mbar_init_fence();
+        fqla_mbar_arrive_tx(kbar, C * KD * (uint32_t)sizeof(T));
+        for (int kb = 0; kb < KD / 64; kb++)
+            fqla_tma_load_4d(region + kb * C * 128, &tmK, kbar, 64 * kb, hq, (int)t0, p.varlen ? 0 : (int)batch);
+    }
+    float graw[2], braw[2];
+    load_gate_beta(p, batch, t0, nvalid, hq * p.group, lane, graw, braw);
 
-    /* 2. N = diag(beta) StrictLower(K K^T), block row by block row */
-    float *Nw = smem_n + warp * C * LDN;
-    const T *k0 = (const T *)p.k + batch * p.k_sb + t0 * p.k_st + hq * p.k_sh;
+    /* 2. K K^T's lower blocks from the tile, StrictLower(K K^T) over it
+     * (shared by the group's value heads) */
+    __syncwarp(); /* the barrier's initialisation is visible */
+    fqla_mbar_wait(kbar, 0);
+    float *KKw = reinterpret_cast<float *>(region);
+    {
+        float acc[10][2][4];
+        kk_lower<T>(acc, region, lane);
+        __syncwarp(); /* every lane's reads of the tile are done */
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-        uint32_t a[8][4];
-        {
-            uint4 fi[2][4];
-            load_kblock<T>(fi, k0, p.k_st, i, nvalid, lane);
-            a_quads(a, fi);
-            float acc[2][4];
-            kk_block<T>(acc, a, fi);
-            store_nblock(Nw, acc, i, i, bv, lane);
-        }
+        for (int i = 0; i < 4; i++)
 #pragma unroll
-        for (int j = 0; j < i; j++) {
-            uint4 fj[2][4];
-            load_kblock<T>(fj, k0, p.k_st, j, nvalid, lane);
-            float acc[2][4];
-            kk_block<T>(acc, a, fj);
-            store_nblock(Nw, acc, i, j, bv, lane);
-        }
+            for (int j = 0; j <= i; j++) store_kkblock(KKw, acc[i * (i + 1) / 2 + j], i, j, lane);
     }
     __syncwarp();
 
-    /* 3-4. X and Ag by columns: lane's rows 0..31, then its rows 32..63
-     * with those of column 32 + lane */
-    const int64_t tile = slot * p.HV + hv;
-    {
-        float x[32];
-        solve_top(x, Nw, lane);
-        store_ag_column<T, 0, 0, 32>(x, p, tile, lv, bv, lane);
-        lower_left_product(Nw, x, lane);
+    for (int jv = 0; jv < p.group; jv++) {
+        const int hv = hq * p.group + jv;
+        /* 3. this head's gamma (written to the workspace) and beta; the next
+         * head's raw gates and betas in flight */
+        float gv[2] = {graw[0], graw[1]}, bv[2] = {braw[0], braw[1]};
+        if (jv + 1 < p.group) load_gate_beta(p, batch, t0, nvalid, hv + 1, lane, graw, braw);
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+            if (lane + 32 * h < nvalid) finish_gate_beta(p, hv, gv[h], bv[h]);
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                const float y = __shfl_up_sync(0xffffffffu, gv[h], o);
+                if (lane >= o) gv[h] += y;
+            }
+        gv[1] += __shfl_sync(0xffffffffu, gv[0], 31);
+        float *gdst = p.gam + ((size_t)slot * p.HV + hv) * C;
+        gdst[lane] = gv[0];
+        gdst[lane + 32] = gv[1];
+        const float lv[2] = {gv[0] * 1.4426950408889634f, gv[1] * 1.4426950408889634f};
+
+        /* 4. X and Ag by columns: lane's rows 0..31, then its rows 32..63
+         * with those of column 32 + lane */
+        const int64_t tile = slot * p.HV + hv;
+        {
+            float x[32];
+            solve_top(x, KKw, bv, lane);
+            store_ag_column<T, 0, 0, 32>(x, p, tile, lv, bv, lane);
+            lower_left_product(KKw, x, lane);
+        }
+        float xa[32], xb[32];
+        solve_bottom(xa, xb, KKw, bv, lane);
+        store_ag_column<T, 0, 32, 32>(xa, p, tile, lv, bv, lane);
+        store_ag_column<T, 32, 32, 32>(xb, p, tile, lv, bv, lane);
+        __syncwarp(); /* the scratch block's reads are done before the next head writes it */
     }
-    float xa[32], xb[32];
-    solve_bottom(xa, xb, Nw, lane);
-    store_ag_column<T, 0, 32, 32>(xa, p, tile, lv, bv, lane);
-    store_ag_column<T, 32, 32, 32>(xb, p, tile, lv, bv, lane);
 }
 
 /* Launches of this kernel so far (tests: the variant really ran). */
 unsigned long long g_launches;
 
 template <typename T>
-cudaError_t launch(const fqla_fwd_params &p, cudaStream_t stream)
+cudaError_t launch(const fqla_fwd_params &p, const CUtensorMap &tmK, cudaStream_t stream)
 {
     /* the shared-memory limit once per device (kept out of later calls:
      * graph capture) */
@@ -339,10 +356,10 @@ cudaError_t launch(const fqla_fwd_params &p, cudaStream_t stream)
         if (err != cudaSuccess) return err;
         if (dev >= 0 && dev < 64) configured[dev] = 1;
     }
-    const int64_t items = p.slots * p.HV, ctas = (items + WARPS - 1) / WARPS;
+    const int64_t items = p.slots * p.H, ctas = (items + WARPS - 1) / WARPS;
     const int64_t tail = p.varlen ? (p.T + C - 1) / C : 0; /* one 64-row block of o each */
     if (ctas + tail == 0) return cudaSuccess;
-    fwd_prepare_warp_kernel<T><<<(unsigned)(ctas + tail), WARPS * 32, SMEM, stream>>>(p);
+    fwd_prepare_warp_kernel<T><<<(unsigned)(ctas + tail), WARPS * 32, SMEM, stream>>>(p, tmK);
     g_launches++;
     return cudaGetLastError();
 }
@@ -354,10 +371,11 @@ int fqla_fwd_prepare_warp_usable(const fqla_fwd_params &p)
     return !p.Pg && p.K == KD && !p.l2norm && !p.chunk_ok;
 }
 
-cudaError_t fqla_fwd_launch_prepare_warp(const fqla_fwd_params &p, int io_bf16, cudaStream_t stream)
+cudaError_t fqla_fwd_launch_prepare_warp(const fqla_fwd_params &p, int io_bf16, const CUtensorMap *tmK,
+                                         cudaStream_t stream)
 {
-    if (!fqla_fwd_prepare_warp_usable(p)) return cudaErrorInvalidValue;
-    return io_bf16 ? launch<__nv_bfloat16>(p, stream) : launch<__half>(p, stream);
+    if (!fqla_fwd_prepare_warp_usable(p) || !tmK) return cudaErrorInvalidValue;
+    return io_bf16 ? launch<__nv_bfloat16>(p, *tmK, stream) : launch<__half>(p, *tmK, stream);
 }
 
 extern "C" unsigned long long fqla_cuda_debug_prepare_warp_launches(void) { return g_launches; }

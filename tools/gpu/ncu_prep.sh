@@ -7,7 +7,7 @@
 # instruction counts and stall profiles.
 #
 #   tools/gpu/ncu_prep.sh [KERNEL_REGEX] [ROW_FILTER]
-#   (default: fwd_prepare, "Sym h32 8192x4")
+#   (default: fwd_prepare, "Sym h32 8192x4"; NCU_CMD: see below)
 set -u
 OUT=${OUT:-/tmp/ncu_out}
 mkdir -p "$OUT"
@@ -18,9 +18,17 @@ export LD_LIBRARY_PATH=$BIN
 kern=${1:-fwd_prepare}
 row=${2:-Sym h32 8192x4}
 rep=$(mktemp -d)/k
-timeout 300 ncu --clock-control none --set full --import-source yes -k "regex:$kern" -c 1 -o "$rep" \
-  "$BIN/flashqla" bench --rows "$R/bench/anchors_h200.csv" --filter "$row" --repeat 1 --check-tokens 0 \
-  --out /tmp/ncu_bench.csv > "$OUT/ncu.log" 2>&1
+# NCU_CMD: another command to profile instead of the flashqla binary's bench
+# (e.g. bench/bench_fwd.py with --variants, for a kernel variant the CLI
+# does not pick); its first launch of the kernel is the one profiled
+if [ -n "${NCU_CMD:-}" ]; then
+  timeout 300 ncu --clock-control none --set full --import-source yes -k "regex:$kern" -c 1 -o "$rep" \
+    env BIN=$BIN bash -c "$NCU_CMD" > "$OUT/ncu.log" 2>&1
+else
+  timeout 300 ncu --clock-control none --set full --import-source yes -k "regex:$kern" -c 1 -o "$rep" \
+    "$BIN/flashqla" bench --rows "$R/bench/anchors_h200.csv" --filter "$row" --repeat 1 --check-tokens 0 \
+    --out /tmp/ncu_bench.csv > "$OUT/ncu.log" 2>&1
+fi
 ncu -i "$rep.ncu-rep" --page details --csv > "$OUT/ncu_details.csv" 2>&1
 ncu -i "$rep.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu_sass.csv" 2>&1
 python3 - "$OUT/ncu_details.csv" <<'PY'

@@ -26,7 +26,7 @@
 #define CASES(X)                                                                                 \
     X(fwd_lengths) X(fwd_varlen) X(fwd_varlen_i64_zero_len) X(fwd_fused_waves) X(fwd_trailing_rows) X(fwd_gva)       \
     X(fwd_many_heads) X(fwd_head_dims) X(fwd_fp16) X(fwd_options) X(fwd_v_first_bf16_state) X(fwd_decay_extremes) \
-    X(fwd_variants) X(fwd_prepare_warp) X(fwd_chunk_kernels) X(fwd_context_parallel) X(fwd_robustness) X(fwd_graph_replay) X(fwd_not_supported)
+    X(fwd_variants) X(fwd_chunk_kernels) X(fwd_context_parallel) X(fwd_robustness) X(fwd_graph_replay) X(fwd_not_supported)
 
 #ifdef FQLA_HAVE_CUDA
 
@@ -52,7 +52,6 @@ extern const char *cudaGetErrorString(cuda_err e);
 /* the forward's kernel-variant hook (src/cuda/fwd.cu, outside the public API) */
 extern void fqla_cuda_fwd_tune(int prep_heads, int late_loads);
 extern void fqla_cuda_fwd_tune_chunk(int wg, int nwg);
-extern unsigned long long fqla_cuda_debug_prepare_warp_launches(void);
 extern void fqla_cuda_fwd_tune_cp(int seg_chunks);
 extern void fqla_cuda_fwd_tune_cp_scan(int columns);
 extern void fqla_cuda_fwd_tune_cp_skip(int on);
@@ -717,74 +716,6 @@ static void fwd_variants(void)
         fqla_cuda_fwd_tune(0, -1);
         free(o0);
         free(h0);
-        prob_free(&p);
-    }
-}
-
-/* The preparation by one warp per (chunk, value head) (prep variant 4:
- * fwd_prepare_warp.cu) on the fused path, where it replaces the prepare
- * kernel without Q: group 1 over several waves (varlen with a host copy,
- * 3-4 chunks per sequence), group 2 in a padded batch, empty chunk slots
- * (a zero-length sequence), rows after the last sequence (its CTAs that
- * zero o there), group 3 in fp16 with the in-kernel gate, beta sigmoid and
- * negative eigenvalues, and the decay extremes with beta near 2. Each
- * against the reference, the kernel seen to run, and a rerun bit-identical. */
-static void fwd_prepare_warp(void)
-{
-    enum { NW = 7 };
-    static const char *const nm[NW] = {
-        "group 1 varlen 6 x 3-4 chunks + host copy H=HV=32", "group 2 B=6 T=250 H=16 HV=32",
-        "varlen [0,64,64,128] i64 + host copy", "varlen 3 x 200, 40 rows after",
-        "fp16 group 3 gate + beta sigmoid + neg eig, bf16 g/beta", "strong decay g=-20",
-        "no decay, beta in {0, 1, 1.99}"};
-    spec s[NW];
-    const int64_t cu0[] = {0, 200, 400, 590, 800, 1000, 1230};
-    s[0] = base_spec(1, 1230, 32, 32, 128);
-    set_cu(&s[0], cu0, 7);
-    s[0].cu_host = 1;
-    s[1] = base_spec(6, 250, 16, 32, 128);
-    const int64_t cu2[] = {0, 64, 64, 128};
-    s[2] = base_spec(1, 128, 2, 4, 128);
-    set_cu(&s[2], cu2, 4);
-    s[2].cu64 = 1;
-    s[2].cu_host = 1;
-    const int64_t cu3[] = {0, 200, 400, 600};
-    s[3] = base_spec(1, 640, 2, 4, 128);
-    set_cu(&s[3], cu3, 4);
-    s[3].cu_host = 1;
-    s[4] = base_spec(1, 300, 1, 3, 128);
-    s[4].io = FQLA_DTYPE_F16;
-    s[4].gate = FQLA_DTYPE_BF16;
-    s[4].gate_in = s[4].beta_sig = s[4].neg_eig = 1;
-    s[5] = base_spec(1, 130, 2, 4, 128);
-    s[5].decay = 1;
-    s[6] = base_spec(1, 130, 2, 4, 128);
-    s[6].decay = 2;
-    s[6].beta_mode = 1;
-    for (int i = 0; i < NW; i++) {
-        prob p;
-        prob_init(&p, &s[i]);
-        upload_all(&p);
-        run_ref(&p);
-        fqla_cuda_fwd_tune(4, -1);
-        fqla_cuda_fwd_tune_chunk(2, 0);
-        const unsigned long long runs = fqla_cuda_debug_prepare_warp_launches();
-        check_prob(&p, nm[i]);
-        CHECK(fqla_cuda_debug_prepare_warp_launches() > runs, "%s: the warp-per-chunk kernel did not run", nm[i]);
-        unsigned char *o0 = NULL, *h0 = NULL, *o1 = NULL, *h1 = NULL;
-        download(&p, &o0, &h0);
-        poison(&p);
-        CHECK(run_gpu(&p, NULL) == FQLA_STATUS_SUCCESS, "%s rerun: %s", nm[i], fqla_last_error(gpu));
-        download(&p, &o1, &h1);
-        const size_t ob = (size_t)p.nv * dsize(s[i].io) + 2 * GUARD;
-        const size_t hb = (size_t)p.ns * dsize(s[i].ht_dtype) + 2 * GUARD;
-        CHECK(memcmp(o0, o1, ob) == 0 && memcmp(h0, h1, hb) == 0, "%s: a rerun differs", nm[i]);
-        free(o0);
-        free(h0);
-        free(o1);
-        free(h1);
-        fqla_cuda_fwd_tune(0, -1);
-        fqla_cuda_fwd_tune_chunk(-1, 0);
         prob_free(&p);
     }
 }

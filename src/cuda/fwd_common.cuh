@@ -35,9 +35,7 @@ static_assert(FQLA_CP_CHUNK == FQLA_FWD_CHUNK, "cp_plan.h and the kernels share 
 /* Kernel variants, compiled with FQLA_FWD_TUNING and picked at run time by
  * the benchmarking hooks outside the public API (fwd.cu):
  * fqla_cuda_fwd_tune(prep, late) - prep = 2: the prepare kernel's merges in
- * plain tf32 instead of 3xTF32 (fwd_prepare.cu); prep = 4: the preparation
- * without Q by one warp per chunk and value head (fwd_prepare_warp.cu) where
- * it is usable; late: whether the mma.sync
+ * plain tf32 instead of 3xTF32 (fwd_prepare.cu); late: whether the mma.sync
  * chunk kernel issues the next chunk's copies late (after barrier C, from four
  * warps; docs/perf.md v3). fqla_cuda_fwd_tune_chunk picks the chunk kernel.
  * The defaults are the fastest measured on the H200. */
@@ -243,14 +241,6 @@ static inline int fqla_debug_clocks_take(const void *sym, unsigned long long *ou
 cudaError_t fqla_fwd_launch_prepare(const fqla_fwd_params &p, int io_bf16, int hb, const CUtensorMap *tmK,
                                     const fqla_fwd_ag_maps *tmAg, cudaStream_t stream);
 cudaError_t fqla_fwd_launch_chunk(const fqla_fwd_params &p, int io_bf16, int bv, int late, cudaStream_t stream);
-/* The preparation without Q by one warp per (chunk slot, value head)
- * (fwd_prepare_warp.cu; prep variant 4 of fqla_cuda_fwd_tune): usable
- * without Pg at K = 128 without l2norm and outside CP's pre-pass (no
- * chunk_ok), with k's TMA map; the launch returns cudaErrorInvalidValue
- * elsewhere. */
-int fqla_fwd_prepare_warp_usable(const fqla_fwd_params &p);
-cudaError_t fqla_fwd_launch_prepare_warp(const fqla_fwd_params &p, int io_bf16, const CUtensorMap *tmK,
-                                         cudaStream_t stream);
 /* The TMA chunk kernels (fwd_tma.cu): 1 when p's shapes and alignments
  * allow them; the maps of q, k, v, Ag, Pg (Pg only when p.Pg is set), 0 when
  * one cannot be encoded. */

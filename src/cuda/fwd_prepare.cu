@@ -889,9 +889,6 @@ cudaError_t fqla_fwd_launch_prepare(const fqla_fwd_params &p, int io_bf16, int h
                                     const fqla_fwd_ag_maps *tmAg, cudaStream_t stream)
 {
     if (p.slots + (p.varlen ? (p.T + C - 1) / C : 0) == 0 || p.H == 0) return cudaSuccess;
-#if FQLA_FWD_TUNING
-    if (hb == 4 && fqla_fwd_prepare_warp_usable(p)) return fqla_fwd_launch_prepare_warp(p, io_bf16, tmK, stream);
-#endif
     return io_bf16 ? launch_variant<__nv_bfloat16>(p, hb, tmK, tmAg, stream)
                    : launch_variant<__half>(p, hb, tmK, tmAg, stream);
 }

@@ -1,9 +1,10 @@
 /*
- * fwd_prepare_common.cuh - what the forward's two preparation kernels share
- * (fwd_prepare.cu: a CTA per chunk slot; fwd_prepare_warp.cu: a warp per
- * chunk and value head): the gate and beta loads with the in-kernel
- * options, the varlen slot search, the zeroing of o past the last
- * sequence, and fp32 products on tensor cores (tf32 parts).
+ * fwd_prepare_common.cuh - the prepare kernel's (fwd_prepare.cu) building
+ * blocks that do not depend on its CTA's layout: the gate and beta loads
+ * with the in-kernel options, the varlen slot search, the zeroing of o past
+ * the last sequence, and fp32 products on tensor cores (tf32 parts). Session
+ * 19's kernel of one warp per (chunk, value head) shared them (docs/perf.md;
+ * commit 91880a9).
  */
 #pragma once
 #include "cuda/fwd_common.cuh"

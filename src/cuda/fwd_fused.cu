@@ -64,11 +64,10 @@ constexpr uint32_t TILE = C * 128; /* one [64 rows][64 b16] tile, 128-byte swizz
  * batch runs on the tensor cores while the other waits for its own or does
  * its CUDA-core work between batches; in lockstep both waited at the same
  * time and left the tensor cores idle together (docs/perf.md, session 19).
- * Named barriers 4 and 5: warpgroup 1 waits at 4 for warpgroup 0's turn,
- * warpgroup 0 at 5 for warpgroup 1's (from its second batch on); a turn is
- * passed when the batch is issued (1) or when it is done (2). */
+ * Named barriers 4 and 5: warpgroup 1 waits at 4 for warpgroup 0's issue,
+ * warpgroup 0 at 5 for warpgroup 1's (from its second batch on). */
 #ifndef FQLA_FUSED_PINGPONG
-#define FQLA_FUSED_PINGPONG 2
+#define FQLA_FUSED_PINGPONG 1
 #endif
 constexpr uint32_t BAR_TURN0 = 4, BAR_TURN1 = 5;
 
@@ -316,9 +315,8 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
             first_turn = false;
         }
     };
-    auto turn_pass = [&](bool done) {
-        if constexpr (PP)
-            if (done == (FQLA_FUSED_PINGPONG == 2)) fqla_named_arrive(cw == 0 ? BAR_TURN0 : BAR_TURN1, 256);
+    auto turn_pass = [&]() {
+        if constexpr (PP) fqla_named_arrive(cw == 0 ? BAR_TURN0 : BAR_TURN1, 256);
     };
 
     for (int c = 0; c < nch; c++) {
@@ -349,12 +347,11 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
         fqla_wg_fence();
         fqla_chain::g2_issue<T, KS, 128>(accUQ, sf, st + cfg::oK, cfg::KQ); /* G2 */
         fqla_wg_commit();
-        turn_pass(false);
+        turn_pass();
         store_out(c - 1); /* the previous chunk's rows, while G2 runs */
         const float gC = gm[C - 1];
         fqla_wg_wait<0>();
         fqla_reg_fence(accUQ);
-        turn_pass(true);
         FU_CLK(9, tid == 0 && cw == 0);
         {   /* G1: Vd^T = V^T Ag^T, then G4: Vd^T += (-U^T diag(u)) Ag^T */
             uint32_t wn[4][4];
@@ -365,7 +362,7 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
             fqla_chain::g1_issue<T>(accVd, fqla_desc_mnmajor(st + cfg::oV + cw * TILE, TILE), dAg);
             fqla_chain::g4_issue<T>(accVd, wn, dAg);
             fqla_wg_commit();
-            turn_pass(false);
+            turn_pass();
         }
         {
             const float eC = __expf(gC);
@@ -374,7 +371,6 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
         }
         fqla_wg_wait<0>();
         fqla_reg_fence(accVd);
-        turn_pass(true);
         FU_CLK(10, tid == 0 && cw == 0);
 
         uint32_t vd[4][4], vp[4][4];
@@ -389,14 +385,13 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
         float accP[32];
         fqla_chain::g6_issue<T>(accP, vd, fqla_desc_kmajor(sl + cfg::sPg)); /* G6 */
         fqla_wg_commit();
-        turn_pass(false);
+        turn_pass();
         float fo[16];
         fqla_chain::load_out_factors(fo, fos, tq);
         fqla_wg_wait<0>();
         fqla_reg_fence(S);
         fqla_reg_fence(accUQ);
         fqla_reg_fence(accP);
-        turn_pass(true);
         FU_CLK(11, tid == 0 && cw == 0);
         fqla_mbar_arrive(&empty[s]);  /* the stage and */
         fqla_mbar_arrive(&pfree[a]);  /* the slot are no longer read by this thread */

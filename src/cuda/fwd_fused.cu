@@ -59,18 +59,6 @@ constexpr uint32_t TILE = C * 128; /* one [64 rows][64 b16] tile, 128-byte swizz
 #define FU_CHAIN_REGS 192
 #endif
 
-/* Ping-pong (NWG = 2): the two chain warpgroups take turns issuing each of
- * a chunk's three wgmma batches (G2; G1 + G4; G5 + G6), so that one's
- * batch runs on the tensor cores while the other waits for its own or does
- * its CUDA-core work between batches; in lockstep both waited at the same
- * time and left the tensor cores idle together (docs/perf.md, session 19).
- * Named barriers 4 and 5: warpgroup 1 waits at 4 for warpgroup 0's issue,
- * warpgroup 0 at 5 for warpgroup 1's (from its second batch on). */
-#ifndef FQLA_FUSED_PINGPONG
-#define FQLA_FUSED_PINGPONG 1
-#endif
-constexpr uint32_t BAR_TURN0 = 4, BAR_TURN1 = 5;
-
 template <int KD, int NWG_>
 struct fu_cfg {
     static constexpr int KB = KD / 64;
@@ -304,20 +292,6 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
     auto store_out = [&](int cc) {
         fqla_chain::store_out(p, &tmO, Obuf, ob, cc, start, len, v0, hv, batch, cw, tid);
     };
-    /* ping-pong: wait for this warpgroup's turn before a batch, pass the
-     * turn after committing it (see FQLA_FUSED_PINGPONG) */
-    constexpr bool PP = FQLA_FUSED_PINGPONG && NWG == 2;
-    bool first_turn = true;
-    auto turn_wait = [&]() {
-        if constexpr (PP) {
-            if (cw == 1) fqla_named_sync(BAR_TURN0, 256);
-            else if (!first_turn) fqla_named_sync(BAR_TURN1, 256);
-            first_turn = false;
-        }
-    };
-    auto turn_pass = [&]() {
-        if constexpr (PP) fqla_named_arrive(cw == 0 ? BAR_TURN0 : BAR_TURN1, 256);
-    };
 
     for (int c = 0; c < nch; c++) {
         FU_CLK_START;
@@ -343,11 +317,9 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
         float accVd[32], accUQ[64]; /* accUQ[0..31] = U^T, [32..63] = Qs^T */
         const uint64_t dAg = fqla_desc_kmajor(st + cfg::oAg);
         fqla_reg_fence_u(sf);
-        turn_wait();
         fqla_wg_fence();
         fqla_chain::g2_issue<T, KS, 128>(accUQ, sf, st + cfg::oK, cfg::KQ); /* G2 */
         fqla_wg_commit();
-        turn_pass();
         store_out(c - 1); /* the previous chunk's rows, while G2 runs */
         const float gC = gm[C - 1];
         fqla_wg_wait<0>();
@@ -357,12 +329,10 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
             uint32_t wn[4][4];
             fqla_chain::g4_operand<T>(wn, accUQ, ud, tq);
             fqla_reg_fence_u(wn);
-            turn_wait();
             fqla_wg_fence();
             fqla_chain::g1_issue<T>(accVd, fqla_desc_mnmajor(st + cfg::oV + cw * TILE, TILE), dAg);
             fqla_chain::g4_issue<T>(accVd, wn, dAg);
             fqla_wg_commit();
-            turn_pass();
         }
         {
             const float eC = __expf(gC);
@@ -378,14 +348,12 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
         fqla_reg_fence(S);
         fqla_reg_fence_u(vd);
         fqla_reg_fence_u(vp);
-        turn_wait();
         fqla_wg_fence();
         fqla_chain::g5_issue<T, KD>(S, vp, fqla_desc_mnmajor(st + cfg::oK, cfg::KQ)); /* G5 */
         fqla_wg_commit();
         float accP[32];
         fqla_chain::g6_issue<T>(accP, vd, fqla_desc_kmajor(sl + cfg::sPg)); /* G6 */
         fqla_wg_commit();
-        turn_pass();
         float fo[16];
         fqla_chain::load_out_factors(fo, fos, tq);
         fqla_wg_wait<0>();
@@ -403,8 +371,6 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
         FU_CLK(12, tid == 0 && cw == 0);
     }
     if (nch > 0) store_out(nch - 1);
-    if constexpr (PP) /* warpgroup 1's last pass, so that no barrier is left half-arrived */
-        if (cw == 0 && !first_turn) fqla_named_sync(BAR_TURN1, 256);
     if (tid == 0) fqla_bulk_wait<0>(); /* the CTA's last stores are done before it exits */
 
     /* the final state: of the sequence (with CP, from its last segment) */

@@ -110,8 +110,6 @@ FQLA_HDEV void fqla_fence_async_smem() { asm volatile("fence.proxy.async.shared:
 template <int R> FQLA_HDEV void fqla_setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(R)); }
 template <int R> FQLA_HDEV void fqla_setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(R)); }
 FQLA_HDEV void fqla_named_sync(uint32_t id, uint32_t n) { asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory"); }
-/* Arrive at named barrier id (of n threads) without waiting. */
-FQLA_HDEV void fqla_named_arrive(uint32_t id, uint32_t n) { asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(n) : "memory"); }
 FQLA_HDEV bool fqla_elect_one()
 {
     uint32_t p;

@@ -56,6 +56,12 @@ for r in data[:1]:
                 vals[name[len(pre):]] = float(v.replace(",", ""))
             except ValueError:
                 pass
+    # the tensor pipe's busy share and the bf16 / fp16 tensor ops against the SM's peak
+    for name, v in zip(head, r):
+        if name in ("sm__pipe_tensor_type_hmma_hgmma_qgmma_imma_igmma_bmma_bgmma_cycles_active.avg.pct_of_peak_sustained_elapsed",
+                    "sm__ops_path_tensor_src_bf16_dst_fp32.avg.pct_of_peak_sustained_elapsed",
+                    "sm__ops_path_tensor_src_fp16.avg.pct_of_peak_sustained_elapsed"):
+            print(name, v)
     total = sum(vals.values()) or 1.0
     print("stall reasons (share of warp samples):",
           ", ".join("%s %.1f%%" % (k, 100 * x / total) for k, x in sorted(vals.items(), key=lambda kv: -kv[1])[:10]))

@@ -109,6 +109,25 @@ int pick_fused(const fqla_context *ctx, const fqla_problem *p)
     return tokens * p->H >= 12 * longest ? 1 : 0;
 }
 
+/* The fused kernel's chains for its first launch where the last wave is
+ * split (fqla_fwd_params.fused_split), else 0. With two chain warpgroups a
+ * CTA holds an SM (registers) and covers one chain at V = 128, so N x HV
+ * chains run in waves of SMs CTAs; where the last wave would hold at most
+ * half the SMs, its chains run instead with one chain warpgroup per CTA
+ * (two CTAs per chain, each ~1 / 1.4 of the time: pick_nwg), all of them
+ * at once: 27B at 192 chains ran 132 + 60 (docs/perf.md, session 19). Only
+ * for padded batches (equal lengths): in varlen calls the waves overlap. */
+#ifndef FQLA_FWD_SPLIT_WAVE
+#define FQLA_FWD_SPLIT_WAVE 1
+#endif
+int64_t split_last_wave(const fqla_context *ctx, const fqla_problem *p)
+{
+    if (!FQLA_FWD_SPLIT_WAVE || p->varlen || p->V != 128) return 0;
+    const int64_t sms = ctx->info.sm_count > 0 ? ctx->info.sm_count : 132;
+    const int64_t chains = p->N * p->HV, full = chains / sms, rem = chains % sms;
+    return full >= 1 && rem > 0 && 2 * rem <= sms ? full * sms : 0;
+}
+
 int64_t cp_segs(const fqla_problem *p, int64_t L) { return fqla_cp_segs(p->varlen, p->T, p->N, L); }
 
 /* The segments that hold tokens, for sizing the main pass: packed varlen
@@ -493,6 +512,7 @@ fqla_status fqla_cuda_fwd_run(fqla_context *ctx, const fqla_problem *p, const fq
          * forms Pg beside the chain; nothing launched if its maps cannot be
          * encoded (then the two kernels run) */
         int used = 0;
+        k.fused_split = fused_nwg == 2 ? split_last_wave(ctx, p) : 0;
         cudaError_t err = fqla_fwd_launch_fused(k, io_bf16, g_tune_hb, fused_nwg, FQLA_FUSED_PREPARE | FQLA_FUSED_CHAIN,
                                                 stream, &used);
         if (used || err != cudaSuccess) return fqla_cuda_check(ctx, err, "CUDA forward: fused path launch");

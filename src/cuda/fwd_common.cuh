@@ -102,6 +102,13 @@ struct fqla_fwd_params {
     /* host side only: launch the kernels after the prepare kernel with
      * programmatic dependent launch (pdl.cuh) */
     int pdl;
+    /* the fused kernel (fwd_fused.cu): chain0 is the first chain (sequence
+     * x value head, blockIdx.x's unit) of a launch; fused_split > 0 (host
+     * side, without CP) runs chains [0, fused_split) with two chain
+     * warpgroups per CTA and the rest with one, two CTAs per chain, so that
+     * a small last wave takes ~1 / 1.4 of a full one (fwd.cu, split_last_wave) */
+    int64_t chain0;
+    int64_t fused_split;
 };
 
 /* Ag's packed layout. Ag (64 x 64 per chunk slot and value head: a tile)

@@ -133,8 +133,8 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
     const int wg = threadIdx.x >> 7;
     /* the state's row: the sequence, or with CP's main pass (cp_mode 2) the
      * segment, whose start state the scan wrote (h0 = seg_s0) */
-    const int64_t ns = blockIdx.x / p.HV;
-    const int hv = blockIdx.x % p.HV;
+    const int64_t ns = ((int64_t)blockIdx.x + p.chain0) / p.HV;
+    const int hv = (int)(((int64_t)blockIdx.x + p.chain0) % p.HV);
     const int hq = hv / p.group;
     const int vbase = blockIdx.y * 64 * NWG;
     /* 32-bit token counts (fqla_fwd_wg_usable bounds T): fewer registers */
@@ -388,7 +388,8 @@ namespace {
 #endif
 
 template <typename T, int NWG>
-cudaError_t launch(const fqla_fwd_params &p, const CUtensorMap *maps, const fqla_fwd_ag_maps &ag, cudaStream_t stream)
+cudaError_t launch(const fqla_fwd_params &p, int64_t chains, const CUtensorMap *maps, const fqla_fwd_ag_maps &ag,
+                   cudaStream_t stream)
 {
     typedef fu_cfg<128, NWG> cfg;
     static volatile int configured[64];
@@ -402,7 +403,7 @@ cudaError_t launch(const fqla_fwd_params &p, const CUtensorMap *maps, const fqla
         if (dev >= 0 && dev < 64) configured[dev] = 1;
     }
     /* (the prepare kernel zeroes the o rows after the last sequence) */
-    dim3 grid((unsigned)((p.cp_mode ? p.segs : p.N) * p.HV), (unsigned)(p.V / (64 * NWG)));
+    dim3 grid((unsigned)chains, (unsigned)(p.V / (64 * NWG)));
     return fqla_launch_pdl(fwd_fused_kernel<T, 128, NWG>, grid, dim3(cfg::THREADS), cfg::bytes, stream, p.pdl, p,
                            maps[0], maps[1], maps[2], ag, maps[4]);
 }
@@ -433,6 +434,20 @@ cudaError_t fqla_fwd_launch_fused(const fqla_fwd_params &k, int io_bf16, int hb,
     cudaError_t err = cudaSuccess;
     if (parts & FQLA_FUSED_PREPARE) err = fqla_fwd_launch_prepare(p, io_bf16, hb, &maps[1], &ag_store, stream);
     if (err != cudaSuccess || !(parts & FQLA_FUSED_CHAIN) || (p.cp_mode ? p.segs : p.N) * p.HV == 0) return err;
-    if (nwg == 1) return io_bf16 ? launch<__nv_bfloat16, 1>(p, maps, ag, stream) : launch<__half, 1>(p, maps, ag, stream);
-    return io_bf16 ? launch<__nv_bfloat16, 2>(p, maps, ag, stream) : launch<__half, 2>(p, maps, ag, stream);
+    const int64_t chains = (p.cp_mode ? p.segs : p.N) * p.HV;
+    if (nwg == 1)
+        return io_bf16 ? launch<__nv_bfloat16, 1>(p, chains, maps, ag, stream)
+                       : launch<__half, 1>(p, chains, maps, ag, stream);
+    /* a split last wave (fused_split, fwd.cu): the first chains with two
+     * chain warpgroups per CTA, then the rest with one (a second launch,
+     * ordered after the first by the stream: its CTAs take the SMs the
+     * first's leave) */
+    const int64_t split = !p.cp_mode && p.fused_split > 0 && p.fused_split < chains && p.V % 64 == 0 ? p.fused_split
+                                                                                                       : chains;
+    p.chain0 = 0;
+    err = io_bf16 ? launch<__nv_bfloat16, 2>(p, split, maps, ag, stream) : launch<__half, 2>(p, split, maps, ag, stream);
+    if (err != cudaSuccess || split == chains) return err;
+    p.chain0 = split;
+    return io_bf16 ? launch<__nv_bfloat16, 1>(p, chains - split, maps, ag, stream)
+                   : launch<__half, 1>(p, chains - split, maps, ag, stream);
 }

@@ -114,8 +114,9 @@ int pick_fused(const fqla_context *ctx, const fqla_problem *p)
  * CTA holds an SM (registers) and covers one chain at V = 128, so N x HV
  * chains run in waves of SMs CTAs; where the last wave would hold at most
  * half the SMs, its chains run instead with one chain warpgroup per CTA
- * (two CTAs per chain, each ~1 / 1.4 of the time: pick_nwg), all of them
- * at once: 27B at 192 chains ran 132 + 60 (docs/perf.md, session 19). Only
+ * (two CTAs per chain), all of them at once, in ~0.8 of a full wave's
+ * time: 27B at 192 chains ran 132 + 60, now x0.93-0.95 end to end
+ * (docs/perf.md, session 19). Only
  * for padded batches (equal lengths): in varlen calls the waves overlap. */
 #ifndef FQLA_FWD_SPLIT_WAVE
 #define FQLA_FWD_SPLIT_WAVE 1

@@ -106,7 +106,7 @@ struct fqla_fwd_params {
      * x value head, blockIdx.x's unit) of a launch; fused_split > 0 (host
      * side, without CP) runs chains [0, fused_split) with two chain
      * warpgroups per CTA and the rest with one, two CTAs per chain, so that
-     * a small last wave takes ~1 / 1.4 of a full one (fwd.cu, split_last_wave) */
+     * a small last wave takes ~0.8 of a full one (fwd.cu, split_last_wave) */
     int64_t chain0;
     int64_t fused_split;
 };

@@ -442,8 +442,7 @@ cudaError_t fqla_fwd_launch_fused(const fqla_fwd_params &k, int io_bf16, int hb,
      * chain warpgroups per CTA, then the rest with one (a second launch,
      * ordered after the first by the stream: its CTAs take the SMs the
      * first's leave) */
-    const int64_t split = !p.cp_mode && p.fused_split > 0 && p.fused_split < chains && p.V % 64 == 0 ? p.fused_split
-                                                                                                       : chains;
+    const int64_t split = !p.cp_mode && p.fused_split > 0 && p.fused_split < chains ? p.fused_split : chains;
     p.chain0 = 0;
     err = io_bf16 ? launch<__nv_bfloat16, 2>(p, split, maps, ag, stream) : launch<__half, 2>(p, split, maps, ag, stream);
     if (err != cudaSuccess || split == chains) return err;

@@ -22,13 +22,13 @@ rep=$(mktemp -d)/k
 # (e.g. bench/bench_fwd.py with --variants, for a kernel variant the CLI
 # does not pick); its first launch of the kernel is the one profiled
 if [ -n "${NCU_CMD:-}" ]; then
-  timeout 300 ncu --clock-control none --set full --import-source yes -k "regex:$kern" -c 1 -o "$rep" \
-    env BIN=$BIN bash -c "$NCU_CMD" > "$OUT/ncu.log" 2>&1
+  cmd=(env BIN="$BIN" bash -c "$NCU_CMD")
 else
-  timeout 300 ncu --clock-control none --set full --import-source yes -k "regex:$kern" -c 1 -o "$rep" \
-    "$BIN/flashqla" bench --rows "$R/bench/anchors_h200.csv" --filter "$row" --repeat 1 --check-tokens 0 \
-    --out /tmp/ncu_bench.csv > "$OUT/ncu.log" 2>&1
+  cmd=("$BIN/flashqla" bench --rows "$R/bench/anchors_h200.csv" --filter "$row" --repeat 1 --check-tokens 0
+       --out /tmp/ncu_bench.csv)
 fi
+timeout 300 ncu --clock-control none --set full --import-source yes -k "regex:$kern" -c 1 -o "$rep" \
+  "${cmd[@]}" > "$OUT/ncu.log" 2>&1
 ncu -i "$rep.ncu-rep" --page details --csv > "$OUT/ncu_details.csv" 2>&1
 ncu -i "$rep.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu_sass.csv" 2>&1
 python3 - "$OUT/ncu_details.csv" <<'PY'

@@ -920,12 +920,16 @@ static void fwd_graph_replay(void)
     const int64_t cu[] = {0, 100, 500};
     spec s = base_spec(1, 520, 2, 4, 128);
     set_cu(&s, cu, 3);
-    const char *path[3] = {"two kernels", "fused nwg=1", "fused nwg=2"};
-    const int kern[3][2] = {{1, 0}, {2, 1}, {2, 2}};
-    for (int v = 0; v < 3; v++) {
+    /* the last: a padded batch of 6 x 32 = 192 chains, whose last wave
+     * (on 132 SMs: 60 chains) runs as a second launch of one-warpgroup CTAs
+     * (fwd.cu, split_last_wave) */
+    spec split = base_spec(6, 130, 16, 32, 128);
+    const char *path[4] = {"two kernels", "fused nwg=1", "fused nwg=2", "fused nwg=2, 192 chains"};
+    const int kern[4][2] = {{1, 0}, {2, 1}, {2, 2}, {2, 2}};
+    for (int v = 0; v < 4; v++) {
         fqla_cuda_fwd_tune_chunk(kern[v][0], kern[v][1]);
         prob p;
-        prob_init(&p, &s);
+        prob_init(&p, v == 3 ? &split : &s);
         upload_all(&p);
         cuda_stream st = NULL;
         cuda_graph g = NULL;

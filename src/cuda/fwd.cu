@@ -116,8 +116,8 @@ int pick_fused(const fqla_context *ctx, const fqla_problem *p)
  * half the SMs, its chains run instead with one chain warpgroup per CTA
  * (two CTAs per chain), all of them at once, in ~0.8 of a full wave's
  * time: 27B at 192 chains ran 132 + 60, now x0.93-0.95 end to end
- * (docs/perf.md, session 19). Only
- * for padded batches (equal lengths): in varlen calls the waves overlap. */
+ * (docs/perf.md, session 19). Only for padded batches (equal lengths): in
+ * varlen calls the waves overlap. */
 #ifndef FQLA_FWD_SPLIT_WAVE
 #define FQLA_FWD_SPLIT_WAVE 1
 #endif

@@ -408,6 +408,15 @@ cudaError_t launch(const fqla_fwd_params &p, int64_t chains, const CUtensorMap *
                            maps[0], maps[1], maps[2], ag, maps[4]);
 }
 
+/* launch<T, NWG> for the io dtype */
+template <int NWG>
+cudaError_t launch_io(int io_bf16, const fqla_fwd_params &p, int64_t chains, const CUtensorMap *maps,
+                      const fqla_fwd_ag_maps &ag, cudaStream_t stream)
+{
+    return io_bf16 ? launch<__nv_bfloat16, NWG>(p, chains, maps, ag, stream)
+                   : launch<__half, NWG>(p, chains, maps, ag, stream);
+}
+
 } // namespace
 
 int fqla_fwd_fused_usable(const fqla_fwd_params &p, int nwg)
@@ -435,18 +444,15 @@ cudaError_t fqla_fwd_launch_fused(const fqla_fwd_params &k, int io_bf16, int hb,
     if (parts & FQLA_FUSED_PREPARE) err = fqla_fwd_launch_prepare(p, io_bf16, hb, &maps[1], &ag_store, stream);
     if (err != cudaSuccess || !(parts & FQLA_FUSED_CHAIN) || (p.cp_mode ? p.segs : p.N) * p.HV == 0) return err;
     const int64_t chains = (p.cp_mode ? p.segs : p.N) * p.HV;
-    if (nwg == 1)
-        return io_bf16 ? launch<__nv_bfloat16, 1>(p, chains, maps, ag, stream)
-                       : launch<__half, 1>(p, chains, maps, ag, stream);
+    if (nwg == 1) return launch_io<1>(io_bf16, p, chains, maps, ag, stream);
     /* a split last wave (fused_split, fwd.cu): the first chains with two
      * chain warpgroups per CTA, then the rest with one (a second launch,
      * ordered after the first by the stream: its CTAs take the SMs the
      * first's leave) */
     const int64_t split = !p.cp_mode && p.fused_split > 0 && p.fused_split < chains ? p.fused_split : chains;
     p.chain0 = 0;
-    err = io_bf16 ? launch<__nv_bfloat16, 2>(p, split, maps, ag, stream) : launch<__half, 2>(p, split, maps, ag, stream);
+    err = launch_io<2>(io_bf16, p, split, maps, ag, stream);
     if (err != cudaSuccess || split == chains) return err;
     p.chain0 = split;
-    return io_bf16 ? launch<__nv_bfloat16, 1>(p, chains - split, maps, ag, stream)
-                   : launch<__half, 1>(p, chains - split, maps, ag, stream);
+    return launch_io<1>(io_bf16, p, chains - split, maps, ag, stream);
 }

@@ -654,14 +654,26 @@ static void fwd_v_first_bf16_state(void)
     check_spec(&s, "bf16 h0 and final state");
 }
 
+/* The gate and beta extremes on the path pick_fused gives this small shape
+ * (the chunk kernel), then forced onto the fused kernel with two and one
+ * chain warpgroups: the default path of every large problem rounds
+ * differently (Pg formed in the kernel; docs/perf.md, session 20). */
 static void fwd_decay_extremes(void)
 {
     spec s = base_spec(1, 130, 2, 4, 128);
-    s.decay = 1;
-    check_spec(&s, "strong decay g=-20 (cumulative -2600)");
-    s.decay = 2;
-    s.beta_mode = 1;
-    check_spec(&s, "no decay, beta in {0, 1, 1.99}");
+    const char *names[2] = {"strong decay g=-20 (cumulative -2600)", "no decay, beta in {0, 1, 1.99}"};
+    for (int i = 0; i < 2; i++) {
+        s.decay = i == 0 ? 1 : 2;
+        s.beta_mode = i;
+        check_spec(&s, names[i]);
+        for (int nwg = 2; nwg >= 1; nwg--) {
+            char what[128];
+            snprintf(what, sizeof what, "%s [fused nwg=%d]", names[i], nwg);
+            fqla_cuda_fwd_tune_chunk(2, nwg);
+            check_spec(&s, what);
+        }
+        fqla_cuda_fwd_tune_chunk(-1, 0);
+    }
 }
 
 /* Every kernel variant (the prepare's inverse merges in 3xTF32, the default,

@@ -122,31 +122,38 @@ __device__ __forceinline__ void g4_operand(uint32_t (&wn)[4][4], const float *ac
         }
 }
 
-/* The A operand of G1 + G4 as one product, W^T = V^T - U^T diag(u), from
- * U^T's accumulators (as g4_operand), the stage's (u_t, d_t) and V^T's
- * fragments, read by ldmatrix.trans from the warpgroup's V tile vt ([t][v],
- * 64 value columns, TMA's 128-byte swizzle): lane l addresses token row
- * 16 kk + 8 (q / 2) + l % 8 (q = l / 8) and the 16-byte chunk 2 warp + q % 2
- * of it (value rows 16 warp + 8 (q % 2) ..), swizzled by the row; matrix q
- * lands in fragment register q. The difference is fp32, rounded once. */
-template <typename T>
-__device__ __forceinline__ void w_operand(uint32_t (&wn)[4][4], const float *accU, const float2 *ud,
-                                          const unsigned char *vt, int warp, int lane)
+/* V^T's fragments for w_operand, by ldmatrix.trans from the warpgroup's V
+ * tile vt ([t][v], 64 value columns, TMA's 128-byte swizzle): lane l
+ * addresses token row 16 kk + 8 (q / 2) + l % 8 (q = l / 8) and the 16-byte
+ * chunk 2 warp + q % 2 of it (value rows 16 warp + 8 (q % 2) ..), swizzled
+ * by the row; matrix q lands in fragment register q. Loaded while G2 runs,
+ * so that their latency is off the chain's path. */
+__device__ __forceinline__ void load_v_fragments(uint32_t (&vf)[4][4], const unsigned char *vt, int warp, int lane)
 {
-    const int tq = lane & 3, q = lane >> 3, rr = lane & 7;
+    const int q = lane >> 3, rr = lane & 7;
 #pragma unroll
     for (int kk = 0; kk < 4; kk++) {
-        uint32_t v[4];
         const int row = 16 * kk + 8 * (q >> 1) + rr, ch = 2 * warp + (q & 1);
-        fqla_ldsm_x4_t(v, vt + row * 128 + 16 * (ch ^ rr));
+        fqla_ldsm_x4_t(vf[kk], vt + row * 128 + 16 * (ch ^ rr));
+    }
+}
+
+/* The A operand of G1 + G4 as one product, W^T = V^T - U^T diag(u), from
+ * U^T's accumulators (as g4_operand), the stage's (u_t, d_t) and V^T's
+ * fragments (load_v_fragments): the difference in fp32, rounded once. */
+template <typename T>
+__device__ __forceinline__ void w_operand(uint32_t (&wn)[4][4], const float *accU, const float2 *ud,
+                                          const uint32_t (&vf)[4][4], int tq)
+{
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++)
 #pragma unroll
         for (int r = 0; r < 4; r++) {
             const int t0 = 16 * kk + 8 * (r >> 1) + 2 * tq;
-            const float2 x = fqla_io<T>::unpack(v[r]);
+            const float2 x = fqla_io<T>::unpack(vf[kk][r]);
             wn[kk][r] = fqla_io<T>::pack(fmaf(-ud[t0].x, accU[8 * kk + 2 * r], x.x),
                                          fmaf(-ud[t0 + 1].x, accU[8 * kk + 2 * r + 1], x.y));
         }
-    }
 }
 
 /* Vd (G6's A operand) and Vp = Vd diag(d) (G5's) from Vd^T's accumulators. */

@@ -320,6 +320,8 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
         fqla_wg_fence();
         fqla_chain::g2_issue<T, KS, 128>(accUQ, sf, st + cfg::oK, cfg::KQ); /* G2 */
         fqla_wg_commit();
+        uint32_t vf[4][4]; /* V^T for G1 + G4, while G2 runs */
+        fqla_chain::load_v_fragments(vf, st + cfg::oV + cw * TILE, warp, lane);
         store_out(c - 1); /* the previous chunk's rows, while G2 runs */
         const float gC = gm[C - 1];
         fqla_wg_wait<0>();
@@ -330,7 +332,7 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
              * chain's path and a tenth of the tensor work; docs/perf.md,
              * session 20) */
             uint32_t wn[4][4];
-            fqla_chain::w_operand<T>(wn, accUQ, ud, st + cfg::oV + cw * TILE, warp, lane);
+            fqla_chain::w_operand<T>(wn, accUQ, ud, vf, tq);
             fqla_reg_fence_u(wn);
             fqla_wg_fence();
             fqla_chain::g14_issue<T>(accVd, wn, dAg);

@@ -13,7 +13,7 @@ How to run
     python3 tools/precision/inverse_precision.py                 # every case, 3 seeds
     python3 tools/precision/inverse_precision.py --seeds 1 --cases default,strong
     python3 tools/precision/inverse_precision.py --markdown out.md  # also write the table
-    (numpy only; about 5 minutes on 2 cores for the full run.)
+    (numpy only; about 2 minutes on 2 cores for the full run.)
     Before the cases run, a self-check runs the variant-1 chunked emulation with every
     rounding switched off and requires it to match the fp64 recurrence to 1e-10
     (it exits with status 1 otherwise).
@@ -21,7 +21,9 @@ How to run
 Roundings emulated (products are formed in float64 from already-rounded operands and
 the accumulated result is rounded to fp32: a model of fp32 accumulation; bf16 and fp16
 are round-to-nearest-even):
-    inputs      q, k, v drawn in float64 and rounded to bf16; g, beta, h0 fp32.
+    inputs      q, k, v drawn in float64 and rounded to bf16; g, beta, h0 fp32 (the in-kernel
+                gate and beta sigmoid are evaluated in fp64 and rounded to fp32 once, shared
+                by the reference and the emulation: their own fp32 rounding is not modelled).
     prepare     gamma = fp32 inclusive cumsum of g per chunk; Gamma = fp32(exp(gamma_i - gamma_j));
                 KK = fp32(K K^T) (times rk_i rk_j in fp32 with the in-kernel l2norm);
                 M = StrictLower(diag(beta) KK); Ar by the variant; Ag = bf16(Gamma (.) Ar diag(beta));
@@ -36,6 +38,8 @@ are round-to-nearest-even):
 Inverse variants (only Ar changes; the chain above is the same for 1-6):
     1 exact      Ar in float64 (forward substitution), then the bf16 Ag rounding: the
                  chain's own error floor.
+    1b           diagnostic, not a kernel: variant 1 with Ag left in fp32 (no bf16 rounding
+                 of Ag; the chain's other roundings kept): the share of the Ag rounding.
     2 ours       fwd_prepare.cu: 16x16 diagonal blocks by fp32 forward substitution (the
                  kernel's right-looking FMA order), then doubling 16 -> 32 -> 64 in the
                  kernel's three levels, every 16x16 block product as m16n8k8 tf32 mma in the
@@ -60,8 +64,8 @@ Inverse variants (only Ar changes; the chain above is the same for 1-6):
                  an FLA-style chunked forward (its own chain, not the one above): fp32 math,
                  intermediates stored bf16. With l2norm q, k are normalised and stored bf16
                  first (FLA's l2norm_fwd). A = bf16((I + StrictLower(diag(beta) Gamma (.) K K^T))^-1
-                 diag(beta)) with the inverse itself exact (FLA's solve_tril in 'ieee' precision;
-                 KK fp32); w = bf16(A bf16(diag(e^gamma) K)); u = bf16(A V); per chunk the state
+                 diag(beta)) with the inverse itself exact then rounded to fp32 (KK fp32; at
+                 least as precise as FLA's solve_tril, whatever its dot precision); w = bf16(A bf16(diag(e^gamma) K)); u = bf16(A V); per chunk the state
                  is stored h = bf16(S); v_new = u - w h in fp32, stored bf16;
                  o = bf16(scale (e^gamma (.) fp32(Q h) + fp32(bf16(Gamma (.) tril(Q K^T)) v_new)));
                  S = fp32(e^gamma_C S + K^T bf16(diag(e^(gamma_C - gamma)) v_new_fp32)) (FLA
@@ -70,18 +74,37 @@ Inverse variants (only Ar changes; the chain above is the same for 1-6):
 Reported per case and variant (worst over sequences x value heads x seeds): rel(o),
 rel(final state), the ratio of each to variant 7's, the inverse's own error (worst over
 chunks of ||G - G_exact||_F / ||G_exact||_F, G = Gamma (.) X diag(beta) before the bf16
-rounding, G_exact the fp64 one), max |X| over the stored inverse entries (gate-free Ar,
-or Gamma (.) Ar for variant 5 and the A of variant 7 before beta), and the count of
-non-finite values in the inverse, o and the state.
+rounding, G_exact the fp64 one), max |X| over the stored inverse's entries below the
+diagonal (the diagonal is 1; X is the gate-free Ar, or Gamma (.) Ar for variant 5 and
+for variant 7's A before beta; finite entries only), and the count of non-finite values
+in the inverse and in o and the state. Variant 7's "inverse err" is against the same
+G_exact, so with l2norm it also contains its bf16 storage of the normalised keys.
+
+Cases (K = V = 128; draws as tests/test_gpu_fwd.c's draw(): unit q/k rows unless l2norm,
+v ~ N(0,1), h0 ~ N(0,1) fp32, default gate -log1p(e^-x)/16 (1 + hv % 3) with every fourth
+head undecayed, beta sigmoid(N(0,1))): see CASES. After them: a length sweep of the
+no-decay case (exact, ours, FLA) and a table of max |Ar| against the key norm (where the
+gate-free inverse overflows fp16 and fp32).
+
+Emulation limits: the tensor cores' internal accumulation is modelled as one fp32 rounding
+per mma instruction (hardware aligns and truncates differently); exp/ex2 and rsqrt are
+exact-then-rounded, not the approximate SFU results; the chain's product order inside a
+wgmma is not modelled. These move the chain's floor somewhat and equally for every
+inverse variant (for scale: docs/perf.md reports ~4.4e-3 measured on the H200 for the
+no-decay T = 130 GPU test; this model gives ~4.0e-3 for that setting, other seeds).
 """
 import argparse
 import datetime
 import math
+import os
 import platform
 import sys
 import time
 
-import numpy as np
+# small batched products: one BLAS thread is as fast and does not fight other processes
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+import numpy as np  # noqa: E402
 
 C = 64          # chunk length
 HEAD_DIM = 128  # K = V
@@ -494,7 +517,7 @@ def inverse_variant(name, prep, R=KernelRounding):
     """Returns (Ag, G before the bf16 rounding, the stored inverse X)."""
     KK, beta, Gamma = prep["KK"], prep["beta"], prep["Gamma"]
     M = strict_lower(beta[..., :, None] * KK)
-    if name == "exact":
+    if name in ("exact", "exact_ag32"):
         X = inverse_exact(M)
     elif name == "ours":
         X = inverse_ours(KK, beta, product_3xtf32)
@@ -513,6 +536,8 @@ def inverse_variant(name, prep, R=KernelRounding):
     else:
         raise ValueError(name)
     Ag, G = ag_from_gate_free(prep, X, R)
+    if name == "exact_ag32":  # diagnostic: Ag left in fp32 (no kernel does this: wgmma takes bf16)
+        Ag = G
     return Ag, G, X
 
 
@@ -595,9 +620,11 @@ def worst_rel(x, ref, inp, per_token):
 
 
 def inverse_error(G, G_exact):
-    """worst over (head, chunk) of ||G - G_exact||_F / ||G_exact||_F."""
+    """worst over (head, chunk) of ||G - G_exact||_F / ||G_exact||_F (chunks of padding only,
+    where G_exact = 0, are skipped)."""
     with np.errstate(over="ignore", invalid="ignore"):
-        r = np.sqrt(np.sum((G - G_exact) ** 2, axis=(-2, -1)) / np.sum(G_exact ** 2, axis=(-2, -1)))
+        den = np.sum(G_exact ** 2, axis=(-2, -1))
+        r = np.sqrt(np.sum((G - G_exact) ** 2, axis=(-2, -1))[den > 0] / den[den > 0])
     return float(np.nan) if not np.all(np.isfinite(r)) else float(np.max(r))
 
 
@@ -642,6 +669,7 @@ def self_check(rng):
 # --------------------------------------------------------------------------- driver
 VARIANTS = [
     ("exact", "1 exact"),
+    ("exact_ag32", "1b exact, Ag not rounded to bf16 (diagnostic)"),
     ("ours", "2 ours 3xTF32"),
     ("tf32", "3 tf32"),
     ("fp16_free", "4 fp16 gate-free"),
@@ -651,7 +679,7 @@ VARIANTS = [
 ]
 
 
-def run_case(case, seed):
+def run_case(case, seed, variants=None):
     rng = np.random.default_rng(seed)
     inp = draw_inputs(case, rng)
     o_ref, S_ref = reference_recurrence(inp)
@@ -660,16 +688,18 @@ def run_case(case, seed):
     G_exact = prep["Gamma"] * inverse_exact(M) * prep["beta"][..., None, :]   # fp64 gated inverse
     out = {}
     for key, _ in VARIANTS:
+        if variants is not None and key not in variants:
+            continue
         if key == "fla":
             o, S, G, X = chain_fla_baseline(inp, prep)
         else:
             Ag, G, X = inverse_variant(key, prep)
             o, S = chain_kernel(prep, Ag, inp["h0"], KernelRounding)
         out[key] = dict(o=worst_rel(o, o_ref, inp, True), S=worst_rel(S, S_ref, inp, False),
-                        inv=inverse_error(G, G_exact) if key != "exact" else 0.0,
-                        maxX=max_abs_finite(X),
+                        inv=inverse_error(G, G_exact) if key not in ("exact", "exact_ag32") else 0.0,
+                        maxX=max_abs_finite(strict_lower(X)),
                         bad_inv=nonfinite(X), bad_out=nonfinite(o, S))
-    maxAr = float(np.max(np.abs(inverse_exact(M))))
+    maxAr = max_abs_finite(strict_lower(inverse_exact(M)))
     return out, maxAr, float(np.max(np.abs(o_ref))), float(np.max(np.abs(S_ref)))
 
 
@@ -694,7 +724,7 @@ def ratio(a, b):
 
 
 def markdown_table(results):
-    lines = ["| case | variant | rel(o) | o / FLA | rel(S) | S / FLA | inverse err | max abs X | non-finite inv / out |",
+    lines = ["| case | variant | rel(o) | o / FLA | rel(S) | S / FLA | inverse err | max abs X (below diag) | non-finite inv / out |",
              "|---|---|---|---|---|---|---|---|---|"]
     for case, res, extra in results:
         base = res["fla"]
@@ -707,11 +737,59 @@ def markdown_table(results):
 
 
 def case_notes(results):
-    lines = ["| case | seqs | H, HV | max abs Ar (exact, gate-free) | max abs o_ref | max abs S_ref |",
+    lines = ["| case | seqs | H, HV | max abs Ar below diag (exact, gate-free) | max abs o_ref | max abs S_ref |",
              "|---|---|---|---|---|---|"]
     for case, res, extra in results:
         lines.append(f"| {case.name} | {'+'.join(map(str, case.seqs))} | {case.H}, {case.HV} | {fmt(extra['maxAr'])} | "
                      f"{fmt(extra['maxo'])} | {fmt(extra['maxS'])} |")
+    return "\n".join(lines)
+
+
+SWEEP_LENGTHS = [130, 512, 1024, 2048, 4096]
+SWEEP_VARIANTS = ("exact", "ours", "fla")
+
+
+def length_sweep(seeds, seed_base):
+    """The no-decay, beta in {0, 1, 1.99} case (TESTING.md's; the GPU test runs it at T = 130) at
+    growing T: where the bf16 floor crosses 5e-3, whatever the inverse."""
+    rows = []
+    for T in SWEEP_LENGTHS:
+        case = Case("sweep", f"no decay, beta in {{0, 1, 1.99}}, T = {T}", [T], 2, 4, gate="none", beta="set")
+        worst = {v: [0.0, 0.0] for v in SWEEP_VARIANTS}
+        for s in range(seeds):
+            out, _, _, _ = run_case(case, seed_base + 5000 + T + s, SWEEP_VARIANTS)
+            for v in SWEEP_VARIANTS:
+                worst[v] = [max(worst[v][0], out[v]["o"]), max(worst[v][1], out[v]["S"])]
+        print(f"[sweep] T = {T}: " + " ".join(f"{v}={fmt(w[0])}/{fmt(w[1])}" for v, w in worst.items()), flush=True)
+        rows.append((T, worst))
+    labels = dict(VARIANTS)
+    lines = ["| T | " + " | ".join(f"{labels[v]} rel(o) / rel(S)" for v in SWEEP_VARIANTS) + " |",
+             "|---|" + "---|" * len(SWEEP_VARIANTS)]
+    for T, worst in rows:
+        lines.append(f"| {T} | " + " | ".join(f"{fmt(worst[v][0])} / {fmt(worst[v][1])}" for v in SWEEP_VARIANTS) + " |")
+    return "\n".join(lines)
+
+
+GROWTH_NORMS = [1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 11.3]
+
+
+def ar_growth_table(seed):
+    """max |Ar| of the gate-free inverse (exact, fp64) over 256 chunks of random keys of norm r:
+    where the gate-free form overflows fp16 (65504) and fp32 (3.4e38) whatever the decay."""
+    rng = np.random.default_rng(seed)
+    lines = ["| key norm | beta sigmoid(N(0,1)): max abs Ar | beta in {0, 1, 1.99}: max abs Ar |", "|---|---|---|"]
+    for r in GROWTH_NORMS:
+        k = unit_rows(rng.standard_normal((256, C, HEAD_DIM))) * r
+        KK = mm(k, np.swapaxes(k, -1, -2))
+        b_sig = 1.0 / (1.0 + np.exp(-rng.standard_normal((256, C))))
+        u = rng.uniform(size=(256, C))
+        b_set = np.where(u < 0.3, 0.0, np.where(u < 0.6, 1.0, 1.99))
+        cells = []
+        for b in (b_sig, b_set):
+            m = max_abs_finite(inverse_exact(strict_lower(b[..., :, None] * KK)))
+            tag = " (fp32 overflow)" if m > 3.4e38 else " (fp16 overflow)" if m > 65504 else ""
+            cells.append(fmt(m) + tag)
+        lines.append(f"| {r:g} | {cells[0]} | {cells[1]} |")
     return "\n".join(lines)
 
 
@@ -722,6 +800,7 @@ def main():
     ap.add_argument("--cases", default="", help="comma-separated case keys (default all): "
                     + ",".join(c.key for c in CASES))
     ap.add_argument("--markdown", default="", help="also write the tables to this file")
+    ap.add_argument("--no-sweep", action="store_true", help="skip the no-decay length sweep")
     args = ap.parse_args()
     t0 = time.time()
     self_check(np.random.default_rng(7))
@@ -740,12 +819,19 @@ def main():
                   + f"  ({time.time() - t1:.1f}s)", flush=True)
         extra["seeds"] = seeds
         results.append((case, acc, extra))
+    sweep = "" if args.no_sweep else length_sweep(args.seeds, args.seed_base)
+    growth = ar_growth_table(args.seed_base + 9000)
     table, notes = markdown_table(results), case_notes(results)
     elapsed = time.time() - t0
     print()
     print(table)
     print()
     print(notes)
+    if sweep:
+        print()
+        print(sweep)
+    print()
+    print(growth)
     print(f"\n{elapsed:.0f} s, numpy {np.__version__}, python {platform.python_version()}")
     if args.markdown:
         with open(args.markdown, "w") as f:
@@ -754,6 +840,9 @@ def main():
                     f"python {platform.python_version()}; {elapsed:.0f} s\n\n")
             f.write("seeds: " + "; ".join(f"{c.key} {e['seeds']}" for c, _, e in results) + "\n\n")
             f.write(table + "\n\n" + notes + "\n")
+            if sweep:
+                f.write("\n" + sweep + "\n")
+            f.write("\n" + growth + "\n")
 
 
 if __name__ == "__main__":

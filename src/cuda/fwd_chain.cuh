@@ -122,40 +122,6 @@ __device__ __forceinline__ void g4_operand(uint32_t (&wn)[4][4], const float *ac
         }
 }
 
-/* V^T's fragments for w_operand, by ldmatrix.trans from the warpgroup's V
- * tile vt ([t][v], 64 value columns, TMA's 128-byte swizzle): lane l
- * addresses token row 16 kk + 8 (q / 2) + l % 8 (q = l / 8) and the 16-byte
- * chunk 2 warp + q % 2 of it (value rows 16 warp + 8 (q % 2) ..), swizzled
- * by the row; matrix q lands in fragment register q. Loaded while G2 runs,
- * so that their latency is off the chain's path. */
-__device__ __forceinline__ void load_v_fragments(uint32_t (&vf)[4][4], const unsigned char *vt, int warp, int lane)
-{
-    const int q = lane >> 3, rr = lane & 7;
-#pragma unroll
-    for (int kk = 0; kk < 4; kk++) {
-        const int row = 16 * kk + 8 * (q >> 1) + rr, ch = 2 * warp + (q & 1);
-        fqla_ldsm_x4_t(vf[kk], vt + row * 128 + 16 * (ch ^ rr));
-    }
-}
-
-/* The A operand of G1 + G4 as one product, W^T = V^T - U^T diag(u), from
- * U^T's accumulators (as g4_operand), the stage's (u_t, d_t) and V^T's
- * fragments (load_v_fragments): the difference in fp32, rounded once. */
-template <typename T>
-__device__ __forceinline__ void w_operand(uint32_t (&wn)[4][4], const float *accU, const float2 *ud,
-                                          const uint32_t (&vf)[4][4], int tq)
-{
-#pragma unroll
-    for (int kk = 0; kk < 4; kk++)
-#pragma unroll
-        for (int r = 0; r < 4; r++) {
-            const int t0 = 16 * kk + 8 * (r >> 1) + 2 * tq;
-            const float2 x = fqla_io<T>::unpack(vf[kk][r]);
-            wn[kk][r] = fqla_io<T>::pack(fmaf(-ud[t0].x, accU[8 * kk + 2 * r], x.x),
-                                         fmaf(-ud[t0 + 1].x, accU[8 * kk + 2 * r + 1], x.y));
-        }
-}
-
 /* Vd (G6's A operand) and Vp = Vd diag(d) (G5's) from Vd^T's accumulators. */
 template <typename T>
 __device__ __forceinline__ void g56_operands(uint32_t (&vd)[4][4], uint32_t (&vp)[4][4], const float (&accVd)[32],
@@ -300,29 +266,12 @@ __device__ __forceinline__ void g2_issue(float (&accUQ)[N / 2], const uint32_t (
     }
 }
 
-/* acc (+)= A B^T over 64 tokens: A's fragments a (value rows x tokens), B a
- * K-major 64 x 64 tile at dB (Ag or Pg); the first k-step overwrites acc
- * unless accumulate. */
-template <typename T>
-__device__ __forceinline__ void rs64_kmajor(float (&acc)[32], const uint32_t (&a)[4][4], uint64_t dB, bool accumulate)
-{
-#pragma unroll
-    for (int kk = 0; kk < 4; kk++)
-        fqla_wg<T>::template rs64<0>(acc, a[kk], dB + kk * FQLA_DESC_K16_KMAJOR, accumulate || kk > 0);
-}
-
 /* G4: Vd^T += (-U^T diag(u)) Ag^T (wn: g4_operand's fragments) */
 template <typename T>
 __device__ __forceinline__ void g4_issue(float (&accVd)[32], const uint32_t (&wn)[4][4], uint64_t dAg)
 {
-    rs64_kmajor<T>(accVd, wn, dAg, true);
-}
-
-/* G1 + G4: Vd^T = W^T Ag^T (wn: w_operand's fragments; overwritten) */
-template <typename T>
-__device__ __forceinline__ void g14_issue(float (&accVd)[32], const uint32_t (&wn)[4][4], uint64_t dAg)
-{
-    rs64_kmajor<T>(accVd, wn, dAg, false);
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) fqla_wg<T>::template rs64<0>(accVd, wn[kk], dAg + kk * FQLA_DESC_K16_KMAJOR, 1);
 }
 
 /* G5: S^T += Vp^T K (the K tiles [t][k]: B MN-major, dKt over all KD / 64
@@ -341,7 +290,8 @@ __device__ __forceinline__ void g5_issue(float (&S)[KD / 2], const uint32_t (&vp
 template <typename T>
 __device__ __forceinline__ void g6_issue(float (&accP)[32], const uint32_t (&vd)[4][4], uint64_t dPg)
 {
-    rs64_kmajor<T>(accP, vd, dPg, false);
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) fqla_wg<T>::template rs64<0>(accP, vd[kk], dPg + kk * FQLA_DESC_K16_KMAJOR, kk > 0);
 }
 
 } // namespace fqla_chain

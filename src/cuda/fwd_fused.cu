@@ -320,22 +320,18 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
         fqla_wg_fence();
         fqla_chain::g2_issue<T, KS, 128>(accUQ, sf, st + cfg::oK, cfg::KQ); /* G2 */
         fqla_wg_commit();
-        uint32_t vf[4][4]; /* V^T for G1 + G4, while G2 runs */
-        fqla_chain::load_v_fragments(vf, st + cfg::oV + cw * TILE, warp, lane);
         store_out(c - 1); /* the previous chunk's rows, while G2 runs */
         const float gC = gm[C - 1];
         fqla_wg_wait<0>();
         fqla_reg_fence(accUQ);
         FU_CLK(9, tid == 0 && cw == 0);
-        {   /* G1 + G4 as one product: Vd^T = (V^T - U^T diag(u)) Ag^T (G1 cannot
-             * run beside G2 at 192 registers; as one product it leaves the
-             * chain's path and a tenth of the tensor work; docs/perf.md,
-             * session 20) */
+        {   /* G1: Vd^T = V^T Ag^T, then G4: Vd^T += (-U^T diag(u)) Ag^T */
             uint32_t wn[4][4];
-            fqla_chain::w_operand<T>(wn, accUQ, ud, vf, tq);
+            fqla_chain::g4_operand<T>(wn, accUQ, ud, tq);
             fqla_reg_fence_u(wn);
             fqla_wg_fence();
-            fqla_chain::g14_issue<T>(accVd, wn, dAg);
+            fqla_chain::g1_issue<T>(accVd, fqla_desc_mnmajor(st + cfg::oV + cw * TILE, TILE), dAg);
+            fqla_chain::g4_issue<T>(accVd, wn, dAg);
             fqla_wg_commit();
         }
         {

@@ -80,7 +80,7 @@ typedef struct spec {
     int cu_host;         /* also pass cu_seqlens_host */
     fqla_dtype io, gate, h0_dtype, ht_dtype;
     int h0, ht, v_first, l2norm, gate_in, beta_sig, neg_eig;
-    int decay;           /* 0 normal, 1 strong (g = -20), 2 none (g = 0) */
+    int decay;           /* 0 normal, 1 strong (g = -20), 2 none (g = 0), 3 normal with g = -inf at token 70 */
     int beta_mode;       /* 0 sigmoid(randn), 1 beta in {0, 1} and near 2 */
 } spec;
 
@@ -178,6 +178,7 @@ static void draw(prob *p)
         if (s->gate_in) gv = x; /* raw a */
         else if (s->decay == 1) gv = -20.0 + 0.5 * check_uniform();
         else if (s->decay == 2) gv = 0.0;
+        else if (s->decay == 3 && (i / s->HV) % s->T == 70) gv = -INFINITY;
         else gv = (hv % 4 == 3) ? 0.0 : -log1p(exp(-x)) / 16.0 * (1 + hv % 3);
         p->g[i] = round_to(s->gate, gv);
         double b;
@@ -661,10 +662,11 @@ static void fwd_v_first_bf16_state(void)
 static void fwd_decay_extremes(void)
 {
     spec s = base_spec(1, 130, 2, 4, 128);
-    const char *names[2] = {"strong decay g=-20 (cumulative -2600)", "no decay, beta in {0, 1, 1.99}"};
-    for (int i = 0; i < 2; i++) {
-        s.decay = i == 0 ? 1 : 2;
-        s.beta_mode = i;
+    const char *names[3] = {"strong decay g=-20 (cumulative -2600)", "no decay, beta in {0, 1, 1.99}",
+                            "g = -inf at token 70"};
+    for (int i = 0; i < 3; i++) {
+        s.decay = i == 0 ? 1 : i == 1 ? 2 : 3;
+        s.beta_mode = i == 1;
         check_spec(&s, names[i]);
         for (int nwg = 2; nwg >= 1; nwg--) {
             char what[128];

@@ -48,12 +48,23 @@ __device__ __forceinline__ void load_gate_beta(const fqla_fwd_params &p, int64_t
         b[h] = ok ? load_gate(p.beta, p.beta_bf16, batch * p.b_sb + tt * p.b_st + hv * p.b_sh) : 0.f;
     }
 }
+/* The floor of a token's log decay. Every decay factor over a span that
+ * holds such a token is then at most e^-100, which fp32 (flushed to zero)
+ * reads as 0, as it reads the true factor; a g of -inf (a reset) would
+ * instead make gamma_i - gamma_j = -inf - -inf = NaN in Gamma and in the
+ * token factors of every later row of the chunk. The tokens after it keep
+ * their differences of gamma, rounded at gamma's magnitude (~100, as a
+ * strong decay's ~1300 already is). NaN stays NaN. */
+#define FQLA_FWD_G_FLOOR (-100.f)
+
 /* A stored gate and beta of value head hv to the log decay (g, or
- * -exp(A_log) softplus(g + dt_bias) with the in-kernel gate) and beta
- * (optionally sigmoid, times 2 with negative eigenvalues allowed). */
+ * -exp(A_log) softplus(g + dt_bias) with the in-kernel gate; at least
+ * FQLA_FWD_G_FLOOR) and beta (optionally sigmoid, times 2 with negative
+ * eigenvalues allowed). */
 __device__ __forceinline__ void finish_gate_beta(const fqla_fwd_params &p, int hv, float &g, float &b)
 {
     if (p.gate_in_kernel) g = -expf(p.A_log[hv * p.alog_s]) * softplus_f(g + p.dt_bias[hv * p.dtb_s]);
+    if (g < FQLA_FWD_G_FLOOR) g = FQLA_FWD_G_FLOOR;
     if (p.beta_sigmoid) {
         b = sigmoid_f(b);
         if (p.neg_eig) b *= 2.f;

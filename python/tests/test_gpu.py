@@ -3,6 +3,8 @@ Triton forward, FLA's dispatch to flashqla, and CUDA-graph capture. Skipped
 (with the reason) where torch has no GPU or the library has no CUDA backend."""
 
 
+import math
+
 import pytest
 import torch
 
@@ -223,6 +225,43 @@ def test_vs_fla_triton_forward(monkeypatch):
           f"state flashqla {rel(h, rh):.2e} FLA {rel(fh, rh):.2e}")
     assert err_ours < O_TOL and rel(h, rh) < O_TOL
     assert rel(o, fo) < 2 * O_TOL
+
+
+def test_within_twice_fla_error(monkeypatch):
+    """TESTING.md's other bound: at most 2x the error of a straightforward
+    same-precision implementation (FLA's Triton forward), on its unforgiving
+    input: no decay, beta in {0, 1, 1.99}, unit keys. There the error grows
+    with T for every bf16 implementation, past 5e-3 after a few hundred
+    tokens (H200, session 20: flashqla 8.6e-3, FLA 8.8e-3 at T = 4096), so
+    this input is held to the relative bound only."""
+    fla_gdr = _fla()
+    import flashqla.fla as qfla
+    qfla.disable()
+    monkeypatch.setenv("FLA_FLASH_QLA", "0")
+    T = 2048
+    x = make_inputs(1, T, 4, 4, 128, 128, h0=True)
+    u = torch.rand(1, T, 4)
+    x["beta"] = torch.where(u < 0.3, 0.0, torch.where(u < 0.6, 1.0, 1.99))
+    x["g"] = torch.zeros(1, T, 4)
+    x = _cuda(x)
+    fo, fh = fla_gdr.chunk_gated_delta_rule(**x, output_final_state=True)
+    o, h = flashqla.chunk_gated_delta_rule(**x, output_final_state=True)
+    ro, rh = _ref(x, output_final_state=True)
+    errs = dict(o=(rel(o, ro), rel(fo, ro)), state=(rel(h, rh), rel(fh, rh)))
+    print("rel error vs fp64 (flashqla, FLA): " + ", ".join(f"{n} {a:.2e} {b:.2e}" for n, (a, b) in errs.items()))
+    for name, (ours, fla) in errs.items():
+        assert math.isfinite(ours) and ours <= 2 * fla, name
+
+
+def test_reset_gate():
+    """A log decay of -inf (a reset) at token 300 of 1000: the state before it
+    is forgotten exactly; on the GPU it once gave inf (session 20)."""
+    x = make_inputs(1, 1000, 2, 4, 128, 128, h0=True)
+    x["g"][:, 300] = float("-inf")
+    x = _cuda(x)
+    o, h = flashqla.chunk_gated_delta_rule(**x, output_final_state=True)
+    ro, rh = _ref(x, output_final_state=True)
+    assert rel(o, ro) < O_TOL and rel(h, rh) < O_TOL
 
 
 def test_through_fla_dispatch(monkeypatch):

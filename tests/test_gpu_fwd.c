@@ -25,7 +25,7 @@
 
 #define CASES(X)                                                                                 \
     X(fwd_lengths) X(fwd_varlen) X(fwd_varlen_i64_zero_len) X(fwd_fused_waves) X(fwd_trailing_rows) X(fwd_gva)       \
-    X(fwd_many_heads) X(fwd_head_dims) X(fwd_fp16) X(fwd_options) X(fwd_v_first_bf16_state) X(fwd_decay_extremes) \
+    X(fwd_many_heads) X(fwd_many_sequences) X(fwd_head_dims) X(fwd_fp16) X(fwd_options) X(fwd_v_first_bf16_state) X(fwd_decay_extremes) \
     X(fwd_variants) X(fwd_chunk_kernels) X(fwd_context_parallel) X(fwd_robustness) X(fwd_graph_replay) X(fwd_not_supported)
 
 #ifdef FQLA_HAVE_CUDA
@@ -75,12 +75,13 @@ static fqla_context *gpu, *ref;
 typedef struct spec {
     int B, T, H, HV, K, V;
     int ncu;             /* varlen: N + 1 entries in cu[] (0 = padded batch) */
-    int64_t cu[48];
+    int64_t cu[2051];
     int cu64;
     int cu_host;         /* also pass cu_seqlens_host */
     fqla_dtype io, gate, h0_dtype, ht_dtype;
     int h0, ht, v_first, l2norm, gate_in, beta_sig, neg_eig;
-    int decay;           /* 0 normal, 1 strong (g = -20), 2 none (g = 0), 3 normal with g = -inf at token 70 */
+    int decay;           /* 0 normal, 1 strong (g = -20), 2 none (g = 0), 3 normal with g = -inf at token 70,
+                            4 per-head strength spread 0..16 */
     int beta_mode;       /* 0 sigmoid(randn), 1 beta in {0, 1} and near 2 */
 } spec;
 
@@ -179,6 +180,7 @@ static void draw(prob *p)
         else if (s->decay == 1) gv = -20.0 + 0.5 * check_uniform();
         else if (s->decay == 2) gv = 0.0;
         else if (s->decay == 3 && (i / s->HV) % s->T == 70) gv = -INFINITY;
+        else if (s->decay == 4) gv = -(16.0 * hv / (s->HV > 1 ? s->HV - 1 : 1)) * check_uniform();
         else gv = (hv % 4 == 3) ? 0.0 : -log1p(exp(-x)) / 16.0 * (1 + hv % 3);
         p->g[i] = round_to(s->gate, gv);
         double b;
@@ -490,8 +492,8 @@ static void set_cu(spec *s, const int64_t *cu, int n)
 
 static void fwd_lengths(void)
 {
-    const int Ts[] = {1, 63, 64, 65, 1000};
-    for (int i = 0; i < 5; i++) {
+    const int Ts[] = {1, 2, 63, 64, 65, 127, 129, 1000, 4096};
+    for (int i = 0; i < 9; i++) {
         spec s = base_spec(2, Ts[i], 2, 4, 128);
         if (check_quick() && Ts[i] > 100) continue;
         char what[64];
@@ -614,6 +616,19 @@ static void fwd_many_heads(void)
     check_spec(&s, "B=3 H=8 HV=32 K=V=64 (BV=64)");
 }
 
+/* 2050 short sequences (1-6 tokens) at HV = 32: 65600 chains, CTAs past
+ * 65535 in the x dimension of the chain kernels' grids (TESTING.md). K = V
+ * = 64 keeps the fp64 states of the check within a few GB. */
+static void fwd_many_sequences(void)
+{
+    spec s = base_spec(1, 1, 8, 32, 64);
+    s.cu[0] = 0;
+    for (int i = 1; i <= 2050; i++) s.cu[i] = s.cu[i - 1] + 1 + (int64_t)(6.0 * check_uniform());
+    s.ncu = 2051;
+    s.T = (int)s.cu[2050];
+    check_spec(&s, "varlen 2050 sequences of 1-6 tokens H=8 HV=32 K=V=64");
+}
+
 static void fwd_head_dims(void)
 {
     spec s = base_spec(2, 300, 2, 4, 64);
@@ -662,10 +677,10 @@ static void fwd_v_first_bf16_state(void)
 static void fwd_decay_extremes(void)
 {
     spec s = base_spec(1, 130, 2, 4, 128);
-    const char *names[3] = {"strong decay g=-20 (cumulative -2600)", "no decay, beta in {0, 1, 1.99}",
-                            "g = -inf at token 70"};
-    for (int i = 0; i < 3; i++) {
-        s.decay = i == 0 ? 1 : i == 1 ? 2 : 3;
+    const char *names[4] = {"strong decay g=-20 (cumulative -2600)", "no decay, beta in {0, 1, 1.99}",
+                            "g = -inf at token 70", "decay strength spread 0..16 over heads"};
+    for (int i = 0; i < 4; i++) {
+        s.decay = i == 0 ? 1 : i == 1 ? 2 : i;
         s.beta_mode = i == 1;
         check_spec(&s, names[i]);
         for (int nwg = 2; nwg >= 1; nwg--) {

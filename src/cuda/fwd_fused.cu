@@ -217,11 +217,6 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
 
             float accQK[32];
             fqla_wg_fence();
-#ifdef FQLA_DEBUG_FUSED_NO_PGMMA /* timing only (wrong results): the Pg warpgroup without its Q K^T */
-#pragma unroll
-            for (int i = 0; i < 32; i++) accQK[i] = 0.f;
-            if (false)
-#endif
 #pragma unroll
             for (int kk = 0; kk < KD / 16; kk++) {
                 const uint64_t dK =
@@ -295,9 +290,7 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
      * chunk's G2 runs, so the barrier and the store are off the chain's
      * path */
     auto store_out = [&](int cc) {
-#ifndef FQLA_DEBUG_FUSED_NO_OUTPUT /* timing only (o not written): the chain without its output */
         fqla_chain::store_out(p, &tmO, Obuf, ob, cc, start, len, v0, hv, batch, cw, tid);
-#endif
     };
 
     for (int c = 0; c < nch; c++) {
@@ -374,16 +367,7 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
         /* O^T = Qs^T diag(o) + P^T -> staging tile c & 1 as [t][v]
          * (stmatrix.trans); chunk c - 2's store has read it (store_out(c - 1)
          * waited for that before its barrier) */
-#ifndef FQLA_DEBUG_FUSED_NO_OUTPUT
         fqla_chain::output_tile<T>(Obuf + (c & 1) * TILE, fo, accUQ + 32, accP, warp, lane);
-#else /* keep G6 and G2's Q half alive (ptxas drops unread products) */
-        {
-            float sink = 0.f;
-#pragma unroll
-            for (int i = 0; i < 32; i++) sink += fo[i & 15] * accUQ[32 + i] + accP[i];
-            if (sink == 1234.5f) ob[tid] = (T)0.f;
-        }
-#endif
         FU_CLK(12, tid == 0 && cw == 0);
     }
     if (nch > 0) store_out(nch - 1);

@@ -84,9 +84,6 @@ struct fu_cfg {
     static_assert(bytes <= 232448, "shared memory of one CTA");
 };
 
-#ifndef FU_PG_SPLIT
-#define FU_PG_SPLIT 1
-#endif
 #ifdef FQLA_FUSED_CLOCKS
 /* Instrumented builds only (nvcc -DFQLA_FUSED_CLOCKS): clock64 spans per
  * chunk from the third on, thread 0 of the Pg warpgroup (spans 0-3: stage
@@ -227,15 +224,6 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
                 const uint64_t dQ =
                     fqla_desc_kmajor(st + cfg::oQ + (kk >> 2) * cfg::KQ) + (kk & 3) * FQLA_DESC_K16_KMAJOR;
                 mma::template ss64<0, 0>(accQK, dQ, dK, kk > 0);
-                /* FU_PG_SPLIT groups, each drained before the next is issued,
-                 * so that a chain warpgroup's product waits behind fewer of
-                 * these (docs/perf.md, session 20) */
-                if (FU_PG_SPLIT > 1 && (kk + 1) % (KD / 16 / FU_PG_SPLIT) == 0 && kk + 1 < KD / 16) {
-                    fqla_wg_commit();
-                    fqla_wg_wait<0>();
-                    fqla_reg_fence(accQK);
-                    fqla_wg_fence();
-                }
             }
             fqla_wg_commit();
             /* the slot: the chain is done with chunk c - 2 */

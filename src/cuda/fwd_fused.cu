@@ -53,6 +53,9 @@ constexpr uint32_t TILE = C * 128; /* one [64 rows][64 b16] tile, 128-byte swizz
  * (24 + 104 + 2 x 192) x 128 = the 65,536 of an SM. The chain needs its
  * 192: at 184 ptxas serialises its wgmma. NWG = 1 uses the same budgets
  * (the same chain code), with registers to spare. */
+#ifndef FU_PG_AIM
+#define FU_PG_AIM 0
+#endif
 #ifndef FU_PROD_REGS
 #define FU_PROD_REGS 24
 #define FU_PREP_REGS 104
@@ -80,7 +83,7 @@ struct fu_cfg {
     static constexpr uint32_t oSlots = QST * stage;
     static constexpr uint32_t oO = oSlots + ASL * slot; /* [NWG][2] output tiles */
     static constexpr uint32_t oBar = oO + 2 * NWG * TILE;
-    static constexpr uint32_t bytes = oBar + (2 * QST + 2 * ASL) * 8 + 1024;
+    static constexpr uint32_t bytes = oBar + (2 * QST + 3 * ASL) * 8 + 1024;
     static_assert(bytes <= 232448, "shared memory of one CTA");
 };
 
@@ -121,7 +124,7 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
     extern __shared__ unsigned char smem_raw[];
     unsigned char *sm = smem_raw + ((1024u - (fqla_h_smem(smem_raw) & 1023u)) & 1023u);
     uint64_t *full = reinterpret_cast<uint64_t *>(sm + cfg::oBar), *empty = full + cfg::QST;
-    uint64_t *pready = empty + cfg::QST, *pfree = pready + cfg::ASL;
+    uint64_t *pready = empty + cfg::QST, *pfree = pready + cfg::ASL, *aim = pfree + cfg::ASL;
     /* Launched with PDL after the prepare kernel. Only its outputs (Ag and
      * gamma in the workspace) need it finished: the producer waits for it
      * (griddepcontrol.wait) after issuing the first stages' K, Q and V
@@ -157,6 +160,7 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
         for (int a = 0; a < cfg::ASL; a++) {
             fqla_mbar_init(&pready[a], 128);
             fqla_mbar_init(&pfree[a], 128 * NWG);
+            fqla_mbar_init(&aim[a], NWG); /* thread 0 of each chain warpgroup */
         }
         fqla_mbar_init_fence();
     }
@@ -213,6 +217,11 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
             unsigned char *sl = sm + cfg::oSlots + a * cfg::slot;
             const int nvalid = min(C, len - c * C);
             fqla_mbar_wait(&full[s], ph);
+#if FU_PG_AIM
+            /* chunk c's Q K^T behind chunk c - 2's G5 / G6, into the chain's
+             * output stretch, not beside its G2 (docs/perf.md, session 20) */
+            if (c >= 2) fqla_mbar_wait(&aim[a], (uint32_t)((c - 2) >> 1) & 1);
+#endif
             FU_CLK(0, tid == 0);
 
             float accQK[32];
@@ -354,6 +363,9 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
         float accP[32];
         fqla_chain::g6_issue<T>(accP, vd, fqla_desc_kmajor(sl + cfg::sPg)); /* G6 */
         fqla_wg_commit();
+#if FU_PG_AIM
+        if (tid == 0) fqla_mbar_arrive(&aim[a]); /* the Pg warpgroup may issue chunk c + 2's Q K^T */
+#endif
         float fo[16];
         fqla_chain::load_out_factors(fo, fos, tq);
         fqla_wg_wait<0>();

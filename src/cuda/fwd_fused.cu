@@ -53,8 +53,10 @@ constexpr uint32_t TILE = C * 128; /* one [64 rows][64 b16] tile, 128-byte swizz
  * (24 + 104 + 2 x 192) x 128 = the 65,536 of an SM. The chain needs its
  * 192: at 184 ptxas serialises its wgmma. NWG = 1 uses the same budgets
  * (the same chain code), with registers to spare. */
+/* FU_PG_AIM 1: the Pg warpgroup issues chunk c's Q K^T only after both
+ * chain warpgroups issued chunk c - 2's G6 (x0.99, docs/perf.md session 20) */
 #ifndef FU_PG_AIM
-#define FU_PG_AIM 0
+#define FU_PG_AIM 1
 #endif
 #ifndef FU_PROD_REGS
 #define FU_PROD_REGS 24

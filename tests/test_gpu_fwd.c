@@ -555,6 +555,19 @@ static void fwd_varlen_i64_zero_len(void)
     fqla_cuda_fwd_tune_chunk(-1, 0);
 }
 
+/* p on the fused kernel, forced, with two then one chain warpgroup: the
+ * checks are named "name [fused nwg=N]". */
+static void check_prob_fused(prob *p, const char *name)
+{
+    for (int nwg = 2; nwg >= 1; nwg--) {
+        char what[128];
+        snprintf(what, sizeof what, "%s [fused nwg=%d]", name, nwg);
+        fqla_cuda_fwd_tune_chunk(2, nwg);
+        check_prob(p, what);
+    }
+    fqla_cuda_fwd_tune_chunk(-1, 0);
+}
+
 /* The fused path over several waves of its CTAs: group 1 (the prepare
  * kernel's two-chunk CTAs) with two and three waves (H = HV = 32, 192
  * chains of 64 value columns x 2 on 132 SMs), varlen with a host copy
@@ -575,13 +588,7 @@ static void fwd_fused_waves(void)
         prob_init(&p, &s[i]);
         upload_all(&p);
         run_ref(&p);
-        for (int nwg = 2; nwg >= 1; nwg--) {
-            char what[128];
-            snprintf(what, sizeof what, "%s [fused nwg=%d]", names[i], nwg);
-            fqla_cuda_fwd_tune_chunk(2, nwg);
-            check_prob(&p, what);
-        }
-        fqla_cuda_fwd_tune_chunk(-1, 0);
+        check_prob_fused(&p, names[i]);
         prob_free(&p);
     }
 }
@@ -682,14 +689,13 @@ static void fwd_decay_extremes(void)
     for (int i = 0; i < 4; i++) {
         s.decay = i == 0 ? 1 : i == 1 ? 2 : i;
         s.beta_mode = i == 1;
-        check_spec(&s, names[i]);
-        for (int nwg = 2; nwg >= 1; nwg--) {
-            char what[128];
-            snprintf(what, sizeof what, "%s [fused nwg=%d]", names[i], nwg);
-            fqla_cuda_fwd_tune_chunk(2, nwg);
-            check_spec(&s, what);
-        }
-        fqla_cuda_fwd_tune_chunk(-1, 0);
+        prob p;
+        prob_init(&p, &s);
+        upload_all(&p);
+        run_ref(&p);
+        check_prob(&p, names[i]);
+        check_prob_fused(&p, names[i]);
+        prob_free(&p);
     }
 }
 

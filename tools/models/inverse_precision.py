@@ -651,25 +651,23 @@ def nonfinite(*arrays):
 
 
 # --------------------------------------------------------------------------- self-check
-def self_check(rng):
-    """Variant 1's chunked emulation with every rounding off must match the fp64 recurrence."""
-    case = Case("check", "self-check", [200, 333], 2, 4, keys="l2norm", gate="default")
+def unrounded_errors(case, rng):
+    """rel(o), rel(S) of variant 1's chunked emulation with every rounding off
+    against the fp64 recurrence, on one draw of case."""
     inp = draw_inputs(case, rng)
     o_ref, S_ref = reference_recurrence(inp)
     prep = prepare(inp, NoRounding)
     M = strict_lower(prep["beta"][..., :, None] * prep["KK"])
     Ag = prep["Gamma"] * inverse_exact(M) * prep["beta"][..., None, :]
     o, S = chain_kernel(prep, Ag, inp["h0"], NoRounding)
-    ro, rs = worst_rel(o, o_ref, inp, True), worst_rel(S, S_ref, inp, False)
+    return worst_rel(o, o_ref, inp, True), worst_rel(S, S_ref, inp, False)
+
+
+def self_check(rng):
+    """Variant 1's chunked emulation with every rounding off must match the fp64 recurrence."""
+    ro, rs = unrounded_errors(Case("check", "self-check", [200, 333], 2, 4, keys="l2norm", gate="default"), rng)
     # and once more without l2norm and with strong decay (Gamma far from 1)
-    case2 = Case("check2", "self-check 2", [130], 1, 2, gate="strong")
-    inp2 = draw_inputs(case2, rng)
-    o_ref2, S_ref2 = reference_recurrence(inp2)
-    prep2 = prepare(inp2, NoRounding)
-    M2 = strict_lower(prep2["beta"][..., :, None] * prep2["KK"])
-    Ag2 = prep2["Gamma"] * inverse_exact(M2) * prep2["beta"][..., None, :]
-    o2, S2 = chain_kernel(prep2, Ag2, inp2["h0"], NoRounding)
-    ro2, rs2 = worst_rel(o2, o_ref2, inp2, True), worst_rel(S2, S_ref2, inp2, False)
+    ro2, rs2 = unrounded_errors(Case("check2", "self-check 2", [130], 1, 2, gate="strong"), rng)
     print(f"self-check (chunked fp64, no rounding, vs recurrence): rel(o) {ro:.2e} rel(S) {rs:.2e}; "
           f"strong decay: rel(o) {ro2:.2e} rel(S) {rs2:.2e}", flush=True)
     worst = max(ro, rs, ro2, rs2)

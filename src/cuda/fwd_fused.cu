@@ -27,7 +27,10 @@
  * fwd.cu, docs/perf.md, session 12).
  *
  * Barriers: full / empty for the stages (empty also waits for the Pg
- * warpgroup's reads), pready / pfree for the Pg slots.
+ * warpgroup's reads), pready / pfree for the Pg slots, and aim per slot:
+ * the Pg warpgroup issues chunk c's Q K^T once every chain warpgroup has
+ * issued chunk c - 2's G6, so that it runs in the chain's output stretch,
+ * not beside its G2 (FU_PG_AIM; a timing choice, not a data dependence).
  *
  * A full fused kernel (the inverse in this warpgroup too, no prepare
  * kernel) measured 3.7x slower per chunk in its preparation than in its
@@ -53,15 +56,15 @@ constexpr uint32_t TILE = C * 128; /* one [64 rows][64 b16] tile, 128-byte swizz
  * (24 + 104 + 2 x 192) x 128 = the 65,536 of an SM. The chain needs its
  * 192: at 184 ptxas serialises its wgmma. NWG = 1 uses the same budgets
  * (the same chain code), with registers to spare. */
-/* FU_PG_AIM 1: the Pg warpgroup issues chunk c's Q K^T only after both
- * chain warpgroups issued chunk c - 2's G6 (x0.99, docs/perf.md session 20) */
-#ifndef FU_PG_AIM
-#define FU_PG_AIM 1
-#endif
 #ifndef FU_PROD_REGS
 #define FU_PROD_REGS 24
 #define FU_PREP_REGS 104
 #define FU_CHAIN_REGS 192
+#endif
+/* FU_PG_AIM 1: the Pg warpgroup issues chunk c's Q K^T only after both
+ * chain warpgroups issued chunk c - 2's G6 (x0.99, docs/perf.md session 20) */
+#ifndef FU_PG_AIM
+#define FU_PG_AIM 1
 #endif
 
 template <int KD, int NWG_>

@@ -61,10 +61,11 @@ constexpr uint32_t TILE = C * 128; /* one [64 rows][64 b16] tile, 128-byte swizz
 #define FU_PREP_REGS 104
 #define FU_CHAIN_REGS 192
 #endif
-/* FU_PG_AIM 1: the Pg warpgroup issues chunk c's Q K^T only after both
- * chain warpgroups issued chunk c - 2's G6 (x0.99, docs/perf.md session 20) */
+/* FU_PG_AIM L > 0: the Pg warpgroup issues chunk c's Q K^T only after both
+ * chain warpgroups issued chunk c - L's G6 (L = 2: x0.99, docs/perf.md
+ * session 20); 0: as soon as the stage is loaded */
 #ifndef FU_PG_AIM
-#define FU_PG_AIM 1
+#define FU_PG_AIM 2
 #endif
 
 template <int KD, int NWG_>
@@ -225,7 +226,7 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
 #if FU_PG_AIM
             /* chunk c's Q K^T behind chunk c - 2's G5 / G6, into the chain's
              * output stretch, not beside its G2 (docs/perf.md, session 20) */
-            if (c >= 2) fqla_mbar_wait(&aim[a], (uint32_t)((c - 2) >> 1) & 1);
+            if (c >= FU_PG_AIM) fqla_mbar_wait(&aim[(c - FU_PG_AIM) & 1], (uint32_t)((c - FU_PG_AIM) >> 1) & 1);
 #endif
             FU_CLK(0, tid == 0);
 
@@ -369,7 +370,7 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
         fqla_chain::g6_issue<T>(accP, vd, fqla_desc_kmajor(sl + cfg::sPg)); /* G6 */
         fqla_wg_commit();
 #if FU_PG_AIM
-        if (tid == 0) fqla_mbar_arrive(&aim[a]); /* the Pg warpgroup may issue chunk c + 2's Q K^T */
+        if (tid == 0) fqla_mbar_arrive(&aim[a]); /* the Pg warpgroup may issue chunk c + FU_PG_AIM's Q K^T */
 #endif
         float fo[16];
         fqla_chain::load_out_factors(fo, fos, tq);

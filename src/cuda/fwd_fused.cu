@@ -67,10 +67,6 @@ constexpr uint32_t TILE = C * 128; /* one [64 rows][64 b16] tile, 128-byte swizz
 #ifndef FU_PG_AIM
 #define FU_PG_AIM 2
 #endif
-/* FU_PG_RS 1: the Pg warpgroup's Q K^T with Q from registers (a measurement) */
-#ifndef FU_PG_RS
-#define FU_PG_RS 0
-#endif
 
 template <int KD, int NWG_>
 struct fu_cfg {
@@ -235,33 +231,14 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
             FU_CLK(0, tid == 0);
 
             float accQK[32];
-#if FU_PG_RS
-            /* Q as register fragments (ldmatrix from the swizzled Q tiles:
-             * lane l, matrix q = l / 8, token row 16 warp + 8 (q % 2) + l % 8,
-             * keys 16 kk + 8 (q / 2) ..), K from shared memory: half the
-             * shared-memory operand traffic of the SS product */
-            uint32_t qf[KD / 16][4];
-            {
-                const int q = lane >> 3, r = 16 * warp + 8 * (q & 1) + (lane & 7);
-#pragma unroll
-                for (int kk = 0; kk < KD / 16; kk++)
-                    fqla_ldsm_x4(qf[kk], st + cfg::oQ + (kk >> 2) * cfg::KQ + r * 128 +
-                                             16 * ((2 * (kk & 3) + (q >> 1)) ^ (r & 7)));
-            }
-            fqla_reg_fence_u(qf);
-#endif
             fqla_wg_fence();
 #pragma unroll
             for (int kk = 0; kk < KD / 16; kk++) {
                 const uint64_t dK =
                     fqla_desc_kmajor(st + cfg::oK + (kk >> 2) * cfg::KQ) + (kk & 3) * FQLA_DESC_K16_KMAJOR;
-#if FU_PG_RS
-                mma::template rs64<0>(accQK, qf[kk], dK, kk > 0);
-#else
                 const uint64_t dQ =
                     fqla_desc_kmajor(st + cfg::oQ + (kk >> 2) * cfg::KQ) + (kk & 3) * FQLA_DESC_K16_KMAJOR;
                 mma::template ss64<0, 0>(accQK, dQ, dK, kk > 0);
-#endif
             }
             fqla_wg_commit();
             /* the slot: the chain is done with chunk c - 2 */

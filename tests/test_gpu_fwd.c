@@ -679,22 +679,28 @@ static void fwd_v_first_bf16_state(void)
 
 /* The gate and beta extremes on the path pick_fused gives this small shape
  * (the chunk kernel), then forced onto the fused kernel with two and one
- * chain warpgroups: the default path of every large problem rounds
- * differently (Pg formed in the kernel; docs/perf.md, session 20). */
+ * chain warpgroups, the default path of every large problem (another
+ * kernel, Pg formed beside the chain; docs/perf.md, session 20). One draw
+ * per case serves all three runs. */
 static void fwd_decay_extremes(void)
 {
+    static const struct {
+        int decay, beta_mode;
+        const char *name;
+    } cases[4] = {{1, 0, "strong decay g=-20 (cumulative -2600)"},
+                  {2, 1, "no decay, beta in {0, 1, 1.99}"},
+                  {3, 0, "g = -inf at token 70"},
+                  {4, 0, "decay strength spread 0..16 over heads"}};
     spec s = base_spec(1, 130, 2, 4, 128);
-    const char *names[4] = {"strong decay g=-20 (cumulative -2600)", "no decay, beta in {0, 1, 1.99}",
-                            "g = -inf at token 70", "decay strength spread 0..16 over heads"};
     for (int i = 0; i < 4; i++) {
-        s.decay = i == 0 ? 1 : i == 1 ? 2 : i;
-        s.beta_mode = i == 1;
+        s.decay = cases[i].decay;
+        s.beta_mode = cases[i].beta_mode;
         prob p;
         prob_init(&p, &s);
         upload_all(&p);
         run_ref(&p);
-        check_prob(&p, names[i]);
-        check_prob_fused(&p, names[i]);
+        check_prob(&p, cases[i].name);
+        check_prob_fused(&p, cases[i].name);
         prob_free(&p);
     }
 }

@@ -224,8 +224,9 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
             const int nvalid = min(C, len - c * C);
             fqla_mbar_wait(&full[s], ph);
 #if FU_PG_AIM
-            /* chunk c's Q K^T behind chunk c - 2's G5 / G6, into the chain's
-             * output stretch, not beside its G2 (docs/perf.md, session 20) */
+            /* chunk c's Q K^T behind chunk c - FU_PG_AIM's G5 / G6, into the
+             * chain's output stretch, not beside its G2 (docs/perf.md,
+             * session 20) */
             if (c >= FU_PG_AIM) fqla_mbar_wait(&aim[(c - FU_PG_AIM) & 1], (uint32_t)((c - FU_PG_AIM) >> 1) & 1);
 #endif
             FU_CLK(0, tid == 0);

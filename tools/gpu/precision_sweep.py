@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""precision_sweep.py - the forward's error against an fp64 recurrence on the
+"""precision_sweep.py - the forward's error against the fp64 reference, on the
 GPU, flashqla beside FLA, on the inputs where the numpy model
 (tools/models/inverse_precision.py) says every bf16 implementation leaves
 TESTING.md's 5e-3 bound or where the gate-free inverse overflows:
@@ -46,20 +46,16 @@ def draw(T, H, nodecay, raw_keys, gen, dev):
 
 
 def reference(q, k, v, g, beta, h0, scale):
-    """The fp64 token-by-token recurrence (DESIGN.md §1) on the same inputs."""
-    q, k, v, g, beta = (x[0].double() for x in (q, k, v, g, beta))
-    S = h0[0].double().clone()  # [H, K, V]
-    o = torch.empty_like(v)
-    for t in range(q.shape[0]):
-        S = S * torch.exp(g[t])[:, None, None]
-        err = v[t] - torch.einsum("hk,hkv->hv", k[t], S)
-        S = S + beta[t][:, None, None] * k[t][:, :, None] * err[:, None, :]
-        o[t] = scale * torch.einsum("hk,hkv->hv", q[t], S)
-    return o[None], S[None]
+    """The library's fp64 reference (DESIGN.md §1's recurrence, on the CPU)
+    on the same inputs."""
+    import flashqla
+    x64 = [t.detach().cpu().double() for t in (q, k, v, g, beta, h0)]
+    return flashqla.chunk_gated_delta_rule(*x64[:5], scale=scale, initial_state=x64[5], output_final_state=True,
+                                           backend="reference")
 
 
 def worst_rel(x, ref, head_dim):
-    x, ref = x.double(), ref.double()
+    x, ref = x.detach().double().cpu(), ref.double()
     diff = (x - ref).transpose(0, head_dim).flatten(1)
     return (diff.norm(dim=1) / ref.transpose(0, head_dim).flatten(1).norm(dim=1)).max().item()
 

@@ -223,6 +223,20 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
             unsigned char *sl = sm + cfg::oSlots + a * cfg::slot;
             const int nvalid = min(C, len - c * C);
             fqla_mbar_wait(&full[s], ph);
+#ifdef FQLA_DEBUG_HELPER_PREP
+            /* timing only (wrong results): the helper busy for
+             * FQLA_DEBUG_HELPER_SPIN cycles on every M-th chunk, standing in
+             * for that chunk's preparation, whose prepare-kernel work the
+             * launch below leaves out */
+            if (c % FQLA_DEBUG_HELPER_PREP == FQLA_DEBUG_HELPER_PREP - 1) {
+                const long long t0_ = clock64();
+                while (clock64() - t0_ < FQLA_DEBUG_HELPER_SPIN) {
+#if FQLA_DEBUG_HELPER_SLEEP
+                    __nanosleep(100);
+#endif
+                }
+            }
+#endif
 #if FU_PG_AIM
             /* chunk c's Q K^T behind chunk c - FU_PG_AIM's G5 / G6, into the
              * chain's output stretch, not beside its G2 (docs/perf.md,
@@ -460,7 +474,15 @@ cudaError_t fqla_fwd_launch_fused(const fqla_fwd_params &k, int io_bf16, int hb,
     if ((parts & FQLA_FUSED_PREPARE) && !fqla_fwd_map_ag_store(p, io_bf16, &ag_store)) return cudaSuccess;
     *used = 1;
     cudaError_t err = cudaSuccess;
+#ifdef FQLA_DEBUG_HELPER_PREP
+    if (parts & FQLA_FUSED_PREPARE) { /* timing only: (M - 1) / M of the slots */
+        fqla_fwd_params pp = p;
+        pp.slots = p.slots * (FQLA_DEBUG_HELPER_PREP - 1) / FQLA_DEBUG_HELPER_PREP;
+        err = fqla_fwd_launch_prepare(pp, io_bf16, hb, &maps[1], &ag_store, stream);
+    }
+#else
     if (parts & FQLA_FUSED_PREPARE) err = fqla_fwd_launch_prepare(p, io_bf16, hb, &maps[1], &ag_store, stream);
+#endif
     if (err != cudaSuccess || !(parts & FQLA_FUSED_CHAIN) || (p.cp_mode ? p.segs : p.N) * p.HV == 0) return err;
     const int64_t chains = (p.cp_mode ? p.segs : p.N) * p.HV;
     if (nwg == 1) return launch_io<1>(io_bf16, p, chains, maps, ag, stream);

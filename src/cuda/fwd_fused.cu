@@ -329,9 +329,7 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
         const uint32_t ph = (uint32_t)(c / cfg::QST) & 1, aph = (uint32_t)(c >> 1) & 1;
         unsigned char *st = sm + s * cfg::stage, *sl = sm + cfg::oSlots + a * cfg::slot;
         fqla_mbar_wait(&full[s], ph);
-#if !defined(FQLA_DEBUG_PREADY_AT_G6) && !defined(FQLA_DEBUG_NO_PREADY)
         fqla_mbar_wait(&pready[a], aph);
-#endif
         FU_CLK(8, tid == 0 && cw == 0);
         const int nvalid = (int)min(C, len - c * C);
         if (nvalid < C) {
@@ -383,10 +381,6 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
         fqla_wg_fence();
         fqla_chain::g5_issue<T, KD>(S, vp, fqla_desc_mnmajor(st + cfg::oK, cfg::KQ)); /* G5 */
         fqla_wg_commit();
-#ifdef FQLA_DEBUG_PREADY_AT_G6
-        /* timing only (the token factors are read before it: wrong results) */
-        fqla_mbar_wait(&pready[a], aph);
-#endif
         float accP[32];
         fqla_chain::g6_issue<T>(accP, vd, fqla_desc_kmajor(sl + cfg::sPg)); /* G6 */
         fqla_wg_commit();

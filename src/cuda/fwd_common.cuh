@@ -109,11 +109,6 @@ struct fqla_fwd_params {
      * a small last wave takes ~0.8 of a full one (fwd.cu, split_last_wave) */
     int64_t chain0;
     int64_t fused_split;
-    /* the prepare kernel without Q (set by its launch): the CTAs resident at
-     * once on the device, so that CTA L (linear index) can prefetch into L2
-     * the K tiles of CTA L + prep_ahead, which runs about a wave later
-     * (padded batches; 0: none) */
-    int64_t prep_ahead;
 };
 
 /* Ag's packed layout. Ag (64 x 64 per chunk slot and value head: a tile)

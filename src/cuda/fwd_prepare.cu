@@ -82,12 +82,6 @@
 #include <cstdlib>
 #endif
 
-/* 1: the kernel without Q prefetches the next wave's K into L2 (p.prep_ahead,
- * set at launch); 0: not (A/B builds) */
-#ifndef FQLA_PREP_L2_AHEAD
-#define FQLA_PREP_L2_AHEAD 1
-#endif
-
 namespace {
 
 constexpr int C = FQLA_FWD_CHUNK;
@@ -492,17 +486,6 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
     if constexpr (!WQ) {
         __syncthreads(); /* the barrier's initialisation is visible */
         fqla_mbar_wait(kbar + half, 0);
-        /* K for the CTA a wave later, into L2 now that this one's own K is
-         * in: the waves after the first then find their K there instead of
-         * all waiting on HBM at once (docs/perf.md, session 21) */
-        if (p.prep_ahead > 0 && !p.varlen && (tid & 127) == 0 && (PAIR || tid == 0)) {
-            const int64_t lin = (int64_t)blockIdx.y * gridDim.x + blockIdx.x + p.prep_ahead;
-            const int64_t xa = lin % gridDim.x, ya = lin / gridDim.x;
-            const int64_t sa = PAIR ? 2 * xa + half : xa;
-            if (ya < gridDim.y && sa < p.slots)
-                for (int kb = 0; kb < KD / 64; kb++)
-                    fqla_tma_prefetch_l2_4d(&tmK, 64 * kb, (int)ya, (int)((sa % p.cps) * C), (int)(sa / p.cps));
-        }
     } else {
         fqla_cp_async_wait_all();
         __syncthreads();
@@ -861,26 +844,7 @@ cudaError_t launch(const fqla_fwd_params &p, const CUtensorMap &tmK, const fqla_
      * at 4 x 8192 tokens, H = 32 (docs/perf.md, session 7). */
     const int64_t tail = p.varlen ? ((p.T + C - 1) / C + p.H - 1) / p.H : 0;
     dim3 grid((unsigned)((PAIR ? (p.slots + 1) / 2 : p.slots) + tail), (unsigned)p.H);
-    fqla_fwd_params q = p;
-    q.prep_ahead = 0;
-#if FQLA_PREP_L2_AHEAD
-    /* the CTAs resident at once: a host query, kept per device and size */
-    static volatile int64_t resident[64];
-    static volatile size_t resident_smem[64];
-    if (!WQ && !p.varlen && dev >= 0 && dev < 64) {
-        if (resident_smem[dev] != smem) {
-            int per_sm = 0, sms = 0;
-            err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fwd_prepare_kernel<T, KD, PREC, WQ, PAIR>,
-                                                                FQLA_FWD_THREADS, smem);
-            if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-            if (err != cudaSuccess) return err;
-            resident[dev] = (int64_t)per_sm * sms;
-            resident_smem[dev] = smem;
-        }
-        q.prep_ahead = resident[dev];
-    }
-#endif
-    fwd_prepare_kernel<T, KD, PREC, WQ, PAIR><<<grid, FQLA_FWD_THREADS, smem, stream>>>(q, tmK, tmAg);
+    fwd_prepare_kernel<T, KD, PREC, WQ, PAIR><<<grid, FQLA_FWD_THREADS, smem, stream>>>(p, tmK, tmAg);
     return cudaGetLastError();
 }
 

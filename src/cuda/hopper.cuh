@@ -59,14 +59,6 @@ FQLA_HDEV void fqla_tma_prefetch(const CUtensorMap *m)
 {
     asm volatile("prefetch.tensormap [%0];" ::"l"((uint64_t)m) : "memory");
 }
-/* 4-D tile prefetch into L2 (no shared memory, no completion to wait for;
- * the same coordinates as a load) */
-FQLA_HDEV void fqla_tma_prefetch_l2_4d(const CUtensorMap *m, int c0, int c1, int c2, int c3)
-{
-    asm volatile("cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, %3, %4}];" ::"l"((uint64_t)m),
-                 "r"(c0), "r"(c1), "r"(c2), "r"(c3)
-                 : "memory");
-}
 /* 4-D tile load, coordinates innermost first, completion on bar. */
 FQLA_HDEV void fqla_tma_load_4d(void *dst, const CUtensorMap *m, uint64_t *bar, int c0, int c1, int c2, int c3)
 {

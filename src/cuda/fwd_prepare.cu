@@ -105,7 +105,13 @@ struct prep_smem {
     __host__ __device__ static size_t bytes(int group) { return region0 + kk + 2 * C * 4 + (size_t)group * 2 * C * 4 + stage + misc; }
     /* PAIR: KK of both chunks, gamma and beta of both; the staging tiles in
      * the second KK (dead when they are written): three CTAs per SM */
+#ifdef FQLA_DEBUG_PREP4
+    /* timing only (wrong results): KK and X over the K tiles, the staging
+     * tiles after gamma and beta: four PAIR CTAs per SM */
+    __host__ __device__ static size_t bytes_pair() { return 2 * kk + 2 * C * 4 + 2 * 2 * C * 4 + stage + misc; }
+#else
     __host__ __device__ static size_t bytes_pair() { return region0 + 2 * kk + 2 * C * 4 + 2 * 2 * C * 4 + misc; }
+#endif
     /* last: the K copies' mbarriers (two), PAIR's have flags (two) */
     static constexpr size_t misc = 32;
     /* the staging tiles (after the 512-byte rows rq, rk, gamma, beta; PAIR:
@@ -328,7 +334,11 @@ __device__ unsigned long long g_prep_clk[16];
 #endif
 
 template <typename T, int KD, int PREC, bool WQ, bool PAIR>
+#ifdef FQLA_DEBUG_PREP4
+__global__ void __launch_bounds__(FQLA_FWD_THREADS, PAIR ? 4 : 3)
+#else
 __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
+#endif
     fwd_prepare_kernel(const __grid_constant__ fqla_fwd_params p, const __grid_constant__ CUtensorMap tmK,
                        const __grid_constant__ fqla_fwd_ag_maps tmAg)
 {
@@ -346,14 +356,23 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
     T *Qs = reinterpret_cast<T *>(smem_raw);
     T *Ks = Qs + C * LDQ;
     float *X = reinterpret_cast<float *>(smem_raw); /* [HB][64][LDF], over Q and K */
+#ifdef FQLA_DEBUG_PREP4
+    float *KKall = reinterpret_cast<float *>(smem_raw + (PAIR ? 0 : prep_smem<KD>::region0));
+    if (PAIR) X = KKall;
+#else
     float *KKall = reinterpret_cast<float *>(smem_raw + prep_smem<KD>::region0); /* [NKK][64][LDF] */
+#endif
     float *KK = KKall; /* the group's (PAIR: the first chunk's) */
     float *rqs = KKall + NKK * C * LDF;
     float *rks = rqs + C;
     const int ng = PAIR ? 2 : p.group; /* gamma, beta rows: the group's heads, or the pair's chunks */
     float *gam = rks + C;              /* [ng][64] gamma * log2(e) */
     float *bet = gam + ng * C;         /* [ng][64] */
+#ifdef FQLA_DEBUG_PREP4
+    unsigned char *stage = (false ? reinterpret_cast<unsigned char *>(KK + C * LDF)
+#else
     unsigned char *stage = (PAIR ? reinterpret_cast<unsigned char *>(KK + C * LDF)
+#endif
                                  : reinterpret_cast<unsigned char *>(bet + ng * C)) +
                            (threadIdx.x >> 5) * 16 * 64;
     unsigned char *misc = smem_raw + (PAIR ? prep_smem<KD>::bytes_pair() : prep_smem<KD>::bytes(p.group)) -

@@ -103,19 +103,16 @@ struct prep_smem {
     /* Q, K then X[HB]; KK; rq, rk; gamma and beta of every head of the group;
      * the warps' output staging tiles */
     __host__ __device__ static size_t bytes(int group) { return region0 + kk + 2 * C * 4 + (size_t)group * 2 * C * 4 + stage + misc; }
-    /* PAIR: KK of both chunks, gamma and beta of both; the staging tiles in
-     * the second KK (dead when they are written): three CTAs per SM */
-#ifdef FQLA_DEBUG_PREP4
-    /* timing only (wrong results): KK and X over the K tiles, the staging
-     * tiles after gamma and beta: four PAIR CTAs per SM */
+    /* PAIR: per half one kk-sized region, which holds the chunk's K tile
+     * (TMA, 16 KB), then KK over it, then X over KK (in place); rq, rk
+     * (unused), gamma and beta of both chunks, the staging tiles: 46.6 KB,
+     * four CTAs per SM (docs/perf.md, session 21) */
     __host__ __device__ static size_t bytes_pair() { return 2 * kk + 2 * C * 4 + 2 * 2 * C * 4 + stage + misc; }
-#else
-    __host__ __device__ static size_t bytes_pair() { return region0 + 2 * kk + 2 * C * 4 + 2 * 2 * C * 4 + misc; }
-#endif
+    static_assert(kk % 1024 == 0 && kk >= (size_t)C * 128 * 2, "PAIR: a K tile (128-byte swizzle) in each kk region");
     /* last: the K copies' mbarriers (two), PAIR's have flags (two) */
     static constexpr size_t misc = 32;
-    /* the staging tiles (after the 512-byte rows rq, rk, gamma, beta; PAIR:
-     * the second KK) start 512-byte aligned: TMA's 64-byte swizzle */
+    /* the staging tiles (after the 512-byte rows rq, rk, gamma, beta) start
+     * 512-byte aligned: TMA's 64-byte swizzle */
     static_assert((region0 + kk) % 512 == 0 && 2 * C * 4 % 512 == 0, "staging alignment");
 };
 /* stmatrix of a 16x32 tile in accumulator layout (u[nt][h] packs row g +
@@ -235,9 +232,10 @@ __device__ __forceinline__ void mm16(float (&acc)[2][4], const float *a, const f
  * KKd (fp32, row stride LDF). mma.sync with ldmatrix fragments made K K^T
  * 34 % of the kernel's shared-memory wavefronts, the largest share, in a
  * kernel bound by its shared-memory pipe (docs/perf.md, session 10): each
- * warp loaded its own copies of the operands. */
-template <typename T>
-__device__ __forceinline__ void kk_wgmma(const T *Ktile, float *KKd, int w, int lane)
+ * warp loaded its own copies of the operands. OVER_K: KKd lies over the K
+ * tile (PAIR). */
+template <typename T, bool OVER_K>
+__device__ __forceinline__ void kk_wgmma(const T *Ktile, float *KKd, int w, int lane, int bar)
 {
     float d[32];
     /* one descriptor, stepped by constants: 32 bytes per k-step in a box,
@@ -253,6 +251,9 @@ __device__ __forceinline__ void kk_wgmma(const T *Ktile, float *KKd, int w, int 
     fqla_wg_commit();
     fqla_wg_wait<0>();
     fqla_reg_fence(d);
+    /* KKd over the K tile (PAIR): every warp's part of the product has read
+     * it before any warp stores (named barrier bar, the warpgroup) */
+    if (OVER_K) fqla_named_sync(bar, 128);
     /* d[4j..4j+3]: rows 16 w + g (+ 8), columns 8 j + 2 t, + 1 */
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
@@ -334,11 +335,7 @@ __device__ unsigned long long g_prep_clk[16];
 #endif
 
 template <typename T, int KD, int PREC, bool WQ, bool PAIR>
-#ifdef FQLA_DEBUG_PREP4
 __global__ void __launch_bounds__(FQLA_FWD_THREADS, PAIR ? 4 : 3)
-#else
-__global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
-#endif
     fwd_prepare_kernel(const __grid_constant__ fqla_fwd_params p, const __grid_constant__ CUtensorMap tmK,
                        const __grid_constant__ fqla_fwd_ag_maps tmAg)
 {
@@ -346,8 +343,12 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
     constexpr int LDQ = prep_smem<KD>::LDQ;
     /* PAIR (group 1, without Q): two chunk slots per CTA, one per half of
      * the warps, in place of two value heads of a group in step 4: each its
-     * own K tile (Q's and K's), KK, gamma, beta. At group 1 the batch of two
-     * heads had one, and half the warps idled through the inverse. */
+     * own K tile, KK, gamma, beta. At group 1 the batch of two heads had
+     * one, and half the warps idled through the inverse. Each half's K tile,
+     * KK and X share one region (bytes_pair): KK is written once the half's
+     * K K^T has read K, and step 4 inverts in place (it overwrites a block
+     * of M only after the last level that reads it), so four CTAs fit on an
+     * SM where three did. */
     static_assert(!PAIR || !WQ, "PAIR: without Q");
     constexpr int NKK = PAIR ? 2 : 1;
     /* 1024-byte alignment: TMA's 128-byte swizzle (no static shared memory
@@ -355,26 +356,19 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     T *Qs = reinterpret_cast<T *>(smem_raw);
     T *Ks = Qs + C * LDQ;
-    float *X = reinterpret_cast<float *>(smem_raw); /* [HB][64][LDF], over Q and K */
-#ifdef FQLA_DEBUG_PREP4
+    /* [NKK][64][LDF]; PAIR: from the start, over the K tiles */
     float *KKall = reinterpret_cast<float *>(smem_raw + (PAIR ? 0 : prep_smem<KD>::region0));
-    if (PAIR) X = KKall;
-#else
-    float *KKall = reinterpret_cast<float *>(smem_raw + prep_smem<KD>::region0); /* [NKK][64][LDF] */
-#endif
+    /* [HB][64][LDF]: over Q and K, or PAIR: over KK */
+    float *X = PAIR ? KKall : reinterpret_cast<float *>(smem_raw);
+    /* PAIR: this half's K tile, at the start of its region */
+    T *Kpair = reinterpret_cast<T *>(smem_raw + (PAIR ? (threadIdx.x >> 7) * prep_smem<KD>::kk : 0));
     float *KK = KKall; /* the group's (PAIR: the first chunk's) */
     float *rqs = KKall + NKK * C * LDF;
     float *rks = rqs + C;
     const int ng = PAIR ? 2 : p.group; /* gamma, beta rows: the group's heads, or the pair's chunks */
     float *gam = rks + C;              /* [ng][64] gamma * log2(e) */
     float *bet = gam + ng * C;         /* [ng][64] */
-#ifdef FQLA_DEBUG_PREP4
-    unsigned char *stage = (false ? reinterpret_cast<unsigned char *>(KK + C * LDF)
-#else
-    unsigned char *stage = (PAIR ? reinterpret_cast<unsigned char *>(KK + C * LDF)
-#endif
-                                 : reinterpret_cast<unsigned char *>(bet + ng * C)) +
-                           (threadIdx.x >> 5) * 16 * 64;
+    unsigned char *stage = reinterpret_cast<unsigned char *>(bet + ng * C) + (threadIdx.x >> 5) * 16 * 64;
     unsigned char *misc = smem_raw + (PAIR ? prep_smem<KD>::bytes_pair() : prep_smem<KD>::bytes(p.group)) -
                           prep_smem<KD>::misc;
     uint64_t *kbar = reinterpret_cast<uint64_t *>(misc); /* [2]: per half (PAIR) */
@@ -431,7 +425,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
     if constexpr (!WQ) {
         if ((tid & 127) == 0 && (PAIR || tid == 0)) {
             uint64_t *bar = kbar + half;
-            T *Kd = PAIR && half == 0 ? Qs : Ks;
+            T *Kd = PAIR ? Kpair : Ks;
             if (fqla_smem_u32(smem_raw) & 1023) __trap(); /* the swizzle's alignment (see above) */
             fqla_mbar_init(bar, 1);
             fqla_mbar_init_fence();
@@ -547,7 +541,8 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 3)
          * PAIR: each half (a warpgroup) its chunk's; else the first
          * warpgroup (the barrier at step 4 waits for it) */
         static_assert(KD == 128, "the fused path's K tile");
-        if (PAIR || warp < 4) kk_wgmma<T>(PAIR && half == 0 ? Qs : Ks, PAIR ? KK + half * C * LDF : KK, mw, lane);
+        if (PAIR || warp < 4)
+            kk_wgmma<T, PAIR>(PAIR ? Kpair : Ks, PAIR ? KK + half * C * LDF : KK, mw, lane, 1 + half);
     }
     if constexpr (WQ) {
         const T *Ksrc = Ks;

@@ -681,6 +681,9 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, PAIR ? 4 : 3)
 #pragma unroll
                     for (int r = i + 1; r < 16; r++) acc[r] += KK[(s + r) * LDF + s + i] * x[i];
                 }
+                /* PAIR: Xa is KK (in place); every lane has read the block
+                 * before any lane overwrites it */
+                if (PAIR) __syncwarp();
 #pragma unroll
                 for (int i = 0; i < 16; i++) Xa[(s + i) * LDF + s + jc] = x[i];
             }

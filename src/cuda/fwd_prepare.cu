@@ -657,6 +657,8 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, PAIR ? 4 : 3)
                     p.chunk_ok[PAIR ? (size_t)(2 * (int64_t)blockIdx.x + jj) * p.HV + hq
                                     : (size_t)slot * p.HV + hq * p.group + jj] = ok;
             }
+        /* PAIR: step a overwrites KK's diagonal blocks in place (CTA-uniform) */
+        if (PAIR && j0 == 0 && p.chunk_ok) __syncthreads();
 
         /* a. the diagonal 16x16 blocks, one per half warp, lane -> column
          * jc: with two heads, warp w takes block w of both (the same KK

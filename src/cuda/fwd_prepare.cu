@@ -46,6 +46,9 @@
  *
  * Shared memory: X (two heads, fp32) reuses the Q/K tiles' space (dead once
  * KK and QK are formed); ~65 KB at K = 128 and group 4: three CTAs per SM.
+ * PAIR (below) keeps each chunk's K tile, KK and X in one 18 KB region, the
+ * inverse in place: 46.6 KB and 64 registers, four CTAs per SM (x0.92 of
+ * the three-CTA layout's time: docs/perf.md, session 21).
  *
  * Variant (fqla_cuda_fwd_tune's first argument, tuning builds only): 2 does
  * the merges in plain tf32 (one mma per product, as FLA's solve_tril); any
@@ -55,7 +58,7 @@
  * Without Pg (p.Pg = NULL; K = 128, the path where fwd_fused.cu forms Pg
  * itself): WQ = false, no Q copy, no Q K^T, no Pg; only gamma and Ag. At
  * group 1 it runs two chunk slots per CTA (PAIR, one per half of the warps,
- * each with its own K tile, KK, gamma and beta), so that step 4 has two
+ * each with its own region for K, KK and X, gamma and beta), so that step 4 has two
  * "heads" to work on instead of one (docs/perf.md, session 9). Session 10
  * read this path as bound by the SM's shared-memory pipe (~75 % busy), so
  * it moves fewer bytes through it (since session 13's measurements its
@@ -635,7 +638,8 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, PAIR ? 4 : 3)
     PR_CLK(3);
     /* 4. per batch of up to HB value heads: warp -> head hh = w / 4 of the
      * batch, block column bj = w % 4. Q and K are dead from here on (the
-     * barrier after the products above): X overwrites them. */
+     * barrier after the products above): X overwrites them (PAIR: X
+     * overwrites KK, in place). */
     const int hh = warp >> 2, bj = warp & 3;
     float *Xw = X + hh * C * LDF;
     bool ag_pending = false; /* (without Q) a TMA store from this warp's staging area in flight */

@@ -116,7 +116,7 @@ struct prep_smem {
     static constexpr size_t misc = 32;
     /* the staging tiles (after the 512-byte rows rq, rk, gamma, beta) start
      * 512-byte aligned: TMA's 64-byte swizzle */
-    static_assert((region0 + kk) % 512 == 0 && 2 * C * 4 % 512 == 0, "staging alignment");
+    static_assert((region0 + kk) % 512 == 0 && 2 * kk % 512 == 0 && 2 * C * 4 % 512 == 0, "staging alignment");
 };
 /* stmatrix of a 16x32 tile in accumulator layout (u[nt][h] packs row g +
  * 8h, columns 8nt + 2t, +1; g = lane / 4, t = lane % 4) into a warp's

@@ -5,7 +5,8 @@ arithmetic (a new shared-memory layout, a new schedule).
     python3 tools/gpu/same_output.py LIB_A LIB_B HQ HV SEQLENS [HQ HV SEQLENS ...]
 
 Prints one line per row (o and the final state: identical, or the largest
-difference) and exits 1 if any row differs.
+difference) and exits 1 if any row differs or holds a NaN (the outputs start
+as NaN, so an element neither build wrote is not taken as identical).
 """
 import os
 import sys
@@ -41,7 +42,10 @@ def main():
         print("same_output: HQ=%d HV=%d %s: o %s, state %s" % (
             hq, hv, label, "identical" if same[0] else "max diff %.3g" % diff[0],
             "identical" if same[1] else "max diff %.3g" % diff[1]))
-        bad += not all(same)
+        unwritten = any(torch.isnan(x.float()).any().item() for x in (oa, ha, ob, hb))
+        if unwritten:
+            print("same_output: HQ=%d HV=%d %s: NaN in an output (unwritten or non-finite)" % (hq, hv, label))
+        bad += not all(same) or unwritten
     sys.exit(1 if bad else 0)
 
 

@@ -404,9 +404,7 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
         FU_CLK(12, tid == 0 && cw == 0);
     }
     if (nch > 0) store_out(nch - 1);
-    /* the CTA's last stores have read their staging tiles before it exits
-     * (their writes land by the grid's completion) */
-    if (tid == 0) fqla_bulk_wait_read<0>();
+    if (tid == 0) fqla_bulk_wait<0>(); /* the CTA's last stores are done before it exits */
 
     /* the final state: of the sequence (with CP, from its last segment) */
     if (p.ht && last) fqla_chain::store_state(p, S, n, hv, vr, kc);

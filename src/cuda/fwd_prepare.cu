@@ -817,12 +817,9 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, PAIR ? 4 : 3)
                 store_tile_tma<T>(&tmAg.strip[mw], n0, (int)(tile * 16), u, lane, stage, ag_pending);
         }
     }
-    /* the warp's last Ag stores have read their staging tile before the CTA
-     * exits; their global writes need not have landed: the fused kernel
-     * reads them after this grid completes (griddepcontrol.wait, or the
-     * stream's order), which makes them visible. Waiting for the writes
-     * held each CTA's slot for their round trip (docs/perf.md, session 21) */
-    if (!WQ && lane == 0) fqla_bulk_wait_read<0>();
+    /* the warp's last Ag stores are done before the CTA exits (the fused
+     * kernel reads them after this grid completes) */
+    if (!WQ && lane == 0) fqla_bulk_wait<0>();
     PR_CLK(8); /* at group > 2, spans 4-7 sum over the batches and span 4 holds the earlier batches' Ag */
 }
 

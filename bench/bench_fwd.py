@@ -212,6 +212,39 @@ def debug_clocks(lib, name, n, call):
     return buf
 
 
+def debug_timeline(lib, call):
+    """Instrumented builds only (FQLA_PREP_CLOCKS): one call's prepare and
+    fused CTA timelines (globaltimer ns), summarised in one line, or None."""
+    hp = getattr(lib.L, "fqla_cuda_debug_prep_timeline", None)
+    hf = getattr(lib.L, "fqla_cuda_debug_fused_timeline", None)
+    if not hp or not hf:
+        return None
+    bp, bf = (C.c_ulonglong * 8192)(), (C.c_ulonglong * 3072)()
+    hp(bp), hf(bf)  # reset
+    call()
+    hp(bp), hf(bf)
+    prep = sorted((bp[2 * i], bp[2 * i + 1]) for i in range(4096) if bp[2 * i] and bp[2 * i + 1])
+    fused = [(bf[3 * i], bf[3 * i + 1], bf[3 * i + 2]) for i in range(1024) if bf[3 * i] and bf[3 * i + 2]]
+    if not prep or not fused:
+        return None
+    t0, p_end = prep[0][0], max(e for _, e in prep)
+    first_end = min(e for _, e in prep)
+    resident = sum(1 for s, _ in prep if s < first_end)  # CTAs started before any ended
+    ends = sorted(e for _, e in prep)
+    gaps = [prep[i][0] - ends[i - resident] for i in range(resident, len(prep))]
+    life = sum(e - s for s, e in prep) / len(prep)
+    busy = sum(e - s for s, e in prep) / ((p_end - t0) * resident)
+    us = lambda ns: ns / 1000.0
+    g2 = sorted(x[1] for x in fused if x[1])
+    return ("timeline: prepare %d CTAs, %d at once: span %.1f us, life %.1f us, first wave launched over %.1f us, "
+            "slot gap %.2f us, busy %.0f %%; fused %d CTAs: first start %.1f us after the prepare's end, "
+            "chunk 0's G2 %.1f / %.1f us after it (first / last), end %.1f us after it" % (
+                len(prep), resident, us(p_end - t0), us(life), us(prep[resident - 1][0] - t0),
+                us(sum(gaps) / len(gaps)) if gaps else 0.0, 100 * busy, len(fused),
+                us(min(x[0] for x in fused) - p_end), us(g2[0] - p_end) if g2 else -1, us(g2[-1] - p_end) if g2 else -1,
+                us(max(x[2] for x in fused) - p_end)))
+
+
 def settle(seconds):
     """--settle: the GPU idle for `seconds` once its queued work is done."""
     if seconds > 0:
@@ -488,6 +521,9 @@ def main():
                         print("    prepare cycles per CTA (%d timed): %s; lifetime %.0f" % (
                             buf[14], ", ".join("%s %.0f" % (nm, buf[i] / buf[14]) for i, nm in enumerate(PREP_SPANS)),
                             buf[15] / buf[14]), flush=True)
+                    tl = debug_timeline(lib, ours)
+                    if tl:
+                        print("    " + tl, flush=True)
                     buf = debug_clocks(lib, "fqla_cuda_debug_chain_clocks", 18, ours)
                     if buf:
                         for cw in range(2):

@@ -239,6 +239,23 @@ static inline int fqla_debug_clocks_take(const void *sym, unsigned long long *ou
     return cudaMemcpyToSymbol(sym, zero, n * sizeof *out) == cudaSuccess ? 0 : -1;
 }
 
+/* Instrumented builds: a timeline array (globaltimer stamps, ns) copied out
+ * and zeroed, n entries (the caller's buffer holds n). */
+static inline int fqla_debug_timeline_take(const void *sym, unsigned long long *out, size_t n)
+{
+    void *dev = NULL;
+    if (cudaDeviceSynchronize() != cudaSuccess || cudaGetSymbolAddress(&dev, sym) != cudaSuccess ||
+        cudaMemcpy(out, dev, n * sizeof *out, cudaMemcpyDeviceToHost) != cudaSuccess)
+        return -1;
+    return cudaMemset(dev, 0, n * sizeof *out) == cudaSuccess ? 0 : -1;
+}
+__device__ __forceinline__ unsigned long long fqla_globaltimer()
+{
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
 /* Launchers (fwd_prepare.cu, fwd_chunk.cu): enqueue on stream, return the
  * launch error. kd is K; bv the V slice of the chunk kernel. io_bf16 picks
  * bf16 (else fp16). hb and late pick the variant (0 / -1: the default; hb = 2:

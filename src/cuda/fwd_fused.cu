@@ -93,6 +93,23 @@ struct fu_cfg {
     static_assert(bytes <= 232448, "shared memory of one CTA");
 };
 
+#ifdef FQLA_PREP_CLOCKS
+/* Instrumented builds only (nvcc -DFQLA_PREP_CLOCKS, with the prepare
+ * kernel's timeline): per CTA of the first launch (blockIdx.x < 1024, y 0)
+ * globaltimer stamps: [0] its start, [1] the first chain warpgroup's start
+ * of chunk 0's G2 (after the stage and Pg waits), [2] its end (the last
+ * warpgroup's) */
+#define FU_TL_CTAS 1024
+__device__ unsigned long long g_fused_tl[FU_TL_CTAS][3];
+#define FU_TL(i, on)                                                                                    \
+    do {                                                                                                \
+        if ((on) && blockIdx.y == 0 && p.chain0 == 0 && blockIdx.x < FU_TL_CTAS)                        \
+            atomicMax(&g_fused_tl[blockIdx.x][i], fqla_globaltimer());                                  \
+    } while (0)
+#else
+#define FU_TL(i, on)
+#endif
+
 #ifdef FQLA_FUSED_CLOCKS
 /* Instrumented builds only (nvcc -DFQLA_FUSED_CLOCKS): clock64 spans per
  * chunk from the third on, thread 0 of the Pg warpgroup (spans 0-3: stage
@@ -140,6 +157,7 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
      * the last sequence, no CTA here touches). docs/perf.md, session 10. */
 
     const int wg = threadIdx.x >> 7;
+    FU_TL(0, threadIdx.x == 0);
     /* the state's row: the sequence, or with CP's main pass (cp_mode 2) the
      * segment, whose start state the scan wrote (h0 = seg_s0) */
     const int64_t ns = ((int64_t)blockIdx.x + p.chain0) / p.HV;
@@ -206,6 +224,7 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
                 fqla_bulk_load(st + cfg::oGam, p.gam + sh * C, 256, &full[s]);
             }
         }
+        FU_TL(2, threadIdx.x == 0);
         return;
     }
 
@@ -301,6 +320,7 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
             fqla_mbar_arrive(&pready[a]);
             FU_CLK(3, tid == 0);
         }
+        FU_TL(2, tid == 0);
         return;
     }
 
@@ -331,6 +351,7 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
         fqla_mbar_wait(&full[s], ph);
         fqla_mbar_wait(&pready[a], aph);
         FU_CLK(8, tid == 0 && cw == 0);
+        FU_TL(1, c == 0 && tid == 0 && cw == 0);
         const int nvalid = (int)min(C, len - c * C);
         if (nvalid < C) {
             /* rows past the end: zero K (warpgroup 1) and this V slice (the
@@ -408,7 +429,18 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
 
     /* the final state: of the sequence (with CP, from its last segment) */
     if (p.ht && last) fqla_chain::store_state(p, S, n, hv, vr, kc);
+    FU_TL(2, tid == 0);
 }
+
+#ifdef FQLA_PREP_CLOCKS
+} // namespace
+/* Instrumented builds: the timeline since the last call (then reset). */
+extern "C" int fqla_cuda_debug_fused_timeline(unsigned long long out[3 * FU_TL_CTAS])
+{
+    return fqla_debug_timeline_take(g_fused_tl, out, 3 * FU_TL_CTAS);
+}
+namespace {
+#endif
 
 #ifdef FQLA_FUSED_CLOCKS
 } // namespace

@@ -319,6 +319,11 @@ __device__ __forceinline__ void ag_tile(uint32_t (&u)[4][2], const float *Xh, co
  * merges' three levels, 8 Ag; [14] counts the CTAs (halves) timed, [15]
  * sums their lifetimes. */
 __device__ unsigned long long g_prep_clk[16];
+/* and a timeline: per CTA (linear index < 4096) its first and last
+ * globaltimer stamps (thread 0 at the start, every warp at its end) */
+#define PR_TL_CTAS 4096
+__device__ unsigned long long g_prep_tl[PR_TL_CTAS][2];
+#define PR_TL_LIN ((int64_t)blockIdx.y * gridDim.x + blockIdx.x)
 #define PR_CLK_START const long long pr_t0_ = clock64(); long long pr_t_ = pr_t0_
 #define PR_CLK(i)                                                                                       \
     do {                                                                                                \
@@ -387,6 +392,9 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, PAIR ? 4 : 3)
      * before its first global access: pdl.cuh) */
     fqla_pdl_trigger();
     PR_CLK_START;
+#ifdef FQLA_PREP_CLOCKS
+    if (threadIdx.x == 0 && PR_TL_LIN < PR_TL_CTAS) g_prep_tl[PR_TL_LIN][0] = fqla_globaltimer();
+#endif
 
     if ((int64_t)blockIdx.x >= ctas) {
         zero_tail<T>(p, ((int64_t)blockIdx.x - ctas) * gridDim.y + hq);
@@ -821,6 +829,9 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, PAIR ? 4 : 3)
      * kernel reads them after this grid completes) */
     if (!WQ && lane == 0) fqla_bulk_wait<0>();
     PR_CLK(8); /* at group > 2, spans 4-7 sum over the batches and span 4 holds the earlier batches' Ag */
+#ifdef FQLA_PREP_CLOCKS
+    if (lane == 0 && PR_TL_LIN < PR_TL_CTAS) atomicMax(&g_prep_tl[PR_TL_LIN][1], fqla_globaltimer());
+#endif
 }
 
 #ifdef FQLA_PREP_CLOCKS
@@ -829,6 +840,12 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, PAIR ? 4 : 3)
 extern "C" int fqla_cuda_debug_prep_clocks(unsigned long long out[16])
 {
     return fqla_debug_clocks_take(g_prep_clk, out, 16);
+}
+/* the timeline since the last call (then reset): [4096][2] start, end (ns;
+ * 0 where no CTA ran) */
+extern "C" int fqla_cuda_debug_prep_timeline(unsigned long long out[2 * PR_TL_CTAS])
+{
+    return fqla_debug_timeline_take(g_prep_tl, out, 2 * PR_TL_CTAS);
 }
 namespace {
 #endif

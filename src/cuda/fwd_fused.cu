@@ -134,6 +134,22 @@ __device__ unsigned long long g_fused_clk[16];
 #define FU_CLK(i, on)
 #endif
 
+/* Waits until the prepare kernel has set a chunk's ready flag (Ag and gamma
+ * written: fqla_fwd_params.ready), then orders the async proxy's loads
+ * after it. A flag that never comes (a bug) traps after ~2^31 cycles rather
+ * than hanging the device. */
+__device__ __forceinline__ void wait_ready(const int *flag)
+{
+    if (!fqla_ld_acquire_gpu(flag)) {
+        const long long t0 = clock64();
+        while (!fqla_ld_acquire_gpu(flag)) {
+            __nanosleep(64);
+            if (clock64() - t0 > (1ll << 31)) __trap();
+        }
+    }
+    fqla_fence_async_global();
+}
+
 template <typename T, int KD, int NWG_>
 __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
     fwd_fused_kernel(const __grid_constant__ fqla_fwd_params p, const __grid_constant__ CUtensorMap tmQ,
@@ -214,12 +230,13 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
             };
             const int early = min(nch, cfg::QST); /* stages free from the start */
             for (int c = 0; c < early; c++) inputs(c);
-            fqla_pdl_wait(); /* the prepare kernel's Ag and gamma */
+            if (!p.ready) fqla_pdl_wait(); /* the prepare kernel's Ag and gamma */
             for (int c = 0; c < nch; c++) {
                 if (c >= early) inputs(c);
                 const int s = c % cfg::QST;
                 unsigned char *st = sm + s * cfg::stage;
                 const int64_t sh = (slot0 + c) * p.HV + hv;
+                if (p.ready) wait_ready(p.ready + sh);
                 fqla_fwd_load_ag(st + cfg::oAg, tmA, &full[s], sh);
                 fqla_bulk_load(st + cfg::oGam, p.gam + sh * C, 256, &full[s]);
             }

@@ -109,6 +109,13 @@ FQLA_HDEV void fqla_fence_async_smem() { asm volatile("fence.proxy.async.shared:
 FQLA_HDEV void fqla_fence_async_global() { asm volatile("fence.proxy.async.global;" ::: "memory"); }
 /* a flag between CTAs of different grids: release store, acquire load (gpu scope) */
 FQLA_HDEV void fqla_st_release_gpu(int *p, int v) { asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory"); }
+FQLA_HDEV int fqla_ld_relaxed_gpu(const int *p)
+{
+    int v;
+    asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+FQLA_HDEV void fqla_fence_acq_rel_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
 FQLA_HDEV int fqla_ld_acquire_gpu(const int *p)
 {
     int v;

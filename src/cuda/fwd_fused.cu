@@ -134,40 +134,6 @@ __device__ unsigned long long g_fused_clk[16];
 #define FU_CLK(i, on)
 #endif
 
-/* The first chunk in [c, n) whose ready flag (fqla_fwd_params.ready,
- * flags[i * stride]) is not yet set: up to 16 relaxed loads in flight at
- * once, so that one round trip covers many chunks. */
-__device__ __forceinline__ int scan_ready(const int *flags, int64_t stride, int c, int n)
-{
-    int v[16];
-    const int m = min(16, n - c);
-#pragma unroll
-    for (int i = 0; i < 16; i++) v[i] = i < m ? fqla_ld_relaxed_gpu(flags + (int64_t)(c + i) * stride) : 0;
-    int j = 0;
-    while (j < m && v[j]) j++;
-    return c + j;
-}
-/* Chunk c's Ag and gamma are written (the prepare kernel set its flag):
- * returns the first chunk not yet known to be, past c. Waits while c's is
- * not; the acquire fence and the proxy fence then order every load of the
- * chunks found ready after their flags. A flag that never comes (a bug)
- * traps after ~2^31 cycles rather than hanging the device. */
-__device__ __forceinline__ int wait_ready(const int *flags, int64_t stride, int c, int n)
-{
-    int j = scan_ready(flags, stride, c, n);
-    if (j == c) {
-        const long long t0 = clock64();
-        do {
-            __nanosleep(64);
-            if (clock64() - t0 > (1ll << 31)) __trap();
-            j = scan_ready(flags, stride, c, n);
-        } while (j == c);
-    }
-    fqla_fence_acq_rel_gpu();
-    fqla_fence_async_global();
-    return j;
-}
-
 template <typename T, int KD, int NWG_>
 __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
     fwd_fused_kernel(const __grid_constant__ fqla_fwd_params p, const __grid_constant__ CUtensorMap tmQ,
@@ -248,14 +214,12 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
             };
             const int early = min(nch, cfg::QST); /* stages free from the start */
             for (int c = 0; c < early; c++) inputs(c);
-            if (!p.ready) fqla_pdl_wait(); /* the prepare kernel's Ag and gamma */
-            int ready_upto = 0; /* chunks below it known to be ready (p.ready) */
+            fqla_pdl_wait(); /* the prepare kernel's Ag and gamma */
             for (int c = 0; c < nch; c++) {
                 if (c >= early) inputs(c);
                 const int s = c % cfg::QST;
                 unsigned char *st = sm + s * cfg::stage;
                 const int64_t sh = (slot0 + c) * p.HV + hv;
-                if (p.ready && c >= ready_upto) ready_upto = wait_ready(p.ready + slot0 * p.HV + hv, p.HV, c, nch);
                 fqla_fwd_load_ag(st + cfg::oAg, tmA, &full[s], sh);
                 fqla_bulk_load(st + cfg::oGam, p.gam + sh * C, 256, &full[s]);
             }

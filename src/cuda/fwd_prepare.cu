@@ -388,17 +388,8 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, PAIR ? 4 : 3)
     const int64_t ctas = PAIR ? (p.slots + 1) / 2 : p.slots; /* CTAs with chunk slots */
     const int64_t slot = PAIR ? 2 * (int64_t)blockIdx.x + half : blockIdx.x;
     const int hq = blockIdx.y;
-    /* PAIR with ready flags (padded batches): this CTA's chunks not ready,
-     * visible before any CTA of the fused kernel can start, which PDL allows
-     * only once every CTA here has passed the trigger below */
-    if (PAIR && p.ready) {
-        if ((tid & 127) == 0 && slot < p.slots) p.ready[slot * p.HV + hq] = 0;
-        __threadfence();
-        __syncthreads();
-    }
-    /* the chunk kernel may start launching (it waits for this kernel's end,
-     * or with ready flags for each chunk's, before its first read of what
-     * this kernel writes: pdl.cuh) */
+    /* the chunk kernel may start launching (it waits for this kernel's end
+     * before its first global access: pdl.cuh) */
     fqla_pdl_trigger();
     PR_CLK_START;
 #ifdef FQLA_PREP_CLOCKS
@@ -837,16 +828,6 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, PAIR ? 4 : 3)
     /* the warp's last Ag stores are done before the CTA exits (the fused
      * kernel reads them after this grid completes) */
     if (!WQ && lane == 0) fqla_bulk_wait<0>();
-    if (PAIR && p.ready) {
-        /* every warp's Ag stores of both chunks are written (and gamma,
-         * long before): each half's chunk is ready */
-        if (lane == 0) fqla_fence_async_global();
-        __syncthreads();
-        if ((tid & 127) == 0 && have) {
-            __threadfence();
-            fqla_st_release_gpu(p.ready + slot * p.HV + hq, 1);
-        }
-    }
     PR_CLK(8); /* at group > 2, spans 4-7 sum over the batches and span 4 holds the earlier batches' Ag */
 #ifdef FQLA_PREP_CLOCKS
     if (lane == 0 && PR_TL_LIN < PR_TL_CTAS) atomicMax(&g_prep_tl[PR_TL_LIN][1], fqla_globaltimer());

@@ -220,9 +220,11 @@ def debug_timeline(lib, call):
     if not hp or not hf:
         return None
     bp, bf = (C.c_ulonglong * 8192)(), (C.c_ulonglong * 3072)()
-    hp(bp), hf(bf)  # reset
+    hp(bp)  # reset
+    hf(bf)
     call()
-    hp(bp), hf(bf)
+    hp(bp)
+    hf(bf)
     prep = sorted((bp[2 * i], bp[2 * i + 1]) for i in range(4096) if bp[2 * i] and bp[2 * i + 1])
     fused = [(bf[3 * i], bf[3 * i + 1], bf[3 * i + 2]) for i in range(1024) if bf[3 * i] and bf[3 * i + 2]]
     if not prep or not fused:

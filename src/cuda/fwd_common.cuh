@@ -229,19 +229,10 @@ __device__ __forceinline__ bool fqla_fwd_span(const fqla_fwd_params &p, int64_t 
     return true;
 }
 
-/* Instrumented builds (the -DFQLA_*_CLOCKS timing builds): the n clock sums
- * of the device array sym into out, then zeroed; -1 on a CUDA error. */
+/* Instrumented builds (the -DFQLA_*_CLOCKS timing builds): the n entries of
+ * the device array sym (clock sums, or a timeline's globaltimer stamps) into
+ * out, then zeroed; -1 on a CUDA error. */
 static inline int fqla_debug_clocks_take(const void *sym, unsigned long long *out, size_t n)
-{
-    static const unsigned long long zero[32] = {0};
-    if (n > 32 || cudaDeviceSynchronize() != cudaSuccess || cudaMemcpyFromSymbol(out, sym, n * sizeof *out) != cudaSuccess)
-        return -1;
-    return cudaMemcpyToSymbol(sym, zero, n * sizeof *out) == cudaSuccess ? 0 : -1;
-}
-
-/* Instrumented builds: a timeline array (globaltimer stamps, ns) copied out
- * and zeroed, n entries (the caller's buffer holds n). */
-static inline int fqla_debug_timeline_take(const void *sym, unsigned long long *out, size_t n)
 {
     void *dev = NULL;
     if (cudaDeviceSynchronize() != cudaSuccess || cudaGetSymbolAddress(&dev, sym) != cudaSuccess ||

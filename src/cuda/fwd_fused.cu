@@ -437,7 +437,7 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
 /* Instrumented builds: the timeline since the last call (then reset). */
 extern "C" int fqla_cuda_debug_fused_timeline(unsigned long long out[3 * FU_TL_CTAS])
 {
-    return fqla_debug_timeline_take(g_fused_tl, out, 3 * FU_TL_CTAS);
+    return fqla_debug_clocks_take(g_fused_tl, out, 3 * FU_TL_CTAS);
 }
 namespace {
 #endif
@@ -506,15 +506,11 @@ cudaError_t fqla_fwd_launch_fused(const fqla_fwd_params &k, int io_bf16, int hb,
     if ((parts & FQLA_FUSED_PREPARE) && !fqla_fwd_map_ag_store(p, io_bf16, &ag_store)) return cudaSuccess;
     *used = 1;
     cudaError_t err = cudaSuccess;
+    fqla_fwd_params pp = p; /* the prepare kernel's */
 #ifdef FQLA_DEBUG_HELPER_PREP
-    if (parts & FQLA_FUSED_PREPARE) { /* timing only: (M - 1) / M of the slots */
-        fqla_fwd_params pp = p;
-        pp.slots = p.slots * (FQLA_DEBUG_HELPER_PREP - 1) / FQLA_DEBUG_HELPER_PREP;
-        err = fqla_fwd_launch_prepare(pp, io_bf16, hb, &maps[1], &ag_store, stream);
-    }
-#else
-    if (parts & FQLA_FUSED_PREPARE) err = fqla_fwd_launch_prepare(p, io_bf16, hb, &maps[1], &ag_store, stream);
+    pp.slots = p.slots * (FQLA_DEBUG_HELPER_PREP - 1) / FQLA_DEBUG_HELPER_PREP; /* timing only: (M - 1) / M of the slots */
 #endif
+    if (parts & FQLA_FUSED_PREPARE) err = fqla_fwd_launch_prepare(pp, io_bf16, hb, &maps[1], &ag_store, stream);
     if (err != cudaSuccess || !(parts & FQLA_FUSED_CHAIN) || (p.cp_mode ? p.segs : p.N) * p.HV == 0) return err;
     const int64_t chains = (p.cp_mode ? p.segs : p.N) * p.HV;
     if (nwg == 1) return launch_io<1>(io_bf16, p, chains, maps, ag, stream);

@@ -845,7 +845,7 @@ extern "C" int fqla_cuda_debug_prep_clocks(unsigned long long out[16])
  * 0 where no CTA ran) */
 extern "C" int fqla_cuda_debug_prep_timeline(unsigned long long out[2 * PR_TL_CTAS])
 {
-    return fqla_debug_timeline_take(g_prep_tl, out, 2 * PR_TL_CTAS);
+    return fqla_debug_clocks_take(g_prep_tl, out, 2 * PR_TL_CTAS);
 }
 namespace {
 #endif

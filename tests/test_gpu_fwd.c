@@ -573,11 +573,11 @@ static void check_prob_fused(prob *p, const char *name)
  * chains of 64 value columns x 2 on 132 SMs), varlen with a host copy
  * and 3-4 chunks per sequence (a CTA half past a shorter sequence's end),
  * then group 2 in a padded batch, each with the fused kernel's chain
- * warpgroups forced to 2 and 1. Then group 1 in padded batches, where the
- * prepare kernel hands chunks over by ready flags (fqla_fwd_params.ready):
- * an even chunk count (its CTAs in chunk order; ~2 waves of them at 4 per
- * SM) and an odd one (blockIdx order, a pair across two sequences) whose
- * 160 chains split the fused kernel's last wave into a second launch. */
+ * warpgroups forced to 2 and 1. Then group 1 in padded batches (the
+ * benchmark's uniform rows take this form): an even chunk count, ~2 waves
+ * of the prepare kernel's CTAs at 4 per SM, and an odd one (a CTA's two
+ * chunks in two sequences) whose 160 chains split the fused kernel's last
+ * wave into a second launch (split_last_wave in fwd.cu). */
 static void fwd_fused_waves(void)
 {
     const int64_t cu[] = {0, 200, 400, 590, 800, 1000, 1230};
@@ -589,7 +589,7 @@ static void fwd_fused_waves(void)
     s[2] = base_spec(4, 1000, 32, 32, 128);
     s[3] = base_spec(5, 900, 32, 32, 128);
     const char *names[4] = {"group 1 varlen 6 x 3-4 chunks + host copy", "group 2 B=6 T=250",
-                            "group 1 B=4 T=1000 (ready flags, chunk order)", "group 1 B=5 T=900 (ready flags, odd)"};
+                            "group 1 B=4 T=1000", "group 1 B=5 T=900 (odd chunk count, split last wave)"};
     for (int i = 0; i < 4; i++) {
         prob p;
         prob_init(&p, &s[i]);

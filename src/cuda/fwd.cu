@@ -121,15 +121,6 @@ int pick_fused(const fqla_context *ctx, const fqla_problem *p)
 #ifndef FQLA_FWD_SPLIT_WAVE
 #define FQLA_FWD_SPLIT_WAVE 1
 #endif
-/* Per-chunk ready flags between the prepare kernel and the fused kernel at
- * group 1 (fqla_fwd_params.ready): chunk 0's G2 began 5.5-7.4 us after the
- * prepare kernel's last CTA ended when the fused kernel waited for the grid
- * (docs/perf.md, sessions 21 and 22). 0 builds the grid wait everywhere
- * (A/B). */
-#ifndef FQLA_FWD_READY_FLAGS
-#define FQLA_FWD_READY_FLAGS 1
-#endif
-
 int64_t split_last_wave(const fqla_context *ctx, const fqla_problem *p)
 {
     if (!FQLA_FWD_SPLIT_WAVE || p->varlen || p->V != 128) return 0;
@@ -523,12 +514,6 @@ fqla_status fqla_cuda_fwd_run(fqla_context *ctx, const fqla_problem *p, const fq
          * encoded (then the two kernels run) */
         int used = 0;
         k.fused_split = fused_nwg == 2 ? split_last_wave(ctx, p) : 0;
-#if FQLA_FWD_READY_FLAGS
-        /* group 1, padded batches, the fused kernel launched early (PDL):
-         * the prepare kernel (PAIR) hands each chunk over by its ready flag,
-         * not the whole grid by its end */
-        if (!k.varlen && k.group == 1 && k.pdl) k.ready = (int *)(ws + L.ready);
-#endif
         cudaError_t err = fqla_fwd_launch_fused(k, io_bf16, g_tune_hb, fused_nwg, FQLA_FUSED_PREPARE | FQLA_FUSED_CHAIN,
                                                 stream, &used);
         if (used || err != cudaSuccess) return fqla_cuda_check(ctx, err, "CUDA forward: fused path launch");

@@ -99,14 +99,6 @@ struct fqla_fwd_params {
     int cp_skip;
     int *seg_flag;
     int *chunk_ok;
-    /* ready[slots][HV] (the fused path at group 1, padded batches, PDL;
-     * NULL elsewhere): the prepare kernel (PAIR) zeroes its chunks' flags
-     * before it lets the fused kernel launch, sets them once the chunks' Ag
-     * and gamma are written, and runs its CTAs in chunk order (every chain's
-     * first chunks first); the fused kernel's producer waits for each
-     * chunk's flag instead of for the whole prepare grid, so a chain starts
-     * as soon as its first chunk is ready (docs/perf.md, sessions 21-22) */
-    int *ready;
     /* host side only: launch the kernels after the prepare kernel with
      * programmatic dependent launch (pdl.cuh) */
     int pdl;
@@ -152,7 +144,7 @@ struct fqla_fwd_ag_maps {
 
 /* Workspace carve-up (bytes; every region 256-aligned). */
 struct fqla_fwd_ws_layout {
-    size_t gam, rq, rk, Ag, Pg, seg_hm, seg_s0, seg_flag, chunk_ok, ready, total;
+    size_t gam, rq, rk, Ag, Pg, seg_hm, seg_s0, seg_flag, chunk_ok, total;
 };
 
 static inline size_t fqla_fwd_align256(size_t x) { return (x + 255) & ~(size_t)255; }
@@ -173,7 +165,6 @@ static inline fqla_fwd_ws_layout fqla_fwd_ws(int64_t slots, int64_t H, int64_t H
     L.seg_s0 = off; off += fqla_fwd_align256((size_t)segs * HV * K * V * sizeof(float));
     L.seg_flag = off; off += fqla_fwd_align256((size_t)segs * HV * sizeof(int));
     L.chunk_ok = off; off += segs > 0 ? fqla_fwd_align256((size_t)slots * HV * sizeof(int)) : 0;
-    L.ready = off; off += fqla_fwd_align256((size_t)slots * HV * sizeof(int));
     L.total = off;
     return L;
 }

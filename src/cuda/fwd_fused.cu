@@ -134,25 +134,6 @@ __device__ unsigned long long g_fused_clk[16];
 #define FU_CLK(i, on)
 #endif
 
-/* Waits until the prepare kernel has set a chunk's ready flag
- * (fqla_fwd_params.ready: its Ag and gamma written), then orders this
- * thread's later copies (async proxy) after it. Relaxed polls ~0.25 us
- * apart and one fence: session 21's acquire on every poll, 64 ns apart,
- * was the form that lost. A flag that never comes (a bug) traps after
- * ~2^31 cycles rather than hanging the device. */
-__device__ __forceinline__ void wait_ready(const int *flag)
-{
-    if (!fqla_ld_relaxed_gpu(flag)) {
-        const long long t0 = clock64();
-        do {
-            __nanosleep(256);
-            if (clock64() - t0 > (1ll << 31)) __trap();
-        } while (!fqla_ld_relaxed_gpu(flag));
-    }
-    fqla_fence_gpu();
-    fqla_fence_async_global();
-}
-
 template <typename T, int KD, int NWG_>
 __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
     fwd_fused_kernel(const __grid_constant__ fqla_fwd_params p, const __grid_constant__ CUtensorMap tmQ,
@@ -170,9 +151,8 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
     /* Launched with PDL after the prepare kernel. Only its outputs (Ag and
      * gamma in the workspace) need it finished: the producer waits for it
      * (griddepcontrol.wait) after issuing the first stages' K, Q and V
-     * copies, before the first Ag / gamma copy, or with ready flags
-     * (p.ready) for each chunk's flag before its Ag / gamma copy and for the
-     * grid at the end; the chain warpgroups load h0 meanwhile. Everything else read here is the caller's input, which
+     * copies, before the first Ag / gamma copy; the chain warpgroups load
+     * h0 meanwhile. Everything else read here is the caller's input, which
      * the prepare kernel never writes (its only other write, o's rows past
      * the last sequence, no CTA here touches). docs/perf.md, session 10. */
 
@@ -234,19 +214,15 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
             };
             const int early = min(nch, cfg::QST); /* stages free from the start */
             for (int c = 0; c < early; c++) inputs(c);
-            if (!p.ready) fqla_pdl_wait(); /* the prepare kernel's Ag and gamma */
+            fqla_pdl_wait(); /* the prepare kernel's Ag and gamma */
             for (int c = 0; c < nch; c++) {
                 if (c >= early) inputs(c);
                 const int s = c % cfg::QST;
                 unsigned char *st = sm + s * cfg::stage;
                 const int64_t sh = (slot0 + c) * p.HV + hv;
-                if (p.ready) wait_ready(p.ready + sh); /* or chunk by chunk */
                 fqla_fwd_load_ag(st + cfg::oAg, tmA, &full[s], sh);
                 fqla_bulk_load(st + cfg::oGam, p.gam + sh * C, 256, &full[s]);
             }
-            /* pdl.cuh's chain: this grid ends after the prepare grid (whose
-             * CTAs may still be exiting after their flags) */
-            if (p.ready) fqla_pdl_wait();
         }
         FU_TL(2, threadIdx.x == 0);
         return;

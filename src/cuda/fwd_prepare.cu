@@ -386,26 +386,11 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, PAIR ? 4 : 3)
     const int g = lane >> 2, t = lane & 3;
     const int half = PAIR ? warp >> 2 : 0;
     const int64_t ctas = PAIR ? (p.slots + 1) / 2 : p.slots; /* CTAs with chunk slots */
-    /* the CTA's chunk pair (PAIR) or chunk, and its head. With ready flags
-     * (PAIR, padded batches of an even chunk count) in chunk order: the
-     * GPU starts CTAs in blockIdx order, and this maps them to every
-     * chain's (sequence x head, the fused kernel's order) first pair, then
-     * every chain's second, ..., so that each chain's first chunks are
-     * ready long before the grid ends */
-    int64_t pair = blockIdx.x;
-    int hq = blockIdx.y;
-    const bool flags = PAIR && p.ready;
-    if (flags && p.cps % 2 == 0 && pair < ctas) {
-        const int64_t per_seq = p.cps / 2, seqs = ctas / per_seq;
-        const int64_t lin = (int64_t)blockIdx.y * ctas + blockIdx.x, chain = lin % (seqs * gridDim.y);
-        hq = (int)(chain % gridDim.y);
-        pair = chain / gridDim.y * per_seq + lin / (seqs * gridDim.y);
-    }
-    const int64_t slot = PAIR ? 2 * pair + half : pair;
+    const int64_t slot = PAIR ? 2 * (int64_t)blockIdx.x + half : blockIdx.x;
+    const int hq = blockIdx.y;
     /* the chunk kernel may start launching (it waits for this kernel's end
-     * before its first global access: pdl.cuh); with ready flags only once
-     * they are zeroed (below) */
-    if (!flags) fqla_pdl_trigger();
+     * before its first global access: pdl.cuh) */
+    fqla_pdl_trigger();
     PR_CLK_START;
 #ifdef FQLA_PREP_CLOCKS
     if (threadIdx.x == 0 && PR_TL_LIN < PR_TL_CTAS) g_prep_tl[PR_TL_LIN][0] = fqla_globaltimer();
@@ -458,18 +443,6 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, PAIR ? 4 : 3)
             fqla_mbar_arrive_tx(bar, C * KD * (uint32_t)sizeof(T));
             for (int kb = 0; kb < KD / 64; kb++)
                 fqla_tma_load_4d(Kd + kb * 64 * C, &tmK, bar, 64 * kb, hq, (int)t0, p.varlen ? 0 : (int)batch);
-            if (flags && tid == 0) {
-                /* this CTA's chunks not ready, visible at gpu scope before
-                 * the trigger: the fused kernel's CTAs start only once
-                 * every CTA here has triggered (or exited). One thread,
-                 * while the copies it issued are in flight: the fence is
-                 * off the CTA's path (session 21's form fenced every thread
-                 * before the copies: the kernel x1.10) */
-                for (int h2 = 0; h2 < 2; h2++)
-                    if (2 * pair + h2 < p.slots) fqla_st_relaxed_gpu(p.ready + (2 * pair + h2) * p.HV + hq, 0);
-                fqla_fence_gpu();
-                fqla_pdl_trigger();
-            }
         }
     } else {
         const T *qb = (const T *)p.q + batch * p.q_sb + hq * p.q_sh;
@@ -693,7 +666,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, PAIR ? 4 : 3)
                 const float x1 = bh[lane + 32] * KKj[(lane + 32) * LDF + lane + 32];
                 const int ok = __all_sync(0xffffffffu, x0 >= 0.f && x0 <= 2.f && x1 >= 0.f && x1 <= 2.f);
                 if (lane == 0)
-                    p.chunk_ok[PAIR ? (size_t)(2 * pair + jj) * p.HV + hq
+                    p.chunk_ok[PAIR ? (size_t)(2 * (int64_t)blockIdx.x + jj) * p.HV + hq
                                     : (size_t)slot * p.HV + hq * p.group + jj] = ok;
             }
         /* PAIR: step a overwrites KK's diagonal blocks in place (CTA-uniform) */
@@ -804,7 +777,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, PAIR ? 4 : 3)
          * which the packed layout does not store */
         for (int h2 = 0; h2 < nb && n0 < fqla_fwd_ag_width(mw); h2++) {
             const int jj = j0 + h2, hv = PAIR ? hq : hq * p.group + jj;
-            const int64_t sl = PAIR ? 2 * pair + h2 : slot; /* PAIR: chunk h2's slot */
+            const int64_t sl = PAIR ? 2 * (int64_t)blockIdx.x + h2 : slot; /* PAIR: chunk h2's slot */
             if (PAIR && !have_pair[h2]) continue; /* warp-uniform */
             const float *Xh = X + h2 * C * LDF, *gh = gam + jj * C, *bh = bet + jj * C;
             uint32_t u[4][2];
@@ -855,18 +828,6 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, PAIR ? 4 : 3)
     /* the warp's last Ag stores are done before the CTA exits (the fused
      * kernel reads them after this grid completes) */
     if (!WQ && lane == 0) fqla_bulk_wait<0>();
-    if (flags) {
-        /* both chunks' Ag (every warp's TMA stores, complete) and gamma are
-         * written: release the flags (CUTLASS's semaphore pattern: a CTA
-         * barrier, then one thread's gpu-scope fence and stores) */
-        if (lane == 0) fqla_fence_async_global(); /* the async proxy's writes before the generic flag */
-        __syncthreads();
-        if (tid == 0) {
-            fqla_fence_gpu();
-            for (int h2 = 0; h2 < 2; h2++)
-                if (have_pair[h2]) fqla_st_relaxed_gpu(p.ready + (2 * pair + h2) * p.HV + hq, 1);
-        }
-    }
     PR_CLK(8); /* at group > 2, spans 4-7 sum over the batches and span 4 holds the earlier batches' Ag */
 #ifdef FQLA_PREP_CLOCKS
     if (lane == 0 && PR_TL_LIN < PR_TL_CTAS) atomicMax(&g_prep_tl[PR_TL_LIN][1], fqla_globaltimer());

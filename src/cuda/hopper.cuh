@@ -105,19 +105,6 @@ template <int N> FQLA_HDEV void fqla_bulk_wait_read() { asm volatile("cp.async.b
 template <int N> FQLA_HDEV void fqla_bulk_wait() { asm volatile("cp.async.bulk.wait_group %0;" ::"n"(N) : "memory"); }
 /* Generic-proxy shared-memory writes -> visible to wgmma / TMA. */
 FQLA_HDEV void fqla_fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
-/* the same between the generic and async proxies' global accesses */
-FQLA_HDEV void fqla_fence_async_global() { asm volatile("fence.proxy.async.global;" ::: "memory"); }
-/* flags between CTAs of different grids (gpu scope): relaxed stores and
- * loads, ordered by one fence.acq_rel.gpu on each side rather than by a
- * release or acquire on every access */
-FQLA_HDEV void fqla_st_relaxed_gpu(int *p, int v) { asm volatile("st.relaxed.gpu.global.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory"); }
-FQLA_HDEV int fqla_ld_relaxed_gpu(const int *p)
-{
-    int v;
-    asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-FQLA_HDEV void fqla_fence_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
 
 /* ---- warpgroup registers and barriers ---- */
 template <int R> FQLA_HDEV void fqla_setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(R)); }

@@ -67,10 +67,6 @@ constexpr uint32_t TILE = C * 128; /* one [64 rows][64 b16] tile, 128-byte swizz
 #ifndef FU_PG_AIM
 #define FU_PG_AIM 2
 #endif
-/* 0: no early trigger (A/B builds) */
-#ifndef FQLA_FWD_FUSED_TRIGGER
-#define FQLA_FWD_FUSED_TRIGGER 1
-#endif
 
 template <int KD, int NWG_>
 struct fu_cfg {
@@ -162,12 +158,6 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
 
     const int wg = threadIdx.x >> 7;
     FU_TL(0, threadIdx.x == 0);
-#if FQLA_FWD_FUSED_TRIGGER
-    /* the stream's next kernel (the next call's prepare kernel, launched
-     * with PDL) may become resident on the SMs this grid leaves; it waits
-     * for this grid's end before its first global access (pdl.cuh) */
-    fqla_pdl_trigger();
-#endif
     /* the state's row: the sequence, or with CP's main pass (cp_mode 2) the
      * segment, whose start state the scan wrote (h0 = seg_s0) */
     const int64_t ns = ((int64_t)blockIdx.x + p.chain0) / p.HV;

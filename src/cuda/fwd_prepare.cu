@@ -391,10 +391,6 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, PAIR ? 4 : 3)
     /* the chunk kernel may start launching (it waits for this kernel's end
      * before its first global access: pdl.cuh) */
     fqla_pdl_trigger();
-    /* launched with PDL itself (FQLA_FWD_PDL_PREPARE): the stream's previous
-     * kernel, which may have written q, k, g, beta or still read this
-     * workspace, has completed; before every global access */
-    fqla_pdl_wait();
     PR_CLK_START;
 #ifdef FQLA_PREP_CLOCKS
     if (threadIdx.x == 0 && PR_TL_LIN < PR_TL_CTAS) g_prep_tl[PR_TL_LIN][0] = fqla_globaltimer();
@@ -854,11 +850,6 @@ extern "C" int fqla_cuda_debug_prep_timeline(unsigned long long out[2 * PR_TL_CT
 namespace {
 #endif
 
-/* 0: the prepare kernel launched plainly (A/B builds) */
-#ifndef FQLA_FWD_PDL_PREPARE
-#define FQLA_FWD_PDL_PREPARE 1
-#endif
-
 template <typename T, int KD, int PREC, bool WQ = true, bool PAIR = false>
 cudaError_t launch(const fqla_fwd_params &p, const CUtensorMap &tmK, const fqla_fwd_ag_maps &tmAg,
                    cudaStream_t stream)
@@ -893,11 +884,8 @@ cudaError_t launch(const fqla_fwd_params &p, const CUtensorMap &tmK, const fqla_
      * at 4 x 8192 tokens, H = 32 (docs/perf.md, session 7). */
     const int64_t tail = p.varlen ? ((p.T + C - 1) / C + p.H - 1) / p.H : 0;
     dim3 grid((unsigned)((PAIR ? (p.slots + 1) / 2 : p.slots) + tail), (unsigned)p.H);
-    /* with PDL where the forward's later kernels use it: the CTAs become
-     * resident while the previous kernel drains (the launch latency of
-     * back-to-back calls, or after a kernel that triggers early) */
-    return fqla_launch_pdl(fwd_prepare_kernel<T, KD, PREC, WQ, PAIR>, grid, dim3(FQLA_FWD_THREADS), smem, stream,
-                           FQLA_FWD_PDL_PREPARE && p.pdl, p, tmK, tmAg);
+    fwd_prepare_kernel<T, KD, PREC, WQ, PAIR><<<grid, FQLA_FWD_THREADS, smem, stream>>>(p, tmK, tmAg);
+    return cudaGetLastError();
 }
 
 template <typename T, int PREC>

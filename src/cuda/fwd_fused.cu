@@ -67,11 +67,6 @@ constexpr uint32_t TILE = C * 128; /* one [64 rows][64 b16] tile, 128-byte swizz
 #ifndef FU_PG_AIM
 #define FU_PG_AIM 2
 #endif
-/* stages whose inputs (K, Q, V) are copied before the prepare grid is
- * waited for: all three (timing builds: fewer, docs/perf.md session 22) */
-#ifndef FU_EARLY
-#define FU_EARLY 3
-#endif
 
 template <int KD, int NWG_>
 struct fu_cfg {
@@ -217,8 +212,7 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
                 for (int w = 0; w < NWG; w++)
                     fqla_tma_load_4d(st + cfg::oV + w * TILE, &tmV, &full[s], vbase + 64 * w, hv, t, bc);
             };
-            static_assert(FU_EARLY >= 0 && FU_EARLY <= cfg::QST, "only free stages");
-            const int early = min(nch, FU_EARLY); /* stages free from the start */
+            const int early = min(nch, cfg::QST); /* stages free from the start */
             for (int c = 0; c < early; c++) inputs(c);
             fqla_pdl_wait(); /* the prepare kernel's Ag and gamma */
             for (int c = 0; c < nch; c++) {

@@ -219,14 +219,15 @@ def debug_timeline(lib, call):
     hf = getattr(lib.L, "fqla_cuda_debug_fused_timeline", None)
     if not hp or not hf:
         return None
-    bp, bf = (C.c_ulonglong * 8192)(), (C.c_ulonglong * 3072)()
+    NF = 15  # stamps per fused CTA (fwd_fused.cu, FU_TL_N)
+    bp, bf = (C.c_ulonglong * 8192)(), (C.c_ulonglong * (NF * 1024))()
     hp(bp)  # reset
     hf(bf)
     call()
     hp(bp)
     hf(bf)
     prep = sorted((bp[2 * i], bp[2 * i + 1]) for i in range(4096) if bp[2 * i] and bp[2 * i + 1])
-    fused = [(bf[3 * i], bf[3 * i + 1], bf[3 * i + 2]) for i in range(1024) if bf[3 * i] and bf[3 * i + 2]]
+    fused = [tuple(bf[NF * i + j] for j in range(NF)) for i in range(1024) if bf[NF * i] and bf[NF * i + 2]]
     if not prep or not fused:
         return None
     t0, p_end = prep[0][0], max(e for _, e in prep)
@@ -238,13 +239,25 @@ def debug_timeline(lib, call):
     busy = sum(e - s for s, e in prep) / ((p_end - t0) * resident)
     us = lambda ns: ns / 1000.0
     g2 = sorted(x[1] for x in fused if x[1])
+    # the start of the 8 CTAs that started last (those that set the end):
+    # each step's mean stamp after the CTA's own start (us); wait = the
+    # producer's grid wait returning, after the prepare's end
+    late = sorted(fused, key=lambda x: x[0])[-8:]
+    def step(j, ref=None):
+        v = [x[j] - (x[0] if ref is None else ref) for x in late if x[j]]
+        return us(sum(v) / len(v)) if v else float("nan")
+    steps = ("; last 8 CTAs' start: span %.2f, barriers' init %.2f, CTA barrier %.2f, producer's setmaxnreg %.2f, "
+             "stage 0 copies %.2f, early copies %.2f, grid wait %.2f (after the prepare's end %.1f), "
+             "Pg's stage 0 %.2f, Pg(0) %.2f, chain's setmaxnreg %.2f, h0 %.2f, chain's stage 0 %.2f, G2 %.2f us" % (
+                 step(9), step(10), step(11), step(12), step(13), step(3), step(4), step(4, p_end), step(5), step(6),
+                 step(14), step(7), step(8), step(1)))
     return ("timeline: prepare %d CTAs, %d at once: span %.1f us, life %.1f us, first wave launched over %.1f us, "
             "slot gap %.2f us, busy %.0f %%; fused %d CTAs: first start %.1f us after the prepare's end, "
             "chunk 0's G2 %.1f / %.1f us after it (first / last), end %.1f us after it" % (
                 len(prep), resident, us(p_end - t0), us(life), us(prep[resident - 1][0] - t0),
                 us(sum(gaps) / len(gaps)) if gaps else 0.0, 100 * busy, len(fused),
                 us(min(x[0] for x in fused) - p_end), us(g2[0] - p_end) if g2 else -1, us(g2[-1] - p_end) if g2 else -1,
-                us(max(x[2] for x in fused) - p_end)))
+                us(max(x[2] for x in fused) - p_end))) + steps
 
 
 def settle(seconds):

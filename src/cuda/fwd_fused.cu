@@ -98,9 +98,16 @@ struct fu_cfg {
  * kernel's timeline): per CTA of the first launch (blockIdx.x < 1024, y 0)
  * globaltimer stamps: [0] its start, [1] the first chain warpgroup's start
  * of chunk 0's G2 (after the stage and Pg waits), [2] its end (the last
- * warpgroup's) */
+ * warpgroup's); the start's steps: [3] the producer's early copies issued,
+ * [4] its grid wait returned, [5] the Pg warpgroup's stage 0 landed, [6]
+ * Pg(0) written, [7] the first chain warpgroup's h0 in registers, [8] its
+ * stage 0 landed; the set-up: thread 0 [9] after fqla_fwd_span, [10] after
+ * the barriers' initialisation, [11] after the CTA barrier; [12] the
+ * producer after its setmaxnreg, [13] its stage 0 copies issued; [14] the
+ * first chain warpgroup after its setmaxnreg */
+#define FU_TL_N 15
 #define FU_TL_CTAS 1024
-__device__ unsigned long long g_fused_tl[FU_TL_CTAS][3];
+__device__ unsigned long long g_fused_tl[FU_TL_CTAS][FU_TL_N];
 #define FU_TL(i, on)                                                                                    \
     do {                                                                                                \
         if ((on) && blockIdx.y == 0 && p.chain0 == 0 && blockIdx.x < FU_TL_CTAS)                        \
@@ -170,6 +177,7 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
     if (!fqla_fwd_span(p, ns, n, batch, start64, len64, slot0, last)) return; /* no segment: the whole CTA */
     const int start = (int)start64, len = (int)len64;
     const int nch = (len + C - 1) / C;
+    FU_TL(9, threadIdx.x == 0);
 
     if (threadIdx.x == 0) {
         fqla_tma_prefetch(&tmQ);
@@ -188,12 +196,15 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
         }
         fqla_mbar_init_fence();
     }
+    FU_TL(10, threadIdx.x == 0);
     __syncthreads();
+    FU_TL(11, threadIdx.x == 0);
 
     if (wg == 0) {
         /* producer: one thread issues every copy */
         fqla_setmaxnreg_dec<FU_PROD_REGS>();
         if (threadIdx.x < 32 && fqla_elect_one()) {
+            FU_TL(12, true);
             const int bc = p.varlen ? 0 : (int)batch;
             /* chunk c's K, Q, V (the caller's inputs) into its stage, the
              * whole stage's bytes announced on full[s] */
@@ -213,8 +224,13 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
                     fqla_tma_load_4d(st + cfg::oV + w * TILE, &tmV, &full[s], vbase + 64 * w, hv, t, bc);
             };
             const int early = min(nch, cfg::QST); /* stages free from the start */
-            for (int c = 0; c < early; c++) inputs(c);
+            for (int c = 0; c < early; c++) {
+                inputs(c);
+                FU_TL(13, c == 0);
+            }
+            FU_TL(3, true);
             fqla_pdl_wait(); /* the prepare kernel's Ag and gamma */
+            FU_TL(4, true);
             for (int c = 0; c < nch; c++) {
                 if (c >= early) inputs(c);
                 const int s = c % cfg::QST;
@@ -242,6 +258,7 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
             unsigned char *sl = sm + cfg::oSlots + a * cfg::slot;
             const int nvalid = min(C, len - c * C);
             fqla_mbar_wait(&full[s], ph);
+            FU_TL(5, c == 0 && tid == 0);
 #ifdef FQLA_DEBUG_HELPER_PREP
             /* timing only (wrong results): the helper busy for
              * FQLA_DEBUG_HELPER_SPIN cycles on every M-th chunk, standing in
@@ -318,6 +335,7 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
             fqla_mbar_arrive(&empty[s]); /* this thread's reads of the stage are done */
             fqla_fence_async_smem();     /* Pg: read by the chain's wgmma */
             fqla_mbar_arrive(&pready[a]);
+            FU_TL(6, c == 0 && tid == 0);
             FU_CLK(3, tid == 0);
         }
         FU_TL(2, tid == 0);
@@ -327,12 +345,17 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
     /* ---- the chain (fwd_chunk_wg.cu's consumers) ---- */
     fqla_setmaxnreg_inc<FU_CHAIN_REGS>();
     const int cw = wg - 1;
+    FU_TL(14, tid == 0 && cw == 0);
     const int v0 = vbase + 64 * cw;
     constexpr int NS = KD / 2;
     constexpr int KS = KD / 16;
     const int vr = v0 + 16 * warp + g, kc = 2 * tq;
     float S[NS];
     fqla_chain::load_state(p, S, ns, hv, vr, kc);
+#ifdef FQLA_PREP_CLOCKS
+    fqla_reg_fence(S); /* (instrumented builds: the stamp after the loads land) */
+    FU_TL(7, tid == 0 && cw == 0);
+#endif
 
     T *ob = (T *)p.o + batch * p.o_sb + hv * p.o_sh + v0;
     unsigned char *Obuf = sm + cfg::oO + cw * 2 * TILE; /* this warpgroup's two staging tiles */
@@ -349,6 +372,7 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
         const uint32_t ph = (uint32_t)(c / cfg::QST) & 1, aph = (uint32_t)(c >> 1) & 1;
         unsigned char *st = sm + s * cfg::stage, *sl = sm + cfg::oSlots + a * cfg::slot;
         fqla_mbar_wait(&full[s], ph);
+        FU_TL(8, c == 0 && tid == 0 && cw == 0);
         fqla_mbar_wait(&pready[a], aph);
         FU_CLK(8, tid == 0 && cw == 0);
         FU_TL(1, c == 0 && tid == 0 && cw == 0);
@@ -435,9 +459,9 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
 #ifdef FQLA_PREP_CLOCKS
 } // namespace
 /* Instrumented builds: the timeline since the last call (then reset). */
-extern "C" int fqla_cuda_debug_fused_timeline(unsigned long long out[3 * FU_TL_CTAS])
+extern "C" int fqla_cuda_debug_fused_timeline(unsigned long long out[FU_TL_N * FU_TL_CTAS])
 {
-    return fqla_debug_clocks_take(g_fused_tl, out, 3 * FU_TL_CTAS);
+    return fqla_debug_clocks_take(g_fused_tl, out, FU_TL_N * FU_TL_CTAS);
 }
 namespace {
 #endif

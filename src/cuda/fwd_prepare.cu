@@ -856,13 +856,13 @@ cudaError_t launch(const fqla_fwd_params &p, const CUtensorMap &tmK, const fqla_
 {
     size_t smem = PAIR ? prep_smem<KD>::bytes_pair() : prep_smem<KD>::bytes(p.group);
 #ifdef FQLA_PREP_CLOCKS
-    /* Instrumented builds only: FQLA_PREP_CTAS_PER_SM = 1 or 2 pads the
+    /* Instrumented builds only: FQLA_PREP_CTAS_PER_SM = 1, 2 or 3 pads the
      * CTA's shared memory so that at most that many share an SM (233,472
      * bytes per SM, 1 KB reserved per CTA), for the spans of a CTA with
-     * fewer neighbours (docs/perf.md, session 16) */
+     * fewer neighbours (docs/perf.md, sessions 16 and 23) */
     const char *per_sm = getenv("FQLA_PREP_CTAS_PER_SM");
     const int n_sm = per_sm ? atoi(per_sm) : 0;
-    if (n_sm == 1 || n_sm == 2) smem = std::max(smem, (size_t)(233472 / (n_sm + 1) + 1024));
+    if (n_sm >= 1 && n_sm <= 3) smem = std::max(smem, (size_t)(233472 / (n_sm + 1) + 1024));
 #endif
     /* Raise the shared-memory limit per device when a larger group needs
      * more (a host-side setting, kept out of later calls so that they stay

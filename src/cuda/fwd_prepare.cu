@@ -385,6 +385,14 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, PAIR ? 4 : 3)
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int half = PAIR ? warp >> 2 : 0;
+    /* the barrier between phases: PAIR's halves are independent (each its
+     * own chunk, K tile, KK, X, gates and staging), so each half syncs only
+     * its own warpgroup, on named barrier 1 + half (kk_wgmma's); the other
+     * kernels sync the CTA */
+    auto phase_sync = [&]() {
+        if constexpr (PAIR) fqla_named_sync(1 + half, 128);
+        else __syncthreads();
+    };
     const int64_t ctas = PAIR ? (p.slots + 1) / 2 : p.slots; /* CTAs with chunk slots */
     const int64_t slot = PAIR ? 2 * (int64_t)blockIdx.x + half : blockIdx.x;
     const int hq = blockIdx.y;
@@ -508,7 +516,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, PAIR ? 4 : 3)
     }
     PR_CLK(1);
     if constexpr (!WQ) {
-        __syncthreads(); /* the barrier's initialisation is visible */
+        phase_sync(); /* the barrier's initialisation is visible */
         fqla_mbar_wait(kbar + half, 0);
     } else {
         fqla_cp_async_wait_all();
@@ -655,7 +663,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, PAIR ? 4 : 3)
         const int nb = min(HB, ng - j0);
         const bool active = hh < nb;
         const float *bw = bet + (j0 + hh) * C;
-        __syncthreads(); /* KK visible; the previous batch's reads of X done */
+        phase_sync(); /* KK visible; the previous batch's reads of X done */
         if (j0 == 0 && p.chunk_ok) /* for CP's negligible-transition test */
             for (int jj = PAIR ? ((warp & 3) == 0 ? half : 2) : warp; jj < (PAIR ? 2 : p.group);
                  jj += FQLA_FWD_THREADS / 32) {
@@ -670,18 +678,19 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, PAIR ? 4 : 3)
                                     : (size_t)slot * p.HV + hq * p.group + jj] = ok;
             }
         /* PAIR: step a overwrites KK's diagonal blocks in place (CTA-uniform) */
-        if (PAIR && j0 == 0 && p.chunk_ok) __syncthreads();
+        if (PAIR && j0 == 0 && p.chunk_ok) phase_sync();
 
         /* a. the diagonal 16x16 blocks, one per half warp, lane -> column
          * jc: with two heads, warp w takes block w of both (the same KK
          * words, read once as a broadcast); with one, warps 0 and 1 take
-         * blocks 0, 1 and 2, 3 (KK words 16 banks apart). Right-looking:
-         * once x_i is known it updates every later row's sum; each row's sum
-         * adds its terms in increasing k. */
+         * blocks 0, 1 and 2, 3 (KK words 16 banks apart); PAIR: the same
+         * in each half, on its own chunk. Right-looking: once x_i is known
+         * it updates every later row's sum; each row's sum adds its terms
+         * in increasing k. */
         {
-            const int hj = 2 * warp + (lane >> 4); /* half-warp job */
-            const int ha = nb == 2 ? hj & 1 : 0, blk = nb == 2 ? hj >> 1 : hj;
-            if (hj < 4 * nb) { /* warp-uniform: 4 nb is even */
+            const int hj = 2 * (PAIR ? warp & 3 : warp) + (lane >> 4); /* half-warp job */
+            const int ha = PAIR ? half : nb == 2 ? hj & 1 : 0, blk = PAIR ? hj : nb == 2 ? hj >> 1 : hj;
+            if (hj < (PAIR ? 4 : 4 * nb)) { /* warp-uniform: 4 nb is even */
                 const int s = 16 * blk, jc = lane & 15;
                 const float *ba = bet + (j0 + ha) * C;
                 float *Xa = X + ha * C * LDF;
@@ -702,7 +711,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, PAIR ? 4 : 3)
                 for (int i = 0; i < 16; i++) Xa[(s + i) * LDF + s + jc] = x[i];
             }
         }
-        __syncthreads();
+        phase_sync();
         PR_CLK(4);
 
         /* b. the off-diagonal blocks by doubling, X = (I + M)^-1 with
@@ -746,7 +755,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, PAIR ? 4 : 3)
                     mm16<PREC>(acc2, cblk(KKh, i, 0), cblk(Xw, 0, 0), lane); /* M_i0 X_00, partial */
                 }
             }
-            __syncthreads();
+            phase_sync();
             PR_CLK(5);
             /* level 2 */
             if (active && (r == 1 || r == 3)) {
@@ -757,7 +766,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, PAIR ? 4 : 3)
                 store16(blk(Xw, r == 1 ? 0 : 1, 2), acc2, lane); /* T_i0 */
                 store16(blk(Xw, r == 1 ? 0 : 1, 3), acc, lane);  /* T_i1 */
             }
-            __syncthreads();
+            phase_sync();
             PR_CLK(6);
             /* level 3: T_2j at block (0, 2 + j), T_3j at (1, 2 + j) */
             if (active) {
@@ -769,13 +778,17 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, PAIR ? 4 : 3)
                 store16(blk(Xw, i, j), acc, lane);
             }
         }
-        __syncthreads();
+        phase_sync();
         PR_CLK(7);
 
         /* c. Ag = Gamma (.) X diag(beta): this warp's tile of each head;
          * the tiles right of the diagonal block (warps 4 and 5) are zeros,
-         * which the packed layout does not store */
-        for (int h2 = 0; h2 < nb && n0 < fqla_fwd_ag_width(mw); h2++) {
+         * which the packed layout does not store. PAIR: each half its own
+         * chunk's tiles, warp w (of the half) rows 16 w, the 32-column
+         * tiles at or left of the diagonal (one for w < 2, two else) */
+        for (int t2 = 0; t2 < (PAIR ? 2 : nb); t2++) {
+            const int h2 = PAIR ? half : t2, n0c = PAIR ? 32 * t2 : n0;
+            if (n0c >= fqla_fwd_ag_width(mw)) break; /* warp-uniform */
             const int jj = j0 + h2, hv = PAIR ? hq : hq * p.group + jj;
             const int64_t sl = PAIR ? 2 * (int64_t)blockIdx.x + h2 : slot; /* PAIR: chunk h2's slot */
             if (PAIR && !have_pair[h2]) continue; /* warp-uniform */
@@ -790,7 +803,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, PAIR ? 4 : 3)
 #pragma unroll
                 for (int nt = 0; nt < 4; nt++) {
                     u[nt][0] = u[nt][1] = 0u;
-                    const int cb = n0 + 8 * nt;
+                    const int cb = n0c + 8 * nt;
                     if (cb <= r0 + 15) { /* blocks at or left of the diagonal: written */
                         const int col = cb + 2 * t;
                         const float2 gc = *reinterpret_cast<const float2 *>(gh + col);
@@ -810,19 +823,19 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, PAIR ? 4 : 3)
                     }
                 }
             } else {
-                switch (ag_kind(n0 / 16, mw) * 3 + ag_kind(n0 / 16 + 1, mw)) {
-                case 3: ag_tile<T, 1, 0>(u, Xh, gh, bh, r0, n0, lane); break;
-                case 7: ag_tile<T, 2, 1>(u, Xh, gh, bh, r0, n0, lane); break;
-                default: ag_tile<T, 2, 2>(u, Xh, gh, bh, r0, n0, lane); break;
+                switch (ag_kind(n0c / 16, mw) * 3 + ag_kind(n0c / 16 + 1, mw)) {
+                case 3: ag_tile<T, 1, 0>(u, Xh, gh, bh, r0, n0c, lane); break;
+                case 7: ag_tile<T, 2, 1>(u, Xh, gh, bh, r0, n0c, lane); break;
+                default: ag_tile<T, 2, 2>(u, Xh, gh, bh, r0, n0c, lane); break;
                 }
             }
             /* into strip mw of the packed layout (fwd_common.cuh) */
             const int64_t tile = sl * p.HV + hv;
             if constexpr (WQ)
                 store_tile<T>((T *)p.Ag + fqla_fwd_ag_row(p.slots * p.HV, tile, r0), fqla_fwd_ag_width(mw),
-                              fqla_fwd_ag_width(mw), u, n0, lane, stage);
+                              fqla_fwd_ag_width(mw), u, n0c, lane, stage);
             else
-                store_tile_tma<T>(&tmAg.strip[mw], n0, (int)(tile * 16), u, lane, stage, ag_pending);
+                store_tile_tma<T>(&tmAg.strip[mw], n0c, (int)(tile * 16), u, lane, stage, ag_pending);
         }
     }
     /* the warp's last Ag stores are done before the CTA exits (the fused

@@ -250,6 +250,9 @@ __device__ __forceinline__ void fl_role(const fqla_fwd_params &p, const CUtensor
             const bool on = tid == 0;
             const int nvalid = min(C, len - c * C);
             const uint32_t ph = (uint32_t)it & 1;
+            /* every warp's reads of the previous chunk's gates (its Pg) are
+             * done before warp 0 writes this chunk's (racecheck) */
+            if (it > 0) fqla_named_sync(bar, 128);
             if (warp == 0) {
                 /* the chunk's g and beta, loaded here (their latency runs
                  * beside the K copy's), then gamma */

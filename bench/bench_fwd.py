@@ -194,11 +194,6 @@ CHAIN_SPANS = ["stage wait", "G1+G2 issue", "G1+G2 wait", "G4 form+issue", "G4 w
 FUSED_PREP_SPANS = ["stage wait", "QK issue+slot wait", "factors+QK wait", "Pg"]
 FUSED_CHAIN_SPANS = ["stage+slot wait", "G2", "G1+G4", "G5+G6", "output"]
 
-# fwd_full.cu's spans under -DFQLA_FULL_CLOCKS
-FULL_HELPER_SPANS = ["K wait", "gates+KK", "diag solve", "merges", "Ag slot wait", "Ag", "KQ wait", "QK+slot wait",
-                     "Pg"]
-FULL_CHAIN_SPANS = ["KQ wait", "G2+store", "Pg wait", "V+Ag wait", "rest"]
-
 # fwd_prepare.cu's spans under -DFQLA_PREP_CLOCKS
 PREP_SPANS = ["setup: copies", "gates", "copy wait", "KK", "diag solve", "merge 1", "merge 2", "merge 3", "Ag",
               "setup: slot", "setup: gate loads"]
@@ -535,13 +530,6 @@ def main():
                         print("    fused cycles per chunk, preparation (%d chunks): %s; chain (%d): %s" % (
                             buf[14], ", ".join("%s %.0f" % (nm, buf[i] / npc) for i, nm in enumerate(FUSED_PREP_SPANS)),
                             buf[15], ", ".join("%s %.0f" % (nm, buf[8 + i] / ncc) for i, nm in enumerate(FUSED_CHAIN_SPANS))),
-                            flush=True)
-                    buf = debug_clocks(lib, "fqla_cuda_debug_full_clocks", 32, ours)
-                    if buf and (buf[15] or buf[31]):
-                        nh, nc = max(1, buf[15]), max(1, buf[31])
-                        print("    full cycles per chunk, helper (%d): %s; chain (%d): %s" % (
-                            buf[15], ", ".join("%s %.0f" % (nm, buf[i] / nh) for i, nm in enumerate(FULL_HELPER_SPANS)),
-                            buf[31], ", ".join("%s %.0f" % (nm, buf[16 + i] / nc) for i, nm in enumerate(FULL_CHAIN_SPANS))),
                             flush=True)
                     buf = debug_clocks(lib, "fqla_cuda_debug_prep_clocks", 16, ours)
                     if buf and buf[14]:

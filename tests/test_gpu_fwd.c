@@ -24,7 +24,7 @@
 #include <string.h>
 
 #define CASES(X)                                                                                 \
-    X(fwd_lengths) X(fwd_varlen) X(fwd_varlen_i64_zero_len) X(fwd_fused_waves) X(fwd_full_kernel) X(fwd_trailing_rows) X(fwd_gva)       \
+    X(fwd_lengths) X(fwd_varlen) X(fwd_varlen_i64_zero_len) X(fwd_fused_waves) X(fwd_trailing_rows) X(fwd_gva)       \
     X(fwd_many_heads) X(fwd_many_sequences) X(fwd_head_dims) X(fwd_fp16) X(fwd_options) X(fwd_v_first_bf16_state) X(fwd_decay_extremes) \
     X(fwd_variants) X(fwd_chunk_kernels) X(fwd_context_parallel) X(fwd_robustness) X(fwd_graph_replay) X(fwd_not_supported)
 
@@ -56,7 +56,6 @@ extern void fqla_cuda_fwd_tune_cp(int seg_chunks);
 extern void fqla_cuda_fwd_tune_cp_scan(int columns);
 extern void fqla_cuda_fwd_tune_cp_skip(int on);
 extern int64_t fqla_cuda_fwd_debug_cp_skipped(void);
-extern int64_t fqla_cuda_fwd_debug_full_calls(void);
 #define H2D 1
 #define D2H 2
 
@@ -597,71 +596,6 @@ static void fwd_fused_waves(void)
         upload_all(&p);
         run_ref(&p);
         check_prob_fused(&p, names[i]);
-        prob_free(&p);
-    }
-}
-
-/* The forward in one kernel (fwd_full.cu, forced by the tuning hook's
- * wg = 3): padded batches at groups 1 and 2 with one to sixteen chunks
- * (odd and even counts, tail chunks, a helper without chunks), the gate and
- * beta options, decay extremes, fp16, state_v_first with bf16 states. Each
- * is checked against the reference, and against the fused path (prepare
- * kernel + fwd_fused.cu) bit for bit: the helpers run the prepare kernel's
- * arithmetic in the same order. The launch counter says the kernel ran. */
-static void fwd_full_kernel(void)
-{
-    static const struct {
-        int B, T, H, HV, decay, beta_mode, opts;
-        const char *name;
-    } cases[] = {{4, 1000, 32, 32, 0, 0, 0, "group 1 B=4 T=1000"},
-                 {6, 250, 16, 32, 0, 0, 0, "group 2 B=6 T=250"},
-                 {2, 65, 2, 4, 0, 0, 0, "B=2 T=65 (a 1-row tail)"},
-                 {3, 64, 1, 1, 0, 0, 0, "B=3 T=64 (one chunk: helper 1 idle)"},
-                 {1, 700, 2, 8, 0, 0, 0, "group 4 T=700"},
-                 {2, 300, 2, 4, 0, 0, 1, "gate + beta sigmoid + neg eig, bf16 g/beta"},
-                 {1, 130, 2, 4, 1, 0, 0, "strong decay g=-20"},
-                 {1, 130, 2, 4, 2, 1, 0, "no decay, beta in {0, 1, 1.99}"},
-                 {1, 130, 2, 4, 3, 0, 0, "g = -inf at token 70"},
-                 {2, 150, 2, 4, 0, 0, 2, "fp16"},
-                 {2, 100, 2, 4, 0, 0, 3, "state_v_first, bf16 states"}};
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        spec s = base_spec(cases[i].B, cases[i].T, cases[i].H, cases[i].HV, 128);
-        s.decay = cases[i].decay;
-        s.beta_mode = cases[i].beta_mode;
-        if (cases[i].opts == 1) {
-            s.gate_in = s.beta_sig = s.neg_eig = 1;
-            s.gate = FQLA_DTYPE_BF16;
-        } else if (cases[i].opts == 2) {
-            s.io = FQLA_DTYPE_F16;
-        } else if (cases[i].opts == 3) {
-            s.v_first = 1;
-            s.h0_dtype = s.ht_dtype = FQLA_DTYPE_BF16;
-        }
-        prob p;
-        prob_init(&p, &s);
-        upload_all(&p);
-        run_ref(&p);
-        char what[128];
-        snprintf(what, sizeof what, "%s [fused]", cases[i].name);
-        fqla_cuda_fwd_tune_chunk(2, 2);
-        check_prob(&p, what);
-        double *o_fused = (double *)malloc((size_t)p.nv * sizeof(double));
-        double *ht_fused = (double *)malloc((size_t)p.ns * sizeof(double));
-        memcpy(o_fused, p.o, (size_t)p.nv * sizeof(double));
-        if (s.ht) memcpy(ht_fused, p.ht, (size_t)p.ns * sizeof(double));
-        const int64_t before = fqla_cuda_fwd_debug_full_calls();
-        snprintf(what, sizeof what, "%s [full]", cases[i].name);
-        fqla_cuda_fwd_tune_chunk(3, 0);
-        check_prob(&p, what);
-        fqla_cuda_fwd_tune_chunk(-1, 0);
-        CHECK(fqla_cuda_fwd_debug_full_calls() == before + 1, "%s: the one-kernel forward did not run", what);
-        int64_t diff = 0;
-        for (int64_t j = 0; j < p.nv; j++) diff += memcmp(&p.o[j], &o_fused[j], sizeof(double)) != 0;
-        if (s.ht)
-            for (int64_t j = 0; j < p.ns; j++) diff += memcmp(&p.ht[j], &ht_fused[j], sizeof(double)) != 0;
-        CHECK(diff == 0, "%s: %lld values differ from the fused path's", what, (long long)diff);
-        free(o_fused);
-        free(ht_fused);
         prob_free(&p);
     }
 }

@@ -52,11 +52,6 @@ int pick_bv(const fqla_context *ctx, const fqla_problem *p)
 
 const char *dname(fqla_dtype d) { return fqla_dtype_string(d); }
 
-/* Calls that ran the one-kernel forward (fwd_full.cu; tests: that the
- * tuning hook's wg = 3 reached it). */
-static int64_t g_debug_full_calls = 0;
-extern "C" int64_t fqla_cuda_fwd_debug_full_calls(void) { return g_debug_full_calls; }
-
 /* Kernel variants picked by fqla_cuda_fwd_tune (0 / -1: the defaults) and
  * fqla_cuda_fwd_tune_chunk (-1 / 0: the defaults). */
 int g_tune_hb = 0, g_tune_late = -1;
@@ -280,8 +275,7 @@ extern "C" void fqla_cuda_fwd_tune(int prep_variant, int late_loads)
  * kernel (fwd_chunk.cu), 1 the wgmma kernel of fwd_chunk_wg.cu with nwg =
  * 1 or 2 consumer warpgroups per CTA (0: pick_nwg), 2 the kernel that forms
  * Pg beside the chain (fwd_fused.cu, after the prepare kernel without Q)
- * with nwg chain warpgroups (0: pick_nwg), 3 the forward in one kernel
- * (fwd_full.cu) where it covers the call without CP (else as 1);
+ * with nwg chain warpgroups (0: pick_nwg);
  * -1 (the default) the last where it covers the call, CP is not planned
  * and pick_fused says it is faster, else the second. Each runs only where
  * it can (fwd_fused.cu's and fqla_fwd_wg_usable's conditions), else the
@@ -511,13 +505,6 @@ fqla_status fqla_cuda_fwd_run(fqla_context *ctx, const fqla_problem *p, const fq
     /* CP (it launches its own prepare kernel) */
     if (seg_chunks > 0 && g_tune_wg != 0 && fqla_fwd_wg_usable(k))
         return run_cp(ctx, p, k, ws, L, seg_chunks, io_bf16, stream);
-    if (g_tune_wg == 3 && seg_chunks == 0) {
-        /* the forward in one kernel (fwd_full.cu), where it covers the call */
-        int used = 0;
-        cudaError_t err = fqla_fwd_launch_full(k, io_bf16, stream, &used);
-        g_debug_full_calls += used;
-        if (used || err != cudaSuccess) return fqla_cuda_check(ctx, err, "CUDA forward: one-kernel path launch");
-    }
     const int fused_nwg = g_tune_wg == 2 ? (g_tune_nwg == 1 || g_tune_nwg == 2 ? g_tune_nwg : pick_nwg(ctx, p, p->N))
                           : g_tune_wg == -1 ? pick_fused(ctx, p)
                                             : 0;

@@ -285,14 +285,6 @@ enum { FQLA_FUSED_PREPARE = 1, FQLA_FUSED_CHAIN = 2 };
 int fqla_fwd_fused_usable(const fqla_fwd_params &p, int nwg);
 cudaError_t fqla_fwd_launch_fused(const fqla_fwd_params &p, int io_bf16, int hb, int nwg, int parts,
                                   cudaStream_t stream, int *used);
-/* The forward in one kernel (fwd_full.cu): the chain beside two helper
- * warpgroups that prepare each chunk (gates, K K^T, the inverse, Ag) and
- * form Pg, no prepare kernel, no workspace. 1 when it covers p (K = V =
- * 128, a padded batch, no CP, no l2norm, the TMA kernels' alignments); the
- * launcher sets *used to 0 and launches nothing when p is not covered or
- * the maps cannot be encoded. */
-int fqla_fwd_full_usable(const fqla_fwd_params &p);
-cudaError_t fqla_fwd_launch_full(const fqla_fwd_params &p, int io_bf16, cudaStream_t stream, int *used);
 /* The CP scan (fwd_cp.cu): p as for the pre-pass and main pass (seg_*,
  * seg_chunks), with the caller's h0 / ht; K = 64 or 128; cb value columns
  * per CTA (8, 16 or 32; 0: the narrowest that fits one wave of sms SMs). */

@@ -44,7 +44,6 @@
  */
 #include "cuda/fwd_chain.cuh"
 #include "cuda/fwd_common.cuh"
-#include "cuda/fwd_pg.cuh"
 #include "cuda/fwd_ptx.cuh"
 #include "cuda/hopper.cuh"
 #include "cuda/pdl.cuh"
@@ -284,7 +283,14 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
 
             float accQK[32];
             fqla_wg_fence();
-            fqla_pg::qk_issue<T, KD>(accQK, st + cfg::oK, st + cfg::oQ, cfg::KQ);
+#pragma unroll
+            for (int kk = 0; kk < KD / 16; kk++) {
+                const uint64_t dK =
+                    fqla_desc_kmajor(st + cfg::oK + (kk >> 2) * cfg::KQ) + (kk & 3) * FQLA_DESC_K16_KMAJOR;
+                const uint64_t dQ =
+                    fqla_desc_kmajor(st + cfg::oQ + (kk >> 2) * cfg::KQ) + (kk & 3) * FQLA_DESC_K16_KMAJOR;
+                mma::template ss64<0, 0>(accQK, dQ, dK, kk > 0);
+            }
             fqla_wg_commit();
             /* the slot: the chain is done with chunk c - 2 */
             fqla_mbar_wait(&pfree[a], aph ^ 1);
@@ -302,8 +308,30 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
             fqla_reg_fence(accQK);
             FU_CLK(2, tid == 0);
 
-            /* Pg = scale Gamma (.) tril(QK), this warp's 16 rows */
-            fqla_pg::store<T>(sl + cfg::sPg, accQK, gam, nvalid, p.scale, warp, lane);
+            /* Pg = scale Gamma (.) tril(QK), this warp's 16 rows; rows and
+             * columns past the sequence end are zeros */
+            {
+                constexpr float L2E = 1.4426950408889634f;
+                const int r0 = 16 * warp + g;
+                const float gi[2] = {gam[r0] * L2E, gam[r0 + 8] * L2E};
+#pragma unroll
+                for (int j2 = 0; j2 < 4; j2++) {
+                    uint32_t r[4];
+#pragma unroll
+                    for (int m = 0; m < 4; m++) {
+                        const int h = m & 1, j = 2 * j2 + (m >> 1), col = 8 * j + 2 * tq, row = r0 + 8 * h;
+                        const float2 gc = *reinterpret_cast<const float2 *>(gam + col);
+                        const bool rok = row < nvalid;
+                        float v0 = p.scale * accQK[4 * j + 2 * h] * fqla_ex2(gi[h] - gc.x * L2E);
+                        float v1 = p.scale * accQK[4 * j + 2 * h + 1] * fqla_ex2(gi[h] - gc.y * L2E);
+                        v0 = rok && col <= row && col < nvalid ? v0 : 0.f;
+                        v1 = rok && col + 1 <= row && col + 1 < nvalid ? v1 : 0.f;
+                        r[m] = io::pack(v0, v1);
+                    }
+                    const int mi = lane >> 3, row = 16 * warp + 8 * (mi & 1) + (lane & 7), ch = 2 * j2 + (mi >> 1);
+                    fqla_stsm_x4(sl + cfg::sPg + row * 128 + 16 * (ch ^ (row & 7)), r[0], r[1], r[2], r[3]);
+                }
+            }
             fqla_mbar_arrive(&empty[s]); /* this thread's reads of the stage are done */
             fqla_fence_async_smem();     /* Pg: read by the chain's wgmma */
             fqla_mbar_arrive(&pready[a]);

@@ -71,25 +71,6 @@ __device__ __forceinline__ void finish_gate_beta(const fqla_fwd_params &p, int h
     }
 }
 
-/* A chunk's rows lane, lane + 32 (one warp): the stored gate and beta (g,
- * b from load_gate_beta) to the log decay and beta (finish_gate_beta, rows
- * below nvalid), then g to gamma, the chunk's inclusive cumsum (warp scan). */
-__device__ __forceinline__ void chunk_gates(const fqla_fwd_params &p, int hv, int nvalid, int lane, float (&g)[2],
-                                            float (&b)[2])
-{
-#pragma unroll
-    for (int h = 0; h < 2; h++)
-        if (lane + 32 * h < nvalid) finish_gate_beta(p, hv, g[h], b[h]);
-#pragma unroll
-    for (int h = 0; h < 2; h++)
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-            float y = __shfl_up_sync(0xffffffffu, g[h], o);
-            if (lane >= o) g[h] += y;
-        }
-    g[1] += __shfl_sync(0xffffffffu, g[0], 31);
-}
-
 /* Finds the chunk of slot s (varlen) and its sequence's first token and
  * length: the sequence is the largest n with base(n) = cu[n] / 64 + n <= s.
  * Returns 0 when the slot holds no chunk. */

@@ -160,7 +160,6 @@ FQLA_HDEV uint64_t fqla_desc_mnmajor(const void *tile, uint32_t atom_bytes) { re
 #define FQLA_DESC_K16_KMAJOR 2ull    /* +32 B */
 #define FQLA_DESC_K16_MNMAJOR 128ull /* +2048 B */
 
-#define FQLA_WG_ACC16 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
 #define FQLA_WG_ACC32                                                                                          \
     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, " \
     "%23, %24, %25, %26, %27, %28, %29, %30, %31}"
@@ -171,7 +170,6 @@ FQLA_HDEV uint64_t fqla_desc_mnmajor(const void *tile, uint32_t atom_bytes) { re
 #define FQLA_WG_OUT8(d, i)                                                                                   \
     "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), \
         "+f"(d[i + 7])
-#define FQLA_WG_OUT16(d) FQLA_WG_OUT8(d, 0), FQLA_WG_OUT8(d, 8)
 #define FQLA_WG_OUT32(d) FQLA_WG_OUT8(d, 0), FQLA_WG_OUT8(d, 8), FQLA_WG_OUT8(d, 16), FQLA_WG_OUT8(d, 24)
 #define FQLA_WG_OUT64(d) FQLA_WG_OUT32(d), FQLA_WG_OUT8(d, 32), FQLA_WG_OUT8(d, 40), FQLA_WG_OUT8(d, 48), FQLA_WG_OUT8(d, 56)
 
@@ -181,15 +179,6 @@ template <typename T> struct fqla_wg;
 
 #define FQLA_WG_DEFINE(TYPE, PTX)                                                                                \
     template <> struct fqla_wg<TYPE> {                                                                           \
-        template <int TA, int TB>                                                                                \
-        static FQLA_HDEV void ss32(float (&d)[16], uint64_t da, uint64_t db, int scale_d)                       \
-        {                                                                                                        \
-            asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %18, 0;\n\t"                                    \
-                         "wgmma.mma_async.sync.aligned.m64n32k16.f32." PTX "." PTX " " FQLA_WG_ACC16            \
-                         ", %16, %17, p, 1, 1, %19, %20;\n\t}"                                                   \
-                         : FQLA_WG_OUT16(d)                                                                      \
-                         : "l"(da), "l"(db), "r"(scale_d), "n"(TA), "n"(TB));                                   \
-        }                                                                                                        \
         template <int TA, int TB>                                                                                \
         static FQLA_HDEV void ss64(float (&d)[32], uint64_t da, uint64_t db, int scale_d)                       \
         {                                                                                                        \

@@ -112,6 +112,13 @@ struct prep_smem {
      * four CTAs per SM (docs/perf.md, session 21) */
     __host__ __device__ static size_t bytes_pair() { return 2 * kk + 2 * C * 4 + 2 * 2 * C * 4 + stage + misc; }
     static_assert(kk % 1024 == 0 && kk >= (size_t)C * 128 * 2, "PAIR: a K tile (128-byte swizzle) in each kk region");
+    /* LEAN (without Q at groups >= 2): X[HB] (the K tile lands in it
+     * first), KK, gamma and beta of the group's heads; no rq, rk (no
+     * l2norm without Q), no staging tiles (Ag leaves from registers), the
+     * K copy's mbarrier in KK's row padding: 57,344 bytes at group 4, four
+     * CTAs per SM (docs/perf.md, session 24) */
+    __host__ __device__ static size_t bytes_lean(int group) { return region0 + kk + (size_t)group * 2 * C * 4; }
+    static_assert(region0 >= C * LDQ * 2 + (size_t)C * 128 * 2, "LEAN: the K tile (at Ks) within X's region");
     /* last: the K copies' mbarriers (two), PAIR's have flags (two) */
     static constexpr size_t misc = 32;
     /* the staging tiles (after the 512-byte rows rq, rk, gamma, beta) start
@@ -342,8 +349,26 @@ __device__ unsigned long long g_prep_tl[PR_TL_CTAS][2];
 #define PR_CLK(i)
 #endif
 
+/* Ag's 16x32 tile from accumulator layout (store_tile's u) straight to
+ * global memory: each lane its two adjacent columns of a row, 4 bytes per
+ * store, only columns below width (the LEAN kernel, which has no staging
+ * tiles; L2 merges the rows' pieces into sectors) */
+template <typename T>
+__device__ __forceinline__ void store_tile_regs(T *dst, int pitch, int width, const uint32_t (&u)[4][2], int n0,
+                                                int lane)
+{
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int nt = 0; nt < 4; nt++) {
+        if (n0 + 8 * nt >= width) continue;
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+            *reinterpret_cast<uint32_t *>(dst + (g + 8 * h) * pitch + n0 + 8 * nt + 2 * t) = u[nt][h];
+    }
+}
+
 template <typename T, int KD, int PREC, bool WQ, bool PAIR>
-__global__ void __launch_bounds__(FQLA_FWD_THREADS, PAIR ? 4 : 3)
+__global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
     fwd_prepare_kernel(const __grid_constant__ fqla_fwd_params p, const __grid_constant__ CUtensorMap tmK,
                        const __grid_constant__ fqla_fwd_ag_maps tmAg)
 {
@@ -358,6 +383,8 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, PAIR ? 4 : 3)
      * of M only after the last level that reads it), so four CTAs fit on an
      * SM where three did. */
     static_assert(!PAIR || !WQ, "PAIR: without Q");
+    /* LEAN: without Q at groups >= 2, four CTAs per SM (prep_smem::bytes_lean) */
+    constexpr bool LEAN = !WQ && !PAIR;
     constexpr int NKK = PAIR ? 2 : 1;
     /* 1024-byte alignment: TMA's 128-byte swizzle (no static shared memory
      * in this kernel, so the dynamic base is the CTA's) */
@@ -371,14 +398,16 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, PAIR ? 4 : 3)
     /* PAIR: this half's K tile, at the start of its region */
     T *Kpair = reinterpret_cast<T *>(smem_raw + (PAIR ? (threadIdx.x >> 7) * prep_smem<KD>::kk : 0));
     float *KK = KKall; /* the group's (PAIR: the first chunk's) */
-    float *rqs = KKall + NKK * C * LDF;
+    float *rqs = KKall + NKK * C * LDF; /* (LEAN: none) */
     float *rks = rqs + C;
-    const int ng = PAIR ? 2 : p.group; /* gamma, beta rows: the group's heads, or the pair's chunks */
-    float *gam = rks + C;              /* [ng][64] gamma * log2(e) */
+    const int ng = PAIR ? 2 : p.group;   /* gamma, beta rows: the group's heads, or the pair's chunks */
+    float *gam = LEAN ? rqs : rks + C; /* [ng][64] gamma * log2(e) */
     float *bet = gam + ng * C;         /* [ng][64] */
     unsigned char *stage = reinterpret_cast<unsigned char *>(bet + ng * C) + (threadIdx.x >> 5) * 16 * 64;
-    unsigned char *misc = smem_raw + (PAIR ? prep_smem<KD>::bytes_pair() : prep_smem<KD>::bytes(p.group)) -
-                          prep_smem<KD>::misc;
+    /* LEAN: row 0's padding of KK (columns 64.., which nothing else touches) */
+    unsigned char *misc = LEAN ? reinterpret_cast<unsigned char *>(KKall + C)
+                               : smem_raw + (PAIR ? prep_smem<KD>::bytes_pair() : prep_smem<KD>::bytes(p.group)) -
+                                     prep_smem<KD>::misc;
     uint64_t *kbar = reinterpret_cast<uint64_t *>(misc); /* [2]: per half (PAIR) */
     int *have_pair = reinterpret_cast<int *>(misc + 16);  /* [2] */
 
@@ -821,13 +850,16 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, PAIR ? 4 : 3)
             if constexpr (WQ)
                 store_tile<T>((T *)p.Ag + fqla_fwd_ag_row(p.slots * p.HV, tile, r0), fqla_fwd_ag_width(mw),
                               fqla_fwd_ag_width(mw), u, n0, lane, stage);
+            else if constexpr (LEAN)
+                store_tile_regs<T>((T *)p.Ag + fqla_fwd_ag_row(p.slots * p.HV, tile, r0), fqla_fwd_ag_width(mw),
+                                   fqla_fwd_ag_width(mw), u, n0, lane);
             else
                 store_tile_tma<T>(&tmAg.strip[mw], n0, (int)(tile * 16), u, lane, stage, ag_pending);
         }
     }
     /* the warp's last Ag stores are done before the CTA exits (the fused
      * kernel reads them after this grid completes) */
-    if (!WQ && lane == 0) fqla_bulk_wait<0>();
+    if (PAIR && lane == 0) fqla_bulk_wait<0>();
     PR_CLK(8); /* at group > 2, spans 4-7 sum over the batches and span 4 holds the earlier batches' Ag */
 #ifdef FQLA_PREP_CLOCKS
     if (lane == 0 && PR_TL_LIN < PR_TL_CTAS) atomicMax(&g_prep_tl[PR_TL_LIN][1], fqla_globaltimer());
@@ -854,7 +886,7 @@ template <typename T, int KD, int PREC, bool WQ = true, bool PAIR = false>
 cudaError_t launch(const fqla_fwd_params &p, const CUtensorMap &tmK, const fqla_fwd_ag_maps &tmAg,
                    cudaStream_t stream)
 {
-    size_t smem = PAIR ? prep_smem<KD>::bytes_pair() : prep_smem<KD>::bytes(p.group);
+    size_t smem = PAIR ? prep_smem<KD>::bytes_pair() : !WQ ? prep_smem<KD>::bytes_lean(p.group) : prep_smem<KD>::bytes(p.group);
 #ifdef FQLA_PREP_CLOCKS
     /* Instrumented builds only: FQLA_PREP_CTAS_PER_SM = 1, 2 or 3 pads the
      * CTA's shared memory so that at most that many share an SM (233,472

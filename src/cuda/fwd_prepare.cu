@@ -350,21 +350,20 @@ __device__ unsigned long long g_prep_tl[PR_TL_CTAS][2];
 #endif
 
 /* Ag's 16x32 tile from accumulator layout (store_tile's u) straight to
- * global memory, only columns below width (the LEAN kernel, which has no
- * staging tiles): per 8-column n-tile, lanes t and t ^ 1 swap a pair so
- * that the even one holds 4 columns of row g and the odd one 4 of row
- * g + 8, one 8-byte store each (L2 merges the rows' pieces into sectors) */
+ * global memory: each lane its two adjacent columns of a row, 4 bytes per
+ * store, only columns below width (the LEAN kernel, which has no staging
+ * tiles; L2 merges the rows' pieces into sectors) */
 template <typename T>
 __device__ __forceinline__ void store_tile_regs(T *dst, int pitch, int width, const uint32_t (&u)[4][2], int n0,
                                                 int lane)
 {
-    const int g = lane >> 2, t = lane & 3, odd = t & 1;
-    T *d = dst + (g + 8 * odd) * pitch + n0 + 2 * (t & 2);
+    const int g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int nt = 0; nt < 4; nt++) {
-        if (n0 + 8 * nt >= width) continue; /* warp-uniform */
-        const uint32_t got = __shfl_xor_sync(0xffffffffu, odd ? u[nt][0] : u[nt][1], 1);
-        *reinterpret_cast<uint2 *>(d + 8 * nt) = odd ? make_uint2(got, u[nt][1]) : make_uint2(u[nt][0], got);
+        if (n0 + 8 * nt >= width) continue;
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+            *reinterpret_cast<uint32_t *>(dst + (g + 8 * h) * pitch + n0 + 8 * nt + 2 * t) = u[nt][h];
     }
 }
 
@@ -707,12 +706,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
          * words, read once as a broadcast); with one, warps 0 and 1 take
          * blocks 0, 1 and 2, 3 (KK words 16 banks apart). Right-looking:
          * once x_i is known it updates every later row's sum; each row's sum
-         * adds its terms in increasing k. Without Q, column i below the
-         * diagonal is read as row i right of it, 16 bytes per load: wgmma's
-         * K K^T is symmetric bit for bit (entries (i, j) and (j, i) sum the
-         * same products in the same order). The kernels with Q keep the
-         * column reads: their l2norm factors scale the two entries in
-         * different orders. */
+         * adds its terms in increasing k. */
         {
             const int hj = 2 * warp + (lane >> 4); /* half-warp job */
             const int ha = nb == 2 ? hj & 1 : 0, blk = nb == 2 ? hj >> 1 : hj;
@@ -727,20 +721,8 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
 #pragma unroll
                 for (int i = 0; i < 16; i++) {
                     x[i] = (i == jc ? 1.f : 0.f) - ba[s + i] * acc[i];
-                    if constexpr (WQ) {
 #pragma unroll
-                        for (int r = i + 1; r < 16; r++) acc[r] += KK[(s + r) * LDF + s + i] * x[i];
-                    } else {
-                        const float *row = KK + (s + i) * LDF + s;
-#pragma unroll
-                        for (int q = (i + 1) / 4; q < 4; q++) {
-                            const float4 v = *reinterpret_cast<const float4 *>(row + 4 * q);
-                            const float e[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-                            for (int u = 0; u < 4; u++)
-                                if (4 * q + u > i) acc[4 * q + u] += e[u] * x[i];
-                        }
-                    }
+                    for (int r = i + 1; r < 16; r++) acc[r] += KK[(s + r) * LDF + s + i] * x[i];
                 }
                 /* PAIR: Xa is KK (in place); every lane has read the block
                  * before any lane overwrites it */

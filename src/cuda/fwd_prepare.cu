@@ -45,10 +45,13 @@
  * diagonal, which step c does not read.
  *
  * Shared memory: X (two heads, fp32) reuses the Q/K tiles' space (dead once
- * KK and QK are formed); ~65 KB at K = 128 and group 4: three CTAs per SM.
- * PAIR (below) keeps each chunk's K tile, KK and X in one 18 KB region, the
- * inverse in place: 46.6 KB and 64 registers, four CTAs per SM (x0.92 of
- * the three-CTA layout's time: docs/perf.md, session 21).
+ * KK and QK are formed); ~65 KB at K = 128 and group 4 with Q: three CTAs
+ * per SM. PAIR (below) keeps each chunk's K tile, KK and X in one 18 KB
+ * region, the inverse in place: 46.6 KB and 64 registers, four CTAs per SM
+ * (x0.92 of the three-CTA layout's time: docs/perf.md, session 21). LEAN
+ * (without Q at groups >= 2) drops what that path does not use (rq, rk)
+ * and the Ag staging tiles: 57,344 bytes at group 4 and 64 registers, four
+ * CTAs per SM (prepare x0.957: docs/perf.md, session 24).
  *
  * Variant (fqla_cuda_fwd_tune's first argument, tuning builds only): 2 does
  * the merges in plain tf32 (one mma per product, as FLA's solve_tril); any
@@ -67,7 +70,8 @@
  * cp.async copies, K K^T is one warpgroup's SS wgmma in place of per-warp
  * ldmatrix + mma, step 4c has one straight-line body per tile kind
  * (ag_tile), and each warp's Ag tile leaves its staging area by one TMA
- * store (store_tile_tma).
+ * store (store_tile_tma; LEAN, which has no staging area, stores it from
+ * registers: store_tile_regs).
  *
  * Extra CTAs (past the slots' CTAs, varlen only) zero the rows of o after
  * the last sequence, one 64-row block each (block (x - slot CTAs) H + y). A

@@ -404,9 +404,10 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
     float *KK = KKall; /* the group's (PAIR: the first chunk's) */
     float *rqs = KKall + NKK * C * LDF; /* (LEAN: none) */
     float *rks = rqs + C;
-    const int ng = PAIR ? 2 : p.group;   /* gamma, beta rows: the group's heads, or the pair's chunks */
+    const int ng = PAIR ? 2 : p.group; /* gamma, beta rows: the group's heads, or the pair's chunks */
     float *gam = LEAN ? rqs : rks + C; /* [ng][64] gamma * log2(e) */
     float *bet = gam + ng * C;         /* [ng][64] */
+    /* this warp's Ag staging tile (LEAN: none) */
     unsigned char *stage = reinterpret_cast<unsigned char *>(bet + ng * C) + (threadIdx.x >> 5) * 16 * 64;
     /* LEAN: row 0's padding of KK (columns 64.., which nothing else touches) */
     unsigned char *misc = LEAN ? reinterpret_cast<unsigned char *>(KKall + C)
@@ -890,7 +891,9 @@ template <typename T, int KD, int PREC, bool WQ = true, bool PAIR = false>
 cudaError_t launch(const fqla_fwd_params &p, const CUtensorMap &tmK, const fqla_fwd_ag_maps &tmAg,
                    cudaStream_t stream)
 {
-    size_t smem = PAIR ? prep_smem<KD>::bytes_pair() : !WQ ? prep_smem<KD>::bytes_lean(p.group) : prep_smem<KD>::bytes(p.group);
+    size_t smem = PAIR  ? prep_smem<KD>::bytes_pair()
+                  : !WQ ? prep_smem<KD>::bytes_lean(p.group) /* LEAN */
+                        : prep_smem<KD>::bytes(p.group);
 #ifdef FQLA_PREP_CLOCKS
     /* Instrumented builds only: FQLA_PREP_CTAS_PER_SM = 1, 2 or 3 pads the
      * CTA's shared memory so that at most that many share an SM (233,472

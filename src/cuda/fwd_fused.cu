@@ -67,12 +67,6 @@ constexpr uint32_t TILE = C * 128; /* one [64 rows][64 b16] tile, 128-byte swizz
 #ifndef FU_PG_AIM
 #define FU_PG_AIM 2
 #endif
-/* FU_SKEW N > 0 (timing experiments): the second chain warpgroup starts N
- * cycles after the first, so that the two chains (independent value
- * columns) run out of step; 0: both start together */
-#ifndef FU_SKEW
-#define FU_SKEW 0
-#endif
 
 template <int KD, int NWG_>
 struct fu_cfg {
@@ -358,13 +352,6 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
     const int vr = v0 + 16 * warp + g, kc = 2 * tq;
     float S[NS];
     fqla_chain::load_state(p, S, ns, hv, vr, kc);
-#if FU_SKEW
-    if (cw == 1) {
-        const long long t0 = clock64();
-        while (clock64() - t0 < FU_SKEW) {
-        }
-    }
-#endif
 #ifdef FQLA_PREP_CLOCKS
     fqla_reg_fence(S); /* (instrumented builds: the stamp after the loads land) */
     FU_TL(7, tid == 0 && cw == 0);

@@ -850,14 +850,15 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
                 default: ag_tile<T, 2, 2>(u, Xh, gh, bh, r0, n0, lane); break;
                 }
             }
-            /* into strip mw of the packed layout (fwd_common.cuh) */
+            /* into strip mw of the packed layout (fwd_common.cuh): row r0
+             * of the tile, the strip's width its pitch */
             const int64_t tile = sl * p.HV + hv;
+            T *agrow = (T *)p.Ag + fqla_fwd_ag_row(p.slots * p.HV, tile, r0);
+            const int agw = fqla_fwd_ag_width(mw);
             if constexpr (WQ)
-                store_tile<T>((T *)p.Ag + fqla_fwd_ag_row(p.slots * p.HV, tile, r0), fqla_fwd_ag_width(mw),
-                              fqla_fwd_ag_width(mw), u, n0, lane, stage);
+                store_tile<T>(agrow, agw, agw, u, n0, lane, stage);
             else if constexpr (LEAN)
-                store_tile_regs<T>((T *)p.Ag + fqla_fwd_ag_row(p.slots * p.HV, tile, r0), fqla_fwd_ag_width(mw),
-                                   fqla_fwd_ag_width(mw), u, n0, lane);
+                store_tile_regs<T>(agrow, agw, agw, u, n0, lane);
             else
                 store_tile_tma<T>(&tmAg.strip[mw], n0, (int)(tile * 16), u, lane, stage, ag_pending);
         }

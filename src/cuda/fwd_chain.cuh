@@ -26,13 +26,6 @@ __device__ __forceinline__ void fqla_fwd_load_ag(unsigned char *dst, const fqla_
 #pragma unroll
     for (int w = 0; w < 4; w++) fqla_tma_load_2d(dst + 2048 * w, &m.strip[w], bar, 0, (int)(sh * 16));
 }
-/* the same with an L2 eviction policy */
-__device__ __forceinline__ void fqla_fwd_load_ag(unsigned char *dst, const fqla_fwd_ag_maps &m, uint64_t *bar,
-                                                 int64_t sh, uint64_t pol)
-{
-#pragma unroll
-    for (int w = 0; w < 4; w++) fqla_tma_load_2d_hint(dst + 2048 * w, &m.strip[w], bar, 0, (int)(sh * 16), pol);
-}
 
 namespace fqla_chain {
 
@@ -234,10 +227,7 @@ __device__ __forceinline__ void store_out(const fqla_fwd_params &p, const CUtens
     const int nvalid = (int)min(C, len - cc * C);
     if (nvalid == C || !p.varlen) {
         if (tid == 0) {
-            if constexpr (FQLA_L2_HINTS & 8)
-                fqla_tma_store_4d_hint(tmO, src, v0, hv, (int)t0, p.varlen ? 0 : (int)batch, fqla_l2_evict_first());
-            else
-                fqla_tma_store_4d(tmO, src, v0, hv, (int)t0, p.varlen ? 0 : (int)batch);
+            fqla_tma_store_4d(tmO, src, v0, hv, (int)t0, p.varlen ? 0 : (int)batch);
             fqla_bulk_commit();
         }
         return;

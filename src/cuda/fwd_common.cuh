@@ -42,14 +42,6 @@ static_assert(FQLA_CP_CHUNK == FQLA_FWD_CHUNK, "cp_plan.h and the kernels share 
 #ifndef FQLA_FWD_LATE_LOADS
 #define FQLA_FWD_LATE_LOADS 1
 #endif
-/* L2 eviction hints between the prepare and fused kernels (docs/perf.md,
- * session 25; experiment builds): bit 1, the prepare kernel without Q loads K
- * and stores Ag with evict_last; bit 2, the fused kernel loads Ag (and K at
- * group 1) with evict_first; bit 4, the fused kernel loads V (and Q at group
- * 1) with evict_first; bit 8, the chunk kernels store o with evict_first. */
-#ifndef FQLA_L2_HINTS
-#define FQLA_L2_HINTS 0
-#endif
 #ifndef FQLA_FWD_TUNING
 #define FQLA_FWD_TUNING 1
 #endif

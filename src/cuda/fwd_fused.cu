@@ -206,11 +206,6 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
         if (threadIdx.x < 32 && fqla_elect_one()) {
             FU_TL(12, true);
             const int bc = p.varlen ? 0 : (int)batch;
-            /* K and Q have one reader only at group 1 with one CTA per chain
-             * (L2 hints, FQLA_L2_HINTS) */
-            const bool one = p.group == 1 && gridDim.y == 1;
-            const uint64_t polK = (FQLA_L2_HINTS & 2) && one ? fqla_l2_evict_first() : fqla_l2_evict_normal();
-            const uint64_t polQ = (FQLA_L2_HINTS & 4) && one ? fqla_l2_evict_first() : fqla_l2_evict_normal();
             /* chunk c's K, Q, V (the caller's inputs) into its stage, the
              * whole stage's bytes announced on full[s] */
             auto inputs = [&](int c) {
@@ -221,22 +216,12 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
                 const int t = start + c * C;
 #pragma unroll
                 for (int kb = 0; kb < cfg::KB; kb++) {
-                    if constexpr (FQLA_L2_HINTS & 6) {
-                        fqla_tma_load_4d_hint(st + cfg::oK + kb * cfg::KQ, &tmK, &full[s], 64 * kb, hq, t, bc, polK);
-                        fqla_tma_load_4d_hint(st + cfg::oQ + kb * cfg::KQ, &tmQ, &full[s], 64 * kb, hq, t, bc, polQ);
-                    } else {
-                        fqla_tma_load_4d(st + cfg::oK + kb * cfg::KQ, &tmK, &full[s], 64 * kb, hq, t, bc);
-                        fqla_tma_load_4d(st + cfg::oQ + kb * cfg::KQ, &tmQ, &full[s], 64 * kb, hq, t, bc);
-                    }
+                    fqla_tma_load_4d(st + cfg::oK + kb * cfg::KQ, &tmK, &full[s], 64 * kb, hq, t, bc);
+                    fqla_tma_load_4d(st + cfg::oQ + kb * cfg::KQ, &tmQ, &full[s], 64 * kb, hq, t, bc);
                 }
 #pragma unroll
-                for (int w = 0; w < NWG; w++) {
-                    if constexpr (FQLA_L2_HINTS & 4)
-                        fqla_tma_load_4d_hint(st + cfg::oV + w * TILE, &tmV, &full[s], vbase + 64 * w, hv, t, bc,
-                                              fqla_l2_evict_first());
-                    else
-                        fqla_tma_load_4d(st + cfg::oV + w * TILE, &tmV, &full[s], vbase + 64 * w, hv, t, bc);
-                }
+                for (int w = 0; w < NWG; w++)
+                    fqla_tma_load_4d(st + cfg::oV + w * TILE, &tmV, &full[s], vbase + 64 * w, hv, t, bc);
             };
             const int early = min(nch, cfg::QST); /* stages free from the start */
             for (int c = 0; c < early; c++) {
@@ -251,10 +236,7 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
                 const int s = c % cfg::QST;
                 unsigned char *st = sm + s * cfg::stage;
                 const int64_t sh = (slot0 + c) * p.HV + hv;
-                if constexpr (FQLA_L2_HINTS & 2)
-                    fqla_fwd_load_ag(st + cfg::oAg, tmA, &full[s], sh, fqla_l2_evict_first());
-                else
-                    fqla_fwd_load_ag(st + cfg::oAg, tmA, &full[s], sh);
+                fqla_fwd_load_ag(st + cfg::oAg, tmA, &full[s], sh);
                 fqla_bulk_load(st + cfg::oGam, p.gam + sh * C, 256, &full[s]);
             }
         }

@@ -180,10 +180,7 @@ __device__ __forceinline__ void store_tile_tma(const CUtensorMap *tmAg, int x, i
     fqla_fence_async_smem(); /* each lane's stmatrix writes, for the TMA read */
     __syncwarp();
     if (lane == 0) {
-        if constexpr (FQLA_L2_HINTS & 1)
-            fqla_tma_store_2d_hint(tmAg, stage, x, y, fqla_l2_evict_last());
-        else
-            fqla_tma_store_2d(tmAg, stage, x, y);
+        fqla_tma_store_2d(tmAg, stage, x, y);
         fqla_bulk_commit();
     }
     pending = true;
@@ -369,13 +366,8 @@ __device__ __forceinline__ void store_tile_regs(T *dst, int pitch, int width, co
     for (int nt = 0; nt < 4; nt++) {
         if (n0 + 8 * nt >= width) continue;
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            uint32_t *d = reinterpret_cast<uint32_t *>(dst + (g + 8 * h) * pitch + n0 + 8 * nt + 2 * t);
-            if constexpr (FQLA_L2_HINTS & 1)
-                fqla_st_global_hint(d, u[nt][h], fqla_l2_evict_last());
-            else
-                *d = u[nt][h];
-        }
+        for (int h = 0; h < 2; h++)
+            *reinterpret_cast<uint32_t *>(dst + (g + 8 * h) * pitch + n0 + 8 * nt + 2 * t) = u[nt][h];
     }
 }
 
@@ -483,13 +475,8 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
             fqla_mbar_init(bar, 1);
             fqla_mbar_init_fence();
             fqla_mbar_arrive_tx(bar, C * KD * (uint32_t)sizeof(T));
-            for (int kb = 0; kb < KD / 64; kb++) {
-                if constexpr (FQLA_L2_HINTS & 1)
-                    fqla_tma_load_4d_hint(Kd + kb * 64 * C, &tmK, bar, 64 * kb, hq, (int)t0,
-                                          p.varlen ? 0 : (int)batch, fqla_l2_evict_last());
-                else
-                    fqla_tma_load_4d(Kd + kb * 64 * C, &tmK, bar, 64 * kb, hq, (int)t0, p.varlen ? 0 : (int)batch);
-            }
+            for (int kb = 0; kb < KD / 64; kb++)
+                fqla_tma_load_4d(Kd + kb * 64 * C, &tmK, bar, 64 * kb, hq, (int)t0, p.varlen ? 0 : (int)batch);
         }
     } else {
         const T *qb = (const T *)p.q + batch * p.q_sb + hq * p.q_sh;

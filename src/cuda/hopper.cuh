@@ -74,44 +74,6 @@ FQLA_HDEV void fqla_tma_load_2d(void *dst, const CUtensorMap *m, uint64_t *bar, 
                  "l"((uint64_t)m), "r"(fqla_h_smem(bar)), "r"(c0), "r"(c1)
                  : "memory");
 }
-/* L2 eviction policies for the copies' .L2::cache_hint forms below
- * (createpolicy; docs/perf.md, session 25): evict_last keeps a line in L2
- * ahead of normal and evict_first lines; a later access with another policy
- * sets the line's priority again. */
-FQLA_HDEV uint64_t fqla_l2_evict_last()
-{
-    uint64_t pol;
-    asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
-    return pol;
-}
-FQLA_HDEV uint64_t fqla_l2_evict_first()
-{
-    uint64_t pol;
-    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
-    return pol;
-}
-FQLA_HDEV uint64_t fqla_l2_evict_normal()
-{
-    uint64_t pol;
-    asm("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(pol));
-    return pol;
-}
-/* fqla_tma_load_4d / _2d with an L2 eviction policy */
-FQLA_HDEV void fqla_tma_load_4d_hint(void *dst, const CUtensorMap *m, uint64_t *bar, int c0, int c1, int c2, int c3,
-                                     uint64_t pol)
-{
-    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint"
-                 " [%0], [%1, {%3, %4, %5, %6}], [%2], %7;" ::"r"(fqla_h_smem(dst)),
-                 "l"((uint64_t)m), "r"(fqla_h_smem(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "l"(pol)
-                 : "memory");
-}
-FQLA_HDEV void fqla_tma_load_2d_hint(void *dst, const CUtensorMap *m, uint64_t *bar, int c0, int c1, uint64_t pol)
-{
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint"
-                 " [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(fqla_h_smem(dst)),
-                 "l"((uint64_t)m), "r"(fqla_h_smem(bar)), "r"(c0), "r"(c1), "l"(pol)
-                 : "memory");
-}
 /* Contiguous global -> shared copy (bytes a multiple of 16, both 16-aligned). */
 FQLA_HDEV void fqla_bulk_load(void *dst, const void *src, uint32_t bytes, uint64_t *bar)
 {
@@ -135,27 +97,6 @@ FQLA_HDEV void fqla_tma_store_2d(const CUtensorMap *m, const void *src, int c0, 
     asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [%0, {%2, %3}], [%1];" ::"l"((uint64_t)m),
                  "r"(fqla_h_smem(src)), "r"(c0), "r"(c1)
                  : "memory");
-}
-/* fqla_tma_store_4d / _2d with an L2 eviction policy */
-FQLA_HDEV void fqla_tma_store_4d_hint(const CUtensorMap *m, const void *src, int c0, int c1, int c2, int c3,
-                                      uint64_t pol)
-{
-    asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group.L2::cache_hint"
-                 " [%0, {%2, %3, %4, %5}], [%1], %6;" ::"l"((uint64_t)m),
-                 "r"(fqla_h_smem(src)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "l"(pol)
-                 : "memory");
-}
-FQLA_HDEV void fqla_tma_store_2d_hint(const CUtensorMap *m, const void *src, int c0, int c1, uint64_t pol)
-{
-    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group.L2::cache_hint [%0, {%2, %3}], [%1], %4;" ::"l"(
-                     (uint64_t)m),
-                 "r"(fqla_h_smem(src)), "r"(c0), "r"(c1), "l"(pol)
-                 : "memory");
-}
-/* A 4-byte global store with an L2 eviction policy */
-FQLA_HDEV void fqla_st_global_hint(void *dst, uint32_t v, uint64_t pol)
-{
-    asm volatile("st.global.L2::cache_hint.b32 [%0], %1, %2;" ::"l"(dst), "r"(v), "l"(pol) : "memory");
 }
 FQLA_HDEV void fqla_bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
 /* This thread's bulk groups: at most N pending that still read shared memory. */

@@ -16,6 +16,7 @@ FlashQLA / FlashInfer anchors (bench/anchors_h200.csv).
     python3 bench/bench_fwd.py --quick         (six rows, a few minutes)
     python3 bench/bench_fwd.py [--models 'TP8,TP1'] [--seqlens '1x32768,8192x4'] [--lib build/libflashqla.so]
     python3 bench/bench_fwd.py --rows '397B/122B TP1:1x32768,35B/9B/4B TP1:1x8192'
+    python3 bench/bench_fwd.py --head-dim 256  (K = V = 256: the same rows against FLA only)
 
 Several builds and kernel variants in one process, on the same inputs and
 against the same FLA timing, in reverse order on every other row: --lib 'new=build/libflashqla.so,v2=old/libflashqla.so'
@@ -373,6 +374,9 @@ def main():
     ap.add_argument("--cp-rows", action="store_true",
                     help="only the rows where context parallelism may run (sequences x value heads x V / 64 "
                          "below 132 SMs: cp_plan.h's first test), e.g. for a sweep of --variants' cp")
+    ap.add_argument("--head-dim", type=int, default=128, choices=(64, 128, 256),
+                    help="K = V of every row (default 128, the anchors'); at 64 or 256 the rows are timed against "
+                         "FLA only (no anchors) and recorded as 'MODEL K64' / 'MODEL K256'")
     ap.add_argument("--quick", action="store_true",
                     help="six rows spread over the table (the same as `flashqla bench --quick`): a few minutes")
     a = ap.parse_args()
@@ -452,18 +456,19 @@ def main():
                                                        "adv_fq", "adv_best", "o_rel", "ht_rel"))
     for ri, (model, hq, hv, sl) in enumerate(rows):
         lens = parse_seqlens(sl)
-        q, k, v, g, beta, h0, cu, cu_host = make_inputs(hq, hv, lens)
+        q, k, v, g, beta, h0, cu, cu_host = make_inputs(hq, hv, lens, D=a.head_dim)
         o = torch.empty_like(v)
         ht = torch.empty_like(h0)
-        scale = 128 ** -0.5
+        scale = a.head_dim ** -0.5
+        label = model if a.head_dim == 128 else "%s K%d" % (model, a.head_dim)
         fla_ms = float("nan")
         res = None
         if fla_fwd is not None and a.fla_tune == "table" and model not in fla_tuned:
             fla_tuned.add(model)
             fhq, fhv, fsl = first_row.get(model, (hq, hv, sl))
             if fsl != sl:  # else this row's own first call tunes
-                t_in = make_inputs(fhq, fhv, parse_seqlens(fsl))
-                fla_fwd(*t_in[:5], 128 ** -0.5, t_in[5], True, cu_seqlens=t_in[6])
+                t_in = make_inputs(fhq, fhv, parse_seqlens(fsl), D=a.head_dim)
+                fla_fwd(*t_in[:5], a.head_dim ** -0.5, t_in[5], True, cu_seqlens=t_in[6])
                 torch.cuda.synchronize()
                 del t_in
                 torch.cuda.empty_cache()
@@ -507,7 +512,7 @@ def main():
                 x = fla_ms / ms
                 if not math.isnan(x):
                     x_fla.setdefault(tag, []).append(x)
-                an = anchors.get((model, sl))
+                an = anchors.get((model, sl)) if a.head_dim == 128 else None
                 af = ab = float("nan")
                 if an is not None and not math.isnan(x):
                     pub = float(an["fla_ms"])
@@ -516,7 +521,7 @@ def main():
                     ab = min(af, ai)
                     adv_fq.setdefault(tag, []).append(af)
                     adv_best.setdefault(tag, []).append(ab)
-                print("%-22s %-12s %9.4f %9.4f %7.2f %7.2f %7.2f %9.2e %9.2e %s" % (model, sl, ms, fla_ms, x, af, ab,
+                print("%-22s %-12s %9.4f %9.4f %7.2f %7.2f %7.2f %9.2e %9.2e %s" % (label, sl, ms, fla_ms, x, af, ab,
                                                                                    o_rel, ht_rel, tag), flush=True)
                 if a.profile:
                     print("    kernels: " + kernel_breakdown(ours), flush=True)
@@ -549,7 +554,7 @@ def main():
                                                      for i, nm in enumerate(CHAIN_SPANS)), nck), flush=True)
                 # a labelled library without variants is another build: its label is its commit
                 ccol = tag if (lib.label and var is None) else commit + ("+" + tag if tag else "")
-                w.writerow(["fwd", model, hq, hv, sl, "%.4f" % ms, "%.4f" % fla_ms, gpu_tag, ccol, date])
+                w.writerow(["fwd", label, hq, hv, sl, "%.4f" % ms, "%.4f" % fla_ms, gpu_tag, ccol, date])
                 fout.flush()
                 del ours
                 if lib.tune:
@@ -557,7 +562,7 @@ def main():
                 if lib.tune_chunk:
                     lib.tune_chunk(C.c_int(-1), C.c_int(0))
             except Exception as e:  # one failing build or variant must not end the run
-                print("%-22s %-12s FAILED %s: %s" % (model, sl, tag, e), flush=True)
+                print("%-22s %-12s FAILED %s: %s" % (label, sl, tag, e), flush=True)
         del q, k, v, g, beta, h0, o, ht, res
         torch.cuda.empty_cache()
     fout.close()
@@ -565,6 +570,10 @@ def main():
     for tag in adv_fq:
         print("fwd rows=%d geomean_adv_flashqla=%.2f geomean_adv_best=%.2f min_adv_best=%.2f geomean_x_fla=%.2f %s" %
               (len(adv_fq[tag]), gm(adv_fq[tag]), gm(adv_best[tag]), min(adv_best[tag]), gm(x_fla[tag]), tag))
+    for tag in x_fla:  # rows without anchors (--head-dim 64 / 256): the speedup over FLA only
+        if tag not in adv_fq:
+            print("fwd rows=%d head_dim=%d geomean_x_fla=%.2f min_x_fla=%.2f %s" %
+                  (len(x_fla[tag]), a.head_dim, gm(x_fla[tag]), min(x_fla[tag]), tag))
 
 
 if __name__ == "__main__":

@@ -56,6 +56,7 @@ extern void fqla_cuda_fwd_tune_cp(int seg_chunks);
 extern void fqla_cuda_fwd_tune_cp_scan(int columns);
 extern void fqla_cuda_fwd_tune_cp_skip(int on);
 extern int64_t fqla_cuda_fwd_debug_cp_skipped(void);
+extern int fqla_cuda_fwd_last_route(void); /* 1 fused, 2 wgmma, 3 mma.sync; + 8 with CP */
 #define H2D 1
 #define D2H 2
 
@@ -556,7 +557,8 @@ static void fwd_varlen_i64_zero_len(void)
 }
 
 /* p on the fused kernel, forced, with two then one chain warpgroup: the
- * checks are named "name [fused nwg=N]". */
+ * checks are named "name [fused nwg=N]". Where the kernel covers p (64 nwg
+ * divides V) the call must have run it, not a fallback. */
 static void check_prob_fused(prob *p, const char *name)
 {
     for (int nwg = 2; nwg >= 1; nwg--) {
@@ -564,6 +566,9 @@ static void check_prob_fused(prob *p, const char *name)
         snprintf(what, sizeof what, "%s [fused nwg=%d]", name, nwg);
         fqla_cuda_fwd_tune_chunk(2, nwg);
         check_prob(p, what);
+        if (p->s.V % (64 * nwg) == 0)
+            CHECK((fqla_cuda_fwd_last_route() & 7) == 1, "%s: ran route %d, not the fused kernel", what,
+                  fqla_cuda_fwd_last_route());
     }
     fqla_cuda_fwd_tune_chunk(-1, 0);
 }
@@ -577,20 +582,28 @@ static void check_prob_fused(prob *p, const char *name)
  * benchmark's uniform rows take this form): an even chunk count, ~2 waves
  * of the prepare kernel's CTAs at 4 per SM, and an odd one (a CTA's two
  * chunks in two sequences) whose 160 chains split the fused kernel's last
- * wave into a second launch (split_last_wave in fwd.cu). */
+ * wave into a second launch (split_last_wave in fwd.cu). Last, K = V = 64
+ * (one chain warpgroup): group 1 varlen with the host copy, and group 4
+ * in a padded batch with a partial last chunk. */
 static void fwd_fused_waves(void)
 {
     const int64_t cu[] = {0, 200, 400, 590, 800, 1000, 1230};
-    spec s[4];
+    enum { NW = 6 };
+    spec s[NW];
     s[0] = base_spec(1, 1230, 32, 32, 128);
     set_cu(&s[0], cu, 7);
     s[0].cu_host = 1;
     s[1] = base_spec(6, 250, 16, 32, 128);
     s[2] = base_spec(4, 1000, 32, 32, 128);
     s[3] = base_spec(5, 900, 32, 32, 128);
-    const char *names[4] = {"group 1 varlen 6 x 3-4 chunks + host copy", "group 2 B=6 T=250",
-                            "group 1 B=4 T=1000", "group 1 B=5 T=900 (odd chunk count, split last wave)"};
-    for (int i = 0; i < 4; i++) {
+    s[4] = base_spec(1, 1230, 32, 32, 64);
+    set_cu(&s[4], cu, 7);
+    s[4].cu_host = 1;
+    s[5] = base_spec(3, 300, 4, 16, 64);
+    const char *names[NW] = {"group 1 varlen 6 x 3-4 chunks + host copy", "group 2 B=6 T=250",
+                             "group 1 B=4 T=1000", "group 1 B=5 T=900 (odd chunk count, split last wave)",
+                             "K=V=64 group 1 varlen 6 x 3-4 chunks + host copy", "K=V=64 group 4 B=3 T=300"};
+    for (int i = 0; i < NW; i++) {
         prob p;
         prob_init(&p, &s[i]);
         upload_all(&p);
@@ -834,6 +847,11 @@ static void fwd_chunk_kernels(void)
             snprintf(what, sizeof what, "%s [%s]", names[i], kname[v]);
             fqla_cuda_fwd_tune_chunk(kern[v][0], kern[v][1]);
             check_prob(&p, what);
+            /* the fused kernel forced where it covers the shape: it ran */
+            const spec *sp = &specs[i];
+            if (kern[v][0] == 2 && (sp->K == 64 || sp->K == 128) && !sp->l2norm && sp->V % (64 * kern[v][1]) == 0)
+                CHECK((fqla_cuda_fwd_last_route() & 7) == 1, "%s: ran route %d, not the fused kernel", what,
+                      fqla_cuda_fwd_last_route());
         }
         fqla_cuda_fwd_tune_chunk(-1, 0);
         prob_free(&p);

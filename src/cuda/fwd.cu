@@ -2,7 +2,7 @@
  * fwd.cu - the CUDA forward's entry points (declared in cuda_backend.h):
  * what the kernels cover, the exact workspace, and the launches on the
  * caller's stream:
- * - where K = 128, there is no l2norm and the rows suit TMA (the default
+ * - where K is 64 or 128, there is no l2norm and the rows suit TMA (the default
  *   where pick_fused says it pays): the prepare kernel without Q
  *   (fwd_prepare.cu: gamma, Ag), then the kernel that forms Pg beside the
  *   chain (fwd_fused.cu), with one or two chain warpgroups per CTA;
@@ -159,10 +159,10 @@ int64_t plan_cp(const fqla_context *ctx, const fqla_problem *p)
     q.cu_host = p->cu_host;
     q.sms = ctx->info.sm_count > 0 ? ctx->info.sm_count : 132;
     /* CP's main pass is the fused kernel (its prepare kernel without Q)
-     * where that covers the call (K = 128, no l2norm: run_cp and
+     * where that covers the call (K = 64 or 128, no l2norm: run_cp and
      * fqla_fwd_fused_usable; the TMA alignments are assumed); without
      * CP, pick_fused's route */
-    const int cp_fused = p->K == 128 && !p->opt.use_qk_l2norm && g_tune_wg != 1;
+    const int cp_fused = (p->K == 64 || p->K == 128) && !p->opt.use_qk_l2norm && g_tune_wg != 1;
     q.prep_saving = cp_fused && !(g_tune_wg == 2 || (g_tune_wg == -1 && pick_fused(ctx, p)));
     /* The share of transitions the shortcut is expected to leave out
      * (none when it is off); it only decides whether CP runs, not L
@@ -286,6 +286,14 @@ extern "C" void fqla_cuda_fwd_tune_chunk(int wg, int nwg)
     g_tune_nwg = nwg;
 }
 
+/* The kernels the last forward call in this process enqueued, for the
+ * tests (which must know that a forced path ran, not its fallback): 1 the
+ * fused kernel after the prepare kernel without Q, 2 the wgmma chunk
+ * kernel, 3 the mma.sync chunk kernel; + 8 with context parallelism; 0
+ * before any call. Not synchronised: one calling thread. */
+static int g_last_route = 0;
+extern "C" int fqla_cuda_fwd_last_route(void) { return g_last_route; }
+
 /* Context parallelism: the prepare kernel, then the pre-pass (the TMA
  * chunk kernel without output: H | M of every segment but each sequence's
  * last into seg_hm), the scan (start states into seg_s0; the final state of
@@ -347,9 +355,12 @@ static fqla_status run_cp(fqla_context *ctx, const fqla_problem *p, fqla_fwd_par
     if (err != cudaSuccess) return fqla_cuda_check(ctx, err, "CUDA forward: CP pre-pass launch");
     if (!used && fused) /* the same maps were encoded for the prepare kernel */
         return fqla_fail(ctx, FQLA_STATUS_INTERNAL_ERROR, "CUDA forward: the CP pre-pass's TMA maps failed");
-    if (!used)
+    if (!used) {
+        g_last_route = 3;
         return fqla_cuda_check(ctx, fqla_fwd_launch_chunk(k, io_bf16, pick_bv(ctx, p), g_tune_late, stream),
                                "CUDA forward: chunk kernel launch");
+    }
+    g_last_route = 8 + (fused ? 1 : 2);
     err = fqla_fwd_launch_cp_scan(k, g_tune_scan_cb, ctx->info.sm_count > 0 ? ctx->info.sm_count : 132, stream);
     if (err != cudaSuccess) return fqla_cuda_check(ctx, err, "CUDA forward: CP scan launch");
 
@@ -516,6 +527,7 @@ fqla_status fqla_cuda_fwd_run(fqla_context *ctx, const fqla_problem *p, const fq
         k.fused_split = fused_nwg == 2 ? split_last_wave(ctx, p) : 0;
         cudaError_t err = fqla_fwd_launch_fused(k, io_bf16, g_tune_hb, fused_nwg, FQLA_FUSED_PREPARE | FQLA_FUSED_CHAIN,
                                                 stream, &used);
+        g_last_route = 1;
         if (used || err != cudaSuccess) return fqla_cuda_check(ctx, err, "CUDA forward: fused path launch");
     }
     st = fqla_cuda_check(ctx, fqla_fwd_launch_prepare(k, io_bf16, g_tune_hb, NULL, NULL, stream),
@@ -524,8 +536,10 @@ fqla_status fqla_cuda_fwd_run(fqla_context *ctx, const fqla_problem *p, const fq
     if (g_tune_wg != 0 && fqla_fwd_wg_usable(k)) {
         int used = 0;
         cudaError_t err = fqla_fwd_launch_chunk_wg(k, io_bf16, pick_nwg(ctx, p, p->N), stream, &used);
+        g_last_route = 2;
         if (used || err != cudaSuccess) return fqla_cuda_check(ctx, err, "CUDA forward: wgmma chunk kernel launch");
     }
+    g_last_route = 3;
     return fqla_cuda_check(ctx, fqla_fwd_launch_chunk(k, io_bf16, pick_bv(ctx, p), g_tune_late, stream),
                            "CUDA forward: chunk kernel launch");
 }

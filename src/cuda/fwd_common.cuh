@@ -275,7 +275,7 @@ int fqla_fwd_map_ag_store(const fqla_fwd_params &p, int io_bf16, fqla_fwd_ag_map
 cudaError_t fqla_fwd_launch_chunk_wg(const fqla_fwd_params &p, int io_bf16, int nwg, cudaStream_t stream, int *used);
 /* The path that forms Pg beside the chain (fwd_fused.cu) with nwg chain
  * warpgroups per CTA (1 or 2, 64 value columns each): 1 when it covers p
- * (K = 128, V a multiple of 64 nwg, no l2norm, the TMA kernel's
+ * (K = 64 or 128, V a multiple of 64 nwg, no l2norm, the TMA kernel's
  * alignments; with CP the main pass, cp_mode 2). The
  * launcher enqueues the parts asked for: the prepare kernel without Q
  * (gamma and Ag only; hb as fqla_fwd_launch_prepare's), then the

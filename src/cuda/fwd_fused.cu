@@ -36,7 +36,7 @@
  * kernel) measured 3.7x slower per chunk in its preparation than in its
  * chain (docs/perf.md, session 9; a61b9b8).
  *
- * Covered: K = 128, V a multiple of 64 NWG, bf16 / fp16, no l2norm
+ * Covered: K = 64 or 128, V a multiple of 64 NWG, bf16 / fp16, no l2norm
  * (fqla_fwd_fused_usable); everything else runs the two kernels. With CP
  * this kernel is the main pass over segments (cp_mode 2: fqla_fwd_span,
  * start states from the scan), after the prepare kernel without Q and the
@@ -476,34 +476,37 @@ extern "C" int fqla_cuda_debug_fused_clocks(unsigned long long out[16])
 namespace {
 #endif
 
-template <typename T, int NWG>
+template <typename T, int KD, int NWG>
 cudaError_t launch(const fqla_fwd_params &p, int64_t chains, const CUtensorMap *maps, const fqla_fwd_ag_maps &ag,
                    cudaStream_t stream)
 {
-    typedef fu_cfg<128, NWG> cfg;
+    typedef fu_cfg<KD, NWG> cfg;
     static volatile int configured[64];
     int dev = 0;
     cudaError_t err = cudaGetDevice(&dev);
     if (err != cudaSuccess) return err;
     if (dev < 0 || dev >= 64 || !configured[dev]) {
-        err = cudaFuncSetAttribute(fwd_fused_kernel<T, 128, NWG>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        err = cudaFuncSetAttribute(fwd_fused_kernel<T, KD, NWG>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    (int)cfg::bytes);
         if (err != cudaSuccess) return err;
         if (dev >= 0 && dev < 64) configured[dev] = 1;
     }
     /* (the prepare kernel zeroes the o rows after the last sequence) */
     dim3 grid((unsigned)chains, (unsigned)(p.V / (64 * NWG)));
-    return fqla_launch_pdl(fwd_fused_kernel<T, 128, NWG>, grid, dim3(cfg::THREADS), cfg::bytes, stream, p.pdl, p,
+    return fqla_launch_pdl(fwd_fused_kernel<T, KD, NWG>, grid, dim3(cfg::THREADS), cfg::bytes, stream, p.pdl, p,
                            maps[0], maps[1], maps[2], ag, maps[4]);
 }
 
-/* launch<T, NWG> for the io dtype */
+/* launch<T, KD, NWG> for the io dtype and K (64 or 128: fqla_fwd_fused_usable) */
 template <int NWG>
 cudaError_t launch_io(int io_bf16, const fqla_fwd_params &p, int64_t chains, const CUtensorMap *maps,
                       const fqla_fwd_ag_maps &ag, cudaStream_t stream)
 {
-    return io_bf16 ? launch<__nv_bfloat16, NWG>(p, chains, maps, ag, stream)
-                   : launch<__half, NWG>(p, chains, maps, ag, stream);
+    if (p.K == 64)
+        return io_bf16 ? launch<__nv_bfloat16, 64, NWG>(p, chains, maps, ag, stream)
+                       : launch<__half, 64, NWG>(p, chains, maps, ag, stream);
+    return io_bf16 ? launch<__nv_bfloat16, 128, NWG>(p, chains, maps, ag, stream)
+                   : launch<__half, 128, NWG>(p, chains, maps, ag, stream);
 }
 
 } // namespace
@@ -513,7 +516,7 @@ int fqla_fwd_fused_usable(const fqla_fwd_params &p, int nwg)
     /* CP: the main pass (cp_mode 2); its prepare kernel without Q writes
      * the negligible-transition shortcut's chunk flags (PAIR too, since
      * session 14) */
-    return (nwg == 1 || nwg == 2) && p.K == 128 && p.V % (64 * nwg) == 0 && !p.l2norm && p.cp_mode != 1 &&
+    return (nwg == 1 || nwg == 2) && (p.K == 64 || p.K == 128) && p.V % (64 * nwg) == 0 && !p.l2norm && p.cp_mode != 1 &&
            fqla_fwd_wg_usable(p);
 }
 

@@ -58,7 +58,7 @@
  * other value the default 3xTF32. The former value-heads-per-batch variants
  * (HB = 1, 2, 4 of v3) are gone: the batch is two heads in every build.
  *
- * Without Pg (p.Pg = NULL; K = 128, the path where fwd_fused.cu forms Pg
+ * Without Pg (p.Pg = NULL; K = 64 or 128, the path where fwd_fused.cu forms Pg
  * itself): WQ = false, no Q copy, no Q K^T, no Pg; only gamma and Ag. At
  * group 1 it runs two chunk slots per CTA (PAIR, one per half of the warps,
  * each with its own region for K, KK and X, gamma and beta), so that step 4 has two
@@ -240,15 +240,15 @@ __device__ __forceinline__ void mm16(float (&acc)[2][4], const float *a, const f
 }
 
 /* Without Q (the fused path): KK = K K^T by one warpgroup, SS wgmma
- * m64n64k16 on the K tile as TMA writes it (two 64-column boxes, 128-byte
- * swizzle: both operands K-major, the same descriptors), then warp w (of
+ * m64n64k16 on the K tile as TMA writes it (KD / 64 64-column boxes,
+ * 128-byte swizzle: both operands K-major, the same descriptors), then warp w (of
  * the warpgroup) stores its 16 rows' blocks at or left of the diagonal to
  * KKd (fp32, row stride LDF). mma.sync with ldmatrix fragments made K K^T
  * 34 % of the kernel's shared-memory wavefronts, the largest share, in a
  * kernel bound by its shared-memory pipe (docs/perf.md, session 10): each
  * warp loaded its own copies of the operands. OVER_K: KKd lies over the K
  * tile (PAIR). */
-template <typename T, bool OVER_K>
+template <typename T, int KD, bool OVER_K>
 __device__ __forceinline__ void kk_wgmma(const T *Ktile, float *KKd, int w, int lane, int bar)
 {
     float d[32];
@@ -258,7 +258,7 @@ __device__ __forceinline__ void kk_wgmma(const T *Ktile, float *KKd, int w, int 
     const uint64_t d0 = fqla_desc_kmajor(Ktile);
     fqla_wg_fence();
 #pragma unroll
-    for (int kk = 0; kk < 128 / 16; kk++) {
+    for (int kk = 0; kk < KD / 16; kk++) {
         const uint64_t dk = d0 + (uint64_t)((kk >> 2) * 64 * C * (int)sizeof(T) / 16) + (kk & 3) * FQLA_DESC_K16_KMAJOR;
         fqla_wg<T>::template ss64<0, 0>(d, dk, dk, kk > 0);
     }
@@ -585,9 +585,9 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
         /* without Q (no l2norm, no Pg on this path): KK only, by wgmma.
          * PAIR: each half (a warpgroup) its chunk's; else the first
          * warpgroup (the barrier at step 4 waits for it) */
-        static_assert(KD == 128, "the fused path's K tile");
+        static_assert(KD == 64 || KD == 128, "the fused path's K tile");
         if (PAIR || warp < 4)
-            kk_wgmma<T, PAIR>(PAIR ? Kpair : Ks, PAIR ? KK + half * C * LDF : KK, mw, lane, 1 + half);
+            kk_wgmma<T, KD, PAIR>(PAIR ? Kpair : Ks, PAIR ? KK + half * C * LDF : KK, mw, lane, 1 + half);
     }
     if constexpr (WQ) {
         const T *Ksrc = Ks;
@@ -932,10 +932,13 @@ template <typename T, int PREC>
 cudaError_t launch_kd(const fqla_fwd_params &p, const CUtensorMap *tmK, const fqla_fwd_ag_maps *tmAg,
                       cudaStream_t stream)
 {
-    /* without Pg (the fused kernel forms it, K = 128 only): no Q, no Q K^T,
-     * K by TMA, Ag stored by TMA; at group 1 two chunks per CTA (PAIR) */
+    /* without Pg (the fused kernel forms it, K = 64 or 128): no Q, no Q
+     * K^T, K by TMA, Ag stored by TMA; at group 1 two chunks per CTA (PAIR) */
     if (!p.Pg) {
-        if (p.K != 128 || p.l2norm || !tmK || !tmAg) return cudaErrorInvalidValue;
+        if ((p.K != 64 && p.K != 128) || p.l2norm || !tmK || !tmAg) return cudaErrorInvalidValue;
+        if (p.K == 64)
+            return p.group == 1 ? launch<T, 64, PREC, false, true>(p, *tmK, *tmAg, stream)
+                                : launch<T, 64, PREC, false>(p, *tmK, *tmAg, stream);
         return p.group == 1 ? launch<T, 128, PREC, false, true>(p, *tmK, *tmAg, stream)
                             : launch<T, 128, PREC, false>(p, *tmK, *tmAg, stream);
     }

@@ -556,9 +556,18 @@ static void fwd_varlen_i64_zero_len(void)
     fqla_cuda_fwd_tune_chunk(-1, 0);
 }
 
+/* After a call with the fused kernel forced at nwg chain warpgroups: where
+ * that kernel covers s (K = 64 or 128, no l2norm, 64 nwg divides V), the
+ * call must have run it, not a fallback (fqla_cuda_fwd_last_route). */
+static void check_ran_fused(const spec *s, int nwg, const char *what)
+{
+    if ((s->K == 64 || s->K == 128) && !s->l2norm && s->V % (64 * nwg) == 0)
+        CHECK((fqla_cuda_fwd_last_route() & 7) == 1, "%s: ran route %d, not the fused kernel", what,
+              fqla_cuda_fwd_last_route());
+}
+
 /* p on the fused kernel, forced, with two then one chain warpgroup: the
- * checks are named "name [fused nwg=N]". Where the kernel covers p (64 nwg
- * divides V) the call must have run it, not a fallback. */
+ * checks are named "name [fused nwg=N]". */
 static void check_prob_fused(prob *p, const char *name)
 {
     for (int nwg = 2; nwg >= 1; nwg--) {
@@ -566,9 +575,7 @@ static void check_prob_fused(prob *p, const char *name)
         snprintf(what, sizeof what, "%s [fused nwg=%d]", name, nwg);
         fqla_cuda_fwd_tune_chunk(2, nwg);
         check_prob(p, what);
-        if (p->s.V % (64 * nwg) == 0)
-            CHECK((fqla_cuda_fwd_last_route() & 7) == 1, "%s: ran route %d, not the fused kernel", what,
-                  fqla_cuda_fwd_last_route());
+        check_ran_fused(&p->s, nwg, what);
     }
     fqla_cuda_fwd_tune_chunk(-1, 0);
 }
@@ -847,11 +854,7 @@ static void fwd_chunk_kernels(void)
             snprintf(what, sizeof what, "%s [%s]", names[i], kname[v]);
             fqla_cuda_fwd_tune_chunk(kern[v][0], kern[v][1]);
             check_prob(&p, what);
-            /* the fused kernel forced where it covers the shape: it ran */
-            const spec *sp = &specs[i];
-            if (kern[v][0] == 2 && (sp->K == 64 || sp->K == 128) && !sp->l2norm && sp->V % (64 * kern[v][1]) == 0)
-                CHECK((fqla_cuda_fwd_last_route() & 7) == 1, "%s: ran route %d, not the fused kernel", what,
-                      fqla_cuda_fwd_last_route());
+            if (kern[v][0] == 2) check_ran_fused(&specs[i], kern[v][1], what);
         }
         fqla_cuda_fwd_tune_chunk(-1, 0);
         prob_free(&p);

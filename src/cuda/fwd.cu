@@ -162,7 +162,7 @@ int64_t plan_cp(const fqla_context *ctx, const fqla_problem *p)
      * where that covers the call (K = 64 or 128, no l2norm: run_cp and
      * fqla_fwd_fused_usable; the TMA alignments are assumed); without
      * CP, pick_fused's route */
-    const int cp_fused = (p->K == 64 || p->K == 128) && !p->opt.use_qk_l2norm && g_tune_wg != 1;
+    const int cp_fused = fqla_fwd_fused_k(p->K) && !p->opt.use_qk_l2norm && g_tune_wg != 1;
     q.prep_saving = cp_fused && !(g_tune_wg == 2 || (g_tune_wg == -1 && pick_fused(ctx, p)));
     /* The share of transitions the shortcut is expected to leave out
      * (none when it is off); it only decides whether CP runs, not L
@@ -527,8 +527,10 @@ fqla_status fqla_cuda_fwd_run(fqla_context *ctx, const fqla_problem *p, const fq
         k.fused_split = fused_nwg == 2 ? split_last_wave(ctx, p) : 0;
         cudaError_t err = fqla_fwd_launch_fused(k, io_bf16, g_tune_hb, fused_nwg, FQLA_FUSED_PREPARE | FQLA_FUSED_CHAIN,
                                                 stream, &used);
-        g_last_route = 1;
-        if (used || err != cudaSuccess) return fqla_cuda_check(ctx, err, "CUDA forward: fused path launch");
+        if (used || err != cudaSuccess) {
+            g_last_route = 1;
+            return fqla_cuda_check(ctx, err, "CUDA forward: fused path launch");
+        }
     }
     st = fqla_cuda_check(ctx, fqla_fwd_launch_prepare(k, io_bf16, g_tune_hb, NULL, NULL, stream),
                          "CUDA forward: prepare kernel launch");
@@ -536,8 +538,10 @@ fqla_status fqla_cuda_fwd_run(fqla_context *ctx, const fqla_problem *p, const fq
     if (g_tune_wg != 0 && fqla_fwd_wg_usable(k)) {
         int used = 0;
         cudaError_t err = fqla_fwd_launch_chunk_wg(k, io_bf16, pick_nwg(ctx, p, p->N), stream, &used);
-        g_last_route = 2;
-        if (used || err != cudaSuccess) return fqla_cuda_check(ctx, err, "CUDA forward: wgmma chunk kernel launch");
+        if (used || err != cudaSuccess) {
+            g_last_route = 2;
+            return fqla_cuda_check(ctx, err, "CUDA forward: wgmma chunk kernel launch");
+        }
     }
     g_last_route = 3;
     return fqla_cuda_check(ctx, fqla_fwd_launch_chunk(k, io_bf16, pick_bv(ctx, p), g_tune_late, stream),

@@ -283,6 +283,9 @@ cudaError_t fqla_fwd_launch_chunk_wg(const fqla_fwd_params &p, int io_bf16, int 
  * launches nothing when p is not covered or the maps cannot be encoded. */
 enum { FQLA_FUSED_PREPARE = 1, FQLA_FUSED_CHAIN = 2 };
 int fqla_fwd_fused_usable(const fqla_fwd_params &p, int nwg);
+/* The head dims the fused path (and its prepare kernels without Q) is
+ * built for: the one test fwd.cu, fwd_fused.cu and fwd_prepare.cu share. */
+static inline bool fqla_fwd_fused_k(int64_t K) { return K == 64 || K == 128; }
 cudaError_t fqla_fwd_launch_fused(const fqla_fwd_params &p, int io_bf16, int hb, int nwg, int parts,
                                   cudaStream_t stream, int *used);
 /* The CP scan (fwd_cp.cu): p as for the pre-pass and main pass (seg_*,

@@ -516,7 +516,7 @@ int fqla_fwd_fused_usable(const fqla_fwd_params &p, int nwg)
     /* CP: the main pass (cp_mode 2); its prepare kernel without Q writes
      * the negligible-transition shortcut's chunk flags (PAIR too, since
      * session 14) */
-    return (nwg == 1 || nwg == 2) && (p.K == 64 || p.K == 128) && p.V % (64 * nwg) == 0 && !p.l2norm && p.cp_mode != 1 &&
+    return (nwg == 1 || nwg == 2) && fqla_fwd_fused_k(p.K) && p.V % (64 * nwg) == 0 && !p.l2norm && p.cp_mode != 1 &&
            fqla_fwd_wg_usable(p);
 }
 

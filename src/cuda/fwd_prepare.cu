@@ -935,7 +935,7 @@ cudaError_t launch_kd(const fqla_fwd_params &p, const CUtensorMap *tmK, const fq
     /* without Pg (the fused kernel forms it, K = 64 or 128): no Q, no Q
      * K^T, K by TMA, Ag stored by TMA; at group 1 two chunks per CTA (PAIR) */
     if (!p.Pg) {
-        if ((p.K != 64 && p.K != 128) || p.l2norm || !tmK || !tmAg) return cudaErrorInvalidValue;
+        if (!fqla_fwd_fused_k(p.K) || p.l2norm || !tmK || !tmAg) return cudaErrorInvalidValue;
         if (p.K == 64)
             return p.group == 1 ? launch<T, 64, PREC, false, true>(p, *tmK, *tmAg, stream)
                                 : launch<T, 64, PREC, false>(p, *tmK, *tmAg, stream);

@@ -557,11 +557,12 @@ static void fwd_varlen_i64_zero_len(void)
 }
 
 /* After a call with the fused kernel forced at nwg chain warpgroups: where
- * that kernel covers s (K = 64 or 128, no l2norm, 64 nwg divides V), the
- * call must have run it, not a fallback (fqla_cuda_fwd_last_route). */
+ * that kernel covers s (K = 64 or 128, or 256 with one chain warpgroup; no
+ * l2norm; 64 nwg divides V), the call must have run it, not a fallback
+ * (fqla_cuda_fwd_last_route). */
 static void check_ran_fused(const spec *s, int nwg, const char *what)
 {
-    if ((s->K == 64 || s->K == 128) && !s->l2norm && s->V % (64 * nwg) == 0)
+    if ((s->K == 64 || s->K == 128 || (s->K == 256 && nwg == 1)) && !s->l2norm && s->V % (64 * nwg) == 0)
         CHECK((fqla_cuda_fwd_last_route() & 7) == 1, "%s: ran route %d, not the fused kernel", what,
               fqla_cuda_fwd_last_route());
 }
@@ -589,13 +590,18 @@ static void check_prob_fused(prob *p, const char *name)
  * benchmark's uniform rows take this form): an even chunk count, ~2 waves
  * of the prepare kernel's CTAs at 4 per SM, and an odd one (a CTA's two
  * chunks in two sequences) whose 160 chains split the fused kernel's last
- * wave into a second launch (split_last_wave in fwd.cu). Last, K = V = 64
+ * wave into a second launch (split_last_wave in fwd.cu). Then K = V = 64
  * (one chain warpgroup): group 1 varlen with the host copy, and group 4
- * in a padded batch with a partial last chunk. */
+ * in a padded batch with a partial last chunk. Last, K = 256 (one chain
+ * warpgroup, the state's copy in shared memory; its prepare kernel in
+ * LEAN's layout at every group): group 1 varlen with the host copy, and
+ * fp16 at group 2 with V = 512 (eight CTAs per chain) and a partial last
+ * chunk. The nwg = 2 run of those falls back to the two kernels and must
+ * pass too. */
 static void fwd_fused_waves(void)
 {
     const int64_t cu[] = {0, 200, 400, 590, 800, 1000, 1230};
-    enum { NW = 6 };
+    enum { NW = 8 };
     spec s[NW];
     s[0] = base_spec(1, 1230, 32, 32, 128);
     set_cu(&s[0], cu, 7);
@@ -607,9 +613,17 @@ static void fwd_fused_waves(void)
     set_cu(&s[4], cu, 7);
     s[4].cu_host = 1;
     s[5] = base_spec(3, 300, 4, 16, 64);
+    s[6] = base_spec(1, 1230, 4, 4, 256);
+    set_cu(&s[6], cu, 7);
+    s[6].cu_host = 1;
+    s[7] = base_spec(3, 300, 2, 4, 256);
+    s[7].V = 512;
+    s[7].io = FQLA_DTYPE_F16;
     const char *names[NW] = {"group 1 varlen 6 x 3-4 chunks + host copy", "group 2 B=6 T=250",
                              "group 1 B=4 T=1000", "group 1 B=5 T=900 (odd chunk count, split last wave)",
-                             "K=V=64 group 1 varlen 6 x 3-4 chunks + host copy", "K=V=64 group 4 B=3 T=300"};
+                             "K=V=64 group 1 varlen 6 x 3-4 chunks + host copy", "K=V=64 group 4 B=3 T=300",
+                             "K=V=256 group 1 varlen 6 x 3-4 chunks + host copy",
+                             "K=256 V=512 fp16 group 2 B=3 T=300"};
     for (int i = 0; i < NW; i++) {
         prob p;
         prob_init(&p, &s[i]);

@@ -2,8 +2,8 @@
  * fwd.cu - the CUDA forward's entry points (declared in cuda_backend.h):
  * what the kernels cover, the exact workspace, and the launches on the
  * caller's stream:
- * - where K is 64 or 128, there is no l2norm and the rows suit TMA (the default
- *   where pick_fused says it pays): the prepare kernel without Q
+ * - where K is 64, 128 or 256, there is no l2norm and the rows suit TMA (the
+ *   default where pick_fused says it pays): the prepare kernel without Q
  *   (fwd_prepare.cu: gamma, Ag), then the kernel that forms Pg beside the
  *   chain (fwd_fused.cu), with one or two chain warpgroups per CTA;
  * - else the two-kernel path: the prepare kernel with Q (also Pg), then the
@@ -100,6 +100,10 @@ int pick_nwg(const fqla_context *ctx, const fqla_problem *p, int64_t rows)
  *   holding every token. */
 int pick_fused(const fqla_context *ctx, const fqla_problem *p)
 {
+    /* K = 256: the fused kernel (one chain warpgroup) wherever it covers
+     * the call; the two-kernel path there is the mma.sync chunk kernel
+     * (docs/perf.md, session 26) */
+    if (p->K == 256) return 1;
     const int nwg = pick_nwg(ctx, p, p->N);
     if (nwg == 2) return 2;
     const int64_t *cu = p->cu_host; /* the validated host copy (varlen only) */

@@ -7,7 +7,9 @@
  * the output tile, and the rows past a sequence's end. Layouts as in fwd_chunk_wg.cu: a consumer
  * warpgroup holds S^T (64 value rows x K) as a wgmma accumulator; thread
  * (warp, g = lane / 4, tq = lane % 4) holds value rows vr = v0 + 16 warp + g
- * (+ 8) and key columns kc = 2 tq (+ 1, + 8 ...).
+ * (+ 8) and key columns kc = 2 tq (+ 1, + 8 ...). At K = 256 (fwd_fused.cu)
+ * the chain stages S^T's io-dtype copy in shared memory (stage_state) and
+ * G2 and Qs^T read it from there (g2_ss_issue): S^T takes 128 registers.
  */
 #ifndef FQLA_CUDA_FWD_CHAIN_CUH
 #define FQLA_CUDA_FWD_CHAIN_CUH
@@ -106,6 +108,30 @@ __device__ __forceinline__ void pack_state(uint32_t (&sf)[KS][4], const float (&
     }
 }
 
+/* S^T in the io dtype into KD / 64 tiles of 64 value rows x 64 keys
+ * (8 KB each, 1024-aligned, TMA's 128-byte swizzle, K-major): the A operand
+ * of g2_ss_issue. stmatrix: matrix m of a store holds rows 8 (m & 1) and
+ * the 8-key group 2 j2 + (m >> 1) of this warp's 16 rows. The caller fences
+ * (fence.proxy.async) and synchronises the warpgroup before the wgmma. */
+template <typename T, int KD>
+__device__ __forceinline__ void stage_state(unsigned char *dst, const float (&S)[KD / 2], int warp, int lane)
+{
+    const int mi = lane >> 3, row = 16 * warp + 8 * (mi & 1) + (lane & 7);
+#pragma unroll
+    for (int b = 0; b < KD / 64; b++)
+#pragma unroll
+        for (int j2 = 0; j2 < 4; j2++) {
+            uint32_t r[4];
+#pragma unroll
+            for (int m = 0; m < 4; m++) {
+                const int i = 32 * b + 4 * (2 * j2 + (m >> 1)) + 2 * (m & 1);
+                r[m] = fqla_io<T>::pack(S[i], S[i + 1]);
+            }
+            const int ch = 2 * j2 + (mi >> 1);
+            fqla_stsm_x4(dst + b * FQLA_FWD_CHUNK * 128 + row * 128 + 16 * (ch ^ (row & 7)), r[0], r[1], r[2], r[3]);
+        }
+}
+
 /* G4's A operand, -U^T diag(u), from U^T's 32 accumulators (register r of
  * k-step kk: accumulators 8 kk + 2 r, +1; token columns 16 kk + 8 (r >> 1)
  * + 2 tq, +1) and the stage's (u_t, d_t). */
@@ -150,11 +176,21 @@ __device__ __forceinline__ void load_out_factors(float (&fo)[16], const float *f
     }
 }
 
+/* acc (64 value rows x 64 tokens, accumulator layout) times diag(o):
+ * column 8 j + 2 tq + e by fo[2 j + e] (load_out_factors) */
+__device__ __forceinline__ void scale_cols(float (&acc)[32], const float (&fo)[16])
+{
+#pragma unroll
+    for (int i = 0; i < 32; i++) acc[i] *= fo[2 * (i >> 2) + (i & 1)];
+}
+
 /* O^T = Qs^T diag(o) + P^T into dst as [t][v] b16 in TMA's 128-byte swizzle
  * (stmatrix.trans; lane l addresses token row 8 (j + q / 2) + l % 8, 16-byte
  * chunk 2 warp + q % 2 of it, swizzled: chunk ^ (row % 8), so the 8 rows of
- * each matrix hit 8 different bank groups), then fenced for the TMA store. */
-template <typename T>
+ * each matrix hit 8 different bank groups), then fenced for the TMA store.
+ * QS = false: accP holds O^T already (K = 256: scale_cols, then G6 added P^T
+ * to Qs^T diag(o)); fo and accQs are not read. */
+template <typename T, bool QS = true>
 __device__ __forceinline__ void output_tile(unsigned char *dst, const float (&fo)[16], const float *accQs,
                                             const float (&accP)[32], int warp, int lane)
 {
@@ -166,7 +202,10 @@ __device__ __forceinline__ void output_tile(unsigned char *dst, const float (&fo
         for (int m = 0; m < 4; m++) {
             /* matrix m: token block j + (m >> 1), value rows 8 (m & 1) */
             const int jj = j + (m >> 1), i0 = 4 * jj + 2 * (m & 1);
-            r[m] = fqla_io<T>::pack(fo[2 * jj] * accQs[i0] + accP[i0], fo[2 * jj + 1] * accQs[i0 + 1] + accP[i0 + 1]);
+            if constexpr (QS)
+                r[m] = fqla_io<T>::pack(fo[2 * jj] * accQs[i0] + accP[i0], fo[2 * jj + 1] * accQs[i0 + 1] + accP[i0 + 1]);
+            else
+                r[m] = fqla_io<T>::pack(accP[i0], accP[i0 + 1]);
         }
         const int row = 8 * (j + (q >> 1)) + rr, ch = 2 * warp + (q & 1);
         fqla_stsm_x4_t(dst + row * 128 + 16 * (ch ^ rr), r[0], r[1], r[2], r[3]);
@@ -205,7 +244,7 @@ __device__ __forceinline__ void store_rows(T *ob, int64_t o_st, int64_t t0, cons
 }
 
 /* The chain warpgroup cw's store of chunk cc's output rows, staged in tile
- * cc & 1 of its two at obuf (8 KB each), to o (nothing for cc < 0; start
+ * cc % OT of its OT (1 or 2) at obuf (8 KB each), to o (nothing for cc < 0; start
  * and len the sequence's, in the kernel's integer type I). A whole chunk,
  * or any chunk of a padded batch (the map clips rows past T), goes out as
  * one TMA store issued by thread 0 of the warpgroup, which first waits
@@ -214,7 +253,7 @@ __device__ __forceinline__ void store_rows(T *ob, int64_t o_st, int64_t t0, cons
  * (the rows after it belong to the next sequence) is stored row by row.
  * Called by the whole warpgroup, one chunk after the tile was written,
  * while the next chunk's products run (fwd_chunk_wg.cu, fwd_fused.cu). */
-template <typename T, typename I>
+template <typename T, typename I, int OT = 2>
 __device__ __forceinline__ void store_out(const fqla_fwd_params &p, const CUtensorMap *tmO, const unsigned char *obuf,
                                           T *ob, I cc, I start, I len, int v0, int hv, int64_t batch, int cw, int tid)
 {
@@ -222,7 +261,8 @@ __device__ __forceinline__ void store_out(const fqla_fwd_params &p, const CUtens
     if (tid == 0) fqla_bulk_wait_read<0>();
     fqla_named_sync(2 + cw, 128); /* the warpgroup's stmatrix writes are done and fenced */
     if (cc < 0) return;
-    const unsigned char *src = obuf + (cc & 1) * (FQLA_FWD_CHUNK * 128);
+    static_assert(OT == 1 || OT == 2, "one or two staging tiles");
+    const unsigned char *src = obuf + (cc & (OT - 1)) * (FQLA_FWD_CHUNK * 128);
     const I t0 = start + cc * C;
     const int nvalid = (int)min(C, len - cc * C);
     if (nvalid == C || !p.varlen) {
@@ -266,6 +306,21 @@ __device__ __forceinline__ void g2_issue(float (&accUQ)[N / 2], const uint32_t (
     }
 }
 
+/* acc = S^T B^T from stage_state's tiles at sst and the stage's 64-token
+ * tiles at b (one per 64-wide k block, kq bytes apart): G2's U^T with b the
+ * K tiles, and at K = 256 Qs^T with b the Q tiles (both SS, N = 64) */
+template <typename T, int KS>
+__device__ __forceinline__ void g2_ss_issue(float (&acc)[32], const unsigned char *sst, const unsigned char *b,
+                                            uint32_t kq)
+{
+#pragma unroll
+    for (int kk = 0; kk < KS; kk++) {
+        const uint64_t dS = fqla_desc_kmajor(sst + (kk >> 2) * (FQLA_FWD_CHUNK * 128)) + (kk & 3) * FQLA_DESC_K16_KMAJOR;
+        const uint64_t dB = fqla_desc_kmajor(b + (kk >> 2) * kq) + (kk & 3) * FQLA_DESC_K16_KMAJOR;
+        fqla_wg<T>::template ss64<0, 0>(acc, dS, dB, kk > 0);
+    }
+}
+
 /* G4: Vd^T += (-U^T diag(u)) Ag^T (wn: g4_operand's fragments) */
 template <typename T>
 __device__ __forceinline__ void g4_issue(float (&accVd)[32], const uint32_t (&wn)[4][4], uint64_t dAg)
@@ -275,23 +330,36 @@ __device__ __forceinline__ void g4_issue(float (&accVd)[32], const uint32_t (&wn
 }
 
 /* G5: S^T += Vp^T K (the K tiles [t][k]: B MN-major, dKt over all KD / 64
- * of them; vp: g56_operands' fragments) */
+ * of them, kq bytes apart; vp: g56_operands' fragments). K = 256 as two
+ * N = 128 halves: an N = 256 accumulator is the two N = 128 ones side by
+ * side. */
 template <typename T, int KD>
-__device__ __forceinline__ void g5_issue(float (&S)[KD / 2], const uint32_t (&vp)[4][4], uint64_t dKt)
+__device__ __forceinline__ void g5_issue(float (&S)[KD / 2], const uint32_t (&vp)[4][4], uint64_t dKt,
+                                         uint32_t kq = 0)
 {
 #pragma unroll
     for (int kk = 0; kk < 4; kk++) {
-        if constexpr (KD == 128) fqla_wg<T>::template rs128<1>(S, vp[kk], dKt + kk * FQLA_DESC_K16_MNMAJOR, 1);
-        else fqla_wg<T>::template rs64<1>(S, vp[kk], dKt + kk * FQLA_DESC_K16_MNMAJOR, 1);
+        if constexpr (KD == 256) {
+            float(&lo)[64] = *reinterpret_cast<float(*)[64]>(&S[0]);
+            float(&hi)[64] = *reinterpret_cast<float(*)[64]>(&S[64]);
+            fqla_wg<T>::template rs128<1>(lo, vp[kk], dKt + kk * FQLA_DESC_K16_MNMAJOR, 1);
+            fqla_wg<T>::template rs128<1>(hi, vp[kk], dKt + ((2 * kq) >> 4) + kk * FQLA_DESC_K16_MNMAJOR, 1);
+        } else if constexpr (KD == 128) {
+            fqla_wg<T>::template rs128<1>(S, vp[kk], dKt + kk * FQLA_DESC_K16_MNMAJOR, 1);
+        } else {
+            fqla_wg<T>::template rs64<1>(S, vp[kk], dKt + kk * FQLA_DESC_K16_MNMAJOR, 1);
+        }
     }
 }
 
-/* G6: P^T = Vd^T Pg^T (vd: g56_operands' fragments; overwritten) */
-template <typename T>
+/* G6: P^T = Vd^T Pg^T (vd: g56_operands' fragments; overwritten, or with
+ * ACC added to accP: K = 256's Qs^T diag(o)) */
+template <typename T, bool ACC = false>
 __device__ __forceinline__ void g6_issue(float (&accP)[32], const uint32_t (&vd)[4][4], uint64_t dPg)
 {
 #pragma unroll
-    for (int kk = 0; kk < 4; kk++) fqla_wg<T>::template rs64<0>(accP, vd[kk], dPg + kk * FQLA_DESC_K16_KMAJOR, kk > 0);
+    for (int kk = 0; kk < 4; kk++)
+        fqla_wg<T>::template rs64<0>(accP, vd[kk], dPg + kk * FQLA_DESC_K16_KMAJOR, ACC || kk > 0);
 }
 
 } // namespace fqla_chain

@@ -256,9 +256,11 @@ __device__ __forceinline__ unsigned long long fqla_globaltimer()
 cudaError_t fqla_fwd_launch_prepare(const fqla_fwd_params &p, int io_bf16, int hb, const CUtensorMap *tmK,
                                     const fqla_fwd_ag_maps *tmAg, cudaStream_t stream);
 cudaError_t fqla_fwd_launch_chunk(const fqla_fwd_params &p, int io_bf16, int bv, int late, cudaStream_t stream);
-/* The TMA chunk kernels (fwd_tma.cu): 1 when p's shapes and alignments
- * allow them; the maps of q, k, v, Ag, Pg (Pg only when p.Pg is set), 0 when
- * one cannot be encoded. */
+/* The TMA kernels (fwd_tma.cu): fqla_fwd_tma_usable, 1 when p's shapes and
+ * alignments suit their maps (K = 64, 128 or 256); fqla_fwd_wg_usable, the
+ * same for the wgmma chunk kernel (K = 64 or 128); the maps of q, k, v, Ag,
+ * Pg (Pg only when p.Pg is set), 0 when one cannot be encoded. */
+int fqla_fwd_tma_usable(const fqla_fwd_params &p);
 int fqla_fwd_wg_usable(const fqla_fwd_params &p);
 /* q, k, v, Pg (loads) and o (stores); Ag's four strips (loads: box 16
  * rows x 64 columns, 128-byte swizzle, at column 0 and row 16 x tile) */
@@ -275,8 +277,8 @@ int fqla_fwd_map_ag_store(const fqla_fwd_params &p, int io_bf16, fqla_fwd_ag_map
 cudaError_t fqla_fwd_launch_chunk_wg(const fqla_fwd_params &p, int io_bf16, int nwg, cudaStream_t stream, int *used);
 /* The path that forms Pg beside the chain (fwd_fused.cu) with nwg chain
  * warpgroups per CTA (1 or 2, 64 value columns each): 1 when it covers p
- * (K = 64 or 128, V a multiple of 64 nwg, no l2norm, the TMA kernel's
- * alignments; with CP the main pass, cp_mode 2). The
+ * (K = 64 or 128, or 256 at nwg = 1; V a multiple of 64 nwg, no l2norm,
+ * the TMA kernels' alignments; with CP the main pass, cp_mode 2). The
  * launcher enqueues the parts asked for: the prepare kernel without Q
  * (gamma and Ag only; hb as fqla_fwd_launch_prepare's), then the
  * sequential kernel with its Pg warpgroup; or it sets *used to 0 and
@@ -285,7 +287,7 @@ enum { FQLA_FUSED_PREPARE = 1, FQLA_FUSED_CHAIN = 2 };
 int fqla_fwd_fused_usable(const fqla_fwd_params &p, int nwg);
 /* The head dims the fused path (and its prepare kernels without Q) is
  * built for: the one test fwd.cu, fwd_fused.cu and fwd_prepare.cu share. */
-static inline bool fqla_fwd_fused_k(int64_t K) { return K == 64 || K == 128; }
+static inline bool fqla_fwd_fused_k(int64_t K) { return K == 64 || K == 128 || K == 256; }
 cudaError_t fqla_fwd_launch_fused(const fqla_fwd_params &p, int io_bf16, int hb, int nwg, int parts,
                                   cudaStream_t stream, int *used);
 /* The CP scan (fwd_cp.cu): p as for the pre-pass and main pass (seg_*,

@@ -36,7 +36,13 @@
  * kernel) measured 3.7x slower per chunk in its preparation than in its
  * chain (docs/perf.md, session 9; a61b9b8).
  *
- * Covered: K = 64 or 128, V a multiple of 64 NWG, bf16 / fp16, no l2norm
+ * At K = 256 (fu_cfg::BIG): one chain warpgroup per 64 value columns at
+ * 240 registers. It writes S^T's io-dtype copy to shared memory at each
+ * chunk's start; G2 (U^T alone) and Qs^T read it there as SS products.
+ * Qs^T is formed beside G5, scaled by the output factors in G6's
+ * accumulators, and G6 adds P^T to it (docs/perf.md, session 26).
+ *
+ * Covered: K = 64, 128 or 256 (NWG = 1), V a multiple of 64 NWG, bf16 / fp16, no l2norm
  * (fqla_fwd_fused_usable); everything else runs the two kernels. With CP
  * this kernel is the main pass over segments (cp_mode 2: fqla_fwd_span,
  * start states from the scan), after the prepare kernel without Q and the
@@ -72,6 +78,13 @@ template <int KD, int NWG_>
 struct fu_cfg {
     static constexpr int KB = KD / 64;
     static constexpr int NWG = NWG_;
+    /* K = 256: S^T takes 128 of a chain thread's registers, so its io-dtype
+     * copy for G2 and Qs^T goes through shared memory (BIG; one chain
+     * warpgroup, 240 registers), and the stage's K and Q tiles are 64 KB:
+     * two stages and one output tile fit beside the copy */
+    static constexpr bool BIG = KD == 256;
+    static_assert(!BIG || NWG == 1, "K = 256: one chain warpgroup per CTA");
+    static constexpr int CHAIN_REGS = BIG ? 240 : FU_CHAIN_REGS;
     static constexpr int THREADS = 128 * (NWG + 2);
     /* stage: per 64-wide k block the K tile then the Q tile, then the NWG V
      * tiles, the Ag tile and gamma[64] */
@@ -81,14 +94,16 @@ struct fu_cfg {
     static constexpr uint32_t oGam = oAg + TILE;
     static constexpr uint32_t tx = oGam + 256; /* bytes copied per stage */
     static constexpr uint32_t stage = (tx + 1023) / 1024 * 1024;
-    static constexpr int QST = 3;
+    static constexpr int QST = BIG ? 2 : 3;
     /* Pg slot: the tile, (u_t, d_t)[64], o_t[64] */
     static constexpr uint32_t sPg = 0, sFac = TILE;
     static constexpr uint32_t slot = TILE + 1024;
     static constexpr int ASL = 2;
     static constexpr uint32_t oSlots = QST * stage;
-    static constexpr uint32_t oO = oSlots + ASL * slot; /* [NWG][2] output tiles */
-    static constexpr uint32_t oBar = oO + 2 * NWG * TILE;
+    static constexpr int OT = BIG ? 1 : 2;              /* output tiles per chain warpgroup */
+    static constexpr uint32_t oO = oSlots + ASL * slot; /* [NWG][OT] output tiles */
+    static constexpr uint32_t oSt = oO + OT * NWG * TILE; /* BIG: S^T's io-dtype copy, KB tiles */
+    static constexpr uint32_t oBar = oSt + (BIG ? KB * TILE : 0);
     static constexpr uint32_t bytes = oBar + (2 * QST + 3 * ASL) * 8 + 1024;
     static_assert(bytes <= 232448, "shared memory of one CTA");
 };
@@ -343,7 +358,7 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
     }
 
     /* ---- the chain (fwd_chunk_wg.cu's consumers) ---- */
-    fqla_setmaxnreg_inc<FU_CHAIN_REGS>();
+    fqla_setmaxnreg_inc<cfg::CHAIN_REGS>();
     const int cw = wg - 1;
     FU_TL(14, tid == 0 && cw == 0);
     const int v0 = vbase + 64 * cw;
@@ -358,12 +373,12 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
 #endif
 
     T *ob = (T *)p.o + batch * p.o_sb + hv * p.o_sh + v0;
-    unsigned char *Obuf = sm + cfg::oO + cw * 2 * TILE; /* this warpgroup's two staging tiles */
+    unsigned char *Obuf = sm + cfg::oO + cw * cfg::OT * TILE; /* this warpgroup's output staging tiles */
     /* chunk cc's output rows to o (fwd_chain.cuh), issued while the next
      * chunk's G2 runs, so the barrier and the store are off the chain's
      * path */
     auto store_out = [&](int cc) {
-        fqla_chain::store_out(p, &tmO, Obuf, ob, cc, start, len, v0, hv, batch, cw, tid);
+        fqla_chain::store_out<T, int, cfg::OT>(p, &tmO, Obuf, ob, cc, start, len, v0, hv, batch, cw, tid);
     };
 
     for (int c = 0; c < nch; c++) {
@@ -387,65 +402,141 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
         const float2 *ud = reinterpret_cast<const float2 *>(sl + cfg::sFac);
         const float *fos = reinterpret_cast<const float *>(sl + cfg::sFac + 512);
 
-        uint32_t sf[KS][4];
-        fqla_chain::pack_state<T>(sf, S);
-        float accVd[32], accUQ[64]; /* accUQ[0..31] = U^T, [32..63] = Qs^T */
-        const uint64_t dAg = fqla_desc_kmajor(st + cfg::oAg);
-        fqla_reg_fence_u(sf);
-        fqla_wg_fence();
-        fqla_chain::g2_issue<T, KS, 128>(accUQ, sf, st + cfg::oK, cfg::KQ); /* G2 */
-        fqla_wg_commit();
-        store_out(c - 1); /* the previous chunk's rows, while G2 runs */
-        const float gC = gm[C - 1];
-        fqla_wg_wait<0>();
-        fqla_reg_fence(accUQ);
-        FU_CLK(9, tid == 0 && cw == 0);
-        {   /* G1: Vd^T = V^T Ag^T, then G4: Vd^T += (-U^T diag(u)) Ag^T */
-            uint32_t wn[4][4];
-            fqla_chain::g4_operand<T>(wn, accUQ, ud, tq);
-            fqla_reg_fence_u(wn);
+        if constexpr (cfg::BIG) {
+            /* S^T's io-dtype copy, the chunk's entering state, for G2 and
+             * Qs^T (its last reader, the previous chunk's Qs^T, completed
+             * at that chunk's last wait) */
+            unsigned char *sst = sm + cfg::oSt;
+            fqla_chain::stage_state<T, KD>(sst, S, warp, lane);
+            fqla_fence_async_smem();
+            fqla_named_sync(4, 128);
+            float accU[32], accP[32];
             fqla_wg_fence();
-            fqla_chain::g1_issue<T>(accVd, fqla_desc_mnmajor(st + cfg::oV + cw * TILE, TILE), dAg);
-            fqla_chain::g4_issue<T>(accVd, wn, dAg);
+            fqla_chain::g2_ss_issue<T, KS>(accU, sst, st + cfg::oK, cfg::KQ); /* G2: U^T */
             fqla_wg_commit();
-        }
-        {
-            const float eC = __expf(gC);
+            store_out(c - 1); /* the previous chunk's rows, while G2 runs */
+            const float gC = gm[C - 1];
+            const uint64_t dAg = fqla_desc_kmajor(st + cfg::oAg);
+            fqla_wg_wait<0>();
+            fqla_reg_fence(accU);
+            FU_CLK(9, tid == 0);
+            float accVd[32];
+            {   /* G1: Vd^T = V^T Ag^T, then G4: Vd^T += (-U^T diag(u)) Ag^T */
+                uint32_t wn[4][4];
+                fqla_chain::g4_operand<T>(wn, accU, ud, tq);
+                fqla_reg_fence_u(wn);
+                fqla_wg_fence();
+                fqla_chain::g1_issue<T>(accVd, fqla_desc_mnmajor(st + cfg::oV, TILE), dAg);
+                fqla_chain::g4_issue<T>(accVd, wn, dAg);
+                fqla_wg_commit();
+            }
+            {
+                const float eC = __expf(gC);
 #pragma unroll
-            for (int i = 0; i < NS; i++) S[i] *= eC;
-        }
-        fqla_wg_wait<0>();
-        fqla_reg_fence(accVd);
-        FU_CLK(10, tid == 0 && cw == 0);
+                for (int i = 0; i < NS; i++) S[i] *= eC;
+            }
+            fqla_wg_wait<0>();
+            fqla_reg_fence(accVd);
+            FU_CLK(10, tid == 0);
 
-        uint32_t vd[4][4], vp[4][4];
-        fqla_chain::g56_operands<T>(vd, vp, accVd, ud, tq);
-        fqla_reg_fence(S);
-        fqla_reg_fence_u(vd);
-        fqla_reg_fence_u(vp);
-        fqla_wg_fence();
-        fqla_chain::g5_issue<T, KD>(S, vp, fqla_desc_mnmajor(st + cfg::oK, cfg::KQ)); /* G5 */
-        fqla_wg_commit();
-        float accP[32];
-        fqla_chain::g6_issue<T>(accP, vd, fqla_desc_kmajor(sl + cfg::sPg)); /* G6 */
-        fqla_wg_commit();
+            /* G5 on the registers, and Qs^T = S^T Q^T on the staged copy
+             * (the entering state) into G6's accumulators */
+            uint32_t vd[4][4], vp[4][4];
+            fqla_chain::g56_operands<T>(vd, vp, accVd, ud, tq);
+            fqla_reg_fence(S);
+            fqla_reg_fence_u(vd);
+            fqla_reg_fence_u(vp);
+            fqla_wg_fence();
+            fqla_chain::g5_issue<T, KD>(S, vp, fqla_desc_mnmajor(st + cfg::oK, cfg::KQ), cfg::KQ); /* G5 */
+            fqla_chain::g2_ss_issue<T, KS>(accP, sst, st + cfg::oQ, cfg::KQ);                     /* Qs^T */
+            fqla_wg_commit();
+            float fo[16];
+            fqla_chain::load_out_factors(fo, fos, tq);
+            fqla_wg_wait<0>();
+            fqla_reg_fence(S);
+            fqla_reg_fence(accP);
+            /* O^T = Qs^T diag(o) + Vd^T Pg^T: the factors in fp32 first, as
+             * output_tile applies them at K <= 128 */
+            fqla_chain::scale_cols(accP, fo);
+            fqla_reg_fence(accP);
+            fqla_wg_fence();
+            fqla_chain::g6_issue<T, true>(accP, vd, fqla_desc_kmajor(sl + cfg::sPg)); /* G6 */
+            fqla_wg_commit();
 #if FU_PG_AIM
-        if (tid == 0) fqla_mbar_arrive(&aim[a]); /* the Pg warpgroup may issue chunk c + FU_PG_AIM's Q K^T */
+            if (tid == 0) fqla_mbar_arrive(&aim[a]); /* the Pg warpgroup may issue chunk c + FU_PG_AIM's Q K^T */
 #endif
-        float fo[16];
-        fqla_chain::load_out_factors(fo, fos, tq);
-        fqla_wg_wait<0>();
-        fqla_reg_fence(S);
-        fqla_reg_fence(accUQ);
-        fqla_reg_fence(accP);
-        FU_CLK(11, tid == 0 && cw == 0);
-        fqla_mbar_arrive(&empty[s]);  /* the stage and */
-        fqla_mbar_arrive(&pfree[a]);  /* the slot are no longer read by this thread */
+            fqla_wg_wait<0>();
+            fqla_reg_fence(accP);
+            FU_CLK(11, tid == 0);
+            fqla_mbar_arrive(&empty[s]); /* the stage and */
+            fqla_mbar_arrive(&pfree[a]); /* the slot are no longer read by this thread */
 
-        /* O^T = Qs^T diag(o) + P^T -> staging tile c & 1 as [t][v]
-         * (stmatrix.trans); chunk c - 2's store has read it (store_out(c - 1)
-         * waited for that before its barrier) */
-        fqla_chain::output_tile<T>(Obuf + (c & 1) * TILE, fo, accUQ + 32, accP, warp, lane);
+            /* one staging tile: chunk c - 1's store (issued by store_out
+             * during this chunk's G2) must have read it */
+            if (tid == 0) fqla_bulk_wait_read<0>();
+            fqla_named_sync(2 + cw, 128);
+            fqla_chain::output_tile<T, false>(Obuf, fo, nullptr, accP, warp, lane);
+        } else {
+            uint32_t sf[KS][4];
+            fqla_chain::pack_state<T>(sf, S);
+            float accVd[32], accUQ[64]; /* accUQ[0..31] = U^T, [32..63] = Qs^T */
+            const uint64_t dAg = fqla_desc_kmajor(st + cfg::oAg);
+            fqla_reg_fence_u(sf);
+            fqla_wg_fence();
+            fqla_chain::g2_issue<T, KS, 128>(accUQ, sf, st + cfg::oK, cfg::KQ); /* G2 */
+            fqla_wg_commit();
+            store_out(c - 1); /* the previous chunk's rows, while G2 runs */
+            const float gC = gm[C - 1];
+            fqla_wg_wait<0>();
+            fqla_reg_fence(accUQ);
+            FU_CLK(9, tid == 0 && cw == 0);
+            {   /* G1: Vd^T = V^T Ag^T, then G4: Vd^T += (-U^T diag(u)) Ag^T */
+                uint32_t wn[4][4];
+                fqla_chain::g4_operand<T>(wn, accUQ, ud, tq);
+                fqla_reg_fence_u(wn);
+                fqla_wg_fence();
+                fqla_chain::g1_issue<T>(accVd, fqla_desc_mnmajor(st + cfg::oV + cw * TILE, TILE), dAg);
+                fqla_chain::g4_issue<T>(accVd, wn, dAg);
+                fqla_wg_commit();
+            }
+            {
+                const float eC = __expf(gC);
+    #pragma unroll
+                for (int i = 0; i < NS; i++) S[i] *= eC;
+            }
+            fqla_wg_wait<0>();
+            fqla_reg_fence(accVd);
+            FU_CLK(10, tid == 0 && cw == 0);
+
+            uint32_t vd[4][4], vp[4][4];
+            fqla_chain::g56_operands<T>(vd, vp, accVd, ud, tq);
+            fqla_reg_fence(S);
+            fqla_reg_fence_u(vd);
+            fqla_reg_fence_u(vp);
+            fqla_wg_fence();
+            fqla_chain::g5_issue<T, KD>(S, vp, fqla_desc_mnmajor(st + cfg::oK, cfg::KQ)); /* G5 */
+            fqla_wg_commit();
+            float accP[32];
+            fqla_chain::g6_issue<T>(accP, vd, fqla_desc_kmajor(sl + cfg::sPg)); /* G6 */
+            fqla_wg_commit();
+    #if FU_PG_AIM
+            if (tid == 0) fqla_mbar_arrive(&aim[a]); /* the Pg warpgroup may issue chunk c + FU_PG_AIM's Q K^T */
+    #endif
+            float fo[16];
+            fqla_chain::load_out_factors(fo, fos, tq);
+            fqla_wg_wait<0>();
+            fqla_reg_fence(S);
+            fqla_reg_fence(accUQ);
+            fqla_reg_fence(accP);
+            FU_CLK(11, tid == 0 && cw == 0);
+            fqla_mbar_arrive(&empty[s]);  /* the stage and */
+            fqla_mbar_arrive(&pfree[a]);  /* the slot are no longer read by this thread */
+
+            /* O^T = Qs^T diag(o) + P^T -> staging tile c & 1 as [t][v]
+             * (stmatrix.trans); chunk c - 2's store has read it (store_out(c - 1)
+             * waited for that before its barrier) */
+            fqla_chain::output_tile<T>(Obuf + (c & 1) * TILE, fo, accUQ + 32, accP, warp, lane);
+        }
         FU_CLK(12, tid == 0 && cw == 0);
     }
     if (nch > 0) store_out(nch - 1);
@@ -497,11 +588,18 @@ cudaError_t launch(const fqla_fwd_params &p, int64_t chains, const CUtensorMap *
                            maps[0], maps[1], maps[2], ag, maps[4]);
 }
 
-/* launch<T, KD, NWG> for the io dtype and K (64 or 128: fqla_fwd_fused_usable) */
+/* launch<T, KD, NWG> for the io dtype and K (64 or 128, or 256 at NWG = 1:
+ * fqla_fwd_fused_usable) */
 template <int NWG>
 cudaError_t launch_io(int io_bf16, const fqla_fwd_params &p, int64_t chains, const CUtensorMap *maps,
                       const fqla_fwd_ag_maps &ag, cudaStream_t stream)
 {
+    if (p.K == 256) {
+        if constexpr (NWG == 1)
+            return io_bf16 ? launch<__nv_bfloat16, 256, 1>(p, chains, maps, ag, stream)
+                           : launch<__half, 256, 1>(p, chains, maps, ag, stream);
+        return cudaErrorInvalidValue;
+    }
     if (p.K == 64)
         return io_bf16 ? launch<__nv_bfloat16, 64, NWG>(p, chains, maps, ag, stream)
                        : launch<__half, 64, NWG>(p, chains, maps, ag, stream);
@@ -516,8 +614,8 @@ int fqla_fwd_fused_usable(const fqla_fwd_params &p, int nwg)
     /* CP: the main pass (cp_mode 2); its prepare kernel without Q writes
      * the negligible-transition shortcut's chunk flags (PAIR too, since
      * session 14) */
-    return (nwg == 1 || nwg == 2) && fqla_fwd_fused_k(p.K) && p.V % (64 * nwg) == 0 && !p.l2norm && p.cp_mode != 1 &&
-           fqla_fwd_wg_usable(p);
+    return (nwg == 1 || (nwg == 2 && p.K != 256)) && fqla_fwd_fused_k(p.K) && p.V % (64 * nwg) == 0 && !p.l2norm &&
+           p.cp_mode != 1 && fqla_fwd_tma_usable(p);
 }
 
 cudaError_t fqla_fwd_launch_fused(const fqla_fwd_params &k, int io_bf16, int hb, int nwg, int parts,

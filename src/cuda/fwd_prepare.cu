@@ -58,7 +58,7 @@
  * other value the default 3xTF32. The former value-heads-per-batch variants
  * (HB = 1, 2, 4 of v3) are gone: the batch is two heads in every build.
  *
- * Without Pg (p.Pg = NULL; K = 64 or 128, the path where fwd_fused.cu forms Pg
+ * Without Pg (p.Pg = NULL; K = 64, 128 or 256, the path where fwd_fused.cu forms Pg
  * itself): WQ = false, no Q copy, no Q K^T, no Pg; only gamma and Ag. At
  * group 1 it runs two chunk slots per CTA (PAIR, one per half of the warps,
  * each with its own region for K, KK and X, gamma and beta), so that step 4 has two
@@ -585,7 +585,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
         /* without Q (no l2norm, no Pg on this path): KK only, by wgmma.
          * PAIR: each half (a warpgroup) its chunk's; else the first
          * warpgroup (the barrier at step 4 waits for it) */
-        static_assert(KD == 64 || KD == 128, "the fused path's K tile");
+        static_assert(KD == 64 || KD == 128 || KD == 256, "the fused path's K tile");
         if (PAIR || warp < 4)
             kk_wgmma<T, KD, PAIR>(PAIR ? Kpair : Ks, PAIR ? KK + half * C * LDF : KK, mw, lane, 1 + half);
     }
@@ -932,10 +932,13 @@ template <typename T, int PREC>
 cudaError_t launch_kd(const fqla_fwd_params &p, const CUtensorMap *tmK, const fqla_fwd_ag_maps *tmAg,
                       cudaStream_t stream)
 {
-    /* without Pg (the fused kernel forms it, K = 64 or 128): no Q, no Q
-     * K^T, K by TMA, Ag stored by TMA; at group 1 two chunks per CTA (PAIR) */
+    /* without Pg (the fused kernel forms it, K = 64, 128 or 256): no Q, no
+     * Q K^T, K by TMA, Ag stored by TMA; at group 1 two chunks per CTA
+     * (PAIR), except at K = 256, whose 32 KB K tile PAIR's 18 KB region per
+     * half cannot hold: LEAN there at every group (~87 KB, two CTAs per SM) */
     if (!p.Pg) {
         if (!fqla_fwd_fused_k(p.K) || p.l2norm || !tmK || !tmAg) return cudaErrorInvalidValue;
+        if (p.K == 256) return launch<T, 256, PREC, false>(p, *tmK, *tmAg, stream);
         if (p.K == 64)
             return p.group == 1 ? launch<T, 64, PREC, false, true>(p, *tmK, *tmAg, stream)
                                 : launch<T, 64, PREC, false>(p, *tmK, *tmAg, stream);

@@ -73,6 +73,12 @@ constexpr uint32_t TILE = C * 128; /* one [64 rows][64 b16] tile, 128-byte swizz
 #ifndef FU_PG_AIM
 #define FU_PG_AIM 2
 #endif
+/* K = 256: the chain waits for chunk c's Pg slot (its token factors) only
+ * after G2, which does not read it; 0: at the chunk's start, as at K <= 128
+ * (docs/perf.md, session 26) */
+#ifndef FU_BIG_PREADY_LATE
+#define FU_BIG_PREADY_LATE 0
+#endif
 
 template <int KD, int NWG_>
 struct fu_cfg {
@@ -388,11 +394,12 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
         unsigned char *st = sm + s * cfg::stage, *sl = sm + cfg::oSlots + a * cfg::slot;
         fqla_mbar_wait(&full[s], ph);
         FU_TL(8, c == 0 && tid == 0 && cw == 0);
-        fqla_mbar_wait(&pready[a], aph);
+        constexpr bool pready_late = cfg::BIG && FU_BIG_PREADY_LATE;
+        if (!pready_late) fqla_mbar_wait(&pready[a], aph);
         FU_CLK(8, tid == 0 && cw == 0);
         FU_TL(1, c == 0 && tid == 0 && cw == 0);
         const int nvalid = (int)min(C, len - c * C);
-        if (nvalid < C) {
+        if (!pready_late && nvalid < C) {
             /* rows past the end: zero K (warpgroup 1) and this V slice (the
              * Pg warpgroup has read K already: it signalled pready after) */
             fqla_chain::zero_rows(st + cfg::oK, cfg::KB, cfg::KQ, cw == 0, st + cfg::oV + cw * TILE, nvalid, tid);
@@ -419,6 +426,17 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
             const uint64_t dAg = fqla_desc_kmajor(st + cfg::oAg);
             fqla_wg_wait<0>();
             fqla_reg_fence(accU);
+            if (pready_late) {
+                /* the factors; and the Pg warpgroup has read K (G2 above
+                 * read rows past the end as they are: they reach only U's
+                 * rows past the end, which G5's zeroed K rows and Pg's zero
+                 * columns drop) */
+                fqla_mbar_wait(&pready[a], aph);
+                if (nvalid < C) {
+                    fqla_chain::zero_rows(st + cfg::oK, cfg::KB, cfg::KQ, true, st + cfg::oV, nvalid, tid);
+                    fqla_named_sync(1, 128);
+                }
+            }
             FU_CLK(9, tid == 0);
             float accVd[32];
             {   /* G1: Vd^T = V^T Ag^T, then G4: Vd^T += (-U^T diag(u)) Ag^T */

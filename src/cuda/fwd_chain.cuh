@@ -213,30 +213,6 @@ __device__ __forceinline__ void output_tile(unsigned char *dst, const float (&fo
     fqla_fence_async_smem();
 }
 
-/* The 64 rows of a stage's KB tiles (kq bytes apart, 128-byte rows) times
- * o_t = scale e^gamma_t (token_factors' o without l2norm), in place, in the
- * io dtype; tid of the warpgroup's 128 threads. The row scale leaves the
- * swizzle alone (a 16-byte chunk stays in its row). */
-template <typename T>
-__device__ __forceinline__ void scale_rows(unsigned char *q, int kb_count, uint32_t kq, const float *gam, float scale,
-                                           int tid)
-{
-    constexpr int C = FQLA_FWD_CHUNK;
-    for (int idx = tid; idx < kb_count * C * 8; idx += 128) {
-        const int b = idx / (C * 8), r = (idx >> 3) % C;
-        uint4 *x = reinterpret_cast<uint4 *>(q + b * kq + r * 128 + (idx & 7) * 16);
-        const float f = scale * __expf(gam[r]);
-        uint4 w = *x;
-        uint32_t *u = reinterpret_cast<uint32_t *>(&w);
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const float2 v = fqla_io<T>::unpack(u[e]);
-            u[e] = fqla_io<T>::pack(v.x * f, v.y * f);
-        }
-        *x = w;
-    }
-}
-
 /* The rows nvalid.. of a stage's K tiles (KB of them, kq bytes apart; when
  * zero_k) and of one V tile as zeros, whole 128-byte rows (the swizzle does
  * not matter), fenced for wgmma; tid of the warpgroup's 128 threads. */

@@ -73,13 +73,6 @@ constexpr uint32_t TILE = C * 128; /* one [64 rows][64 b16] tile, 128-byte swizz
 #ifndef FU_PG_AIM
 #define FU_PG_AIM 2
 #endif
-/* K = 256: the Pg warpgroup scales the Q tiles' rows by the output factors
- * o_t (the io dtype, rounded once), so that the chain's Qs^T product and G6
- * run as one group; 0: the chain scales Qs^T's fp32 accumulators between
- * them (docs/perf.md, session 26) */
-#ifndef FU_BIG_QSCALE
-#define FU_BIG_QSCALE 0
-#endif
 /* K = 256: the chain waits for chunk c's Pg slot (its token factors) only
  * after G2, which does not read it (x0.97 on nine K = 256 rows); 0: at the
  * chunk's start, as at K <= 128 (docs/perf.md, session 26) */
@@ -334,12 +327,6 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
             }
             fqla_wg_wait<0>();
             fqla_reg_fence(accQK);
-#if FU_BIG_QSCALE
-            /* K = 256: Q's rows times o_t in place (Q K^T has read them):
-             * the chain's Qs^T product then gives Qs^T diag(o), and G6 adds
-             * to it in the same group */
-            if constexpr (cfg::BIG) fqla_chain::scale_rows<T>(sm + s * cfg::stage + cfg::oQ, cfg::KB, cfg::KQ, gam, p.scale, tid);
-#endif
             FU_CLK(2, tid == 0);
 
             /* Pg = scale Gamma (.) tril(QK), this warp's 16 rows; rows and
@@ -479,16 +466,9 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
             fqla_reg_fence_u(vp);
             fqla_wg_fence();
             fqla_chain::g5_issue<T, KD>(S, vp, fqla_desc_mnmajor(st + cfg::oK, cfg::KQ), cfg::KQ); /* G5 */
-            float fo[16]; /* (read by output_tile only at K <= 128) */
-#if FU_BIG_QSCALE
-            /* O^T = Qs^T diag(o) + Vd^T Pg^T in one group: the Pg
-             * warpgroup scaled the Q tiles' rows by o (scale_rows) */
-            fqla_chain::g2_ss_issue<T, KS>(accP, sst, st + cfg::oQ, cfg::KQ);          /* Qs^T diag(o) */
-            fqla_chain::g6_issue<T, true>(accP, vd, fqla_desc_kmajor(sl + cfg::sPg)); /* G6 */
+            fqla_chain::g2_ss_issue<T, KS>(accP, sst, st + cfg::oQ, cfg::KQ);                     /* Qs^T */
             fqla_wg_commit();
-#else
-            fqla_chain::g2_ss_issue<T, KS>(accP, sst, st + cfg::oQ, cfg::KQ); /* Qs^T */
-            fqla_wg_commit();
+            float fo[16];
             fqla_chain::load_out_factors(fo, fos, tq);
             fqla_wg_wait<0>();
             fqla_reg_fence(S);
@@ -500,12 +480,10 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
             fqla_wg_fence();
             fqla_chain::g6_issue<T, true>(accP, vd, fqla_desc_kmajor(sl + cfg::sPg)); /* G6 */
             fqla_wg_commit();
-#endif
 #if FU_PG_AIM
             if (tid == 0) fqla_mbar_arrive(&aim[a]); /* the Pg warpgroup may issue chunk c + FU_PG_AIM's Q K^T */
 #endif
             fqla_wg_wait<0>();
-            fqla_reg_fence(S);
             fqla_reg_fence(accP);
             FU_CLK(11, tid == 0);
             fqla_mbar_arrive(&empty[s]); /* the stage and */

@@ -184,14 +184,15 @@ __device__ __forceinline__ void scale_cols(float (&acc)[32], const float (&fo)[1
     for (int i = 0; i < 32; i++) acc[i] *= fo[2 * (i >> 2) + (i & 1)];
 }
 
-/* O^T into dst as [t][v] b16 in TMA's 128-byte swizzle (stmatrix.trans;
- * lane l addresses token row 8 (j + q / 2) + l % 8, 16-byte chunk 2 warp +
- * q % 2 of it, swizzled: chunk ^ (row % 8), so the 8 rows of each matrix hit
- * 8 different bank groups), then fenced for the TMA store. pair(i0): the
- * packed io-dtype pair of accumulators i0, i0 + 1 (value rows g + 8 (i0 / 2
- * % 2), token columns 8 (i0 / 4) + 2 tq, + 1). */
-template <typename F>
-__device__ __forceinline__ void o_tile(unsigned char *dst, int warp, int lane, F pair)
+/* O^T = Qs^T diag(o) + P^T into dst as [t][v] b16 in TMA's 128-byte swizzle
+ * (stmatrix.trans; lane l addresses token row 8 (j + q / 2) + l % 8, 16-byte
+ * chunk 2 warp + q % 2 of it, swizzled: chunk ^ (row % 8), so the 8 rows of
+ * each matrix hit 8 different bank groups), then fenced for the TMA store.
+ * QS = false: accP holds O^T already (K = 256: scale_cols, then G6 added P^T
+ * to Qs^T diag(o)); fo and accQs are not read. */
+template <typename T, bool QS = true>
+__device__ __forceinline__ void output_tile(unsigned char *dst, const float (&fo)[16], const float *accQs,
+                                            const float (&accP)[32], int warp, int lane)
 {
     const int q = lane >> 3, rr = lane & 7;
 #pragma unroll
@@ -200,38 +201,16 @@ __device__ __forceinline__ void o_tile(unsigned char *dst, int warp, int lane, F
 #pragma unroll
         for (int m = 0; m < 4; m++) {
             /* matrix m: token block j + (m >> 1), value rows 8 (m & 1) */
-            const int jj = j + (m >> 1);
-            r[m] = pair(4 * jj + 2 * (m & 1));
+            const int jj = j + (m >> 1), i0 = 4 * jj + 2 * (m & 1);
+            if constexpr (QS)
+                r[m] = fqla_io<T>::pack(fo[2 * jj] * accQs[i0] + accP[i0], fo[2 * jj + 1] * accQs[i0 + 1] + accP[i0 + 1]);
+            else
+                r[m] = fqla_io<T>::pack(accP[i0], accP[i0 + 1]);
         }
         const int row = 8 * (j + (q >> 1)) + rr, ch = 2 * warp + (q & 1);
         fqla_stsm_x4_t(dst + row * 128 + 16 * (ch ^ rr), r[0], r[1], r[2], r[3]);
     }
     fqla_fence_async_smem();
-}
-
-/* O^T = Qs^T diag(o) + P^T into dst (o_tile). QS = false: accP holds O^T
- * already (K = 256: scale_cols, then G6 added P^T to Qs^T diag(o)); fo and
- * accQs are not read. */
-template <typename T, bool QS = true>
-__device__ __forceinline__ void output_tile(unsigned char *dst, const float (&fo)[16], const float *accQs,
-                                            const float (&accP)[32], int warp, int lane)
-{
-    o_tile(dst, warp, lane, [&](int i0) {
-        if constexpr (QS)
-            return fqla_io<T>::pack(fo[i0 / 4 * 2] * accQs[i0] + accP[i0], fo[i0 / 4 * 2 + 1] * accQs[i0 + 1] + accP[i0 + 1]);
-        else
-            return fqla_io<T>::pack(accP[i0], accP[i0 + 1]);
-    });
-}
-
-/* O^T's accumulators packed in the io dtype, opk[k] = (acc[2 k], acc[2 k +
- * 1]): o_tile's pairs, kept across an iteration in registers that no wgmma
- * defines (K = 256, FU_BIG_OVERLAP) */
-template <typename T>
-__device__ __forceinline__ void pack_o(uint32_t (&opk)[16], const float (&acc)[32])
-{
-#pragma unroll
-    for (int k = 0; k < 16; k++) opk[k] = fqla_io<T>::pack(acc[2 * k], acc[2 * k + 1]);
 }
 
 /* The rows nvalid.. of a stage's K tiles (KB of them, kq bytes apart; when

@@ -79,14 +79,6 @@ constexpr uint32_t TILE = C * 128; /* one [64 rows][64 b16] tile, 128-byte swizz
 #ifndef FU_BIG_PREADY_LATE
 #define FU_BIG_PREADY_LATE 1
 #endif
-/* K = 256: chunk c's output tile written while chunk c + 1's G2 runs (its
- * accumulators kept across the iteration), and Qs^T issued ahead of G5 in
- * a group of its own, so that its scaling and G6's issue overlap G5; 0:
- * the tile at the chunk's end, Qs^T and G5 in one group (docs/perf.md,
- * session 26) */
-#ifndef FU_BIG_OVERLAP
-#define FU_BIG_OVERLAP 0
-#endif
 
 template <int KD, int NWG_>
 struct fu_cfg {
@@ -395,20 +387,6 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
         fqla_chain::store_out<T, int, cfg::OT>(p, &tmO, Obuf, ob, cc, start, len, v0, hv, batch, cw, tid);
     };
 
-    constexpr bool overlap = cfg::BIG && FU_BIG_OVERLAP;
-    /* K = 256 (overlap): O^T of the chunk before, written to its tile while
-     * the next chunk's G2 runs */
-    uint32_t opk[overlap ? 16 : 1];
-    /* the tile of O^T in opk, once the store before has read it (one
-     * staging tile at K = 256) */
-    auto output_big = [&]() {
-        if constexpr (overlap) {
-            if (tid == 0) fqla_bulk_wait_read<0>();
-            fqla_named_sync(2 + cw, 128);
-            fqla_chain::o_tile(Obuf, warp, lane, [&](int i0) { return opk[i0 / 2]; });
-        }
-    };
-
     for (int c = 0; c < nch; c++) {
         FU_CLK_START;
         const int s = c % cfg::QST, a = c & 1;
@@ -443,7 +421,6 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
             fqla_wg_fence();
             fqla_chain::g2_ss_issue<T, KS>(accU, sst, st + cfg::oK, cfg::KQ); /* G2: U^T */
             fqla_wg_commit();
-            if (overlap && c > 0) output_big(); /* the previous chunk's tile, while G2 runs */
             store_out(c - 1); /* the previous chunk's rows, while G2 runs */
             const float gC = gm[C - 1];
             const uint64_t dAg = fqla_desc_kmajor(st + cfg::oAg);
@@ -488,24 +465,13 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
             fqla_reg_fence_u(vd);
             fqla_reg_fence_u(vp);
             fqla_wg_fence();
+            fqla_chain::g5_issue<T, KD>(S, vp, fqla_desc_mnmajor(st + cfg::oK, cfg::KQ), cfg::KQ); /* G5 */
+            fqla_chain::g2_ss_issue<T, KS>(accP, sst, st + cfg::oQ, cfg::KQ);                     /* Qs^T */
+            fqla_wg_commit();
             float fo[16];
-            if constexpr (overlap) {
-                /* Qs^T, then G5 behind it: the scaling and G6's issue below
-                 * run while G5 does */
-                fqla_chain::g2_ss_issue<T, KS>(accP, sst, st + cfg::oQ, cfg::KQ); /* Qs^T */
-                fqla_wg_commit();
-                fqla_chain::g5_issue<T, KD>(S, vp, fqla_desc_mnmajor(st + cfg::oK, cfg::KQ), cfg::KQ); /* G5 */
-                fqla_wg_commit();
-                fqla_chain::load_out_factors(fo, fos, tq);
-                fqla_wg_wait<1>();
-            } else {
-                fqla_chain::g5_issue<T, KD>(S, vp, fqla_desc_mnmajor(st + cfg::oK, cfg::KQ), cfg::KQ); /* G5 */
-                fqla_chain::g2_ss_issue<T, KS>(accP, sst, st + cfg::oQ, cfg::KQ);                     /* Qs^T */
-                fqla_wg_commit();
-                fqla_chain::load_out_factors(fo, fos, tq);
-                fqla_wg_wait<0>();
-                fqla_reg_fence(S);
-            }
+            fqla_chain::load_out_factors(fo, fos, tq);
+            fqla_wg_wait<0>();
+            fqla_reg_fence(S);
             fqla_reg_fence(accP);
             /* O^T = Qs^T diag(o) + Vd^T Pg^T: the factors in fp32 first, as
              * output_tile applies them at K <= 128 */
@@ -518,21 +484,16 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
             if (tid == 0) fqla_mbar_arrive(&aim[a]); /* the Pg warpgroup may issue chunk c + FU_PG_AIM's Q K^T */
 #endif
             fqla_wg_wait<0>();
-            fqla_reg_fence(S);
             fqla_reg_fence(accP);
             FU_CLK(11, tid == 0);
             fqla_mbar_arrive(&empty[s]); /* the stage and */
             fqla_mbar_arrive(&pfree[a]); /* the slot are no longer read by this thread */
 
-            if constexpr (overlap) {
-                fqla_chain::pack_o<T>(opk, accP);
-            } else {
-                /* one staging tile: chunk c - 1's store (issued by store_out
-                 * during this chunk's G2) must have read it */
-                if (tid == 0) fqla_bulk_wait_read<0>();
-                fqla_named_sync(2 + cw, 128);
-                fqla_chain::output_tile<T, false>(Obuf, fo, nullptr, accP, warp, lane);
-            }
+            /* one staging tile: chunk c - 1's store (issued by store_out
+             * during this chunk's G2) must have read it */
+            if (tid == 0) fqla_bulk_wait_read<0>();
+            fqla_named_sync(2 + cw, 128);
+            fqla_chain::output_tile<T, false>(Obuf, fo, nullptr, accP, warp, lane);
         } else {
             uint32_t sf[KS][4];
             fqla_chain::pack_state<T>(sf, S);
@@ -596,7 +557,6 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
         }
         FU_CLK(12, tid == 0 && cw == 0);
     }
-    if (overlap && nch > 0) output_big();
     if (nch > 0) store_out(nch - 1);
     if (tid == 0) fqla_bulk_wait<0>(); /* the CTA's last stores are done before it exits */
 

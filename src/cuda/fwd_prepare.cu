@@ -121,16 +121,8 @@ struct prep_smem {
      * l2norm without Q), no staging tiles (Ag leaves from registers), the
      * K copy's mbarrier in KK's row padding: 57,344 bytes at group 4, four
      * CTAs per SM (docs/perf.md, session 24) */
-    __host__ __device__ static size_t bytes_lean(int group) { return region_lean + kk + (size_t)group * 2 * C * 4; }
-    /* LEAN's first region, X[HB], and its K tile's offset in it: at K <=
-     * 128 past Q's (unused) place, as the layout with Q has it; at K = 256
-     * at its start, where the 32 KB tile fits in X's 36 KB, so that the
-     * CTA takes ~56 KB (four per SM) and not the layout with Q's ~87 KB
-     * (docs/perf.md, session 26) */
-    static constexpr size_t region_lean = KD == 256 ? (xs > (size_t)C * KD * 2 ? xs : (size_t)C * KD * 2) : region0;
-    static constexpr size_t ks_lean = KD == 256 ? 0 : (size_t)C * LDQ * 2;
-    static_assert(region_lean >= ks_lean + (size_t)C * KD * 2 && region_lean % 1024 == 0 && ks_lean % 1024 == 0,
-                  "LEAN: the K tile (at Ks, 1024-aligned) within X's region");
+    __host__ __device__ static size_t bytes_lean(int group) { return region0 + kk + (size_t)group * 2 * C * 4; }
+    static_assert(region0 >= C * LDQ * 2 + (size_t)C * 128 * 2, "LEAN: the K tile (at Ks) within X's region");
     /* last: the K copies' mbarriers (two), PAIR's have flags (two) */
     static constexpr size_t misc = 32;
     /* the staging tiles (after the 512-byte rows rq, rk, gamma, beta) start
@@ -402,9 +394,9 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
      * in this kernel, so the dynamic base is the CTA's) */
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     T *Qs = reinterpret_cast<T *>(smem_raw);
-    T *Ks = LEAN ? reinterpret_cast<T *>(smem_raw + prep_smem<KD>::ks_lean) : Qs + C * LDQ;
+    T *Ks = Qs + C * LDQ;
     /* [NKK][64][LDF]; PAIR: from the start, over the K tiles */
-    float *KKall = reinterpret_cast<float *>(smem_raw + (PAIR ? 0 : LEAN ? prep_smem<KD>::region_lean : prep_smem<KD>::region0));
+    float *KKall = reinterpret_cast<float *>(smem_raw + (PAIR ? 0 : prep_smem<KD>::region0));
     /* [HB][64][LDF]: over Q and K, or PAIR: over KK */
     float *X = PAIR ? KKall : reinterpret_cast<float *>(smem_raw);
     /* PAIR: this half's K tile, at the start of its region */
@@ -943,7 +935,7 @@ cudaError_t launch_kd(const fqla_fwd_params &p, const CUtensorMap *tmK, const fq
     /* without Pg (the fused kernel forms it, K = 64, 128 or 256): no Q, no
      * Q K^T, K by TMA, Ag stored by TMA; at group 1 two chunks per CTA
      * (PAIR), except at K = 256, whose 32 KB K tile PAIR's 18 KB region per
-     * half cannot hold: LEAN there at every group (~56 KB, four CTAs per SM) */
+     * half cannot hold: LEAN there at every group (~87 KB, two CTAs per SM) */
     if (!p.Pg) {
         if (!fqla_fwd_fused_k(p.K) || p.l2norm || !tmK || !tmAg) return cudaErrorInvalidValue;
         if (p.K == 256) return launch<T, 256, PREC, false>(p, *tmK, *tmAg, stream);

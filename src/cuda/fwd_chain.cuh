@@ -362,6 +362,35 @@ __device__ __forceinline__ void g6_issue(float (&accP)[32], const uint32_t (&vd)
         fqla_wg<T>::template rs64<0>(accP, vd[kk], dPg + kk * FQLA_DESC_K16_KMAJOR, ACC || kk > 0);
 }
 
+/* G1 + G4 as one group, Vd^T = V^T Ag^T - U^T diag(u) Ag^T, from U^T's
+ * accumulators (accU) and the stage's (u_t, d_t): G4's operand formed,
+ * fenced and both issued (vtile: the stage's 64-column V tile, A MN-major) */
+template <typename T>
+__device__ __forceinline__ void g14_issue(float (&accVd)[32], const float *accU, const float2 *ud, int tq,
+                                          const unsigned char *vtile, uint64_t dAg)
+{
+    uint32_t wn[4][4];
+    g4_operand<T>(wn, accU, ud, tq);
+    fqla_reg_fence_u(wn);
+    fqla_wg_fence();
+    g1_issue<T>(accVd, fqla_desc_mnmajor(vtile, FQLA_FWD_CHUNK * 128), dAg);
+    g4_issue<T>(accVd, wn, dAg);
+    fqla_wg_commit();
+}
+
+/* G5's and G6's operands from Vd^T (g56_operands), fenced with S for the
+ * products that follow */
+template <typename T, int NS>
+__device__ __forceinline__ void g56_ready(uint32_t (&vd)[4][4], uint32_t (&vp)[4][4], const float (&accVd)[32],
+                                          const float2 *ud, int tq, float (&S)[NS])
+{
+    g56_operands<T>(vd, vp, accVd, ud, tq);
+    fqla_reg_fence(S);
+    fqla_reg_fence_u(vd);
+    fqla_reg_fence_u(vp);
+    fqla_wg_fence();
+}
+
 } // namespace fqla_chain
 
 #endif

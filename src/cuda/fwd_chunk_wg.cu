@@ -379,11 +379,7 @@ __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
 
         /* Vd (for G6) and Vp = Vd diag(d) (for G5) as A fragments */
         uint32_t vd[4][4], vp[4][4];
-        fqla_chain::g56_operands<T>(vd, vp, accVd, ud, tq);
-        fqla_reg_fence(S);
-        fqla_reg_fence_u(vd);
-        fqla_reg_fence_u(vp);
-        fqla_wg_fence();
+        fqla_chain::g56_ready<T>(vd, vp, accVd, ud, tq, S);
         /* G5 (the K tiles' atoms KB tiles apart) */
         fqla_chain::g5_issue<T, KD>(S, vp, fqla_desc_mnmajor(st + cfg::oK, cfg::KQ));
         fqla_wg_commit();

@@ -439,15 +439,8 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
             }
             FU_CLK(9, tid == 0);
             float accVd[32];
-            {   /* G1: Vd^T = V^T Ag^T, then G4: Vd^T += (-U^T diag(u)) Ag^T */
-                uint32_t wn[4][4];
-                fqla_chain::g4_operand<T>(wn, accU, ud, tq);
-                fqla_reg_fence_u(wn);
-                fqla_wg_fence();
-                fqla_chain::g1_issue<T>(accVd, fqla_desc_mnmajor(st + cfg::oV, TILE), dAg);
-                fqla_chain::g4_issue<T>(accVd, wn, dAg);
-                fqla_wg_commit();
-            }
+            /* G1: Vd^T = V^T Ag^T, then G4: Vd^T += (-U^T diag(u)) Ag^T */
+            fqla_chain::g14_issue<T>(accVd, accU, ud, tq, st + cfg::oV, dAg);
             {
                 const float eC = __expf(gC);
 #pragma unroll
@@ -460,11 +453,7 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
             /* G5 on the registers, and Qs^T = S^T Q^T on the staged copy
              * (the entering state) into G6's accumulators */
             uint32_t vd[4][4], vp[4][4];
-            fqla_chain::g56_operands<T>(vd, vp, accVd, ud, tq);
-            fqla_reg_fence(S);
-            fqla_reg_fence_u(vd);
-            fqla_reg_fence_u(vp);
-            fqla_wg_fence();
+            fqla_chain::g56_ready<T>(vd, vp, accVd, ud, tq, S);
             fqla_chain::g5_issue<T, KD>(S, vp, fqla_desc_mnmajor(st + cfg::oK, cfg::KQ), cfg::KQ); /* G5 */
             fqla_chain::g2_ss_issue<T, KS>(accP, sst, st + cfg::oQ, cfg::KQ);                     /* Qs^T */
             fqla_wg_commit();
@@ -508,18 +497,11 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
             fqla_wg_wait<0>();
             fqla_reg_fence(accUQ);
             FU_CLK(9, tid == 0 && cw == 0);
-            {   /* G1: Vd^T = V^T Ag^T, then G4: Vd^T += (-U^T diag(u)) Ag^T */
-                uint32_t wn[4][4];
-                fqla_chain::g4_operand<T>(wn, accUQ, ud, tq);
-                fqla_reg_fence_u(wn);
-                fqla_wg_fence();
-                fqla_chain::g1_issue<T>(accVd, fqla_desc_mnmajor(st + cfg::oV + cw * TILE, TILE), dAg);
-                fqla_chain::g4_issue<T>(accVd, wn, dAg);
-                fqla_wg_commit();
-            }
+            /* G1: Vd^T = V^T Ag^T, then G4: Vd^T += (-U^T diag(u)) Ag^T */
+            fqla_chain::g14_issue<T>(accVd, accUQ, ud, tq, st + cfg::oV + cw * TILE, dAg);
             {
                 const float eC = __expf(gC);
-    #pragma unroll
+#pragma unroll
                 for (int i = 0; i < NS; i++) S[i] *= eC;
             }
             fqla_wg_wait<0>();
@@ -527,19 +509,15 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
             FU_CLK(10, tid == 0 && cw == 0);
 
             uint32_t vd[4][4], vp[4][4];
-            fqla_chain::g56_operands<T>(vd, vp, accVd, ud, tq);
-            fqla_reg_fence(S);
-            fqla_reg_fence_u(vd);
-            fqla_reg_fence_u(vp);
-            fqla_wg_fence();
+            fqla_chain::g56_ready<T>(vd, vp, accVd, ud, tq, S);
             fqla_chain::g5_issue<T, KD>(S, vp, fqla_desc_mnmajor(st + cfg::oK, cfg::KQ)); /* G5 */
             fqla_wg_commit();
             float accP[32];
             fqla_chain::g6_issue<T>(accP, vd, fqla_desc_kmajor(sl + cfg::sPg)); /* G6 */
             fqla_wg_commit();
-    #if FU_PG_AIM
+#if FU_PG_AIM
             if (tid == 0) fqla_mbar_arrive(&aim[a]); /* the Pg warpgroup may issue chunk c + FU_PG_AIM's Q K^T */
-    #endif
+#endif
             float fo[16];
             fqla_chain::load_out_factors(fo, fos, tq);
             fqla_wg_wait<0>();

@@ -165,20 +165,21 @@ def parse_seqlens(label):
     return [int(a)] * int(b)
 
 
-def make_inputs(hq, hv, lens, seed=0, D=128):
+def make_inputs(hq, hv, lens, seed=0, D=128, DV=None):
+    DV = DV or D
     gen = torch.Generator(device="cuda").manual_seed(seed)
     T = sum(lens)
     dev = "cuda"
     q = torch.nn.functional.normalize(torch.randn(1, T, hq, D, device=dev, generator=gen), dim=-1).bfloat16()
     k = torch.nn.functional.normalize(torch.randn(1, T, hq, D, device=dev, generator=gen), dim=-1).bfloat16()
-    v = torch.randn(1, T, hv, D, device=dev, generator=gen).bfloat16()
+    v = torch.randn(1, T, hv, DV, device=dev, generator=gen).bfloat16()
     g = torch.nn.functional.logsigmoid(torch.randn(1, T, hv, device=dev, generator=gen)) / 16
     gated = torch.randperm(hv, device=dev, generator=gen)[: math.ceil(0.75 * hv)]
     mask = torch.zeros(hv, device=dev)
     mask[gated] = 1
     g = (g * mask).float().contiguous()
     beta = torch.sigmoid(torch.randn(1, T, hv, device=dev, generator=gen)).float()
-    h0 = torch.randn(len(lens), hv, D, D, device=dev, generator=gen).float()
+    h0 = torch.randn(len(lens), hv, D, DV, device=dev, generator=gen).float()
     cu_host = [0]
     for L in lens:
         cu_host.append(cu_host[-1] + L)
@@ -377,9 +378,18 @@ def main():
     ap.add_argument("--head-dim", type=int, default=128, choices=(64, 128, 256),
                     help="K = V of every row (default 128, the anchors'); at 64 or 256 the rows are timed against "
                          "FLA only (no anchors) and recorded as 'MODEL K64' / 'MODEL K256'")
+    ap.add_argument("--value-dim", type=int, default=0, choices=(0, 64, 128, 256, 512),
+                    help="V of every row where it differs from K (default 0: V = K), e.g. 512 with --head-dim "
+                         "256, FLA's default GatedDeltaNet layer; recorded as 'MODEL K256 V512', against FLA only")
     ap.add_argument("--quick", action="store_true",
                     help="six rows spread over the table (the same as `flashqla bench --quick`): a few minutes")
     a = ap.parse_args()
+    if a.value_dim == a.head_dim:
+        a.value_dim = 0
+    # rows away from the anchors' K = V = 128 carry their dims in the label
+    dims_label = ("" if a.head_dim == 128 else "K%d" % a.head_dim)
+    if a.value_dim:
+        dims_label = ("K%d V%d" % (a.head_dim, a.value_dim))
     if a.quick and not a.rows:
         a.rows = ",".join(QUICK_ROWS)
 
@@ -456,18 +466,18 @@ def main():
                                                        "adv_fq", "adv_best", "o_rel", "ht_rel"))
     for ri, (model, hq, hv, sl) in enumerate(rows):
         lens = parse_seqlens(sl)
-        q, k, v, g, beta, h0, cu, cu_host = make_inputs(hq, hv, lens, D=a.head_dim)
+        q, k, v, g, beta, h0, cu, cu_host = make_inputs(hq, hv, lens, D=a.head_dim, DV=a.value_dim)
         o = torch.empty_like(v)
         ht = torch.empty_like(h0)
         scale = a.head_dim ** -0.5
-        label = model if a.head_dim == 128 else "%s K%d" % (model, a.head_dim)
+        label = model if not dims_label else "%s %s" % (model, dims_label)
         fla_ms = float("nan")
         res = None
         if fla_fwd is not None and a.fla_tune == "table" and model not in fla_tuned:
             fla_tuned.add(model)
             fhq, fhv, fsl = first_row.get(model, (hq, hv, sl))
             if fsl != sl:  # else this row's own first call tunes
-                t_in = make_inputs(fhq, fhv, parse_seqlens(fsl), D=a.head_dim)
+                t_in = make_inputs(fhq, fhv, parse_seqlens(fsl), D=a.head_dim, DV=a.value_dim)
                 fla_fwd(*t_in[:5], a.head_dim ** -0.5, t_in[5], True, cu_seqlens=t_in[6])
                 torch.cuda.synchronize()
                 del t_in
@@ -512,7 +522,7 @@ def main():
                 x = fla_ms / ms
                 if not math.isnan(x):
                     x_fla.setdefault(tag, []).append(x)
-                an = anchors.get((model, sl)) if a.head_dim == 128 else None
+                an = anchors.get((model, sl)) if not dims_label else None
                 af = ab = float("nan")
                 if an is not None and not math.isnan(x):
                     pub = float(an["fla_ms"])
@@ -570,10 +580,10 @@ def main():
     for tag in adv_fq:
         print("fwd rows=%d geomean_adv_flashqla=%.2f geomean_adv_best=%.2f min_adv_best=%.2f geomean_x_fla=%.2f %s" %
               (len(adv_fq[tag]), gm(adv_fq[tag]), gm(adv_best[tag]), min(adv_best[tag]), gm(x_fla[tag]), tag))
-    for tag in x_fla:  # rows without anchors (--head-dim 64 / 256): the speedup over FLA only
+    for tag in x_fla:  # rows without anchors (--head-dim 64 / 256, --value-dim): the speedup over FLA only
         if tag not in adv_fq:
-            print("fwd rows=%d head_dim=%d geomean_x_fla=%.2f min_x_fla=%.2f %s" %
-                  (len(x_fla[tag]), a.head_dim, gm(x_fla[tag]), min(x_fla[tag]), tag))
+            print("fwd rows=%d head_dim=%d value_dim=%d geomean_x_fla=%.2f min_x_fla=%.2f %s" %
+                  (len(x_fla[tag]), a.head_dim, a.value_dim or a.head_dim, gm(x_fla[tag]), min(x_fla[tag]), tag))
 
 
 if __name__ == "__main__":

@@ -17,12 +17,15 @@ one run only).
 Advantages as BENCHMARKS.md defines them, at the FLA time measured in the
 same run: adv_A = (fla_now / ours) / (fla_pub / A_pub); best = the smaller
 of FlashQLA's and FlashInfer's. With several rows for one (commit, row),
-the last counts.
+the last counts. Rows at other head dims (bench_fwd.py --head-dim /
+--value-dim: 'MODEL K64', 'MODEL K256 V512') have no anchors: they get one
+line per commit and dims, the geomean and minimum speedup over FLA.
 """
 import argparse
 import csv
 import math
 import os
+import re
 
 UNIFORM = {"8192x4", "4096x8", "2048x4", "1024x8"}
 
@@ -47,10 +50,15 @@ def main():
         if r["op"] != "fwd":
             continue
         anchors[(r["model"], r["seqlens"])] = (float(r["fla_ms"]), float(r["flashqla_ms"]), float(r["flashinfer_ms"]))
-    runs = {}
+    runs, other_dims = {}, {}
     for r in csv.DictReader(open(a.results)):
         key = (r["model"], r["seqlens"])
-        if key not in anchors or r["fla_ms"] in ("", "nan"):
+        if r["fla_ms"] in ("", "nan"):
+            continue
+        if key not in anchors:
+            m = re.search(r" (K\d+(?: V\d+)?)$", r["model"])
+            if m and r["op"] == "fwd":
+                other_dims.setdefault((r["commit"], m.group(1)), {})[key] = float(r["fla_ms"]) / float(r["flashqla_ms"])
             continue
         runs.setdefault(r["commit"], {})[key] = (float(r["flashqla_ms"]), float(r["fla_ms"]))
     want = [c for c in a.commits.split(",") if c] or sorted(runs)
@@ -73,6 +81,13 @@ def main():
             print("%-12s %-8s rows %3d  x_fla %.2f  adv_fq %.2f  adv_best %.2f  min %.2f  rows>=1 %d" % (
                 c, g, len(recs), gmean([r[0] for r in recs]), gmean([r[1] for r in recs]), gmean(best), min(best),
                 sum(b >= 1 for b in best)))
+    for (c, dims), xs in sorted(other_dims.items()):
+        if c not in want and a.commits:
+            continue
+        print("%-12s %-8s rows %3d  x_fla %.2f  min %.2f" % (c, dims, len(xs), gmean(list(xs.values())), min(xs.values())))
+        if a.rows:
+            for (model, sl), x in sorted(xs.items()):
+                print("%-12s %-16s %-14s x_fla %.2f" % (c, model, sl, x))
 
 
 def pair(a):

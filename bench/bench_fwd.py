@@ -387,9 +387,9 @@ def main():
     if a.value_dim == a.head_dim:
         a.value_dim = 0
     # rows away from the anchors' K = V = 128 carry their dims in the label
-    dims_label = ("" if a.head_dim == 128 else "K%d" % a.head_dim)
+    dims_label = "" if a.head_dim == 128 else "K%d" % a.head_dim
     if a.value_dim:
-        dims_label = ("K%d V%d" % (a.head_dim, a.value_dim))
+        dims_label = "K%d V%d" % (a.head_dim, a.value_dim)
     if a.quick and not a.rows:
         a.rows = ",".join(QUICK_ROWS)
 

@@ -73,11 +73,12 @@ double g_tune_cp_mskip = -1.0;
 /* Consumer warpgroups per CTA of the wgmma chunk kernel. Two (one CTA per
  * 128 value columns, sharing the K, Q, Ag, Pg tiles) run a CTA ~1.4x longer
  * than one does (measured on the H200, docs/perf.md v4) but halve the CTAs;
- * either way one CTA fits on an SM. Pick the one with fewer waves x time. */
+ * either way one CTA fits on an SM. Pick the one with fewer waves x time.
+ * K = 256 has one: the fused kernel's only width there. */
 int pick_nwg(const fqla_context *ctx, const fqla_problem *p, int64_t rows)
 {
     if (g_tune_nwg == 1 || g_tune_nwg == 2) return (g_tune_nwg == 2 && p->V % 128 == 0) ? 2 : 1;
-    if (p->V % 128 != 0) return 1;
+    if (p->V % 128 != 0 || p->K == 256) return 1;
     const int64_t sms = ctx->info.sm_count > 0 ? ctx->info.sm_count : 132;
     const int64_t ctas2 = rows * p->HV * (p->V / 128);
     const int64_t waves1 = (2 * ctas2 + sms - 1) / sms, waves2 = (ctas2 + sms - 1) / sms;
@@ -100,10 +101,9 @@ int pick_nwg(const fqla_context *ctx, const fqla_problem *p, int64_t rows)
  *   holding every token. */
 int pick_fused(const fqla_context *ctx, const fqla_problem *p)
 {
-    /* K = 256: the fused kernel (one chain warpgroup) wherever it covers
-     * the call; the two-kernel path there is the mma.sync chunk kernel
-     * (docs/perf.md, session 26) */
-    if (p->K == 256) return 1;
+    /* K = 256: the fused kernel wherever it covers the call; the two-kernel
+     * path there is the mma.sync chunk kernel (docs/perf.md, session 26) */
+    if (p->K == 256) return pick_nwg(ctx, p, p->N);
     const int nwg = pick_nwg(ctx, p, p->N);
     if (nwg == 2) return 2;
     const int64_t *cu = p->cu_host; /* the validated host copy (varlen only) */

@@ -257,7 +257,8 @@ cudaError_t fqla_fwd_launch_prepare(const fqla_fwd_params &p, int io_bf16, int h
                                     const fqla_fwd_ag_maps *tmAg, cudaStream_t stream);
 cudaError_t fqla_fwd_launch_chunk(const fqla_fwd_params &p, int io_bf16, int bv, int late, cudaStream_t stream);
 /* The TMA kernels (fwd_tma.cu): fqla_fwd_tma_usable, 1 when p's shapes and
- * alignments suit their maps (K = 64, 128 or 256); fqla_fwd_wg_usable, the
+ * alignments suit their maps (K and V multiples of 64; the callers bound K
+ * further: fqla_fwd_fused_k); fqla_fwd_wg_usable, the
  * same for the wgmma chunk kernel (K = 64 or 128); the maps of q, k, v, Ag,
  * Pg (Pg only when p.Pg is set), 0 when one cannot be encoded. */
 int fqla_fwd_tma_usable(const fqla_fwd_params &p);

@@ -81,8 +81,7 @@ bool map_ag(fqla_fwd_ag_maps *m, int bf16, const fqla_fwd_params &p, bool store_
 
 int fqla_fwd_tma_usable(const fqla_fwd_params &p)
 {
-    if (p.K != 64 && p.K != 128 && p.K != 256) return 0;
-    if (p.V % 64 != 0) return 0;
+    if (p.K % 64 != 0 || p.V % 64 != 0) return 0; /* whole 64-column boxes */
     if (p.T > 0x7fffffffLL - 2 * FQLA_FWD_CHUNK || p.slots * p.HV * FQLA_FWD_CHUNK > 0x7fffffffLL) return 0;
     /* 16-byte rows for the TMA maps and the output's vector stores */
     if (((uintptr_t)p.o & 15) || (p.o_st % 8) || (p.o_sh % 8) || (p.o_sb % 8)) return 0;

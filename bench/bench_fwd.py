@@ -17,6 +17,8 @@ FlashQLA / FlashInfer anchors (bench/anchors_h200.csv).
     python3 bench/bench_fwd.py [--models 'TP8,TP1'] [--seqlens '1x32768,8192x4'] [--lib build/libflashqla.so]
     python3 bench/bench_fwd.py --rows '397B/122B TP1:1x32768,35B/9B/4B TP1:1x8192'
     python3 bench/bench_fwd.py --head-dim 256  (K = V = 256: the same rows against FLA only)
+    python3 bench/bench_fwd.py --l2norm        (raw q/k normalised in the kernels: use_qk_l2norm
+                                                and FLA's use_qk_l2norm_in_kernel; FLA only)
 
 Several builds and kernel variants in one process, on the same inputs and
 against the same FLA timing, in reverse order on every other row: --lib 'new=build/libflashqla.so,v2=old/libflashqla.so'
@@ -135,9 +137,10 @@ class Lib:
 class FqlaFwd:
     """One configured flashqla forward call (args, workspace) over fixed tensors."""
 
-    def __init__(self, lib, q, k, v, g, beta, h0, cu, cu_host, o, ht):
+    def __init__(self, lib, q, k, v, g, beta, h0, cu, cu_host, o, ht, l2norm=False):
         self.lib = lib
         a = FwdArgs()
+        a.opt.use_qk_l2norm = int(l2norm)
         a.q, a.k, a.v, a.g, a.beta = desc(q), desc(k), desc(v), desc(g), desc(beta)
         a.initial_state, a.o, a.final_state = desc(h0), desc(o), desc(ht)
         if cu is not None:
@@ -165,13 +168,15 @@ def parse_seqlens(label):
     return [int(a)] * int(b)
 
 
-def make_inputs(hq, hv, lens, seed=0, D=128, DV=None):
+def make_inputs(hq, hv, lens, seed=0, D=128, DV=None, l2norm=False):
+    """BENCHMARKS.md's inputs; l2norm: q and k left raw (randn), for the kernels to normalise."""
     DV = DV or D
     gen = torch.Generator(device="cuda").manual_seed(seed)
     T = sum(lens)
     dev = "cuda"
-    q = torch.nn.functional.normalize(torch.randn(1, T, hq, D, device=dev, generator=gen), dim=-1).bfloat16()
-    k = torch.nn.functional.normalize(torch.randn(1, T, hq, D, device=dev, generator=gen), dim=-1).bfloat16()
+    unit = (lambda x: x) if l2norm else (lambda x: torch.nn.functional.normalize(x, dim=-1))
+    q = unit(torch.randn(1, T, hq, D, device=dev, generator=gen)).bfloat16()
+    k = unit(torch.randn(1, T, hq, D, device=dev, generator=gen)).bfloat16()
     v = torch.randn(1, T, hv, DV, device=dev, generator=gen).bfloat16()
     g = torch.nn.functional.logsigmoid(torch.randn(1, T, hv, device=dev, generator=gen)) / 16
     gated = torch.randperm(hv, device=dev, generator=gen)[: math.ceil(0.75 * hv)]
@@ -381,6 +386,9 @@ def main():
     ap.add_argument("--value-dim", type=int, default=0, choices=(0, 64, 128, 256, 512),
                     help="V of every row where it differs from K (default 0: V = K), e.g. 512 with --head-dim "
                          "256, FLA's default GatedDeltaNet layer; recorded as 'MODEL K256 V512', against FLA only")
+    ap.add_argument("--l2norm", action="store_true",
+                    help="raw q/k with the in-kernel l2norm (FLA: use_qk_l2norm_in_kernel's l2norm_fwd, timed with it);"
+                         " rows labelled 'MODEL l2norm', against FLA only")
     ap.add_argument("--quick", action="store_true",
                     help="six rows spread over the table (the same as `flashqla bench --quick`): a few minutes")
     a = ap.parse_args()
@@ -390,6 +398,8 @@ def main():
     dims_label = "" if a.head_dim == 128 else "K%d" % a.head_dim
     if a.value_dim:
         dims_label = "K%d V%d" % (a.head_dim, a.value_dim)
+    if a.l2norm:
+        dims_label = (dims_label + " l2norm").strip()
     if a.quick and not a.rows:
         a.rows = ",".join(QUICK_ROWS)
 
@@ -420,6 +430,12 @@ def main():
         if a.fla_tune == "table":
             os.environ["FLA_CACHE_RESULTS"] = "0"  # read when fla is imported
         from fla.ops.gated_delta_rule.chunk import chunk_gated_delta_rule_fwd as fla_fwd
+        if a.l2norm:  # what chunk_gated_delta_rule does with use_qk_l2norm_in_kernel before its forward
+            from fla.modules.l2norm import l2norm_fwd
+            fla_core = fla_fwd
+
+            def fla_fwd(q, k, *rest, **kw):
+                return fla_core(l2norm_fwd(q)[0], l2norm_fwd(k)[0], *rest, **kw)
     # the first anchor row of each head config: where FLA tunes (--fla-tune table)
     first_row = {}
     for (model, sl), r in anchors.items():
@@ -466,7 +482,7 @@ def main():
                                                        "adv_fq", "adv_best", "o_rel", "ht_rel"))
     for ri, (model, hq, hv, sl) in enumerate(rows):
         lens = parse_seqlens(sl)
-        q, k, v, g, beta, h0, cu, cu_host = make_inputs(hq, hv, lens, D=a.head_dim, DV=a.value_dim)
+        q, k, v, g, beta, h0, cu, cu_host = make_inputs(hq, hv, lens, D=a.head_dim, DV=a.value_dim, l2norm=a.l2norm)
         o = torch.empty_like(v)
         ht = torch.empty_like(h0)
         scale = a.head_dim ** -0.5
@@ -477,7 +493,7 @@ def main():
             fla_tuned.add(model)
             fhq, fhv, fsl = first_row.get(model, (hq, hv, sl))
             if fsl != sl:  # else this row's own first call tunes
-                t_in = make_inputs(fhq, fhv, parse_seqlens(fsl), D=a.head_dim, DV=a.value_dim)
+                t_in = make_inputs(fhq, fhv, parse_seqlens(fsl), D=a.head_dim, DV=a.value_dim, l2norm=a.l2norm)
                 fla_fwd(*t_in[:5], a.head_dim ** -0.5, t_in[5], True, cu_seqlens=t_in[6])
                 torch.cuda.synchronize()
                 del t_in
@@ -511,7 +527,7 @@ def main():
                     lib.tune_pdl(C.c_int(var[7] if var and len(var) >= 8 else -1))
                 if lib.tune_mskip:
                     lib.tune_mskip(var[8] / 100.0 if var and len(var) >= 9 else -1.0)  # < 0: the default
-                ours = FqlaFwd(lib, q, k, v, g, beta, h0, cu, cu_host, o, ht)
+                ours = FqlaFwd(lib, q, k, v, g, beta, h0, cu, cu_host, o, ht, l2norm=a.l2norm)
                 ours()
                 torch.cuda.synchronize()
                 o_rel = ht_rel = float("nan")

@@ -24,7 +24,7 @@
 #include <string.h>
 
 #define CASES(X)                                                                                 \
-    X(fwd_lengths) X(fwd_varlen) X(fwd_varlen_i64_zero_len) X(fwd_fused_waves) X(fwd_trailing_rows) X(fwd_gva)       \
+    X(fwd_lengths) X(fwd_varlen) X(fwd_varlen_i64_zero_len) X(fwd_fused_waves) X(fwd_fused_l2norm) X(fwd_trailing_rows) X(fwd_gva)       \
     X(fwd_many_heads) X(fwd_many_sequences) X(fwd_head_dims) X(fwd_fp16) X(fwd_options) X(fwd_v_first_bf16_state) X(fwd_decay_extremes) \
     X(fwd_variants) X(fwd_chunk_kernels) X(fwd_context_parallel) X(fwd_robustness) X(fwd_graph_replay) X(fwd_not_supported)
 
@@ -557,12 +557,12 @@ static void fwd_varlen_i64_zero_len(void)
 }
 
 /* After a call with the fused kernel forced at nwg chain warpgroups: where
- * that kernel covers s (K = 64 or 128, or 256 with one chain warpgroup; no
- * l2norm; 64 nwg divides V), the call must have run it, not a fallback
+ * that kernel covers s (K = 64 or 128, or 256 with one chain warpgroup; 64
+ * nwg divides V), the call must have run it, not a fallback
  * (fqla_cuda_fwd_last_route). */
 static void check_ran_fused(const spec *s, int nwg, const char *what)
 {
-    if ((s->K == 64 || s->K == 128 || (s->K == 256 && nwg == 1)) && !s->l2norm && s->V % (64 * nwg) == 0)
+    if ((s->K == 64 || s->K == 128 || (s->K == 256 && nwg == 1)) && s->V % (64 * nwg) == 0)
         CHECK((fqla_cuda_fwd_last_route() & 7) == 1, "%s: ran route %d, not the fused kernel", what,
               fqla_cuda_fwd_last_route());
 }
@@ -625,6 +625,47 @@ static void fwd_fused_waves(void)
                              "K=V=256 group 1 varlen 6 x 3-4 chunks + host copy",
                              "K=256 V=512 fp16 group 2 B=3 T=300"};
     for (int i = 0; i < NW; i++) {
+        prob p;
+        prob_init(&p, &s[i]);
+        upload_all(&p);
+        run_ref(&p);
+        check_prob_fused(&p, names[i]);
+        prob_free(&p);
+    }
+}
+
+/* The in-kernel l2norm on the fused path: the prepare kernel without Q
+ * forms rk from its K tile and scales K K^T by it (PAIR at group 1, LEAN
+ * at groups 2-4 and at K = 256), the fused kernel's Pg warpgroup forms rq
+ * from its Q tile. Raw randn keys and queries (not unit rows), so a
+ * missing or misplaced factor shows at once: group 1 varlen with partial
+ * chunks and a CTA half past a sequence's end, group 2 with a partial last
+ * chunk, K = 64 at group 4 with the in-kernel gate and beta sigmoid,
+ * K = 256 at group 1 varlen, and K = 256, V = 512 in fp16 at group 2;
+ * each forced on the fused kernel with two and one chain warpgroups (K =
+ * 256 at two falls back to the two kernels, which must pass too). */
+static void fwd_fused_l2norm(void)
+{
+    const int64_t cu[] = {0, 200, 400, 590, 800, 1000, 1230};
+    enum { NL = 5 };
+    spec s[NL];
+    s[0] = base_spec(1, 1230, 8, 8, 128);
+    set_cu(&s[0], cu, 7);
+    s[0].cu_host = 1;
+    s[1] = base_spec(3, 300, 4, 8, 128);
+    s[2] = base_spec(2, 200, 2, 8, 64);
+    s[2].gate_in = s[2].beta_sig = 1;
+    s[3] = base_spec(1, 1230, 2, 2, 256);
+    set_cu(&s[3], cu, 7);
+    s[3].cu_host = 1;
+    s[4] = base_spec(2, 150, 2, 4, 256);
+    s[4].V = 512;
+    s[4].io = FQLA_DTYPE_F16;
+    const char *names[NL] = {"l2norm group 1 varlen 6 x 3-4 chunks + host copy", "l2norm group 2 B=3 T=300",
+                             "l2norm + gate + beta sigmoid K=V=64 group 4 B=2 T=200",
+                             "l2norm K=V=256 group 1 varlen + host copy", "l2norm K=256 V=512 fp16 group 2 B=2 T=150"};
+    for (int i = 0; i < NL; i++) {
+        s[i].l2norm = 1;
         prob p;
         prob_init(&p, &s[i]);
         upload_all(&p);

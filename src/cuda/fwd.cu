@@ -2,10 +2,11 @@
  * fwd.cu - the CUDA forward's entry points (declared in cuda_backend.h):
  * what the kernels cover, the exact workspace, and the launches on the
  * caller's stream:
- * - where K is 64, 128 or 256, there is no l2norm and the rows suit TMA (the
- *   default where pick_fused says it pays): the prepare kernel without Q
- *   (fwd_prepare.cu: gamma, Ag), then the kernel that forms Pg beside the
- *   chain (fwd_fused.cu), with one or two chain warpgroups per CTA;
+ * - where K is 64, 128 or 256 and the rows suit TMA (the default where
+ *   pick_fused says it pays): the prepare kernel without Q (fwd_prepare.cu:
+ *   gamma, Ag, and rk with the in-kernel l2norm), then the kernel that forms
+ *   Pg beside the chain (fwd_fused.cu), with one or two chain warpgroups per
+ *   CTA;
  * - else the two-kernel path: the prepare kernel with Q (also Pg), then the
  *   chunk kernel: fwd_chunk_wg.cu on TMA + wgmma where K is 64 or 128, V a
  *   multiple of 64 and the rows 16-byte aligned, else fwd_chunk.cu on
@@ -163,10 +164,10 @@ int64_t plan_cp(const fqla_context *ctx, const fqla_problem *p)
     q.cu_host = p->cu_host;
     q.sms = ctx->info.sm_count > 0 ? ctx->info.sm_count : 132;
     /* CP's main pass is the fused kernel (its prepare kernel without Q)
-     * where that covers the call (K = 64 or 128, no l2norm: run_cp and
+     * where that covers the call (K = 64 or 128: run_cp and
      * fqla_fwd_fused_usable; the TMA alignments are assumed); without
      * CP, pick_fused's route */
-    const int cp_fused = fqla_fwd_fused_k(p->K) && !p->opt.use_qk_l2norm && g_tune_wg != 1;
+    const int cp_fused = fqla_fwd_fused_k(p->K) && g_tune_wg != 1;
     q.prep_saving = cp_fused && !(g_tune_wg == 2 || (g_tune_wg == -1 && pick_fused(ctx, p)));
     /* The share of transitions the shortcut is expected to leave out
      * (none when it is off); it only decides whether CP runs, not L

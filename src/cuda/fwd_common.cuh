@@ -278,10 +278,10 @@ int fqla_fwd_map_ag_store(const fqla_fwd_params &p, int io_bf16, fqla_fwd_ag_map
 cudaError_t fqla_fwd_launch_chunk_wg(const fqla_fwd_params &p, int io_bf16, int nwg, cudaStream_t stream, int *used);
 /* The path that forms Pg beside the chain (fwd_fused.cu) with nwg chain
  * warpgroups per CTA (1 or 2, 64 value columns each): 1 when it covers p
- * (K = 64 or 128, or 256 at nwg = 1; V a multiple of 64 nwg, no l2norm,
- * the TMA kernels' alignments; with CP the main pass, cp_mode 2). The
- * launcher enqueues the parts asked for: the prepare kernel without Q
- * (gamma and Ag only; hb as fqla_fwd_launch_prepare's), then the
+ * (K = 64 or 128, or 256 at nwg = 1; V a multiple of 64 nwg; the TMA
+ * kernels' alignments; with CP the main pass, cp_mode 2). The launcher
+ * enqueues the parts asked for: the prepare kernel without Q (gamma and
+ * Ag, and rk with the in-kernel l2norm; hb as fqla_fwd_launch_prepare's), then the
  * sequential kernel with its Pg warpgroup; or it sets *used to 0 and
  * launches nothing when p is not covered or the maps cannot be encoded. */
 enum { FQLA_FUSED_PREPARE = 1, FQLA_FUSED_CHAIN = 2 };

@@ -42,8 +42,12 @@
  * Qs^T is formed beside G5, scaled by the output factors in G6's
  * accumulators, and G6 adds P^T to it (docs/perf.md, session 26).
  *
- * Covered: K = 64, 128 or 256 (NWG = 1), V a multiple of 64 NWG, bf16 / fp16, no l2norm
- * (fqla_fwd_fused_usable); everything else runs the two kernels. With CP
+ * Covered: K = 64, 128 or 256 (NWG = 1), V a multiple of 64 NWG, bf16 / fp16
+ * (fqla_fwd_fused_usable); everything else runs the two kernels. With the
+ * in-kernel l2norm (L2N) the prepare kernel writes rk (and scales K K^T by
+ * it), the Pg warpgroup forms rq from the stage's Q tile while its Q K^T
+ * runs, and both enter Pg and the chain's token factors; the chain itself
+ * is unchanged. With CP
  * this kernel is the main pass over segments (cp_mode 2: fqla_fwd_span,
  * start states from the scan), after the prepare kernel without Q and the
  * state-only pre-pass of fwd_chunk_wg.cu, which reads only Ag and gamma.
@@ -100,6 +104,9 @@ struct fu_cfg {
     static constexpr uint32_t oGam = oAg + TILE;
     static constexpr uint32_t tx = oGam + 256; /* bytes copied per stage */
     static constexpr uint32_t stage = (tx + 1023) / 1024 * 1024;
+    /* with the in-kernel l2norm, rk[64] after gamma (256 bytes more) */
+    static constexpr uint32_t oRk = oGam + 256;
+    static_assert(oRk + 256 <= stage, "rk within the stage");
     static constexpr int QST = BIG ? 2 : 3;
     /* Pg slot: the tile, (u_t, d_t)[64], o_t[64] */
     static constexpr uint32_t sPg = 0, sFac = TILE;
@@ -162,7 +169,7 @@ __device__ unsigned long long g_fused_clk[16];
 #define FU_CLK(i, on)
 #endif
 
-template <typename T, int KD, int NWG_>
+template <typename T, int KD, int NWG_, bool L2N>
 __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
     fwd_fused_kernel(const __grid_constant__ fqla_fwd_params p, const __grid_constant__ CUtensorMap tmQ,
                      const __grid_constant__ CUtensorMap tmK, const __grid_constant__ CUtensorMap tmV,
@@ -233,7 +240,7 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
                 const int s = c % cfg::QST;
                 fqla_mbar_wait(&empty[s], ((uint32_t)(c / cfg::QST) & 1) ^ 1);
                 unsigned char *st = sm + s * cfg::stage;
-                fqla_mbar_arrive_tx(&full[s], cfg::tx);
+                fqla_mbar_arrive_tx(&full[s], cfg::tx + (L2N ? 256u : 0u));
                 const int t = start + c * C;
 #pragma unroll
                 for (int kb = 0; kb < cfg::KB; kb++) {
@@ -259,6 +266,8 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
                 const int64_t sh = (slot0 + c) * p.HV + hv;
                 fqla_fwd_load_ag(st + cfg::oAg, tmA, &full[s], sh);
                 fqla_bulk_load(st + cfg::oGam, p.gam + sh * C, 256, &full[s]);
+                if constexpr (L2N) /* the prepare kernel's rk (the q/k head's) */
+                    fqla_bulk_load(st + cfg::oRk, p.rk + ((slot0 + c) * p.H + hq) * C, 256, &full[s]);
             }
         }
         FU_TL(2, threadIdx.x == 0);
@@ -313,12 +322,25 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
                 mma::template ss64<0, 0>(accQK, dQ, dK, kk > 0);
             }
             fqla_wg_commit();
+            /* l2norm: rq of this warp's 16 rows (two lanes per row) from the
+             * Q tile while Q K^T runs; rk came with the stage */
+            float rq = 1.f;
+            if constexpr (L2N) rq = fqla_row_rnorm<T, KD>(st + cfg::oQ, cfg::KQ, 16 * warp + (lane >> 1), lane & 1);
             /* the slot: the chain is done with chunk c - 2 */
             fqla_mbar_wait(&pfree[a], aph ^ 1);
             FU_CLK(1, tid == 0);
             const float *gam = reinterpret_cast<const float *>(st + cfg::oGam);
-            if (warp == 0) {
-                /* the chain's token factors (no l2norm on this path) */
+            const float *rks = reinterpret_cast<const float *>(st + cfg::oRk); /* (L2N) */
+            if constexpr (L2N) {
+                /* the chain's token factors: each warp its rows' */
+                if (!(lane & 1)) {
+                    const int t = 16 * warp + (lane >> 1);
+                    fqla_chain::token_factors(reinterpret_cast<float2 *>(sl + cfg::sFac),
+                                              reinterpret_cast<float *>(sl + cfg::sFac + 512), gam, t, gam[C - 1],
+                                              rq, rks[t], p.scale);
+                }
+            } else if (warp == 0) {
+                /* the chain's token factors (without l2norm) */
                 float2 *ud = reinterpret_cast<float2 *>(sl + cfg::sFac);
                 float *fo = reinterpret_cast<float *>(sl + cfg::sFac + 512);
                 const float gC = gam[C - 1];
@@ -330,11 +352,17 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
             FU_CLK(2, tid == 0);
 
             /* Pg = scale Gamma (.) tril(QK), this warp's 16 rows; rows and
-             * columns past the sequence end are zeros */
+             * columns past the sequence end are zeros. l2norm: QK's
+             * entries times rq_i rk_j */
             {
                 constexpr float L2E = 1.4426950408889634f;
                 const int r0 = 16 * warp + g;
                 const float gi[2] = {gam[r0] * L2E, gam[r0 + 8] * L2E};
+                float rqr[2] = {1.f, 1.f}; /* rows r0, r0 + 8: lanes 2 g, 2 g + 16 */
+                if constexpr (L2N) {
+                    rqr[0] = __shfl_sync(0xffffffffu, rq, 2 * g);
+                    rqr[1] = __shfl_sync(0xffffffffu, rq, 2 * g + 16);
+                }
 #pragma unroll
                 for (int j2 = 0; j2 < 4; j2++) {
                     uint32_t r[4];
@@ -345,6 +373,11 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
                         const bool rok = row < nvalid;
                         float v0 = p.scale * accQK[4 * j + 2 * h] * fqla_ex2(gi[h] - gc.x * L2E);
                         float v1 = p.scale * accQK[4 * j + 2 * h + 1] * fqla_ex2(gi[h] - gc.y * L2E);
+                        if constexpr (L2N) {
+                            const float2 rc = *reinterpret_cast<const float2 *>(rks + col);
+                            v0 *= rqr[h] * rc.x;
+                            v1 *= rqr[h] * rc.y;
+                        }
                         v0 = rok && col <= row && col < nvalid ? v0 : 0.f;
                         v1 = rok && col + 1 <= row && col + 1 < nvalid ? v1 : 0.f;
                         r[m] = io::pack(v0, v1);
@@ -563,7 +596,7 @@ extern "C" int fqla_cuda_debug_fused_clocks(unsigned long long out[16])
 namespace {
 #endif
 
-template <typename T, int KD, int NWG>
+template <typename T, int KD, int NWG, bool L2N>
 cudaError_t launch(const fqla_fwd_params &p, int64_t chains, const CUtensorMap *maps, const fqla_fwd_ag_maps &ag,
                    cudaStream_t stream)
 {
@@ -573,34 +606,42 @@ cudaError_t launch(const fqla_fwd_params &p, int64_t chains, const CUtensorMap *
     cudaError_t err = cudaGetDevice(&dev);
     if (err != cudaSuccess) return err;
     if (dev < 0 || dev >= 64 || !configured[dev]) {
-        err = cudaFuncSetAttribute(fwd_fused_kernel<T, KD, NWG>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        err = cudaFuncSetAttribute(fwd_fused_kernel<T, KD, NWG, L2N>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    (int)cfg::bytes);
         if (err != cudaSuccess) return err;
         if (dev >= 0 && dev < 64) configured[dev] = 1;
     }
     /* (the prepare kernel zeroes the o rows after the last sequence) */
     dim3 grid((unsigned)chains, (unsigned)(p.V / (64 * NWG)));
-    return fqla_launch_pdl(fwd_fused_kernel<T, KD, NWG>, grid, dim3(cfg::THREADS), cfg::bytes, stream, p.pdl, p,
+    return fqla_launch_pdl(fwd_fused_kernel<T, KD, NWG, L2N>, grid, dim3(cfg::THREADS), cfg::bytes, stream, p.pdl, p,
                            maps[0], maps[1], maps[2], ag, maps[4]);
 }
 
-/* launch<T, KD, NWG> for the io dtype and K (64 or 128, or 256 at NWG = 1:
- * fqla_fwd_fused_usable) */
-template <int NWG>
-cudaError_t launch_io(int io_bf16, const fqla_fwd_params &p, int64_t chains, const CUtensorMap *maps,
+/* launch<T, KD, NWG, L2N> for the io dtype and K (64 or 128, or 256 at
+ * NWG = 1: fqla_fwd_fused_usable) */
+template <int NWG, bool L2N>
+cudaError_t launch_kd(int io_bf16, const fqla_fwd_params &p, int64_t chains, const CUtensorMap *maps,
                       const fqla_fwd_ag_maps &ag, cudaStream_t stream)
 {
     if (p.K == 256) {
         if constexpr (NWG == 1)
-            return io_bf16 ? launch<__nv_bfloat16, 256, 1>(p, chains, maps, ag, stream)
-                           : launch<__half, 256, 1>(p, chains, maps, ag, stream);
+            return io_bf16 ? launch<__nv_bfloat16, 256, 1, L2N>(p, chains, maps, ag, stream)
+                           : launch<__half, 256, 1, L2N>(p, chains, maps, ag, stream);
         return cudaErrorInvalidValue;
     }
     if (p.K == 64)
-        return io_bf16 ? launch<__nv_bfloat16, 64, NWG>(p, chains, maps, ag, stream)
-                       : launch<__half, 64, NWG>(p, chains, maps, ag, stream);
-    return io_bf16 ? launch<__nv_bfloat16, 128, NWG>(p, chains, maps, ag, stream)
-                   : launch<__half, 128, NWG>(p, chains, maps, ag, stream);
+        return io_bf16 ? launch<__nv_bfloat16, 64, NWG, L2N>(p, chains, maps, ag, stream)
+                       : launch<__half, 64, NWG, L2N>(p, chains, maps, ag, stream);
+    return io_bf16 ? launch<__nv_bfloat16, 128, NWG, L2N>(p, chains, maps, ag, stream)
+                   : launch<__half, 128, NWG, L2N>(p, chains, maps, ag, stream);
+}
+/* ... with the in-kernel l2norm's factors (L2N) or without */
+template <int NWG>
+cudaError_t launch_io(int io_bf16, const fqla_fwd_params &p, int64_t chains, const CUtensorMap *maps,
+                      const fqla_fwd_ag_maps &ag, cudaStream_t stream)
+{
+    return p.l2norm ? launch_kd<NWG, true>(io_bf16, p, chains, maps, ag, stream)
+                    : launch_kd<NWG, false>(io_bf16, p, chains, maps, ag, stream);
 }
 
 } // namespace
@@ -610,7 +651,7 @@ int fqla_fwd_fused_usable(const fqla_fwd_params &p, int nwg)
     /* CP: the main pass (cp_mode 2); its prepare kernel without Q writes
      * the negligible-transition shortcut's chunk flags (PAIR too, since
      * session 14) */
-    return (nwg == 1 || (nwg == 2 && p.K != 256)) && fqla_fwd_fused_k(p.K) && p.V % (64 * nwg) == 0 && !p.l2norm &&
+    return (nwg == 1 || (nwg == 2 && p.K != 256)) && fqla_fwd_fused_k(p.K) && p.V % (64 * nwg) == 0 &&
            p.cp_mode != 1 && fqla_fwd_tma_usable(p);
 }
 

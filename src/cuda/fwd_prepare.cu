@@ -59,7 +59,9 @@
  * (HB = 1, 2, 4 of v3) are gone: the batch is two heads in every build.
  *
  * Without Pg (p.Pg = NULL; K = 64, 128 or 256, the path where fwd_fused.cu forms Pg
- * itself): WQ = false, no Q copy, no Q K^T, no Pg; only gamma and Ag. At
+ * itself): WQ = false, no Q copy, no Q K^T, no Pg; only gamma and Ag, and
+ * with the in-kernel l2norm (L2N) rk, from the K tile, which also scales
+ * K K^T (fwd_fused.cu forms rq from its Q tile). At
  * group 1 it runs two chunk slots per CTA (PAIR, one per half of the warps,
  * each with its own region for K, KK and X, gamma and beta), so that step 4 has two
  * "heads" to work on instead of one (docs/perf.md, session 9). Session 10
@@ -117,12 +119,14 @@ struct prep_smem {
     __host__ __device__ static size_t bytes_pair() { return 2 * kk + 2 * C * 4 + 2 * 2 * C * 4 + stage + misc; }
     static_assert(kk % 1024 == 0 && kk >= (size_t)C * 128 * 2, "PAIR: a K tile (128-byte swizzle) in each kk region");
     /* LEAN (without Q at groups >= 2): X[HB] (the K tile lands in it
-     * first), KK, gamma and beta of the group's heads; no rq, rk (no
-     * l2norm without Q), no staging tiles (Ag leaves from registers), the
-     * K copy's mbarrier in KK's row padding: 57,344 bytes at group 4, four
-     * CTAs per SM (docs/perf.md, session 24) */
+     * first), KK, gamma and beta of the group's heads; no rq, rk arrays
+     * (with l2norm rk's 256 bytes go after the K tile), no staging tiles
+     * (Ag leaves from registers), the K copy's mbarrier in KK's row
+     * padding: 57,344 bytes at group 4, four CTAs per SM (docs/perf.md,
+     * session 24) */
     __host__ __device__ static size_t bytes_lean(int group) { return region0 + kk + (size_t)group * 2 * C * 4; }
     static_assert(region0 >= C * LDQ * 2 + (size_t)C * 128 * 2, "LEAN: the K tile (at Ks) within X's region");
+    static_assert(region0 >= C * LDQ * 2 + (size_t)C * KD * 2 + C * 4, "LEAN with l2norm: rk after the K tile");
     /* last: the K copies' mbarriers (two), PAIR's have flags (two) */
     static constexpr size_t misc = 32;
     /* the staging tiles (after the 512-byte rows rq, rk, gamma, beta) start
@@ -248,8 +252,8 @@ __device__ __forceinline__ void mm16(float (&acc)[2][4], const float *a, const f
  * kernel bound by its shared-memory pipe (docs/perf.md, session 10): each
  * warp loaded its own copies of the operands. OVER_K: KKd lies over the K
  * tile (PAIR). */
-template <typename T, int KD, bool OVER_K>
-__device__ __forceinline__ void kk_wgmma(const T *Ktile, float *KKd, int w, int lane, int bar)
+template <typename T, int KD, bool OVER_K, bool L2N = false>
+__device__ __forceinline__ void kk_wgmma(const T *Ktile, float *KKd, int w, int lane, int bar, const float *rk = nullptr)
 {
     float d[32];
     /* one descriptor, stepped by constants: 32 bytes per k-step in a box,
@@ -273,6 +277,14 @@ __device__ __forceinline__ void kk_wgmma(const T *Ktile, float *KKd, int w, int 
 #pragma unroll
     for (int j = 0; j < 8; j++) {
         if (j / 2 > w) break; /* blocks above the diagonal are not read */
+        if constexpr (L2N) { /* the normalised keys' K K^T: rk_i rk_j (K K^T)_ij */
+            const float ra = rk[16 * w + g], rb = rk[16 * w + g + 8];
+            const float2 rc = *reinterpret_cast<const float2 *>(rk + 8 * j + 2 * t);
+            d[4 * j] *= ra * rc.x;
+            d[4 * j + 1] *= ra * rc.y;
+            d[4 * j + 2] *= rb * rc.x;
+            d[4 * j + 3] *= rb * rc.y;
+        }
         float *dd = KKd + (16 * w + g) * LDF + 8 * j + 2 * t;
         *reinterpret_cast<float2 *>(dd) = make_float2(d[4 * j], d[4 * j + 1]);
         *reinterpret_cast<float2 *>(dd + 8 * LDF) = make_float2(d[4 * j + 2], d[4 * j + 3]);
@@ -371,7 +383,7 @@ __device__ __forceinline__ void store_tile_regs(T *dst, int pitch, int width, co
     }
 }
 
-template <typename T, int KD, int PREC, bool WQ, bool PAIR>
+template <typename T, int KD, int PREC, bool WQ, bool PAIR, bool L2N>
 __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
     fwd_prepare_kernel(const __grid_constant__ fqla_fwd_params p, const __grid_constant__ CUtensorMap tmK,
                        const __grid_constant__ fqla_fwd_ag_maps tmAg)
@@ -387,6 +399,8 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
      * of M only after the last level that reads it), so four CTAs fit on an
      * SM where three did. */
     static_assert(!PAIR || !WQ, "PAIR: without Q");
+    /* L2N: the in-kernel l2norm without Q (the kernels with Q read p.l2norm) */
+    static_assert(!L2N || !WQ, "L2N: without Q");
     /* LEAN: without Q at groups >= 2, four CTAs per SM (prep_smem::bytes_lean) */
     constexpr bool LEAN = !WQ && !PAIR;
     constexpr int NKK = PAIR ? 2 : 1;
@@ -550,8 +564,27 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
     }
     PR_CLK(2);
 
-    /* 2. l2norm factors: 128 row tasks (64 of Q, 64 of K), 16 per warp */
-    if (WQ && p.l2norm) { /* without Q: no l2norm (the host refuses it) */
+    /* 2. l2norm factors. Without Q (L2N) only rk, from the K tile, by the
+     * warpgroup that forms K K^T (two lanes per row), for its scaling there
+     * and for the fused kernel's chain (p.rk; it forms rq from its own Q
+     * tile). Its scratch: PAIR each half's rq / rk row, LEAN the 256 bytes
+     * after the K tile in X's region (dead until step 4 writes X). */
+    float *rk_l2n = nullptr;
+    if constexpr (L2N) {
+        rk_l2n = PAIR ? rqs + half * C : reinterpret_cast<float *>(Ks + C * KD);
+        if (PAIR || warp < 4) {
+            const int r = (tid & 127) >> 1;
+            const float f = fqla_row_rnorm<T, KD>(reinterpret_cast<const unsigned char *>(PAIR ? Kpair : Ks),
+                                                  64 * C * (uint32_t)sizeof(T), r, lane & 1);
+            if (!(lane & 1)) {
+                rk_l2n[r] = f;
+                if (have) p.rk[((size_t)slot * p.H + hq) * C + r] = f;
+            }
+            fqla_named_sync(1 + half, 128); /* the warpgroup's rk, for kk_wgmma */
+        }
+    }
+    /* with Q: 128 row tasks (64 of Q, 64 of K), 16 per warp */
+    if (WQ && p.l2norm) {
         for (int r = warp; r < 2 * C; r += 8) {
             const T *row = (r < C ? Qs + r * LDQ : Ks + (r - C) * LDQ);
             float ss = 0.f;
@@ -582,12 +615,13 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
      * stores of its blocks above it (warp-uniform): two warps have none. */
     const int mw = warp & 3, r0 = 16 * mw, n0 = (warp >> 2) * 32;
     if constexpr (!WQ) {
-        /* without Q (no l2norm, no Pg on this path): KK only, by wgmma.
-         * PAIR: each half (a warpgroup) its chunk's; else the first
-         * warpgroup (the barrier at step 4 waits for it) */
+        /* without Q (no Pg on this path): KK only, by wgmma, scaled by rk
+         * with L2N. PAIR: each half (a warpgroup) its chunk's; else the
+         * first warpgroup (the barrier at step 4 waits for it) */
         static_assert(KD == 64 || KD == 128 || KD == 256, "the fused path's K tile");
         if (PAIR || warp < 4)
-            kk_wgmma<T, KD, PAIR>(PAIR ? Kpair : Ks, PAIR ? KK + half * C * LDF : KK, mw, lane, 1 + half);
+            kk_wgmma<T, KD, PAIR, L2N>(PAIR ? Kpair : Ks, PAIR ? KK + half * C * LDF : KK, mw, lane, 1 + half,
+                                       rk_l2n);
     }
     if constexpr (WQ) {
         const T *Ksrc = Ks;
@@ -888,7 +922,7 @@ extern "C" int fqla_cuda_debug_prep_timeline(unsigned long long out[2 * PR_TL_CT
 namespace {
 #endif
 
-template <typename T, int KD, int PREC, bool WQ = true, bool PAIR = false>
+template <typename T, int KD, int PREC, bool WQ = true, bool PAIR = false, bool L2N = false>
 cudaError_t launch(const fqla_fwd_params &p, const CUtensorMap &tmK, const fqla_fwd_ag_maps &tmAg,
                    cudaStream_t stream)
 {
@@ -912,7 +946,7 @@ cudaError_t launch(const fqla_fwd_params &p, const CUtensorMap &tmK, const fqla_
     cudaError_t err = cudaGetDevice(&dev);
     if (err != cudaSuccess) return err;
     if (dev < 0 || dev >= 64 || configured[dev] < smem) {
-        err = cudaFuncSetAttribute(fwd_prepare_kernel<T, KD, PREC, WQ, PAIR>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        err = cudaFuncSetAttribute(fwd_prepare_kernel<T, KD, PREC, WQ, PAIR, L2N>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    (int)smem);
         if (err != cudaSuccess) return err;
         if (dev >= 0 && dev < 64) configured[dev] = smem;
@@ -924,26 +958,36 @@ cudaError_t launch(const fqla_fwd_params &p, const CUtensorMap &tmK, const fqla_
      * at 4 x 8192 tokens, H = 32 (docs/perf.md, session 7). */
     const int64_t tail = p.varlen ? ((p.T + C - 1) / C + p.H - 1) / p.H : 0;
     dim3 grid((unsigned)((PAIR ? (p.slots + 1) / 2 : p.slots) + tail), (unsigned)p.H);
-    fwd_prepare_kernel<T, KD, PREC, WQ, PAIR><<<grid, FQLA_FWD_THREADS, smem, stream>>>(p, tmK, tmAg);
+    fwd_prepare_kernel<T, KD, PREC, WQ, PAIR, L2N><<<grid, FQLA_FWD_THREADS, smem, stream>>>(p, tmK, tmAg);
     return cudaGetLastError();
+}
+
+/* the kernels without Q (fwd_fused.cu forms Pg, K = 64, 128 or 256): K by
+ * TMA, Ag stored by TMA; at group 1 two chunks per CTA (PAIR), except at
+ * K = 256, whose 32 KB K tile PAIR's 18 KB region per half cannot hold:
+ * LEAN there at every group (~87 KB, two CTAs per SM). L2N: the in-kernel
+ * l2norm's rk, from the K tile. */
+template <typename T, int PREC, bool L2N>
+cudaError_t launch_without_q(const fqla_fwd_params &p, const CUtensorMap &tmK, const fqla_fwd_ag_maps &tmAg,
+                             cudaStream_t stream)
+{
+    if (p.K == 256) return launch<T, 256, PREC, false, false, L2N>(p, tmK, tmAg, stream);
+    if (p.K == 64)
+        return p.group == 1 ? launch<T, 64, PREC, false, true, L2N>(p, tmK, tmAg, stream)
+                            : launch<T, 64, PREC, false, false, L2N>(p, tmK, tmAg, stream);
+    return p.group == 1 ? launch<T, 128, PREC, false, true, L2N>(p, tmK, tmAg, stream)
+                        : launch<T, 128, PREC, false, false, L2N>(p, tmK, tmAg, stream);
 }
 
 template <typename T, int PREC>
 cudaError_t launch_kd(const fqla_fwd_params &p, const CUtensorMap *tmK, const fqla_fwd_ag_maps *tmAg,
                       cudaStream_t stream)
 {
-    /* without Pg (the fused kernel forms it, K = 64, 128 or 256): no Q, no
-     * Q K^T, K by TMA, Ag stored by TMA; at group 1 two chunks per CTA
-     * (PAIR), except at K = 256, whose 32 KB K tile PAIR's 18 KB region per
-     * half cannot hold: LEAN there at every group (~87 KB, two CTAs per SM) */
+    /* without Pg: no Q, no Q K^T (launch_without_q) */
     if (!p.Pg) {
-        if (!fqla_fwd_fused_k(p.K) || p.l2norm || !tmK || !tmAg) return cudaErrorInvalidValue;
-        if (p.K == 256) return launch<T, 256, PREC, false>(p, *tmK, *tmAg, stream);
-        if (p.K == 64)
-            return p.group == 1 ? launch<T, 64, PREC, false, true>(p, *tmK, *tmAg, stream)
-                                : launch<T, 64, PREC, false>(p, *tmK, *tmAg, stream);
-        return p.group == 1 ? launch<T, 128, PREC, false, true>(p, *tmK, *tmAg, stream)
-                            : launch<T, 128, PREC, false>(p, *tmK, *tmAg, stream);
+        if (!fqla_fwd_fused_k(p.K) || !tmK || !tmAg) return cudaErrorInvalidValue;
+        return p.l2norm ? launch_without_q<T, PREC, true>(p, *tmK, *tmAg, stream)
+                        : launch_without_q<T, PREC, false>(p, *tmK, *tmAg, stream);
     }
     /* the kernels with Q copy K and store Ag from the threads */
     static const CUtensorMap unused = {};

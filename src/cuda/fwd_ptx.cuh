@@ -150,6 +150,35 @@ FQLA_DEV float fqla_ex2(float x)
     return y;
 }
 
+/* The in-kernel l2norm's factor 1 / sqrt(sum x^2 + 1e-6) of row r of a
+ * [64][KD] tile of 2-byte values that TMA stored as KD / 64 boxes of 64
+ * rows x 128 bytes (box b at tile + b box_stride). Two adjacent lanes share
+ * a row, each summing half of it (part = lane & 1); the 128-byte swizzle
+ * only permutes a row's 16-byte chunks, which a sum ignores. A warp's 16
+ * rows read each 16-byte bank group four times per load: the minimum for
+ * 512 bytes. Both lanes of the pair return the factor. The kernels with Q
+ * compute it from padded rows (fwd_prepare.cu, step 2) in the same fp32
+ * form. */
+template <typename T, int KD>
+FQLA_DEV float fqla_row_rnorm(const unsigned char *tile, uint32_t box_stride, int r, int part)
+{
+    constexpr int CH = KD / 16; /* 16-byte chunks in half a row */
+    float ss = 0.f;
+#pragma unroll
+    for (int i = 0; i < CH; i++) {
+        const int q = part * CH + i; /* the chunk's place in the row */
+        const uint4 w = *reinterpret_cast<const uint4 *>(tile + (q >> 3) * box_stride + r * 128 + (q & 7) * 16);
+        const uint32_t u[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const float2 f = fqla_io<T>::unpack(u[j]);
+            ss += f.x * f.x + f.y * f.y;
+        }
+    }
+    ss += __shfl_xor_sync(0xffffffffu, ss, 1);
+    return rsqrtf(ss + 1e-6f);
+}
+
 /* Four 8x8 b16 matrices from accumulator-layout registers; lane l gives the
  * row address of matrix l / 8. */
 FQLA_DEV void fqla_stsm_x4(void *p, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3)

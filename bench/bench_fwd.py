@@ -389,9 +389,14 @@ def main():
     ap.add_argument("--l2norm", action="store_true",
                     help="raw q/k with the in-kernel l2norm (FLA: use_qk_l2norm_in_kernel's l2norm_fwd, timed with it);"
                          " rows labelled 'MODEL l2norm', against FLA only")
+    ap.add_argument("--l2norm-compare", action="store_true",
+                    help="--l2norm, and each build also timed on q/k normalised beforehand without the in-kernel"
+                         " l2norm (tag -pre) and on the raw q/k without it (tag -raw: wrong outputs, the timing"
+                         " of the same code on the same data)")
     ap.add_argument("--quick", action="store_true",
                     help="six rows spread over the table (the same as `flashqla bench --quick`): a few minutes")
     a = ap.parse_args()
+    a.l2norm = a.l2norm or a.l2norm_compare
     if a.value_dim == a.head_dim:
         a.value_dim = 0
     # rows away from the anchors' K = V = 128 carry their dims in the label
@@ -460,6 +465,12 @@ def main():
                 configs.append((lib, var, (lib.label + ":" if lib.label else "") + name))
         else:
             configs.append((lib, None, lib.label))
+    modes = {}  # tag -> "pre" / "raw" (--l2norm-compare); else the in-kernel l2norm or none
+    if a.l2norm_compare:
+        for lib, var, tag in list(configs):
+            for m in ("pre", "raw"):
+                modes[tag + "-" + m] = m
+                configs.append((lib, var, tag + "-" + m))
     gpu = torch.cuda.get_device_name().replace(" ", "_")
     gpu_tag = "h200" if "H200" in gpu else gpu
     commit = os.environ.get("FQLA_COMMIT", "")
@@ -485,6 +496,10 @@ def main():
         q, k, v, g, beta, h0, cu, cu_host = make_inputs(hq, hv, lens, D=a.head_dim, DV=a.value_dim, l2norm=a.l2norm)
         o = torch.empty_like(v)
         ht = torch.empty_like(h0)
+        qn = kn = None
+        if a.l2norm_compare:  # FLA's l2norm (eps inside the square root)
+            unit = lambda x: (x.float() * torch.rsqrt((x.float() ** 2).sum(-1, keepdim=True) + 1e-6)).bfloat16()
+            qn, kn = unit(q), unit(k)
         scale = a.head_dim ** -0.5
         label = model if not dims_label else "%s %s" % (model, dims_label)
         fla_ms = float("nan")
@@ -527,7 +542,9 @@ def main():
                     lib.tune_pdl(C.c_int(var[7] if var and len(var) >= 8 else -1))
                 if lib.tune_mskip:
                     lib.tune_mskip(var[8] / 100.0 if var and len(var) >= 9 else -1.0)  # < 0: the default
-                ours = FqlaFwd(lib, q, k, v, g, beta, h0, cu, cu_host, o, ht, l2norm=a.l2norm)
+                mode = modes.get(tag)
+                ours = FqlaFwd(lib, qn if mode == "pre" else q, kn if mode == "pre" else k, v, g, beta, h0, cu,
+                               cu_host, o, ht, l2norm=a.l2norm and mode is None)
                 ours()
                 torch.cuda.synchronize()
                 o_rel = ht_rel = float("nan")
@@ -589,7 +606,7 @@ def main():
                     lib.tune_chunk(C.c_int(-1), C.c_int(0))
             except Exception as e:  # one failing build or variant must not end the run
                 print("%-22s %-12s FAILED %s: %s" % (label, sl, tag, e), flush=True)
-        del q, k, v, g, beta, h0, o, ht, res
+        del q, k, v, g, beta, h0, o, ht, res, qn, kn
         torch.cuda.empty_cache()
     fout.close()
     gm = lambda xs: math.exp(sum(math.log(x) for x in xs) / len(xs))

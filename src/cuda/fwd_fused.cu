@@ -71,6 +71,12 @@ constexpr uint32_t TILE = C * 128; /* one [64 rows][64 b16] tile, 128-byte swizz
 #define FU_PREP_REGS 104
 #define FU_CHAIN_REGS 192
 #endif
+/* FQLA_DEBUG_L2N_SKIP (timing builds only, wrong results): bits leaving out
+ * parts of the in-kernel l2norm's work, 1 rq here, 2 rk's sums in the
+ * prepare kernel, 4 the rk copy here (docs/perf.md, session 27) */
+#ifndef FQLA_DEBUG_L2N_SKIP
+#define FQLA_DEBUG_L2N_SKIP 0
+#endif
 /* FU_PG_AIM L > 0: the Pg warpgroup issues chunk c's Q K^T only after both
  * chain warpgroups issued chunk c - L's G6 (L = 2: x0.99, docs/perf.md
  * session 20); 0: as soon as the stage is loaded */
@@ -240,7 +246,7 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
                 const int s = c % cfg::QST;
                 fqla_mbar_wait(&empty[s], ((uint32_t)(c / cfg::QST) & 1) ^ 1);
                 unsigned char *st = sm + s * cfg::stage;
-                fqla_mbar_arrive_tx(&full[s], cfg::tx + (L2N ? 256u : 0u));
+                fqla_mbar_arrive_tx(&full[s], cfg::tx + (L2N && !(FQLA_DEBUG_L2N_SKIP & 4) ? 256u : 0u));
                 const int t = start + c * C;
 #pragma unroll
                 for (int kb = 0; kb < cfg::KB; kb++) {
@@ -266,8 +272,10 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
                 const int64_t sh = (slot0 + c) * p.HV + hv;
                 fqla_fwd_load_ag(st + cfg::oAg, tmA, &full[s], sh);
                 fqla_bulk_load(st + cfg::oGam, p.gam + sh * C, 256, &full[s]);
+#if !(FQLA_DEBUG_L2N_SKIP & 4) /* timing builds only: 4 leaves the rk copy out (wrong results) */
                 if constexpr (L2N) /* the prepare kernel's rk (the q/k head's) */
                     fqla_bulk_load(st + cfg::oRk, p.rk + ((slot0 + c) * p.H + hq) * C, 256, &full[s]);
+#endif
             }
         }
         FU_TL(2, threadIdx.x == 0);
@@ -325,7 +333,9 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
             /* l2norm: rq of this warp's 16 rows (two lanes per row) from the
              * Q tile while Q K^T runs; rk came with the stage */
             float rq = 1.f;
+#if !(FQLA_DEBUG_L2N_SKIP & 1) /* timing builds only: 1 leaves rq out (wrong results) */
             if constexpr (L2N) rq = fqla_row_rnorm<T, KD>(st + cfg::oQ, cfg::KQ, 16 * warp + (lane >> 1), lane & 1);
+#endif
             /* the slot: the chain is done with chunk c - 2 */
             fqla_mbar_wait(&pfree[a], aph ^ 1);
             FU_CLK(1, tid == 0);

@@ -94,6 +94,9 @@
 namespace {
 
 constexpr int C = FQLA_FWD_CHUNK;
+#ifndef FQLA_DEBUG_L2N_SKIP
+#define FQLA_DEBUG_L2N_SKIP 0
+#endif
 
 /* fp32 matrices KK and X: [64][72]. 72 = 8 mod 32 words: the float2 operand
  * loads (row g, columns 2t, 2t+1) hit every bank once per half warp. */
@@ -574,8 +577,12 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
         rk_l2n = PAIR ? rqs + half * C : reinterpret_cast<float *>(Ks + C * KD);
         if (PAIR || warp < 4) {
             const int r = (tid & 127) >> 1;
+#if FQLA_DEBUG_L2N_SKIP & 2 /* timing builds only (fwd_fused.cu): no sums, wrong results */
+            const float f = 1.f;
+#else
             const float f = fqla_row_rnorm<T, KD>(reinterpret_cast<const unsigned char *>(PAIR ? Kpair : Ks),
                                                   64 * C * (uint32_t)sizeof(T), r, lane & 1);
+#endif
             if (!(lane & 1)) {
                 rk_l2n[r] = f;
                 if (have) p.rk[((size_t)slot * p.H + hq) * C + r] = f;

@@ -390,9 +390,9 @@ def main():
                     help="raw q/k with the in-kernel l2norm (FLA: use_qk_l2norm_in_kernel's l2norm_fwd, timed with it);"
                          " rows labelled 'MODEL l2norm', against FLA only")
     ap.add_argument("--l2norm-compare", action="store_true",
-                    help="--l2norm, and each build also timed on q/k normalised beforehand without the in-kernel"
-                         " l2norm (tag -pre) and on the raw q/k without it (tag -raw: wrong outputs, the timing"
-                         " of the same code on the same data)")
+                    help="--l2norm, and the first build also timed on q/k normalised beforehand without the"
+                         " in-kernel l2norm (tag -pre) and on the raw q/k without it (tag -raw: wrong outputs, the"
+                         " timing of the same code on the same data)")
     ap.add_argument("--quick", action="store_true",
                     help="six rows spread over the table (the same as `flashqla bench --quick`): a few minutes")
     a = ap.parse_args()
@@ -466,8 +466,8 @@ def main():
         else:
             configs.append((lib, None, lib.label))
     modes = {}  # tag -> "pre" / "raw" (--l2norm-compare); else the in-kernel l2norm or none
-    if a.l2norm_compare:
-        for lib, var, tag in list(configs):
+    if a.l2norm_compare:  # for the first build (--lib's first entry)
+        for lib, var, tag in [c for c in configs if c[0] is libs[0]]:
             for m in ("pre", "raw"):
                 modes[tag + "-" + m] = m
                 configs.append((lib, var, tag + "-" + m))

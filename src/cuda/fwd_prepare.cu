@@ -587,8 +587,12 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
                 rk_l2n[r] = f;
                 if (have) p.rk[((size_t)slot * p.H + hq) * C + r] = f;
             }
-            fqla_named_sync(1 + half, 128); /* the warpgroup's rk, for kk_wgmma */
+            if (PAIR) fqla_named_sync(1 + half, 128); /* the half's rk, for its kk_wgmma */
         }
+        /* LEAN: the whole CTA, so that every warp passes the same barriers
+         * (a barrier of warps 0-3 alone made racecheck pair the later CTA
+         * barriers wrongly: docs/perf.md, session 27) */
+        if (!PAIR) __syncthreads();
     }
     /* with Q: 128 row tasks (64 of Q, 64 of K), 16 per warp */
     if (WQ && p.l2norm) {

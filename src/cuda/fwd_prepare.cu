@@ -60,8 +60,8 @@
  *
  * Without Pg (p.Pg = NULL; K = 64, 128 or 256, the path where fwd_fused.cu forms Pg
  * itself): WQ = false, no Q copy, no Q K^T, no Pg; only gamma and Ag, and
- * with the in-kernel l2norm (L2N) rk, from the K tile, which also scales
- * K K^T (fwd_fused.cu forms rq from its Q tile). At
+ * with the in-kernel l2norm (L2N) rk, from K K^T's diagonal, which also
+ * scales K K^T (fwd_fused.cu forms rq from its Q tile). At
  * group 1 it runs two chunk slots per CTA (PAIR, one per half of the warps,
  * each with its own region for K, KK and X, gamma and beta), so that step 4 has two
  * "heads" to work on instead of one (docs/perf.md, session 9). Session 10
@@ -94,9 +94,7 @@
 namespace {
 
 constexpr int C = FQLA_FWD_CHUNK;
-#ifndef FQLA_DEBUG_L2N_SKIP
-#define FQLA_DEBUG_L2N_SKIP 0
-#endif
+
 
 /* fp32 matrices KK and X: [64][72]. 72 = 8 mod 32 words: the float2 operand
  * loads (row g, columns 2t, 2t+1) hit every bank once per half warp. */
@@ -255,8 +253,8 @@ __device__ __forceinline__ void mm16(float (&acc)[2][4], const float *a, const f
  * kernel bound by its shared-memory pipe (docs/perf.md, session 10): each
  * warp loaded its own copies of the operands. OVER_K: KKd lies over the K
  * tile (PAIR). */
-template <typename T, int KD, bool OVER_K, bool L2N = false>
-__device__ __forceinline__ void kk_wgmma(const T *Ktile, float *KKd, int w, int lane, int bar, const float *rk = nullptr)
+template <typename T, int KD, bool OVER_K>
+__device__ __forceinline__ void kk_wgmma(const T *Ktile, float *KKd, int w, int lane, int bar)
 {
     float d[32];
     /* one descriptor, stepped by constants: 32 bytes per k-step in a box,
@@ -280,17 +278,70 @@ __device__ __forceinline__ void kk_wgmma(const T *Ktile, float *KKd, int w, int 
 #pragma unroll
     for (int j = 0; j < 8; j++) {
         if (j / 2 > w) break; /* blocks above the diagonal are not read */
-        if constexpr (L2N) { /* the normalised keys' K K^T: rk_i rk_j (K K^T)_ij */
-            const float ra = rk[16 * w + g], rb = rk[16 * w + g + 8];
-            const float2 rc = *reinterpret_cast<const float2 *>(rk + 8 * j + 2 * t);
-            d[4 * j] *= ra * rc.x;
-            d[4 * j + 1] *= ra * rc.y;
-            d[4 * j + 2] *= rb * rc.x;
-            d[4 * j + 3] *= rb * rc.y;
-        }
         float *dd = KKd + (16 * w + g) * LDF + 8 * j + 2 * t;
         *reinterpret_cast<float2 *>(dd) = make_float2(d[4 * j], d[4 * j + 1]);
         *reinterpret_cast<float2 *>(dd + 8 * LDF) = make_float2(d[4 * j + 2], d[4 * j + 3]);
+    }
+}
+
+/* kk_wgmma with the in-kernel l2norm (L2N): rk_i = 1 / sqrt(|k_i|^2 +
+ * 1e-6) from K K^T's own diagonal (fp32 sums of exact bf16 / fp16
+ * products, as the two-kernel path's sums over the row), into rk (shared,
+ * the warpgroup's 64 rows) and rk_global (the workspace, or null), then
+ * K K^T scaled to the normalised keys', rk_i rk_j (K K^T)_ij. Summing the
+ * rows from the K tile instead cost the kernel ~15 % even with
+ * conflict-free loads (docs/perf.md, session 27). The barrier between the
+ * rk writes and their reads: PAIR (OVER_K) the warpgroup's named barrier
+ * bar, which the store over the K tile needs anyway; LEAN, where only
+ * warps 0-3 (active) form K K^T, the CTA barrier, so that every warp
+ * passes the same barriers. */
+template <typename T, int KD, bool OVER_K>
+__device__ __forceinline__ void kk_wgmma_l2n(const T *Ktile, float *KKd, int w, int lane, int bar, bool active,
+                                             float *rk, float *rk_global)
+{
+    float d[32];
+    const int g = lane >> 2, t = lane & 3;
+    if (active) {
+        const uint64_t d0 = fqla_desc_kmajor(Ktile);
+        fqla_wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < KD / 16; kk++) {
+            const uint64_t dk =
+                d0 + (uint64_t)((kk >> 2) * 64 * C * (int)sizeof(T) / 16) + (kk & 3) * FQLA_DESC_K16_KMAJOR;
+            fqla_wg<T>::template ss64<0, 0>(d, dk, dk, kk > 0);
+        }
+        fqla_wg_commit();
+        fqla_wg_wait<0>();
+        fqla_reg_fence(d);
+        /* the diagonal of rows 16 w + g (n-tile 2 w) and 16 w + g + 8
+         * (n-tile 2 w + 1): column 2 t + e = g % 8, so lane t = g / 2 */
+        if (t == (g >> 1)) {
+            float a0 = 0.f, a1 = 0.f;
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                if (j == 2 * w) a0 = (g & 1) ? d[4 * j + 1] : d[4 * j];
+                if (j == 2 * w + 1) a1 = (g & 1) ? d[4 * j + 3] : d[4 * j + 2];
+            }
+            const float r0 = rsqrtf(a0 + 1e-6f), r1 = rsqrtf(a1 + 1e-6f);
+            rk[16 * w + g] = r0;
+            rk[16 * w + g + 8] = r1;
+            if (rk_global) {
+                rk_global[16 * w + g] = r0;
+                rk_global[16 * w + g + 8] = r1;
+            }
+        }
+    }
+    if (OVER_K) fqla_named_sync(bar, 128); /* rk; and every warp has read the K tile that KKd overlays */
+    else __syncthreads();
+    if (!active) return;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        if (j / 2 > w) break; /* blocks above the diagonal are not read */
+        const float ra = rk[16 * w + g], rb = rk[16 * w + g + 8];
+        const float2 rc = *reinterpret_cast<const float2 *>(rk + 8 * j + 2 * t);
+        float *dd = KKd + (16 * w + g) * LDF + 8 * j + 2 * t;
+        *reinterpret_cast<float2 *>(dd) = make_float2(d[4 * j] * (ra * rc.x), d[4 * j + 1] * (ra * rc.y));
+        *reinterpret_cast<float2 *>(dd + 8 * LDF) = make_float2(d[4 * j + 2] * (rb * rc.x), d[4 * j + 3] * (rb * rc.y));
     }
 }
 
@@ -567,34 +618,9 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
     }
     PR_CLK(2);
 
-    /* 2. l2norm factors. Without Q (L2N) only rk, from the K tile, by the
-     * warpgroup that forms K K^T (two lanes per row), for its scaling there
-     * and for the fused kernel's chain (p.rk; it forms rq from its own Q
-     * tile). Its scratch: PAIR each half's rq / rk row, LEAN the 256 bytes
-     * after the K tile in X's region (dead until step 4 writes X). */
-    float *rk_l2n = nullptr;
-    if constexpr (L2N) {
-        rk_l2n = PAIR ? rqs + half * C : reinterpret_cast<float *>(Ks + C * KD);
-        if (PAIR || warp < 4) {
-            const int r = (tid & 127) >> 1;
-#if FQLA_DEBUG_L2N_SKIP & 2 /* timing builds only (fwd_fused.cu): no sums, wrong results */
-            const float f = 1.f;
-#else
-            const float f = fqla_row_rnorm<T, KD>(reinterpret_cast<const unsigned char *>(PAIR ? Kpair : Ks),
-                                                  64 * C * (uint32_t)sizeof(T), r, lane & 1);
-#endif
-            if (!(lane & 1)) {
-                rk_l2n[r] = f;
-                if (have) p.rk[((size_t)slot * p.H + hq) * C + r] = f;
-            }
-            if (PAIR) fqla_named_sync(1 + half, 128); /* the half's rk, for its kk_wgmma */
-        }
-        /* LEAN: the whole CTA, so that every warp passes the same barriers
-         * (a barrier of warps 0-3 alone made racecheck pair the later CTA
-         * barriers wrongly: docs/perf.md, session 27) */
-        if (!PAIR) __syncthreads();
-    }
-    /* with Q: 128 row tasks (64 of Q, 64 of K), 16 per warp */
+    /* 2. l2norm factors, with Q: 128 row tasks (64 of Q, 64 of K), 16 per
+     * warp. Without Q (L2N) only rk, from K K^T's diagonal in step 3
+     * (kk_wgmma_l2n); the fused kernel forms rq from its own Q tile. */
     if (WQ && p.l2norm) {
         for (int r = warp; r < 2 * C; r += 8) {
             const T *row = (r < C ? Qs + r * LDQ : Ks + (r - C) * LDQ);
@@ -626,13 +652,19 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
      * stores of its blocks above it (warp-uniform): two warps have none. */
     const int mw = warp & 3, r0 = 16 * mw, n0 = (warp >> 2) * 32;
     if constexpr (!WQ) {
-        /* without Q (no Pg on this path): KK only, by wgmma, scaled by rk
-         * with L2N. PAIR: each half (a warpgroup) its chunk's; else the
-         * first warpgroup (the barrier at step 4 waits for it) */
+        /* without Q (no Pg on this path): KK only, by wgmma, and with L2N
+         * rk and KK scaled by it. PAIR: each half (a warpgroup) its chunk's;
+         * else the first warpgroup (the barrier at step 4 waits for it).
+         * L2N's rk scratch: PAIR each half's rq / rk row, LEAN the 256
+         * bytes after the K tile in X's region (dead until step 4). */
         static_assert(KD == 64 || KD == 128 || KD == 256, "the fused path's K tile");
-        if (PAIR || warp < 4)
-            kk_wgmma<T, KD, PAIR, L2N>(PAIR ? Kpair : Ks, PAIR ? KK + half * C * LDF : KK, mw, lane, 1 + half,
-                                       rk_l2n);
+        if constexpr (L2N)
+            kk_wgmma_l2n<T, KD, PAIR>(PAIR ? Kpair : Ks, PAIR ? KK + half * C * LDF : KK, mw, lane, 1 + half,
+                                      PAIR || warp < 4,
+                                      PAIR ? rqs + half * C : reinterpret_cast<float *>(Ks + C * KD),
+                                      have ? p.rk + ((size_t)slot * p.H + hq) * C : nullptr);
+        else if (PAIR || warp < 4)
+            kk_wgmma<T, KD, PAIR>(PAIR ? Kpair : Ks, PAIR ? KK + half * C * LDF : KK, mw, lane, 1 + half);
     }
     if constexpr (WQ) {
         const T *Ksrc = Ks;

@@ -45,9 +45,9 @@
  * Covered: K = 64, 128 or 256 (NWG = 1), V a multiple of 64 NWG, bf16 / fp16
  * (fqla_fwd_fused_usable); everything else runs the two kernels. With the
  * in-kernel l2norm (L2N) the prepare kernel writes rk (and scales K K^T by
- * it), two warps of the producer warpgroup form rq from each stage's Q
- * tile (rqfull), and both enter Pg and the chain's token factors in the Pg
- * warpgroup; the chain itself is unchanged. With CP
+ * it), the Pg warpgroup forms rq from the stage's Q tile while its Q K^T
+ * runs, and both enter Pg and the chain's token factors; the chain itself
+ * is unchanged. With CP
  * this kernel is the main pass over segments (cp_mode 2: fqla_fwd_span,
  * start states from the scan), after the prepare kernel without Q and the
  * state-only pre-pass of fwd_chunk_wg.cu, which reads only Ag and gamma.
@@ -104,10 +104,9 @@ struct fu_cfg {
     static constexpr uint32_t oGam = oAg + TILE;
     static constexpr uint32_t tx = oGam + 256; /* bytes copied per stage */
     static constexpr uint32_t stage = (tx + 1023) / 1024 * 1024;
-    /* with the in-kernel l2norm, rk[64] after gamma (256 bytes more, by
-     * copy), then rq[64] (written by the producer warpgroup's rq warps) */
-    static constexpr uint32_t oRk = oGam + 256, oRq = oRk + 256;
-    static_assert(oRq + 256 <= stage, "rk, rq within the stage");
+    /* with the in-kernel l2norm, rk[64] after gamma (256 bytes more) */
+    static constexpr uint32_t oRk = oGam + 256;
+    static_assert(oRk + 256 <= stage, "rk within the stage");
     static constexpr int QST = BIG ? 2 : 3;
     /* Pg slot: the tile, (u_t, d_t)[64], o_t[64] */
     static constexpr uint32_t sPg = 0, sFac = TILE;
@@ -118,8 +117,7 @@ struct fu_cfg {
     static constexpr uint32_t oO = oSlots + ASL * slot; /* [NWG][OT] output tiles */
     static constexpr uint32_t oSt = oO + OT * NWG * TILE; /* BIG: S^T's io-dtype copy, KB tiles */
     static constexpr uint32_t oBar = oSt + (BIG ? KB * TILE : 0);
-    /* barriers: full, empty, rqfull [QST]; pready, pfree, aim [ASL] */
-    static constexpr uint32_t bytes = oBar + (3 * QST + 3 * ASL) * 8 + 1024;
+    static constexpr uint32_t bytes = oBar + (2 * QST + 3 * ASL) * 8 + 1024;
     static_assert(bytes <= 232448, "shared memory of one CTA");
 };
 
@@ -185,7 +183,6 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
     unsigned char *sm = smem_raw + ((1024u - (fqla_h_smem(smem_raw) & 1023u)) & 1023u);
     uint64_t *full = reinterpret_cast<uint64_t *>(sm + cfg::oBar), *empty = full + cfg::QST;
     uint64_t *pready = empty + cfg::QST, *pfree = pready + cfg::ASL, *aim = pfree + cfg::ASL;
-    uint64_t *rqfull = aim + cfg::ASL; /* L2N: the stage's rq written */
     /* Launched with PDL after the prepare kernel. Only its outputs (Ag and
      * gamma in the workspace) need it finished: the producer waits for it
      * (griddepcontrol.wait) after issuing the first stages' K, Q and V
@@ -218,9 +215,7 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
         fqla_tma_prefetch(&tmO);
         for (int s = 0; s < cfg::QST; s++) {
             fqla_mbar_init(&full[s], 1);
-            /* the chain's and the Pg warpgroup's threads (and L2N's rq warps) */
-            fqla_mbar_init(&empty[s], 128 * (NWG + 1) + (L2N ? 64 : 0));
-            if (L2N) fqla_mbar_init(&rqfull[s], 64);
+            fqla_mbar_init(&empty[s], 128 * (NWG + 1)); /* the chain's and the Pg warpgroup's threads */
         }
         for (int a = 0; a < cfg::ASL; a++) {
             fqla_mbar_init(&pready[a], 128);
@@ -275,22 +270,6 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
                     fqla_bulk_load(st + cfg::oRk, p.rk + ((slot0 + c) * p.H + hq) * C, 256, &full[s]);
             }
         }
-        if constexpr (L2N) {
-            /* warps 1 and 2: rq of the stage's 64 Q rows (one row per
-             * thread) into the stage, off the Pg warpgroup's path (there
-             * the sums cost ~6 % of the kernel: docs/perf.md, session 27) */
-            if (threadIdx.x >= 32 && threadIdx.x < 96) {
-                const int r = threadIdx.x - 32;
-                for (int c = 0; c < nch; c++) {
-                    const int s = c % cfg::QST;
-                    fqla_mbar_wait(&full[s], (uint32_t)(c / cfg::QST) & 1);
-                    unsigned char *st = sm + s * cfg::stage;
-                    reinterpret_cast<float *>(st + cfg::oRq)[r] = fqla_row_rnorm<T, KD>(st + cfg::oQ, cfg::KQ, r);
-                    fqla_mbar_arrive(&rqfull[s]);
-                    fqla_mbar_arrive(&empty[s]); /* its reads of the stage are done */
-                }
-            }
-        }
         FU_TL(2, threadIdx.x == 0);
         return;
     }
@@ -301,6 +280,8 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
     if (wg == NWG + 1) {
         /* ---- Pg and the token factors ---- */
         fqla_setmaxnreg_dec<FU_PREP_REGS>();
+        float rq_next = 1.f;   /* L2N: the next chunk's rq, */
+        bool rq_ready = false; /* formed early */
         for (int c = 0; c < nch; c++) {
             FU_CLK_START;
             const int s = c % cfg::QST, a = c & 1;
@@ -343,24 +324,26 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
                 mma::template ss64<0, 0>(accQK, dQ, dK, kk > 0);
             }
             fqla_wg_commit();
+            /* l2norm: rq of this warp's 16 rows (two lanes per row) from the
+             * Q tile, unless the previous chunk found the stage landed and
+             * formed it then; rk came with the stage */
+            float rq = 1.f;
+            if constexpr (L2N) {
+                rq = rq_next;
+                if (!rq_ready) rq = fqla_row_rnorm<T, KD>(st + cfg::oQ, cfg::KQ, 16 * warp + (lane >> 1), lane & 1);
+            }
             /* the slot: the chain is done with chunk c - 2 */
             fqla_mbar_wait(&pfree[a], aph ^ 1);
             FU_CLK(1, tid == 0);
             const float *gam = reinterpret_cast<const float *>(st + cfg::oGam);
-            /* L2N: rk came with the stage, rq from the producer's rq warps */
-            const float *rks = reinterpret_cast<const float *>(st + cfg::oRk);
-            const float *rqs = reinterpret_cast<const float *>(st + cfg::oRq);
+            const float *rks = reinterpret_cast<const float *>(st + cfg::oRk); /* (L2N) */
             if constexpr (L2N) {
-                fqla_mbar_wait(&rqfull[s], ph);
-                if (warp == 0) { /* the chain's token factors */
-                    float2 *ud = reinterpret_cast<float2 *>(sl + cfg::sFac);
-                    float *fo = reinterpret_cast<float *>(sl + cfg::sFac + 512);
-                    const float gC = gam[C - 1];
-#pragma unroll
-                    for (int h = 0; h < 2; h++) {
-                        const int t = lane + 32 * h;
-                        fqla_chain::token_factors(ud, fo, gam, t, gC, rqs[t], rks[t], p.scale);
-                    }
+                /* the chain's token factors: each warp its rows' */
+                if (!(lane & 1)) {
+                    const int t = 16 * warp + (lane >> 1);
+                    fqla_chain::token_factors(reinterpret_cast<float2 *>(sl + cfg::sFac),
+                                              reinterpret_cast<float *>(sl + cfg::sFac + 512), gam, t, gam[C - 1],
+                                              rq, rks[t], p.scale);
                 }
             } else if (warp == 0) {
                 /* the chain's token factors (without l2norm) */
@@ -381,10 +364,10 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
                 constexpr float L2E = 1.4426950408889634f;
                 const int r0 = 16 * warp + g;
                 const float gi[2] = {gam[r0] * L2E, gam[r0 + 8] * L2E};
-                float rqr[2] = {1.f, 1.f}; /* rows r0, r0 + 8 */
+                float rqr[2] = {1.f, 1.f}; /* rows r0, r0 + 8: lanes 2 g, 2 g + 16 */
                 if constexpr (L2N) {
-                    rqr[0] = rqs[r0];
-                    rqr[1] = rqs[r0 + 8];
+                    rqr[0] = __shfl_sync(0xffffffffu, rq, 2 * g);
+                    rqr[1] = __shfl_sync(0xffffffffu, rq, 2 * g + 16);
                 }
 #pragma unroll
                 for (int j2 = 0; j2 < 4; j2++) {
@@ -413,6 +396,19 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
             fqla_fence_async_smem();     /* Pg: read by the chain's wgmma */
             fqla_mbar_arrive(&pready[a]);
             FU_TL(6, c == 0 && tid == 0);
+            if constexpr (L2N) {
+                /* the next chunk's rq now, in this warpgroup's slack, if its
+                 * stage has landed (each lane tests, so each has acquired
+                 * the copies it reads; the warp goes on only if all saw it):
+                 * formed beside Q K^T on the Pg warpgroup's path it cost
+                 * ~6 % of the kernel (docs/perf.md, session 27) */
+                const int s1 = (c + 1) % cfg::QST;
+                rq_ready = c + 1 < nch &&
+                           __all_sync(0xffffffffu, fqla_mbar_test(&full[s1], (uint32_t)((c + 1) / cfg::QST) & 1));
+                if (rq_ready)
+                    rq_next = fqla_row_rnorm<T, KD>(sm + s1 * cfg::stage + cfg::oQ, cfg::KQ, 16 * warp + (lane >> 1),
+                                                    lane & 1);
+            }
             FU_CLK(3, tid == 0);
         }
         FU_TL(2, tid == 0);

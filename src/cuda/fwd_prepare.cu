@@ -316,11 +316,14 @@ __device__ __forceinline__ void kk_wgmma_l2n(const T *Ktile, float *KKd, int w, 
         /* the diagonal of rows 16 w + g (n-tile 2 w) and 16 w + g + 8
          * (n-tile 2 w + 1): column 2 t + e = g % 8, so lane t = g / 2 */
         if (t == (g >> 1)) {
-            float a0 = 0.f, a1 = 0.f;
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                if (j == 2 * w) a0 = (g & 1) ? d[4 * j + 1] : d[4 * j];
-                if (j == 2 * w + 1) a1 = (g & 1) ? d[4 * j + 3] : d[4 * j + 2];
+            /* w is the warp's: a branch per warp with constant indices (a
+             * select over j made ptxas copy d to local memory) */
+            float a0, a1;
+            switch (w) {
+            case 0: a0 = (g & 1) ? d[1] : d[0], a1 = (g & 1) ? d[7] : d[6]; break;
+            case 1: a0 = (g & 1) ? d[9] : d[8], a1 = (g & 1) ? d[15] : d[14]; break;
+            case 2: a0 = (g & 1) ? d[17] : d[16], a1 = (g & 1) ? d[23] : d[22]; break;
+            default: a0 = (g & 1) ? d[25] : d[24], a1 = (g & 1) ? d[31] : d[30]; break;
             }
             const float r0 = rsqrtf(a0 + 1e-6f), r1 = rsqrtf(a1 + 1e-6f);
             rk[16 * w + g] = r0;

@@ -152,25 +152,28 @@ FQLA_DEV float fqla_ex2(float x)
 
 /* The in-kernel l2norm's factor 1 / sqrt(sum x^2 + 1e-6) of row r of a
  * [64][KD] tile of 2-byte values that TMA stored as KD / 64 boxes of 64
- * rows x 128 bytes (box b at tile + b box_stride), one thread per row. A
- * sum may visit a row's 16-byte chunks in any order, so each row starts at
- * its own: chunk j of a box's row is read at j ^ (r & 7), and the 8 rows of
- * a load phase hit 8 different 16-byte bank groups. Reading chunk j at j
- * for every row (one bank group for the whole warp) made these sums cost
- * ~45 % of the prepare kernel and ~18 % of the fused kernel (docs/perf.md,
- * session 27). The two-kernel path computes the factor from padded rows
+ * rows x 128 bytes (box b at tile + b box_stride). Two adjacent lanes share
+ * a row, each summing half of it (part = lane & 1). A sum may visit a row's
+ * 16-byte chunks in any order, so each lane starts at its own: chunk j of
+ * a box's row is read at j ^ (r & 7) (and ^ 4 for the second part where
+ * both parts read the same chunks of different boxes). Then the 8 lanes of
+ * each load phase hit 8 different 16-byte bank groups. Reading chunk j at
+ * j for every row (one bank group for the whole warp, 8-way conflicts)
+ * made these sums cost ~45 % of the prepare kernel without Q and ~18 % of
+ * the fused kernel (docs/perf.md, session 27). Both lanes of the pair
+ * return the factor. The kernels with Q compute it from padded rows
  * (fwd_prepare.cu, step 2) in the same fp32 form. */
 template <typename T, int KD>
-FQLA_DEV float fqla_row_rnorm(const unsigned char *tile, uint32_t box_stride, int r)
+FQLA_DEV float fqla_row_rnorm(const unsigned char *tile, uint32_t box_stride, int r, int part)
 {
-    const unsigned char *row = tile + r * 128;
-    const int rot = r & 7;
+    constexpr int CH = KD / 16; /* 16-byte chunks in half a row */
+    const int rot = (r & 7) ^ (CH >= 8 ? 4 * part : 0);
     float ss = 0.f;
-    /* (fully unrolled at K = 256 the loads outran the 24 registers of the
-     * producer warpgroup that runs this in fwd_fused.cu) */
-#pragma unroll 8
-    for (int q = 0; q < KD / 8; q++) { /* box q / 8, chunk q % 8 */
-        const uint4 w = *reinterpret_cast<const uint4 *>(row + (q >> 3) * box_stride + (((q & 7) ^ rot) * 16));
+#pragma unroll
+    for (int i = 0; i < CH; i++) {
+        const int q = part * CH + i; /* box q / 8, chunk q % 8 (read at (q % 8) ^ rot) */
+        const uint4 w =
+            *reinterpret_cast<const uint4 *>(tile + (q >> 3) * box_stride + r * 128 + (((q & 7) ^ rot) * 16));
         const uint32_t u[4] = {w.x, w.y, w.z, w.w};
 #pragma unroll
         for (int j = 0; j < 4; j++) {
@@ -178,6 +181,7 @@ FQLA_DEV float fqla_row_rnorm(const unsigned char *tile, uint32_t box_stride, in
             ss += f.x * f.x + f.y * f.y;
         }
     }
+    ss += __shfl_xor_sync(0xffffffffu, ss, 1);
     return rsqrtf(ss + 1e-6f);
 }
 

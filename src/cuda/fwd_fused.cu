@@ -280,8 +280,6 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
     if (wg == NWG + 1) {
         /* ---- Pg and the token factors ---- */
         fqla_setmaxnreg_dec<FU_PREP_REGS>();
-        float rq_next = 1.f;   /* L2N: the next chunk's rq, */
-        bool rq_ready = false; /* formed early */
         for (int c = 0; c < nch; c++) {
             FU_CLK_START;
             const int s = c % cfg::QST, a = c & 1;
@@ -325,13 +323,12 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
             }
             fqla_wg_commit();
             /* l2norm: rq of this warp's 16 rows (two lanes per row) from the
-             * Q tile, unless the previous chunk found the stage landed and
-             * formed it then; rk came with the stage */
+             * Q tile while Q K^T runs; rk came with the stage. (Formed
+             * instead for the next chunk after pready, where that stage had
+             * landed, the kernel ran 2-14 % longer; by two producer warps at
+             * 24 registers, 8-28 %: docs/perf.md, session 27.) */
             float rq = 1.f;
-            if constexpr (L2N) {
-                rq = rq_next;
-                if (!rq_ready) rq = fqla_row_rnorm<T, KD>(st + cfg::oQ, cfg::KQ, 16 * warp + (lane >> 1), lane & 1);
-            }
+            if constexpr (L2N) rq = fqla_row_rnorm<T, KD>(st + cfg::oQ, cfg::KQ, 16 * warp + (lane >> 1), lane & 1);
             /* the slot: the chain is done with chunk c - 2 */
             fqla_mbar_wait(&pfree[a], aph ^ 1);
             FU_CLK(1, tid == 0);
@@ -396,19 +393,6 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
             fqla_fence_async_smem();     /* Pg: read by the chain's wgmma */
             fqla_mbar_arrive(&pready[a]);
             FU_TL(6, c == 0 && tid == 0);
-            if constexpr (L2N) {
-                /* the next chunk's rq now, in this warpgroup's slack, if its
-                 * stage has landed (each lane tests, so each has acquired
-                 * the copies it reads; the warp goes on only if all saw it):
-                 * formed beside Q K^T on the Pg warpgroup's path it cost
-                 * ~6 % of the kernel (docs/perf.md, session 27) */
-                const int s1 = (c + 1) % cfg::QST;
-                rq_ready = c + 1 < nch &&
-                           __all_sync(0xffffffffu, fqla_mbar_test(&full[s1], (uint32_t)((c + 1) / cfg::QST) & 1));
-                if (rq_ready)
-                    rq_next = fqla_row_rnorm<T, KD>(sm + s1 * cfg::stage + cfg::oQ, cfg::KQ, 16 * warp + (lane >> 1),
-                                                    lane & 1);
-            }
             FU_CLK(3, tid == 0);
         }
         FU_TL(2, tid == 0);

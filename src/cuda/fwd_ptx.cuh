@@ -161,8 +161,9 @@ FQLA_DEV float fqla_ex2(float x)
  * j for every row (one bank group for the whole warp, 8-way conflicts)
  * made these sums cost ~45 % of the prepare kernel without Q and ~18 % of
  * the fused kernel (docs/perf.md, session 27). Both lanes of the pair
- * return the factor. The kernels with Q compute it from padded rows
- * (fwd_prepare.cu, step 2) in the same fp32 form. */
+ * return the factor. Used for rq by fwd_fused.cu's Pg warpgroup; the
+ * prepare kernel without Q takes rk from K K^T's diagonal, the kernels
+ * with Q sum padded rows (fwd_prepare.cu, step 2), all in fp32. */
 template <typename T, int KD>
 FQLA_DEV float fqla_row_rnorm(const unsigned char *tile, uint32_t box_stride, int r, int part)
 {

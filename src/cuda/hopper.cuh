@@ -54,19 +54,6 @@ FQLA_HDEV void fqla_mbar_wait(uint64_t *b, uint32_t parity)
     } while (!done);
 }
 
-/* 1 if the phase of the given parity has completed (does not wait). */
-FQLA_HDEV bool fqla_mbar_test(uint64_t *b, uint32_t parity)
-{
-    uint32_t done;
-    asm volatile("{\n\t.reg .pred p;\n\t"
-                 "mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
-                 "selp.u32 %0, 1, 0, p;\n\t}"
-                 : "=r"(done)
-                 : "r"(fqla_h_smem(b)), "r"(parity)
-                 : "memory");
-    return done != 0;
-}
-
 /* ---- TMA ---- */
 FQLA_HDEV void fqla_tma_prefetch(const CUtensorMap *m)
 {

@@ -581,6 +581,32 @@ static void check_prob_fused(prob *p, const char *name)
     fqla_cuda_fwd_tune_chunk(-1, 0);
 }
 
+/* Six sequences of 3-4 chunks (200, 200, 190, 210, 200, 230 tokens) with
+ * the host copy of cu_seqlens: a PAIR CTA's half past a shorter
+ * sequence's end. */
+static spec fused_varlen_spec(int H, int HV, int D)
+{
+    const int64_t cu[] = {0, 200, 400, 590, 800, 1000, 1230};
+    spec s = base_spec(1, 1230, H, HV, D);
+    set_cu(&s, cu, 7);
+    s.cu_host = 1;
+    return s;
+}
+
+/* Each of n specs against the fp64 reference on the fused kernel, forced
+ * (check_prob_fused). */
+static void check_specs_fused(const spec *s, const char *const *names, int n)
+{
+    for (int i = 0; i < n; i++) {
+        prob p;
+        prob_init(&p, &s[i]);
+        upload_all(&p);
+        run_ref(&p);
+        check_prob_fused(&p, names[i]);
+        prob_free(&p);
+    }
+}
+
 /* The fused path over several waves of its CTAs: group 1 (the prepare
  * kernel's two-chunk CTAs) with two and three waves (H = HV = 32, 192
  * chains of 64 value columns x 2 on 132 SMs), varlen with a host copy
@@ -600,22 +626,15 @@ static void check_prob_fused(prob *p, const char *name)
  * pass too. */
 static void fwd_fused_waves(void)
 {
-    const int64_t cu[] = {0, 200, 400, 590, 800, 1000, 1230};
     enum { NW = 8 };
     spec s[NW];
-    s[0] = base_spec(1, 1230, 32, 32, 128);
-    set_cu(&s[0], cu, 7);
-    s[0].cu_host = 1;
+    s[0] = fused_varlen_spec(32, 32, 128);
     s[1] = base_spec(6, 250, 16, 32, 128);
     s[2] = base_spec(4, 1000, 32, 32, 128);
     s[3] = base_spec(5, 900, 32, 32, 128);
-    s[4] = base_spec(1, 1230, 32, 32, 64);
-    set_cu(&s[4], cu, 7);
-    s[4].cu_host = 1;
+    s[4] = fused_varlen_spec(32, 32, 64);
     s[5] = base_spec(3, 300, 4, 16, 64);
-    s[6] = base_spec(1, 1230, 4, 4, 256);
-    set_cu(&s[6], cu, 7);
-    s[6].cu_host = 1;
+    s[6] = fused_varlen_spec(4, 4, 256);
     s[7] = base_spec(3, 300, 2, 4, 256);
     s[7].V = 512;
     s[7].io = FQLA_DTYPE_F16;
@@ -624,20 +643,13 @@ static void fwd_fused_waves(void)
                              "K=V=64 group 1 varlen 6 x 3-4 chunks + host copy", "K=V=64 group 4 B=3 T=300",
                              "K=V=256 group 1 varlen 6 x 3-4 chunks + host copy",
                              "K=256 V=512 fp16 group 2 B=3 T=300"};
-    for (int i = 0; i < NW; i++) {
-        prob p;
-        prob_init(&p, &s[i]);
-        upload_all(&p);
-        run_ref(&p);
-        check_prob_fused(&p, names[i]);
-        prob_free(&p);
-    }
+    check_specs_fused(s, names, NW);
 }
 
 /* The in-kernel l2norm on the fused path: the prepare kernel without Q
- * forms rk from its K tile and scales K K^T by it (PAIR at group 1, LEAN
- * at groups 2-4 and at K = 256), the fused kernel's Pg warpgroup forms rq
- * from its Q tile. Raw randn keys and queries (not unit rows), so a
+ * takes rk from K K^T's diagonal and scales K K^T by it (PAIR at group 1,
+ * LEAN at groups 2-4 and at K = 256), the fused kernel's Pg warpgroup forms
+ * rq from its Q tile. Raw randn keys and queries (not unit rows), so a
  * missing or misplaced factor shows at once: group 1 varlen with partial
  * chunks and a CTA half past a sequence's end, group 2 with a partial last
  * chunk, K = 64 at group 4 with the in-kernel gate and beta sigmoid,
@@ -646,33 +658,21 @@ static void fwd_fused_waves(void)
  * 256 at two falls back to the two kernels, which must pass too). */
 static void fwd_fused_l2norm(void)
 {
-    const int64_t cu[] = {0, 200, 400, 590, 800, 1000, 1230};
     enum { NL = 5 };
     spec s[NL];
-    s[0] = base_spec(1, 1230, 8, 8, 128);
-    set_cu(&s[0], cu, 7);
-    s[0].cu_host = 1;
+    s[0] = fused_varlen_spec(8, 8, 128);
     s[1] = base_spec(3, 300, 4, 8, 128);
     s[2] = base_spec(2, 200, 2, 8, 64);
     s[2].gate_in = s[2].beta_sig = 1;
-    s[3] = base_spec(1, 1230, 2, 2, 256);
-    set_cu(&s[3], cu, 7);
-    s[3].cu_host = 1;
+    s[3] = fused_varlen_spec(2, 2, 256);
     s[4] = base_spec(2, 150, 2, 4, 256);
     s[4].V = 512;
     s[4].io = FQLA_DTYPE_F16;
     const char *names[NL] = {"l2norm group 1 varlen 6 x 3-4 chunks + host copy", "l2norm group 2 B=3 T=300",
                              "l2norm + gate + beta sigmoid K=V=64 group 4 B=2 T=200",
-                             "l2norm K=V=256 group 1 varlen + host copy", "l2norm K=256 V=512 fp16 group 2 B=2 T=150"};
-    for (int i = 0; i < NL; i++) {
-        s[i].l2norm = 1;
-        prob p;
-        prob_init(&p, &s[i]);
-        upload_all(&p);
-        run_ref(&p);
-        check_prob_fused(&p, names[i]);
-        prob_free(&p);
-    }
+                             "l2norm K=V=256 group 1 varlen 6 x 3-4 chunks + host copy", "l2norm K=256 V=512 fp16 group 2 B=2 T=150"};
+    for (int i = 0; i < NL; i++) s[i].l2norm = 1;
+    check_specs_fused(s, names, NL);
 }
 
 static void fwd_trailing_rows(void)

@@ -57,6 +57,17 @@ def test_forward_vs_reference(shape, v_first):
     assert rel(ht, rht) < O_TOL
 
 
+def test_forward_fp32_vs_reference():
+    """fp32 q/k/v run the recurrent kernel: TESTING.md's 1e-4 for fp32 inputs."""
+    x = _cuda(make_inputs(2, 150, 2, 4, 128, 128, h0=True), dtype=torch.float32)
+    o, ht = flashqla.chunk_gated_delta_rule(**x, output_final_state=True, use_qk_l2norm_in_kernel=True)
+    torch.cuda.synchronize()
+    ro, rht = _ref(x, output_final_state=True, use_qk_l2norm_in_kernel=True)
+    assert o.dtype == torch.float32
+    assert rel(o, ro) < 1e-4
+    assert rel(ht, rht) < 1e-4
+
+
 def test_varlen_with_and_without_host_copy():
     cu = torch.tensor([0, 1, 100, 300, 1200, 2048])
     x = _cuda(make_inputs(1, 2048, 2, 4, 128, 128, h0=True, N=5))

@@ -20,11 +20,14 @@
  * on the host and passed as kernel parameters), so a call can be captured
  * in a CUDA graph.
  *
- * Covered: q/k/v/o bf16 or fp16; K in {64, 128, 256}; V a multiple of 32;
- * g, beta f32 or bf16; initial / final state f32 or bf16, either layout;
+ * - fp32 q/k/v: the recurrence token by token in fp32 (fwd_recurrent.cu), a
+ *   slower path at fp32 accuracy.
+ *
+ * Covered: q/k/v/o bf16, fp16 or fp32; K in {64, 128, 256}; V a multiple of
+ * 32; g, beta f32 or bf16; initial / final state f32 or bf16, either layout;
  * varlen (int32 / int64 cu_seqlens, read on the device) and padded batches;
- * GVA; the in-kernel l2norm, gate and beta sigmoid. fp32 and fp64 q/k/v
- * return NOT_SUPPORTED.
+ * GVA; the in-kernel l2norm, gate and beta sigmoid. fp64 q/k/v return
+ * NOT_SUPPORTED.
  */
 #include "cuda/cuda_backend.h"
 #include "cuda/fwd_common.cuh"
@@ -199,6 +202,12 @@ int64_t uniform_as_padded(const fqla_problem *p, fqla_problem *pp)
 /* The workspace of the call, and its CP plan in *seg_chunks. */
 fqla_fwd_ws_layout ws_layout(const fqla_context *ctx, const fqla_problem *p, int64_t *seg_chunks)
 {
+    if (p->io_dtype == FQLA_DTYPE_F32) { /* the recurrent kernel: none */
+        fqla_fwd_ws_layout none;
+        memset(&none, 0, sizeof none);
+        *seg_chunks = 0;
+        return none;
+    }
     const int64_t L = plan_cp(ctx, p);
     *seg_chunks = L;
     return fqla_fwd_ws(slots_of(p), p->H, p->HV, p->opt.use_qk_l2norm, 2, L > 0 ? cp_segs(p, L) : 0, p->K, p->V);
@@ -294,8 +303,8 @@ extern "C" void fqla_cuda_fwd_tune_chunk(int wg, int nwg)
 /* The kernels the last forward call in this process enqueued, for the
  * tests (which must know that a forced path ran, not its fallback): 1 the
  * fused kernel after the prepare kernel without Q, 2 the wgmma chunk
- * kernel, 3 the mma.sync chunk kernel; + 8 with context parallelism; 0
- * before any call. Not synchronised: one calling thread. */
+ * kernel, 3 the mma.sync chunk kernel, 4 the fp32 recurrent kernel; + 8
+ * with context parallelism; 0 before any call. Not synchronised: one calling thread. */
 static int g_last_route = 0;
 extern "C" int fqla_cuda_fwd_last_route(void) { return g_last_route; }
 
@@ -381,9 +390,9 @@ static fqla_status run_cp(fqla_context *ctx, const fqla_problem *p, fqla_fwd_par
 
 fqla_status fqla_cuda_fwd_supported(fqla_context *ctx, const fqla_problem *p, const fqla_fwd_args *a)
 {
-    if (p->io_dtype != FQLA_DTYPE_BF16 && p->io_dtype != FQLA_DTYPE_F16)
+    if (p->io_dtype != FQLA_DTYPE_BF16 && p->io_dtype != FQLA_DTYPE_F16 && p->io_dtype != FQLA_DTYPE_F32)
         return fqla_fail(ctx, FQLA_STATUS_NOT_SUPPORTED,
-                         "q/k/v/o: dtype %s is not supported by the CUDA forward (BF16 or F16)",
+                         "q/k/v/o: dtype %s is not supported by the CUDA forward (BF16, F16 or F32)",
                          dname(p->io_dtype));
     if (p->K != 64 && p->K != 128 && p->K != 256)
         return fqla_fail(ctx, FQLA_STATUS_NOT_SUPPORTED,
@@ -414,6 +423,10 @@ fqla_status fqla_cuda_fwd_supported(fqla_context *ctx, const fqla_problem *p, co
         return fqla_fail(ctx, FQLA_STATUS_NOT_SUPPORTED,
                          "N * HV = %lld or T = %lld is beyond the CUDA forward's grid", (long long)(p->N * p->HV),
                          (long long)p->T);
+    if (p->io_dtype == FQLA_DTYPE_F32) /* the recurrent kernel covers the rest */
+        return fqla_fwd_recurrent_covers(p->K) ? FQLA_STATUS_SUCCESS
+                                               : fqla_fail(ctx, FQLA_STATUS_INTERNAL_ERROR,
+                                                           "CUDA forward: no fp32 kernel for K = %lld", (long long)p->K);
     int bv = pick_bv(ctx, p);
     if (!fqla_fwd_chunk_has((int)p->K, bv))
         return fqla_fail(ctx, FQLA_STATUS_INTERNAL_ERROR, "CUDA forward: no chunk kernel for K = %lld, BV = %d",
@@ -507,6 +520,10 @@ fqla_status fqla_cuda_fwd_run(fqla_context *ctx, const fqla_problem *p, const fq
     k.gate_in_kernel = p->opt.use_gate_in_kernel;
     k.beta_sigmoid = p->opt.use_beta_sigmoid;
     k.neg_eig = p->opt.allow_neg_eigval;
+    if (p->io_dtype == FQLA_DTYPE_F32) {
+        g_last_route = 4;
+        return fqla_cuda_check(ctx, fqla_fwd_launch_recurrent(k, stream), "CUDA forward: fp32 recurrent kernel launch");
+    }
     unsigned char *ws = (unsigned char *)workspace;
     k.gam = (float *)(ws + L.gam);
     k.rq = p->opt.use_qk_l2norm ? (float *)(ws + L.rq) : NULL;

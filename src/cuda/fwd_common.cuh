@@ -291,6 +291,10 @@ int fqla_fwd_fused_usable(const fqla_fwd_params &p, int nwg);
 static inline bool fqla_fwd_fused_k(int64_t K) { return K == 64 || K == 128 || K == 256; }
 cudaError_t fqla_fwd_launch_fused(const fqla_fwd_params &p, int io_bf16, int hb, int nwg, int parts,
                                   cudaStream_t stream, int *used);
+/* fp32 q/k/v (fwd_recurrent.cu): the recurrence token by token in fp32, no
+ * workspace; K = 64, 128 or 256 (fqla_fwd_recurrent_covers), any V. */
+int fqla_fwd_recurrent_covers(int64_t K);
+cudaError_t fqla_fwd_launch_recurrent(const fqla_fwd_params &p, cudaStream_t stream);
 /* The CP scan (fwd_cp.cu): p as for the pre-pass and main pass (seg_*,
  * seg_chunks), with the caller's h0 / ht; K = 64 or 128; cb value columns
  * per CTA (8, 16 or 32; 0: the narrowest that fits one wave of sms SMs). */

@@ -56,15 +56,6 @@ __device__ __forceinline__ void load64(const float *src, float (&x)[RW])
     }
 }
 
-/* A lane's 64 floats of a row into L1: the 128-byte lines at its first and
- * its 33rd float (all of them where the row is 16-byte aligned; a line
- * left out is only read later). */
-__device__ __forceinline__ void prefetch64(const float *src)
-{
-    asm volatile("prefetch.global.L1 [%0];" ::"l"(src));
-    asm volatile("prefetch.global.L1 [%0];" ::"l"(src + 32));
-}
-
 /* The sum over the LPC lanes of a column (adjacent lanes). */
 template <int LPC>
 __device__ __forceinline__ float col_sum(float x)
@@ -119,10 +110,6 @@ __global__ void __launch_bounds__(32 * WARPS) fwd_recurrent_kernel(const __grid_
     const float *vb = (const float *)p.v + batch * p.v_sb + hv * p.v_sh + vc;
     float *ob = (float *)p.o + batch * p.o_sb + hv * p.o_sh + vc;
     for (int64_t t = start; t < start + len; t++) {
-        if (t + 1 < start + len) { /* the next token's rows, in L1 by the time they are read */
-            prefetch64(qb + (t + 1) * p.q_st);
-            prefetch64(kb + (t + 1) * p.k_st);
-        }
         float qr[RW], kr[RW];
         load64<VEC4>(qb + t * p.q_st, qr);
         load64<VEC4>(kb + t * p.k_st, kr);
@@ -130,25 +117,24 @@ __global__ void __launch_bounds__(32 * WARPS) fwd_recurrent_kernel(const __grid_
         float g = load_gate(p.g, p.g_bf16, batch * p.g_sb + t * p.g_st + hv * p.g_sh);
         float beta = load_gate(p.beta, p.beta_bf16, batch * p.b_sb + t * p.b_st + hv * p.b_sh);
         finish_gate_beta(p, hv, g, beta);
-        /* four partial sums each: chains of 16 dependent FMAs, not 64 */
-        float a[5][4] = {};
+        float kS = 0.f, qS = 0.f, qk = 0.f, kk = 0.f, qq = 0.f;
 #pragma unroll
         for (int i = 0; i < RW; i++) {
-            a[0][i & 3] += kr[i] * S[i];
-            a[1][i & 3] += qr[i] * S[i];
-            a[2][i & 3] += qr[i] * kr[i];
+            kS += kr[i] * S[i];
+            qS += qr[i] * S[i];
+            qk += qr[i] * kr[i];
             if (p.l2norm) {
-                a[3][i & 3] += kr[i] * kr[i];
-                a[4][i & 3] += qr[i] * qr[i];
+                kk += kr[i] * kr[i];
+                qq += qr[i] * qr[i];
             }
         }
-        const float kS = col_sum<LPC>((a[0][0] + a[0][1]) + (a[0][2] + a[0][3]));
-        const float qS = col_sum<LPC>((a[1][0] + a[1][1]) + (a[1][2] + a[1][3]));
-        const float qk = col_sum<LPC>((a[2][0] + a[2][1]) + (a[2][2] + a[2][3]));
+        kS = col_sum<LPC>(kS);
+        qS = col_sum<LPC>(qS);
+        qk = col_sum<LPC>(qk);
         float rk = 1.f, rq = 1.f;
         if (p.l2norm) {
-            rk = rsqrtf(col_sum<LPC>((a[3][0] + a[3][1]) + (a[3][2] + a[3][3])) + 1e-6f);
-            rq = rsqrtf(col_sum<LPC>((a[4][0] + a[4][1]) + (a[4][2] + a[4][3])) + 1e-6f);
+            rk = rsqrtf(col_sum<LPC>(kk) + 1e-6f);
+            rq = rsqrtf(col_sum<LPC>(qq) + 1e-6f);
         }
         const float eg = expf(g);
         const float u = beta * (vt - eg * rk * kS);

@@ -95,7 +95,6 @@ namespace {
 
 constexpr int C = FQLA_FWD_CHUNK;
 
-
 /* fp32 matrices KK and X: [64][72]. 72 = 8 mod 32 words: the float2 operand
  * loads (row g, columns 2t, 2t+1) hit every bank once per half warp. */
 constexpr int LDF = C + 8;
@@ -253,13 +252,13 @@ __device__ __forceinline__ void mm16(float (&acc)[2][4], const float *a, const f
  * kernel bound by its shared-memory pipe (docs/perf.md, session 10): each
  * warp loaded its own copies of the operands. OVER_K: KKd lies over the K
  * tile (PAIR). */
-template <typename T, int KD, bool OVER_K>
-__device__ __forceinline__ void kk_wgmma(const T *Ktile, float *KKd, int w, int lane, int bar)
+/* K K^T of the warpgroup's K tile into d (accumulator layout), waited
+ * for: one descriptor, stepped by constants: 32 bytes per k-step in a box,
+ * the box (64 columns x 64 rows) 64 C sizeof(T) bytes on (the descriptor
+ * counts 16-byte units) */
+template <typename T, int KD>
+__device__ __forceinline__ void kk_acc(const T *Ktile, float (&d)[32])
 {
-    float d[32];
-    /* one descriptor, stepped by constants: 32 bytes per k-step in a box,
-     * the box (64 columns x 64 rows) 64 C sizeof(T) bytes on (the
-     * descriptor counts 16-byte units) */
     const uint64_t d0 = fqla_desc_kmajor(Ktile);
     fqla_wg_fence();
 #pragma unroll
@@ -270,6 +269,13 @@ __device__ __forceinline__ void kk_wgmma(const T *Ktile, float *KKd, int w, int 
     fqla_wg_commit();
     fqla_wg_wait<0>();
     fqla_reg_fence(d);
+}
+
+template <typename T, int KD, bool OVER_K>
+__device__ __forceinline__ void kk_wgmma(const T *Ktile, float *KKd, int w, int lane, int bar)
+{
+    float d[32];
+    kk_acc<T, KD>(Ktile, d);
     /* KKd over the K tile (PAIR): every warp's part of the product has read
      * it before any warp stores (named barrier bar, the warpgroup) */
     if (OVER_K) fqla_named_sync(bar, 128);
@@ -302,17 +308,7 @@ __device__ __forceinline__ void kk_wgmma_l2n(const T *Ktile, float *KKd, int w, 
     float d[32];
     const int g = lane >> 2, t = lane & 3;
     if (active) {
-        const uint64_t d0 = fqla_desc_kmajor(Ktile);
-        fqla_wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < KD / 16; kk++) {
-            const uint64_t dk =
-                d0 + (uint64_t)((kk >> 2) * 64 * C * (int)sizeof(T) / 16) + (kk & 3) * FQLA_DESC_K16_KMAJOR;
-            fqla_wg<T>::template ss64<0, 0>(d, dk, dk, kk > 0);
-        }
-        fqla_wg_commit();
-        fqla_wg_wait<0>();
-        fqla_reg_fence(d);
+        kk_acc<T, KD>(Ktile, d);
         /* the diagonal of rows 16 w + g (n-tile 2 w) and 16 w + g + 8
          * (n-tile 2 w + 1): column 2 t + e = g % 8, so lane t = g / 2 */
         if (t == (g >> 1)) {
@@ -1012,7 +1008,7 @@ cudaError_t launch(const fqla_fwd_params &p, const CUtensorMap &tmK, const fqla_
  * TMA, Ag stored by TMA; at group 1 two chunks per CTA (PAIR), except at
  * K = 256, whose 32 KB K tile PAIR's 18 KB region per half cannot hold:
  * LEAN there at every group (~87 KB, two CTAs per SM). L2N: the in-kernel
- * l2norm's rk, from the K tile. */
+ * l2norm's rk, from K K^T's diagonal. */
 template <typename T, int PREC, bool L2N>
 cudaError_t launch_without_q(const fqla_fwd_params &p, const CUtensorMap &tmK, const fqla_fwd_ag_maps &tmAg,
                              cudaStream_t stream)

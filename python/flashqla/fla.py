@@ -10,9 +10,10 @@ chunk_gated_delta_rule to flashqla first (priority 1 by default; lower runs
 earlier; FLA's own FlashQLA/TileLang backend has 3). The verifier accepts a
 call only when flashqla's library says it can run it (fqla_fwd_supported,
 and fqla_bwd_supported when an input requires grad, both answered without
-launching anything) and the call uses nothing flashqla lacks (cp_context,
-deprecated arguments); everything else falls back to the next backend and
-finally to FLA's Triton code. Set FLA_FLASHQLA=0 to switch it off without
+launching anything), the call uses nothing flashqla lacks (cp_context,
+deprecated arguments) and flashqla's path is not the slower one (fp32 CUDA
+tensors: slower_than_fla); everything else falls back to the next backend
+and finally to FLA's Triton code. Set FLA_FLASHQLA=0 to switch it off without
 code changes.
 
 Two registry APIs exist: FLA releases on PyPI (0.6: fla.backends with
@@ -78,6 +79,15 @@ def _prepared(bound):
         bound.get("cu_seqlens"), bound.get("cu_seqlens_cpu"), bound.get("cp_context"), None)
 
 
+def slower_than_fla(dtype, device_type):
+    """Why FLA should keep a call flashqla could run, or None: fp32 CUDA
+    tensors run flashqla's fp32 token recurrence, 2-5.6x slower than FLA's
+    own fp32 chunked kernels on an H200 (docs/perf.md, session 27)."""
+    if device_type == "cuda" and dtype == torch.float32:
+        return "flashqla: fp32 on CUDA runs a token recurrence, slower than FLA's chunked fp32 kernels"
+    return None
+
+
 def verify_call(*args, **kwargs):
     """(True, None) when flashqla runs this FLA call, else (False, reason)."""
     try:
@@ -93,6 +103,9 @@ def verify_call(*args, **kwargs):
     q = bound["q"]
     if not isinstance(q, torch.Tensor) or q.device.type not in ("cpu", "cuda"):
         return False, "flashqla runs CPU and CUDA tensors only"
+    slower = slower_than_fla(q.dtype, q.device.type)
+    if slower:
+        return False, slower
     try:
         prepared = _prepared(bound)
         err = ops.fwd_supported(*prepared, backward=_needs_backward(bound))

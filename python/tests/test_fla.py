@@ -119,6 +119,15 @@ def test_rejected_calls_fall_back(enabled, case):
         registry._backends.pop(Recorder.backend_type, None)
 
 
+def test_fp32_cuda_calls_stay_with_fla():
+    # flashqla runs fp32 CUDA tensors (a token recurrence) but FLA's chunked
+    # fp32 kernels are faster there: the verifier declines them, and only them
+    assert qfla.slower_than_fla(torch.float32, "cuda")
+    assert qfla.slower_than_fla(torch.bfloat16, "cuda") is None
+    assert qfla.slower_than_fla(torch.float16, "cuda") is None
+    assert qfla.slower_than_fla(torch.float32, "cpu") is None
+
+
 def test_backward_support_is_checked_when_grad_is_needed(enabled):
     x = make_inputs(1, 10, 1, 1, 64, 64)
     ok, _ = qfla.verify_call(**x)

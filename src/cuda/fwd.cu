@@ -423,10 +423,7 @@ fqla_status fqla_cuda_fwd_supported(fqla_context *ctx, const fqla_problem *p, co
         return fqla_fail(ctx, FQLA_STATUS_NOT_SUPPORTED,
                          "N * HV = %lld or T = %lld is beyond the CUDA forward's grid", (long long)(p->N * p->HV),
                          (long long)p->T);
-    if (p->io_dtype == FQLA_DTYPE_F32) /* the recurrent kernel covers the rest */
-        return fqla_fwd_recurrent_covers(p->K) ? FQLA_STATUS_SUCCESS
-                                               : fqla_fail(ctx, FQLA_STATUS_INTERNAL_ERROR,
-                                                           "CUDA forward: no fp32 kernel for K = %lld", (long long)p->K);
+    if (p->io_dtype == FQLA_DTYPE_F32) return FQLA_STATUS_SUCCESS; /* the recurrent kernel: every K checked above */
     int bv = pick_bv(ctx, p);
     if (!fqla_fwd_chunk_has((int)p->K, bv))
         return fqla_fail(ctx, FQLA_STATUS_INTERNAL_ERROR, "CUDA forward: no chunk kernel for K = %lld, BV = %d",

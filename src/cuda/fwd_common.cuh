@@ -149,6 +149,14 @@ struct fqla_fwd_ws_layout {
 
 static inline size_t fqla_fwd_align256(size_t x) { return (x + 255) & ~(size_t)255; }
 
+/* Element (k, v) of a caller's state (h0 / ht: [N][HV][K][V], or [N][HV][V][K]
+ * with v_first), from its strides (fwd_cp.cu's scan, fwd_recurrent.cu). */
+__device__ __forceinline__ int64_t fqla_fwd_state_off(int64_t n, int hv, int k, int v, int64_t sn, int64_t sh,
+                                                      int64_t s2, int v_first)
+{
+    return n * sn + hv * sh + (v_first ? (int64_t)v * s2 + k : (int64_t)k * s2 + v);
+}
+
 /* segs > 0: the CP buffers seg_hm, seg_s0, seg_flag for that many segment
  * indices (K x V states), and chunk_ok for every chunk slot. */
 static inline fqla_fwd_ws_layout fqla_fwd_ws(int64_t slots, int64_t H, int64_t HV, int l2norm, size_t io_size,
@@ -292,8 +300,7 @@ static inline bool fqla_fwd_fused_k(int64_t K) { return K == 64 || K == 128 || K
 cudaError_t fqla_fwd_launch_fused(const fqla_fwd_params &p, int io_bf16, int hb, int nwg, int parts,
                                   cudaStream_t stream, int *used);
 /* fp32 q/k/v (fwd_recurrent.cu): the recurrence token by token in fp32, no
- * workspace; K = 64, 128 or 256 (fqla_fwd_recurrent_covers), any V. */
-int fqla_fwd_recurrent_covers(int64_t K);
+ * workspace; K = 64, 128 or 256 (fqla_cuda_fwd_supported checks K), any V. */
 cudaError_t fqla_fwd_launch_recurrent(const fqla_fwd_params &p, cudaStream_t stream);
 /* The CP scan (fwd_cp.cu): p as for the pre-pass and main pass (seg_*,
  * seg_chunks), with the caller's h0 / ht; K = 64 or 128; cb value columns

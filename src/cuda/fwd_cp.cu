@@ -37,13 +37,6 @@
 
 namespace {
 
-/* Element (k, v) of a caller's state (h0 / ht: [N, HV, K, V] or [N, HV, V, K]). */
-__device__ __forceinline__ int64_t state_off(int64_t n, int hv, int k, int v, int64_t sn, int64_t sh, int64_t s2,
-                                             int v_first)
-{
-    return n * sn + hv * sh + (v_first ? (int64_t)v * s2 + k : (int64_t)k * s2 + v);
-}
-
 template <int KD, int CB>
 struct scan_cfg {
     /* warps: KD / 16 row blocks of 16 rows x CGW column groups of NT n-tiles
@@ -155,7 +148,7 @@ __global__ void __launch_bounds__(scan_cfg<KD, CB>::THREADS) cp_scan_kernel(cons
         const int k = i / CB, c = i % CB;
         float x = 0.f;
         if (p.h0) {
-            const int64_t off = state_off(n, hv, k, c0 + c, p.h0_sn, p.h0_sh, p.h0_s2, p.v_first);
+            const int64_t off = fqla_fwd_state_off(n, hv, k, c0 + c, p.h0_sn, p.h0_sh, p.h0_s2, p.v_first);
             x = p.h0_bf16 ? __bfloat162float(((const __nv_bfloat16 *)p.h0)[off]) : ((const float *)p.h0)[off];
         }
         Ss[k * cfg::LDS + c] = x;
@@ -226,7 +219,7 @@ __global__ void __launch_bounds__(scan_cfg<KD, CB>::THREADS) cp_scan_kernel(cons
     if (p.ht && nseg == 0) { /* an empty sequence: h0 (the main pass writes the others) */
         for (int i = tid; i < KD * CB; i += cfg::THREADS) {
             const int k = i / CB, c = i % CB;
-            const int64_t off = state_off(n, hv, k, c0 + c, p.ht_sn, p.ht_sh, p.ht_s2, p.ht_v_first);
+            const int64_t off = fqla_fwd_state_off(n, hv, k, c0 + c, p.ht_sn, p.ht_sh, p.ht_s2, p.ht_v_first);
             const float x = Ss[k * cfg::LDS + c];
             if (p.ht_bf16) ((__nv_bfloat16 *)p.ht)[off] = __float2bfloat16_rn(x);
             else ((float *)p.ht)[off] = x;

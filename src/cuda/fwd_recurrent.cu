@@ -32,13 +32,6 @@ constexpr int RW = 64;        /* state rows per lane */
 constexpr int WARPS = 4;      /* per CTA */
 constexpr int TAIL_WARPS = 64; /* warps zeroing the rows after the last sequence (varlen) */
 
-/* Element (k, v) of a caller's state (h0 / ht, [N][HV][K][V] or [V][K]). */
-__device__ __forceinline__ int64_t rec_state_off(int64_t n, int hv, int k, int v, int64_t sn, int64_t sh, int64_t s2,
-                                                 int v_first)
-{
-    return n * sn + hv * sh + (v_first ? (int64_t)v * s2 + k : (int64_t)k * s2 + v);
-}
-
 /* 64 consecutive floats of a row: four at a time where the caller's
  * pointers and strides allow (VEC4), else one at a time. */
 template <bool VEC4>
@@ -100,7 +93,7 @@ __global__ void __launch_bounds__(32 * WARPS) fwd_recurrent_kernel(const __grid_
     for (int i = 0; i < RW; i++) {
         S[i] = 0.f;
         if (p.h0) {
-            const int64_t off = rec_state_off(n, hv, k0 + i, vc, p.h0_sn, p.h0_sh, p.h0_s2, p.v_first);
+            const int64_t off = fqla_fwd_state_off(n, hv, k0 + i, vc, p.h0_sn, p.h0_sh, p.h0_s2, p.v_first);
             S[i] = p.h0_bf16 ? __bfloat162float(((const __nv_bfloat16 *)p.h0)[off]) : ((const float *)p.h0)[off];
         }
     }
@@ -147,7 +140,7 @@ __global__ void __launch_bounds__(32 * WARPS) fwd_recurrent_kernel(const __grid_
     if (p.ht && col) {
 #pragma unroll
         for (int i = 0; i < RW; i++) {
-            const int64_t off = rec_state_off(n, hv, k0 + i, v, p.ht_sn, p.ht_sh, p.ht_s2, p.ht_v_first);
+            const int64_t off = fqla_fwd_state_off(n, hv, k0 + i, v, p.ht_sn, p.ht_sh, p.ht_s2, p.ht_v_first);
             if (p.ht_bf16) ((__nv_bfloat16 *)p.ht)[off] = __float2bfloat16_rn(S[i]);
             else ((float *)p.ht)[off] = S[i];
         }
@@ -172,8 +165,6 @@ bool aligned4(const void *ptr, int64_t s0, int64_t s1, int64_t s2)
 }
 
 } // namespace
-
-int fqla_fwd_recurrent_covers(int64_t K) { return K == 64 || K == 128 || K == 256; }
 
 cudaError_t fqla_fwd_launch_recurrent(const fqla_fwd_params &p, cudaStream_t stream)
 {

@@ -17,6 +17,7 @@ FlashQLA / FlashInfer anchors (bench/anchors_h200.csv).
     python3 bench/bench_fwd.py [--models 'TP8,TP1'] [--seqlens '1x32768,8192x4'] [--lib build/libflashqla.so]
     python3 bench/bench_fwd.py --rows '397B/122B TP1:1x32768,35B/9B/4B TP1:1x8192'
     python3 bench/bench_fwd.py --head-dim 256  (K = V = 256: the same rows against FLA only)
+    python3 bench/bench_fwd.py --dtype fp32    (fp32 q/k/v: the recurrent kernel against FLA's fp32; FLA only)
     python3 bench/bench_fwd.py --l2norm        (raw q/k normalised in the kernels: use_qk_l2norm
                                                 and FLA's use_qk_l2norm_in_kernel; FLA only)
 
@@ -159,6 +160,10 @@ class FqlaFwd:
                                            C.c_size_t(self.ws_bytes), C.c_void_p(s)), "fqla_fwd")
 
 
+# --dtype: the q / k / v dtypes a row may be timed in
+IO_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
 def parse_seqlens(label):
     if "+" in label:
         return [int(x) for x in label.split("+")]
@@ -168,16 +173,17 @@ def parse_seqlens(label):
     return [int(a)] * int(b)
 
 
-def make_inputs(hq, hv, lens, seed=0, D=128, DV=None, l2norm=False):
-    """BENCHMARKS.md's inputs; l2norm: q and k left raw (randn), for the kernels to normalise."""
+def make_inputs(hq, hv, lens, seed=0, D=128, DV=None, l2norm=False, io=torch.bfloat16):
+    """BENCHMARKS.md's inputs (q, k, v in io, bf16 by default); l2norm: q and k left raw (randn), for the kernels
+    to normalise."""
     DV = DV or D
     gen = torch.Generator(device="cuda").manual_seed(seed)
     T = sum(lens)
     dev = "cuda"
     unit = (lambda x: x) if l2norm else (lambda x: torch.nn.functional.normalize(x, dim=-1))
-    q = unit(torch.randn(1, T, hq, D, device=dev, generator=gen)).bfloat16()
-    k = unit(torch.randn(1, T, hq, D, device=dev, generator=gen)).bfloat16()
-    v = torch.randn(1, T, hv, DV, device=dev, generator=gen).bfloat16()
+    q = unit(torch.randn(1, T, hq, D, device=dev, generator=gen)).to(io)
+    k = unit(torch.randn(1, T, hq, D, device=dev, generator=gen)).to(io)
+    v = torch.randn(1, T, hv, DV, device=dev, generator=gen).to(io)
     g = torch.nn.functional.logsigmoid(torch.randn(1, T, hv, device=dev, generator=gen)) / 16
     gated = torch.randperm(hv, device=dev, generator=gen)[: math.ceil(0.75 * hv)]
     mask = torch.zeros(hv, device=dev)
@@ -393,6 +399,9 @@ def main():
                     help="--l2norm, and the first build also timed on q/k normalised beforehand without the"
                          " in-kernel l2norm (tag -pre) and on the raw q/k without it (tag -raw: wrong outputs, the"
                          " timing of the same code on the same data)")
+    ap.add_argument("--dtype", choices=sorted(IO_DTYPES), default="bf16",
+                    help="q / k / v dtype (default bf16, the anchors'); other dtypes are timed against FLA only and"
+                         " recorded as 'MODEL fp32' / 'MODEL fp16' (after any head-dim tag)")
     ap.add_argument("--quick", action="store_true",
                     help="six rows spread over the table (the same as `flashqla bench --quick`): a few minutes")
     a = ap.parse_args()
@@ -405,6 +414,9 @@ def main():
         dims_label = "K%d V%d" % (a.head_dim, a.value_dim)
     if a.l2norm:
         dims_label = (dims_label + " l2norm").strip()
+    if a.dtype != "bf16":
+        dims_label = (dims_label + " " + a.dtype).strip()
+    io = IO_DTYPES[a.dtype]
     if a.quick and not a.rows:
         a.rows = ",".join(QUICK_ROWS)
 
@@ -493,12 +505,12 @@ def main():
                                                        "adv_fq", "adv_best", "o_rel", "ht_rel"))
     for ri, (model, hq, hv, sl) in enumerate(rows):
         lens = parse_seqlens(sl)
-        q, k, v, g, beta, h0, cu, cu_host = make_inputs(hq, hv, lens, D=a.head_dim, DV=a.value_dim, l2norm=a.l2norm)
+        q, k, v, g, beta, h0, cu, cu_host = make_inputs(hq, hv, lens, D=a.head_dim, DV=a.value_dim, l2norm=a.l2norm, io=io)
         o = torch.empty_like(v)
         ht = torch.empty_like(h0)
         qn = kn = None
         if a.l2norm_compare:  # FLA's l2norm (eps inside the square root)
-            unit = lambda x: (x.float() * torch.rsqrt((x.float() ** 2).sum(-1, keepdim=True) + 1e-6)).bfloat16()
+            unit = lambda x: (x.float() * torch.rsqrt((x.float() ** 2).sum(-1, keepdim=True) + 1e-6)).to(io)
             qn, kn = unit(q), unit(k)
         scale = a.head_dim ** -0.5
         label = model if not dims_label else "%s %s" % (model, dims_label)
@@ -508,7 +520,8 @@ def main():
             fla_tuned.add(model)
             fhq, fhv, fsl = first_row.get(model, (hq, hv, sl))
             if fsl != sl:  # else this row's own first call tunes
-                t_in = make_inputs(fhq, fhv, parse_seqlens(fsl), D=a.head_dim, DV=a.value_dim, l2norm=a.l2norm)
+                t_in = make_inputs(fhq, fhv, parse_seqlens(fsl), D=a.head_dim, DV=a.value_dim, l2norm=a.l2norm,
+                                   io=io)
                 fla_fwd(*t_in[:5], a.head_dim ** -0.5, t_in[5], True, cu_seqlens=t_in[6])
                 torch.cuda.synchronize()
                 del t_in

@@ -18,8 +18,8 @@ Advantages as BENCHMARKS.md defines them, at the FLA time measured in the
 same run: adv_A = (fla_now / ours) / (fla_pub / A_pub); best = the smaller
 of FlashQLA's and FlashInfer's. With several rows for one (commit, row),
 the last counts. Rows at other head dims or with the in-kernel l2norm
-(bench_fwd.py --head-dim / --value-dim / --l2norm: 'MODEL K64', 'MODEL K256
-V512', 'MODEL l2norm') have no anchors: they get one line per commit and
+(bench_fwd.py --head-dim / --value-dim / --l2norm / --dtype: 'MODEL K64',
+'MODEL K256 V512', 'MODEL l2norm', 'MODEL fp32') have no anchors: they get one line per commit and
 dims, the geomean and minimum speedup over FLA.
 """
 import argparse
@@ -57,7 +57,7 @@ def main():
         if r["fla_ms"] in ("", "nan"):
             continue
         if key not in anchors:
-            m = re.search(r" ((?:K\d+(?: V\d+)? ?)?(?:l2norm)?)$", r["model"])
+            m = re.search(r" ((?:K\d+(?: V\d+)? ?)?(?:l2norm ?)?(?:fp32|fp16)?)$", r["model"])
             if m and r["op"] == "fwd":
                 other_dims.setdefault((r["commit"], m.group(1)), {})[key] = float(r["fla_ms"]) / float(r["flashqla_ms"])
             continue

@@ -747,9 +747,10 @@ static void fwd_fp16(void)
  * must have run the recurrent kernel (route 4). */
 static void fwd_fp32(void)
 {
-    enum { NF = 5 };
+    enum { NF = 6 };
     spec s[NF];
     const int64_t cu[] = {0, 211, 985};
+    const int64_t cu_edges[] = {0, 0, 1, 2, 131}; /* empty, one and two tokens, then odd: the loop's edges */
     s[0] = base_spec(2, 300, 2, 4, 128);
     s[1] = base_spec(1, 1000, 2, 4, 64);
     set_cu(&s[1], cu, 3);
@@ -761,9 +762,12 @@ static void fwd_fp32(void)
     s[3].v_first = 1;
     s[4] = base_spec(3, 70, 1, 1, 64);
     s[4].h0 = s[4].ht = 0;
+    s[5] = base_spec(1, 131, 2, 2, 128);
+    set_cu(&s[5], cu_edges, 5);
     const char *names[NF] = {"fp32 B=2 T=300 H=2 HV=4", "fp32 K=V=64 varlen [0,211,985] T=1000",
                              "fp32 K=256 V=96 T=200", "fp32 l2norm + gate + beta sigmoid (neg) bf16 g/beta [V][K]",
-                             "fp32 K=V=64 B=3 T=70 no h0, no final state"};
+                             "fp32 K=V=64 B=3 T=70 no h0, no final state",
+                             "fp32 varlen [0,0,1,2,131] (empty, 1, 1, 129 tokens)"};
     for (int i = 0; i < NF; i++) {
         s[i].io = FQLA_DTYPE_F32;
         check_spec(&s[i], names[i]);

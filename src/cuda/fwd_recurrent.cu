@@ -16,36 +16,57 @@
  *     S^T k^ = e^g rk (S_old^T k),   o = scale (e^g rq (S_old^T q) + rq rk (q . k) u).
  *
  * One warp per (sequence, value head, CPW value columns): each column's K
- * state rows in fp32 registers, split over LPC = K / 64 lanes of 64 rows
- * each (CPW = 32 / LPC columns per warp), so a lane holds 64 floats. A lane
- * reads its 64 rows of q and k (the same addresses for every column group of
- * the warp: broadcasts) and sums its part; the LPC partial sums meet by warp
- * shuffles. Warps past the chains' zero o's rows after the last sequence
- * (varlen). No workspace, no shared memory, no synchronisation.
+ * state rows in fp32 registers, split over LPC = K / 16 lanes of RW = 16
+ * rows each (CPW = 32 / LPC columns per warp; session 28: 64 rows per lane
+ * had left one ~250-register warp alone on its scheduler, its every latency
+ * exposed). Lane p of a column holds rows 4 LPC j + 4 p + c (j, c < 4), so
+ * each of its four 16-byte loads of a q / k row is one contiguous 16 LPC
+ * bytes across the column's lanes, and the other columns of the warp read
+ * the same addresses (broadcasts). The partial sums meet by warp shuffles.
+ * A token's q, k, v, g and beta are loaded one token ahead (two register
+ * sets, the loop unrolled by two), so their trip overlaps the token before.
+ * The warps of a CTA are adjacent column groups of one value head: they
+ * read the same q / k rows, from L1 after the first. Warps past the chains
+ * zero o's rows after the last sequence (varlen). No workspace, no shared
+ * memory, no synchronisation.
  */
 #include "cuda/fwd_common.cuh"
 #include "cuda/fwd_prepare_common.cuh"
 
 namespace {
 
-constexpr int RW = 64;        /* state rows per lane */
-constexpr int WARPS = 4;      /* per CTA */
+constexpr int RW = 16;         /* state rows per lane */
+constexpr int WARPS = 4;       /* per CTA */
 constexpr int TAIL_WARPS = 64; /* warps zeroing the rows after the last sequence (varlen) */
 
-/* 64 consecutive floats of a row: four at a time where the caller's
- * pointers and strides allow (VEC4), else one at a time. */
-template <bool VEC4>
-__device__ __forceinline__ void load64(const float *src, float (&x)[RW])
+/* State / q / k entry 4 j + c of lane part p: row 4 LPC j + 4 p + c. */
+template <int LPC>
+__device__ __forceinline__ int row_of(int i, int p)
 {
-    if constexpr (VEC4) {
+    return 4 * LPC * (i >> 2) + 4 * p + (i & 3);
+}
+
+/* One token's inputs, as loaded (g and beta not yet finished). */
+struct Token {
+    float q[RW], k[RW];
+    float v, g, beta;
+};
+
+/* The lane's 16 entries of a q / k row (src at the lane's first row): four
+ * float4 where the caller's pointers and strides allow (VEC4), else one
+ * float at a time. */
+template <int LPC, bool VEC4>
+__device__ __forceinline__ void load_rows(const float *src, float (&x)[RW])
+{
 #pragma unroll
-        for (int i = 0; i < RW / 4; i++) {
-            const float4 f = reinterpret_cast<const float4 *>(src)[i];
-            x[4 * i] = f.x, x[4 * i + 1] = f.y, x[4 * i + 2] = f.z, x[4 * i + 3] = f.w;
+    for (int j = 0; j < RW / 4; j++) {
+        if constexpr (VEC4) {
+            const float4 f = *reinterpret_cast<const float4 *>(src + 4 * LPC * j);
+            x[4 * j] = f.x, x[4 * j + 1] = f.y, x[4 * j + 2] = f.z, x[4 * j + 3] = f.w;
+        } else {
+#pragma unroll
+            for (int c = 0; c < 4; c++) x[4 * j + c] = src[4 * LPC * j + c];
         }
-    } else {
-#pragma unroll
-        for (int i = 0; i < RW; i++) x[i] = src[i];
     }
 }
 
@@ -58,8 +79,63 @@ __device__ __forceinline__ float col_sum(float x)
     return x;
 }
 
+/* Where a chain's token inputs live: bases at the lane's first row / its
+ * column, and the token strides. */
+struct TokenSrc {
+    const float *q, *k, *v;
+    int64_t q_st, k_st, v_st;
+    int64_t g_off, b_off, g_st, b_st;
+};
+
+template <int LPC, bool VEC4>
+__device__ __forceinline__ void load_token(const fqla_fwd_params &p, const TokenSrc &s, int64_t t, Token &x)
+{
+    load_rows<LPC, VEC4>(s.q + t * s.q_st, x.q);
+    load_rows<LPC, VEC4>(s.k + t * s.k_st, x.k);
+    x.v = s.v[t * s.v_st];
+    x.g = load_gate(p.g, p.g_bf16, s.g_off + t * s.g_st);
+    x.beta = load_gate(p.beta, p.beta_bf16, s.b_off + t * s.b_st);
+}
+
+/* One token of the recurrence on the lane's rows; returns the column's o
+ * (valid in every lane of the column). */
+template <int LPC>
+__device__ __forceinline__ float step(const fqla_fwd_params &p, int hv, const Token &x, float (&S)[RW])
+{
+    float g = x.g, beta = x.beta;
+    finish_gate_beta(p, hv, g, beta);
+    float kS = 0.f, qS = 0.f, qk = 0.f, kk = 0.f, qq = 0.f;
+#pragma unroll
+    for (int i = 0; i < RW; i++) {
+        kS += x.k[i] * S[i];
+        qS += x.q[i] * S[i];
+        qk += x.q[i] * x.k[i];
+        if (p.l2norm) {
+            kk += x.k[i] * x.k[i];
+            qq += x.q[i] * x.q[i];
+        }
+    }
+    kS = col_sum<LPC>(kS);
+    qS = col_sum<LPC>(qS);
+    qk = col_sum<LPC>(qk);
+    float rk = 1.f, rq = 1.f;
+    if (p.l2norm) {
+        rk = rsqrtf(col_sum<LPC>(kk) + 1e-6f);
+        rq = rsqrtf(col_sum<LPC>(qq) + 1e-6f);
+    }
+    const float eg = expf(g);
+    const float u = beta * (x.v - eg * rk * kS);
+    const float ku = rk * u;
+#pragma unroll
+    for (int i = 0; i < RW; i++) S[i] = eg * S[i] + x.k[i] * ku;
+    return p.scale * (eg * rq * qS + rq * rk * qk * u);
+}
+
+#ifndef FQLA_REC_MINB /* experiment: CTAs per SM asked of ptxas */
+#define FQLA_REC_MINB 1
+#endif
 template <int KD, bool VEC4>
-__global__ void __launch_bounds__(32 * WARPS) fwd_recurrent_kernel(const __grid_constant__ fqla_fwd_params p)
+__global__ void __launch_bounds__(32 * WARPS, FQLA_REC_MINB) fwd_recurrent_kernel(const __grid_constant__ fqla_fwd_params p)
 {
     constexpr int LPC = KD / RW, CPW = 32 / LPC;
     const int lane = threadIdx.x & 31;
@@ -83,7 +159,6 @@ __global__ void __launch_bounds__(32 * WARPS) fwd_recurrent_kernel(const __grid_
     const int part = lane % LPC, v = slice * CPW + lane / LPC;
     const bool col = v < p.V; /* lanes past V keep their place in the shuffles */
     const int vc = col ? v : 0;
-    const int k0 = part * RW;
 
     int64_t batch, start, len, slot0;
     fqla_fwd_seq(p, n, batch, start, len, slot0);
@@ -93,54 +168,42 @@ __global__ void __launch_bounds__(32 * WARPS) fwd_recurrent_kernel(const __grid_
     for (int i = 0; i < RW; i++) {
         S[i] = 0.f;
         if (p.h0) {
-            const int64_t off = fqla_fwd_state_off(n, hv, k0 + i, vc, p.h0_sn, p.h0_sh, p.h0_s2, p.v_first);
+            const int64_t off =
+                fqla_fwd_state_off(n, hv, row_of<LPC>(i, part), vc, p.h0_sn, p.h0_sh, p.h0_s2, p.v_first);
             S[i] = p.h0_bf16 ? __bfloat162float(((const __nv_bfloat16 *)p.h0)[off]) : ((const float *)p.h0)[off];
         }
     }
 
-    const float *qb = (const float *)p.q + batch * p.q_sb + hq * p.q_sh + k0;
-    const float *kb = (const float *)p.k + batch * p.k_sb + hq * p.k_sh + k0;
-    const float *vb = (const float *)p.v + batch * p.v_sb + hv * p.v_sh + vc;
+    TokenSrc src;
+    src.q = (const float *)p.q + batch * p.q_sb + hq * p.q_sh + 4 * part;
+    src.k = (const float *)p.k + batch * p.k_sb + hq * p.k_sh + 4 * part;
+    src.v = (const float *)p.v + batch * p.v_sb + hv * p.v_sh + vc;
+    src.q_st = p.q_st, src.k_st = p.k_st, src.v_st = p.v_st;
+    src.g_off = batch * p.g_sb + hv * p.g_sh, src.g_st = p.g_st;
+    src.b_off = batch * p.b_sb + hv * p.b_sh, src.b_st = p.b_st;
     float *ob = (float *)p.o + batch * p.o_sb + hv * p.o_sh + vc;
-    for (int64_t t = start; t < start + len; t++) {
-        float qr[RW], kr[RW];
-        load64<VEC4>(qb + t * p.q_st, qr);
-        load64<VEC4>(kb + t * p.k_st, kr);
-        const float vt = vb[t * p.v_st];
-        float g = load_gate(p.g, p.g_bf16, batch * p.g_sb + t * p.g_st + hv * p.g_sh);
-        float beta = load_gate(p.beta, p.beta_bf16, batch * p.b_sb + t * p.b_st + hv * p.b_sh);
-        finish_gate_beta(p, hv, g, beta);
-        float kS = 0.f, qS = 0.f, qk = 0.f, kk = 0.f, qq = 0.f;
-#pragma unroll
-        for (int i = 0; i < RW; i++) {
-            kS += kr[i] * S[i];
-            qS += qr[i] * S[i];
-            qk += qr[i] * kr[i];
-            if (p.l2norm) {
-                kk += kr[i] * kr[i];
-                qq += qr[i] * qr[i];
-            }
-        }
-        kS = col_sum<LPC>(kS);
-        qS = col_sum<LPC>(qS);
-        qk = col_sum<LPC>(qk);
-        float rk = 1.f, rq = 1.f;
-        if (p.l2norm) {
-            rk = rsqrtf(col_sum<LPC>(kk) + 1e-6f);
-            rq = rsqrtf(col_sum<LPC>(qq) + 1e-6f);
-        }
-        const float eg = expf(g);
-        const float u = beta * (vt - eg * rk * kS);
-        const float ku = rk * u;
-#pragma unroll
-        for (int i = 0; i < RW; i++) S[i] = eg * S[i] + kr[i] * ku;
-        if (col && part == 0) ob[t * p.o_st] = p.scale * (eg * rq * qS + rq * rk * qk * u);
+    const bool writer = col && part == 0;
+
+    /* two register sets: token t + 1's loads are issued before token t's
+     * arithmetic (the last one reloads the last token: no branch on the loads) */
+    const int64_t last = start + len - 1;
+    Token a, b;
+    if (len > 0) load_token<LPC, VEC4>(p, src, start, a);
+    for (int64_t t = start; t <= last; t += 2) {
+        load_token<LPC, VEC4>(p, src, t + 1 <= last ? t + 1 : last, b);
+        const float o0 = step<LPC>(p, hv, a, S);
+        if (writer) ob[t * p.o_st] = o0;
+        if (t + 1 > last) break;
+        load_token<LPC, VEC4>(p, src, t + 2 <= last ? t + 2 : last, a);
+        const float o1 = step<LPC>(p, hv, b, S);
+        if (writer) ob[(t + 1) * p.o_st] = o1;
     }
 
     if (p.ht && col) {
 #pragma unroll
         for (int i = 0; i < RW; i++) {
-            const int64_t off = fqla_fwd_state_off(n, hv, k0 + i, v, p.ht_sn, p.ht_sh, p.ht_s2, p.ht_v_first);
+            const int64_t off =
+                fqla_fwd_state_off(n, hv, row_of<LPC>(i, part), v, p.ht_sn, p.ht_sh, p.ht_s2, p.ht_v_first);
             if (p.ht_bf16) ((__nv_bfloat16 *)p.ht)[off] = __float2bfloat16_rn(S[i]);
             else ((float *)p.ht)[off] = S[i];
         }

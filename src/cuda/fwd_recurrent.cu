@@ -79,62 +79,116 @@ __device__ __forceinline__ float col_sum(float x)
     return x;
 }
 
-/* Where a chain's token inputs live: bases at the lane's first row / its
- * column, and the token strides. */
-struct TokenSrc {
+/* A chain's token inputs at one token: pointers at the lane's first q / k
+ * row, its column of v, and g / beta (fp32 or bf16, as bytes), moved one
+ * token on by adding the strides (the token index times five 64-bit strides
+ * cost ~30 instructions a token, ~10 % of them; session 28). */
+struct Cursor {
     const float *q, *k, *v;
-    int64_t q_st, k_st, v_st;
-    int64_t g_off, b_off, g_st, b_st;
+    const unsigned char *g, *b;
+    int64_t qs, ks, vs, gs, bs; /* elements for q / k / v, bytes for g / beta */
+
+    __device__ __forceinline__ void advance()
+    {
+        q += qs, k += ks, v += vs, g += gs, b += bs;
+    }
+    template <int LPC, bool VEC4>
+    __device__ __forceinline__ void load(const fqla_fwd_params &p, Token &x) const
+    {
+        load_rows<LPC, VEC4>(q, x.q);
+        load_rows<LPC, VEC4>(k, x.k);
+        x.v = *v;
+        x.g = p.g_bf16 ? __bfloat162float(*(const __nv_bfloat16 *)g) : *(const float *)g;
+        x.beta = p.beta_bf16 ? __bfloat162float(*(const __nv_bfloat16 *)b) : *(const float *)b;
+    }
 };
 
-template <int LPC, bool VEC4>
-__device__ __forceinline__ void load_token(const fqla_fwd_params &p, const TokenSrc &s, int64_t t, Token &x)
-{
-    load_rows<LPC, VEC4>(s.q + t * s.q_st, x.q);
-    load_rows<LPC, VEC4>(s.k + t * s.k_st, x.k);
-    x.v = s.v[t * s.v_st];
-    x.g = load_gate(p.g, p.g_bf16, s.g_off + t * s.g_st);
-    x.beta = load_gate(p.beta, p.beta_bf16, s.b_off + t * s.b_st);
-}
+#ifndef FQLA_REC_PF /* prefetch of token t + FQLA_REC_PFD: 0 none, 1 into L1, 2 into L2 */
+#define FQLA_REC_PF 1
+#endif
+#ifndef FQLA_REC_PFD
+#define FQLA_REC_PFD 8
+#endif
+
+/* One 128-byte line of a token's inputs per lane, FQLA_REC_PFD tokens ahead
+ * of the register loads: the q and k rows' K / 32 lines each, the warp's
+ * v columns, g, beta (19 lanes at K = 256). A register load one token ahead
+ * covers L2's latency but not HBM's (~1 k cycles a token; session 28). */
+struct Prefetch {
+    const unsigned char *ptr;
+    int64_t step;
+
+    __device__ __forceinline__ void issue(bool in_range)
+    {
+        if (FQLA_REC_PF && ptr && in_range) {
+            if (FQLA_REC_PF == 1) asm volatile("prefetch.global.L1 [%0];" ::"l"(__cvta_generic_to_global(ptr)));
+            else asm volatile("prefetch.global.L2 [%0];" ::"l"(__cvta_generic_to_global(ptr)));
+        }
+        ptr += step;
+    }
+};
+
+/* Below this the decay scalar c is folded into the lane's rows. */
+#define FQLA_REC_RENORM 2.3283064e-10f /* 2^-32 */
+
+/* The lane's part of its column's state: S = c St. The decay multiplies
+ * one scalar per token instead of every row (c is the same in every lane
+ * of the warp: one value head, the same g); it is folded into St only when
+ * it falls below FQLA_REC_RENORM, so St stays within 2^32 of S. */
+struct State {
+    float St[RW];
+    float c;
+};
 
 /* One token of the recurrence on the lane's rows; returns the column's o
- * (valid in every lane of the column). */
-template <int LPC>
-__device__ __forceinline__ float step(const fqla_fwd_params &p, int hv, const Token &x, float (&S)[RW])
+ * (valid in every lane of the column). With S' = e^g S + k^ u^T:
+ *
+ *     u = beta (v - c' rk (k . St)),  St' = St + k (rk u / c'),  o = scale rq c' (q . St'),
+ *
+ * c' = c e^g: two dot products a row, the second (the output) off the
+ * chain from token to token. */
+template <int LPC, bool L2N>
+__device__ __forceinline__ float step(const fqla_fwd_params &p, int hv, const Token &x, State &s)
 {
     float g = x.g, beta = x.beta;
     finish_gate_beta(p, hv, g, beta);
-    float kS = 0.f, qS = 0.f, qk = 0.f, kk = 0.f, qq = 0.f;
+    float d = 0.f, kk = 0.f, qq = 0.f;
 #pragma unroll
     for (int i = 0; i < RW; i++) {
-        kS += x.k[i] * S[i];
-        qS += x.q[i] * S[i];
-        qk += x.q[i] * x.k[i];
-        if (p.l2norm) {
+        d += x.k[i] * s.St[i];
+        if constexpr (L2N) {
             kk += x.k[i] * x.k[i];
             qq += x.q[i] * x.q[i];
         }
     }
-    kS = col_sum<LPC>(kS);
-    qS = col_sum<LPC>(qS);
-    qk = col_sum<LPC>(qk);
+    d = col_sum<LPC>(d);
     float rk = 1.f, rq = 1.f;
-    if (p.l2norm) {
+    if constexpr (L2N) {
         rk = rsqrtf(col_sum<LPC>(kk) + 1e-6f);
         rq = rsqrtf(col_sum<LPC>(qq) + 1e-6f);
     }
-    const float eg = expf(g);
-    const float u = beta * (x.v - eg * rk * kS);
-    const float ku = rk * u;
+    float c = s.c * expf(g);
+    const float u = beta * (x.v - c * rk * d);
+    if (c < FQLA_REC_RENORM) { /* the same in every lane of the warp */
 #pragma unroll
-    for (int i = 0; i < RW; i++) S[i] = eg * S[i] + x.k[i] * ku;
-    return p.scale * (eg * rq * qS + rq * rk * qk * u);
+        for (int i = 0; i < RW; i++) s.St[i] *= c;
+        c = 1.f;
+    }
+    const float ku = rk * u * __frcp_rn(c);
+    float e = 0.f;
+#pragma unroll
+    for (int i = 0; i < RW; i++) {
+        s.St[i] = fmaf(x.k[i], ku, s.St[i]);
+        e += x.q[i] * s.St[i];
+    }
+    s.c = c;
+    return p.scale * rq * c * col_sum<LPC>(e);
 }
 
 #ifndef FQLA_REC_MINB /* experiment: CTAs per SM asked of ptxas */
 #define FQLA_REC_MINB 1
 #endif
-template <int KD, bool VEC4>
+template <int KD, bool VEC4, bool L2N>
 __global__ void __launch_bounds__(32 * WARPS, FQLA_REC_MINB) fwd_recurrent_kernel(const __grid_constant__ fqla_fwd_params p)
 {
     constexpr int LPC = KD / RW, CPW = 32 / LPC;
@@ -163,40 +217,63 @@ __global__ void __launch_bounds__(32 * WARPS, FQLA_REC_MINB) fwd_recurrent_kerne
     int64_t batch, start, len, slot0;
     fqla_fwd_seq(p, n, batch, start, len, slot0);
 
-    float S[RW];
+    State S;
+    S.c = 1.f;
 #pragma unroll
     for (int i = 0; i < RW; i++) {
-        S[i] = 0.f;
+        S.St[i] = 0.f;
         if (p.h0) {
             const int64_t off =
                 fqla_fwd_state_off(n, hv, row_of<LPC>(i, part), vc, p.h0_sn, p.h0_sh, p.h0_s2, p.v_first);
-            S[i] = p.h0_bf16 ? __bfloat162float(((const __nv_bfloat16 *)p.h0)[off]) : ((const float *)p.h0)[off];
+            S.St[i] = p.h0_bf16 ? __bfloat162float(((const __nv_bfloat16 *)p.h0)[off]) : ((const float *)p.h0)[off];
         }
     }
 
-    TokenSrc src;
-    src.q = (const float *)p.q + batch * p.q_sb + hq * p.q_sh + 4 * part;
-    src.k = (const float *)p.k + batch * p.k_sb + hq * p.k_sh + 4 * part;
-    src.v = (const float *)p.v + batch * p.v_sb + hv * p.v_sh + vc;
-    src.q_st = p.q_st, src.k_st = p.k_st, src.v_st = p.v_st;
-    src.g_off = batch * p.g_sb + hv * p.g_sh, src.g_st = p.g_st;
-    src.b_off = batch * p.b_sb + hv * p.b_sh, src.b_st = p.b_st;
-    float *ob = (float *)p.o + batch * p.o_sb + hv * p.o_sh + vc;
+    const size_t gb = p.g_bf16 ? 2 : 4, bb = p.beta_bf16 ? 2 : 4;
+    const float *qrow = (const float *)p.q + batch * p.q_sb + start * p.q_st + hq * p.q_sh;
+    const float *krow = (const float *)p.k + batch * p.k_sb + start * p.k_st + hq * p.k_sh;
+    const float *vrow = (const float *)p.v + batch * p.v_sb + start * p.v_st + hv * p.v_sh + slice * CPW;
+    Cursor cur;
+    cur.q = qrow + 4 * part, cur.k = krow + 4 * part, cur.v = vrow + (vc - slice * CPW);
+    cur.g = (const unsigned char *)p.g + (batch * p.g_sb + start * p.g_st + hv * p.g_sh) * gb;
+    cur.b = (const unsigned char *)p.beta + (batch * p.b_sb + start * p.b_st + hv * p.b_sh) * bb;
+    cur.qs = p.q_st, cur.ks = p.k_st, cur.vs = p.v_st, cur.gs = p.g_st * gb, cur.bs = p.b_st * bb;
+
+    /* this lane's prefetch line (KL lines per q / k row) */
+    constexpr int KL = KD / 32;
+    Prefetch pf = {nullptr, 0};
+    if (lane < KL) pf = {(const unsigned char *)(qrow + 32 * lane), p.q_st * 4};
+    else if (lane < 2 * KL) pf = {(const unsigned char *)(krow + 32 * (lane - KL)), p.k_st * 4};
+    else if (lane == 2 * KL) pf = {(const unsigned char *)vrow, p.v_st * 4};
+    else if (lane == 2 * KL + 1) pf = {cur.g, cur.gs};
+    else if (lane == 2 * KL + 2) pf = {cur.b, cur.bs};
+    if (pf.ptr) pf.ptr += FQLA_REC_PFD * pf.step;
+    float *ob = (float *)p.o + batch * p.o_sb + start * p.o_st + hv * p.o_sh + vc;
     const bool writer = col && part == 0;
 
     /* two register sets: token t + 1's loads are issued before token t's
-     * arithmetic (the last one reloads the last token: no branch on the loads) */
+     * arithmetic, the loop unrolled by two so that the sets swap roles */
     const int64_t last = start + len - 1;
     Token a, b;
-    if (len > 0) load_token<LPC, VEC4>(p, src, start, a);
+    if (len > 0) cur.load<LPC, VEC4>(p, a);
     for (int64_t t = start; t <= last; t += 2) {
-        load_token<LPC, VEC4>(p, src, t + 1 <= last ? t + 1 : last, b);
-        const float o0 = step<LPC>(p, hv, a, S);
-        if (writer) ob[t * p.o_st] = o0;
+        pf.issue(t + FQLA_REC_PFD <= last);
+        if (t + 1 <= last) {
+            cur.advance();
+            cur.load<LPC, VEC4>(p, b);
+        }
+        const float o0 = step<LPC, L2N>(p, hv, a, S);
+        if (writer) *ob = o0;
+        ob += p.o_st;
         if (t + 1 > last) break;
-        load_token<LPC, VEC4>(p, src, t + 2 <= last ? t + 2 : last, a);
-        const float o1 = step<LPC>(p, hv, b, S);
-        if (writer) ob[(t + 1) * p.o_st] = o1;
+        pf.issue(t + 1 + FQLA_REC_PFD <= last);
+        if (t + 2 <= last) {
+            cur.advance();
+            cur.load<LPC, VEC4>(p, a);
+        }
+        const float o1 = step<LPC, L2N>(p, hv, b, S);
+        if (writer) *ob = o1;
+        ob += p.o_st;
     }
 
     if (p.ht && col) {
@@ -204,8 +281,9 @@ __global__ void __launch_bounds__(32 * WARPS, FQLA_REC_MINB) fwd_recurrent_kerne
         for (int i = 0; i < RW; i++) {
             const int64_t off =
                 fqla_fwd_state_off(n, hv, row_of<LPC>(i, part), v, p.ht_sn, p.ht_sh, p.ht_s2, p.ht_v_first);
-            if (p.ht_bf16) ((__nv_bfloat16 *)p.ht)[off] = __float2bfloat16_rn(S[i]);
-            else ((float *)p.ht)[off] = S[i];
+            const float x = S.c * S.St[i];
+            if (p.ht_bf16) ((__nv_bfloat16 *)p.ht)[off] = __float2bfloat16_rn(x);
+            else ((float *)p.ht)[off] = x;
         }
     }
 }
@@ -217,8 +295,10 @@ cudaError_t launch_kd(const fqla_fwd_params &p, bool vec4, cudaStream_t stream)
     const int64_t chains = p.N * p.HV * ((p.V + CPW - 1) / CPW);
     const int64_t warps = chains + (p.varlen ? TAIL_WARPS : 0);
     const dim3 grid((unsigned)((warps + WARPS - 1) / WARPS));
-    if (vec4) fwd_recurrent_kernel<KD, true><<<grid, 32 * WARPS, 0, stream>>>(p);
-    else fwd_recurrent_kernel<KD, false><<<grid, 32 * WARPS, 0, stream>>>(p);
+    if (vec4 && p.l2norm) fwd_recurrent_kernel<KD, true, true><<<grid, 32 * WARPS, 0, stream>>>(p);
+    else if (vec4) fwd_recurrent_kernel<KD, true, false><<<grid, 32 * WARPS, 0, stream>>>(p);
+    else if (p.l2norm) fwd_recurrent_kernel<KD, false, true><<<grid, 32 * WARPS, 0, stream>>>(p);
+    else fwd_recurrent_kernel<KD, false, false><<<grid, 32 * WARPS, 0, stream>>>(p);
     return cudaGetLastError();
 }
 

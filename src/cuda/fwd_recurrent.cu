@@ -16,57 +16,36 @@
  *     S^T k^ = e^g rk (S_old^T k),   o = scale (e^g rq (S_old^T q) + rq rk (q . k) u).
  *
  * One warp per (sequence, value head, CPW value columns): each column's K
- * state rows in fp32 registers, split over LPC = K / 16 lanes of RW = 16
- * rows each (CPW = 32 / LPC columns per warp; session 28: 64 rows per lane
- * had left one ~250-register warp alone on its scheduler, its every latency
- * exposed). Lane p of a column holds rows 4 LPC j + 4 p + c (j, c < 4), so
- * each of its four 16-byte loads of a q / k row is one contiguous 16 LPC
- * bytes across the column's lanes, and the other columns of the warp read
- * the same addresses (broadcasts). The partial sums meet by warp shuffles.
- * A token's q, k, v, g and beta are loaded one token ahead (two register
- * sets, the loop unrolled by two), so their trip overlaps the token before.
- * The warps of a CTA are adjacent column groups of one value head: they
- * read the same q / k rows, from L1 after the first. Warps past the chains
- * zero o's rows after the last sequence (varlen). No workspace, no shared
- * memory, no synchronisation.
+ * state rows in fp32 registers, split over LPC = K / 64 lanes of 64 rows
+ * each (CPW = 32 / LPC columns per warp), so a lane holds 64 floats. A lane
+ * reads its 64 rows of q and k (the same addresses for every column group of
+ * the warp: broadcasts) and sums its part; the LPC partial sums meet by warp
+ * shuffles. Warps past the chains' zero o's rows after the last sequence
+ * (varlen). No workspace, no shared memory, no synchronisation.
  */
 #include "cuda/fwd_common.cuh"
 #include "cuda/fwd_prepare_common.cuh"
 
 namespace {
 
-constexpr int RW = 16;         /* state rows per lane */
-constexpr int WARPS = 4;       /* per CTA */
+constexpr int RW = 64;        /* state rows per lane */
+constexpr int WARPS = 4;      /* per CTA */
 constexpr int TAIL_WARPS = 64; /* warps zeroing the rows after the last sequence (varlen) */
 
-/* State / q / k entry 4 j + c of lane part p: row 4 LPC j + 4 p + c. */
-template <int LPC>
-__device__ __forceinline__ int row_of(int i, int p)
+/* 64 consecutive floats of a row: four at a time where the caller's
+ * pointers and strides allow (VEC4), else one at a time. */
+template <bool VEC4>
+__device__ __forceinline__ void load64(const float *src, float (&x)[RW])
 {
-    return 4 * LPC * (i >> 2) + 4 * p + (i & 3);
-}
-
-/* One token's inputs, as loaded (g and beta not yet finished). */
-struct Token {
-    float q[RW], k[RW];
-    float v, g, beta;
-};
-
-/* The lane's 16 entries of a q / k row (src at the lane's first row): four
- * float4 where the caller's pointers and strides allow (VEC4), else one
- * float at a time. */
-template <int LPC, bool VEC4>
-__device__ __forceinline__ void load_rows(const float *src, float (&x)[RW])
-{
+    if constexpr (VEC4) {
 #pragma unroll
-    for (int j = 0; j < RW / 4; j++) {
-        if constexpr (VEC4) {
-            const float4 f = *reinterpret_cast<const float4 *>(src + 4 * LPC * j);
-            x[4 * j] = f.x, x[4 * j + 1] = f.y, x[4 * j + 2] = f.z, x[4 * j + 3] = f.w;
-        } else {
-#pragma unroll
-            for (int c = 0; c < 4; c++) x[4 * j + c] = src[4 * LPC * j + c];
+        for (int i = 0; i < RW / 4; i++) {
+            const float4 f = reinterpret_cast<const float4 *>(src)[i];
+            x[4 * i] = f.x, x[4 * i + 1] = f.y, x[4 * i + 2] = f.z, x[4 * i + 3] = f.w;
         }
+    } else {
+#pragma unroll
+        for (int i = 0; i < RW; i++) x[i] = src[i];
     }
 }
 
@@ -79,117 +58,8 @@ __device__ __forceinline__ float col_sum(float x)
     return x;
 }
 
-/* A chain's token inputs at one token: pointers at the lane's first q / k
- * row, its column of v, and g / beta (fp32 or bf16, as bytes), moved one
- * token on by adding the strides (the token index times five 64-bit strides
- * cost ~30 instructions a token, ~10 % of them; session 28). */
-struct Cursor {
-    const float *q, *k, *v;
-    const unsigned char *g, *b;
-    int64_t qs, ks, vs, gs, bs; /* elements for q / k / v, bytes for g / beta */
-
-    __device__ __forceinline__ void advance()
-    {
-        q += qs, k += ks, v += vs, g += gs, b += bs;
-    }
-    template <int LPC, bool VEC4>
-    __device__ __forceinline__ void load(const fqla_fwd_params &p, Token &x) const
-    {
-        load_rows<LPC, VEC4>(q, x.q);
-        load_rows<LPC, VEC4>(k, x.k);
-        x.v = *v;
-        x.g = p.g_bf16 ? __bfloat162float(*(const __nv_bfloat16 *)g) : *(const float *)g;
-        x.beta = p.beta_bf16 ? __bfloat162float(*(const __nv_bfloat16 *)b) : *(const float *)b;
-    }
-};
-
-#ifndef FQLA_REC_PF /* prefetch of token t + FQLA_REC_PFD: 0 none, 1 into L1, 2 into L2 */
-#define FQLA_REC_PF 1
-#endif
-#ifndef FQLA_REC_PFD
-#define FQLA_REC_PFD 8
-#endif
-
-/* One 128-byte line of a token's inputs per lane, FQLA_REC_PFD tokens ahead
- * of the register loads: the q and k rows' K / 32 lines each, the warp's
- * v columns, g, beta (19 lanes at K = 256). A register load one token ahead
- * covers L2's latency but not HBM's (~1 k cycles a token; session 28). */
-struct Prefetch {
-    const unsigned char *ptr;
-    int64_t step;
-
-    __device__ __forceinline__ void issue(bool in_range)
-    {
-        if (FQLA_REC_PF && ptr && in_range) {
-            if (FQLA_REC_PF == 1) asm volatile("prefetch.global.L1 [%0];" ::"l"(__cvta_generic_to_global(ptr)));
-            else asm volatile("prefetch.global.L2 [%0];" ::"l"(__cvta_generic_to_global(ptr)));
-        }
-        ptr += step;
-    }
-};
-
-/* Below this the decay scalar c is folded into the lane's rows. */
-#define FQLA_REC_RENORM 2.3283064e-10f /* 2^-32 */
-
-/* The lane's part of its column's state: S = c St. The decay multiplies
- * one scalar per token instead of every row (c is the same in every lane
- * of the warp: one value head, the same g); it is folded into St only when
- * it falls below FQLA_REC_RENORM, so St stays within 2^32 of S. */
-struct State {
-    float St[RW];
-    float c;
-};
-
-/* One token of the recurrence on the lane's rows; returns the column's o
- * (valid in every lane of the column). With S' = e^g S + k^ u^T:
- *
- *     u = beta (v - c' rk (k . St)),  St' = St + k (rk u / c'),  o = scale rq c' (q . St'),
- *
- * c' = c e^g: two dot products a row, the second (the output) off the
- * chain from token to token. */
-template <int LPC, bool L2N>
-__device__ __forceinline__ float step(const fqla_fwd_params &p, int hv, const Token &x, State &s)
-{
-    float g = x.g, beta = x.beta;
-    finish_gate_beta(p, hv, g, beta);
-    float d = 0.f, kk = 0.f, qq = 0.f;
-#pragma unroll
-    for (int i = 0; i < RW; i++) {
-        d += x.k[i] * s.St[i];
-        if constexpr (L2N) {
-            kk += x.k[i] * x.k[i];
-            qq += x.q[i] * x.q[i];
-        }
-    }
-    d = col_sum<LPC>(d);
-    float rk = 1.f, rq = 1.f;
-    if constexpr (L2N) {
-        rk = rsqrtf(col_sum<LPC>(kk) + 1e-6f);
-        rq = rsqrtf(col_sum<LPC>(qq) + 1e-6f);
-    }
-    float c = s.c * expf(g);
-    const float u = beta * (x.v - c * rk * d);
-    if (c < FQLA_REC_RENORM) { /* the same in every lane of the warp */
-#pragma unroll
-        for (int i = 0; i < RW; i++) s.St[i] *= c;
-        c = 1.f;
-    }
-    const float ku = rk * u * __frcp_rn(c);
-    float e = 0.f;
-#pragma unroll
-    for (int i = 0; i < RW; i++) {
-        s.St[i] = fmaf(x.k[i], ku, s.St[i]);
-        e += x.q[i] * s.St[i];
-    }
-    s.c = c;
-    return p.scale * rq * c * col_sum<LPC>(e);
-}
-
-#ifndef FQLA_REC_MINB /* experiment: CTAs per SM asked of ptxas */
-#define FQLA_REC_MINB 1
-#endif
-template <int KD, bool VEC4, bool L2N>
-__global__ void __launch_bounds__(32 * WARPS, FQLA_REC_MINB) fwd_recurrent_kernel(const __grid_constant__ fqla_fwd_params p)
+template <int KD, bool VEC4>
+__global__ void __launch_bounds__(32 * WARPS) fwd_recurrent_kernel(const __grid_constant__ fqla_fwd_params p)
 {
     constexpr int LPC = KD / RW, CPW = 32 / LPC;
     const int lane = threadIdx.x & 31;
@@ -213,77 +83,66 @@ __global__ void __launch_bounds__(32 * WARPS, FQLA_REC_MINB) fwd_recurrent_kerne
     const int part = lane % LPC, v = slice * CPW + lane / LPC;
     const bool col = v < p.V; /* lanes past V keep their place in the shuffles */
     const int vc = col ? v : 0;
+    const int k0 = part * RW;
 
     int64_t batch, start, len, slot0;
     fqla_fwd_seq(p, n, batch, start, len, slot0);
 
-    State S;
-    S.c = 1.f;
+    float S[RW];
 #pragma unroll
     for (int i = 0; i < RW; i++) {
-        S.St[i] = 0.f;
+        S[i] = 0.f;
         if (p.h0) {
-            const int64_t off =
-                fqla_fwd_state_off(n, hv, row_of<LPC>(i, part), vc, p.h0_sn, p.h0_sh, p.h0_s2, p.v_first);
-            S.St[i] = p.h0_bf16 ? __bfloat162float(((const __nv_bfloat16 *)p.h0)[off]) : ((const float *)p.h0)[off];
+            const int64_t off = fqla_fwd_state_off(n, hv, k0 + i, vc, p.h0_sn, p.h0_sh, p.h0_s2, p.v_first);
+            S[i] = p.h0_bf16 ? __bfloat162float(((const __nv_bfloat16 *)p.h0)[off]) : ((const float *)p.h0)[off];
         }
     }
 
-    const size_t gb = p.g_bf16 ? 2 : 4, bb = p.beta_bf16 ? 2 : 4;
-    const float *qrow = (const float *)p.q + batch * p.q_sb + start * p.q_st + hq * p.q_sh;
-    const float *krow = (const float *)p.k + batch * p.k_sb + start * p.k_st + hq * p.k_sh;
-    const float *vrow = (const float *)p.v + batch * p.v_sb + start * p.v_st + hv * p.v_sh + slice * CPW;
-    Cursor cur;
-    cur.q = qrow + 4 * part, cur.k = krow + 4 * part, cur.v = vrow + (vc - slice * CPW);
-    cur.g = (const unsigned char *)p.g + (batch * p.g_sb + start * p.g_st + hv * p.g_sh) * gb;
-    cur.b = (const unsigned char *)p.beta + (batch * p.b_sb + start * p.b_st + hv * p.b_sh) * bb;
-    cur.qs = p.q_st, cur.ks = p.k_st, cur.vs = p.v_st, cur.gs = p.g_st * gb, cur.bs = p.b_st * bb;
-
-    /* this lane's prefetch line (KL lines per q / k row) */
-    constexpr int KL = KD / 32;
-    Prefetch pf = {nullptr, 0};
-    if (lane < KL) pf = {(const unsigned char *)(qrow + 32 * lane), p.q_st * 4};
-    else if (lane < 2 * KL) pf = {(const unsigned char *)(krow + 32 * (lane - KL)), p.k_st * 4};
-    else if (lane == 2 * KL) pf = {(const unsigned char *)vrow, p.v_st * 4};
-    else if (lane == 2 * KL + 1) pf = {cur.g, cur.gs};
-    else if (lane == 2 * KL + 2) pf = {cur.b, cur.bs};
-    if (pf.ptr) pf.ptr += FQLA_REC_PFD * pf.step;
-    float *ob = (float *)p.o + batch * p.o_sb + start * p.o_st + hv * p.o_sh + vc;
-    const bool writer = col && part == 0;
-
-    /* two register sets: token t + 1's loads are issued before token t's
-     * arithmetic, the loop unrolled by two so that the sets swap roles */
-    const int64_t last = start + len - 1;
-    Token a, b;
-    if (len > 0) cur.load<LPC, VEC4>(p, a);
-    for (int64_t t = start; t <= last; t += 2) {
-        pf.issue(t + FQLA_REC_PFD <= last);
-        if (t + 1 <= last) {
-            cur.advance();
-            cur.load<LPC, VEC4>(p, b);
+    const float *qb = (const float *)p.q + batch * p.q_sb + hq * p.q_sh + k0;
+    const float *kb = (const float *)p.k + batch * p.k_sb + hq * p.k_sh + k0;
+    const float *vb = (const float *)p.v + batch * p.v_sb + hv * p.v_sh + vc;
+    float *ob = (float *)p.o + batch * p.o_sb + hv * p.o_sh + vc;
+    for (int64_t t = start; t < start + len; t++) {
+        float qr[RW], kr[RW];
+        load64<VEC4>(qb + t * p.q_st, qr);
+        load64<VEC4>(kb + t * p.k_st, kr);
+        const float vt = vb[t * p.v_st];
+        float g = load_gate(p.g, p.g_bf16, batch * p.g_sb + t * p.g_st + hv * p.g_sh);
+        float beta = load_gate(p.beta, p.beta_bf16, batch * p.b_sb + t * p.b_st + hv * p.b_sh);
+        finish_gate_beta(p, hv, g, beta);
+        float kS = 0.f, qS = 0.f, qk = 0.f, kk = 0.f, qq = 0.f;
+#pragma unroll
+        for (int i = 0; i < RW; i++) {
+            kS += kr[i] * S[i];
+            qS += qr[i] * S[i];
+            qk += qr[i] * kr[i];
+            if (p.l2norm) {
+                kk += kr[i] * kr[i];
+                qq += qr[i] * qr[i];
+            }
         }
-        const float o0 = step<LPC, L2N>(p, hv, a, S);
-        if (writer) *ob = o0;
-        ob += p.o_st;
-        if (t + 1 > last) break;
-        pf.issue(t + 1 + FQLA_REC_PFD <= last);
-        if (t + 2 <= last) {
-            cur.advance();
-            cur.load<LPC, VEC4>(p, a);
+        kS = col_sum<LPC>(kS);
+        qS = col_sum<LPC>(qS);
+        qk = col_sum<LPC>(qk);
+        float rk = 1.f, rq = 1.f;
+        if (p.l2norm) {
+            rk = rsqrtf(col_sum<LPC>(kk) + 1e-6f);
+            rq = rsqrtf(col_sum<LPC>(qq) + 1e-6f);
         }
-        const float o1 = step<LPC, L2N>(p, hv, b, S);
-        if (writer) *ob = o1;
-        ob += p.o_st;
+        const float eg = expf(g);
+        const float u = beta * (vt - eg * rk * kS);
+        const float ku = rk * u;
+#pragma unroll
+        for (int i = 0; i < RW; i++) S[i] = eg * S[i] + kr[i] * ku;
+        if (col && part == 0) ob[t * p.o_st] = p.scale * (eg * rq * qS + rq * rk * qk * u);
     }
 
     if (p.ht && col) {
 #pragma unroll
         for (int i = 0; i < RW; i++) {
-            const int64_t off =
-                fqla_fwd_state_off(n, hv, row_of<LPC>(i, part), v, p.ht_sn, p.ht_sh, p.ht_s2, p.ht_v_first);
-            const float x = S.c * S.St[i];
-            if (p.ht_bf16) ((__nv_bfloat16 *)p.ht)[off] = __float2bfloat16_rn(x);
-            else ((float *)p.ht)[off] = x;
+            const int64_t off = fqla_fwd_state_off(n, hv, k0 + i, v, p.ht_sn, p.ht_sh, p.ht_s2, p.ht_v_first);
+            if (p.ht_bf16) ((__nv_bfloat16 *)p.ht)[off] = __float2bfloat16_rn(S[i]);
+            else ((float *)p.ht)[off] = S[i];
         }
     }
 }
@@ -295,10 +154,8 @@ cudaError_t launch_kd(const fqla_fwd_params &p, bool vec4, cudaStream_t stream)
     const int64_t chains = p.N * p.HV * ((p.V + CPW - 1) / CPW);
     const int64_t warps = chains + (p.varlen ? TAIL_WARPS : 0);
     const dim3 grid((unsigned)((warps + WARPS - 1) / WARPS));
-    if (vec4 && p.l2norm) fwd_recurrent_kernel<KD, true, true><<<grid, 32 * WARPS, 0, stream>>>(p);
-    else if (vec4) fwd_recurrent_kernel<KD, true, false><<<grid, 32 * WARPS, 0, stream>>>(p);
-    else if (p.l2norm) fwd_recurrent_kernel<KD, false, true><<<grid, 32 * WARPS, 0, stream>>>(p);
-    else fwd_recurrent_kernel<KD, false, false><<<grid, 32 * WARPS, 0, stream>>>(p);
+    if (vec4) fwd_recurrent_kernel<KD, true><<<grid, 32 * WARPS, 0, stream>>>(p);
+    else fwd_recurrent_kernel<KD, false><<<grid, 32 * WARPS, 0, stream>>>(p);
     return cudaGetLastError();
 }
 

@@ -74,16 +74,22 @@ def reference(q, k, v, g, beta, h0, l2norm, scale):
     return o, S
 
 
+def token_scalars(qt, kt, gt, l2norm):
+    """A token's floored gate and l2norm factors (1 without), in fp32."""
+    one = np.float32(1)
+    rk = rq = np.ones(qt.shape[0], np.float32)
+    if l2norm:
+        rk = one / np.sqrt((kt * kt).sum(-1) + np.float32(1e-6))
+        rq = one / np.sqrt((qt * qt).sum(-1) + np.float32(1e-6))
+    return np.maximum(gt, np.float32(G_FLOOR)), rk, rq
+
+
 def direct(q, k, v, g, beta, h0, l2norm, scale):
     """c55b804's form: both dots on the state before the token, the decay on every row."""
-    one, S = np.float32(1), h0.copy()
+    S = h0.copy()
     o = np.zeros_like(v)
     for t in range(q.shape[0]):
-        gt = np.maximum(g[t], np.float32(G_FLOOR))
-        rk = rq = np.ones(q.shape[1], np.float32)
-        if l2norm:
-            rk = one / np.sqrt((k[t] * k[t]).sum(-1) + np.float32(1e-6))
-            rq = one / np.sqrt((q[t] * q[t]).sum(-1) + np.float32(1e-6))
+        gt, rk, rq = token_scalars(q[t], k[t], g[t], l2norm)
         kS = np.einsum("hk,hkv->hv", k[t], S)
         qS = np.einsum("hk,hkv->hv", q[t], S)
         qk = (q[t] * k[t]).sum(-1)
@@ -101,11 +107,7 @@ def lazy(q, k, v, g, beta, h0, l2norm, scale):
     o = np.zeros_like(v)
     folds = 0
     for t in range(q.shape[0]):
-        gt = np.maximum(g[t], np.float32(G_FLOOR))
-        rk = rq = np.ones(q.shape[1], np.float32)
-        if l2norm:
-            rk = one / np.sqrt((k[t] * k[t]).sum(-1) + np.float32(1e-6))
-            rq = one / np.sqrt((q[t] * q[t]).sum(-1) + np.float32(1e-6))
+        gt, rk, rq = token_scalars(q[t], k[t], g[t], l2norm)
         d = np.einsum("hk,hkv->hv", k[t], St)
         c = c * np.exp(gt)
         u = beta[t][:, None] * (v[t] - (c * rk)[:, None] * d)

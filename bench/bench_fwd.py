@@ -505,7 +505,8 @@ def main():
                                                        "adv_fq", "adv_best", "o_rel", "ht_rel"))
     for ri, (model, hq, hv, sl) in enumerate(rows):
         lens = parse_seqlens(sl)
-        q, k, v, g, beta, h0, cu, cu_host = make_inputs(hq, hv, lens, D=a.head_dim, DV=a.value_dim, l2norm=a.l2norm, io=io)
+        q, k, v, g, beta, h0, cu, cu_host = make_inputs(hq, hv, lens, D=a.head_dim, DV=a.value_dim, l2norm=a.l2norm,
+                                                        io=io)
         o = torch.empty_like(v)
         ht = torch.empty_like(h0)
         qn = kn = None

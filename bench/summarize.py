@@ -17,10 +17,11 @@ one run only).
 Advantages as BENCHMARKS.md defines them, at the FLA time measured in the
 same run: adv_A = (fla_now / ours) / (fla_pub / A_pub); best = the smaller
 of FlashQLA's and FlashInfer's. With several rows for one (commit, row),
-the last counts. Rows at other head dims or with the in-kernel l2norm
-(bench_fwd.py --head-dim / --value-dim / --l2norm / --dtype: 'MODEL K64',
-'MODEL K256 V512', 'MODEL l2norm', 'MODEL fp32') have no anchors: they get one line per commit and
-dims, the geomean and minimum speedup over FLA.
+the last counts. Rows at other head dims, with the in-kernel l2norm or in
+another io dtype (bench_fwd.py --head-dim / --value-dim / --l2norm /
+--dtype: 'MODEL K64', 'MODEL K256 V512', 'MODEL l2norm', 'MODEL fp32') have
+no anchors: they get one line per commit and dims, the geomean and minimum
+speedup over FLA.
 """
 import argparse
 import csv

@@ -750,7 +750,7 @@ static void fwd_fp32(void)
     enum { NF = 6 };
     spec s[NF];
     const int64_t cu[] = {0, 211, 985};
-    const int64_t cu_edges[] = {0, 0, 1, 2, 131}; /* empty, one and two tokens, then odd: the loop's edges */
+    const int64_t cu_edges[] = {0, 0, 1, 2, 131}; /* empty, one token twice, then 129 (odd): loop edges */
     s[0] = base_spec(2, 300, 2, 4, 128);
     s[1] = base_spec(1, 1000, 2, 4, 64);
     set_cu(&s[1], cu, 3);

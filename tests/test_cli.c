@@ -288,6 +288,24 @@ static void bench_cpu_scaled_rows(void)
     double gm = g ? strtod(g + strlen("geomean_published_flashqla_over_ours="), NULL) : -1;
     CHECK(gm > 0, "unscaled row: no geomean against the anchor:\n%s", out);
     CHECK(count_lines(recs_path, NULL) == 5, "the filtered row was not appended (no header again)");
+
+    /* fp32 q/k/v: TESTING.md's 1e-4, recorded as 'MODEL fp32', not compared with the bf16 anchors */
+    snprintf(args, sizeof args, "bench --backend cpu --rows %s --filter 'TP1 96' --dtype fp32 --repeat 1 "
+             "--check-tokens 32 --out %s", rows_path, recs_path);
+    rc = run_cli(args);
+    CHECK(rc == 0, "%s: exit status %d\n%s", args, rc, out);
+    CHECK(strstr(out, "fwd tiny TP1 fp32") && strstr(out, "(tol 1e-04)"), "--dtype fp32: row or threshold:\n%s", out);
+    rel = strstr(out, "rel_o ");
+    ro = rel ? strtod(rel + 6, NULL) : -1;
+    CHECK(ro >= 0 && ro <= 1e-4, "--dtype fp32: rel_o %g, expected <= 1e-4:\n%s", ro, out);
+    CHECK(strstr(out, "dtype=fp32 geomean_published_flashqla_over_ours=n/a") != NULL,
+          "--dtype fp32 must not be compared with the bf16 anchors:\n%s", out);
+    CHECK(count_lines(recs_path, NULL) == 6, "the fp32 row was not appended");
+    f = fopen(recs_path, "r");
+    good = 0;
+    while (f && fgets(line, sizeof line, f)) good += !strncmp(line, "fwd,tiny TP1 fp32,2,4,96+64,", 28);
+    if (f) fclose(f);
+    CHECK(good == 1, "no 'tiny TP1 fp32' record");
     CHECK(wall_s() - t0 < 10, "bench on tiny rows took %.1f s, over 10 s", wall_s() - t0);
 }
 
@@ -305,9 +323,10 @@ static void bench_failed_check_exits_1(void)
 
 static void bench_bad_options_exit_2(void)
 {
-    char buf[12][256];
-    const char *names[12] = { "--repeat", "--backend", "--frobnicate", "--scale-tokens", "--rows",
-                              "--quick", "--filter", "--check-tokens", "--out", "--tol", "--backend cpu", "--rows" };
+    char buf[13][256];
+    const char *names[13] = { "--repeat", "--backend", "--frobnicate", "--scale-tokens", "--rows",
+                              "--quick", "--filter", "--check-tokens", "--out", "--tol", "--backend cpu", "--rows",
+                              "--dtype" };
     snprintf(buf[0], 256, "bench --rows %s --quick --repeat 0", rows_path);
     snprintf(buf[1], 256, "bench --rows %s --quick --backend tpu", rows_path);
     snprintf(buf[2], 256, "bench --rows %s --frobnicate 3", rows_path);
@@ -325,7 +344,8 @@ static void bench_bad_options_exit_2(void)
     FILE *f = fopen(recs_path, "w");
     if (f) { fputs("a,b,c\n1,2,3\n", f); fclose(f); }
     snprintf(buf[11], 256, "bench --rows %s --backend cpu --quick", recs_path);
-    for (int i = 0; i < 12; i++) {
+    snprintf(buf[12], 256, "bench --rows %s --backend cpu --quick --dtype fp64", rows_path);
+    for (int i = 0; i < 13; i++) {
         int rc = run_cli(buf[i]);
         CHECK(rc == 2, "'%s': exit status %d, expected 2\n%s", buf[i], rc, out);
         CHECK(strstr(out, names[i]) != NULL, "'%s': the message does not name %s:\n%s", buf[i], names[i], out);

@@ -2,8 +2,8 @@
  * bench.c - `flashqla bench`: the forward rows of BENCHMARKS.md, run from C
  * (for users without Python). Reads the rows (op, model, h_qk, h_v, seqlens and
  * the published anchors) from bench/anchors_h200.csv, builds each row's
- * BENCHMARKS.md inputs (one packed varlen row, K = V = 128, bf16, h0 and the
- * final state on), times the whole forward, checks the row's configuration on
+ * BENCHMARKS.md inputs (one packed varlen row, K = V = 128, bf16 or --dtype's
+ * q/k/v, h0 and the final state on), times the whole forward, checks the row's configuration on
  * a prefix of every sequence against the fp64 reference, prints one line per
  * row, appends records in the BENCHMARKS.md format and ends with a summary.
  *
@@ -35,7 +35,8 @@ typedef struct bench_opts {
     const char *out_path;
     int64_t check_tokens;
     double scale;           /* --scale-tokens; 1 = the real rows */
-    double tol;             /* TESTING.md: o and final state, bf16 inputs: 5e-3 */
+    double tol;             /* 0: TESTING.md's for the dtype (5e-3 bf16 / fp16, 1e-4 fp32) */
+    fqla_dtype io;          /* q, k, v, o */
     int scale_given;
     int threads, device;
     uint64_t seed;
@@ -55,6 +56,8 @@ static void bench_usage(FILE *f)
         "Times the forward rows of BENCHMARKS.md (bench/anchors_h200.csv): packed varlen\n"
         "sequences, K=V=128, bf16 q/k/v, fp32 gate/beta/state, h0 and final state on. Each row\n"
         "is also checked on a prefix of every sequence against the fp64 reference (5e-3).\n"
+        "With --dtype fp16 / fp32 the rows are recorded as 'MODEL fp16' / 'MODEL fp32' and not\n"
+        "compared with the published (bf16) numbers.\n"
         "\n"
         "  --backend B        auto | cuda | cpu (default auto: cuda when available)\n"
         "  --rows FILE        rows CSV with columns op,model,h_qk,h_v,seqlens[,flashqla_ms,fla_ms]\n"
@@ -69,7 +72,9 @@ static void bench_usage(FILE *f)
         "                     bench/results/cpu-bench.csv on the CPU); the commit field is\n"
         "                     $FQLA_COMMIT, else the commit the program was built from\n"
         "  --check-tokens N   tokens per sequence checked against the reference (default 256, 0 = none)\n"
-        "  --tol X            error threshold of the check (default 5e-3, TESTING.md's for bf16)\n"
+        "  --dtype D          bf16 | fp16 | fp32 for q, k, v, o (default bf16)\n"
+        "  --tol X            error threshold of the check (default TESTING.md's for the dtype:\n"
+        "                     5e-3 for bf16 and fp16, 1e-4 for fp32)\n"
         "  --threads N        CPU worker threads, 0 = all cores (default 0)\n"
         "  --device N         CUDA device (default 0)\n"
         "  --seed N           input seed (default 1)\n"
@@ -88,7 +93,7 @@ static int parse_bench_opts(int argc, char **argv, bench_opts *o)
     o->repeat = -1;
     o->check_tokens = 256;
     o->scale = 1.0;
-    o->tol = 5e-3;
+    o->io = FQLA_DTYPE_BF16;
     o->seed = 1;
     cli_args a;
     int r;
@@ -130,7 +135,14 @@ static int parse_bench_opts(int argc, char **argv, bench_opts *o)
             if (cli_args_int(&a, 0, INT64_MAX, &v) != 0) return -1;
             o->seed = (uint64_t)v;
         } else if (cli_args_is(&a, "--tol")) {
-            if (cli_args_double(&a, &o->tol) != 0) return -1;
+            if (cli_args_double(&a, &o->tol) != 0) return -1; /* > 0: 0 below means not given */
+        } else if (cli_args_is(&a, "--dtype")) {
+            const char *s;
+            if (cli_args_value(&a, &s) != 0) return -1;
+            if (cli_parse_dtype(s, &o->io) != 0) {
+                fprintf(stderr, "flashqla bench: option --dtype: expected bf16, fp16 or fp32, got '%s'\n", s);
+                return -1;
+            }
         } else if (cli_args_is(&a, "--scale-tokens")) {
             if (cli_args_double(&a, &o->scale) != 0) return -1;
             if (o->scale > 1.0) {
@@ -153,6 +165,7 @@ static int parse_bench_opts(int argc, char **argv, bench_opts *o)
             return -1;
         }
     }
+    if (o->tol == 0) o->tol = o->io == FQLA_DTYPE_F32 ? 1e-4 : 5e-3; /* not given */
     return r < 0 ? -1 : 0;
 }
 
@@ -691,10 +704,12 @@ int cli_bench(int argc, char **argv)
     time_t now = time(NULL);
     strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
 
-    printf("flashqla %s bench: %d fwd row%s on %s (%s), %d timed batch%s of %d call%s, check %lld tokens/seq, "
-           "scale %g\n", FQLA_VERSION_STRING, npick, npick == 1 ? "" : "s", cli_backend_name(b), bs.gpu, repeat,
-           repeat == 1 ? "" : "es", bs.on_dev ? GPU_CALLS : 1, bs.on_dev ? "s" : "",
-           (long long)o.check_tokens, o.scale);
+    printf("flashqla %s bench: %d fwd row%s on %s (%s), %s q/k/v, %d timed batch%s of %d call%s, check %lld "
+           "tokens/seq (tol %.0e), scale %g\n", FQLA_VERSION_STRING, npick, npick == 1 ? "" : "s",
+           cli_backend_name(b), bs.gpu, cli_dtype_name(o.io), repeat, repeat == 1 ? "" : "es",
+           bs.on_dev ? GPU_CALLS : 1, bs.on_dev ? "s" : "", (long long)o.check_tokens, o.tol, o.scale);
+    /* the published numbers are bf16 rows at full length */
+    const int compare = o.scale == 1.0 && o.io == FQLA_DTYPE_BF16;
 
     int failures = 0, n_anchor = 0, n_fla = 0;
     double log_anchor = 0, log_fla = 0;
@@ -708,11 +723,14 @@ int cli_bench(int argc, char **argv)
         row_shape(r->seqlens, o.scale, &s);   /* validated above */
         s.H = r->h_qk;
         s.HV = r->h_v;
-        char label[96];
+        char label[96], model[112];
         if (o.scale != 1.0) snprintf(label, sizeof label, "%s*%g", r->seqlens, o.scale);
         else snprintf(label, sizeof label, "%s", r->seqlens);
-        if (cli_layer_alloc_host(&host, &s, FQLA_DTYPE_BF16) != 0) {
-            fprintf(stderr, "flashqla bench: out of host memory for row %s %s\n", r->model, label);
+        /* as bench_fwd.py --dtype records them */
+        if (o.io != FQLA_DTYPE_BF16) snprintf(model, sizeof model, "%s %s", r->model, cli_dtype_name(o.io));
+        else snprintf(model, sizeof model, "%s", r->model);
+        if (cli_layer_alloc_host(&host, &s, o.io) != 0) {
+            fprintf(stderr, "flashqla bench: out of host memory for row %s %s\n", model, label);
             cli_shape_free(&s);
             failures++;
             rc = CLI_EXIT_FAIL;
@@ -722,18 +740,18 @@ int cli_bench(int argc, char **argv)
             time_row(&bs, &host, repeat, o.device, &ms) == 0 &&
             (o.check_tokens == 0 || check_row(&bs, &host, o.check_tokens, o.device, &rel_o, &rel_st) == 0))
             ok = o.check_tokens == 0 || (rel_o <= o.tol && rel_st <= o.tol);
-        printf("[%d/%d] fwd %-18s h_qk=%-2lld h_v=%-2lld %-16s", j + 1, npick, r->model, (long long)r->h_qk,
+        printf("[%d/%d] fwd %-18s h_qk=%-2lld h_v=%-2lld %-16s", j + 1, npick, model, (long long)r->h_qk,
                (long long)r->h_v, label);
         if (ms >= 0) printf(" %9.3f ms", ms);
         else printf(" %9s ms", "-");
-        if (o.scale == 1.0 && r->anchor_ms > 0 && ms > 0)
+        if (compare && r->anchor_ms > 0 && ms > 0)
             printf("  published flashqla %.3f fla %.3f", r->anchor_ms, r->fla_ms);
         if (o.check_tokens == 0) printf("  check skipped");
         else if (rel_o >= 0) printf("  rel_o %.2e rel_state %.2e", rel_o, rel_st);
         printf("  %s\n", ok ? "PASS" : "FAIL");
         if (ok) {   /* only checked rows are recorded or compared */
             fprintf(rec, "fwd,");
-            csv_field(rec, r->model);
+            csv_field(rec, model);
             fprintf(rec, ",%lld,%lld,", (long long)r->h_qk, (long long)r->h_v);
             csv_field(rec, label);
             fprintf(rec, ",%.4f,,", ms);
@@ -742,8 +760,8 @@ int cli_bench(int argc, char **argv)
             csv_field(rec, commit);
             fprintf(rec, ",%s\n", date);
             fflush(rec);
-            if (o.scale == 1.0 && r->anchor_ms > 0) { log_anchor += log(r->anchor_ms / ms); n_anchor++; }
-            if (o.scale == 1.0 && r->fla_ms > 0) { log_fla += log(r->fla_ms / ms); n_fla++; }
+            if (compare && r->anchor_ms > 0) { log_anchor += log(r->anchor_ms / ms); n_anchor++; }
+            if (compare && r->fla_ms > 0) { log_fla += log(r->fla_ms / ms); n_fla++; }
         }
         if (!ok) {
             failures++;
@@ -752,13 +770,15 @@ int cli_bench(int argc, char **argv)
         cli_layer_free(&host);
         cli_shape_free(&s);
     }
-    printf("summary: fwd rows=%d failures=%d backend=%s gpu=%s", npick, failures, cli_backend_name(b), bs.gpu);
+    printf("summary: fwd rows=%d failures=%d backend=%s gpu=%s dtype=%s", npick, failures, cli_backend_name(b), bs.gpu,
+           cli_dtype_name(o.io));
     if (n_anchor) printf(" geomean_published_flashqla_over_ours=%.4g", exp(log_anchor / n_anchor));
     else printf(" geomean_published_flashqla_over_ours=n/a");
     if (n_fla) printf(" geomean_published_fla_over_ours=%.4g", exp(log_fla / n_fla));
     else printf(" geomean_published_fla_over_ours=n/a");
     printf(" (vs published numbers, not same-process%s) out=%s\n",
-           o.scale != 1.0 ? "; scaled rows are not compared" : "", out_path);
+           o.scale != 1.0 ? "; scaled rows are not compared" : o.io != FQLA_DTYPE_BF16 ? "; only bf16 rows are compared" : "",
+           out_path);
 done:
     fflush(stdout);
     if (rec) fclose(rec);

@@ -137,12 +137,7 @@ static int parse_bench_opts(int argc, char **argv, bench_opts *o)
         } else if (cli_args_is(&a, "--tol")) {
             if (cli_args_double(&a, &o->tol) != 0) return -1; /* > 0: 0 below means not given */
         } else if (cli_args_is(&a, "--dtype")) {
-            const char *s;
-            if (cli_args_value(&a, &s) != 0) return -1;
-            if (cli_parse_dtype(s, &o->io) != 0) {
-                fprintf(stderr, "flashqla bench: option --dtype: expected bf16, fp16 or fp32, got '%s'\n", s);
-                return -1;
-            }
+            if (cli_args_dtype(&a, &o->io) != 0) return -1;
         } else if (cli_args_is(&a, "--scale-tokens")) {
             if (cli_args_double(&a, &o->scale) != 0) return -1;
             if (o->scale > 1.0) {

@@ -46,6 +46,8 @@ int cli_args_is(const cli_args *a, const char *name);
 int cli_args_value(cli_args *a, const char **value);
 int cli_args_int(cli_args *a, int64_t lo, int64_t hi, int64_t *out);
 int cli_args_double(cli_args *a, double *out);
+/* The option's value as a q/k/v dtype (cli_parse_dtype), with the message. */
+int cli_args_dtype(cli_args *a, fqla_dtype *out);
 /* An option the subcommand does not know: prints the message, returns 2. */
 int cli_args_unknown(const cli_args *a);
 

@@ -95,6 +95,17 @@ int cli_args_double(cli_args *a, double *out)
     return 0;
 }
 
+int cli_args_dtype(cli_args *a, fqla_dtype *out)
+{
+    const char *s;
+    if (cli_args_value(a, &s) != 0) return -1;
+    if (cli_parse_dtype(s, out) != 0) {
+        fprintf(stderr, "flashqla %s: option %s: expected bf16, fp16 or fp32, got '%s'\n", a->cmd, a->name, s);
+        return -1;
+    }
+    return 0;
+}
+
 int cli_args_unknown(const cli_args *a)
 {
     fprintf(stderr, "flashqla %s: unknown option '%s' (see flashqla %s --help)\n",

@@ -123,12 +123,7 @@ static int parse_run_opts(int argc, char **argv, run_opts *o)
         else if (cli_args_is(&a, "--tol")) {
             if (cli_args_double(&a, &o->tol) != 0) return -1;
         } else if (cli_args_is(&a, "--dtype")) {
-            const char *s;
-            if (cli_args_value(&a, &s) != 0) return -1;
-            if (cli_parse_dtype(s, &o->dtype) != 0) {
-                fprintf(stderr, "flashqla run: option --dtype: expected bf16, fp16 or fp32, got '%s'\n", s);
-                return -1;
-            }
+            if (cli_args_dtype(&a, &o->dtype) != 0) return -1;
         } else if (cli_args_is(&a, "--backend")) {
             const char *s;
             if (cli_args_value(&a, &s) != 0) return -1;

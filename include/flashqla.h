@@ -187,7 +187,10 @@ typedef struct fqla_fwd_args {
                                        (CUDA: used for validation and planning
                                        without synchronising; equal lengths
                                        that fill T run as a padded batch, so
-                                       it must match cu_seqlens) */
+                                       it must match cu_seqlens. Without it a
+                                       CUDA context trusts the device values:
+                                       starting at 0, never decreasing, at
+                                       most T; reading them would synchronise) */
     fqla_tensor o;              /* [B, T, HV, V], dtype of q             out  */
     fqla_tensor final_state;    /* [N, HV, K, V] f32, optional           out  */
     fqla_options opt;

@@ -135,6 +135,11 @@ def chunk_gated_delta_rule(
     'cpu', 'cuda' or 'reference' (the fp64 oracle, CPU tensors).
     """
     h0 = initial_state
+    if scale is not None and type(scale) is not float:
+        # a 0-dim tensor or numpy scalar: its value, not the object, goes
+        # into the fast path's key (an object changed in place, or a float
+        # equal to it, would otherwise reuse another call's entry)
+        scale = float(scale)
     key = None
     compiling = _is_compiling()
     if not compiling and not (_grad_enabled() and (
@@ -216,6 +221,12 @@ def prepare(q, k, v, g, beta, scale, initial_state, output_final_state,
     """FLA's arguments -> the 14 arguments of ops.fwd_impl / flashqla::fwd."""
     if cp_context is not None:
         raise NotImplementedError("flashqla: cp_context (inter-card context parallel) is not supported")
+    if scale is not None and float(scale) == 0.0:
+        # the C API's 0 means the default 1 / sqrt(K); FLA's 0 means o = 0
+        raise ValueError("flashqla: scale = 0 is not supported (the library reads 0 as the default); "
+                         "pass None for K ** -0.5")
+    if allow_neg_eigval and not use_beta_sigmoid_in_kernel:
+        raise ValueError("flashqla: allow_neg_eigval=True requires use_beta_sigmoid_in_kernel=True (as in FLA)")
     be = ops.backend_code(backend)
     dev = q.device
     same_device(dev, ("k", "v", "g", "beta", "initial_state", "A_log", "dt_bias"),

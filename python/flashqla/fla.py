@@ -24,6 +24,8 @@ register()/_get_operation_registry) and the development tree of mid-2026
 from __future__ import annotations
 
 import importlib
+import inspect
+import sys
 
 import torch
 
@@ -34,19 +36,47 @@ BACKEND_TYPE = "flashqla"
 ENV_VAR = "FLA_FLASHQLA"
 OPERATION = "gated_delta_rule"
 
-# FLA's public signature, in its positional order (fla/ops/gated_delta_rule/chunk.py)
+# FLA's public signature, in its positional order (fla/ops/gated_delta_rule/chunk.py,
+# FLA 0.6); the first _SHARED_POSITIONAL are the same in FLA 0.5, whose 15th is
+# cp_context where 0.6 has chunk_indices (_fla_positional)
+_SHARED_POSITIONAL = 14
 _FLA_PARAMS = ("q", "k", "v", "g", "beta", "scale", "initial_state", "output_final_state",
                "use_qk_l2norm_in_kernel", "use_beta_sigmoid_in_kernel", "allow_neg_eigval",
                "state_v_first", "cu_seqlens", "cu_seqlens_cpu", "chunk_indices", "cp_context")
 _FLA_KWARGS = ("use_gate_in_kernel", "A_log", "dt_bias", "chunk_size")
 
 
+def _fla_positional():
+    """The positional parameter names of the loaded FLA's chunk_gated_delta_rule,
+    or None when its module is not loaded (FLA calls the backend from it, so
+    it is loaded whenever FLA dispatches)."""
+    fn = getattr(sys.modules.get("fla.ops.gated_delta_rule.chunk"), "chunk_gated_delta_rule", None)
+    if fn is None:
+        return None
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return tuple(p.name for p in params if p.kind in kinds)
+
+
 def _bind(args, kwargs):
     """FLA's (args, kwargs) -> one dict of named arguments; raises TypeError
     on anything flashqla does not know (the verifier then rejects)."""
-    if len(args) > len(_FLA_PARAMS):
+    names = _FLA_PARAMS
+    if len(args) > _SHARED_POSITIONAL:
+        # past cu_seqlens_cpu the FLA versions differ: bind by the loaded one
+        names = _fla_positional()
+        if names is None:
+            raise TypeError("positional arguments after cu_seqlens_cpu differ between FLA versions; "
+                            "pass them by name")
+        unknown = [n for n in names[:len(args)] if n not in _FLA_PARAMS and n not in _FLA_KWARGS]
+        if unknown:
+            raise TypeError(f"unsupported argument {unknown[0]}")
+    if len(args) > len(names):
         raise TypeError(f"too many positional arguments ({len(args)})")
-    bound = dict(zip(_FLA_PARAMS, args))
+    bound = dict(zip(names, args))
     for name, value in kwargs.items():
         if name in bound:
             raise TypeError(f"argument {name} given twice")

@@ -70,6 +70,35 @@ def _sig(x):
     return None if x is None else (x.shape, x.stride(), x.dtype, x.device)
 
 
+def _fast_key(q, k, v, g, beta, h0, scale, output_final_state, use_qk_l2norm_in_kernel, use_gate_in_kernel,
+              A_log, dt_bias, use_beta_sigmoid_in_kernel, allow_neg_eigval, state_v_first, cu_seqlens,
+              cu_seqlens_cpu, cp_context, backend):
+    """The fast path's key of a call that needs no gradient (every tensor's
+    shape, strides, dtype and device, and the flags), or None: a gradient
+    is needed, or an argument is not a tensor (the general path's
+    check_types then names it)."""
+    try:
+        if _grad_enabled() and (
+                q.requires_grad or k.requires_grad or v.requires_grad or g.requires_grad
+                or beta.requires_grad or (h0 is not None and h0.requires_grad)
+                or (use_gate_in_kernel and ((A_log is not None and A_log.requires_grad)
+                                            or (dt_bias is not None and dt_bias.requires_grad)))):
+            return None
+        key = (q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device,
+               v.shape, v.stride(), v.dtype, v.device, g.shape, g.stride(), g.dtype, g.device,
+               beta.shape, beta.stride(), beta.dtype, beta.device,
+               None if h0 is None else (h0.shape, h0.stride(), h0.dtype, h0.device),
+               scale, output_final_state, use_qk_l2norm_in_kernel, use_gate_in_kernel,
+               use_beta_sigmoid_in_kernel, allow_neg_eigval, state_v_first, backend)
+        if A_log is not None or dt_bias is not None or cu_seqlens is not None \
+                or cu_seqlens_cpu is not None or cp_context is not None:
+            key += (_sig(A_log), _sig(dt_bias), _sig(cu_seqlens), _sig(cu_seqlens_cpu),
+                    cp_context is None)
+        return key
+    except AttributeError:
+        return None
+
+
 def _remember(key, args, given, o, ht, described):
     """Caches a successful no-grad eager call's description when prepare()
     passed every tensor on as given (costs about a microsecond: the
@@ -93,6 +122,25 @@ def same_device(dev, names, *xs):
     for name, x in zip(names, xs):
         if x is not None and x.device != dev:
             raise ValueError(f"flashqla: {name} is on {x.device} but q is on {dev}")
+
+
+_REQUIRED = ("q", "k", "v", "g", "beta")
+_NDIM = {"v": 4}  # read before the library's own shape checks (fwd_alloc)
+
+
+def check_types(**tensors):
+    """A clear error naming the argument for what the library's validation
+    cannot see: a missing or non-tensor argument, a dtype without a library
+    code, v's rank (the others' shapes the library checks, by name)."""
+    for name, x in tensors.items():
+        if x is None and name not in _REQUIRED:
+            continue
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"flashqla: {name} must be a torch.Tensor, got {type(x).__name__}")
+        if x.dtype not in ops.DTYPES:
+            raise ValueError(f"flashqla: {name}: dtype {x.dtype} is not supported")
+        if name in _NDIM and x.dim() != _NDIM[name]:
+            raise ValueError(f"flashqla: {name} must have {_NDIM[name]} dimensions, got shape {tuple(x.shape)}")
 
 
 def chunk_gated_delta_rule(
@@ -142,26 +190,16 @@ def chunk_gated_delta_rule(
         scale = float(scale)
     key = None
     compiling = _is_compiling()
-    if not compiling and not (_grad_enabled() and (
-            q.requires_grad or k.requires_grad or v.requires_grad or g.requires_grad
-            or beta.requires_grad or (h0 is not None and h0.requires_grad)
-            or (use_gate_in_kernel and ((A_log is not None and A_log.requires_grad)
-                                        or (dt_bias is not None and dt_bias.requires_grad))))):
-        # Fast path (eager, no gradient): a call whose signature (every
-        # tensor's shape, strides, dtype and device, and the flags) was seen
-        # before and needed no conversion reuses everything derived from it
-        # and only reads pointers. Issue 5 budgets 20 us of Python per call;
-        # the general path below costs about 30 (docs/perf.md).
-        key = (q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device,
-               v.shape, v.stride(), v.dtype, v.device, g.shape, g.stride(), g.dtype, g.device,
-               beta.shape, beta.stride(), beta.dtype, beta.device,
-               None if h0 is None else (h0.shape, h0.stride(), h0.dtype, h0.device),
-               scale, output_final_state, use_qk_l2norm_in_kernel, use_gate_in_kernel,
-               use_beta_sigmoid_in_kernel, allow_neg_eigval, state_v_first, backend)
-        if A_log is not None or dt_bias is not None or cu_seqlens is not None \
-                or cu_seqlens_cpu is not None or cp_context is not None:
-            key += (_sig(A_log), _sig(dt_bias), _sig(cu_seqlens), _sig(cu_seqlens_cpu),
-                    cp_context is None)
+    # Fast path (eager, no gradient): a call whose signature (every tensor's
+    # shape, strides, dtype and device, and the flags) was seen before and
+    # needed no conversion reuses everything derived from it and only reads
+    # pointers. Issue 5 budgets 20 us of Python per call; the general path
+    # below costs about 30 (docs/perf.md).
+    if not compiling:
+        key = _fast_key(q, k, v, g, beta, h0, scale, output_final_state, use_qk_l2norm_in_kernel,
+                        use_gate_in_kernel, A_log, dt_bias, use_beta_sigmoid_in_kernel, allow_neg_eigval,
+                        state_v_first, cu_seqlens, cu_seqlens_cpu, cp_context, backend)
+    if key is not None:
         e, key = _lookup(key)
         if e is not None:
             (be, device, dev, sq, sk, sv, sg, sb, sa, sd, sh, sc, gate, host,
@@ -227,6 +265,8 @@ def prepare(q, k, v, g, beta, scale, initial_state, output_final_state,
                          "pass None for K ** -0.5")
     if allow_neg_eigval and not use_beta_sigmoid_in_kernel:
         raise ValueError("flashqla: allow_neg_eigval=True requires use_beta_sigmoid_in_kernel=True (as in FLA)")
+    check_types(q=q, k=k, v=v, g=g, beta=beta, initial_state=initial_state, A_log=A_log, dt_bias=dt_bias,
+                cu_seqlens=cu_seqlens, cu_seqlens_cpu=cu_seqlens_cpu)
     be = ops.backend_code(backend)
     dev = q.device
     same_device(dev, ("k", "v", "g", "beta", "initial_state", "A_log", "dt_bias"),

@@ -81,3 +81,26 @@ def test_fifteenth_positional_without_fla_loaded_is_refused(monkeypatch):
     assert not ok and "by name" in why
     ok, why = qfla.verify_call(*_positional(x, None)[:14])  # up to cu_seqlens_cpu: the same in both
     assert ok, why
+
+
+@pytest.mark.parametrize("case", ["v_rank", "cu_int16", "q_uint8", "g_none", "k_list"])
+def test_bad_arguments_are_named(case):
+    x = make_inputs(1, 20, 1, 2, 32, 32)
+    kw = {}
+    if case == "v_rank":
+        x["v"] = x["v"][0]
+        name = "v"
+    elif case == "cu_int16":
+        kw["cu_seqlens"] = torch.tensor([0, 20], dtype=torch.int16)
+        name = "cu_seqlens"
+    elif case == "q_uint8":
+        x["q"] = x["q"].to(torch.uint8)
+        name = "q"
+    elif case == "g_none":
+        x["g"] = None
+        name = "g"
+    else:
+        x["k"] = x["k"].tolist()
+        name = "k"
+    with pytest.raises((TypeError, ValueError), match=f"flashqla: {name}"):
+        flashqla.chunk_gated_delta_rule(**x, **kw)

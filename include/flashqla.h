@@ -151,7 +151,8 @@ typedef struct fqla_tensor {
 
 /* A contiguous (row-major) tensor over data. shape has ndim entries. */
 fqla_tensor fqla_tensor_contiguous(void *data, fqla_dtype dtype, int ndim, const int64_t *shape);
-/* Number of elements (product of the shape; 0 for an absent tensor). */
+/* Number of elements (product of the shape; 0 for an absent tensor or a
+ * size <= 0, -1 when the product overflows int64). */
 int64_t fqla_tensor_numel(const fqla_tensor *t);
 
 /* ------------------------------------------------------------------------ */

@@ -69,6 +69,8 @@ typedef struct fqla_problem {
     fqla_dtype io_dtype;     /* dtype of q, k, v, o */
     fqla_dtype gate_dtype;   /* dtype of g, beta */
     fqla_dtype state_dtype;  /* dtype of the states / pool (F32 if none given) */
+    const char *f64_tensor;  /* the first argument given in F64 (NULL if none): the
+                                fp32 backends refuse it by name, whichever it is */
 } fqla_problem;
 
 /* Sequence n covers tokens [start, start + len) of batch row `batch`.

@@ -45,11 +45,16 @@ fqla_tensor fqla_tensor_contiguous(void *data, fqla_dtype dtype, int ndim, const
         return t;
     }
     t.ndim = ndim;
+    /* a stride past int64 saturates at INT64_MAX, and so does every outer
+     * one: validation then reports the shape's overflow by name, where a
+     * wrapped product would have been a negative stride the caller never
+     * set (and undefined behaviour) */
     int64_t stride = 1;
     for (int d = ndim - 1; d >= 0; d--) {
         t.shape[d] = shape[d];
         t.strides[d] = stride;
-        stride *= shape[d] > 0 ? shape[d] : 1;
+        const int64_t n = shape[d] > 0 ? shape[d] : 1;
+        stride = stride > INT64_MAX / n ? INT64_MAX : stride * n;
     }
     return t;
 }
@@ -58,7 +63,12 @@ int64_t fqla_tensor_numel(const fqla_tensor *t)
 {
     if (!t || !t->data || t->ndim < 0 || t->ndim > FQLA_MAX_DIMS) return 0;
     int64_t n = 1;
-    for (int d = 0; d < t->ndim; d++) n *= t->shape[d];
+    for (int d = 0; d < t->ndim; d++) {
+        const int64_t s = t->shape[d];
+        if (s <= 0) return 0;
+        if (n > INT64_MAX / s) return -1; /* the product overflows int64 */
+        n *= s;
+    }
     return n;
 }
 

@@ -280,7 +280,10 @@ static fqla_status check_cu(fqla_context *ctx, fqla_vt_list *L, const fqla_tenso
                          "cu_seqlens: given with B = %lld (q: shape[0]); variable-length input is packed into B = 1",
                          (long long)p->B);
     int64_t n = cu->shape[0];
-    if (cu_host) TRY(check_cu_values(ctx, "cu_seqlens_host", cu_host, NULL, n, p->T));
+    if (cu_host) {
+        TRY(check_cu_values(ctx, "cu_seqlens_host", cu_host, NULL, n, p->T));
+        TRY(fqla_vt_add_host(ctx, L, "cu_seqlens_host", cu_host, n));
+    }
     if (host_readable) {
         TRY(check_cu_values(ctx, "cu_seqlens", NULL, cu, n, p->T));
         for (int64_t i = 0; cu_host && i < n; i++)
@@ -365,6 +368,7 @@ fqla_status fqla_validate_fwd(fqla_context *ctx, const fqla_fwd_args *a, int hos
         const fqla_tensor *const ts[4] = {&a->q, &a->k, &a->v, &a->o};
         TRY(check_aligned(ctx, names, ts, 4));
     }
+    p->f64_tensor = fqla_vt_first_f64(&L);
     return fqla_vt_no_alias(ctx, &L);
 }
 
@@ -416,6 +420,7 @@ fqla_status fqla_validate_bwd(fqla_context *ctx, const fqla_bwd_args *a, int hos
         const fqla_tensor *const ts[7] = {&a->q, &a->k, &a->v, &a->d_o, &a->dq, &a->dk, &a->dv};
         TRY(check_aligned(ctx, names, ts, 7));
     }
+    p->f64_tensor = fqla_vt_first_f64(&L);
     return fqla_vt_no_alias(ctx, &L);
 }
 
@@ -576,6 +581,8 @@ fqla_status fqla_validate_decode(fqla_context *ctx, const fqla_decode_args *a, i
         const fqla_tensor *const ts[4] = {&a->q, &a->k, &a->v, &a->o};
         TRY(check_aligned(ctx, names, ts, 4));
     }
+    if (a->slots_host) TRY(fqla_vt_add_host(ctx, &L, "slots_host", a->slots_host, p->B));
+    p->f64_tensor = fqla_vt_first_f64(&L);
     TRY(fqla_vt_no_alias(ctx, &L));
 
     if (a->slots_host)

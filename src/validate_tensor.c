@@ -207,6 +207,27 @@ fqla_status fqla_vt_aligned16(fqla_context *ctx, const char *name, const fqla_te
     return FQLA_STATUS_SUCCESS;
 }
 
+fqla_status fqla_vt_add_host(fqla_context *ctx, fqla_vt_list *L, const char *name, const int64_t *data,
+                             int64_t n)
+{
+    if (L->n >= FQLA_VT_MAX)
+        return fqla_fail(ctx, FQLA_STATUS_INTERNAL_ERROR, "validation: too many tensors");
+    fqla_vt *v = &L->v[L->n++];
+    v->name = name;
+    v->t = NULL;
+    v->output = 0;
+    v->lo = (uintptr_t)data;
+    v->hi = v->lo + (uintptr_t)n * sizeof *data; /* n <= a validated shape[0] */
+    return FQLA_STATUS_SUCCESS;
+}
+
+const char *fqla_vt_first_f64(const fqla_vt_list *L)
+{
+    for (int i = 0; i < L->n; i++)
+        if (L->v[i].t && L->v[i].t->dtype == FQLA_DTYPE_F64) return L->v[i].name;
+    return NULL;
+}
+
 fqla_status fqla_vt_no_alias(fqla_context *ctx, const fqla_vt_list *L)
 {
     for (int i = 0; i < L->n; i++) {

@@ -61,6 +61,12 @@ fqla_status fqla_vt_add(fqla_context *ctx, fqla_vt_list *L, const char *name,
                         const fqla_tensor *t, int ndim, const char *layout,
                         int zero_dim, int output);
 
+/* A host array the call reads (cu_seqlens_host, slots_host: n int64
+ * values) into L as an input range, so that no output may overlap it: an
+ * output written over it would change the bounds the backend reads next. */
+fqla_status fqla_vt_add_host(fqla_context *ctx, fqla_vt_list *L, const char *name, const int64_t *data,
+                             int64_t n);
+
 /* dtype in the set `allowed` (described by `what` in the message). */
 fqla_status fqla_vt_dtype(fqla_context *ctx, const char *name, const fqla_tensor *t,
                           unsigned allowed, const char *what);
@@ -79,6 +85,9 @@ fqla_status fqla_vt_aligned16(fqla_context *ctx, const char *name, const fqla_te
 
 /* No output's byte range intersects that of any other tensor in L. */
 fqla_status fqla_vt_no_alias(fqla_context *ctx, const fqla_vt_list *L);
+
+/* The name of the first tensor of L in F64, or NULL. */
+const char *fqla_vt_first_f64(const fqla_vt_list *L);
 
 /* "F32", "BF16", ... or "invalid(n)" for a value outside the enum. */
 const char *fqla_vt_dtype_name(fqla_dtype d);

@@ -419,6 +419,20 @@ static void b_fwd_cu_host_differs(fx *f)
     f->host[0] = 0; f->host[1] = 4; f->host[2] = 5; f->host[3] = 9;
     f->fa.cu_seqlens_host = f->host;
 }
+static void b_fwd_cu_host_inside_o(fx *f)
+{
+    /* the host copy, with the right values, inside o: o's first rows would
+     * overwrite the bounds the backend reads next (a crash before) */
+    int64_t *host = (int64_t *)((float *)f->fa.o.data + 8);
+    for (int i = 0; i < f->c.ncu; i++) host[i] = f->c.cu[i];
+    f->fa.cu_seqlens_host = host;
+}
+static void b_fwd_q_shape_overflow(fx *f)
+{
+    /* strides by fqla_tensor_contiguous: 2^62 elements a row overflow int64 */
+    f->fa.q = fqla_tensor_contiguous(f->fa.q.data, f->c.io, 4, SHAPE(2, (int64_t)1 << 61, 2, 2));
+}
+static void b_fwd_cpu_final_state_f64(fx *f) { f->fa.final_state = fx_state(f, &f->c, f->c.B, FQLA_DTYPE_F64, FILL_SENTINEL); }
 static void b_fwd_cu_host_past_T(fx *f)
 {
     f->host[0] = 0; f->host[1] = 4; f->host[2] = 4; f->host[3] = 12;
@@ -583,6 +597,7 @@ static void b_ver_step_states_alias_pool(fx *f) { f->da.step_states.data = f->da
 #define INV FQLA_STATUS_INVALID_VALUE
 #define MIS FQLA_STATUS_MISALIGNED
 #define OVF FQLA_STATUS_OVERFLOW
+#define NSUP FQLA_STATUS_NOT_SUPPORTED
 
 static const bad_case bad_cases[] = {
     /* NULL required pointers */
@@ -648,6 +663,9 @@ static const bad_case bad_cases[] = {
     {"fwd_cu_past_T", OP_FWD, m_varlen, b_fwd_cu_past_T, 0, INV, "cu_seqlens[3] = 10 ends past T = 9"},
     {"fwd_cu_with_B_2", OP_FWD, NULL, b_fwd_cu_B2, 0, INV, "cu_seqlens: given with B = 2"},
     {"fwd_cu_host_differs", OP_FWD, m_varlen, b_fwd_cu_host_differs, 0, INV, "cu_seqlens_host[2] = 5"},
+    {"fwd_cu_host_inside_o", OP_FWD, m_varlen, b_fwd_cu_host_inside_o, 0, INV, "o: memory overlaps input cu_seqlens_host"},
+    {"fwd_q_shape_overflow_contiguous", OP_FWD, NULL, b_fwd_q_shape_overflow, 0, OVF, "q: the element count"},
+    {"fwd_cpu_final_state_f64", OP_FWD, NULL, b_fwd_cpu_final_state_f64, 0, NSUP, "final_state: dtype f64"},
     {"fwd_cuda_cu_host_past_T", OP_FWD, m_varlen, b_fwd_cu_host_past_T, 1, INV, "cu_seqlens_host[3] = 12"},
     {"fwd_cu_host_without_tensor", OP_FWD, NULL, b_fwd_cu_host_alone, 0, INV, "cu_seqlens_host"},
     /* states */

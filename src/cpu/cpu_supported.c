@@ -54,5 +54,11 @@ fqla_status fqla_cpu_supported(fqla_context *ctx, const fqla_problem *p)
                          (p->op == FQLA_OP_DECODE || p->op == FQLA_OP_VERIFY) ? "state_pool" : "state",
                          fqla_dtype_string(p->state_dtype),
                          p->state_dtype == FQLA_DTYPE_F64 ? "; f64 runs on FQLA_BACKEND_CPU_REFERENCE" : "");
+    /* any other argument in F64 (final_state, the gradients, A_log, ...):
+     * the checks above see only q/k/v, g/beta and the state's dtype */
+    if (p->f64_tensor)
+        return fqla_fail(ctx, FQLA_STATUS_NOT_SUPPORTED,
+                         "%s: dtype f64 is not supported by the fp32 CPU backend (f64 runs on "
+                         "FQLA_BACKEND_CPU_REFERENCE)", p->f64_tensor);
     return FQLA_STATUS_SUCCESS;
 }

@@ -175,6 +175,7 @@ typedef struct gdn_case {
     fqla_dtype io, gate, state;
     int gate_mode, beta_mode;
     int k_near_q;            /* draw k = q + noise/2, so that q.k is far from 0 */
+    int raw_keys;            /* q, k drawn N(0, 1) without the in-kernel l2norm: ||k||^2 ~ K */
     int h0, final, dht;      /* initial state given; final state wanted; d_final_state given */
     fqla_options opt;
 } gdn_case;
@@ -245,7 +246,7 @@ static inline gdn_data gdn_data_make(const gdn_case *c)
     d.d_o = tu_doubles(d.nv);
     d.dht = tu_doubles(d.ns);
     /* without the in-kernel l2norm, ||k|| ~ 1 keeps the recurrence contractive */
-    double qk_scale = c->opt.use_qk_l2norm ? 1.0 : 1.0 / sqrt((double)c->K);
+    double qk_scale = c->opt.use_qk_l2norm || c->raw_keys ? 1.0 : 1.0 / sqrt((double)c->K);
     for (int64_t i = 0; i < d.nq; i++) {
         d.q[i] = qk_scale * check_normal();
         d.k[i] = qk_scale * check_normal();

@@ -266,6 +266,20 @@ static void fwd_strong_decay(void)
     run_fwd(&c, TOL_F32);
 }
 
+static void fwd_raw_keys_strong_decay(void)
+{
+    /* ||k||^2 ~ 64 with beta = 1: the gate-free inverse grows ~63x a token
+     * (past fp32 within a chunk), while a decay of e^-20 a token keeps the
+     * recurrence bounded; the forward inverts with Gamma inside (NaN before,
+     * docs/perf.md session 28). The backward keeps the gate-free inverse. */
+    gdn_case c = gdn_case_make(1, 130, 1, 2, 64, 64);
+    c.raw_keys = 1;
+    c.gate_mode = GATE_STRONG;
+    c.beta_mode = BETA_ONE;
+    c.h0 = c.final = 1;
+    run_fwd(&c, TOL_F32);
+}
+
 static void fwd_one_neg_inf_gate(void)
 {
     gdn_case c = gdn_case_make(2, 150, 1, 2, 64, 64);
@@ -629,6 +643,7 @@ int main(void)
     CHECK_RUN(fwd_trailing_rows);
     CHECK_RUN(fwd_gate_zero);
     CHECK_RUN(fwd_strong_decay);
+    CHECK_RUN(fwd_raw_keys_strong_decay);
     CHECK_RUN(fwd_one_neg_inf_gate);
     CHECK_RUN(fwd_decay_spread);
     CHECK_RUN(fwd_beta_zero_one);

@@ -400,7 +400,7 @@ static void bwd_task(void *arg, int64_t item, int worker)
         fqla_chunk_load_qk(&s.qk, &job->in, b, t0, c, hk, 0);
         fqla_chunk_prepare_qk(&s.qk, 0);
         for (int64_t h = h0; h < h1; h++) {
-            fqla_chunk_load_head(&s.hd, &s.qk, &job->in, b, t0, h, 1);
+            fqla_chunk_load_head(&s.hd, &s.qk, &job->in, b, t0, h, 1, 0);
             chunk_x(&s, STATE(h, ci), XS(h, ci));
             if (ci + 1 < chunks) {
                 chunk_u(&s, XS(h, ci));
@@ -423,7 +423,7 @@ static void bwd_task(void *arg, int64_t item, int worker)
         fqla_chunk_prepare_qk(&s.qk, 1);
         memset(s.dQKsum, 0, (size_t)(2 * s.qk.cp * s.qk.Kp) * sizeof(float));
         for (int64_t h = h0; h < h1; h++) {
-            fqla_chunk_load_head(&s.hd, &s.qk, &job->in, b, t0, h, 0);
+            fqla_chunk_load_head(&s.hd, &s.qk, &job->in, b, t0, h, 0, 0);
             chunk_backward(job, &s, STATE(h, ci), XS(h, ci), s.dS + (h - h0) * KV, b, t0, h, n);
         }
         store_qk_grads(job, &s, b, t0, hk);

@@ -7,13 +7,16 @@
  * every worker busy (fqla_cpu_heads_per_item). An item walks its sequence
  * chunk by chunk; per chunk it loads q and k once, forms Q K^T and K K^T
  * once, then runs each of its value heads (own state S) through
- *     Ar = (I + StrictLower(diag(beta) K K^T))^-1      forward substitution
+ *     A  = (I + StrictLower(diag(beta) (Gamma . K K^T)))^-1   forward substitution
  *     W  = [Q; K] S                                     one product for both
- *     U  = (Gamma . Ar) diag(beta) (V - diag(e) K S)
+ *     U  = A diag(beta) (V - diag(e) K S)
  *     O  = scale (diag(e) Q S + (Gamma . tril(Q K^T)) U)
  *     S' = e_C S + K^T diag(f) U
  * (buffers and gate conventions in cpu_chunk.h). No exponent is positive, so
- * strong decay cannot overflow. Work per chunk and value head at
+ * strong decay cannot overflow. A = Gamma . Ar, DESIGN.md §2's gate-free
+ * inverse Ar, but with Gamma inside the substitution: Ar alone grows like
+ * |beta ||k||^2 - 1|^n and overflowed fp32 on raw keys under strong decay
+ * (NaN where the reference is finite; docs/perf.md, session 28). Work per chunk and value head at
  * K = V = 128: about 4 M multiply-adds, nearly all in fqla_gemm.
  * Each value head's outputs depend only on its own inputs, never on the
  * item split or the thread count.
@@ -45,7 +48,7 @@ typedef struct fwd_bufs {
     float *X;    /* [cp, Vp] V - diag(e) K S */
     float *U;    /* [cp, Vp] */
     float *O;    /* [cp, Vp] */
-    float *A2;   /* [cp, cp] Gamma . Ar . beta_j */
+    float *A2;   /* [cp, cp] A . beta_j (A = Gamma . Ar, the gated inverse) */
     float *P;    /* [cp, cp] scale Gamma . tril(Q K^T) */
     float *Kf;   /* [Kp, cp] K^T diag(f) */
     float *tmp;  /* [max(K, V)] */
@@ -92,9 +95,10 @@ static void fwd_chunk(fwd_bufs *s, float *S, const fqla_problem *p, const fqla_f
     int64_t cp = qk->cp, K = qk->K, Kp = qk->Kp, V = hd->V, Vp = hd->Vp;
     float scale = (float)p->scale;
 
-    /* A2 = Gamma . Ar . beta_j: the corrected-value operator with diag(beta) folded in */
+    /* A2 = A . beta_j (A: the gated inverse in hd->Ar): the corrected-value
+     * operator with diag(beta) folded in */
     for (int64_t i = 0; i < cp; i++)
-        fqla_mul3_8(cp, hd->G + i * cp, hd->Ar + i * cp, hd->beta, s->A2 + i * cp);
+        fqla_mul8(cp, hd->Ar + i * cp, hd->beta, s->A2 + i * cp);
     /* W = [Q; K] S */
     fqla_gemm(0, 2 * cp, Vp, K, qk->QK, Kp, S, Vp, s->W, Vp);
     /* X = V - diag(e) K S;  U = A2 X */
@@ -154,7 +158,7 @@ static void fwd_task(void *arg, int64_t item, int worker)
         fqla_chunk_load_qk(&s.qk, &job->in, b, t0, c, hk, 1);
         fqla_chunk_prepare_qk(&s.qk, 1);
         for (int64_t h = h0; h < h1; h++) {
-            fqla_chunk_load_head(&s.hd, &s.qk, &job->in, b, t0, h, 1);
+            fqla_chunk_load_head(&s.hd, &s.qk, &job->in, b, t0, h, 1, 1);
             fwd_chunk(&s, s.S + (h - h0) * KV, p, a, b, t0, h, !last || want_final);
         }
     }

@@ -20,7 +20,8 @@
  *     beta, e, f [cp]   beta, e_i = exp(gamma_i), f_j = exp(gamma_C - gamma_j)
  *     eC                exp(gamma_C)
  *     G    [cp, cp]     Gamma_ij = exp(gamma_i - gamma_j), i >= j; 0 above
- *     Ar   [cp, cp]     (I + StrictLower(diag(beta) K K^T))^-1, 0 above
+ *     Ar   [cp, cp]     (I + StrictLower(diag(beta) K K^T))^-1, 0 above; gated:
+ *                       (I + StrictLower(diag(beta) (Gamma . K K^T)))^-1 = Gamma . Ar
  *
  * Gates: gamma is the cumulative sum of g inside the chunk, kept in double
  * as (count of -inf gates so far, sum of the finite ones), so that one
@@ -67,9 +68,13 @@ void fqla_chunk_load_qk(fqla_chunk_qk *s, const fqla_cpu_inputs *in, int64_t b, 
 /* QKt, KK and (with_q) QKm. */
 void fqla_chunk_prepare_qk(fqla_chunk_qk *s, int with_q);
 /* Loads v (when with_v), beta and the gates of value head h for the same
- * tokens, and computes e, f, eC, Gamma and Ar (needs s prepared). */
+ * tokens, and computes e, f, eC, Gamma and Ar (needs s prepared). gated:
+ * Ar with Gamma inside the inverse (the forward's). The gate-free inverse
+ * grows like |beta ||k||^2 - 1|^n, so raw keys can overflow it in fp32
+ * while strong decay keeps the gated one, and the recurrence, bounded; the
+ * backward's dg is derived through the gate-free Ar (chunked_bwd.c). */
 void fqla_chunk_load_head(fqla_chunk_head *hd, const fqla_chunk_qk *s, const fqla_cpu_inputs *in,
-                          int64_t b, int64_t t0, int64_t h, int with_v);
+                          int64_t b, int64_t t0, int64_t h, int with_v, int gated);
 
 /* exp(x) for x <= 0 with the chunk conventions: 0 when any -inf gate lies in
  * the span (ninf > 0) or x < -87. */

@@ -38,14 +38,14 @@
  * NaN or Inf inside tensor values is not validated (as in cuBLAS); it
  * propagates to the outputs.
  *
- * Numerics: the CUDA forward and the fp32 CPU backward invert each 64-token
- * chunk's gate-free system I + StrictLower(diag(beta) K K^T), whose inverse
- * grows like |beta ||k||^2 - 1|^n over n tokens. It stays bounded while
+ * Numerics: the CUDA forward inverts each 64-token chunk's gate-free system
+ * I + StrictLower(diag(beta) K K^T), whose inverse grows like
+ * |beta ||k||^2 - 1|^n over n tokens. It stays bounded while
  * beta ||k||^2 <= 2: unit keys (as with use_qk_l2norm) and beta in [0, 2].
  * Far outside that, e.g. raw keys with beta ||k||^2 above ~5 under a strong
- * decay that keeps the recurrence itself bounded, they can return NaN where
- * the fp64 reference does not. The fp32 CPU forward inverts with the decay
- * inside the system and has no such limit.
+ * decay that keeps the recurrence itself bounded, it can return NaN where
+ * the fp64 reference does not. The CPU backends invert with the decay
+ * inside the system and have no such limit.
  */
 #ifndef FLASHQLA_H
 #define FLASHQLA_H

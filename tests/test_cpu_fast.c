@@ -387,6 +387,18 @@ static void bwd_varlen_trailing(void)
     run_bwd(&c, TOL_F32, TOL_F32_GATE);
 }
 
+static void bwd_raw_keys_strong_decay(void)
+{
+    /* fwd_raw_keys_strong_decay's inputs through the backward, which
+     * inverts with Gamma inside too (dg then comes through L's Gamma) */
+    gdn_case c = gdn_case_make(1, 130, 1, 2, 64, 64);
+    c.raw_keys = 1;
+    c.gate_mode = GATE_STRONG;
+    c.beta_mode = BETA_ONE;
+    c.h0 = c.dht = 1;
+    run_bwd(&c, TOL_F32, TOL_F32_GATE);
+}
+
 static void bwd_strong_decay(void)
 {
     /* the true dg is about e^-20 here: it must keep its relative accuracy */
@@ -656,6 +668,7 @@ int main(void)
     CHECK_RUN(bwd_plain_k128);
     CHECK_RUN(bwd_varlen_trailing);
     CHECK_RUN(bwd_strong_decay);
+    CHECK_RUN(bwd_raw_keys_strong_decay);
     CHECK_RUN(bwd_decay_spread_gva);
     CHECK_RUN(bwd_neg_inf_gate_and_zero_gate);
     CHECK_RUN(bwd_v_first_near_two);

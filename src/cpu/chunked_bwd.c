@@ -23,8 +23,10 @@
  * q_i . (S do_i) and k_i . (S dx_i), read off the product [dO; dX] S^T that
  * dq and dk need anyway.
  *
- * Chunk forward (notation of cpu_chunk.h; T~ = Gamma . Ar, P~ = scale Gamma .
- * tril(Q K^T)):  W = [Q; K] S,  X = V - diag(e) K S,  Y = diag(beta) X,
+ * Chunk forward (notation of cpu_chunk.h; T~ = A = (I + L)^-1 with
+ * L = StrictLower(diag(beta) (Gamma . K K^T)), i.e. Gamma . Ar formed with
+ * Gamma inside; P~ = scale Gamma . tril(Q K^T)):
+ * W = [Q; K] S,  X = V - diag(e) K S,  Y = diag(beta) X,
  * U = T~ Y,  O = scale diag(e) Q S + P~ U,  S' = e_C S + K^T diag(f) U.
  * Its reverse, given dO and dS' (the order below is the code's):
  *   dU   = P~^T dO + diag(f) K dS'            df_j = (K dS')_j . u_j
@@ -34,11 +36,12 @@
  *                       [dQ; dK] = [scale diag(e); -diag(e)] G2
  *   Z = [scale diag(e) dO; -diag(e) dX]:  dS = e_C dS' + [Q; K]^T Z
  *   dK  += diag(f) U dS'^T,                de_C = <S, dS'>
- *   dAr = Gamma . dT~,  dL = -Ar^T dAr Ar^T (strict lower)
- *   dbeta_i += sum_j dL_ij k_i.k_j,  M = diag(beta) dL,  dK += (M + M^T) K
+ *   dL = -T~^T dT~ T~^T (strict lower)
+ *   dbeta_i += sum_j dL_ij Gamma_ij k_i.k_j,  M = diag(beta) (Gamma . dL),
+ *   dK += (M + M^T) K
  *   dQ~ = scale Gamma . dP~ (lower):  dQ += dQ~ K,  dK += dQ~^T Q
- * and the gate: with R_ij = Gamma_ij (dT~_ij Ar_ij + scale dP~_ij q_i.k_j)
- * (i > j), the gradient of token t's log decay is the sum of exactly the
+ * and the gate: with R_ij = Gamma_ij (dL_ij beta_i k_i.k_j + scale dP~_ij q_i.k_j)
+ * (i > j; Gamma enters through L and P~), the gradient of token t's log decay is the sum of exactly the
  * terms whose exponent contains g_t:
  *   dg_t = sum_{i>=t} de_i e_i + sum_{j<t} df_j f_j + de_C e_C
  *        + sum_{i>=t>j} R_ij
@@ -157,13 +160,13 @@ static void chunk_x(bwd_bufs *s, const float *S, float *X)
         fqla_xpay8(Vp, hd->V_ + i * Vp, -hd->e[i], s->KS + i * Vp, X + i * Vp);
 }
 
-/* Y = diag(beta) X and U = T~ Y, T~ = Gamma . Ar, of one head. */
+/* Y = diag(beta) X and U = T~ Y, T~ = A = Gamma . Ar (hd->A), of one head. */
 static void chunk_u(bwd_bufs *s, const float *X)
 {
     const fqla_chunk_head *hd = &s->hd;
     int64_t cp = s->qk.cp, Vp = hd->Vp;
     for (int64_t i = 0; i < cp; i++) {
-        fqla_mul8(cp, hd->G + i * cp, hd->Ar + i * cp, s->Tt + i * cp);
+        memcpy(s->Tt + i * cp, hd->A + i * cp, (size_t)cp * sizeof(float));
         for (int64_t j = 0; j < Vp; j += 8)
             for (int c = 0; c < 8; c++)
                 s->Y[i * Vp + j + c] = hd->beta[i] * X[i * Vp + j + c];
@@ -277,21 +280,22 @@ static void chunk_backward(const bwd_job *job, bwd_bufs *s, const float *S, cons
     fqla_scale8(Kp * Vp, hd->eC, dS);
     fqla_gemm(FQLA_GEMM_ACC, Kp, Vp, 2 * cp, qk->QKt, 2 * cp, s->Z, Vp, dS, Vp);
 
-    /* through the inverse: dAr = Gamma . dT~ (strict lower), dL = -Ar^T dAr Ar^T */
+    /* through the inverse T~ = (I + L)^-1, L = StrictLower(diag(beta) (Gamma . K K^T)):
+     * dL = -T~^T dT~ T~^T (strict lower) */
     for (int64_t i = 0; i < cp; i++)
         for (int64_t j = 0; j < cp; j++)
-            s->dAr[i * cp + j] = j < i ? hd->G[i * cp + j] * s->dT[i * cp + j] : 0.0f;
-    fqla_transpose(cp, cp, hd->Ar, cp, s->Art, cp);
+            s->dAr[i * cp + j] = j < i ? s->dT[i * cp + j] : 0.0f;
+    fqla_transpose(cp, cp, hd->A, cp, s->Art, cp);
     fqla_gemm(FQLA_GEMM_A_UPPER, cp, cp, cp, s->Art, cp, s->dAr, cp, s->M1, cp);
     memset(s->dLn, 0, (size_t)(cp * cp) * sizeof(float));
     fqla_gemm(FQLA_GEMM_C_LOWER, cp, cp, cp, s->M1, cp, s->Art, cp, s->dLn, cp);
-    /* M = diag(beta) dL (strict lower), Msym = M + M^T; dQ~ = scale Gamma . dP~ */
+    /* M = diag(beta) (Gamma . dL) (strict lower), Msym = M + M^T; dQ~ = scale Gamma . dP~ */
     for (int64_t i = 0; i < cp; i++) {
         double acc = 0;
         for (int64_t j = 0; j < cp; j++) {
-            float dl = j < i ? -s->dLn[i * cp + j] : 0.0f;
-            acc += (double)dl * qk->KK[i * cp + j];
-            s->Msym[i * cp + j] = hd->beta[i] * dl;
+            float gdl = j < i ? -s->dLn[i * cp + j] * hd->G[i * cp + j] : 0.0f;
+            acc += (double)gdl * qk->KK[i * cp + j];
+            s->Msym[i * cp + j] = hd->beta[i] * gdl;
             s->dQt[i * cp + j] = j <= i ? scale * hd->G[i * cp + j] * s->dP[i * cp + j] : 0.0f;
         }
         dbeta[i] += acc;
@@ -321,7 +325,7 @@ static void chunk_backward(const bwd_job *job, bwd_bufs *s, const float *S, cons
             int64_t j = t - 1;
             head += df[j] * hd->f[j];
             for (int64_t i = t; i < cp; i++) {
-                double r = (double)s->dT[i * cp + j] * hd->Ar[i * cp + j] +
+                double r = -(double)s->dLn[i * cp + j] * hd->beta[i] * qk->KK[i * cp + j] +
                            (double)scale * s->dP[i * cp + j] * qk->QKm[i * cp + j];
                 rp[i] += hd->G[i * cp + j] * r;
             }
@@ -400,7 +404,7 @@ static void bwd_task(void *arg, int64_t item, int worker)
         fqla_chunk_load_qk(&s.qk, &job->in, b, t0, c, hk, 0);
         fqla_chunk_prepare_qk(&s.qk, 0);
         for (int64_t h = h0; h < h1; h++) {
-            fqla_chunk_load_head(&s.hd, &s.qk, &job->in, b, t0, h, 1, 0);
+            fqla_chunk_load_head(&s.hd, &s.qk, &job->in, b, t0, h, 1);
             chunk_x(&s, STATE(h, ci), XS(h, ci));
             if (ci + 1 < chunks) {
                 chunk_u(&s, XS(h, ci));
@@ -423,7 +427,7 @@ static void bwd_task(void *arg, int64_t item, int worker)
         fqla_chunk_prepare_qk(&s.qk, 1);
         memset(s.dQKsum, 0, (size_t)(2 * s.qk.cp * s.qk.Kp) * sizeof(float));
         for (int64_t h = h0; h < h1; h++) {
-            fqla_chunk_load_head(&s.hd, &s.qk, &job->in, b, t0, h, 0, 0);
+            fqla_chunk_load_head(&s.hd, &s.qk, &job->in, b, t0, h, 0);
             chunk_backward(job, &s, STATE(h, ci), XS(h, ci), s.dS + (h - h0) * KV, b, t0, h, n);
         }
         store_qk_grads(job, &s, b, t0, hk);

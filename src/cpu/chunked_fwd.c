@@ -48,7 +48,7 @@ typedef struct fwd_bufs {
     float *X;    /* [cp, Vp] V - diag(e) K S */
     float *U;    /* [cp, Vp] */
     float *O;    /* [cp, Vp] */
-    float *A2;   /* [cp, cp] A . beta_j (A = Gamma . Ar, the gated inverse) */
+    float *A2;   /* [cp, cp] A . beta_j (A = Gamma . Ar, formed with Gamma inside) */
     float *P;    /* [cp, cp] scale Gamma . tril(Q K^T) */
     float *Kf;   /* [Kp, cp] K^T diag(f) */
     float *tmp;  /* [max(K, V)] */
@@ -95,10 +95,10 @@ static void fwd_chunk(fwd_bufs *s, float *S, const fqla_problem *p, const fqla_f
     int64_t cp = qk->cp, K = qk->K, Kp = qk->Kp, V = hd->V, Vp = hd->Vp;
     float scale = (float)p->scale;
 
-    /* A2 = A . beta_j (A: the gated inverse in hd->Ar): the corrected-value
+    /* A2 = A . beta_j (hd->A = Gamma . Ar): the corrected-value
      * operator with diag(beta) folded in */
     for (int64_t i = 0; i < cp; i++)
-        fqla_mul8(cp, hd->Ar + i * cp, hd->beta, s->A2 + i * cp);
+        fqla_mul8(cp, hd->A + i * cp, hd->beta, s->A2 + i * cp);
     /* W = [Q; K] S */
     fqla_gemm(0, 2 * cp, Vp, K, qk->QK, Kp, S, Vp, s->W, Vp);
     /* X = V - diag(e) K S;  U = A2 X */
@@ -158,7 +158,7 @@ static void fwd_task(void *arg, int64_t item, int worker)
         fqla_chunk_load_qk(&s.qk, &job->in, b, t0, c, hk, 1);
         fqla_chunk_prepare_qk(&s.qk, 1);
         for (int64_t h = h0; h < h1; h++) {
-            fqla_chunk_load_head(&s.hd, &s.qk, &job->in, b, t0, h, 1, 1);
+            fqla_chunk_load_head(&s.hd, &s.qk, &job->in, b, t0, h, 1);
             fwd_chunk(&s, s.S + (h - h0) * KV, p, a, b, t0, h, !last || want_final);
         }
     }

@@ -52,7 +52,7 @@ float *fqla_chunk_head_carve(fqla_chunk_head *s, int64_t V, float *mem)
     mem += C64 * s->Vp;
     s->G = mem;
     mem += C64 * C64;
-    s->Ar = mem;
+    s->A = mem;
     return mem + C64 * C64;
 }
 
@@ -128,7 +128,7 @@ void fqla_chunk_prepare_qk(fqla_chunk_qk *s, int with_q)
 }
 
 void fqla_chunk_load_head(fqla_chunk_head *hd, const fqla_chunk_qk *s, const fqla_cpu_inputs *in,
-                          int64_t b, int64_t t0, int64_t h, int with_v, int gated)
+                          int64_t b, int64_t t0, int64_t h, int with_v)
 {
     int64_t V = hd->V, Vp = hd->Vp, c = s->c, cp = s->cp;
     double fin[C64], gsum = 0;
@@ -195,22 +195,22 @@ void fqla_chunk_load_head(fqla_chunk_head *hd, const fqla_chunk_qk *s, const fql
     }
     hd->eC = fqla_chunk_exp(gsum, cnt);
 
-    /* Ar by forward substitution, row by row:
-     *     row_i = e_i - sum_{j<i} a_ij row_j,   a_ij = beta_i (k_i.k_j) (gated: times Gamma_ij).
+    /* A by forward substitution, row by row:
+     *     row_i = e_i - sum_{j<i} a_ij row_j,   a_ij = beta_i Gamma_ij (k_i.k_j).
      * Row j is zero beyond column j, so columns [c0, c0 + 8) of row_i take
      * only the rows j >= c0; each 8-column block is summed in registers
      * (two float[4] accumulators) over j in increasing order. */
-    float *Ar = hd->Ar;
+    float *A = hd->A;
     float a[C64];
     for (int64_t i = 0; i < cp; i++) {
-        float *ri = Ar + i * cp;
+        float *ri = A + i * cp;
         const float *Gi = hd->G + i * cp;
         for (int64_t j = 0; j < i; j++)
-            a[j] = hd->beta[i] * s->KK[i * cp + j] * (gated ? Gi[j] : 1.0f);
+            a[j] = hd->beta[i] * Gi[j] * s->KK[i * cp + j];
         for (int64_t c0 = 0; c0 < cp; c0 += 8) {
             float lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, 0, 0};
             for (int64_t j = c0; j < i; j++) {
-                const float *rj = Ar + j * cp + c0;
+                const float *rj = A + j * cp + c0;
                 float x = a[j];
                 for (int q = 0; q < 4; q++) {
                     lo[q] -= x * rj[q];
@@ -222,7 +222,7 @@ void fqla_chunk_load_head(fqla_chunk_head *hd, const fqla_chunk_qk *s, const fql
                 ri[c0 + 4 + q] = hi[q];
             }
         }
-        /* row i of Ar is e_i on and above the diagonal */
+        /* row i of A is e_i on and above the diagonal */
         ri[i] = 1.0f;
         for (int64_t j = i + 1; j < cp; j++)
             ri[j] = 0.0f;

@@ -2,12 +2,12 @@
  * cpu_chunk.h - what the chunked forward and backward of the fast CPU path
  * share (DESIGN.md §2, C = 64): loading one chunk with the in-kernel
  * transforms applied, the chunk-local gates and the gate-free triangular
- * inverse Ar; plus the row and state I/O the decode path uses too.
+ * inverse A; plus the row and state I/O the decode path uses too.
  *
  * A chunk is split the way GVA shares it: the q/k part (fqla_chunk_qk: q, k,
  * Q K^T, K K^T) depends only on the q/k head and is loaded once for all the
  * value heads of its group; the head part (fqla_chunk_head: v, beta, gates,
- * Gamma, Ar) is per value head.
+ * Gamma, A) is per value head.
  *
  * Layout in fp32 scratch (c real tokens, cp = c rounded up to 8; Kp, Vp = K,
  * V rounded up to 8; every pad row / column is zero, which keeps every
@@ -20,8 +20,10 @@
  *     beta, e, f [cp]   beta, e_i = exp(gamma_i), f_j = exp(gamma_C - gamma_j)
  *     eC                exp(gamma_C)
  *     G    [cp, cp]     Gamma_ij = exp(gamma_i - gamma_j), i >= j; 0 above
- *     Ar   [cp, cp]     (I + StrictLower(diag(beta) K K^T))^-1, 0 above; gated:
- *                       (I + StrictLower(diag(beta) (Gamma . K K^T)))^-1 = Gamma . Ar
+ *     A    [cp, cp]     (I + StrictLower(diag(beta) (Gamma . K K^T)))^-1, 0 above:
+ *                       Gamma . Ar, DESIGN.md §2's gate-free inverse Ar times the
+ *                       mask, formed with Gamma inside (Ar alone grows like
+ *                       |beta ||k||^2 - 1|^n and overflows fp32 on raw keys)
  *
  * Gates: gamma is the cumulative sum of g inside the chunk, kept in double
  * as (count of -inf gates so far, sum of the finite ones), so that one
@@ -49,7 +51,7 @@ typedef struct fqla_chunk_qk {
 typedef struct fqla_chunk_head {
     int64_t V, Vp, c, cp;
     float *V_;               /* V */
-    float *G, *Ar;
+    float *G, *A;
     float beta[FQLA_CHUNK], e[FQLA_CHUNK], f[FQLA_CHUNK];
     float eC;
 } fqla_chunk_head;
@@ -68,13 +70,9 @@ void fqla_chunk_load_qk(fqla_chunk_qk *s, const fqla_cpu_inputs *in, int64_t b, 
 /* QKt, KK and (with_q) QKm. */
 void fqla_chunk_prepare_qk(fqla_chunk_qk *s, int with_q);
 /* Loads v (when with_v), beta and the gates of value head h for the same
- * tokens, and computes e, f, eC, Gamma and Ar (needs s prepared). gated:
- * Ar with Gamma inside the inverse (the forward's). The gate-free inverse
- * grows like |beta ||k||^2 - 1|^n, so raw keys can overflow it in fp32
- * while strong decay keeps the gated one, and the recurrence, bounded; the
- * backward's dg is derived through the gate-free Ar (chunked_bwd.c). */
+ * tokens, and computes e, f, eC, Gamma and A (needs s prepared). */
 void fqla_chunk_load_head(fqla_chunk_head *hd, const fqla_chunk_qk *s, const fqla_cpu_inputs *in,
-                          int64_t b, int64_t t0, int64_t h, int with_v, int gated);
+                          int64_t b, int64_t t0, int64_t h, int with_v);
 
 /* exp(x) for x <= 0 with the chunk conventions: 0 when any -inf gate lies in
  * the span (ninf > 0) or x < -87. */

@@ -266,17 +266,24 @@ static void fwd_strong_decay(void)
     run_fwd(&c, TOL_F32);
 }
 
-static void fwd_raw_keys_strong_decay(void)
+/* ||k||^2 ~ 64 with beta = 1: the gate-free inverse grows ~63x a token
+ * (past fp32 within a chunk), while a decay of e^-20 a token keeps the
+ * recurrence bounded. Both directions invert with Gamma inside (inf
+ * before, docs/perf.md session 28). */
+static gdn_case raw_keys_strong_decay(void)
 {
-    /* ||k||^2 ~ 64 with beta = 1: the gate-free inverse grows ~63x a token
-     * (past fp32 within a chunk), while a decay of e^-20 a token keeps the
-     * recurrence bounded; the forward inverts with Gamma inside (NaN before,
-     * docs/perf.md session 28). The backward keeps the gate-free inverse. */
     gdn_case c = gdn_case_make(1, 130, 1, 2, 64, 64);
     c.raw_keys = 1;
     c.gate_mode = GATE_STRONG;
     c.beta_mode = BETA_ONE;
-    c.h0 = c.final = 1;
+    c.h0 = 1;
+    return c;
+}
+
+static void fwd_raw_keys_strong_decay(void)
+{
+    gdn_case c = raw_keys_strong_decay();
+    c.final = 1;
     run_fwd(&c, TOL_F32);
 }
 
@@ -389,13 +396,9 @@ static void bwd_varlen_trailing(void)
 
 static void bwd_raw_keys_strong_decay(void)
 {
-    /* fwd_raw_keys_strong_decay's inputs through the backward, which
-     * inverts with Gamma inside too (dg then comes through L's Gamma) */
-    gdn_case c = gdn_case_make(1, 130, 1, 2, 64, 64);
-    c.raw_keys = 1;
-    c.gate_mode = GATE_STRONG;
-    c.beta_mode = BETA_ONE;
-    c.h0 = c.dht = 1;
+    /* dg then comes through L's Gamma (chunked_bwd.c) */
+    gdn_case c = raw_keys_strong_decay();
+    c.dht = 1;
     run_bwd(&c, TOL_F32, TOL_F32_GATE);
 }
 

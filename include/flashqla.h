@@ -110,8 +110,10 @@ fqla_status fqla_context_destroy(fqla_context *ctx);
 fqla_status fqla_context_set_threads(fqla_context *ctx, int threads);
 
 /* The last error message of ctx (of the calling thread when ctx is NULL or
- * not a live context); "" when the last call succeeded. Valid until the next
- * call on that context. */
+ * not a live context); "" when the last call succeeded. The text is the
+ * calling thread's copy, valid until its fourth next fqla_last_error call.
+ * With calls on one context from several threads it is the latest message
+ * of any of them: give each thread its own context for per-call messages. */
 const char *fqla_last_error(const fqla_context *ctx);
 
 typedef struct fqla_device_info {

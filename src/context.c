@@ -86,27 +86,50 @@ static int registry_remove(const fqla_context *ctx)
 
 /* C99 has no thread_local keyword; GCC and clang spell it __thread. */
 static __thread char thread_error[FQLA_ERROR_LEN];
+/* fqla_last_error's copies of a context's message: a ring, so that a few
+ * results stay valid together (two contexts' messages in one printf) */
+#define ERROR_COPIES 4
+static __thread char thread_copy[ERROR_COPIES][FQLA_ERROR_LEN];
+static __thread int thread_copy_next;
 
+/* A context's message is written, cleared and read under its lock: calls
+ * may run concurrently on one context (DESIGN.md), and an unlocked
+ * vsnprintf into the buffer another thread reads was a data race. */
 fqla_status fqla_fail(fqla_context *ctx, fqla_status status, const char *fmt, ...)
 {
-    char *buf = ctx ? ctx->error : thread_error;
+    char local[FQLA_ERROR_LEN];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(buf, FQLA_ERROR_LEN, fmt, ap);
+    vsnprintf(ctx ? local : thread_error, FQLA_ERROR_LEN, fmt, ap);
     va_end(ap);
+    if (ctx) {
+        pthread_mutex_lock(&ctx->error_lock);
+        memcpy(ctx->error, local, strlen(local) + 1);
+        pthread_mutex_unlock(&ctx->error_lock);
+    }
     return status;
 }
 
 void fqla_clear_error(fqla_context *ctx)
 {
-    if (ctx) ctx->error[0] = '\0';
+    if (ctx) {
+        pthread_mutex_lock(&ctx->error_lock);
+        ctx->error[0] = '\0';
+        pthread_mutex_unlock(&ctx->error_lock);
+    }
     thread_error[0] = '\0';
 }
 
 const char *fqla_last_error(const fqla_context *ctx)
 {
-    if (ctx && fqla_context_is_live(ctx)) return ctx->error;
-    return thread_error;
+    if (!ctx || !fqla_context_is_live(ctx)) return thread_error;
+    char *copy = thread_copy[thread_copy_next];
+    thread_copy_next = (thread_copy_next + 1) % ERROR_COPIES;
+    fqla_context *c = (fqla_context *)ctx; /* the lock, not the message, changes */
+    pthread_mutex_lock(&c->error_lock);
+    memcpy(copy, c->error, strlen(c->error) + 1);
+    pthread_mutex_unlock(&c->error_lock);
+    return copy;
 }
 
 /* ---- contexts ---- */
@@ -169,7 +192,9 @@ fqla_status fqla_context_create(fqla_context **out, fqla_backend backend, int de
     ctx->device = device;
     ctx->threads = info.threads;
     ctx->info = info;
+    pthread_mutex_init(&ctx->error_lock, NULL);
     if (!registry_add(ctx)) {
+        pthread_mutex_destroy(&ctx->error_lock);
         free(ctx);
         return fqla_fail(NULL, FQLA_STATUS_ALLOC_FAILED, "ctx: more than %d live contexts", MAX_LIVE_CONTEXTS);
     }
@@ -183,6 +208,7 @@ fqla_status fqla_context_destroy(fqla_context *ctx)
     if (!registry_remove(ctx))
         return fqla_fail(NULL, FQLA_STATUS_INVALID_CONTEXT, "ctx: not a live context (destroyed twice?)");
     ctx->magic = 0;
+    pthread_mutex_destroy(&ctx->error_lock);
     free(ctx);
     return FQLA_STATUS_SUCCESS;
 }

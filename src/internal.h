@@ -15,6 +15,8 @@
 
 #include "flashqla.h"
 
+#include <pthread.h>
+
 #include <stdarg.h>
 #include <string.h>
 
@@ -26,6 +28,7 @@ struct fqla_context {
     int device;
     int threads;             /* CPU backends: worker threads per call */
     fqla_device_info info;
+    pthread_mutex_t error_lock; /* error is written by concurrent calls on one context */
     char error[FQLA_ERROR_LEN];
 };
 

@@ -125,22 +125,34 @@ def same_device(dev, names, *xs):
 
 
 _REQUIRED = ("q", "k", "v", "g", "beta")
-_NDIM = {"v": 4}  # read before the library's own shape checks (fwd_alloc)
+_NDIM = {"v": (4,)}  # read before the library's own shape checks (fwd_alloc)
 
 
-def check_types(**tensors):
+def check_types(required=_REQUIRED, ndim=_NDIM, **tensors):
     """A clear error naming the argument for what the library's validation
     cannot see: a missing or non-tensor argument, a dtype without a library
-    code, v's rank (the others' shapes the library checks, by name)."""
+    code, a rank the wrapper reads before the library checks shapes by name."""
     for name, x in tensors.items():
-        if x is None and name not in _REQUIRED:
+        if x is None and name not in required:
             continue
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"flashqla: {name} must be a torch.Tensor, got {type(x).__name__}")
         if x.dtype not in ops.DTYPES:
             raise ValueError(f"flashqla: {name}: dtype {x.dtype} is not supported")
-        if name in _NDIM and x.dim() != _NDIM[name]:
-            raise ValueError(f"flashqla: {name} must have {_NDIM[name]} dimensions, got shape {tuple(x.shape)}")
+        if name in ndim and x.dim() not in ndim[name]:
+            raise ValueError(f"flashqla: {name} must have {' or '.join(map(str, ndim[name]))} dimensions, "
+                             f"got shape {tuple(x.shape)}")
+
+
+def check_options(scale, allow_neg_eigval, use_beta_sigmoid_in_kernel):
+    """The options the C API cannot tell apart from others (scale = 0 is its
+    default) or would ignore (allow_neg_eigval without the sigmoid)."""
+    if scale is not None and float(scale) == 0.0:
+        # the C API's 0 means the default 1 / sqrt(K); FLA's 0 means o = 0
+        raise ValueError("flashqla: scale = 0 is not supported (the library reads 0 as the default); "
+                         "pass None for K ** -0.5")
+    if allow_neg_eigval and not use_beta_sigmoid_in_kernel:
+        raise ValueError("flashqla: allow_neg_eigval=True requires use_beta_sigmoid_in_kernel=True (as in FLA)")
 
 
 def chunk_gated_delta_rule(
@@ -259,12 +271,7 @@ def prepare(q, k, v, g, beta, scale, initial_state, output_final_state,
     """FLA's arguments -> the 14 arguments of ops.fwd_impl / flashqla::fwd."""
     if cp_context is not None:
         raise NotImplementedError("flashqla: cp_context (inter-card context parallel) is not supported")
-    if scale is not None and float(scale) == 0.0:
-        # the C API's 0 means the default 1 / sqrt(K); FLA's 0 means o = 0
-        raise ValueError("flashqla: scale = 0 is not supported (the library reads 0 as the default); "
-                         "pass None for K ** -0.5")
-    if allow_neg_eigval and not use_beta_sigmoid_in_kernel:
-        raise ValueError("flashqla: allow_neg_eigval=True requires use_beta_sigmoid_in_kernel=True (as in FLA)")
+    check_options(scale, allow_neg_eigval, use_beta_sigmoid_in_kernel)
     check_types(q=q, k=k, v=v, g=g, beta=beta, initial_state=initial_state, A_log=A_log, dt_bias=dt_bias,
                 cu_seqlens=cu_seqlens, cu_seqlens_cpu=cu_seqlens_cpu)
     be = ops.backend_code(backend)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 
 from . import _lib, ops
-from .chunk import _sig, fix_strides, same_device
+from .chunk import _sig, check_options, check_types, fix_strides, same_device
 
 _F32 = torch.float32
 _F64 = torch.float64
@@ -33,6 +33,9 @@ _GATE_OK = (torch.float32, torch.bfloat16)
 def _prepare(q, k, v, a, b, A_log, dt_bias, state_pool, slots, scale,
              use_qk_l2norm_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval,
              state_v_first, backend, tokens_dim):
+    check_options(scale, allow_neg_eigval, use_beta_sigmoid_in_kernel)
+    check_types(("q", "k", "v", "a", "b", "state_pool", "slots"), {"q": (3, 4) if not tokens_dim else (4,)},
+                q=q, k=k, v=v, a=a, b=b, A_log=A_log, dt_bias=dt_bias, state_pool=state_pool, slots=slots)
     be = ops.backend_code(backend)
     dev = q.device
     same_device(dev, ("k", "v", "a", "b", "A_log", "dt_bias", "state_pool", "slots"),
@@ -84,6 +87,27 @@ def _slots_host(slots_cpu, on_cuda):
     return slots_cpu
 
 
+def _decode_key(q, k, v, a, b, A_log, dt_bias, state_pool, slots, slots_cpu, out, scale,
+                use_qk_l2norm_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval, state_v_first, backend):
+    """decode's fast-path key (every tensor's shape, strides, dtype and device,
+    and the flags), or None for a non-tensor argument (_prepare names it)."""
+    try:
+        p, s = state_pool, slots
+        return (q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device,
+                v.shape, v.stride(), v.dtype, v.device, a.shape, a.stride(), a.dtype, a.device,
+                b.shape, b.stride(), b.dtype, b.device, p.shape, p.stride(), p.dtype, p.device,
+                s.shape, s.stride(), s.dtype, s.device,
+                None if A_log is None else (A_log.shape, A_log.stride(), A_log.dtype, A_log.device),
+                None if dt_bias is None else (dt_bias.shape, dt_bias.stride(), dt_bias.dtype,
+                                              dt_bias.device),
+                None if out is None else (out.shape, out.stride(), out.dtype, out.device),
+                None if slots_cpu is None else _sig(slots_cpu),
+                scale, use_qk_l2norm_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval,
+                state_v_first, backend)
+    except AttributeError:
+        return None
+
+
 def decode(q, k, v, a, b, A_log, dt_bias, state_pool, slots, *, scale=None,
            use_qk_l2norm_in_kernel=True, use_beta_sigmoid_in_kernel=True,
            allow_neg_eigval=False, state_v_first=False, slots_cpu=None, out=None,
@@ -98,22 +122,17 @@ def decode(q, k, v, a, b, A_log, dt_bias, state_pool, slots, *, scale=None,
     rows slots[b] (negative = padding, skipped). Returns o shaped like v
     (out, when given, is written and returned).
     """
+    if scale is not None and type(scale) is not float:
+        scale = float(scale)  # by value in the fast path's key (chunk.py)
     key = None
     compiling = _is_compiling()
     if not compiling:
         # Fast path (eager): a call signature seen before (see chunk.py)
+        key = _decode_key(q, k, v, a, b, A_log, dt_bias, state_pool, slots, slots_cpu, out, scale,
+                          use_qk_l2norm_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval,
+                          state_v_first, backend)
+    if key is not None:
         p, s = state_pool, slots
-        key = (q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device,
-               v.shape, v.stride(), v.dtype, v.device, a.shape, a.stride(), a.dtype, a.device,
-               b.shape, b.stride(), b.dtype, b.device, p.shape, p.stride(), p.dtype, p.device,
-               s.shape, s.stride(), s.dtype, s.device,
-               None if A_log is None else (A_log.shape, A_log.stride(), A_log.dtype, A_log.device),
-               None if dt_bias is None else (dt_bias.shape, dt_bias.stride(), dt_bias.dtype,
-                                             dt_bias.device),
-               None if out is None else (out.shape, out.stride(), out.dtype, out.device),
-               None if slots_cpu is None else _sig(slots_cpu),
-               scale, use_qk_l2norm_in_kernel, use_beta_sigmoid_in_kernel, allow_neg_eigval,
-               state_v_first, backend)
         e, key = _lookup(key)
         if e is not None:
             (be, device, dev, sq, sk, sv, sa, sb, sA, sdt, sp, ss, host,
@@ -147,6 +166,8 @@ def decode(q, k, v, a, b, A_log, dt_bias, state_pool, slots, *, scale=None,
         q, k, v, a, b, A_log, dt_bias, state_pool, slots, scale, use_qk_l2norm_in_kernel,
         use_beta_sigmoid_in_kernel, allow_neg_eigval, state_v_first, backend, False)
     o, user_out = _out(out, q, v, squeeze)
+    if q.shape[0] == 0:  # no sequences: nothing to read or write (the library wants B >= 1)
+        return user_out if user_out is not None else (o.squeeze(1) if squeeze else o)
     slots_cpu = _slots_host(slots_cpu, q.device.type == "cuda")
     if compiling:
         ops.decode_op(q, k, v, a, b, A_log, dt_bias, state_pool, slots, slots_cpu, o,
@@ -229,6 +250,8 @@ def verify(q, k, v, a, b, A_log, dt_bias, state_pool, slots, *, step_states=None
     if step_slots is not None:
         step_slots = fix_strides(step_slots)
     o, user_out = _out(out, q, v, False)
+    if q.shape[0] == 0 or q.shape[1] == 0:  # no tokens: the pool and the steps stay as they are
+        return o if user_out is None else user_out
     slots_cpu = _slots_host(slots_cpu, q.device.type == "cuda")
     if torch.compiler.is_compiling():
         ops.verify_op(q, k, v, a, b, A_log, dt_bias, state_pool, slots, slots_cpu, o,

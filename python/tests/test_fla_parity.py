@@ -104,3 +104,50 @@ def test_bad_arguments_are_named(case):
         name = "k"
     with pytest.raises((TypeError, ValueError), match=f"flashqla: {name}"):
         flashqla.chunk_gated_delta_rule(**x, **kw)
+
+
+def _pool_inputs(B, T, H=1, HV=2, K=16, V=16, P=4):
+    q = torch.randn(B, T, H, K)
+    k = torch.nn.functional.normalize(torch.randn(B, T, H, K), dim=-1)
+    v = torch.randn(B, T, HV, V)
+    a, b = torch.randn(B, T, HV), torch.randn(B, T, HV)
+    pool = torch.randn(P, HV, K, V)
+    return q, k, v, a, b, pool
+
+
+def test_serving_options_raise_as_chunk():
+    q, k, v, a, b, pool = _pool_inputs(2, 1)
+    slots = torch.tensor([0, 2])
+    with pytest.raises(ValueError, match="allow_neg_eigval"):
+        flashqla.decode(q, k, v, a, b, None, None, pool, slots, use_beta_sigmoid_in_kernel=False,
+                        allow_neg_eigval=True)
+    with pytest.raises(ValueError, match="scale = 0"):
+        flashqla.decode(q, k, v, a, b, None, None, pool, slots, scale=0.0)
+    with pytest.raises(ValueError, match="flashqla: slots"):
+        flashqla.decode(q, k, v, a, b, None, None, pool, slots.to(torch.int16))
+    with pytest.raises(TypeError, match="flashqla: slots"):
+        flashqla.decode(q, k, v, a, b, None, None, pool, [0, 2])
+
+
+def test_serving_tensor_scale_is_read_by_value():
+    q, k, v, a, b, pool = _pool_inputs(2, 1)
+    slots = torch.tensor([0, 2])
+    s = torch.tensor(0.5)
+    flashqla.decode(q, k, v, a, b, None, None, pool.clone(), slots, scale=s)  # a fast-path entry
+    s.fill_(2.0)
+    o1 = flashqla.decode(q, k, v, a, b, None, None, pool.clone(), slots, scale=s)
+    o2 = flashqla.decode(q, k, v, a, b, None, None, pool.clone(), slots, scale=2.0)
+    o3 = flashqla.decode(q, k, v, a, b, None, None, pool.clone(), slots, scale=0.5)
+    assert torch.equal(o1, o2) and not torch.equal(o1, o3)
+
+
+def test_serving_empty_calls_are_no_ops():
+    q, k, v, a, b, pool = _pool_inputs(0, 1)
+    before = pool.clone()
+    o = flashqla.decode(q, k, v, a, b, None, None, pool, torch.zeros(0, dtype=torch.int64))
+    assert o.shape == v.shape and torch.equal(pool, before)
+    q, k, v, a, b, pool = _pool_inputs(2, 0)
+    before = pool.clone()
+    o = flashqla.verify(q, k, v, a, b, None, None, pool, torch.tensor([0, 1]),
+                        step_slots=torch.empty(2, 0, dtype=torch.int64))
+    assert o.shape == v.shape and torch.equal(pool, before)

@@ -170,6 +170,9 @@ static void bad_options_exit_2(void)
         { "run --varlen 3,,4", "--varlen" },
         { "run --varlen 64 --B 2", "--B" },
         { "run --T", "--T" },
+        /* sizes within each option's range whose product overflows (it crashed) */
+        { "run --backend cpu --dtype fp32 --B 4194304 --T 1099511627776 --H 1 --HV 1 --K 1 --V 1", "--B 4194304" },
+        { "run --backend cpu --threads 2000", "--threads" }, /* the library's range: 0..1024 */
         { "info --all", "--all" },
         { "frobnicate", "frobnicate" },
     };
@@ -345,6 +348,21 @@ static void bench_bad_options_exit_2(void)
     if (f) { fputs("a,b,c\n1,2,3\n", f); fclose(f); }
     snprintf(buf[11], 256, "bench --rows %s --backend cpu --quick", recs_path);
     snprintf(buf[12], 256, "bench --rows %s --backend cpu --quick --dtype fp64", rows_path);
+    /* bad row labels: a length past 2^40 (it crashed), one longer than 63 characters (it was cut) */
+    static const char *const rows_bad[2] = {
+        "op,model,h_qk,h_v,seqlens\nfwd,tiny,1,1,1x4611686018427387904\n",
+        "op,model,h_qk,h_v,seqlens\nfwd,tiny,1,1,1000+1000+1000+1000+1000+1000+1000+1000+1000+1000+"
+        "1000+1000+1000\n"};
+    static const char *const why[2] = {"lengths 1..2^40", "longer than"};
+    for (int r = 0; r < 2; r++) {
+        char path[64], cmd[256];
+        CHECK(make_temp(path, sizeof path, rows_bad[r]) == 0, "cannot write a temp rows file");
+        snprintf(cmd, sizeof cmd, "bench --rows %s --backend cpu --quick --out %s", path, recs_path);
+        int rc = run_cli(cmd);
+        CHECK(rc == 2 && strstr(out, why[r]) != NULL, "'%s': exit status %d, expected 2 and '%s':\n%s", cmd, rc,
+              why[r], out);
+        remove(path);
+    }
     for (int i = 0; i < 13; i++) {
         int rc = run_cli(buf[i]);
         CHECK(rc == 2, "'%s': exit status %d, expected 2\n%s", buf[i], rc, out);

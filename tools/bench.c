@@ -25,6 +25,7 @@
 #define QUICK_ROWS 6
 #define GPU_CALLS 8         /* back-to-back calls per timed GPU batch */
 #define FLUSH_BYTES ((size_t)256 << 20)
+#define MAX_TOKENS ((int64_t)1 << 40) /* a sequence, as flashqla run's --T */
 
 typedef struct bench_opts {
     int backend;
@@ -75,7 +76,7 @@ static void bench_usage(FILE *f)
         "  --dtype D          bf16 | fp16 | fp32 for q, k, v, o (default bf16)\n"
         "  --tol X            error threshold of the check (default TESTING.md's for the dtype:\n"
         "                     5e-3 for bf16 and fp16, 1e-4 for fp32)\n"
-        "  --threads N        CPU worker threads, 0 = all cores (default 0)\n"
+        "  --threads N        CPU worker threads 0..1024, 0 = all cores (default 0)\n"
         "  --device N         CUDA device (default 0)\n"
         "  --seed N           input seed (default 1)\n"
         "\n"
@@ -126,7 +127,7 @@ static int parse_bench_opts(int argc, char **argv, bench_opts *o)
             if (cli_args_int(&a, 0, (int64_t)1 << 30, &v) != 0) return -1;
             o->check_tokens = v;
         } else if (cli_args_is(&a, "--threads")) {
-            if (cli_args_int(&a, 0, 4096, &v) != 0) return -1;
+            if (cli_args_int(&a, 0, 1024, &v) != 0) return -1; /* the library's range */
             o->threads = (int)v;
         } else if (cli_args_is(&a, "--device")) {
             if (cli_args_int(&a, 0, 1024, &v) != 0) return -1;
@@ -229,6 +230,11 @@ static int read_rows(const char *path, bench_row **rows)
         }
         bench_row *r = &(*rows)[n];
         memset(r, 0, sizeof *r);
+        if (strlen(f[col[C_MODEL]]) >= sizeof r->model || strlen(f[col[C_SEQ]]) >= sizeof r->seqlens) {
+            fprintf(stderr, "flashqla bench: %s:%d: model or seqlens longer than %d / %d characters\n", path,
+                    lineno, (int)sizeof r->model - 1, (int)sizeof r->seqlens - 1);
+            goto fail;
+        }
         snprintf(r->model, sizeof r->model, "%s", f[col[C_MODEL]]);
         snprintf(r->seqlens, sizeof r->seqlens, "%s", f[col[C_SEQ]]);
         char *e1 = NULL, *e2 = NULL;
@@ -269,13 +275,13 @@ static int row_shape(const char *label, double scale, cli_shape *s)
         const char *c = end + 1;
         long long b = strtoll(c, &end, 10);
         long long len = a == 1 ? b : a, count = a == 1 ? 1 : b;
-        if (end == c || *end || count < 1 || count > 256 || len < 1) return -1;
+        if (end == c || *end || count < 1 || count > 256 || len < 1 || len > MAX_TOKENS) return -1;
         for (; n < count; n++) lens[n] = len;
     } else {
         const char *c = label;
         for (;;) {
             long long len = strtoll(c, &end, 10);
-            if (end == c || len < 1 || n == 256 || (*end != '+' && *end != '\0')) return -1;
+            if (end == c || len < 1 || len > MAX_TOKENS || n == 256 || (*end != '+' && *end != '\0')) return -1;
             lens[n++] = len;
             if (!*end) break;
             c = end + 1;
@@ -630,12 +636,21 @@ int cli_bench(int argc, char **argv)
     for (int j = 0; j < npick; j++) {
         cli_shape s;
         if (row_shape(rows[pick[j]].seqlens, 1.0, &s) != 0) {
-            fprintf(stderr, "flashqla bench: row '%s %s': seqlens is neither 1xLEN, LENxCOUNT nor LEN+LEN...\n",
+            fprintf(stderr, "flashqla bench: row '%s %s': seqlens is neither 1xLEN, LENxCOUNT nor LEN+LEN... "
+                            "(lengths 1..2^40)\n", rows[pick[j]].model, rows[pick[j]].seqlens);
+            rc = CLI_EXIT_USAGE;
+            goto done;
+        }
+        s.H = rows[pick[j]].h_qk;
+        s.HV = rows[pick[j]].h_v;
+        const int fits = cli_shape_fits(&s);
+        cli_shape_free(&s);
+        if (!fits) {
+            fprintf(stderr, "flashqla bench: row '%s %s': the tensors' sizes overflow 64 bits\n",
                     rows[pick[j]].model, rows[pick[j]].seqlens);
             rc = CLI_EXIT_USAGE;
             goto done;
         }
-        cli_shape_free(&s);
     }
 
     /* the backend */

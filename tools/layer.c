@@ -44,6 +44,26 @@ void cli_shape_free(cli_shape *s)
     s->cu = NULL;
 }
 
+/* a * b into *r for a, b >= 0; 0 when the product passes INT64_MAX / 8. */
+static int mul_fits(int64_t a, int64_t b, int64_t *r)
+{
+    const int64_t lim = INT64_MAX / 8;
+    if (a != 0 && b > lim / a) return 0;
+    *r = a * b;
+    return *r <= lim;
+}
+
+int cli_shape_fits(const cli_shape *s)
+{
+    int64_t bt, x;
+    if (!mul_fits(s->B, s->T, &bt)) return 0;
+    const int64_t t_q[2] = {s->H, s->K}, t_v[2] = {s->HV, s->V};
+    const int64_t *tensors[2] = {t_q, t_v};
+    for (int i = 0; i < 2; i++)
+        if (!mul_fits(bt, tensors[i][0], &x) || !mul_fits(x, tensors[i][1], &x)) return 0;
+    return mul_fits(s->N, s->HV, &x) && mul_fits(x, s->K, &x) && mul_fits(x, s->V, &x);
+}
+
 size_t cli_numel_qk(const cli_shape *s) { return (size_t)(s->B * s->T * s->H * s->K); }
 size_t cli_numel_vo(const cli_shape *s) { return (size_t)(s->B * s->T * s->HV * s->V); }
 size_t cli_numel_gate(const cli_shape *s) { return (size_t)(s->B * s->T * s->HV); }

@@ -31,6 +31,10 @@ int64_t cli_shape_tokens(const cli_shape *s); /* tokens inside sequences */
 int cli_shape_copy(cli_shape *dst, const cli_shape *src);
 void cli_shape_free(cli_shape *s);
 
+/* 1 when every tensor's byte count (at 8 bytes an element, the fp64 prefix
+ * of the check included) and the token count fit in int64; the options
+ * bound each size, not their products. */
+int cli_shape_fits(const cli_shape *s);
 /* Element counts of each tensor. */
 size_t cli_numel_qk(const cli_shape *s);
 size_t cli_numel_vo(const cli_shape *s);

@@ -47,7 +47,7 @@ static void run_usage(FILE *f)
         "  --dtype D        bf16 | fp16 | fp32 for q, k, v, o (default bf16)\n"
         "  --backend B      auto | cuda | cpu | reference (default auto)\n"
         "  --device N       CUDA device (default 0)\n"
-        "  --threads N      CPU worker threads, 0 = all cores (default 0)\n"
+        "  --threads N      CPU worker threads 0..1024, 0 = all cores (default 0)\n"
         "  --varlen L1,L2   packed sequences of these lengths in one row (B = 1)\n"
         "  --seed N         input seed (default 1)\n"
         "  --check-tokens N prefix of each sequence checked against the fp64 reference\n"
@@ -114,7 +114,7 @@ static int parse_run_opts(int argc, char **argv, run_opts *o)
         INT_OPT("--HV", 1, 1 << 20, o->s.HV)
         INT_OPT("--K", 1, 1 << 16, o->s.K)
         INT_OPT("--V", 1, 1 << 16, o->s.V)
-        INT_OPT("--threads", 0, 4096, o->threads)
+        INT_OPT("--threads", 0, 1024, o->threads) /* the library's range */
         INT_OPT("--device", 0, 1024, o->device)
         INT_OPT("--seed", 0, INT64_MAX, o->seed)
         INT_OPT("--check-tokens", 0, big, o->check_tokens)
@@ -177,6 +177,12 @@ static int parse_run_opts(int argc, char **argv, run_opts *o)
         }
     } else {
         s->N = s->B;
+    }
+    if (!cli_shape_fits(s)) {
+        fprintf(stderr, "flashqla run: options --B %lld --T %lld --H %lld --HV %lld --K %lld --V %lld: "
+                        "the tensors' sizes overflow 64 bits\n", (long long)s->B, (long long)s->T,
+                (long long)s->H, (long long)s->HV, (long long)s->K, (long long)s->V);
+        return -1;
     }
     return 0;
 }

@@ -312,6 +312,28 @@ static void bench_cpu_scaled_rows(void)
     CHECK(wall_s() - t0 < 10, "bench on tiny rows took %.1f s, over 10 s", wall_s() - t0);
 }
 
+static void bench_appends_on_a_line_of_its_own(void)
+{
+    /* a records file whose last line has no newline (edited by hand) */
+    char path[64], args[512];
+    CHECK(make_temp(path, sizeof path, "op,model,h_qk,h_v,seqlens,flashqla_ms,fla_ms,gpu,commit,date\nx,y") == 0,
+          "cannot write a temp records file");
+    snprintf(args, sizeof args, "bench --backend cpu --rows %s --filter 'TP1 96' --repeat 1 --check-tokens 32 --out %s",
+             rows_path, path);
+    int rc = run_cli(args);
+    CHECK(rc == 0, "%s: exit status %d\n%s", args, rc, out);
+    FILE *f = fopen(path, "r");
+    char line[512];
+    int n = 0, rec = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        n++;
+        rec += !strncmp(line, "fwd,tiny TP1,", 13);
+    }
+    if (f) fclose(f);
+    CHECK(n == 3 && rec == 1, "%d lines, %d records starting a line (expected 3 and 1)", n, rec);
+    remove(path);
+}
+
 static void bench_failed_check_exits_1(void)
 {
     char args[512];
@@ -389,6 +411,7 @@ int main(int argc, char **argv)
     CHECK_RUN(tolerance_failure_exits_1);
     CHECK_RUN(bad_options_exit_2);
     CHECK_RUN(bench_cpu_scaled_rows);
+    CHECK_RUN(bench_appends_on_a_line_of_its_own);
     CHECK_RUN(bench_failed_check_exits_1);
     CHECK_RUN(bench_bad_options_exit_2);
     /* ask the binary, not this test's library: the sanitizer build of the

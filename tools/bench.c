@@ -582,10 +582,15 @@ static FILE *open_records(const char *path, int make_dir)
         mkdir("bench", 0777);
         mkdir("bench/results", 0777);
     }
-    FILE *f = fopen(path, "a");
+    FILE *f = fopen(path, "a+");
     if (!f) return NULL;
     fseek(f, 0, SEEK_END);
-    if (ftell(f) == 0) fprintf(f, "op,model,h_qk,h_v,seqlens,flashqla_ms,fla_ms,gpu,commit,date\n");
+    long size = ftell(f);
+    if (size == 0) {
+        fprintf(f, "op,model,h_qk,h_v,seqlens,flashqla_ms,fla_ms,gpu,commit,date\n");
+    } else if (fseek(f, size - 1, SEEK_SET) == 0 && fgetc(f) != '\n') {
+        fputc('\n', f); /* a file that does not end its last line: the first record on a line of its own */
+    }
     return f;
 }
 

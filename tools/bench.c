@@ -3,9 +3,10 @@
  * (for users without Python). Reads the rows (op, model, h_qk, h_v, seqlens and
  * the published anchors) from bench/anchors_h200.csv, builds each row's
  * BENCHMARKS.md inputs (one packed varlen row, K = V = 128, bf16 or --dtype's
- * q/k/v, h0 and the final state on), times the whole forward, checks the row's configuration on
- * a prefix of every sequence against the fp64 reference, prints one line per
- * row, appends records in the BENCHMARKS.md format and ends with a summary.
+ * q/k/v, h0 and the final state on), times the whole forward, checks the
+ * row's configuration on a prefix of every sequence against the fp64
+ * reference, prints one line per row, appends records in the BENCHMARKS.md
+ * format and ends with a summary.
  *
  * The GPU and CPU paths share everything except where the buffers live and
  * how a batch of calls is timed (cudaEvents after an L2 flush, or the wall
@@ -25,7 +26,6 @@
 #define QUICK_ROWS 6
 #define GPU_CALLS 8         /* back-to-back calls per timed GPU batch */
 #define FLUSH_BYTES ((size_t)256 << 20)
-#define MAX_TOKENS ((int64_t)1 << 40) /* a sequence, as flashqla run's --T */
 
 typedef struct bench_opts {
     int backend;
@@ -275,13 +275,13 @@ static int row_shape(const char *label, double scale, cli_shape *s)
         const char *c = end + 1;
         long long b = strtoll(c, &end, 10);
         long long len = a == 1 ? b : a, count = a == 1 ? 1 : b;
-        if (end == c || *end || count < 1 || count > 256 || len < 1 || len > MAX_TOKENS) return -1;
+        if (end == c || *end || count < 1 || count > 256 || len < 1 || len > CLI_MAX_TOKENS) return -1;
         for (; n < count; n++) lens[n] = len;
     } else {
         const char *c = label;
         for (;;) {
             long long len = strtoll(c, &end, 10);
-            if (end == c || len < 1 || len > MAX_TOKENS || n == 256 || (*end != '+' && *end != '\0')) return -1;
+            if (end == c || len < 1 || len > CLI_MAX_TOKENS || n == 256 || (*end != '+' && *end != '\0')) return -1;
             lens[n++] = len;
             if (!*end) break;
             c = end + 1;

@@ -16,6 +16,8 @@
 #define CLI_EXIT_OK 0
 #define CLI_EXIT_FAIL 1   /* a run failed or its error exceeded the threshold */
 #define CLI_EXIT_USAGE 2  /* bad command line */
+/* The most tokens a sequence (run's --T, --varlen, bench's row lengths) may have. */
+#define CLI_MAX_TOKENS ((int64_t)1 << 40)
 
 /* The subcommands (tools/info.c, tools/run.c, tools/bench.c). */
 int cli_info(int argc, char **argv);

@@ -70,7 +70,7 @@ static int parse_varlen(const char *text, cli_shape *s)
     for (int64_t i = 0; i < n; i++) {
         char *end = NULL;
         long long len = strtoll(c, &end, 10);
-        if (end == c || len < 0 || len > ((int64_t)1 << 40) || (*end != ',' && *end != '\0')) {
+        if (end == c || len < 0 || len > CLI_MAX_TOKENS || (*end != ',' && *end != '\0')) {
             free(cu);
             return -1;
         }
@@ -93,7 +93,7 @@ static int parse_run_opts(int argc, char **argv, run_opts *o)
     o->check_tokens = -1;
     o->repeat = -1;
 
-    const int64_t big = (int64_t)1 << 40;
+    const int64_t big = CLI_MAX_TOKENS;
     cli_args a;
     int r;
     int64_t v;

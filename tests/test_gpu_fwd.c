@@ -26,7 +26,7 @@
 
 #define CASES(X)                                                                                 \
     X(fwd_lengths) X(fwd_varlen) X(fwd_varlen_i64_zero_len) X(fwd_fused_waves) X(fwd_fused_l2norm) X(fwd_trailing_rows) X(fwd_gva)       \
-    X(fwd_many_heads) X(fwd_many_sequences) X(fwd_head_dims) X(fwd_fp16) X(fwd_fp32) X(fwd_options) X(fwd_v_first_bf16_state) X(fwd_decay_extremes) \
+    X(fwd_many_heads) X(fwd_many_sequences) X(fwd_head_dims) X(fwd_fp16) X(fwd_fp32) X(fwd_tail_nonfinite) X(fwd_options) X(fwd_v_first_bf16_state) X(fwd_decay_extremes) \
     X(fwd_variants) X(fwd_chunk_kernels) X(fwd_context_parallel) X(fwd_robustness) X(fwd_graph_replay) X(fwd_not_supported)
 
 #ifdef FQLA_HAVE_CUDA
@@ -85,6 +85,7 @@ typedef struct spec {
     int decay;           /* 0 normal, 1 strong (g = -20), 2 none (g = 0), 3 normal with g = -inf at token 70,
                             4 per-head strength spread 0..16 */
     int beta_mode;       /* 0 sigmoid(randn), 1 beta in {0, 1} and near 2 */
+    int poison_tail;     /* varlen: q, k, v, g, beta rows past cu[N] are NaN (rows no sequence owns) */
 } spec;
 
 typedef struct prob {
@@ -194,6 +195,12 @@ static void draw(prob *p)
         p->beta[i] = round_to(s->gate, b);
     }
     for (int64_t i = 0; i < p->ns; i++) p->h0[i] = round_to(s->h0_dtype, check_normal());
+    if (s->poison_tail && s->ncu)
+        for (int64_t t = s->cu[s->ncu - 1]; t < s->T; t++) { /* B = 1 with cu_seqlens */
+            for (int64_t i = t * s->H * s->K; i < (t + 1) * s->H * s->K; i++) p->q[i] = p->k[i] = NAN;
+            for (int64_t i = t * s->HV * s->V; i < (t + 1) * s->HV * s->V; i++) p->v[i] = NAN;
+            for (int64_t i = t * s->HV; i < (t + 1) * s->HV; i++) p->g[i] = p->beta[i] = NAN;
+        }
     for (int h = 0; h < s->HV; h++) {
         p->A_log[h] = (float)(log(0.5 + 8 * check_uniform()));
         p->dt_bias[h] = (float)(0.5 * check_normal());
@@ -747,7 +754,7 @@ static void fwd_fp16(void)
  * must have run the recurrent kernel (route 4). */
 static void fwd_fp32(void)
 {
-    enum { NF = 6 };
+    enum { NF = 7 };
     spec s[NF];
     const int64_t cu[] = {0, 211, 985};
     const int64_t cu_edges[] = {0, 0, 1, 2, 131}; /* empty, one token twice, then 129 (odd): loop edges */
@@ -764,16 +771,53 @@ static void fwd_fp32(void)
     s[4].h0 = s[4].ht = 0;
     s[5] = base_spec(1, 131, 2, 2, 128);
     set_cu(&s[5], cu_edges, 5);
+    s[6] = base_spec(2, 0, 2, 4, 128); /* no tokens: the final state is h0 */
     const char *names[NF] = {"fp32 B=2 T=300 H=2 HV=4", "fp32 K=V=64 varlen [0,211,985] T=1000",
                              "fp32 K=256 V=96 T=200", "fp32 l2norm + gate + beta sigmoid (neg) bf16 g/beta [V][K]",
                              "fp32 K=V=64 B=3 T=70 no h0, no final state",
-                             "fp32 varlen [0,0,1,2,131] (empty, 1, 1, 129 tokens)"};
+                             "fp32 varlen [0,0,1,2,131] (empty, 1, 1, 129 tokens)", "fp32 B=2 T=0"};
     for (int i = 0; i < NF; i++) {
         s[i].io = FQLA_DTYPE_F32;
         check_spec(&s[i], names[i]);
         CHECK(fqla_cuda_fwd_last_route() == 4, "%s: ran route %d, not the fp32 recurrent kernel", names[i],
               fqla_cuda_fwd_last_route());
     }
+}
+
+/* NaN in every input row past cu[N] (rows no sequence owns, which a caller
+ * may leave unset) must not reach any sequence's outputs. The last
+ * sequence ends inside a chunk, so its last chunk's tiles hold those rows:
+ * the prepare kernel without Q zeroes them in its K tile, and the fused
+ * kernel at K = 256 drops them from U (G2 reads K before it is zeroed);
+ * beta = 0 alone did not null them (0 * NaN). On the default path and
+ * forced on the fused kernel, at group 1 (PAIR) and 2 (LEAN), K = 64,
+ * 128 and 256, with and without the in-kernel l2norm; and fp32. */
+static void fwd_tail_nonfinite(void)
+{
+    enum { NT = 6 };
+    const int64_t cu[] = {0, 100, 230};
+    spec s[NT];
+    s[0] = base_spec(1, 300, 4, 4, 128);
+    s[1] = base_spec(1, 300, 2, 4, 128);
+    s[2] = base_spec(1, 300, 4, 4, 64);
+    s[3] = base_spec(1, 300, 2, 2, 256);
+    s[4] = base_spec(1, 300, 4, 4, 128);
+    s[4].l2norm = 1;
+    s[5] = base_spec(1, 300, 2, 4, 256);
+    s[5].l2norm = 1;
+    const char *names[NT] = {"NaN past cu[N], group 1 K=128", "NaN past cu[N], group 2 K=128",
+                             "NaN past cu[N], group 1 K=64", "NaN past cu[N], group 1 K=256",
+                             "NaN past cu[N], group 1 K=128 l2norm", "NaN past cu[N], group 2 K=256 l2norm"};
+    for (int i = 0; i < NT; i++) {
+        set_cu(&s[i], cu, 3);
+        s[i].cu_host = 1;
+        s[i].poison_tail = 1;
+        check_spec(&s[i], names[i]);
+    }
+    check_specs_fused(s, names, NT);
+    spec f = s[4];
+    f.io = FQLA_DTYPE_F32;
+    check_spec(&f, "NaN past cu[N], fp32 l2norm");
 }
 
 static void fwd_options(void)

@@ -423,7 +423,27 @@ fqla_status fqla_cuda_fwd_supported(fqla_context *ctx, const fqla_problem *p, co
         return fqla_fail(ctx, FQLA_STATUS_NOT_SUPPORTED,
                          "N * HV = %lld or T = %lld is beyond the CUDA forward's grid", (long long)(p->N * p->HV),
                          (long long)p->T);
-    if (p->io_dtype == FQLA_DTYPE_F32) return FQLA_STATUS_SUCCESS; /* the recurrent kernel: every K checked above */
+    if (p->io_dtype == FQLA_DTYPE_F32) { /* the recurrent kernel: every K checked above */
+        if (fqla_fwd_recurrent_ctas(p->N, p->HV, p->K, p->V, p->varlen) > 0x7fffffffLL)
+            return fqla_fail(ctx, FQLA_STATUS_NOT_SUPPORTED,
+                             "N * HV * V = %lld * %lld * %lld is beyond the CUDA fp32 forward's grid", (long long)p->N,
+                             (long long)p->HV, (long long)p->V);
+        return FQLA_STATUS_SUCCESS;
+    }
+    /* the chunked kernels: the prepare kernel's grid has a row per q/k head
+     * (gridDim.y), its shared memory a gate row per value head of the
+     * group (256 fit at every K), and its zeroing of o's rows past cu[N]
+     * counts 64 rows x HV x V / 8 vectors in 32 bits */
+    if (p->H > 65535)
+        return fqla_fail(ctx, FQLA_STATUS_NOT_SUPPORTED, "H = %lld q/k heads is beyond the CUDA forward's grid (65535)",
+                         (long long)p->H);
+    if (p->group > 256)
+        return fqla_fail(ctx, FQLA_STATUS_NOT_SUPPORTED,
+                         "HV / H = %lld value heads per q/k head is beyond the CUDA forward's shared memory (256)",
+                         (long long)p->group);
+    if (p->HV * p->V > (1LL << 27))
+        return fqla_fail(ctx, FQLA_STATUS_NOT_SUPPORTED, "HV * V = %lld is beyond the CUDA forward (2^27)",
+                         (long long)(p->HV * p->V));
     int bv = pick_bv(ctx, p);
     if (!fqla_fwd_chunk_has((int)p->K, bv))
         return fqla_fail(ctx, FQLA_STATUS_INTERNAL_ERROR, "CUDA forward: no chunk kernel for K = %lld, BV = %d",

@@ -462,6 +462,16 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
             const uint64_t dAg = fqla_desc_kmajor(st + cfg::oAg);
             fqla_wg_wait<0>();
             fqla_reg_fence(accU);
+            if (nvalid < C) {
+                /* G2 read K's rows past the end before they are zeroed
+                 * below: U's columns for them as zeros, or a non-finite row
+                 * there (the next sequence's, or past cu[N]) would reach G4
+                 * through Ag's zeros (0 * NaN; docs/perf.md, session 28).
+                 * accU[i]: token 16 (i / 8) + 8 ((i / 4) % 2) + 2 tq + i % 2 */
+#pragma unroll
+                for (int i = 0; i < 32; i++)
+                    if (16 * (i >> 3) + 8 * ((i >> 2) & 1) + 2 * tq + (i & 1) >= nvalid) accU[i] = 0.f;
+            }
             if (pready_late) {
                 /* the factors; and the Pg warpgroup has read K (G2 above
                  * read rows past the end as they are: they reach only U's

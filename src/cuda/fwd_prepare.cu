@@ -271,6 +271,21 @@ __device__ __forceinline__ void kk_acc(const T *Ktile, float (&d)[32])
     fqla_reg_fence(d);
 }
 
+/* Rows nvalid.. of a K tile as loaded by TMA (KD / 64 boxes of C rows x
+ * 128 bytes, 128-byte swizzle: whole rows, so the swizzle does not
+ * matter) as zeros; tid of the 128 threads of a warpgroup. */
+template <typename T, int KD>
+__device__ __forceinline__ void zero_k_rows(T *Ktile, int nvalid, int tid)
+{
+    const uint4 z = make_uint4(0, 0, 0, 0);
+    unsigned char *base = reinterpret_cast<unsigned char *>(Ktile);
+#pragma unroll
+    for (int b = 0; b < KD / 64; b++)
+        for (int idx = tid; idx < (C - nvalid) * 8; idx += 128)
+            *reinterpret_cast<uint4 *>(base + (size_t)b * 64 * C * sizeof(T) + (nvalid + (idx >> 3)) * 128 +
+                                       16 * (idx & 7)) = z;
+}
+
 template <typename T, int KD, bool OVER_K>
 __device__ __forceinline__ void kk_wgmma(const T *Ktile, float *KKd, int w, int lane, int bar)
 {
@@ -611,6 +626,17 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
     if constexpr (!WQ) {
         __syncthreads(); /* the barrier's initialisation is visible */
         fqla_mbar_wait(kbar + half, 0);
+        if (nvalid < C && (PAIR || warp < 4)) {
+            /* the K tile's rows past the sequence's end (the next sequence's
+             * tokens, or whatever lies past cu[N]) as zeros: their beta of 0
+             * nulls them only while they are finite (0 * Inf = NaN), and a
+             * NaN there would reach the chunk's every output row through
+             * Ag (docs/perf.md, session 28). PAIR: the half's warpgroup;
+             * LEAN: the first, which forms K K^T. */
+            zero_k_rows<T, KD>(PAIR ? Kpair : Ks, nvalid, tid & 127);
+            fqla_fence_async_smem(); /* for the wgmma reads */
+            fqla_named_sync(1 + half, 128);
+        }
     } else {
         fqla_cp_async_wait_all();
         __syncthreads();

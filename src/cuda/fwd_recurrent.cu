@@ -150,10 +150,7 @@ __global__ void __launch_bounds__(32 * WARPS) fwd_recurrent_kernel(const __grid_
 template <int KD>
 cudaError_t launch_kd(const fqla_fwd_params &p, bool vec4, cudaStream_t stream)
 {
-    constexpr int CPW = 32 / (KD / RW);
-    const int64_t chains = p.N * p.HV * ((p.V + CPW - 1) / CPW);
-    const int64_t warps = chains + (p.varlen ? TAIL_WARPS : 0);
-    const dim3 grid((unsigned)((warps + WARPS - 1) / WARPS));
+    const dim3 grid((unsigned)fqla_fwd_recurrent_ctas(p.N, p.HV, KD, p.V, p.varlen));
     if (vec4) fwd_recurrent_kernel<KD, true><<<grid, 32 * WARPS, 0, stream>>>(p);
     else fwd_recurrent_kernel<KD, false><<<grid, 32 * WARPS, 0, stream>>>(p);
     return cudaGetLastError();
@@ -166,9 +163,17 @@ bool aligned4(const void *ptr, int64_t s0, int64_t s1, int64_t s2)
 
 } // namespace
 
+int64_t fqla_fwd_recurrent_ctas(int64_t N, int64_t HV, int64_t K, int64_t V, int varlen)
+{
+    const int64_t cpw = 32 / (K / RW); /* columns per warp */
+    const int64_t warps = N * HV * ((V + cpw - 1) / cpw) + (varlen ? TAIL_WARPS : 0);
+    return (warps + WARPS - 1) / WARPS;
+}
+
 cudaError_t fqla_fwd_launch_recurrent(const fqla_fwd_params &p, cudaStream_t stream)
 {
-    if (p.N * p.HV == 0 || p.T == 0) return cudaSuccess;
+    /* T = 0 still runs: every chain copies h0 (or zeros) to the final state */
+    if (p.N * p.HV == 0) return cudaSuccess;
     const bool vec4 = aligned4(p.q, p.q_sb, p.q_st, p.q_sh) && aligned4(p.k, p.k_sb, p.k_st, p.k_sh);
     switch (p.K) {
     case 64: return launch_kd<64>(p, vec4, stream);

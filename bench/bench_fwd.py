@@ -37,7 +37,8 @@ dependent launch of the kernels after the prepare kernel (0 off, 1 on, -1 the de
 fqla_cuda_fwd_tune_pdl), and a ninth the per cent of long segments' transitions the CP
 plan expects the shortcut to leave out (cp_plan.h m_skipped; without it the build's default:
 0 before session 16, 75 since;
-fqla_cuda_fwd_tune_cp_mskip). Each (library,
+fqla_cuda_fwd_tune_cp_mskip), and a tenth the fp32 recurrence's state rows a lane (16,
+32; 0 = by the waves; fqla_cuda_fwd_tune_recurrent). Each (library,
 variant) is one CSV row; its commit field is the build's commit plus the
 variant, or the label of a labelled library run without variants (e.g.
 '206cbd8=old/libflashqla.so').
@@ -120,6 +121,7 @@ class Lib:
         self.tune_skip = getattr(self.L, "fqla_cuda_fwd_tune_cp_skip", None)
         self.tune_pdl = getattr(self.L, "fqla_cuda_fwd_tune_pdl", None)
         self.tune_mskip = getattr(self.L, "fqla_cuda_fwd_tune_cp_mskip", None)
+        self.tune_rec = getattr(self.L, "fqla_cuda_fwd_tune_recurrent", None)
         if self.tune_mskip:
             self.tune_mskip.argtypes = [C.c_double]
         self.L.fqla_last_error.restype = C.c_char_p
@@ -474,6 +476,7 @@ def main():
                 name += "-skip%d" % var[6] if len(var) >= 7 else ""
                 name += "-pdl%d" % var[7] if len(var) >= 8 else ""
                 name += "-ms%d" % var[8] if len(var) >= 9 else ""
+                name += "-rows%d" % var[9] if len(var) >= 10 else ""
                 configs.append((lib, var, (lib.label + ":" if lib.label else "") + name))
         else:
             configs.append((lib, None, lib.label))
@@ -556,6 +559,8 @@ def main():
                     lib.tune_pdl(C.c_int(var[7] if var and len(var) >= 8 else -1))
                 if lib.tune_mskip:
                     lib.tune_mskip(var[8] / 100.0 if var and len(var) >= 9 else -1.0)  # < 0: the default
+                if lib.tune_rec:
+                    lib.tune_rec(C.c_int(var[9] if var and len(var) >= 10 else 0))
                 mode = modes.get(tag)
                 ours = FqlaFwd(lib, qn if mode == "pre" else q, kn if mode == "pre" else k, v, g, beta, h0, cu,
                                cu_host, o, ht, l2norm=a.l2norm and mode is None)

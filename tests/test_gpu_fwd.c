@@ -57,6 +57,7 @@ extern void fqla_cuda_fwd_tune_cp(int seg_chunks);
 extern void fqla_cuda_fwd_tune_cp_scan(int columns);
 extern void fqla_cuda_fwd_tune_cp_skip(int on);
 extern int64_t fqla_cuda_fwd_debug_cp_skipped(void);
+extern void fqla_cuda_fwd_tune_recurrent(int rows); /* fp32 recurrence: 16 / 32 rows a lane, 0 by waves */
 extern int fqla_cuda_fwd_last_route(void); /* 1 fused, 2 wgmma, 3 mma.sync, 4 fp32 recurrent; + 8 with CP */
 #define H2D 1
 #define D2H 2
@@ -776,12 +777,20 @@ static void fwd_fp32(void)
                              "fp32 K=256 V=96 T=200", "fp32 l2norm + gate + beta sigmoid (neg) bf16 g/beta [V][K]",
                              "fp32 K=V=64 B=3 T=70 no h0, no final state",
                              "fp32 varlen [0,0,1,2,131] (empty, 1, 1, 129 tokens)", "fp32 B=2 T=0"};
-    for (int i = 0; i < NF; i++) {
-        s[i].io = FQLA_DTYPE_F32;
-        check_spec(&s[i], names[i]);
-        CHECK(fqla_cuda_fwd_last_route() == 4, "%s: ran route %d, not the fp32 recurrent kernel", names[i],
-              fqla_cuda_fwd_last_route());
+    /* each case at the launch's pick of rows a lane, then forced to 16 and to 32 */
+    static const int rows[] = {0, 16, 32};
+    for (int r = 0; r < 3; r++) {
+        fqla_cuda_fwd_tune_recurrent(rows[r]);
+        for (int i = 0; i < NF; i++) {
+            char what[128];
+            snprintf(what, sizeof what, "%s, rows a lane %d", names[i], rows[r]);
+            s[i].io = FQLA_DTYPE_F32;
+            check_spec(&s[i], what);
+            CHECK(fqla_cuda_fwd_last_route() == 4, "%s: ran route %d, not the fp32 recurrent kernel", what,
+                  fqla_cuda_fwd_last_route());
+        }
     }
+    fqla_cuda_fwd_tune_recurrent(0);
 }
 
 /* NaN in every input row past cu[N] (rows no sequence owns, which a caller

@@ -539,7 +539,8 @@ fqla_status fqla_cuda_fwd_run(fqla_context *ctx, const fqla_problem *p, const fq
     k.neg_eig = p->opt.allow_neg_eigval;
     if (p->io_dtype == FQLA_DTYPE_F32) {
         g_last_route = 4;
-        return fqla_cuda_check(ctx, fqla_fwd_launch_recurrent(k, stream), "CUDA forward: fp32 recurrent kernel launch");
+        const int sms = ctx->info.sm_count > 0 ? ctx->info.sm_count : 132;
+        return fqla_cuda_check(ctx, fqla_fwd_launch_recurrent(k, sms, stream), "CUDA forward: fp32 recurrent kernel launch");
     }
     unsigned char *ws = (unsigned char *)workspace;
     k.gam = (float *)(ws + L.gam);

@@ -301,9 +301,9 @@ cudaError_t fqla_fwd_launch_fused(const fqla_fwd_params &p, int io_bf16, int hb,
                                   cudaStream_t stream, int *used);
 /* fp32 q/k/v (fwd_recurrent.cu): the recurrence token by token in fp32, no
  * workspace; K = 64, 128 or 256 (fqla_cuda_fwd_supported checks K), any V. */
-cudaError_t fqla_fwd_launch_recurrent(const fqla_fwd_params &p, cudaStream_t stream);
-/* Its grid: CTAs for N sequences x HV value heads x V columns at head dim K
- * (fqla_cuda_fwd_supported keeps it within gridDim.x). */
+cudaError_t fqla_fwd_launch_recurrent(const fqla_fwd_params &p, int sms, cudaStream_t stream);
+/* Its largest grid: CTAs for N sequences x HV value heads x V columns at
+ * head dim K (fqla_cuda_fwd_supported keeps it within gridDim.x). */
 int64_t fqla_fwd_recurrent_ctas(int64_t N, int64_t HV, int64_t K, int64_t V, int varlen);
 /* The CP scan (fwd_cp.cu): p as for the pre-pass and main pass (seg_*,
  * seg_chunks), with the caller's h0 / ht; K = 64 or 128; cb value columns

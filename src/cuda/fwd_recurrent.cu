@@ -73,6 +73,28 @@ __device__ __forceinline__ void load_rows(const float *src, float (&x)[RW])
     }
 }
 
+#ifndef FQLA_REC_ACC /* partial sums of a lane's dot products (experiment, session 29: 1 or 4) */
+#define FQLA_REC_ACC 1
+#endif
+
+/* The lane's part of a . b over its RW rows, in FQLA_REC_ACC interleaved
+ * partial sums: a chain of RW / ACC dependent FMAs, not RW. */
+template <int RW>
+__device__ __forceinline__ float lane_dot(const float (&a)[RW], const float (&b)[RW])
+{
+    constexpr int ACC = FQLA_REC_ACC;
+    float part[ACC];
+#pragma unroll
+    for (int j = 0; j < ACC; j++) part[j] = 0.f;
+#pragma unroll
+    for (int i = 0; i < RW; i++) part[i % ACC] = fmaf(a[i], b[i], part[i % ACC]);
+#pragma unroll
+    for (int w = 1; w < ACC; w <<= 1)
+#pragma unroll
+        for (int j = 0; j + w < ACC; j += 2 * w) part[j] += part[j + w];
+    return part[0];
+}
+
 /* The sum over the LPC lanes of a column (adjacent lanes). */
 template <int LPC>
 __device__ __forceinline__ float col_sum(float x)
@@ -158,15 +180,8 @@ __device__ __forceinline__ float step(const fqla_fwd_params &p, int hv, const To
 {
     float g = x.g, beta = x.beta;
     finish_gate_beta(p, hv, g, beta);
-    float d = 0.f, kk = 0.f, qq = 0.f;
-#pragma unroll
-    for (int i = 0; i < RW; i++) {
-        d += x.k[i] * s.St[i];
-        if constexpr (L2N) {
-            kk += x.k[i] * x.k[i];
-            qq += x.q[i] * x.q[i];
-        }
-    }
+    float d = lane_dot<RW>(x.k, s.St), kk = 0.f, qq = 0.f;
+    if constexpr (L2N) kk = lane_dot<RW>(x.k, x.k), qq = lane_dot<RW>(x.q, x.q);
     d = col_sum<LPC>(d);
     float rk = 1.f, rq = 1.f;
     if constexpr (L2N) {
@@ -181,14 +196,10 @@ __device__ __forceinline__ float step(const fqla_fwd_params &p, int hv, const To
         c = 1.f;
     }
     const float ku = rk * u * __frcp_rn(c);
-    float e = 0.f;
 #pragma unroll
-    for (int i = 0; i < RW; i++) {
-        s.St[i] = fmaf(x.k[i], ku, s.St[i]);
-        e += x.q[i] * s.St[i];
-    }
+    for (int i = 0; i < RW; i++) s.St[i] = fmaf(x.k[i], ku, s.St[i]);
     s.c = c;
-    return p.scale * rq * c * col_sum<LPC>(e);
+    return p.scale * rq * c * col_sum<LPC>(lane_dot<RW>(x.q, s.St));
 }
 
 template <int KD, int RW, bool VEC4, bool L2N>

@@ -16,30 +16,35 @@
  *
  * One warp per (sequence, value head, CPW value columns): each column's K
  * state rows in fp32 registers, split over LPC = K / RW lanes of RW rows
- * each (CPW = 32 / LPC columns per warp; session 28: 64 rows per lane had
- * left one ~250-register warp alone on its scheduler, its every latency
- * exposed). RW is 16 or 32, picked per launch (pick_rw): a token step
- * costs about the same time at either (~0.6 us, latency-bound at one to
- * four warps a scheduler; session 29), so the launch takes the one that
- * needs fewer waves of CTAs, 16 on a tie. Lane p of a column holds rows
- * 4 LPC j + 4 p + c (j < RW / 4, c < 4), so each of its 16-byte loads of a
- * q / k row is one contiguous 16 LPC bytes across the column's lanes, and
- * the other columns of the warp read the same addresses (broadcasts). The
- * partial sums meet by warp shuffles. Lanes prefetch the inputs of token
- * t + FQLA_REC_PFD into L1. (A second register set loading token t + 1
- * ahead cost more in occupancy than it saved; session 29.)
- * The warps of a CTA are adjacent column groups of one value head: they
- * read the same q / k rows, from L1 after the first. Warps past the chains
- * zero o's rows after the last sequence (varlen). No workspace, no shared
- * memory, no synchronisation.
+ * each (CPW = 32 / LPC columns per warp). Lane p of a column holds rows
+ * 4 LPC j + 4 p + c (j < RW / 4, c < 4). RW is 16 or 32, picked per launch
+ * (launch_kd): the whole recurrence of a chain runs in one CTA, so the time
+ * is about T x the waves of CTAs x the step time, and the launch takes the
+ * width that needs fewer waves.
+ *
+ * The step is latency-bound (session 29, ncu: ~155 instructions a token at
+ * one issue every ~7 cycles of a warp; two warps a scheduler). Its inputs
+ * therefore come ahead of it: each warp copies the q and k rows of token
+ * t + RING - 1 into its shared-memory ring by cp.async while it works on
+ * token t (a register load of token t had stalled the first FMA ~400
+ * cycles a token), and loads v, g and beta one token ahead into registers.
+ * k is read from the ring for the first dot product and the update, q only
+ * after the update, so neither row holds registers across the step. The
+ * warps of a CTA are adjacent column groups of one value head (the same q
+ * / k rows: the second copy hits L2). Warps past the chains zero o's rows
+ * after the last sequence (varlen). No workspace, no block-wide
+ * synchronisation.
  */
 #include "cuda/fwd_common.cuh"
 #include "cuda/fwd_prepare_common.cuh"
+#include "cuda/fwd_ptx.cuh"
 
 namespace {
 
 constexpr int WARPS = 4;       /* per CTA */
 constexpr int TAIL_WARPS = 64; /* warps zeroing the rows after the last sequence (varlen) */
+constexpr int RING = 4;        /* tokens of q / k rows in a warp's ring: 3 in flight while one is used */
+static_assert((RING & (RING - 1)) == 0, "RING: a power of two (slots by mask)");
 
 /* State / q / k entry 4 j + c of lane part p: row 4 LPC j + 4 p + c. */
 template <int LPC>
@@ -48,51 +53,29 @@ __device__ __forceinline__ int row_of(int i, int p)
     return 4 * LPC * (i >> 2) + 4 * p + (i & 3);
 }
 
-/* One token's inputs, as loaded (g and beta not yet finished). */
-template <int RW>
-struct Token {
-    float q[RW], k[RW];
-    float v, g, beta;
-};
-
-/* The lane's RW entries of a q / k row (src at the lane's first row): RW / 4
- * float4 where the caller's pointers and strides allow (VEC4), else one
- * float at a time. */
-template <int RW, int LPC, bool VEC4>
-__device__ __forceinline__ void load_rows(const float *src, float (&x)[RW])
+/* The lane's RW entries of a q / k row in shared memory: RW / 4 float4,
+ * lane part p's at float4 LPC j + p (the column's lanes read adjacent 16
+ * bytes; the warp's other columns read the same ones: broadcasts). */
+template <int RW, int LPC>
+__device__ __forceinline__ void read_rows(const float *row, int part, float (&x)[RW])
 {
 #pragma unroll
     for (int j = 0; j < RW / 4; j++) {
-        if constexpr (VEC4) {
-            const float4 f = *reinterpret_cast<const float4 *>(src + 4 * LPC * j);
-            x[4 * j] = f.x, x[4 * j + 1] = f.y, x[4 * j + 2] = f.z, x[4 * j + 3] = f.w;
-        } else {
-#pragma unroll
-            for (int c = 0; c < 4; c++) x[4 * j + c] = src[4 * LPC * j + c];
-        }
+        const float4 f = reinterpret_cast<const float4 *>(row)[LPC * j + part];
+        x[4 * j] = f.x, x[4 * j + 1] = f.y, x[4 * j + 2] = f.z, x[4 * j + 3] = f.w;
     }
 }
 
-#ifndef FQLA_REC_ACC /* partial sums of a lane's dot products (experiment, session 29: 1 or 4) */
-#define FQLA_REC_ACC 1
-#endif
-
-/* The lane's part of a . b over its RW rows, in FQLA_REC_ACC interleaved
- * partial sums: a chain of RW / ACC dependent FMAs, not RW. */
+/* The lane's part of a . b over its RW rows, in four interleaved partial
+ * sums: a chain of RW / 4 dependent FMAs, not RW (x0.96 of the time on one
+ * sequence; session 29). */
 template <int RW>
 __device__ __forceinline__ float lane_dot(const float (&a)[RW], const float (&b)[RW])
 {
-    constexpr int ACC = FQLA_REC_ACC;
-    float part[ACC];
+    float part[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-    for (int j = 0; j < ACC; j++) part[j] = 0.f;
-#pragma unroll
-    for (int i = 0; i < RW; i++) part[i % ACC] = fmaf(a[i], b[i], part[i % ACC]);
-#pragma unroll
-    for (int w = 1; w < ACC; w <<= 1)
-#pragma unroll
-        for (int j = 0; j + w < ACC; j += 2 * w) part[j] += part[j + w];
-    return part[0];
+    for (int i = 0; i < RW; i++) part[i % 4] = fmaf(a[i], b[i], part[i % 4]);
+    return (part[0] + part[1]) + (part[2] + part[3]);
 }
 
 /* The sum over the LPC lanes of a column (adjacent lanes). */
@@ -104,52 +87,51 @@ __device__ __forceinline__ float col_sum(float x)
     return x;
 }
 
-/* A chain's token inputs at one token: pointers at the lane's first q / k
- * row, its column of v, and g / beta (fp32 or bf16, as bytes), moved one
- * token on by adding the strides (the token index times five 64-bit strides
- * cost ~30 instructions a token, ~10 % of them; session 28). */
-struct Cursor {
-    const float *q, *k, *v;
-    const unsigned char *g, *b;
-    int64_t qs, ks, vs, gs, bs; /* elements for q / k / v, bytes for g / beta */
+/* 4-byte global -> shared copy (rows not 16-byte aligned). */
+__device__ __forceinline__ void cp_async4(void *dst, const void *src)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(fqla_smem_u32(dst)), "l"(src) : "memory");
+}
 
-    __device__ __forceinline__ void advance()
+/* The warp's copier of q / k rows into its ring: pointers at a token's
+ * rows, moved one token on by the strides. Each lane copies K / 64 of the
+ * rows' 16-byte pieces (VEC4), else K / 16 floats. */
+template <int KD, bool VEC4>
+struct Stager {
+    const float *q, *k;
+    int64_t qs, ks;
+
+    __device__ __forceinline__ void stage(float *slot, int lane, bool in_range)
     {
-        q += qs, k += ks, v += vs, g += gs, b += bs;
-    }
-    template <int RW, int LPC, bool VEC4>
-    __device__ __forceinline__ void load(const fqla_fwd_params &p, Token<RW> &x) const
-    {
-        load_rows<RW, LPC, VEC4>(q, x.q);
-        load_rows<RW, LPC, VEC4>(k, x.k);
-        x.v = *v;
-        x.g = p.g_bf16 ? __bfloat162float(*(const __nv_bfloat16 *)g) : *(const float *)g;
-        x.beta = p.beta_bf16 ? __bfloat162float(*(const __nv_bfloat16 *)b) : *(const float *)b;
+        if (in_range) {
+            if constexpr (VEC4) {
+#pragma unroll
+                for (int c = lane; c < KD / 2; c += 32) { /* piece c: q's (c < K / 4), else k's */
+                    const int row = c / (KD / 4), off = 4 * (c % (KD / 4));
+                    fqla_cp_async16(slot + row * KD + off, (row ? k : q) + off, 16);
+                }
+            } else {
+#pragma unroll
+                for (int c = lane; c < 2 * KD; c += 32) cp_async4(slot + c, (c < KD ? q + c : k + (c - KD)));
+            }
+        }
+        fqla_cp_async_commit(); /* an empty group past the end keeps the count */
+        q += qs, k += ks;
     }
 };
 
-#ifndef FQLA_REC_PF /* prefetch of token t + FQLA_REC_PFD: 0 none, 1 into L1, 2 into L2 */
-#define FQLA_REC_PF 1
-#endif
-#ifndef FQLA_REC_PFD
-#define FQLA_REC_PFD 16 /* session 29: x0.91 of 8's time on one sequence (35B TP1 1x8192) */
-#endif
+/* The lane's v (its column) and the warp's g and beta, one token ahead. */
+struct Scalars {
+    const float *v;
+    const unsigned char *g, *b; /* fp32 or bf16, as bytes */
+    int64_t vs, gs, bs;         /* elements for v, bytes for g / beta */
 
-/* One 128-byte line of a token's inputs per lane, FQLA_REC_PFD tokens ahead
- * of the register loads: the q and k rows' K / 32 lines each, the warp's
- * v columns, g, beta (19 lanes at K = 256). A register load one token ahead
- * covers L2's latency but not HBM's (~1 k cycles a token; session 28). */
-struct Prefetch {
-    const unsigned char *ptr;
-    int64_t step;
-
-    __device__ __forceinline__ void issue(bool in_range)
+    __device__ __forceinline__ void load(const fqla_fwd_params &p, float &vx, float &gx, float &bx)
     {
-        if (FQLA_REC_PF && ptr && in_range) {
-            if (FQLA_REC_PF == 1) asm volatile("prefetch.global.L1 [%0];" ::"l"(__cvta_generic_to_global(ptr)));
-            else asm volatile("prefetch.global.L2 [%0];" ::"l"(__cvta_generic_to_global(ptr)));
-        }
-        ptr += step;
+        vx = *v;
+        gx = p.g_bf16 ? __bfloat162float(*(const __nv_bfloat16 *)g) : *(const float *)g;
+        bx = p.beta_bf16 ? __bfloat162float(*(const __nv_bfloat16 *)b) : *(const float *)b;
+        v += vs, g += gs, b += bs;
     }
 };
 
@@ -168,44 +150,51 @@ struct State {
     float c;
 };
 
-/* One token of the recurrence on the lane's rows; returns the column's o
- * (valid in every lane of the column). With S' = e^g S + k^ u^T:
+/* One token of the recurrence on the lane's rows, q and k read from the
+ * ring slot; returns the column's o (valid in every lane of the column).
+ * With S' = e^g S + k^ u^T:
  *
  *     u = beta (v - c' rk (k . St)),  St' = St + k (rk u / c'),  o = scale rq c' (q . St'),
  *
  * c' = c e^g: two dot products a row, the second (the output) off the
  * chain from token to token. */
-template <int RW, int LPC, bool L2N>
-__device__ __forceinline__ float step(const fqla_fwd_params &p, int hv, const Token<RW> &x, State<RW> &s)
+template <int KD, int RW, int LPC, bool L2N>
+__device__ __forceinline__ float step(const fqla_fwd_params &p, int hv, const float *slot, int part, float v,
+                                      float g, float beta, State<RW> &s)
 {
-    float g = x.g, beta = x.beta;
     finish_gate_beta(p, hv, g, beta);
-    float d = lane_dot<RW>(x.k, s.St), kk = 0.f, qq = 0.f;
-    if constexpr (L2N) kk = lane_dot<RW>(x.k, x.k), qq = lane_dot<RW>(x.q, x.q);
+    float x[RW];
+    read_rows<RW, LPC>(slot + KD, part, x); /* k */
+    float d = lane_dot<RW>(x, s.St), rk = 1.f;
+    if constexpr (L2N) rk = lane_dot<RW>(x, x);
     d = col_sum<LPC>(d);
-    float rk = 1.f, rq = 1.f;
-    if constexpr (L2N) {
-        rk = rsqrtf(col_sum<LPC>(kk) + 1e-6f);
-        rq = rsqrtf(col_sum<LPC>(qq) + 1e-6f);
-    }
+    if constexpr (L2N) rk = rsqrtf(col_sum<LPC>(rk) + 1e-6f);
     float c = s.c * expf(g);
-    const float u = beta * (x.v - c * rk * d);
+    const float u = beta * (v - c * rk * d);
     if (c < FQLA_REC_RENORM) { /* the same in every lane of the warp */
 #pragma unroll
         for (int i = 0; i < RW; i++) s.St[i] *= c;
         c = 1.f;
     }
-    const float ku = rk * u * __frcp_rn(c);
+    /* c >= 2^-32 here: the approximate reciprocal is within 1 ulp, without
+     * __frcp_rn's branch to its slow path */
+    const float ku = rk * u * __fdividef(1.f, c);
 #pragma unroll
-    for (int i = 0; i < RW; i++) s.St[i] = fmaf(x.k[i], ku, s.St[i]);
+    for (int i = 0; i < RW; i++) s.St[i] = fmaf(x[i], ku, s.St[i]);
     s.c = c;
-    return p.scale * rq * c * col_sum<LPC>(lane_dot<RW>(x.q, s.St));
+    read_rows<RW, LPC>(slot, part, x); /* q */
+    float e = lane_dot<RW>(x, s.St), rq = 1.f;
+    if constexpr (L2N) rq = lane_dot<RW>(x, x);
+    e = col_sum<LPC>(e);
+    if constexpr (L2N) rq = rsqrtf(col_sum<LPC>(rq) + 1e-6f);
+    return p.scale * rq * c * e;
 }
 
 template <int KD, int RW, bool VEC4, bool L2N>
 __global__ void __launch_bounds__(32 * WARPS) fwd_recurrent_kernel(const __grid_constant__ fqla_fwd_params p)
 {
     constexpr int LPC = KD / RW, CPW = 32 / LPC;
+    __shared__ __align__(16) float ring[WARPS][RING][2][KD]; /* per warp, per token: the q row, the k row */
     const int lane = threadIdx.x & 31;
     const int64_t w = (int64_t)blockIdx.x * WARPS + (threadIdx.x >> 5);
     const int slices = (p.V + CPW - 1) / CPW;
@@ -227,6 +216,7 @@ __global__ void __launch_bounds__(32 * WARPS) fwd_recurrent_kernel(const __grid_
     const int part = lane % LPC, v = slice * CPW + lane / LPC;
     const bool col = v < p.V; /* lanes past V keep their place in the shuffles */
     const int vc = col ? v : 0;
+    float(*my)[2][KD] = ring[threadIdx.x >> 5];
 
     int64_t batch, start, len, slot0;
     fqla_fwd_seq(p, n, batch, start, len, slot0);
@@ -244,36 +234,35 @@ __global__ void __launch_bounds__(32 * WARPS) fwd_recurrent_kernel(const __grid_
     }
 
     const size_t gb = p.g_bf16 ? 2 : 4, bb = p.beta_bf16 ? 2 : 4;
-    const float *qrow = (const float *)p.q + batch * p.q_sb + start * p.q_st + hq * p.q_sh;
-    const float *krow = (const float *)p.k + batch * p.k_sb + start * p.k_st + hq * p.k_sh;
-    const float *vrow = (const float *)p.v + batch * p.v_sb + start * p.v_st + hv * p.v_sh + slice * CPW;
-    Cursor cur;
-    cur.q = qrow + 4 * part, cur.k = krow + 4 * part, cur.v = vrow + (vc - slice * CPW);
-    cur.g = (const unsigned char *)p.g + (batch * p.g_sb + start * p.g_st + hv * p.g_sh) * gb;
-    cur.b = (const unsigned char *)p.beta + (batch * p.b_sb + start * p.b_st + hv * p.b_sh) * bb;
-    cur.qs = p.q_st, cur.ks = p.k_st, cur.vs = p.v_st, cur.gs = p.g_st * gb, cur.bs = p.b_st * bb;
-
-    /* this lane's prefetch line (KL lines per q / k row) */
-    constexpr int KL = KD / 32;
-    Prefetch pf = {nullptr, 0};
-    if (lane < KL) pf = {(const unsigned char *)(qrow + 32 * lane), p.q_st * 4};
-    else if (lane < 2 * KL) pf = {(const unsigned char *)(krow + 32 * (lane - KL)), p.k_st * 4};
-    else if (lane == 2 * KL) pf = {(const unsigned char *)vrow, p.v_st * 4};
-    else if (lane == 2 * KL + 1) pf = {cur.g, cur.gs};
-    else if (lane == 2 * KL + 2) pf = {cur.b, cur.bs};
-    if (pf.ptr) pf.ptr += FQLA_REC_PFD * pf.step;
+    Stager<KD, VEC4> rows;
+    rows.q = (const float *)p.q + batch * p.q_sb + start * p.q_st + hq * p.q_sh;
+    rows.k = (const float *)p.k + batch * p.k_sb + start * p.k_st + hq * p.k_sh;
+    rows.qs = p.q_st, rows.ks = p.k_st;
+    Scalars sc;
+    sc.v = (const float *)p.v + batch * p.v_sb + start * p.v_st + hv * p.v_sh + vc;
+    sc.g = (const unsigned char *)p.g + (batch * p.g_sb + start * p.g_st + hv * p.g_sh) * gb;
+    sc.b = (const unsigned char *)p.beta + (batch * p.b_sb + start * p.b_st + hv * p.b_sh) * bb;
+    sc.vs = p.v_st, sc.gs = p.g_st * gb, sc.bs = p.b_st * bb;
     float *ob = (float *)p.o + batch * p.o_sb + start * p.o_st + hv * p.o_sh + vc;
     const bool writer = col && part == 0;
 
-    /* the L1 prefetch FQLA_REC_PFD tokens ahead covers the loads' trip */
-    for (int64_t t = start, last = start + len - 1; t <= last; t++) {
-        pf.issue(t + FQLA_REC_PFD <= last);
-        Token<RW> x;
-        cur.load<RW, LPC, VEC4>(p, x);
-        const float o = step<RW, LPC, L2N>(p, hv, x, S);
+    /* the ring: tokens 0 .. RING - 2 in flight before the loop; at token t
+     * the copy of token t + RING - 1 goes into the slot token t - 1 used */
+#pragma unroll
+    for (int i = 0; i < RING - 1; i++) rows.stage(&my[i][0][0], lane, i < len);
+    float vx = 0.f, gx = 0.f, bx = 0.f;
+    if (len > 0) sc.load(p, vx, gx, bx);
+    for (int64_t t = 0; t < len; t++) {
+        const int slot = (int)(t & (RING - 1));
+        rows.stage(&my[(slot + RING - 1) & (RING - 1)][0][0], lane, t + RING - 1 < len);
+        const float vt = vx, gt = gx, bt = bx;
+        if (t + 1 < len) sc.load(p, vx, gx, bx);
+        fqla_cp_async_wait<RING - 1>(); /* this lane's copies of token t */
+        __syncwarp();                   /* and every lane's */
+        const float o = step<KD, RW, LPC, L2N>(p, hv, &my[slot][0][0], part, vt, gt, bt, S);
         if (writer) *ob = o;
         ob += p.o_st;
-        cur.advance();
+        __syncwarp(); /* every lane has read the slot before token t + 1 refills it */
     }
 
     if (p.ht && col) {
@@ -309,9 +298,9 @@ cudaError_t launch_rw(const fqla_fwd_params &p, bool vec4, cudaStream_t stream)
 }
 
 /* CTAs of fwd_recurrent_kernel<KD, RW> resident on one SM (registers bound
- * it: ~110 a thread at RW = 16, ~170 at 32; no shared memory). Asked once
- * per kernel; the L2N / VEC4 forms differ by a few registers, so the plain
- * one stands for them. */
+ * it: 72-96 a thread at RW = 16, 128 at 32; the ring is 8-32 KB a CTA).
+ * Asked once per kernel; the L2N / VEC4 forms differ by a few registers,
+ * so the plain one stands for them. */
 template <int KD, int RW>
 int resident_ctas()
 {

@@ -150,25 +150,18 @@ struct State {
     float c;
 };
 
-/* One token of the recurrence on the lane's rows, q and k read from the
- * ring slot; returns the column's o (valid in every lane of the column).
- * With S' = e^g S + k^ u^T:
+/* The update by token t's key once its column sums are in: with
+ * S' = e^g S + k^ u^T (c' = c e^g),
  *
- *     u = beta (v - c' rk (k . St)),  St' = St + k (rk u / c'),  o = scale rq c' (q . St'),
+ *     u = beta (v - c' rk d),  St' = St + k (rk u / c'),  d = k . St,
  *
- * c' = c e^g: two dot products a row, the second (the output) off the
- * chain from token to token. */
-template <int KD, int RW, int LPC, bool L2N>
-__device__ __forceinline__ float step(const fqla_fwd_params &p, int hv, const float *slot, int part, float v,
-                                      float g, float beta, State<RW> &s)
+ * kk = k . k (L2N: rk = 1 / sqrt(kk + 1e-6), else 1). */
+template <int RW, bool L2N>
+__device__ __forceinline__ void update(const fqla_fwd_params &p, int hv, const float (&k)[RW], float d, float kk,
+                                       float v, float g, float beta, State<RW> &s)
 {
     finish_gate_beta(p, hv, g, beta);
-    float x[RW];
-    read_rows<RW, LPC>(slot + KD, part, x); /* k */
-    float d = lane_dot<RW>(x, s.St), rk = 1.f;
-    if constexpr (L2N) rk = lane_dot<RW>(x, x);
-    d = col_sum<LPC>(d);
-    if constexpr (L2N) rk = rsqrtf(col_sum<LPC>(rk) + 1e-6f);
+    const float rk = L2N ? rsqrtf(kk + 1e-6f) : 1.f;
     float c = s.c * expf(g);
     const float u = beta * (v - c * rk * d);
     if (c < FQLA_REC_RENORM) { /* the same in every lane of the warp */
@@ -176,18 +169,12 @@ __device__ __forceinline__ float step(const fqla_fwd_params &p, int hv, const fl
         for (int i = 0; i < RW; i++) s.St[i] *= c;
         c = 1.f;
     }
-    /* c >= 2^-32 here: the approximate reciprocal is within 1 ulp, without
+    /* c >= 2^-32 here: the approximate reciprocal is within 2 ulp, without
      * __frcp_rn's branch to its slow path */
     const float ku = rk * u * __fdividef(1.f, c);
 #pragma unroll
-    for (int i = 0; i < RW; i++) s.St[i] = fmaf(x[i], ku, s.St[i]);
+    for (int i = 0; i < RW; i++) s.St[i] = fmaf(k[i], ku, s.St[i]);
     s.c = c;
-    read_rows<RW, LPC>(slot, part, x); /* q */
-    float e = lane_dot<RW>(x, s.St), rq = 1.f;
-    if constexpr (L2N) rq = lane_dot<RW>(x, x);
-    e = col_sum<LPC>(e);
-    if constexpr (L2N) rq = rsqrtf(col_sum<LPC>(rq) + 1e-6f);
-    return p.scale * rq * c * e;
 }
 
 template <int KD, int RW, bool VEC4, bool L2N>
@@ -246,23 +233,48 @@ __global__ void __launch_bounds__(32 * WARPS) fwd_recurrent_kernel(const __grid_
     float *ob = (float *)p.o + batch * p.o_sb + start * p.o_st + hv * p.o_sh + vc;
     const bool writer = col && part == 0;
 
-    /* the ring: tokens 0 .. RING - 2 in flight before the loop; at token t
-     * the copy of token t + RING - 1 goes into the slot token t - 1 used */
+    /* The ring: tokens 0 .. RING - 2 in flight before the loop; at token t
+     * the copy of token t + RING - 1 goes into the slot token t - 1 used.
+     * The step is pipelined by one token: after token t's update, q_t . St
+     * (token t's output) and k_t+1 . St (token t + 1's update) are formed
+     * together and summed over the column in one round of shuffles, so the
+     * output's dot product and sums are no longer a step of their own on
+     * the chain. v, g and beta come one token ahead of their update. */
 #pragma unroll
     for (int i = 0; i < RING - 1; i++) rows.stage(&my[i][0][0], lane, i < len);
-    float vx = 0.f, gx = 0.f, bx = 0.f;
-    if (len > 0) sc.load(p, vx, gx, bx);
+    float q[RW], k[RW];
+    float vn = 0.f, gn = 0.f, bn = 0.f; /* token t + 1's v, g, beta */
+    if (len > 0) {
+        float v0, g0, b0;
+        sc.load(p, v0, g0, b0);
+        if (len > 1) sc.load(p, vn, gn, bn);
+        fqla_cp_async_wait<RING - 2>(); /* this lane's copies of token 0 */
+        __syncwarp();                   /* and every lane's */
+        read_rows<RW, LPC>(&my[0][1][0], part, k);
+        const float d = col_sum<LPC>(lane_dot<RW>(k, S.St));
+        const float kk = L2N ? col_sum<LPC>(lane_dot<RW>(k, k)) : 0.f;
+        update<RW, L2N>(p, hv, k, d, kk, v0, g0, b0, S);
+    }
     for (int64_t t = 0; t < len; t++) {
         const int slot = (int)(t & (RING - 1));
+        const bool more = t + 1 < len; /* warp-uniform */
         rows.stage(&my[(slot + RING - 1) & (RING - 1)][0][0], lane, t + RING - 1 < len);
-        const float vt = vx, gt = gx, bt = bx;
-        if (t + 1 < len) sc.load(p, vx, gx, bx);
-        fqla_cp_async_wait<RING - 1>(); /* this lane's copies of token t */
+        const float vt = vn, gt = gn, bt = bn;
+        if (t + 2 < len) sc.load(p, vn, gn, bn);
+        fqla_cp_async_wait<RING - 2>(); /* this lane's copies of tokens t and t + 1 */
         __syncwarp();                   /* and every lane's */
-        const float o = step<KD, RW, LPC, L2N>(p, hv, &my[slot][0][0], part, vt, gt, bt, S);
-        if (writer) *ob = o;
+        /* past the last token k is token t's again (read, not used) */
+        read_rows<RW, LPC>(&my[slot][0][0], part, q);
+        read_rows<RW, LPC>(&my[more ? (slot + 1) & (RING - 1) : slot][1][0], part, k);
+        float e = lane_dot<RW>(q, S.St), d = lane_dot<RW>(k, S.St), qq = 0.f, kk = 0.f;
+        if constexpr (L2N) qq = lane_dot<RW>(q, q), kk = lane_dot<RW>(k, k);
+        e = col_sum<LPC>(e), d = col_sum<LPC>(d);
+        if constexpr (L2N) qq = col_sum<LPC>(qq), kk = col_sum<LPC>(kk);
+        const float rq = L2N ? rsqrtf(qq + 1e-6f) : 1.f;
+        if (writer) *ob = p.scale * rq * S.c * e;
         ob += p.o_st;
-        __syncwarp(); /* every lane has read the slot before token t + 1 refills it */
+        if (more) update<RW, L2N>(p, hv, k, d, kk, vt, gt, bt, S);
+        __syncwarp(); /* every lane has read slot t before token t + RING refills it */
     }
 
     if (p.ht && col) {

@@ -497,6 +497,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
                                      prep_smem<KD>::misc;
     uint64_t *kbar = reinterpret_cast<uint64_t *>(misc); /* [2]: per half (PAIR) */
     int *have_pair = reinterpret_cast<int *>(misc + 16);  /* [2] */
+    int *part_pair = reinterpret_cast<int *>(misc + 24);  /* [2]: the half's chunk ends inside its tile */
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t = lane & 3;
@@ -532,7 +533,10 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
     if (!PAIR && !have) return;
     const int64_t t0 = start + c * C;
     const int nvalid = have ? (int)min((int64_t)C, len - c * C) : 0;
-    if (PAIR && (tid & 127) == 0) have_pair[half] = have; /* read in step 4c, after barriers */
+    if (PAIR && (tid & 127) == 0) {
+        have_pair[half] = have; /* read in step 4c, after barriers */
+        part_pair[half] = nvalid < C; /* read after step 1's barrier */
+    }
     PR_CLK(9);
 
     /* the gate warps' first head's gates and betas, issued first */
@@ -624,18 +628,22 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
     }
     PR_CLK(1);
     if constexpr (!WQ) {
-        __syncthreads(); /* the barrier's initialisation is visible */
+        __syncthreads(); /* the barrier's initialisation (and PAIR's part_pair) is visible */
         fqla_mbar_wait(kbar + half, 0);
-        if (nvalid < C && (PAIR || warp < 4)) {
-            /* the K tile's rows past the sequence's end (the next sequence's
-             * tokens, or whatever lies past cu[N]) as zeros: their beta of 0
-             * nulls them only while they are finite (0 * Inf = NaN), and a
-             * NaN there would reach the chunk's every output row through
-             * Ag (docs/perf.md, session 28). PAIR: the half's warpgroup;
-             * LEAN: the first, which forms K K^T. */
-            zero_k_rows<T, KD>(PAIR ? Kpair : Ks, nvalid, tid & 127);
+        /* the K tile's rows past the sequence's end (the next sequence's
+         * tokens, or whatever lies past cu[N]) as zeros: their beta of 0
+         * nulls them only while they are finite (0 * Inf = NaN), and a NaN
+         * there would reach the chunk's every output row through Ag
+         * (docs/perf.md, session 28). PAIR: the half's warpgroup; LEAN: the
+         * first, which forms K K^T. The barrier after it is the CTA's,
+         * under a CTA-uniform test, so that every warp passes the same
+         * barriers (a warpgroup's named barrier taken by one half only was
+         * correct, but racecheck paired the later CTA barriers wrongly and
+         * reported hazards; session 29). */
+        if (PAIR ? (part_pair[0] | part_pair[1]) : nvalid < C) {
+            if (nvalid < C && (PAIR || warp < 4)) zero_k_rows<T, KD>(PAIR ? Kpair : Ks, nvalid, tid & 127);
             fqla_fence_async_smem(); /* for the wgmma reads */
-            fqla_named_sync(1 + half, 128);
+            __syncthreads();
         }
     } else {
         fqla_cp_async_wait_all();

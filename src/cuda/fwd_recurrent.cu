@@ -17,10 +17,9 @@
  * One warp per (sequence, value head, CPW value columns): each column's K
  * state rows in fp32 registers, split over LPC = K / RW lanes of RW rows
  * each (CPW = 32 / LPC columns per warp). Lane p of a column holds rows
- * 4 LPC j + 4 p + c (j < RW / 4, c < 4). RW is 16 or 32, picked per launch
- * (launch_kd): the whole recurrence of a chain runs in one CTA, so the time
- * is about T x the waves of CTAs x the step time, and the launch takes the
- * width that needs fewer waves.
+ * 4 LPC j + 4 p + c (j < RW / 4, c < 4). RW is 32, or 16 where that
+ * needs fewer waves of CTAs (launch_kd): the whole recurrence of a chain
+ * runs in one CTA, so the time is about T x the waves x the step time.
  *
  * The step is latency-bound (session 29, ncu: ~155 instructions a token at
  * one issue every ~7 cycles of a warp; two warps a scheduler). Its inputs
@@ -150,18 +149,25 @@ struct State {
     float c;
 };
 
-/* The update by token t's key once its column sums are in: with
- * S' = e^g S + k^ u^T (c' = c e^g),
+/* One token of the recurrence on the lane's rows, q and k read from the
+ * ring slot; returns the column's o (valid in every lane of the column).
+ * With S' = e^g S + k^ u^T:
  *
- *     u = beta (v - c' rk d),  St' = St + k (rk u / c'),  d = k . St,
+ *     u = beta (v - c' rk (k . St)),  St' = St + k (rk u / c'),  o = scale rq c' (q . St'),
  *
- * kk = k . k (L2N: rk = 1 / sqrt(kk + 1e-6), else 1). */
-template <int RW, bool L2N>
-__device__ __forceinline__ void update(const fqla_fwd_params &p, int hv, const float (&k)[RW], float d, float kk,
-                                       float v, float g, float beta, State<RW> &s)
+ * c' = c e^g: two dot products a row, the second (the output) off the
+ * chain from token to token. */
+template <int KD, int RW, int LPC, bool L2N>
+__device__ __forceinline__ float step(const fqla_fwd_params &p, int hv, const float *slot, int part, float v,
+                                      float g, float beta, State<RW> &s)
 {
     finish_gate_beta(p, hv, g, beta);
-    const float rk = L2N ? rsqrtf(kk + 1e-6f) : 1.f;
+    float x[RW];
+    read_rows<RW, LPC>(slot + KD, part, x); /* k */
+    float d = lane_dot<RW>(x, s.St), rk = 1.f;
+    if constexpr (L2N) rk = lane_dot<RW>(x, x);
+    d = col_sum<LPC>(d);
+    if constexpr (L2N) rk = rsqrtf(col_sum<LPC>(rk) + 1e-6f);
     float c = s.c * expf(g);
     const float u = beta * (v - c * rk * d);
     if (c < FQLA_REC_RENORM) { /* the same in every lane of the warp */
@@ -169,12 +175,18 @@ __device__ __forceinline__ void update(const fqla_fwd_params &p, int hv, const f
         for (int i = 0; i < RW; i++) s.St[i] *= c;
         c = 1.f;
     }
-    /* c >= 2^-32 here: the approximate reciprocal is within 2 ulp, without
+    /* c >= 2^-32 here: the approximate reciprocal is within 1 ulp, without
      * __frcp_rn's branch to its slow path */
     const float ku = rk * u * __fdividef(1.f, c);
 #pragma unroll
-    for (int i = 0; i < RW; i++) s.St[i] = fmaf(k[i], ku, s.St[i]);
+    for (int i = 0; i < RW; i++) s.St[i] = fmaf(x[i], ku, s.St[i]);
     s.c = c;
+    read_rows<RW, LPC>(slot, part, x); /* q */
+    float e = lane_dot<RW>(x, s.St), rq = 1.f;
+    if constexpr (L2N) rq = lane_dot<RW>(x, x);
+    e = col_sum<LPC>(e);
+    if constexpr (L2N) rq = rsqrtf(col_sum<LPC>(rq) + 1e-6f);
+    return p.scale * rq * c * e;
 }
 
 template <int KD, int RW, bool VEC4, bool L2N>
@@ -233,48 +245,23 @@ __global__ void __launch_bounds__(32 * WARPS) fwd_recurrent_kernel(const __grid_
     float *ob = (float *)p.o + batch * p.o_sb + start * p.o_st + hv * p.o_sh + vc;
     const bool writer = col && part == 0;
 
-    /* The ring: tokens 0 .. RING - 2 in flight before the loop; at token t
-     * the copy of token t + RING - 1 goes into the slot token t - 1 used.
-     * The step is pipelined by one token: after token t's update, q_t . St
-     * (token t's output) and k_t+1 . St (token t + 1's update) are formed
-     * together and summed over the column in one round of shuffles, so the
-     * output's dot product and sums are no longer a step of their own on
-     * the chain. v, g and beta come one token ahead of their update. */
+    /* the ring: tokens 0 .. RING - 2 in flight before the loop; at token t
+     * the copy of token t + RING - 1 goes into the slot token t - 1 used */
 #pragma unroll
     for (int i = 0; i < RING - 1; i++) rows.stage(&my[i][0][0], lane, i < len);
-    float q[RW], k[RW];
-    float vn = 0.f, gn = 0.f, bn = 0.f; /* token t + 1's v, g, beta */
-    if (len > 0) {
-        float v0, g0, b0;
-        sc.load(p, v0, g0, b0);
-        if (len > 1) sc.load(p, vn, gn, bn);
-        fqla_cp_async_wait<RING - 2>(); /* this lane's copies of token 0 */
-        __syncwarp();                   /* and every lane's */
-        read_rows<RW, LPC>(&my[0][1][0], part, k);
-        const float d = col_sum<LPC>(lane_dot<RW>(k, S.St));
-        const float kk = L2N ? col_sum<LPC>(lane_dot<RW>(k, k)) : 0.f;
-        update<RW, L2N>(p, hv, k, d, kk, v0, g0, b0, S);
-    }
+    float vx = 0.f, gx = 0.f, bx = 0.f;
+    if (len > 0) sc.load(p, vx, gx, bx);
     for (int64_t t = 0; t < len; t++) {
         const int slot = (int)(t & (RING - 1));
-        const bool more = t + 1 < len; /* warp-uniform */
         rows.stage(&my[(slot + RING - 1) & (RING - 1)][0][0], lane, t + RING - 1 < len);
-        const float vt = vn, gt = gn, bt = bn;
-        if (t + 2 < len) sc.load(p, vn, gn, bn);
-        fqla_cp_async_wait<RING - 2>(); /* this lane's copies of tokens t and t + 1 */
+        const float vt = vx, gt = gx, bt = bx;
+        if (t + 1 < len) sc.load(p, vx, gx, bx);
+        fqla_cp_async_wait<RING - 1>(); /* this lane's copies of token t */
         __syncwarp();                   /* and every lane's */
-        /* past the last token k is token t's again (read, not used) */
-        read_rows<RW, LPC>(&my[slot][0][0], part, q);
-        read_rows<RW, LPC>(&my[more ? (slot + 1) & (RING - 1) : slot][1][0], part, k);
-        float e = lane_dot<RW>(q, S.St), d = lane_dot<RW>(k, S.St), qq = 0.f, kk = 0.f;
-        if constexpr (L2N) qq = lane_dot<RW>(q, q), kk = lane_dot<RW>(k, k);
-        e = col_sum<LPC>(e), d = col_sum<LPC>(d);
-        if constexpr (L2N) qq = col_sum<LPC>(qq), kk = col_sum<LPC>(kk);
-        const float rq = L2N ? rsqrtf(qq + 1e-6f) : 1.f;
-        if (writer) *ob = p.scale * rq * S.c * e;
+        const float o = step<KD, RW, LPC, L2N>(p, hv, &my[slot][0][0], part, vt, gt, bt, S);
+        if (writer) *ob = o;
         ob += p.o_st;
-        if (more) update<RW, L2N>(p, hv, k, d, kk, vt, gt, bt, S);
-        __syncwarp(); /* every lane has read slot t before token t + RING refills it */
+        __syncwarp(); /* every lane has read the slot before token t + 1 refills it */
     }
 
     if (p.ht && col) {
@@ -326,10 +313,13 @@ int resident_ctas()
     return n;
 }
 
-/* The whole recurrence runs in one wave of CTAs at a time, each token step
- * ~0.6 us at either width (session 29: 35B TP1 1x8192 one wave 5.06 /
- * 5.27 ms at 16 / 32 rows; 27B TP2 2048x4 two waves at 16 rows 2.58 ms,
- * one at 32 rows 1.40 ms). So: the width with fewer waves, 16 on a tie. */
+/* The time is about T x the waves of CTAs x the step time, and a step
+ * takes about as long at either width (session 29, one wave: 35B TP1
+ * 1x8192 4.27 / 4.46 ms at 32 / 16 rows, 397B TP8 1x32768 16.45 /
+ * 16.79). So: the width with fewer waves, 32 on a tie. (At K = 128, four
+ * CTAs an SM hold 128 value columns at 32 rows, seven 112 at 16: 16 does
+ * not need fewer waves with today's register counts, but the occupancy is
+ * asked, not assumed.) */
 int g_force_rw = 0; /* fqla_cuda_fwd_tune_recurrent */
 
 template <int KD>
@@ -340,9 +330,9 @@ cudaError_t launch_kd(const fqla_fwd_params &p, bool vec4, int sms, cudaStream_t
     const int64_t r16 = (int64_t)resident_ctas<KD, 16>() * sms, r32 = (int64_t)resident_ctas<KD, 32>() * sms;
     if (r16 > 0 && r32 > 0) {
         const int64_t c16 = ctas_of(p.N, p.HV, KD, p.V, 16, false), c32 = ctas_of(p.N, p.HV, KD, p.V, 32, false);
-        if ((c32 + r32 - 1) / r32 < (c16 + r16 - 1) / r16) return launch_rw<KD, 32>(p, vec4, stream);
+        if ((c16 + r16 - 1) / r16 < (c32 + r32 - 1) / r32) return launch_rw<KD, 16>(p, vec4, stream);
     }
-    return launch_rw<KD, 16>(p, vec4, stream);
+    return launch_rw<KD, 32>(p, vec4, stream);
 }
 
 bool aligned4(const void *ptr, int64_t s0, int64_t s1, int64_t s2)

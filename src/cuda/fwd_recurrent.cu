@@ -26,7 +26,10 @@
  * therefore come ahead of it: each warp copies the q and k rows of token
  * t + RING - 1 into its shared-memory ring by cp.async while it works on
  * token t (a register load of token t had stalled the first FMA ~400
- * cycles a token), and loads v, g and beta one token ahead into registers.
+ * cycles a token), and loads v, g and beta one token ahead into registers
+ * (now 215 instructions a token at one issue every ~4.5 cycles). A step
+ * pipelined by one token (q_t . St formed with k_t+1 . St, one round of
+ * shuffles) measured x1.2-1.5 slower, with four or eight slots.
  * k is read from the ring for the first dot product and the update, q only
  * after the update, so neither row holds registers across the step. The
  * warps of a CTA are adjacent column groups of one value head (the same q

@@ -44,6 +44,11 @@ FQLA_DEV void fqla_cp_async16(void *dst, const void *src, int src_bytes)
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
                  :: "r"(fqla_smem_u32(dst)), "l"(src), "r"(src_bytes) : "memory");
 }
+/* 4-byte global -> shared copy (rows not 16-byte aligned). */
+FQLA_DEV void fqla_cp_async4(void *dst, const void *src)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(fqla_smem_u32(dst)), "l"(src) : "memory");
+}
 FQLA_DEV void fqla_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 /* Waits until at most N of this thread's committed copy groups are pending. */
 template <int N>

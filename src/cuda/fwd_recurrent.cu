@@ -89,12 +89,6 @@ __device__ __forceinline__ float col_sum(float x)
     return x;
 }
 
-/* 4-byte global -> shared copy (rows not 16-byte aligned). */
-__device__ __forceinline__ void cp_async4(void *dst, const void *src)
-{
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(fqla_smem_u32(dst)), "l"(src) : "memory");
-}
-
 /* The warp's copier of q / k rows into its ring: pointers at a token's
  * rows, moved one token on by the strides. Each lane copies K / 64 of the
  * rows' 16-byte pieces (VEC4), else K / 16 floats. */
@@ -114,7 +108,7 @@ struct Stager {
                 }
             } else {
 #pragma unroll
-                for (int c = lane; c < 2 * KD; c += 32) cp_async4(slot + c, (c < KD ? q + c : k + (c - KD)));
+                for (int c = lane; c < 2 * KD; c += 32) fqla_cp_async4(slot + c, (c < KD ? q + c : k + (c - KD)));
             }
         }
         fqla_cp_async_commit(); /* an empty group past the end keeps the count */
@@ -131,8 +125,8 @@ struct Scalars {
     __device__ __forceinline__ void load(const fqla_fwd_params &p, float &vx, float &gx, float &bx)
     {
         vx = *v;
-        gx = p.g_bf16 ? __bfloat162float(*(const __nv_bfloat16 *)g) : *(const float *)g;
-        bx = p.beta_bf16 ? __bfloat162float(*(const __nv_bfloat16 *)b) : *(const float *)b;
+        gx = load_gate(g, p.g_bf16, 0);
+        bx = load_gate(b, p.beta_bf16, 0);
         v += vs, g += gs, b += bs;
     }
 };
@@ -178,7 +172,7 @@ __device__ __forceinline__ float step(const fqla_fwd_params &p, int hv, const fl
         for (int i = 0; i < RW; i++) s.St[i] *= c;
         c = 1.f;
     }
-    /* c >= 2^-32 here: the approximate reciprocal is within 1 ulp, without
+    /* c >= 2^-32 here: the approximate reciprocal is within 2 ulp, without
      * __frcp_rn's branch to its slow path */
     const float ku = rk * u * __fdividef(1.f, c);
 #pragma unroll

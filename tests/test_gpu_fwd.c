@@ -26,7 +26,7 @@
 
 #define CASES(X)                                                                                 \
     X(fwd_lengths) X(fwd_varlen) X(fwd_varlen_i64_zero_len) X(fwd_fused_waves) X(fwd_fused_l2norm) X(fwd_trailing_rows) X(fwd_gva)       \
-    X(fwd_many_heads) X(fwd_many_sequences) X(fwd_head_dims) X(fwd_fp16) X(fwd_fp32) X(fwd_tail_nonfinite) X(fwd_options) X(fwd_v_first_bf16_state) X(fwd_decay_extremes) \
+    X(fwd_many_heads) X(fwd_many_sequences) X(fwd_head_dims) X(fwd_fp16) X(fwd_fp32) X(fwd_tail_nonfinite) X(fwd_options) X(fwd_v_first_bf16_state) X(fwd_decay_extremes) X(fwd_raw_keys_strong_decay) \
     X(fwd_variants) X(fwd_chunk_kernels) X(fwd_context_parallel) X(fwd_robustness) X(fwd_graph_replay) X(fwd_not_supported)
 
 #ifdef FQLA_HAVE_CUDA
@@ -84,7 +84,8 @@ typedef struct spec {
     fqla_dtype io, gate, h0_dtype, ht_dtype;
     int h0, ht, v_first, l2norm, gate_in, beta_sig, neg_eig;
     int decay;           /* 0 normal, 1 strong (g = -20), 2 none (g = 0), 3 normal with g = -inf at token 70,
-                            4 per-head strength spread 0..16 */
+                            4 per-head strength spread 0..16, 5 g = -6 */
+    int raw_keys;        /* q, k N(0, 1) rows without the in-kernel l2norm: ||k||^2 ~ K */
     int beta_mode;       /* 0 sigmoid(randn), 1 beta in {0, 1} and near 2 */
     int poison_tail;     /* varlen: q, k, v, g, beta rows past cu[N] are NaN (rows no sequence owns) */
 } spec;
@@ -165,9 +166,10 @@ static void draw(prob *p)
             nq += q[j] * q[j];
             nk += k[j] * k[j];
         }
-        /* without the in-kernel l2norm the caller passes unit keys (and queries) */
+        /* without the in-kernel l2norm the caller passes unit keys (and
+         * queries), unless the case is about raw keys */
         for (int j = 0; j < s->K; j++) {
-            if (!s->l2norm) {
+            if (!s->l2norm && !s->raw_keys) {
                 q[j] /= sqrt(nq);
                 k[j] /= sqrt(nk);
             }
@@ -185,6 +187,7 @@ static void draw(prob *p)
         else if (s->decay == 2) gv = 0.0;
         else if (s->decay == 3 && (i / s->HV) % s->T == 70) gv = -INFINITY;
         else if (s->decay == 4) gv = -(16.0 * hv / (s->HV > 1 ? s->HV - 1 : 1)) * check_uniform();
+        else if (s->decay == 5) gv = -6.0 + 0.5 * check_uniform();
         else gv = (hv % 4 == 3) ? 0.0 : -log1p(exp(-x)) / 16.0 * (1 + hv % 3);
         p->g[i] = round_to(s->gate, gv);
         double b;
@@ -1013,6 +1016,48 @@ static void fwd_chunk_kernels(void)
             if (kern[v][0] == 2) check_ran_fused(&specs[i], kern[v][1], what);
         }
         fqla_cuda_fwd_tune_chunk(-1, 0);
+        prob_free(&p);
+    }
+}
+
+/* Raw keys (||k||^2 ~ K, no l2norm) under a decay strong enough that the
+ * recurrence stays bounded (g = -20 or -6 a token; with beta ~ 1 the state's
+ * factor per token is about e^g ||k||^2 < 1). The gate-free inverse
+ * Ar = (I + StrictLower(diag(beta) K K^T))^-1 grows like |beta ||k||^2 - 1|^n
+ * over a chunk and overflowed fp32: NaN where the reference is finite,
+ * until the prepare kernel inverted the gated system (docs/perf.md, session
+ * 30). Every prepare kernel: PAIR (group 1), LEAN (groups 2, 4; K = 64,
+ * 128, 256) and the kernels with Q (the chunk kernels' path), then CP. */
+static void fwd_raw_keys_strong_decay(void)
+{
+    enum { NS = 4, NK = 6 };
+    spec specs[NS] = {base_spec(2, 200, 2, 2, 128), base_spec(1, 300, 2, 4, 128), base_spec(1, 200, 1, 4, 64),
+                      base_spec(1, 150, 1, 2, 256)};
+    const int decay[NS] = {1, 5, 5, 1};
+    const char *names[NS] = {"raw keys g=-20 group 1 B=2 T=200", "raw keys g=-6 group 2 T=300",
+                             "raw keys g=-6 K=V=64 group 4 T=200", "raw keys g=-20 K=V=256 group 2 T=150"};
+    const int kern[NK][2] = {{-1, 0}, {0, 0}, {1, 1}, {1, 2}, {2, 1}, {2, 2}};
+    const char *kname[NK] = {"default", "mma.sync", "wgmma nwg=1", "wgmma nwg=2", "fused nwg=1", "fused nwg=2"};
+    for (int i = 0; i < NS; i++) {
+        specs[i].raw_keys = 1;
+        specs[i].decay = decay[i];
+        prob p;
+        prob_init(&p, &specs[i]);
+        upload_all(&p);
+        run_ref(&p);
+        for (int v = 0; v < NK; v++) {
+            char what[128];
+            snprintf(what, sizeof what, "%s [%s]", names[i], kname[v]);
+            fqla_cuda_fwd_tune_chunk(kern[v][0], kern[v][1]);
+            check_prob(&p, what);
+            if (kern[v][0] == 2) check_ran_fused(&specs[i], kern[v][1], what);
+        }
+        fqla_cuda_fwd_tune_chunk(-1, 0);
+        if (i == 1) { /* CP: 2-chunk segments, the transitions through the scan */
+            fqla_cuda_fwd_tune_cp(2);
+            check_prob(&p, "raw keys g=-6 group 2 T=300 [CP, 2-chunk segments]");
+            fqla_cuda_fwd_tune_cp(-1);
+        }
         prob_free(&p);
     }
 }

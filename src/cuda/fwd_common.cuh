@@ -6,9 +6,10 @@
  * The forward runs in two launches (DESIGN.md §2):
  *   prepare (fwd_prepare.cu), one CTA per (chunk slot, q/k head), all chunks
  *     in parallel: the in-kernel transforms, gamma = chunk-local cumsum of g,
- *     the q/k l2norm factors, K K^T and Q K^T (shared by the GVA group), the
- *     gate-free inverse Ar (fp32, blocked forward substitution), and per value
- *     head Ag = Gamma (.) Ar diag(beta) and Pg = scale Gamma (.) tril(Q K^T);
+ *     the q/k l2norm factors, K K^T and Q K^T (shared by the GVA group), and
+ *     per value head Ag = Gamma (.) Ar diag(beta) (Ar the gate-free inverse,
+ *     formed damped: the gated system's inverse, fp32, blocked forward
+ *     substitution) and Pg = scale Gamma (.) tril(Q K^T);
  *   chunk (fwd_chunk_wg.cu on TMA + wgmma, or fwd_chunk.cu on mma.sync), one
  *     CTA per (sequence, value head, V slice), the sequential state
  *     recurrence over the sequence's chunks and the output.

@@ -16,9 +16,13 @@
  *      accumulators, and each warp writes its 16x32 tile of
  *      Pg = scale Gamma (.) tril(QK) for every value head of the group
  *      straight from them (Gamma_ij = exp(gamma_i - gamma_j), i >= j);
- *   4. per batch of two value heads (four warps per head):
- *        a. the four diagonal 16x16 blocks of the inverse of
- *           I + StrictLower(diag(beta) KK) by forward substitution in fp32
+ *   4. per batch of two value heads (four warps per head), the inverse X
+ *      of the gated system I + StrictLower(diag(beta) (Gamma (.) KK)),
+ *      which is Gamma (.) Ar (DESIGN.md §2's gate-free Ar, damped): its
+ *      entries stay bounded where Ar's overflow fp32 (raw keys under a
+ *      strong decay; docs/perf.md, session 30), and it costs the exps that
+ *      step c spent on Gamma (.) Ar before:
+ *        a. the four diagonal 16x16 blocks by forward substitution in fp32
  *           (16 lanes, one column each) into shared memory;
  *        b. the off-diagonal blocks by doubling in three levels (the 32x32
  *           diagonal inverses, then the 32x32 block below them as
@@ -26,9 +30,10 @@
  *           tensor cores: tf32 m16n8k8 in the 3xTF32 split (a = big + small,
  *           three mma, fp32 accumulate: fp32-level accuracy, the inverse's
  *           math stays fp32);
- *        c. each warp writes its 16x32 tile of Ag = Gamma (.) Ar diag(beta)
- *           into the packed layout (fwd_common.cuh), unless the tile lies
- *           wholly above the diagonal.
+ *        c. each warp writes its 16x32 tile of Ag = X diag(beta)
+ *           = Gamma (.) Ar diag(beta) into the packed layout
+ *           (fwd_common.cuh), unless the tile lies wholly above the
+ *           diagonal.
  *
  * Why (docs/perf.md, CUDA forward v4 and session 9): v1-v3 did the block
  * merges with fp32 FMAs fed by shared-memory loads, ~640 warp-wide 16-byte
@@ -39,7 +44,8 @@
  * Outputs go from accumulator layout (a thread holds two adjacent columns of
  * a row) to 16-byte global stores through a per-warp staging tile (stmatrix,
  * then 16-byte loads). Gamma is kept in shared memory times log2(e), so each
- * Gamma entry is one ex2; only the n-tiles that cut the diagonal are masked.
+ * Gamma entry is one ex2 (in step 4 where the system's entries are read,
+ * in Pg's tiles); only the n-tiles that cut the diagonal are masked.
  * The merges split each A fragment into tf32 parts once per k-step.
  * Their temporaries (the level-1 products, T) live in X's blocks above the
  * diagonal, which step c does not read.
@@ -228,6 +234,32 @@ __device__ __forceinline__ void store16(float *m, const float (&acc)[2][4], int 
         *reinterpret_cast<float2 *>(m + (g + 8) * LDF + 8 * nt + 2 * t) = make_float2(acc[nt][2], acc[nt][3]);
     }
 }
+/* dst = Gamma (.) src on a 16x16 block (row stride LDF; dst may be src),
+ * gr and gc gamma log2(e) of its rows and columns: Gamma_ij = 2^(gr_i -
+ * gc_j). DIAG: a diagonal block, whose entries at and above the diagonal
+ * become 0 (2^(gr_i - gc_j) > 1 there, and is never read). Lane: row
+ * lane % 16, columns 8 (lane / 16) .. + 7. */
+template <bool DIAG>
+__device__ __forceinline__ void gate16(float *dst, const float *src, const float *gr, const float *gc, int lane)
+{
+    const int r = lane & 15, c = 8 * (lane >> 4);
+    const float g = gr[r];
+#pragma unroll
+    for (int q = 0; q < 2; q++) {
+        const float4 v = *reinterpret_cast<const float4 *>(src + r * LDF + c + 4 * q);
+        const float4 gg = *reinterpret_cast<const float4 *>(gc + c + 4 * q);
+        float4 o = make_float4(v.x * fqla_ex2(g - gg.x), v.y * fqla_ex2(g - gg.y), v.z * fqla_ex2(g - gg.z),
+                               v.w * fqla_ex2(g - gg.w));
+        if (DIAG) {
+            const int j = c + 4 * q;
+            o.x = j < r ? o.x : 0.f;
+            o.y = j + 1 < r ? o.y : 0.f;
+            o.z = j + 2 < r ? o.z : 0.f;
+            o.w = j + 3 < r ? o.w : 0.f;
+        }
+        *reinterpret_cast<float4 *>(dst + r * LDF + c + 4 * q) = o;
+    }
+}
 /* acc += A B, A and B 16x16 fp32 blocks in shared memory (row-major, row
  * stride LDF), tf32 m16n8k8 in PREC's split (3: 3xTF32) */
 template <int PREC>
@@ -362,8 +394,9 @@ __device__ __forceinline__ void kk_wgmma_l2n(const T *Ktile, float *KKd, int w, 
 /* A 16-column block b of Ag's rows 16 mw..: 0 above the diagonal (zeros),
  * 1 the diagonal block (i >= j kept), 2 below it. */
 __device__ __forceinline__ int ag_kind(int b, int mw) { return b > mw ? 0 : b == mw ? 1 : 2; }
-/* u (store_tile's layout) = Ag = Gamma (.) X diag(beta) on the 16x32 tile
- * at (r0, n0), the two 16-column blocks of kinds K0, K1 (ag_kind): a
+/* u (store_tile's layout) = Ag = X diag(beta) on the 16x32 tile at
+ * (r0, n0), X the gated system's inverse (Gamma (.) Ar already), the two
+ * 16-column blocks of kinds K0, K1 (ag_kind): a
  * straight-line body per combination, the diagonal masks only where they
  * apply. The general loop kept all sixteen masks as bits of one register
  * (LOP3, P2R per element) and branched per n-tile: ~11 instructions per
@@ -371,26 +404,23 @@ __device__ __forceinline__ int ag_kind(int b, int mw) { return b > mw ? 0 : b ==
  * Q; the kernels with Q keep the general loop (this body with the kinds
  * at run time spilled ~100 bytes there). */
 template <typename T, int K0, int K1>
-__device__ __forceinline__ void ag_tile(uint32_t (&u)[4][2], const float *Xh, const float *gh, const float *bh, int r0,
-                                        int n0, int lane)
+__device__ __forceinline__ void ag_tile(uint32_t (&u)[4][2], const float *Xh, const float *bh, int r0, int n0, int lane)
 {
     typedef fqla_io<T> io;
     const int g = lane >> 2, t = lane & 3;
-    const float gi[2] = {gh[r0 + g], gh[r0 + g + 8]};
 #pragma unroll
     for (int nt = 0; nt < 4; nt++) {
         const int kind = nt < 2 ? K0 : K1;
         u[nt][0] = u[nt][1] = 0u;
         if (kind == 0) continue;
         const int col = n0 + 8 * nt + 2 * t, lc = 8 * (nt & 1) + 2 * t; /* lc: in the 16-column block */
-        const float2 gc = *reinterpret_cast<const float2 *>(gh + col);
         const float2 bc = *reinterpret_cast<const float2 *>(bh + col);
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const int lr = g + 8 * h;
             const float2 xv = *reinterpret_cast<const float2 *>(Xh + (r0 + lr) * LDF + col);
-            float v0 = fqla_ex2(gi[h] - gc.x) * xv.x * bc.x;
-            float v1 = fqla_ex2(gi[h] - gc.y) * xv.y * bc.y;
+            float v0 = xv.x * bc.x;
+            float v1 = xv.y * bc.y;
             if (kind == 1) { /* the diagonal block: i >= j only */
                 v0 = lc <= lr ? v0 : 0.f;
                 v1 = lc + 1 <= lr ? v1 : 0.f;
@@ -817,19 +847,31 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
         if (PAIR && j0 == 0 && p.chunk_ok) __syncthreads();
 
         /* a. the diagonal 16x16 blocks, one per half warp, lane -> column
-         * jc: with two heads, warp w takes block w of both (the same KK
-         * words, read once as a broadcast); with one, warps 0 and 1 take
-         * blocks 0, 1 and 2, 3 (KK words 16 banks apart). Right-looking:
-         * once x_i is known it updates every later row's sum; each row's sum
-         * adds its terms in increasing k. */
+         * jc: with two heads, warp w takes block w of both; with one, warps
+         * 0 and 1 take blocks 0, 1 and 2, 3. First the warp puts its two
+         * blocks' strictly lower entries of the gated system, Gamma_ij KK_ij,
+         * into X's blocks (PAIR: in place over KK). Then forward
+         * substitution, right-looking: once x_i is known it updates every
+         * later row's sum; each row's sum adds its terms in increasing k.
+         * Gamma inside the system keeps every entry bounded: the gate-free
+         * inverse grows like |beta ||k||^2 - 1|^n and overflowed fp32 for
+         * raw keys under a strong decay (docs/perf.md, session 30). */
         {
             const int hj = 2 * warp + (lane >> 4); /* half-warp job */
             const int ha = nb == 2 ? hj & 1 : 0, blk = nb == 2 ? hj >> 1 : hj;
             if (hj < 4 * nb) { /* warp-uniform: 4 nb is even */
+#pragma unroll
+                for (int e = 0; e < 2; e++) { /* the warp's two jobs */
+                    const int je = 2 * warp + e;
+                    const int he = nb == 2 ? je & 1 : 0, se = 16 * (nb == 2 ? je >> 1 : je);
+                    const float *ge = gam + (j0 + he) * C + se;
+                    const float *src = (PAIR ? KKall + he * C * LDF : KKall) + se * LDF + se;
+                    gate16<true>(X + he * C * LDF + se * LDF + se, src, ge, ge, lane);
+                }
+                __syncwarp();
                 const int s = 16 * blk, jc = lane & 15;
                 const float *ba = bet + (j0 + ha) * C;
                 float *Xa = X + ha * C * LDF;
-                const float *KK = PAIR ? KKall + ha * C * LDF : KKall;
                 float acc[16], x[16];
 #pragma unroll
                 for (int i = 0; i < 16; i++) acc[i] = 0.f;
@@ -837,11 +879,10 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
                 for (int i = 0; i < 16; i++) {
                     x[i] = (i == jc ? 1.f : 0.f) - ba[s + i] * acc[i];
 #pragma unroll
-                    for (int r = i + 1; r < 16; r++) acc[r] += KK[(s + r) * LDF + s + i] * x[i];
+                    for (int r = i + 1; r < 16; r++) acc[r] += Xa[(s + r) * LDF + s + i] * x[i];
                 }
-                /* PAIR: Xa is KK (in place); every lane has read the block
-                 * before any lane overwrites it */
-                if (PAIR) __syncwarp();
+                /* every lane has read the block before any lane overwrites it */
+                __syncwarp();
 #pragma unroll
                 for (int i = 0; i < 16; i++) Xa[(s + i) * LDF + s + jc] = x[i];
             }
@@ -850,7 +891,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
         PR_CLK(4);
 
         /* b. the off-diagonal blocks by doubling, X = (I + M)^-1 with
-         * M = diag(beta) StrictLower(KK), in three levels separated by
+         * M = diag(beta) StrictLower(Gamma (.) KK), in three levels separated by
          * barriers, each warp of the head one role r = bj:
          *   1. r0: X_10 = -X_11 M_10 X_00, r2: X_32 = -X_33 M_32 X_22 (the
          *      two 32x32 diagonal inverses); r1: M_21 X_11 and M_20 X_00,
@@ -865,17 +906,35 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
          * which nothing else reads. Products in 3xTF32 (mm16). */
         {
             const float *KKh = PAIR ? KKall + hh * C * LDF : KKall;
+            const float *gw = gam + (j0 + hh) * C; /* gamma log2(e) of the warp's head */
             auto blk = [&](float *m, int i, int j) { return m + 16 * i * LDF + 16 * j; };
             auto cblk = [&](const float *m, int i, int j) { return m + 16 * i * LDF + 16 * j; };
+            /* M's blocks below the diagonal blocks, Gamma (.) KK, go into X's
+             * blocks of the same place (PAIR: in place), where this
+             * level's and the next read them and level 1 or 3 overwrites
+             * them with X's: each role gates the blocks it reads itself (r0
+             * M_10, r2 M_32, r1 M_20 and M_21, r3 M_30 and M_31), so a
+             * warp's own __syncwarp orders it */
+            const float *Mh = Xw;
             float acc[2][4], acc2[2][4];
             const int r = bj;
+            if (active) {
+                if (r == 0 || r == 2) {
+                    gate16<false>(blk(Xw, r + 1, r), cblk(KKh, r + 1, r), gw + 16 * (r + 1), gw + 16 * r, lane);
+                } else {
+                    const int i = r == 1 ? 2 : 3;
+                    gate16<false>(blk(Xw, i, 0), cblk(KKh, i, 0), gw + 16 * i, gw, lane);
+                    gate16<false>(blk(Xw, i, 1), cblk(KKh, i, 1), gw + 16 * i, gw + 16, lane);
+                }
+                __syncwarp();
+            }
             /* level 1 */
             if (active) {
                 zero16(acc);
                 zero16(acc2);
                 if (r == 0 || r == 2) {
                     const int i = r + 1, k = r; /* X_10 or X_32 */
-                    mm16<PREC>(acc, cblk(KKh, i, k), cblk(Xw, k, k), lane);
+                    mm16<PREC>(acc, cblk(Mh, i, k), cblk(Xw, k, k), lane);
                     rows_times16(acc, bw + 16 * i, lane);
                     float *tmp = blk(Xw, r == 0 ? 2 : 0, r == 0 ? 3 : 1);
                     store16(tmp, acc, lane);
@@ -886,8 +945,8 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
                     store16(blk(Xw, i, k), acc2, lane);
                 } else {
                     const int i = r == 1 ? 2 : 3;
-                    mm16<PREC>(acc, cblk(KKh, i, 1), cblk(Xw, 1, 1), lane);  /* M_i1 X_11 */
-                    mm16<PREC>(acc2, cblk(KKh, i, 0), cblk(Xw, 0, 0), lane); /* M_i0 X_00, partial */
+                    mm16<PREC>(acc, cblk(Mh, i, 1), cblk(Xw, 1, 1), lane);  /* M_i1 X_11 */
+                    mm16<PREC>(acc2, cblk(Mh, i, 0), cblk(Xw, 0, 0), lane); /* M_i0 X_00, partial */
                 }
             }
             __syncthreads();
@@ -895,7 +954,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
             /* level 2 */
             if (active && (r == 1 || r == 3)) {
                 const int i = r == 1 ? 2 : 3;
-                mm16<PREC>(acc2, cblk(KKh, i, 1), cblk(Xw, 1, 0), lane); /* + M_i1 X_10 */
+                mm16<PREC>(acc2, cblk(Mh, i, 1), cblk(Xw, 1, 0), lane); /* + M_i1 X_10 */
                 rows_times16(acc, bw + 16 * i, lane);
                 rows_times16(acc2, bw + 16 * i, lane);
                 store16(blk(Xw, r == 1 ? 0 : 1, 2), acc2, lane); /* T_i0 */
@@ -916,35 +975,33 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
         __syncthreads();
         PR_CLK(7);
 
-        /* c. Ag = Gamma (.) X diag(beta): this warp's tile of each head;
+        /* c. Ag = X diag(beta) (X = Gamma (.) Ar): this warp's tile of each head;
          * the tiles right of the diagonal block (warps 4 and 5) are zeros,
          * which the packed layout does not store */
         for (int h2 = 0; h2 < nb && n0 < fqla_fwd_ag_width(mw); h2++) {
             const int jj = j0 + h2, hv = PAIR ? hq : hq * p.group + jj;
             const int64_t sl = PAIR ? 2 * (int64_t)blockIdx.x + h2 : slot; /* PAIR: chunk h2's slot */
             if (PAIR && !have_pair[h2]) continue; /* warp-uniform */
-            const float *Xh = X + h2 * C * LDF, *gh = gam + jj * C, *bh = bet + jj * C;
+            const float *Xh = X + h2 * C * LDF, *bh = bet + jj * C;
             uint32_t u[4][2];
             /* the kinds of the tile's two 16-column blocks: the tile at
              * rows r0.. and columns n0.. meets the diagonal block mw in at
              * most one of them; 3 combinations occur among the stored
              * tiles (warp-uniform) */
             if constexpr (WQ) { /* ag_tile's kinds at run time spilled ~100 bytes here */
-                const float gi[2] = {gh[r0 + g], gh[r0 + g + 8]};
 #pragma unroll
                 for (int nt = 0; nt < 4; nt++) {
                     u[nt][0] = u[nt][1] = 0u;
                     const int cb = n0 + 8 * nt;
                     if (cb <= r0 + 15) { /* blocks at or left of the diagonal: written */
                         const int col = cb + 2 * t;
-                        const float2 gc = *reinterpret_cast<const float2 *>(gh + col);
                         const float2 bc = *reinterpret_cast<const float2 *>(bh + col);
 #pragma unroll
                         for (int h = 0; h < 2; h++) {
                             const int r = r0 + g + 8 * h;
                             const float2 xv = *reinterpret_cast<const float2 *>(Xh + r * LDF + col);
-                            float v0 = fqla_ex2(gi[h] - gc.x) * xv.x * bc.x;
-                            float v1 = fqla_ex2(gi[h] - gc.y) * xv.y * bc.y;
+                            float v0 = xv.x * bc.x;
+                            float v1 = xv.y * bc.y;
                             if (cb >= r0) { /* the diagonal block: i >= j only */
                                 v0 = col <= r ? v0 : 0.f;
                                 v1 = col + 1 <= r ? v1 : 0.f;
@@ -955,9 +1012,9 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
                 }
             } else {
                 switch (ag_kind(n0 / 16, mw) * 3 + ag_kind(n0 / 16 + 1, mw)) {
-                case 3: ag_tile<T, 1, 0>(u, Xh, gh, bh, r0, n0, lane); break;
-                case 7: ag_tile<T, 2, 1>(u, Xh, gh, bh, r0, n0, lane); break;
-                default: ag_tile<T, 2, 2>(u, Xh, gh, bh, r0, n0, lane); break;
+                case 3: ag_tile<T, 1, 0>(u, Xh, bh, r0, n0, lane); break;
+                case 7: ag_tile<T, 2, 1>(u, Xh, bh, r0, n0, lane); break;
+                default: ag_tile<T, 2, 2>(u, Xh, bh, r0, n0, lane); break;
                 }
             }
             /* into strip mw of the packed layout (fwd_common.cuh): row r0

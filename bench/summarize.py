@@ -101,13 +101,19 @@ def pair(a):
     times = {}
     for r in csv.DictReader(open(a.results)):
         key = (r["model"], r["seqlens"])
-        if key in best and r["commit"] in (new, base):
+        if r["commit"] in (new, base):
             times.setdefault(key, {})[r["commit"]] = float(r["flashqla_ms"])  # the last row counts
     both = [(k, v) for k, v in times.items() if new in v and base in v]
     if not both:
         raise SystemExit("summarize.py: no row has both %s and %s" % (new, base))
+    # rows without an anchor (K = 64 / 256, l2norm, fp32 labels): the time ratio only
+    other = [v[new] / v[base] for k, v in both if k not in best]
+    if other:
+        print("%-8s rows %3d  %s / %s: x%.4f (x%.3f - x%.3f)" % ("unanchored", len(other), new, base, gmean(other),
+                                                               min(other), max(other)))
+    both_anchored = [(k, v) for k, v in both if k in best]
     for group in ("all", "uniform", "others"):
-        recs = [(k, v) for k, v in both if group == "all" or (k[1] in UNIFORM) == (group == "uniform")]
+        recs = [(k, v) for k, v in both_anchored if group == "all" or (k[1] in UNIFORM) == (group == "uniform")]
         if not recs:
             continue
         ratio = [v[new] / v[base] for _, v in recs]

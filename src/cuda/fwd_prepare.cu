@@ -234,6 +234,21 @@ __device__ __forceinline__ void store16(float *m, const float (&acc)[2][4], int 
         *reinterpret_cast<float2 *>(m + (g + 8) * LDF + 8 * nt + 2 * t) = make_float2(acc[nt][2], acc[nt][3]);
     }
 }
+/* Whether a chunk's rows all have beta_i KK_ii = beta_i ||k_i||^2 in
+ * [0, 2] (KKj its K K^T, bh its beta; the warp's vote, warp-uniform). Then
+ * every factor I - beta_t k_t k_t^T of the chunk is a contraction, and the
+ * gate-free inverse's entries, Ar_ij = -beta_i k_i^T (prod over i > t > j of
+ * those factors) k_j, are at most beta_i ||k_i|| ||k_j||: no growth along
+ * the chunk (unit keys, as with l2norm, and beta in [0, 2] always are).
+ * Outside it they grow like |beta ||k||^2 - 1|^n and overflow fp32 within a
+ * chunk (raw keys), so step 4 then inverts the gated system. CP's
+ * negligible-transition test uses the same bound (||M|| <= e^gamma_C). */
+__device__ __forceinline__ bool contractive(const float *KKj, const float *bh, int lane)
+{
+    const float x0 = bh[lane] * KKj[lane * LDF + lane];
+    const float x1 = bh[lane + 32] * KKj[(lane + 32) * LDF + lane + 32];
+    return __all_sync(0xffffffffu, x0 >= 0.f && x0 <= 2.f && x1 >= 0.f && x1 <= 2.f);
+}
 /* dst = Gamma (.) src on a 16x16 block (row stride LDF; dst may be src),
  * gr and gc gamma log2(e) of its rows and columns: Gamma_ij = 2^(gr_i -
  * gc_j). DIAG: a diagonal block, whose entries at and above the diagonal
@@ -394,9 +409,10 @@ __device__ __forceinline__ void kk_wgmma_l2n(const T *Ktile, float *KKd, int w, 
 /* A 16-column block b of Ag's rows 16 mw..: 0 above the diagonal (zeros),
  * 1 the diagonal block (i >= j kept), 2 below it. */
 __device__ __forceinline__ int ag_kind(int b, int mw) { return b > mw ? 0 : b == mw ? 1 : 2; }
-/* u (store_tile's layout) = Ag = X diag(beta) on the 16x32 tile at
- * (r0, n0), X the gated system's inverse (Gamma (.) Ar already), the two
- * 16-column blocks of kinds K0, K1 (ag_kind): a
+/* u (store_tile's layout) = Ag = Gamma (.) X diag(beta) on the 16x32
+ * tile at (r0, n0), or X diag(beta) where X is the gated system's inverse
+ * (gated: Gamma (.) Ar already), the two 16-column blocks of kinds K0, K1
+ * (ag_kind): a
  * straight-line body per combination, the diagonal masks only where they
  * apply. The general loop kept all sixteen masks as bits of one register
  * (LOP3, P2R per element) and branched per n-tile: ~11 instructions per
@@ -404,23 +420,26 @@ __device__ __forceinline__ int ag_kind(int b, int mw) { return b > mw ? 0 : b ==
  * Q; the kernels with Q keep the general loop (this body with the kinds
  * at run time spilled ~100 bytes there). */
 template <typename T, int K0, int K1>
-__device__ __forceinline__ void ag_tile(uint32_t (&u)[4][2], const float *Xh, const float *bh, int r0, int n0, int lane)
+__device__ __forceinline__ void ag_tile(uint32_t (&u)[4][2], const float *Xh, const float *gh, const float *bh, int r0,
+                                        int n0, int lane, bool gated)
 {
     typedef fqla_io<T> io;
     const int g = lane >> 2, t = lane & 3;
+    const float gi[2] = {gh[r0 + g], gh[r0 + g + 8]};
 #pragma unroll
     for (int nt = 0; nt < 4; nt++) {
         const int kind = nt < 2 ? K0 : K1;
         u[nt][0] = u[nt][1] = 0u;
         if (kind == 0) continue;
         const int col = n0 + 8 * nt + 2 * t, lc = 8 * (nt & 1) + 2 * t; /* lc: in the 16-column block */
+        const float2 gc = *reinterpret_cast<const float2 *>(gh + col);
         const float2 bc = *reinterpret_cast<const float2 *>(bh + col);
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const int lr = g + 8 * h;
             const float2 xv = *reinterpret_cast<const float2 *>(Xh + (r0 + lr) * LDF + col);
-            float v0 = xv.x * bc.x;
-            float v1 = xv.y * bc.y;
+            float v0 = (gated ? 1.f : fqla_ex2(gi[h] - gc.x)) * xv.x * bc.x;
+            float v1 = (gated ? 1.f : fqla_ex2(gi[h] - gc.y)) * xv.y * bc.y;
             if (kind == 1) { /* the diagonal block: i >= j only */
                 v0 = lc <= lr ? v0 : 0.f;
                 v1 = lc + 1 <= lr ? v1 : 0.f;
@@ -835,16 +854,17 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
                  jj += FQLA_FWD_THREADS / 32) {
                 /* PAIR: the first warp of each half, its chunk's (KK, beta, slot) */
                 if (PAIR && !have_pair[jj]) break;
-                const float *bh = bet + jj * C, *KKj = PAIR ? KKall + jj * C * LDF : KK;
-                const float x0 = bh[lane] * KKj[lane * LDF + lane];
-                const float x1 = bh[lane + 32] * KKj[(lane + 32) * LDF + lane + 32];
-                const int ok = __all_sync(0xffffffffu, x0 >= 0.f && x0 <= 2.f && x1 >= 0.f && x1 <= 2.f);
+                const int ok = contractive(PAIR ? KKall + jj * C * LDF : KK, bet + jj * C, lane);
                 if (lane == 0)
                     p.chunk_ok[PAIR ? (size_t)(2 * (int64_t)blockIdx.x + jj) * p.HV + hq
                                     : (size_t)slot * p.HV + hq * p.group + jj] = ok;
             }
+        /* per head of the batch (PAIR: chunk), whether it inverts the gated
+         * system (contractive above); every warp votes the same */
+        const bool gs0 = !contractive(PAIR ? KKall : KK, bet + j0 * C, lane);
+        const bool gs1 = nb == 2 && !contractive(PAIR ? KKall + C * LDF : KK, bet + (j0 + 1) * C, lane);
         /* PAIR: step a overwrites KK's diagonal blocks in place (CTA-uniform) */
-        if (PAIR && j0 == 0 && p.chunk_ok) __syncthreads();
+        if (PAIR) __syncthreads();
 
         /* a. the diagonal 16x16 blocks, one per half warp, lane -> column
          * jc: with two heads, warp w takes block w of both; with one, warps
@@ -853,9 +873,9 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
          * into X's blocks (PAIR: in place over KK). Then forward
          * substitution, right-looking: once x_i is known it updates every
          * later row's sum; each row's sum adds its terms in increasing k.
-         * Gamma inside the system keeps every entry bounded: the gate-free
-         * inverse grows like |beta ||k||^2 - 1|^n and overflowed fp32 for
-         * raw keys under a strong decay (docs/perf.md, session 30). */
+         * The gated system (outside the contraction regime only) keeps
+         * every entry bounded where the gate-free inverse overflowed fp32
+         * (raw keys under a strong decay; docs/perf.md, session 30). */
         {
             const int hj = 2 * warp + (lane >> 4); /* half-warp job */
             const int ha = nb == 2 ? hj & 1 : 0, blk = nb == 2 ? hj >> 1 : hj;
@@ -864,14 +884,18 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
                 for (int e = 0; e < 2; e++) { /* the warp's two jobs */
                     const int je = 2 * warp + e;
                     const int he = nb == 2 ? je & 1 : 0, se = 16 * (nb == 2 ? je >> 1 : je);
-                    const float *ge = gam + (j0 + he) * C + se;
-                    const float *src = (PAIR ? KKall + he * C * LDF : KKall) + se * LDF + se;
-                    gate16<true>(X + he * C * LDF + se * LDF + se, src, ge, ge, lane);
+                    if (he == 0 ? gs0 : gs1) {
+                        const float *ge = gam + (j0 + he) * C + se;
+                        const float *src = (PAIR ? KKall + he * C * LDF : KKall) + se * LDF + se;
+                        gate16<true>(X + he * C * LDF + se * LDF + se, src, ge, ge, lane);
+                    }
                 }
                 __syncwarp();
                 const int s = 16 * blk, jc = lane & 15;
                 const float *ba = bet + (j0 + ha) * C;
                 float *Xa = X + ha * C * LDF;
+                /* the system's entries: gated in X, or KK's as stored */
+                const float *Ls = (ha == 0 ? gs0 : gs1) ? Xa : (PAIR ? KKall + ha * C * LDF : KKall);
                 float acc[16], x[16];
 #pragma unroll
                 for (int i = 0; i < 16; i++) acc[i] = 0.f;
@@ -879,7 +903,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
                 for (int i = 0; i < 16; i++) {
                     x[i] = (i == jc ? 1.f : 0.f) - ba[s + i] * acc[i];
 #pragma unroll
-                    for (int r = i + 1; r < 16; r++) acc[r] += Xa[(s + r) * LDF + s + i] * x[i];
+                    for (int r = i + 1; r < 16; r++) acc[r] += Ls[(s + r) * LDF + s + i] * x[i];
                 }
                 /* every lane has read the block before any lane overwrites it */
                 __syncwarp();
@@ -909,16 +933,17 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
             const float *gw = gam + (j0 + hh) * C; /* gamma log2(e) of the warp's head */
             auto blk = [&](float *m, int i, int j) { return m + 16 * i * LDF + 16 * j; };
             auto cblk = [&](const float *m, int i, int j) { return m + 16 * i * LDF + 16 * j; };
-            /* M's blocks below the diagonal blocks, Gamma (.) KK, go into X's
-             * blocks of the same place (PAIR: in place), where this
-             * level's and the next read them and level 1 or 3 overwrites
-             * them with X's: each role gates the blocks it reads itself (r0
-             * M_10, r2 M_32, r1 M_20 and M_21, r3 M_30 and M_31), so a
-             * warp's own __syncwarp orders it */
-            const float *Mh = Xw;
+            /* the gated system: M's blocks below the diagonal blocks,
+             * Gamma (.) KK, go into X's blocks of the same place (PAIR: in
+             * place), where this level and the next read them and level 1
+             * or 3 overwrites them with X's: each role gates the blocks it
+             * reads itself (r0 M_10, r2 M_32, r1 M_20 and M_21, r3 M_30 and
+             * M_31), so a warp's own __syncwarp orders it */
+            const bool gsw = hh == 0 ? gs0 : gs1;
+            const float *Mh = gsw ? Xw : KKh;
             float acc[2][4], acc2[2][4];
             const int r = bj;
-            if (active) {
+            if (active && gsw) {
                 if (r == 0 || r == 2) {
                     gate16<false>(blk(Xw, r + 1, r), cblk(KKh, r + 1, r), gw + 16 * (r + 1), gw + 16 * r, lane);
                 } else {
@@ -975,33 +1000,37 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
         __syncthreads();
         PR_CLK(7);
 
-        /* c. Ag = X diag(beta) (X = Gamma (.) Ar): this warp's tile of each head;
+        /* c. Ag = Gamma (.) Ar diag(beta) (X is Ar, or Gamma (.) Ar from the
+         * gated system): this warp's tile of each head;
          * the tiles right of the diagonal block (warps 4 and 5) are zeros,
          * which the packed layout does not store */
         for (int h2 = 0; h2 < nb && n0 < fqla_fwd_ag_width(mw); h2++) {
             const int jj = j0 + h2, hv = PAIR ? hq : hq * p.group + jj;
             const int64_t sl = PAIR ? 2 * (int64_t)blockIdx.x + h2 : slot; /* PAIR: chunk h2's slot */
             if (PAIR && !have_pair[h2]) continue; /* warp-uniform */
-            const float *Xh = X + h2 * C * LDF, *bh = bet + jj * C;
+            const float *Xh = X + h2 * C * LDF, *gh = gam + jj * C, *bh = bet + jj * C;
+            const bool gsh = h2 == 0 ? gs0 : gs1; /* X is Gamma (.) Ar already */
             uint32_t u[4][2];
             /* the kinds of the tile's two 16-column blocks: the tile at
              * rows r0.. and columns n0.. meets the diagonal block mw in at
              * most one of them; 3 combinations occur among the stored
              * tiles (warp-uniform) */
             if constexpr (WQ) { /* ag_tile's kinds at run time spilled ~100 bytes here */
+                const float gi[2] = {gh[r0 + g], gh[r0 + g + 8]};
 #pragma unroll
                 for (int nt = 0; nt < 4; nt++) {
                     u[nt][0] = u[nt][1] = 0u;
                     const int cb = n0 + 8 * nt;
                     if (cb <= r0 + 15) { /* blocks at or left of the diagonal: written */
                         const int col = cb + 2 * t;
+                        const float2 gc = *reinterpret_cast<const float2 *>(gh + col);
                         const float2 bc = *reinterpret_cast<const float2 *>(bh + col);
 #pragma unroll
                         for (int h = 0; h < 2; h++) {
                             const int r = r0 + g + 8 * h;
                             const float2 xv = *reinterpret_cast<const float2 *>(Xh + r * LDF + col);
-                            float v0 = xv.x * bc.x;
-                            float v1 = xv.y * bc.y;
+                            float v0 = (gsh ? 1.f : fqla_ex2(gi[h] - gc.x)) * xv.x * bc.x;
+                            float v1 = (gsh ? 1.f : fqla_ex2(gi[h] - gc.y)) * xv.y * bc.y;
                             if (cb >= r0) { /* the diagonal block: i >= j only */
                                 v0 = col <= r ? v0 : 0.f;
                                 v1 = col + 1 <= r ? v1 : 0.f;
@@ -1012,9 +1041,9 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
                 }
             } else {
                 switch (ag_kind(n0 / 16, mw) * 3 + ag_kind(n0 / 16 + 1, mw)) {
-                case 3: ag_tile<T, 1, 0>(u, Xh, bh, r0, n0, lane); break;
-                case 7: ag_tile<T, 2, 1>(u, Xh, bh, r0, n0, lane); break;
-                default: ag_tile<T, 2, 2>(u, Xh, bh, r0, n0, lane); break;
+                case 3: ag_tile<T, 1, 0>(u, Xh, gh, bh, r0, n0, lane, gsh); break;
+                case 7: ag_tile<T, 2, 1>(u, Xh, gh, bh, r0, n0, lane, gsh); break;
+                default: ag_tile<T, 2, 2>(u, Xh, gh, bh, r0, n0, lane, gsh); break;
                 }
             }
             /* into strip mw of the packed layout (fwd_common.cuh): row r0

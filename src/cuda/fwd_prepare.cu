@@ -234,6 +234,12 @@ __device__ __forceinline__ void store16(float *m, const float (&acc)[2][4], int 
         *reinterpret_cast<float2 *>(m + (g + 8) * LDF + 8 * nt + 2 * t) = make_float2(acc[nt][2], acc[nt][3]);
     }
 }
+/* a compile-time bool as a type (step 4's two instantiations) */
+template <bool B>
+struct fqla_bool {
+    static constexpr bool value = B;
+};
+
 /* Whether a chunk's rows all have beta_i KK_ii = beta_i ||k_i||^2 in
  * [0, 2] (KKj its K K^T, bh its beta; the warp's vote, warp-uniform). Then
  * every factor I - beta_t k_t k_t^T of the chunk is a contraction, and the
@@ -861,10 +867,18 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
             }
         /* per head of the batch (PAIR: chunk), whether it inverts the gated
          * system (contractive above); every warp votes the same */
-        const bool gs0 = !contractive(PAIR ? KKall : KK, bet + j0 * C, lane);
-        const bool gs1 = nb == 2 && !contractive(PAIR ? KKall + C * LDF : KK, bet + (j0 + 1) * C, lane);
+        const bool gated0 = !contractive(PAIR ? KKall : KK, bet + j0 * C, lane);
+        const bool gated1 = nb == 2 && !contractive(PAIR ? KKall + C * LDF : KK, bet + (j0 + 1) * C, lane);
         /* PAIR: step a overwrites KK's diagonal blocks in place (CTA-uniform) */
         if (PAIR) __syncthreads();
+
+        /* steps a-c in two instantiations (the choice is CTA-uniform): with
+         * no gated head in the batch they are the gate-free form alone, its
+         * registers and instructions as before; one body carrying both
+         * forms cost x1.04 on the prepare kernel (docs/perf.md, session 30) */
+        auto step4 = [&](auto any_gated) {
+        constexpr bool ANY_GATED = decltype(any_gated)::value;
+        const bool gs0 = ANY_GATED && gated0, gs1 = ANY_GATED && gated1;
 
         /* a. the diagonal 16x16 blocks, one per half warp, lane -> column
          * jc: with two heads, warp w takes block w of both; with one, warps
@@ -1058,6 +1072,9 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
             else
                 store_tile_tma<T>(&tmAg.strip[mw], n0, (int)(tile * 16), u, lane, stage, ag_pending);
         }
+        };
+        if (gated0 || gated1) step4(fqla_bool<true>{});
+        else step4(fqla_bool<false>{});
     }
     /* the warp's last Ag stores are done before the CTA exits (the fused
      * kernel reads them after this grid completes) */

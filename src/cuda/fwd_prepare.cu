@@ -904,7 +904,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
                         gate16<true>(X + he * C * LDF + se * LDF + se, src, ge, ge, lane);
                     }
                 }
-                __syncwarp();
+                if (ANY_GATED) __syncwarp();
                 const int s = 16 * blk, jc = lane & 15;
                 const float *ba = bet + (j0 + ha) * C;
                 float *Xa = X + ha * C * LDF;
@@ -919,8 +919,11 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
 #pragma unroll
                     for (int r = i + 1; r < 16; r++) acc[r] += Ls[(s + r) * LDF + s + i] * x[i];
                 }
-                /* every lane has read the block before any lane overwrites it */
-                __syncwarp();
+                /* PAIR, or the gated system: Ls is Xa (in place); every lane
+                 * has read the block before any lane overwrites it (without,
+                 * the x stores start inside the substitution: a sync here
+                 * cost LEAN +136 FFMA and +46 LDS of code) */
+                if (PAIR || ANY_GATED) __syncwarp();
 #pragma unroll
                 for (int i = 0; i < 16; i++) Xa[(s + i) * LDF + s + jc] = x[i];
             }

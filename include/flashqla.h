@@ -39,13 +39,12 @@
  * propagates to the outputs.
  *
  * Numerics: the CUDA forward inverts each 64-token chunk's gate-free system
- * I + StrictLower(diag(beta) K K^T), whose inverse grows like
- * |beta ||k||^2 - 1|^n over n tokens. It stays bounded while
- * beta ||k||^2 <= 2: unit keys (as with use_qk_l2norm) and beta in [0, 2].
- * Far outside that, e.g. raw keys with beta ||k||^2 above ~5 under a strong
- * decay that keeps the recurrence itself bounded, it can return NaN where
- * the fp64 reference does not. The CPU backends invert with the decay
- * inside the system and have no such limit.
+ * I + StrictLower(diag(beta) K K^T) while every row of the chunk has
+ * beta ||k||^2 in [0, 2] (unit keys, as with use_qk_l2norm, and beta in
+ * [0, 2]); its entries are then bounded. Outside that range the gate-free
+ * inverse grows like |beta ||k||^2 - 1|^n over n tokens, so such chunks
+ * invert the system with the decay inside (as the CPU backends do for
+ * every chunk), which stays bounded whatever the keys.
  */
 #ifndef FLASHQLA_H
 #define FLASHQLA_H

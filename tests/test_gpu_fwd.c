@@ -598,6 +598,24 @@ static void check_prob_fused(prob *p, const char *name)
     fqla_cuda_fwd_tune_chunk(-1, 0);
 }
 
+/* p on every chunk-kernel path, forced: mma.sync, wgmma and the fused
+ * kernel with one and two chain warpgroups (with_default: the default
+ * route first); the checks are named "name [path]". */
+static void check_prob_paths(prob *p, const char *name, int with_default)
+{
+    enum { NK = 6 };
+    const int kern[NK][2] = {{-1, 0}, {0, 0}, {1, 1}, {1, 2}, {2, 1}, {2, 2}};
+    const char *kname[NK] = {"default", "mma.sync", "wgmma nwg=1", "wgmma nwg=2", "fused nwg=1", "fused nwg=2"};
+    for (int v = with_default ? 0 : 1; v < NK; v++) {
+        char what[160];
+        snprintf(what, sizeof what, "%s [%s]", name, kname[v]);
+        fqla_cuda_fwd_tune_chunk(kern[v][0], kern[v][1]);
+        check_prob(p, what);
+        if (kern[v][0] == 2) check_ran_fused(&p->s, kern[v][1], what);
+    }
+    fqla_cuda_fwd_tune_chunk(-1, 0);
+}
+
 /* Six sequences of 3-4 chunks (200, 200, 190, 210, 200, 230 tokens) with
  * the host copy of cu_seqlens: a PAIR CTA's half past a shorter
  * sequence's end. */
@@ -1004,22 +1022,12 @@ static void fwd_chunk_kernels(void)
     spec specs[NS];
     const char *names[NS];
     edge_specs(specs, names);
-    enum { NK = 5 };
-    const int kern[NK][2] = {{0, 0}, {1, 1}, {1, 2}, {2, 1}, {2, 2}};
-    const char *kname[NK] = {"mma.sync", "wgmma nwg=1", "wgmma nwg=2", "fused nwg=1", "fused nwg=2"};
     for (int i = 0; i < NS; i++) {
         prob p;
         prob_init(&p, &specs[i]);
         upload_all(&p);
         run_ref(&p);
-        for (int v = 0; v < NK; v++) {
-            char what[128];
-            snprintf(what, sizeof what, "%s [%s]", names[i], kname[v]);
-            fqla_cuda_fwd_tune_chunk(kern[v][0], kern[v][1]);
-            check_prob(&p, what);
-            if (kern[v][0] == 2) check_ran_fused(&specs[i], kern[v][1], what);
-        }
-        fqla_cuda_fwd_tune_chunk(-1, 0);
+        check_prob_paths(&p, names[i], 0);
         prob_free(&p);
     }
 }
@@ -1038,15 +1046,13 @@ static void fwd_chunk_kernels(void)
  * and a batch's two heads differ. */
 static void fwd_raw_keys_strong_decay(void)
 {
-    enum { NS = 6, NK = 6 };
+    enum { NS = 6 };
     spec specs[NS] = {base_spec(2, 200, 2, 2, 128), base_spec(1, 300, 2, 4, 128), base_spec(1, 200, 1, 4, 64),
                       base_spec(1, 150, 1, 2, 256), base_spec(2, 256, 2, 2, 128), base_spec(1, 300, 2, 4, 128)};
     const int decay[NS] = {1, 5, 5, 1, 5, 5}, beta_mode[NS] = {0, 0, 0, 0, 2, 2};
     const char *names[NS] = {"raw keys g=-20 group 1 B=2 T=200", "raw keys g=-6 group 2 T=300",
                              "raw keys g=-6 K=V=64 group 4 T=200", "raw keys g=-20 K=V=256 group 2 T=150",
                              "raw keys g=-6 mixed beta group 1 B=2 T=256", "raw keys g=-6 mixed beta group 2 T=300"};
-    const int kern[NK][2] = {{-1, 0}, {0, 0}, {1, 1}, {1, 2}, {2, 1}, {2, 2}};
-    const char *kname[NK] = {"default", "mma.sync", "wgmma nwg=1", "wgmma nwg=2", "fused nwg=1", "fused nwg=2"};
     for (int i = 0; i < NS; i++) {
         specs[i].raw_keys = 1;
         specs[i].decay = decay[i];
@@ -1055,14 +1061,7 @@ static void fwd_raw_keys_strong_decay(void)
         prob_init(&p, &specs[i]);
         upload_all(&p);
         run_ref(&p);
-        for (int v = 0; v < NK; v++) {
-            char what[128];
-            snprintf(what, sizeof what, "%s [%s]", names[i], kname[v]);
-            fqla_cuda_fwd_tune_chunk(kern[v][0], kern[v][1]);
-            check_prob(&p, what);
-            if (kern[v][0] == 2) check_ran_fused(&specs[i], kern[v][1], what);
-        }
-        fqla_cuda_fwd_tune_chunk(-1, 0);
+        check_prob_paths(&p, names[i], 1);
         if (i == 1) { /* CP: 2-chunk segments, the transitions through the scan */
             fqla_cuda_fwd_tune_cp(2);
             check_prob(&p, "raw keys g=-6 group 2 T=300 [CP, 2-chunk segments]");

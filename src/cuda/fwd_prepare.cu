@@ -17,11 +17,13 @@
  *      Pg = scale Gamma (.) tril(QK) for every value head of the group
  *      straight from them (Gamma_ij = exp(gamma_i - gamma_j), i >= j);
  *   4. per batch of two value heads (four warps per head), the inverse X
- *      of the gated system I + StrictLower(diag(beta) (Gamma (.) KK)),
- *      which is Gamma (.) Ar (DESIGN.md §2's gate-free Ar, damped): its
- *      entries stay bounded where Ar's overflow fp32 (raw keys under a
- *      strong decay; docs/perf.md, session 30), and it costs the exps that
- *      step c spent on Gamma (.) Ar before:
+ *      of I + StrictLower(diag(beta) KK): DESIGN.md §2's gate-free Ar
+ *      where every row of the chunk has beta ||k||^2 in [0, 2] (then Ar is
+ *      bounded: contractive, below), else the gated system's
+ *      I + StrictLower(diag(beta) (Gamma (.) KK)), whose inverse is
+ *      Gamma (.) Ar and stays bounded where Ar overflows fp32 (raw keys
+ *      under a strong decay; docs/perf.md, session 30). The two forms are
+ *      two instantiations of steps a-c, chosen per batch by a vote:
  *        a. the four diagonal 16x16 blocks by forward substitution in fp32
  *           (16 lanes, one column each) into shared memory;
  *        b. the off-diagonal blocks by doubling in three levels (the 32x32
@@ -30,10 +32,10 @@
  *           tensor cores: tf32 m16n8k8 in the 3xTF32 split (a = big + small,
  *           three mma, fp32 accumulate: fp32-level accuracy, the inverse's
  *           math stays fp32);
- *        c. each warp writes its 16x32 tile of Ag = X diag(beta)
- *           = Gamma (.) Ar diag(beta) into the packed layout
- *           (fwd_common.cuh), unless the tile lies wholly above the
- *           diagonal.
+ *        c. each warp writes its 16x32 tile of Ag = Gamma (.) Ar diag(beta)
+ *           (Gamma (.) X diag(beta), or X diag(beta) in the gated form)
+ *           into the packed layout (fwd_common.cuh), unless the tile lies
+ *           wholly above the diagonal.
  *
  * Why (docs/perf.md, CUDA forward v4 and session 9): v1-v3 did the block
  * merges with fp32 FMAs fed by shared-memory loads, ~640 warp-wide 16-byte
@@ -44,8 +46,9 @@
  * Outputs go from accumulator layout (a thread holds two adjacent columns of
  * a row) to 16-byte global stores through a per-warp staging tile (stmatrix,
  * then 16-byte loads). Gamma is kept in shared memory times log2(e), so each
- * Gamma entry is one ex2 (in step 4 where the system's entries are read,
- * in Pg's tiles); only the n-tiles that cut the diagonal are masked.
+ * Gamma entry is one ex2 (in step c, or in the gated form where the
+ * system's entries are read; in Pg's tiles); only the n-tiles that cut the
+ * diagonal are masked.
  * The merges split each A fragment into tf32 parts once per k-step.
  * Their temporaries (the level-1 products, T) live in X's blocks above the
  * diagonal, which step c does not read.
@@ -258,8 +261,8 @@ __device__ __forceinline__ bool contractive(const float *KKj, const float *bh, i
 /* dst = Gamma (.) src on a 16x16 block (row stride LDF; dst may be src),
  * gr and gc gamma log2(e) of its rows and columns: Gamma_ij = 2^(gr_i -
  * gc_j). DIAG: a diagonal block, whose entries at and above the diagonal
- * become 0 (2^(gr_i - gc_j) > 1 there, and is never read). Lane: row
- * lane % 16, columns 8 (lane / 16) .. + 7. */
+ * become 0 (the substitution never reads them, and 2^(gr_i - gc_j) > 1
+ * there could overflow). Lane: row lane % 16, columns 8 (lane / 16) .. + 7. */
 template <bool DIAG>
 __device__ __forceinline__ void gate16(float *dst, const float *src, const float *gr, const float *gc, int lane)
 {

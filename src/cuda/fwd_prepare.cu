@@ -542,6 +542,8 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
     /* PAIR: this half's K tile, at the start of its region */
     T *Kpair = reinterpret_cast<T *>(smem_raw + (PAIR ? (threadIdx.x >> 7) * prep_smem<KD>::kk : 0));
     float *KK = KKall; /* the group's (PAIR: the first chunk's) */
+    /* head (PAIR: chunk) h's K K^T: the group's one, or PAIR's per half */
+    auto kk_of = [&](int h) -> float * { return PAIR ? KKall + h * C * LDF : KKall; };
     float *rqs = KKall + NKK * C * LDF; /* (LEAN: none) */
     float *rks = rqs + C;
     const int ng = PAIR ? 2 : p.group; /* gamma, beta rows: the group's heads, or the pair's chunks */
@@ -863,15 +865,15 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
                  jj += FQLA_FWD_THREADS / 32) {
                 /* PAIR: the first warp of each half, its chunk's (KK, beta, slot) */
                 if (PAIR && !have_pair[jj]) break;
-                const int ok = contractive(PAIR ? KKall + jj * C * LDF : KK, bet + jj * C, lane);
+                const int ok = contractive(kk_of(jj), bet + jj * C, lane);
                 if (lane == 0)
                     p.chunk_ok[PAIR ? (size_t)(2 * (int64_t)blockIdx.x + jj) * p.HV + hq
                                     : (size_t)slot * p.HV + hq * p.group + jj] = ok;
             }
         /* per head of the batch (PAIR: chunk), whether it inverts the gated
          * system (contractive above); every warp votes the same */
-        const bool gated0 = !contractive(PAIR ? KKall : KK, bet + j0 * C, lane);
-        const bool gated1 = nb == 2 && !contractive(PAIR ? KKall + C * LDF : KK, bet + (j0 + 1) * C, lane);
+        const bool gated0 = !contractive(kk_of(0), bet + j0 * C, lane);
+        const bool gated1 = nb == 2 && !contractive(kk_of(1), bet + (j0 + 1) * C, lane);
         /* PAIR: step a overwrites KK's diagonal blocks in place (CTA-uniform) */
         if (PAIR) __syncthreads();
 
@@ -903,6 +905,8 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
                     const int he = nb == 2 ? je & 1 : 0, se = 16 * (nb == 2 ? je >> 1 : je);
                     if (he == 0 ? gs0 : gs1) {
                         const float *ge = gam + (j0 + he) * C + se;
+                        /* kk_of(he), written out: through the lambda ptxas reassociated
+                         * this address and the PAIR kernels' SASS changed */
                         const float *src = (PAIR ? KKall + he * C * LDF : KKall) + se * LDF + se;
                         gate16<true>(X + he * C * LDF + se * LDF + se, src, ge, ge, lane);
                     }
@@ -912,7 +916,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
                 const float *ba = bet + (j0 + ha) * C;
                 float *Xa = X + ha * C * LDF;
                 /* the system's entries: gated in X, or KK's as stored */
-                const float *Ls = (ha == 0 ? gs0 : gs1) ? Xa : (PAIR ? KKall + ha * C * LDF : KKall);
+                const float *Ls = (ha == 0 ? gs0 : gs1) ? Xa : kk_of(ha);
                 float acc[16], x[16];
 #pragma unroll
                 for (int i = 0; i < 16; i++) acc[i] = 0.f;
@@ -949,7 +953,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
          * the level-1 temporaries go through the blocks above the diagonal,
          * which nothing else reads. Products in 3xTF32 (mm16). */
         {
-            const float *KKh = PAIR ? KKall + hh * C * LDF : KKall;
+            const float *KKh = kk_of(hh);
             const float *gw = gam + (j0 + hh) * C; /* gamma log2(e) of the warp's head */
             auto blk = [&](float *m, int i, int j) { return m + 16 * i * LDF + 16 * j; };
             auto cblk = [&](const float *m, int i, int j) { return m + 16 * i * LDF + 16 * j; };

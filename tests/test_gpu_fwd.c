@@ -1041,21 +1041,24 @@ static void fwd_chunk_kernels(void)
  * some beta ||k||^2 outside [0, 2] (docs/perf.md, session 30). Every prepare
  * kernel: PAIR (group 1), LEAN (groups 2, 4; K = 64, 128, 256; and group
  * 1 at K = 256, a batch of one head) and the kernels with Q (the chunk
- * kernels' path), then CP. The last two mix
- * both forms in one CTA: beta = 0.01 (beta ||k||^2 ~ 1.3, the gate-free
- * form) on alternate chunks and value heads, so a PAIR CTA's two chunks
- * and a batch's two heads differ. */
+ * kernels' path), then CP. The last three mix both forms in one CTA: beta
+ * = 0.01 (beta ||k||^2 ~ 1.3, the gate-free form) on alternate chunks and
+ * value heads, so a PAIR CTA's two chunks and a batch's two heads differ.
+ * The last has a group of 40 value heads: each warp votes five heads, and
+ * heads 32 apart share a bit of the vote's words (docs/perf.md, session
+ * 31). */
 static void fwd_raw_keys_strong_decay(void)
 {
-    enum { NS = 7 };
+    enum { NS = 8 };
     spec specs[NS] = {base_spec(2, 200, 2, 2, 128), base_spec(1, 300, 2, 4, 128), base_spec(1, 200, 1, 4, 64),
                       base_spec(1, 150, 1, 2, 256), base_spec(1, 150, 2, 2, 256), base_spec(2, 256, 2, 2, 128),
-                      base_spec(1, 300, 2, 4, 128)};
-    const int decay[NS] = {1, 5, 5, 1, 1, 5, 5}, beta_mode[NS] = {0, 0, 0, 0, 0, 2, 2};
+                      base_spec(1, 300, 2, 4, 128), base_spec(1, 200, 1, 40, 128)};
+    const int decay[NS] = {1, 5, 5, 1, 1, 5, 5, 5}, beta_mode[NS] = {0, 0, 0, 0, 0, 2, 2, 2};
     const char *names[NS] = {"raw keys g=-20 group 1 B=2 T=200", "raw keys g=-6 group 2 T=300",
                              "raw keys g=-6 K=V=64 group 4 T=200", "raw keys g=-20 K=V=256 group 2 T=150",
                              "raw keys g=-20 K=V=256 group 1 T=150",
-                             "raw keys g=-6 mixed beta group 1 B=2 T=256", "raw keys g=-6 mixed beta group 2 T=300"};
+                             "raw keys g=-6 mixed beta group 1 B=2 T=256", "raw keys g=-6 mixed beta group 2 T=300",
+                             "raw keys g=-6 mixed beta group 40 T=200"};
     for (int i = 0; i < NS; i++) {
         specs[i].raw_keys = 1;
         specs[i].decay = decay[i];

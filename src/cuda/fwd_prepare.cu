@@ -855,27 +855,56 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
     const int hh = warp >> 2, bj = warp & 3;
     float *Xw = X + hh * C * LDF;
     bool ag_pending = false; /* (without Q) a TMA store from this warp's staging area in flight */
+    /* KK visible. Then the regime vote (contractive), once per head (PAIR:
+     * chunk), by one warp: PAIR the first warp of each half, its chunk;
+     * else warp w the heads w, w + 8, ... It also serves CP's
+     * negligible-transition test (chunk_ok). Every warp voting for its
+     * batch's heads cost the prepare kernel ~4.5 %, ~35 instructions per
+     * warp and head (docs/perf.md, session 31). Each warp's word (bit
+     * jj % 32: head jj outside) goes to row 1's padding of KK (columns
+     * 64..71, which nothing else touches; PAIR: the first half's, where its
+     * K tile was). */
+    __syncthreads();
+    bool outside; /* a head of the CTA outside the contraction regime (CTA-uniform) */
+    {
+        /* two instantiations: CP's chunk_ok stores (and their address
+         * math, which ptxas hoists out of the loop) only where CP asks */
+        auto vote = [&](auto with_ok) {
+            uint32_t mv = 0;
+#pragma unroll 1
+            for (int jj = PAIR ? ((warp & 3) == 0 ? half : 2) : warp; jj < ng; jj += FQLA_FWD_THREADS / 32) {
+                const bool ok = contractive(kk_of(jj), bet + jj * C, lane);
+                mv |= ok ? 0u : 1u << (jj & 31);
+                /* PAIR: a half without a chunk votes (beta 0) but has no slot */
+                if (decltype(with_ok)::value && lane == 0 && (!PAIR || have_pair[jj]))
+                    p.chunk_ok[PAIR ? (size_t)(2 * (int64_t)blockIdx.x + jj) * p.HV + hq
+                                    : (size_t)slot * p.HV + hq * p.group + jj] = ok;
+            }
+            return mv;
+        };
+        const uint32_t m = p.chunk_ok ? vote(fqla_bool<true>{}) : vote(fqla_bool<false>{});
+        if (lane == 0) reinterpret_cast<uint32_t *>(KKall + LDF + C)[warp] = m;
+        /* ORed over the CTA; also orders the votes' reads of KK before step
+         * a's in-place writes (PAIR) */
+        outside = __syncthreads_or(m != 0);
+    }
     for (int j0 = 0; j0 < ng; j0 += HB) {
         const int nb = min(HB, ng - j0);
         const bool active = hh < nb;
         const float *bw = bet + (j0 + hh) * C;
-        __syncthreads(); /* KK visible; the previous batch's reads of X done */
-        if (j0 == 0 && p.chunk_ok) /* for CP's negligible-transition test */
-            for (int jj = PAIR ? ((warp & 3) == 0 ? half : 2) : warp; jj < (PAIR ? 2 : p.group);
-                 jj += FQLA_FWD_THREADS / 32) {
-                /* PAIR: the first warp of each half, its chunk's (KK, beta, slot) */
-                if (PAIR && !have_pair[jj]) break;
-                const int ok = contractive(kk_of(jj), bet + jj * C, lane);
-                if (lane == 0)
-                    p.chunk_ok[PAIR ? (size_t)(2 * (int64_t)blockIdx.x + jj) * p.HV + hq
-                                    : (size_t)slot * p.HV + hq * p.group + jj] = ok;
-            }
+        if (j0 > 0) __syncthreads(); /* the previous batch's reads of X done */
         /* per head of the batch (PAIR: chunk), whether it inverts the gated
-         * system (contractive above); every warp votes the same */
-        const bool gated0 = !contractive(kk_of(0), bet + j0 * C, lane);
-        const bool gated1 = nb == 2 && !contractive(kk_of(1), bet + (j0 + 1) * C, lane);
-        /* PAIR: step a overwrites KK's diagonal blocks in place (CTA-uniform) */
-        if (PAIR) __syncthreads();
+         * system: the words are read only where some head is outside (heads
+         * 32 apart share a bit, which can only send a head to the gated
+         * form, exact for every head) */
+        bool gated0 = false, gated1 = false;
+        if (outside) {
+            const uint32_t *vword = reinterpret_cast<const uint32_t *>(KKall + LDF + C);
+            const uint4 wa = *reinterpret_cast<const uint4 *>(vword), wb = *reinterpret_cast<const uint4 *>(vword + 4);
+            const uint32_t m = wa.x | wa.y | wa.z | wa.w | wb.x | wb.y | wb.z | wb.w;
+            gated0 = (m >> (j0 & 31)) & 1u;
+            gated1 = nb == 2 && ((m >> ((j0 + 1) & 31)) & 1u);
+        }
 
         /* steps a-c in two instantiations (the choice is CTA-uniform): with
          * no gated head in the batch they are the gate-free form alone, its

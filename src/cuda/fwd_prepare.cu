@@ -23,7 +23,9 @@
  *      I + StrictLower(diag(beta) (Gamma (.) KK)), whose inverse is
  *      Gamma (.) Ar and stays bounded where Ar overflows fp32 (raw keys
  *      under a strong decay; docs/perf.md, session 30). The two forms are
- *      two instantiations of steps a-c, chosen per batch by a vote:
+ *      two instantiations of steps a-c, chosen per batch: one warp per
+ *      head votes before the batches, and a CTA barrier ORs the votes
+ *      (the words are read only where some head is outside):
  *        a. the four diagonal 16x16 blocks by forward substitution in fp32
  *           (16 lanes, one column each) into shared memory;
  *        b. the off-diagonal blocks by doubling in three levels (the 32x32

@@ -313,11 +313,16 @@ def time_graph(fn, flush, calls, replays):
 
 
 def kernel_role(key):
-    """The forward's kernels by role: prepare, chunk (the chain; with context
-    parallelism its main pass), prepass (CP's state-only instantiation, template
-    argument OUT = false), scan (CP)."""
+    """The forward's kernels by role: prepare, fused (the chain with Pg formed
+    in the CTA; with context parallelism its main pass), chunk (the two-kernel
+    path's chain), prepass (CP's state-only instantiation, template argument
+    OUT = false), scan (CP), recurrent (fp32 inputs)."""
     if "prepare" in key:
         return "prepare"
+    if "fused" in key:
+        return "fused"
+    if "recurrent" in key:
+        return "recurrent"
     if "cp_scan" in key:
         return "scan"
     if "chunk" in key:
@@ -325,8 +330,10 @@ def kernel_role(key):
     return key[:20]
 
 
-def kernel_breakdown(fn, n=3):
-    """Mean device microseconds per call of each kernel fn launches (torch profiler)."""
+def kernel_breakdown(fn, n=5):
+    """Mean device microseconds per call of each kernel fn launches (torch
+    profiler), to 0.1 us: whole microseconds were a 4 % step on the short
+    rows' prepare kernel (docs/perf.md, session 31)."""
     from torch.profiler import profile, ProfilerActivity
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(n):
@@ -339,7 +346,7 @@ def kernel_breakdown(fn, n=3):
             t = getattr(e, "cuda_time_total", 0)
         if t > 0 and "fwd_" in e.key:
             out[kernel_role(e.key)] = out.get(kernel_role(e.key), 0.0) + t / n
-    return " ".join("%s=%.0fus" % kv for kv in sorted(out.items()))
+    return " ".join("%s=%.1fus" % kv for kv in sorted(out.items()))
 
 
 def rel(x, ref):

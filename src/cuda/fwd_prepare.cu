@@ -860,13 +860,15 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
     /* KK visible. Then the regime vote (contractive), once per head (PAIR:
      * chunk), by one warp: PAIR the first warp of each half, its chunk;
      * else warp w the heads w, w + 8, ... It also serves CP's
-     * negligible-transition test (chunk_ok). Every warp voting for its
-     * batch's heads cost the prepare kernel ~4.5 %, ~35 instructions per
-     * warp and head (docs/perf.md, session 31). Each warp's word (bit
-     * jj % 32: head jj outside) goes to row 1's padding of KK (columns
-     * 64..71, which nothing else touches; PAIR: the first half's, where its
-     * K tile was). */
+     * negligible-transition test (chunk_ok). Each warp's word (bit jj % 32:
+     * head jj outside) goes to row 1's padding of KK (columns 64..71, which
+     * nothing else touches; PAIR: the first half's, where its K tile was).
+     * Every warp voting for its batch's heads cost the prepare kernel
+     * ~4.5 %; this form returned only a part of it: what the vote costs is
+     * its chain of loads and warp vote between two barriers, not its
+     * instructions (docs/perf.md, session 31). */
     __syncthreads();
+    uint32_t *const vword = reinterpret_cast<uint32_t *>(KKall + LDF + C);
     bool outside; /* a head of the CTA outside the contraction regime (CTA-uniform) */
     {
         /* two instantiations: CP's chunk_ok stores (and their address
@@ -885,7 +887,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
             return mv;
         };
         const uint32_t m = p.chunk_ok ? vote(fqla_bool<true>{}) : vote(fqla_bool<false>{});
-        if (lane == 0) reinterpret_cast<uint32_t *>(KKall + LDF + C)[warp] = m;
+        if (lane == 0) vword[warp] = m;
         /* ORed over the CTA; also orders the votes' reads of KK before step
          * a's in-place writes (PAIR) */
         outside = __syncthreads_or(m != 0);
@@ -901,7 +903,6 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
          * form, exact for every head) */
         bool gated0 = false, gated1 = false;
         if (outside) {
-            const uint32_t *vword = reinterpret_cast<const uint32_t *>(KKall + LDF + C);
             const uint4 wa = *reinterpret_cast<const uint4 *>(vword), wb = *reinterpret_cast<const uint4 *>(vword + 4);
             const uint32_t m = wa.x | wa.y | wa.z | wa.w | wb.x | wb.y | wb.z | wb.w;
             gated0 = (m >> (j0 & 31)) & 1u;

@@ -1044,9 +1044,8 @@ static void fwd_chunk_kernels(void)
  * kernels' path), then CP. The last three mix both forms in one CTA: beta
  * = 0.01 (beta ||k||^2 ~ 1.3, the gate-free form) on alternate chunks and
  * value heads, so a PAIR CTA's two chunks and a batch's two heads differ.
- * The last has a group of 40 value heads: each warp votes five heads, and
- * heads 32 apart share a bit of the vote's words (docs/perf.md, session
- * 31). */
+ * The last has a group of 40 value heads: twenty batches, each voted
+ * beside its step a, mixing both forms (docs/perf.md, session 31). */
 static void fwd_raw_keys_strong_decay(void)
 {
     enum { NS = 8 };

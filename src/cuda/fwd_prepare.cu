@@ -23,9 +23,11 @@
  *      I + StrictLower(diag(beta) (Gamma (.) KK)), whose inverse is
  *      Gamma (.) Ar and stays bounded where Ar overflows fp32 (raw keys
  *      under a strong decay; docs/perf.md, session 30). The two forms are
- *      two instantiations of steps a-c, chosen per batch: one warp per
- *      head votes before the batches, and a CTA barrier ORs the votes
- *      (the words are read only where some head is outside):
+ *      two instantiations of steps a-c, chosen per batch by a vote of one
+ *      warp per head that a CTA barrier ORs (the words are read only where
+ *      some head is outside): outside PAIR beside step a, whose barrier ORs
+ *      it, a batch with a head outside running steps a-c again gated;
+ *      PAIR, which inverts in place, before step 4:
  *        a. the four diagonal 16x16 blocks by forward substitution in fp32
  *           (16 lanes, one column each) into shared memory;
  *        b. the off-diagonal blocks by doubling in three levels (the 32x32
@@ -857,39 +859,41 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
     const int hh = warp >> 2, bj = warp & 3;
     float *Xw = X + hh * C * LDF;
     bool ag_pending = false; /* (without Q) a TMA store from this warp's staging area in flight */
-    /* KK visible. Then the regime vote (contractive), once per head (PAIR:
-     * chunk), by one warp: PAIR the first warp of each half, its chunk;
-     * else warp w the heads w, w + 8, ... It also serves CP's
-     * negligible-transition test (chunk_ok). Each warp's word (bit jj % 32:
-     * head jj outside) goes to row 1's padding of KK (columns 64..71, which
+    /* KK visible. Then the regime vote (contractive): one warp per head
+     * (PAIR: chunk) tests its rows exactly, a CTA barrier ORs the answers,
+     * and only where some head is outside does any warp read the words
+     * (one per voter, in row 1's padding of KK, columns 64..71, which
      * nothing else touches; PAIR: the first half's, where its K tile was).
-     * Every warp voting for its batch's heads cost the prepare kernel
-     * ~4.5 %; this form returned only a part of it: what the vote costs is
-     * its chain of loads and warp vote between two barriers, not its
-     * instructions (docs/perf.md, session 31). */
+     * The vote also serves CP's negligible-transition test (chunk_ok).
+     * Where it stands between two barriers, the CTA waits for its chain of
+     * loads and its warp vote: that, not its instructions, is what it costs
+     * (docs/perf.md, session 31). So without PAIR, where X does not
+     * overwrite KK, warps 4-7 vote each batch's heads while warps 0-3 form
+     * its diagonal blocks gate-free (step a), and step a's barrier ORs the
+     * votes; a batch with a head outside then runs steps a-c again, gated.
+     * PAIR inverts in place, so its first warp of each half votes its chunk
+     * before step 4 (a redo would find KK's diagonal blocks overwritten). */
     __syncthreads();
     uint32_t *const vword = reinterpret_cast<uint32_t *>(KKall + LDF + C);
-    bool outside; /* a head of the CTA outside the contraction regime (CTA-uniform) */
-    {
-        /* two instantiations: CP's chunk_ok stores (and their address
-         * math, which ptxas hoists out of the loop) only where CP asks */
+    bool outside = false; /* PAIR: a chunk of the CTA outside the regime (CTA-uniform) */
+    if constexpr (PAIR) {
+        /* two instantiations: CP's chunk_ok store (and its address math)
+         * only where CP asks */
         auto vote = [&](auto with_ok) {
             uint32_t mv = 0;
 #pragma unroll 1
-            for (int jj = PAIR ? ((warp & 3) == 0 ? half : 2) : warp; jj < ng; jj += FQLA_FWD_THREADS / 32) {
+            for (int jj = (warp & 3) == 0 ? half : 2; jj < ng; jj += FQLA_FWD_THREADS / 32) {
                 const bool ok = contractive(kk_of(jj), bet + jj * C, lane);
                 mv |= ok ? 0u : 1u << (jj & 31);
-                /* PAIR: a half without a chunk votes (beta 0) but has no slot */
-                if (decltype(with_ok)::value && lane == 0 && (!PAIR || have_pair[jj]))
-                    p.chunk_ok[PAIR ? (size_t)(2 * (int64_t)blockIdx.x + jj) * p.HV + hq
-                                    : (size_t)slot * p.HV + hq * p.group + jj] = ok;
+                /* a half without a chunk votes (beta 0) but has no slot */
+                if (decltype(with_ok)::value && lane == 0 && have_pair[jj])
+                    p.chunk_ok[(size_t)(2 * (int64_t)blockIdx.x + jj) * p.HV + hq] = ok;
             }
             return mv;
         };
         const uint32_t m = p.chunk_ok ? vote(fqla_bool<true>{}) : vote(fqla_bool<false>{});
         if (lane == 0) vword[warp] = m;
-        /* ORed over the CTA; also orders the votes' reads of KK before step
-         * a's in-place writes (PAIR) */
+        /* also orders the votes' reads of KK before step a's in-place writes */
         outside = __syncthreads_or(m != 0);
     }
     for (int j0 = 0; j0 < ng; j0 += HB) {
@@ -897,25 +901,20 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
         const bool active = hh < nb;
         const float *bw = bet + (j0 + hh) * C;
         if (j0 > 0) __syncthreads(); /* the previous batch's reads of X done */
-        /* per head of the batch (PAIR: chunk), whether it inverts the gated
-         * system: the words are read only where some head is outside (heads
-         * 32 apart share a bit, which can only send a head to the gated
-         * form, exact for every head) */
-        bool gated0 = false, gated1 = false;
-        if (outside) {
-            const uint4 wa = *reinterpret_cast<const uint4 *>(vword), wb = *reinterpret_cast<const uint4 *>(vword + 4);
-            const uint32_t m = wa.x | wa.y | wa.z | wa.w | wb.x | wb.y | wb.z | wb.w;
-            gated0 = (m >> (j0 & 31)) & 1u;
-            gated1 = nb == 2 && ((m >> ((j0 + 1) & 31)) & 1u);
-        }
-
+        bool gated0 = false, gated1 = false; /* per head of the batch (PAIR: chunk) */
         /* steps a-c in two instantiations (the choice is CTA-uniform): with
          * no gated head in the batch they are the gate-free form alone, its
          * registers and instructions as before; one body carrying both
          * forms cost x1.04 on the prepare kernel (docs/perf.md, session 30) */
-        auto step4 = [&](auto any_gated) {
+        /* SPEC (outside PAIR, gate-free): warps 4 .. 3 + nb vote the batch's
+         * heads beside step a, whose barrier ORs the votes; it returns true
+         * where a head is outside, before step b, for the gated form to run
+         * steps a-c again (see above) */
+        auto step4 = [&](auto any_gated, auto spec) -> bool {
         constexpr bool ANY_GATED = decltype(any_gated)::value;
+        constexpr bool SPEC = decltype(spec)::value;
         const bool gs0 = ANY_GATED && gated0, gs1 = ANY_GATED && gated1;
+        uint32_t mv = 0; /* SPEC: this warp's vote */
 
         /* a. the diagonal 16x16 blocks, one per half warp, lane -> column
          * jc: with two heads, warp w takes block w of both; with one, warps
@@ -927,7 +926,15 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
          * The gated system (outside the contraction regime only) keeps
          * every entry bounded where the gate-free inverse overflowed fp32
          * (raw keys under a strong decay; docs/perf.md, session 30). */
-        {
+        if (SPEC && warp >= 4) {
+            if (warp - 4 < nb) {
+                const int jj = j0 + warp - 4;
+                const bool ok = contractive(kk_of(jj), bet + jj * C, lane);
+                mv = ok ? 0u : 1u;
+                if (p.chunk_ok && lane == 0) p.chunk_ok[(size_t)slot * p.HV + hq * p.group + jj] = ok;
+            }
+            if (lane == 0) vword[warp - 4] = mv;
+        } else {
             const int hj = 2 * warp + (lane >> 4); /* half-warp job */
             const int ha = nb == 2 ? hj & 1 : 0, blk = nb == 2 ? hj >> 1 : hj;
             if (hj < 4 * nb) { /* warp-uniform: 4 nb is even */
@@ -967,7 +974,16 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
                 for (int i = 0; i < 16; i++) Xa[(s + i) * LDF + s + jc] = x[i];
             }
         }
-        __syncthreads();
+        if (SPEC) {
+            /* step a's barrier; the words are read only where a head is outside */
+            if (__syncthreads_or(mv != 0)) {
+                gated0 = vword[0];
+                gated1 = nb == 2 && vword[1];
+                if (gated0 || gated1) return true;
+            }
+        } else {
+            __syncthreads();
+        }
         PR_CLK(4);
 
         /* b. the off-diagonal blocks by doubling, X = (I + M)^-1 with
@@ -1114,9 +1130,22 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
             else
                 store_tile_tma<T>(&tmAg.strip[mw], n0, (int)(tile * 16), u, lane, stage, ag_pending);
         }
+        return false;
         };
-        if (gated0 || gated1) step4(fqla_bool<true>{});
-        else step4(fqla_bool<false>{});
+        if constexpr (PAIR) {
+            if (outside) {
+                const uint4 wa = *reinterpret_cast<const uint4 *>(vword), wb = *reinterpret_cast<const uint4 *>(vword + 4);
+                const uint32_t m = wa.x | wa.y | wa.z | wa.w | wb.x | wb.y | wb.z | wb.w;
+                gated0 = (m >> (j0 & 31)) & 1u;
+                gated1 = nb == 2 && ((m >> ((j0 + 1) & 31)) & 1u);
+            }
+            if (gated0 || gated1) step4(fqla_bool<true>{}, fqla_bool<false>{});
+            else step4(fqla_bool<false>{}, fqla_bool<false>{});
+        } else {
+            /* gate-free with the votes beside step a; a batch with a head
+             * outside runs steps a-c again, gated */
+            if (step4(fqla_bool<false>{}, fqla_bool<true>{})) step4(fqla_bool<true>{}, fqla_bool<false>{});
+        }
     }
     /* the warp's last Ag stores are done before the CTA exits (the fused
      * kernel reads them after this grid completes) */

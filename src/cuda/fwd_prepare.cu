@@ -878,7 +878,10 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
     bool outside = false; /* PAIR: a chunk of the CTA outside the regime (CTA-uniform) */
     if constexpr (PAIR) {
         /* two instantiations: CP's chunk_ok store (and its address math)
-         * only where CP asks */
+         * only where CP asks. The loop, a word per warp and the OR of all
+         * eight below are the general form for two voters: written as an
+         * `if` on vword[half], ptxas spilled 4 bytes and the kernel ran
+         * x1.016 (docs/perf.md, session 31) */
         auto vote = [&](auto with_ok) {
             uint32_t mv = 0;
 #pragma unroll 1

@@ -14,8 +14,11 @@ calls, and single rows +-5 %).
 """
 import argparse
 import collections
-import math
+import csv
+import os
 import re
+
+from summarize import gmean
 
 ROW = re.compile(r"^(\S.*?)\s{2,}(\S+)\s+([0-9.]+)\s+(?:\S+\s+){6}(\S+)$")
 KERNELS = re.compile(r"^\s+kernels: (.*)$")
@@ -46,9 +49,18 @@ def parse(paths):
     return rows
 
 
+def head_counts():
+    """{anchor model label: (HQ, HV)} from anchors_h200.csv."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "anchors_h200.csv")
+    with open(path) as f:
+        return {r["model"]: (int(r["h_qk"]), int(r["h_v"])) for r in csv.DictReader(f)}
+
+
 def group_of(model, heads):
-    """'g1' where the row's model has HQ = HV (from the anchors' head counts), else 'g2-4'."""
-    return "g1" if heads.get(model, (0, 1))[0] == heads.get(model, (0, 1))[1] else "g2-4"
+    """'g1' where the row's model (its label may carry a dims tag, e.g. 'Sym h32
+    K64': the anchor label is a prefix) has HQ = HV, else 'g2-4'."""
+    hq, hv = next((hc for name, hc in heads.items() if model.startswith(name)), (0, 1))
+    return "g1" if hq == hv else "g2-4"
 
 
 def main():
@@ -57,14 +69,7 @@ def main():
     ap.add_argument("--pair", required=True, help="NEW,BASE: two build labels")
     a = ap.parse_args()
     new, base = a.pair.split(",")
-    heads = {}
-    try:
-        import csv
-        import os
-        for r in csv.DictReader(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "anchors_h200.csv"))):
-            heads[r["model"]] = (int(r["h_qk"]), int(r["h_v"]))
-    except OSError:
-        pass
+    heads = head_counts()
     rows = parse(a.logs)
     ratios = collections.defaultdict(list)
     sums = collections.defaultdict(lambda: collections.defaultdict(lambda: [0.0, 0.0]))
@@ -72,8 +77,7 @@ def main():
         if new not in builds or base not in builds:
             continue
         n, b = builds[new], builds[base]
-        # per-model labels may carry a dims tag ("Sym h32 K64"): the anchors' name is its prefix
-        g = group_of(next((k for k in heads if model.startswith(k)), model), heads)
+        g = group_of(model, heads)
         for scope in ("all", g):
             ratios[scope].append((n["ms"] / n["n"]) / (b["ms"] / b["n"]))
             for role in set(n) | set(b):
@@ -87,7 +91,7 @@ def main():
         if scope not in ratios:
             continue
         r = ratios[scope]
-        gm = math.exp(sum(map(math.log, r)) / len(r))
+        gm = gmean(r)
         kern = ", ".join("%s x%.4f" % (role, s[0] / s[1]) for role, s in sorted(sums[scope].items()) if s[1] > 0)
         print("%-5s %3d rows  %s / %s: end to end x%.4f (x%.3f - x%.3f); summed kernel time: %s" %
               (scope, len(r), new, base, gm, min(r), max(r), kern))

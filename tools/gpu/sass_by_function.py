@@ -34,8 +34,7 @@ def cuobjdump():
     local = os.path.join(ROOT, ".sasstools", "cuobjdump")
     if os.access(local, os.X_OK):
         return local
-    found = shutil.which("cuobjdump") or (os.access("/usr/local/cuda/bin/cuobjdump", os.X_OK) and
-                                          "/usr/local/cuda/bin/cuobjdump")
+    found = shutil.which("cuobjdump", path=os.environ.get("PATH", "") + os.pathsep + "/usr/local/cuda/bin")
     if not found:
         raise SystemExit("sass_by_function.py: no cuobjdump (set CUOBJDUMP)")
     return found

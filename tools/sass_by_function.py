@@ -1,6 +1,6 @@
 """sass_by_function.py - which kernels of an object file a change touched.
 
-    python3 tools/gpu/sass_by_function.py NEW.o [BASE.o]
+    python3 tools/sass_by_function.py NEW.o [BASE.o]
 
 Prints, per kernel (function) of the object's sm_90a code, an 8-digit hash
 of its SASS; given a second object, also whether each kernel's SASS is the
@@ -11,33 +11,19 @@ the kernel's machine code did not change, and a change meant for one
 template instantiation can be checked to leave the others alone (docs/perf.md,
 session 32: every kernel but PAIR's identical).
 
-cuobjdump: $CUOBJDUMP, else .sasstools/cuobjdump in the repository, else the
-one on PATH (the CUDA toolkit's).
+The SASS comes from tools/sass.sh (which fetches cuobjdump once into
+.sasstools/).
 """
 import hashlib
 import os
 import re
-import shutil
 import subprocess
 import sys
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+SASS_SH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sass.sh")
 
 # the anonymous namespace's tag in a mangled name: _GLOBAL__N__<hash>_<len>_<file>_cu_<hash>
 ANON = re.compile(r"_GLOBAL__N__[0-9a-f]+_[0-9]+_\w*?_cu_[0-9a-f]{8}")
-
-
-def cuobjdump():
-    tool = os.environ.get("CUOBJDUMP")
-    if tool:
-        return tool
-    local = os.path.join(ROOT, ".sasstools", "cuobjdump")
-    if os.access(local, os.X_OK):
-        return local
-    found = shutil.which("cuobjdump", path=os.environ.get("PATH", "") + os.pathsep + "/usr/local/cuda/bin")
-    if not found:
-        raise SystemExit("sass_by_function.py: no cuobjdump (set CUOBJDUMP)")
-    return found
 
 
 def functions(sass_text):
@@ -60,9 +46,9 @@ def functions(sass_text):
 
 
 def sass(obj):
-    res = subprocess.run([cuobjdump(), "-sass", obj], capture_output=True, text=True)
+    res = subprocess.run(["bash", SASS_SH, obj], capture_output=True, text=True)
     if res.returncode != 0:
-        raise SystemExit("sass_by_function.py: cuobjdump -sass %s failed: %s" % (obj, res.stderr.strip()))
+        raise SystemExit("sass_by_function.py: tools/sass.sh %s failed: %s" % (obj, res.stderr.strip()))
     return functions(res.stdout)
 
 

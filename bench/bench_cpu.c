@@ -6,7 +6,7 @@
  * beta = sigmoid(randn), h0 = randn), against the baselines it must beat:
  *
  *   chunked fwd / bwd   fqla_fwd / fqla_bwd on FQLA_BACKEND_CPU, 1 and 2 threads
- *   plain recurrence    the token recurrence of DESIGN.md §1 in fp32, written
+ *   plain recurrence    the token recurrence of docs/design.md §1 in fp32, written
  *                       plainly (below, plain_recurrence), heads over threads
  *   tuned recurrence    the same recurrence through fqla_verify (the backend's
  *                       decode path: two fused, vectorised passes over the

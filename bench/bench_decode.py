@@ -3,7 +3,7 @@
 
 One token per sequence, K = V = 128, state [B, HV, K, V] read and written once
 per call. Both libraries run in this process on the same inputs
-(BENCHMARKS.md): q, k l2-normalised randn (bf16), v randn (bf16),
+(docs/benchmarks.md): q, k l2-normalised randn (bf16), v randn (bf16),
 g = logsigmoid(randn) / 16 (fp32), beta = sigmoid(randn) (fp32).
 
 flashqla is called through ctypes on build/libflashqla.so (fqla_decode on a
@@ -40,7 +40,7 @@ BATCHES = [1, 8, 64, 256, 1024]
 HEADS = [(16, 32), (16, 64), (2, 8)]
 KDIM = 128
 FLUSH_BYTES = 256 << 20
-FLA_FAULTS = {(1024, 2, 8)}  # BENCHMARKS.md: illegal memory access in FLA's kernel
+FLA_FAULTS = {(1024, 2, 8)}  # docs/benchmarks.md: illegal memory access in FLA's kernel
 
 # ------------------------------------------------------------------ ctypes
 

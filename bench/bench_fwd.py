@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """bench_fwd.py - flashqla's CUDA forward against FLA's chunk_gated_delta_rule
-forward, in the same process, on the same inputs (BENCHMARKS.md).
+forward, in the same process, on the same inputs (docs/benchmarks.md).
 
 For every (head config, sequence pattern) row: build the inputs of
-BENCHMARKS.md (l2-normalised bf16 q/k, bf16 v, fp32 g = logsigmoid(randn)/16
+docs/benchmarks.md (l2-normalised bf16 q/k, bf16 v, fp32 g = logsigmoid(randn)/16
 with a random quarter of the value heads ungated, fp32 beta, fp32 h0, final
 state on), check flashqla's o and final state against FLA's (a sanity check;
 correctness proper is tests/test_gpu_fwd.c against the fp64 reference), then
@@ -32,11 +32,11 @@ wgmma with nwg consumer warpgroups (0 = the default), 2 = Pg formed beside the c
 chunks; fqla_cuda_fwd_tune_cp), and a sixth the CP scan's columns per CTA (8, 16, 32; 0 = by
 the grid; fqla_cuda_fwd_tune_cp_scan), and a seventh the CP shortcut for negligible
 transitions (0 off, 1 on; fqla_cuda_fwd_tune_cp_skip; without it each build keeps its
-default: on since session 14), and an eighth programmatic
+default), and an eighth programmatic
 dependent launch of the kernels after the prepare kernel (0 off, 1 on, -1 the default;
 fqla_cuda_fwd_tune_pdl), and a ninth the per cent of long segments' transitions the CP
-plan expects the shortcut to leave out (cp_plan.h m_skipped; without it the build's default:
-0 before session 16, 75 since;
+plan expects the shortcut to leave out (cp_plan.h m_skipped; without it the build's own default:
+0 in older builds, 75 today;
 fqla_cuda_fwd_tune_cp_mskip), and a tenth the fp32 recurrence's state rows a lane (16,
 32; 0 = by the waves; fqla_cuda_fwd_tune_recurrent). Each (library,
 variant) is one CSV row; its commit field is the build's commit plus the
@@ -49,14 +49,13 @@ row of that head configuration the process (or Triton's disk cache, which FLA
 fills) saw. A process that tunes on the table's first row of each head
 configuration (1x32768) reproduces the anchors' FLA: measured within
 0.99-1.06 of the published FLA on all 171 rows, and within 1.01-1.06 of
-bench/fla_measured_h200.csv. --fla-tune table (the default) does that: FLA's
+FLA 0.5.2 timed alone on this H200 with the same method. --fla-tune table (the default) does that: FLA's
 disk cache of autotuning results is off (FLA_CACHE_RESULTS=0), and before the
 first timed row of a head configuration FLA runs once on that
 configuration's first table row. --fla-tune cache keeps whatever the disk
-cache holds, as every run before 2026-11-30's eighth session did: its picks
-came from a run of the uniform rows, which made FLA ~9 % faster on those and
-10-17 % slower on the single-sequence rows than the anchors' FLA
-(docs/perf.md, "Session 8").
+cache holds, as every run before 2026-11-30 did: its picks came from a run
+of the uniform rows, which made FLA ~9 % faster on those and 10-17 % slower
+on the single-sequence rows than the anchors' FLA (measured on the H200).
 """
 import argparse
 import ctypes as C
@@ -176,7 +175,7 @@ def parse_seqlens(label):
 
 
 def make_inputs(hq, hv, lens, seed=0, D=128, DV=None, l2norm=False, io=torch.bfloat16):
-    """BENCHMARKS.md's inputs (q, k, v in io, bf16 by default); l2norm: q and k left raw (randn), for the kernels
+    """docs/benchmarks.md's inputs (q, k, v in io, bf16 by default); l2norm: q and k left raw (randn), for the kernels
     to normalise."""
     DV = DV or D
     gen = torch.Generator(device="cuda").manual_seed(seed)
@@ -333,7 +332,7 @@ def kernel_role(key):
 def kernel_breakdown(fn, n=5):
     """Mean device microseconds per call of each kernel fn launches (torch
     profiler), to 0.1 us: whole microseconds were a 4 % step on the short
-    rows' prepare kernel (docs/perf.md, session 31)."""
+    rows' prepare kernel."""
     from torch.profiler import profile, ProfilerActivity
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(n):
@@ -384,7 +383,7 @@ def main():
     ap.add_argument("--settle", type=float, default=0.0,
                     help="diagnostic: seconds of idle GPU before each timed measurement, FLA's and "
                          "ours alike (default 0, as in every recorded table: a rested GPU flatters the "
-                         "HBM-bound rows, docs/perf.md session 16)")
+                         "HBM-bound group-1 rows by 2-7 %, measured on the H200)")
     ap.add_argument("--replays", type=int, default=10)
     ap.add_argument("--out", default=os.path.join(HERE, "results", "fwd-h200.csv"))
     ap.add_argument("--no-fla", action="store_true", help="time flashqla only")
@@ -548,7 +547,8 @@ def main():
             fla_ms = time_graph(run_fla, flush, a.calls, a.replays)
         # every other row the builds and variants run in reverse order, so that
         # a drift within the process (clocks settling) does not favour one of
-        # them on every row (docs/perf.md, "The 171 rows at one build")
+        # them on every row (one build run first on every row measured ~2.5 %
+        # slower than a build of the same kernels)
         for lib, var, tag in (configs if ri % 2 == 0 else configs[::-1]):
             try:
                 if lib.tune:

@@ -9,8 +9,8 @@ timed in both builds this prints the geomean end-to-end ratio NEW / BASE and,
 per kernel role (prepare, fused, chunk, ...), the ratio of the rows' summed
 device times. Rows are also split into group 1 (HQ = HV) and groups 2-4. Both
 come from one process, so they compare the builds under the same machine
-state (docs/perf.md, session 31: the profile's sums move 1-2 % between device
-calls, and single rows +-5 %).
+state (the profile's sums move 1-2 % between device calls, and single rows
++-5 %, measured on the H200).
 """
 import argparse
 import collections

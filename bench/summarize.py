@@ -14,7 +14,7 @@ own published times (best anchor / ours: no FLA needed, so it reads a
 little differently from the FLA-relative advantage above; compare within
 one run only).
 
-Advantages as BENCHMARKS.md defines them, at the FLA time measured in the
+Advantages as docs/benchmarks.md defines them, at the FLA time measured in the
 same run: adv_A = (fla_now / ours) / (fla_pub / A_pub); best = the smaller
 of FlashQLA's and FlashInfer's. With several rows for one (commit, row),
 the last counts. Rows at other head dims, with the in-kernel l2norm or in

@@ -93,7 +93,7 @@ static __thread char thread_copy[ERROR_COPIES][FQLA_ERROR_LEN];
 static __thread int thread_copy_next;
 
 /* A context's message is written, cleared and read under its lock: calls
- * may run concurrently on one context (DESIGN.md), and an unlocked
+ * may run concurrently on one context (include/flashqla.h), and an unlocked
  * vsnprintf into the buffer another thread reads was a data race. */
 fqla_status fqla_fail(fqla_context *ctx, fqla_status status, const char *fmt, ...)
 {

@@ -80,7 +80,7 @@ typedef struct fqla_problem {
  * Valid only when the boundaries are readable on the host (always on the CPU). */
 void fqla_seq_bounds(const fqla_problem *p, int64_t n, int64_t *batch, int64_t *start, int64_t *len);
 
-/* Validation: backend-independent checks of every rule in TESTING.md's bad
+/* Validation: backend-independent checks of every rule in docs/testing.md's bad
  * input list (pointers, shapes, dtypes, strides, aliasing, cu_seqlens, scale,
  * overflow). On success fills *p. `host_readable` says whether tensor data is
  * host memory (CPU backends), so cu_seqlens and slots values can be checked. */

@@ -2,7 +2,7 @@
  * validate.c - backend-independent validation of fqla_fwd / fqla_bwd /
  * fqla_decode / fqla_verify arguments, and the fqla_problem it fills.
  *
- * Every rule of TESTING.md's bad-input list that does not depend on the
+ * Every rule of docs/testing.md's bad-input list that does not depend on the
  * backend is checked here, before anything runs; a failure returns a specific
  * status with a message naming the argument (through fqla_fail) and leaves
  * every output untouched. Decisions worth knowing:

@@ -193,7 +193,7 @@ static void cuda_request_without_gpu(void)
 
 /* ------------------------------------------------------------------------ */
 /* flashqla bench on the CPU, on a tiny rows file (K = V = 128 as in every    */
-/* BENCHMARKS.md row, few heads and tokens).                                  */
+/* docs/benchmarks.md row, few heads and tokens).                                  */
 
 static char rows_path[64], recs_path[64];
 
@@ -292,7 +292,7 @@ static void bench_cpu_scaled_rows(void)
     CHECK(gm > 0, "unscaled row: no geomean against the anchor:\n%s", out);
     CHECK(count_lines(recs_path, NULL) == 5, "the filtered row was not appended (no header again)");
 
-    /* fp32 q/k/v: TESTING.md's 1e-4, recorded as 'MODEL fp32', not compared with the bf16 anchors */
+    /* fp32 q/k/v: docs/testing.md's 1e-4, recorded as 'MODEL fp32', not compared with the bf16 anchors */
     snprintf(args, sizeof args, "bench --backend cpu --rows %s --filter 'TP1 96' --dtype fp32 --repeat 1 "
              "--check-tokens 32 --out %s", rows_path, recs_path);
     rc = run_cli(args);

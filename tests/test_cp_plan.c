@@ -2,8 +2,7 @@
  * test_cp_plan.c - the GPU-free arithmetic of the CUDA forward's context
  * parallelism (src/cuda/cp_plan.h): the segment indexing the kernels and the
  * workspace size rely on, checked on random varlen batches, and the plan's
- * decisions on rows whose outcome was measured on the H200 (docs/perf.md,
- * CP v1 and CP v2).
+ * decisions on rows whose outcome was measured on the H200.
  */
 #include "common/check.h"
 #include "cuda/cp_plan.h"
@@ -197,14 +196,14 @@ static void plan_decisions(void)
     q = problem(1, 2048, 8, 0, NULL);
     CHECK(fqla_cp_plan(&q) == 0, "TP8 1x2048: no CP expected");
     /* TP8 1x32768 keeps the first model's L = 32 (the second's 64 measured
-     * x1.12 slower, docs/perf.md session 12) */
+     * x1.12 slower on the H200) */
     q = problem(1, 32768, 8, 0, NULL);
     q.H = 2;
     q.prep_saving = 1;
     CHECK(fqla_cp_plan(&q) == 32, "TP8 1x32768 with the prepare saving: L = %lld, 32 expected",
           (long long)fqla_cp_plan(&q));
-    /* Sym h32 1x32768: the first model plans no CP; since the fused main
-     * pass (session 12) the second plans L = 128: 0.891 -> 0.841 ms */
+    /* Sym h32 1x32768: the first model plans no CP; with the fused main
+     * pass the second plans L = 128: 0.891 -> 0.841 ms on the H200 */
     q = problem(1, 32768, 32, 0, NULL);
     CHECK(fqla_cp_plan(&q) == 128, "HV=32 1x32768: L = %lld, 128 expected", (long long)fqla_cp_plan(&q));
     /* 27B TP2 (8,24) 12288+4096: CP only through the prepare kernel's
@@ -294,7 +293,7 @@ static void plan_skip_share(void)
         }
     }
 
-    /* Measured on the H200 (docs/perf.md, session 16), fwd.cu's default
+    /* Measured on the H200, fwd.cu's default
      * share 0.75: TP8 (2,8) 8192x4 gets CP, 0.213 -> 0.184 ms at L = 32;
      * TP4 (4,16) 28672+4096 keeps the full price's L = 64 (32 measured
      * x1.25 slower) */

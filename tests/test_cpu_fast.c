@@ -3,7 +3,7 @@
  * forward and backward) against the fp64 reference
  * (FQLA_BACKEND_CPU_REFERENCE) on the same inputs, through the public API.
  *
- * Thresholds (TESTING.md): fp32 inputs, chunked CPU vs fp64 reference:
+ * Thresholds (docs/testing.md): fp32 inputs, chunked CPU vs fp64 reference:
  * rel <= 1e-5 for o, states, dq, dk, dv, dh0 and <= 1e-4 for dg, dbeta,
  * dA_log, ddt_bias; bf16 inputs: 5e-3 (o, states), 8e-3 (dq, dk, dv, dh0),
  * 2e-2 (dg, dbeta), with the reference run on the same bf16-rounded values.
@@ -11,7 +11,7 @@
  * behind the others. Every output is NaN-poisoned before the run; rows after
  * the last cu_seqlens entry must come back as zeros.
  *
- * Shapes mix the lists of TESTING.md rather than taking full products, to
+ * Shapes mix the lists of docs/testing.md rather than taking full products, to
  * keep the run short; FQLA_TEST_QUICK (sanitizer builds) shrinks them more.
  */
 #include "cpu_fast_util.h"
@@ -268,8 +268,8 @@ static void fwd_strong_decay(void)
 
 /* ||k||^2 ~ 64 with beta = 1: the gate-free inverse grows ~63x a token
  * (past fp32 within a chunk), while a decay of e^-20 a token keeps the
- * recurrence bounded. Both directions invert with Gamma inside (inf
- * before, docs/perf.md session 28). */
+ * recurrence bounded. Both directions invert with Gamma inside (the
+ * gate-free inverse gave inf here). */
 static gdn_case raw_keys_strong_decay(void)
 {
     gdn_case c = gdn_case_make(1, 130, 1, 2, 64, 64);

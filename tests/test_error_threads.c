@@ -1,6 +1,6 @@
 /*
  * test_error_threads.c - one context called from several threads at once,
- * as DESIGN.md allows: every message fqla_last_error returns is whole (one
+ * as include/flashqla.h allows: every message fqla_last_error returns is whole (one
  * of the messages the calls can leave, or ""), never a torn mix of two,
  * and a thread alone on its own context always reads its own call's
  * message. The context's message is written and read under a lock

@@ -3,7 +3,7 @@
  * reference backend (FQLA_BACKEND_CPU_REFERENCE on host copies):
  *   - chaining: reference prefill of L tokens, then N GPU decode steps (or
  *     one GPU verify of T tokens) on a state pool, equals one reference
- *     prefill of L + N tokens (o rows and states) within TESTING.md's
+ *     prefill of L + N tokens (o rows and states) within docs/testing.md's
  *     thresholds, for K = V in {64, 128, 256}, both state layouts, f32 and
  *     bf16 storage, every input dtype, every in-kernel transform, GVA, and
  *     every V-slice width the kernel has;
@@ -21,7 +21,7 @@
  * GPU.
  *
  * bf16 state storage rounds the state after every token, so for it the bar
- * is TESTING.md's rule "at most 2x the error of a same-precision
+ * is docs/testing.md's rule "at most 2x the error of a same-precision
  * implementation": the reference decode on the same bf16 pool, whose only
  * error is that rounding.
  */

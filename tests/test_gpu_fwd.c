@@ -13,7 +13,7 @@
  * untouched, bit-identical reruns, CUDA-graph capture and replay with new
  * data, NOT_SUPPORTED for what the kernels do not cover.
  *
- * Thresholds (TESTING.md): rel L2 <= 5e-3 for o and the final state (1e-4
+ * Thresholds (docs/testing.md): rel L2 <= 5e-3 for o and the final state (1e-4
  * with fp32 inputs), per (sequence, value head). Without a CUDA device every case is skipped.
  */
 #include "common/check.h"
@@ -417,7 +417,7 @@ static void seq_range(const prob *p, int n, int64_t *row0, int64_t *len)
 static void compare(prob *p, const char *what)
 {
     const spec *s = &p->s;
-    /* TESTING.md: 5e-3 for bf16 / fp16 inputs, 1e-4 for fp32 inputs */
+    /* docs/testing.md: 5e-3 for bf16 / fp16 inputs, 1e-4 for fp32 inputs */
     double tol = s->io == FQLA_DTYPE_F32 ? 1e-4 : 5e-3, worst_o = 0, worst_h = 0;
     int wn = -1, wh = -1;
     for (int n = 0; n < p->N; n++) {
@@ -741,7 +741,7 @@ static void fwd_many_heads(void)
 }
 
 /* 2050 short sequences (1-6 tokens) at HV = 32: 65600 chains, CTAs past
- * 65535 in the x dimension of the chain kernels' grids (TESTING.md). K = V
+ * 65535 in the x dimension of the chain kernels' grids (docs/testing.md). K = V
  * = 64 keeps the fp64 states of the check within a few GB. */
 static void fwd_many_sequences(void)
 {
@@ -771,7 +771,7 @@ static void fwd_fp16(void)
     check_spec(&s, "fp16 T=150");
 }
 
-/* fp32 q/k/v on the recurrent kernel (fwd_recurrent.cu), at TESTING.md's
+/* fp32 q/k/v on the recurrent kernel (fwd_recurrent.cu), at docs/testing.md's
  * 1e-4: a padded batch at group 2 with a partial chunk; varlen with rows
  * after the last sequence at K = 64; K = 256 with V = 96 (not a multiple
  * of the chunked kernels' 64-column tiles); the
@@ -880,7 +880,7 @@ static void fwd_v_first_bf16_state(void)
 /* The gate and beta extremes on the path pick_fused gives this small shape
  * (the chunk kernel), then forced onto the fused kernel with two and one
  * chain warpgroups, the default path of every large problem (another
- * kernel, Pg formed beside the chain; docs/perf.md, session 20). One draw
+ * kernel, Pg formed beside the chain). One draw
  * per case serves all three runs. */
 static void fwd_decay_extremes(void)
 {
@@ -1038,14 +1038,14 @@ static void fwd_chunk_kernels(void)
  * Ar = (I + StrictLower(diag(beta) K K^T))^-1 grows like |beta ||k||^2 - 1|^n
  * over a chunk and overflowed fp32: NaN where the reference is finite,
  * until the prepare kernel inverted the gated system for the chunks with
- * some beta ||k||^2 outside [0, 2] (docs/perf.md, session 30). Every prepare
+ * some beta ||k||^2 outside [0, 2] (docs/design.md §2). Every prepare
  * kernel: PAIR (group 1), LEAN (groups 2, 4; K = 64, 128, 256; and group
  * 1 at K = 256, a batch of one head) and the kernels with Q (the chunk
  * kernels' path), then CP. The last three mix both forms in one CTA: beta
  * = 0.01 (beta ||k||^2 ~ 1.3, the gate-free form) on alternate chunks and
  * value heads, so a PAIR CTA's two chunks and a batch's two heads differ.
  * The last has a group of 40 value heads: twenty batches, each voted
- * beside its step a, mixing both forms (docs/perf.md, session 31). */
+ * beside its step a, mixing both forms. */
 static void fwd_raw_keys_strong_decay(void)
 {
     enum { NS = 8 };
@@ -1110,8 +1110,8 @@ static void fwd_context_parallel(void)
     /* no sequence of a few tokens here: under strong decay each output row is
      * its own token's term, rounded to bf16 four times (Ag's beta, Vd, Pg, o),
      * and over 5 tokens one head's error exceeds 5e-3 in ~2% of draws for
-     * any implementation of that precision (a numpy model of the roundings,
-     * docs/perf.md "CP v4"), so with four heads about one run in 14 failed;
+     * any implementation of that precision (a numpy model of the roundings),
+     * so with four heads about one run in 14 failed;
      * over 65 tokens the model's worst of 4000 draws is 4.5e-3. The 5-token
      * sequence stays among the edge shapes, at normal decay. */
     const int64_t cu[] = {0, 130, 195, 400};

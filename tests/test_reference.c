@@ -3,7 +3,7 @@
  * the oracle of every other path, checked through the public API against
  * oracles written here:
  *   - forward: a per-token dense formulation (S <- exp(g)(I - beta k k^T) S
- *     + beta k v^T, in complex double) and the chunked WY form of DESIGN.md §2;
+ *     + beta k v^T, in complex double) and the chunked WY form of docs/design.md §2;
  *   - backward: central finite differences of L = <dO, O> + <dHT, HT> in
  *     fp64 (rel <= 1e-6) for every gradient and every option, and the
  *     complex-step derivative of the dense formulation (exact to rounding, so
@@ -22,7 +22,7 @@
 
 typedef double complex cplx;
 
-#define GRAD_TOL 1e-6   /* TESTING.md: fp64 backward vs finite differences */
+#define GRAD_TOL 1e-6   /* docs/testing.md: fp64 backward vs finite differences */
 #define FWD_TOL 1e-12   /* fp64 forward vs the oracles here */
 
 static fqla_context *ctx;
@@ -346,7 +346,7 @@ static void complex_step(const prob *P, cin *X, cplx *x, int64_t n, double *out)
 }
 
 /* ------------------------------------------------------------------------ */
-/* Oracle 2: the chunked WY form of DESIGN.md §2, in double                  */
+/* Oracle 2: the chunked WY form of docs/design.md §2, in double                  */
 
 static void wy_forward(const prob *P, int64_t C, double *o, double *ht)
 {

@@ -1,11 +1,11 @@
 /*
- * bench.c - `flashqla bench`: the forward rows of BENCHMARKS.md, run from C
+ * bench.c - `flashqla bench`: the forward rows of docs/benchmarks.md, run from C
  * (for users without Python). Reads the rows (op, model, h_qk, h_v, seqlens and
  * the published anchors) from bench/anchors_h200.csv, builds each row's
- * BENCHMARKS.md inputs (one packed varlen row, K = V = 128, bf16 or --dtype's
+ * docs/benchmarks.md inputs (one packed varlen row, K = V = 128, bf16 or --dtype's
  * q/k/v, h0 and the final state on), times the whole forward, checks the
  * row's configuration on a prefix of every sequence against the fp64
- * reference, prints one line per row, appends records in the BENCHMARKS.md
+ * reference, prints one line per row, appends records in the docs/benchmarks.md
  * format and ends with a summary.
  *
  * The GPU and CPU paths share everything except where the buffers live and
@@ -36,7 +36,7 @@ typedef struct bench_opts {
     const char *out_path;
     int64_t check_tokens;
     double scale;           /* --scale-tokens; 1 = the real rows */
-    double tol;             /* 0: TESTING.md's for the dtype (5e-3 bf16 / fp16, 1e-4 fp32) */
+    double tol;             /* 0: docs/testing.md's for the dtype (5e-3 bf16 / fp16, 1e-4 fp32) */
     fqla_dtype io;          /* q, k, v, o */
     int scale_given;
     int threads, device;
@@ -54,7 +54,7 @@ static void bench_usage(FILE *f)
     fprintf(f,
         "usage: flashqla bench [options]\n"
         "\n"
-        "Times the forward rows of BENCHMARKS.md (bench/anchors_h200.csv): packed varlen\n"
+        "Times the forward rows of docs/benchmarks.md (bench/anchors_h200.csv): packed varlen\n"
         "sequences, K=V=128, bf16 q/k/v, fp32 gate/beta/state, h0 and final state on. Each row\n"
         "is also checked on a prefix of every sequence against the fp64 reference (5e-3).\n"
         "With --dtype fp16 / fp32 the rows are recorded as 'MODEL fp16' / 'MODEL fp32' and not\n"
@@ -74,7 +74,7 @@ static void bench_usage(FILE *f)
         "                     $FQLA_COMMIT, else the commit the program was built from\n"
         "  --check-tokens N   tokens per sequence checked against the reference (default 256, 0 = none)\n"
         "  --dtype D          bf16 | fp16 | fp32 for q, k, v, o (default bf16)\n"
-        "  --tol X            error threshold of the check (default TESTING.md's for the dtype:\n"
+        "  --tol X            error threshold of the check (default docs/testing.md's for the dtype:\n"
         "                     5e-3 for bf16 and fp16, 1e-4 for fp32)\n"
         "  --threads N        CPU worker threads 0..1024, 0 = all cores (default 0)\n"
         "  --device N         CUDA device (default 0)\n"
@@ -342,7 +342,7 @@ static int fwd_call(const bench_state *bs, const cli_layer *L, void *ws, size_t 
 
 /* ms per call of `calls` back-to-back forwards; on the GPU L2 is flushed
  * first (outside the timed region) so every batch starts cold, as in
- * BENCHMARKS.md. Returns < 0 on failure. */
+ * docs/benchmarks.md. Returns < 0 on failure. */
 static double time_batch(bench_state *bs, const cli_layer *L, void *ws, size_t ws_bytes, int calls, int batch)
 {
 #ifdef FQLA_HAVE_CUDA

@@ -1,7 +1,7 @@
 /*
  * cli.h - what the parts of the `flashqla` command-line program share:
  * option parsing helpers, host and device buffers, the random inputs of
- * BENCHMARKS.md, dtype conversion and timing. The program is a client of the
+ * docs/benchmarks.md, dtype conversion and timing. The program is a client of the
  * public API (include/flashqla.h) only.
  */
 #ifndef FQLA_CLI_H

@@ -1,5 +1,5 @@
 /*
- * inputs.c - the random inputs of BENCHMARKS.md for `flashqla run`:
+ * inputs.c - the random inputs of docs/benchmarks.md for `flashqla run`:
  *   q, k  randn, each [K] row l2-normalised, stored in the io dtype;
  *   v     randn;
  *   g     logsigmoid(randn) / 16 (fp32), and 0 on a random quarter of the

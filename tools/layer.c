@@ -1,5 +1,5 @@
 /*
- * layer.c - the CLI's forward problem: buffers, BENCHMARKS.md inputs, the
+ * layer.c - the CLI's forward problem: buffers, docs/benchmarks.md inputs, the
  * per-sequence prefix for the reference check, and the error figures.
  */
 #include "layer.h"

@@ -1,11 +1,11 @@
 /*
  * run.c - `flashqla run`: one GDN forward layer (by default Qwen3.5-35B-like:
- * B = 1, H = 16, HV = 32, K = V = 128, T = 8192, bf16, BENCHMARKS.md inputs)
+ * B = 1, H = 16, HV = 32, K = V = 128, T = 8192, bf16, docs/benchmarks.md inputs)
  * on the GPU when the CUDA backend can run it, else on the CPU fast path.
  * Prints the time (median of repeats), tokens/s and the relative error of o
  * and the final state against the fp64 reference, computed on a prefix of
  * every sequence (both backends run that same prefix). Exit status 1 when the
- * error exceeds TESTING.md's threshold for the dtype or anything fails.
+ * error exceeds docs/testing.md's threshold for the dtype or anything fails.
  */
 #include "layer.h"
 
@@ -26,7 +26,7 @@ typedef struct run_opts {
     uint64_t seed;
     int64_t check_tokens; /* -1: default for the backend */
     int repeat;           /* -1: default for the backend */
-    double tol;           /* 0: TESTING.md threshold for the dtype */
+    double tol;           /* 0: docs/testing.md threshold for the dtype */
     int T_given, B_given;
 } run_opts;
 
@@ -53,7 +53,7 @@ static void run_usage(FILE *f)
         "  --check-tokens N prefix of each sequence checked against the fp64 reference\n"
         "                   (default 512 on the CPU, 1024 on the GPU; 0 = no check)\n"
         "  --repeat N       timed runs, the median is reported (default 3 on the CPU, 20 on the GPU)\n"
-        "  --tol X          error threshold (default: bf16/fp16 5e-3, fp32 1e-4, as in TESTING.md)\n"
+        "  --tol X          error threshold (default: bf16/fp16 5e-3, fp32 1e-4, as in docs/testing.md)\n"
         "\n"
         "Exit status: 0 pass, 1 error above the threshold or a failed call, 2 bad options.\n");
 }

@@ -206,7 +206,7 @@ def chunk_gated_delta_rule(
     # shape, strides, dtype and device, and the flags) was seen before and
     # needed no conversion reuses everything derived from it and only reads
     # pointers. Issue 5 budgets 20 us of Python per call; the general path
-    # below costs about 30 (docs/perf.md).
+    # below costs about 30 (measured).
     if not compiling:
         key = _fast_key(q, k, v, g, beta, h0, scale, output_final_state, use_qk_l2norm_in_kernel,
                         use_gate_in_kernel, A_log, dt_bias, use_beta_sigmoid_in_kernel, allow_neg_eigval,

@@ -112,9 +112,9 @@ def _prepared(bound):
 def slower_than_fla(dtype, device_type):
     """Why FLA should keep a call flashqla could run, or None: fp32 CUDA
     tensors run flashqla's fp32 token recurrence, 1.2-3x slower than FLA's
-    own fp32 chunked kernels on an H200 (docs/perf.md, session 29). FLA's are
+    own fp32 chunked kernels on an H200 (measured). FLA's are
     tf32-accurate (~1e-3), flashqla's fp32-accurate (~4e-7): a caller who
-    needs the latter calls flashqla directly (docs/perf.md, session 28)."""
+    needs the latter calls flashqla directly."""
     if device_type == "cuda" and dtype == torch.float32:
         return "flashqla: fp32 on CUDA runs a token recurrence, slower than FLA's chunked fp32 kernels"
     return None

@@ -10,7 +10,7 @@ functions. The public wrappers (chunk.py, serving.py) call the impls
 directly in eager mode (fwd_run / decode_run, which also return the call's
 description for the wrappers' per-signature fast paths), because a call
 through the torch dispatcher costs about 25 us (torch.library.custom_op,
-torch 2.15; docs/perf.md) while the eager budget is 20 us; under
+torch 2.15, measured) while the eager budget is 20 us; under
 torch.compile they call the registered ops. The tensors are packed as
 pointers plus metadata strings (meta(), _lib.FWD_FAST / DEC_FAST): fewer
 values to pack, and strings a fast path can reuse.

@@ -76,7 +76,7 @@ def make_inputs(B, T, H, HV, K, V, dtype=torch.float32, device="cpu", h0=False,
 def naive(q, k, v, g, beta, scale=None, initial_state=None, cu_seqlens=None,
           use_qk_l2norm_in_kernel=False, use_gate_in_kernel=False, A_log=None, dt_bias=None,
           use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False, state_v_first=False):
-    """The definition (DESIGN.md section 1) in fp64 torch, token by token: an
+    """The definition (docs/design.md §1) in fp64 torch, token by token: an
     oracle independent of the C library, for the Python argument plumbing."""
     q, k, v, g, beta = (x.double() for x in (q, k, v, g, beta))
     B, T, H, K = q.shape

@@ -9,7 +9,7 @@ import torch
 import flashqla
 from conftest import make_inputs, naive, rel
 
-FWD_TOL = 1e-4   # fp32 inputs, any output (TESTING.md)
+FWD_TOL = 1e-4   # fp32 inputs, any output (docs/testing.md)
 BWD_TOL = 1e-4
 
 

@@ -13,7 +13,7 @@ from conftest import cuda_skip_reason, has_cuda, make_inputs, rel
 
 pytestmark = pytest.mark.skipif(not has_cuda(), reason=cuda_skip_reason() or "no CUDA")
 
-O_TOL = 5e-3     # bf16 inputs, fp32 state (TESTING.md)
+O_TOL = 5e-3     # bf16 inputs, fp32 state (docs/testing.md)
 D_TOL = 8e-3     # dq, dk, dv, dh0
 DG_TOL = 2e-2    # dg, dbeta
 
@@ -58,7 +58,7 @@ def test_forward_vs_reference(shape, v_first):
 
 
 def test_forward_fp32_vs_reference():
-    """fp32 q/k/v run the recurrent kernel: TESTING.md's 1e-4 for fp32 inputs."""
+    """fp32 q/k/v run the recurrent kernel: docs/testing.md's 1e-4 for fp32 inputs."""
     x = _cuda(make_inputs(2, 150, 2, 4, 128, 128, h0=True), dtype=torch.float32)
     o, ht = flashqla.chunk_gated_delta_rule(**x, output_final_state=True, use_qk_l2norm_in_kernel=True)
     torch.cuda.synchronize()
@@ -239,11 +239,11 @@ def test_vs_fla_triton_forward(monkeypatch):
 
 
 def test_within_twice_fla_error(monkeypatch):
-    """TESTING.md's other bound: at most 2x the error of a straightforward
+    """docs/testing.md's other bound: at most 2x the error of a straightforward
     same-precision implementation (FLA's Triton forward), on its unforgiving
     input: no decay, beta in {0, 1, 1.99}, unit keys. There the error grows
     with T for every bf16 implementation, past 5e-3 after a few hundred
-    tokens (H200, session 20: flashqla 8.6e-3, FLA 8.8e-3 at T = 4096), so
+    tokens (measured on the H200: flashqla 8.6e-3, FLA 8.8e-3 at T = 4096), so
     this input is held to the relative bound only."""
     fla_gdr = _fla()
     import flashqla.fla as qfla
@@ -266,7 +266,7 @@ def test_within_twice_fla_error(monkeypatch):
 
 def test_reset_gate():
     """A log decay of -inf (a reset) at token 300 of 1000: the state before it
-    is forgotten exactly; on the GPU it once gave inf (session 20)."""
+    is forgotten exactly; on the GPU it once gave inf (a regression test)."""
     x = make_inputs(1, 1000, 2, 4, 128, 128, h0=True)
     x["g"][:, 300] = float("-inf")
     x = _cuda(x)

@@ -1,6 +1,6 @@
 /*
  * chunked_bwd.c - the backward of the fast CPU backend: the reverse mode of
- * the chunked forward (chunked_fwd.c, DESIGN.md §2) in fp32, with dg and
+ * the chunked forward (chunked_fwd.c, docs/design.md §2) in fp32, with dg and
  * dbeta assembled in fp64.
  *
  * Work items: one per (sequence, q/k head), covering the value heads of its

@@ -1,6 +1,6 @@
 /*
  * chunked_fwd.c - the forward of the fast CPU backend: the chunked algorithm
- * of DESIGN.md §2 with C = 64 in fp32.
+ * of docs/design.md §2 with C = 64 in fp32.
  *
  * Work items: one per (sequence, q/k head, slice of its GVA group) - the
  * whole group unless there are too few (sequence, q/k head) pairs to keep
@@ -13,10 +13,10 @@
  *     O  = scale (diag(e) Q S + (Gamma . tril(Q K^T)) U)
  *     S' = e_C S + K^T diag(f) U
  * (buffers and gate conventions in cpu_chunk.h). No exponent is positive, so
- * strong decay cannot overflow. A = Gamma . Ar, DESIGN.md §2's gate-free
+ * strong decay cannot overflow. A = Gamma . Ar, docs/design.md §2's gate-free
  * inverse Ar, but with Gamma inside the substitution: Ar alone grows like
  * |beta ||k||^2 - 1|^n and overflowed fp32 on raw keys under strong decay
- * (NaN where the reference is finite; docs/perf.md, session 28). Work per chunk and value head at
+ * (NaN where the reference is finite). Work per chunk and value head at
  * K = V = 128: about 4 M multiply-adds, nearly all in fqla_gemm.
  * Each value head's outputs depend only on its own inputs, never on the
  * item split or the thread count.

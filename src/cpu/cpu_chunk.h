@@ -1,6 +1,6 @@
 /*
  * cpu_chunk.h - what the chunked forward and backward of the fast CPU path
- * share (DESIGN.md §2, C = 64): loading one chunk with the in-kernel
+ * share (docs/design.md §2, C = 64): loading one chunk with the in-kernel
  * transforms applied, the chunk-local gates and the gate-free triangular
  * inverse A; plus the row and state I/O the decode path uses too.
  *
@@ -21,7 +21,7 @@
  *     eC                exp(gamma_C)
  *     G    [cp, cp]     Gamma_ij = exp(gamma_i - gamma_j), i >= j; 0 above
  *     A    [cp, cp]     (I + StrictLower(diag(beta) (Gamma . K K^T)))^-1, 0 above:
- *                       Gamma . Ar, DESIGN.md §2's gate-free inverse Ar times the
+ *                       Gamma . Ar, docs/design.md §2's gate-free inverse Ar times the
  *                       mask, formed with Gamma inside (Ar alone grows like
  *                       |beta ||k||^2 - 1|^n and overflows fp32 on raw keys)
  *

@@ -5,7 +5,7 @@
  *
  * One work item per (batch row b, value head h): the state pool[slots[b], h]
  * is loaded into an fp32 [K, Vp] buffer and the T tokens of row b run
- * through the token recurrence of DESIGN.md §1 in two passes over S per
+ * through the token recurrence of docs/design.md §1 in two passes over S per
  * token (the memory traffic, not the arithmetic, is what a token costs):
  *     w = S^T k;  u = beta (v - a w)              (a = exp(g))
  *     S <- a S + k u^T,  o += q_i S_i             (fused, one pass)

@@ -4,7 +4,7 @@
  * outputs the same way: the input set of an operation, filled from the
  * public argument structs (which name the inputs alike); row and state
  * offsets; slot indices; the gate and beta of one token after the in-kernel
- * transforms (DESIGN.md §1) and the backward through them; and zeroing the
+ * transforms (docs/design.md §1) and the backward through them; and zeroing the
  * rows no sequence covers. Element conversions are internal.h's.
  */
 #ifndef FQLA_CPU_IO_H

@@ -1,7 +1,7 @@
 /*
  * reference_common.c - shared pieces of the fp64 reference (see
  * reference_common.h): token loading with the in-kernel transforms, state
- * layout, the one-token step of DESIGN.md §1, and running tasks that may
+ * layout, the one-token step of docs/design.md §1, and running tasks that may
  * fail on the backends' parallel-for (threads.c).
  */
 #include "cpu/reference_common.h"

@@ -2,7 +2,7 @@
  * reference_decode.c - decode and multi-token verify of the fp64 reference on
  * a state pool (include/flashqla.h, fqla_decode_args). For batch row b with
  * slot s = slots[b] >= 0 and each value head h: the state pool[s, h] is
- * loaded, the T tokens of row b run through the recurrence of DESIGN.md §1
+ * loaded, the T tokens of row b run through the recurrence of docs/design.md §1
  * (same step as the forward), and o is written. Decode stores the final
  * state back to pool[s, h]; verify leaves pool[s] alone and stores the state
  * after every token t into step_states[b, t, h] or pool[step_slots[b, t], h]

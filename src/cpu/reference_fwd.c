@@ -1,6 +1,6 @@
 /*
  * reference_fwd.c - the fp64 forward of the CPU reference backend: for every
- * sequence n and value head h, the token recurrence of DESIGN.md §1
+ * sequence n and value head h, the token recurrence of docs/design.md §1
  *     S <- exp(g_t) S;  u_t = beta_t (v_t - S^T k_t);  S <- S + k_t u_t^T;
  *     o_t = S^T (scale q_t)
  * from initial_state[n, h] (or 0), after the in-kernel transforms the options

@@ -2,7 +2,7 @@
  * transforms.h - the scalar and per-vector input transforms of the contract
  * (in-kernel gate, beta sigmoid, q/k l2norm), forward and backward, in fp64.
  * Shared by the fp64 reference and the fast CPU path so that both apply the
- * same definitions (DESIGN.md §1).
+ * same definitions (docs/design.md §1).
  */
 #ifndef FQLA_CPU_TRANSFORMS_H
 #define FQLA_CPU_TRANSFORMS_H

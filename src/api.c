@@ -128,7 +128,7 @@ static fqla_status run_op(fqla_context *ctx, fqla_op op, const void *args,
                              FQLA_WORKSPACE_ALIGN);
     }
     /* one read for the whole call: fqla_context_set_threads may run beside it */
-    p.threads = fqla_context_threads(ctx);
+    if (ctx->backend != FQLA_BACKEND_CUDA) p.threads = fqla_context_threads(ctx);
     return backend_run(ctx, &p, args, workspace, workspace_bytes, stream);
 }
 

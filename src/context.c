@@ -53,7 +53,7 @@ const char *fqla_status_string(fqla_status status)
  * about 2^32 creations.
  *
  * A call holds a reference to the context from its start to its end (refs,
- * under the table lock; the handle itself is one reference), so a context
+ * raised under the table lock; the handle itself is one reference), so a context
  * destroyed from another thread while a call runs on it is freed after that
  * call, never under it. */
 
@@ -91,7 +91,7 @@ fqla_context *fqla_context_acquire(const fqla_context *handle)
     context_slot *s = lookup(handle);
     if (s) {
         ctx = s->ctx;
-        ctx->refs++;
+        __atomic_add_fetch(&ctx->refs, 1, __ATOMIC_RELAXED); /* ordered by the lock */
     }
     pthread_mutex_unlock(&table_lock);
     return ctx;
@@ -103,13 +103,12 @@ static void context_free(fqla_context *ctx)
     free(ctx);
 }
 
+/* Without the table lock: a context whose count reached 0 is out of the
+ * table (destroy removes it before dropping the handle's reference), so no
+ * acquire can raise it again. */
 void fqla_context_release(fqla_context *ctx)
 {
-    if (!ctx) return;
-    pthread_mutex_lock(&table_lock);
-    const int last = --ctx->refs == 0;
-    pthread_mutex_unlock(&table_lock);
-    if (last) context_free(ctx);
+    if (ctx && __atomic_sub_fetch(&ctx->refs, 1, __ATOMIC_ACQ_REL) == 0) context_free(ctx);
 }
 
 /* Enters ctx into a free slot; its handle, or NULL when the table is full. */
@@ -234,10 +233,10 @@ fqla_status fqla_backend_available(fqla_backend backend, char *why, size_t why_s
     }
     default:
         snprintf(msg, msg_size, "unknown backend %d", (int)backend);
-        st = FQLA_STATUS_INVALID_VALUE;
+        return fqla_fail(NULL, FQLA_STATUS_INVALID_VALUE, "backend: unknown value %d", (int)backend);
     }
     /* the reason is also the calling thread's message, "" on success */
-    if (st != FQLA_STATUS_SUCCESS) return fqla_fail(NULL, st, "backend: %s", msg);
+    if (st != FQLA_STATUS_SUCCESS) return fqla_fail(NULL, st, "backend CUDA: %s", msg);
     fqla_clear_error(NULL);
     return st;
 }

@@ -30,7 +30,7 @@ struct fqla_context {
     fqla_backend backend;
     int device;
     fqla_device_info info;   /* info.threads (CPU worker threads) changes: read it under lock */
-    int refs;                /* the handle + running calls (context.c's table lock) */
+    int refs;                /* the handle + running calls (atomic; context.c) */
     pthread_mutex_t lock;    /* guards error and info.threads: calls on one context run concurrently */
     char error[FQLA_ERROR_LEN];
 };

@@ -342,7 +342,8 @@ static void check_bounds(const fqla_problem *p)
 
 static fqla_context *g_cpu, *g_ref, *g_dead;
 
-/* fqla_validate_* is internal: api.c calls it only for live contexts. */
+/* fqla_validate_* is internal: api.c calls it only with the live context a
+ * handle names (fqla_context_acquire). */
 static int live(const fqla_context *ctx) { return ctx && ctx != g_dead; }
 
 static void init_contexts(void)
@@ -376,6 +377,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int op = (int)(sel % 4);
     fqla_context *ctx = (sel & 4) ? g_ref : g_cpu;
     if ((sel & 0xf8) == 0xf8) ctx = (sel & 1) ? NULL : g_dead;
+    fqla_context *held = live(ctx) ? fqla_context_acquire(ctx) : NULL;
     fqla_options opt;
     memset(&opt, 0, sizeof opt);
     read_options(&r, &opt);
@@ -406,11 +408,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check_status(ctx, sup);
         ws = fqla_fwd_workspace_size(ctx, &f, &bytes);
         require(ws == sup);
-        if (live(ctx)) {
-            val = fqla_validate_fwd(ctx, &f, 0, &p);
+        if (held) {
+            val = fqla_validate_fwd(held, &f, 0, &p);
             check_status(ctx, val);
             if (val == FQLA_STATUS_SUCCESS && p.cu_host) check_bounds(&p);
-            val = fqla_validate_fwd(ctx, &f, 1, &p);
+            val = fqla_validate_fwd(held, &f, 1, &p);
             if (val == FQLA_STATUS_SUCCESS) check_bounds(&p);
         }
         if (sup != FQLA_STATUS_SUCCESS || (a.runnable && tiny(&b))) {
@@ -447,11 +449,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check_status(ctx, sup);
         ws = fqla_bwd_workspace_size(ctx, &w, &bytes);
         require(ws == sup);
-        if (live(ctx)) {
-            val = fqla_validate_bwd(ctx, &w, 0, &p);
+        if (held) {
+            val = fqla_validate_bwd(held, &w, 0, &p);
             check_status(ctx, val);
             if (val == FQLA_STATUS_SUCCESS && p.cu_host) check_bounds(&p);
-            val = fqla_validate_bwd(ctx, &w, 1, &p);
+            val = fqla_validate_bwd(held, &w, 1, &p);
             if (val == FQLA_STATUS_SUCCESS) check_bounds(&p);
         }
         if (sup != FQLA_STATUS_SUCCESS || (a.runnable && tiny(&b))) {
@@ -493,8 +495,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             ws = fqla_decode_workspace_size(ctx, &d, &bytes);
         }
         require(ws == sup);
-        if (live(ctx)) {
-            val = fqla_validate_decode(ctx, &d, verify, 0, &p);
+        if (held) {
+            val = fqla_validate_decode(held, &d, verify, 0, &p);
             check_status(ctx, val);
         }
         if (sup != FQLA_STATUS_SUCCESS || (a.runnable && tiny(&b))) {
@@ -508,6 +510,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (sup != FQLA_STATUS_SUCCESS) require(run == sup);
     }
     if (ctx == NULL || ctx == g_dead) require(sup == FQLA_STATUS_INVALID_CONTEXT);
+    fqla_context_release(held);
     arena_free(&a);
     return 0;
 }

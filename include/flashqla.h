@@ -96,6 +96,22 @@ typedef enum fqla_backend {
     FQLA_BACKEND_CPU_REFERENCE = 2  /* fp64 token recurrence: the oracle (slow) */
 } fqla_backend;
 
+/* A context is named by an opaque handle, never dereferenced by the caller.
+ * Handles are unique for the life of the process: the handle of a destroyed
+ * context is rejected with FQLA_STATUS_INVALID_CONTEXT (message naming ctx,
+ * nothing launched or written) even after later contexts are created, and
+ * fqla_last_error of it gives the calling thread's message.
+ *
+ * Threads: calls on one context may run concurrently. A call reads the
+ * context's thread count once as it starts, so fqla_context_set_threads
+ * beside running calls is safe and applies to the calls that start after it
+ * returns. A context destroyed while a call on it runs in another thread
+ * stays valid for that call and is freed when it ends.
+ *
+ * Messages: every function that returns an fqla_status leaves its message
+ * on failure and "" on success: in the context's message when it was given
+ * a live context, else in the calling thread's (fqla_last_error(NULL)); a
+ * call on a live context also clears the calling thread's message. */
 typedef struct fqla_context fqla_context;
 
 /* Creates a context for a backend and device (device is the CUDA ordinal;
@@ -150,7 +166,10 @@ size_t fqla_dtype_size(fqla_dtype dtype);
 #define FQLA_MAX_DIMS 6
 
 /* A strided view. data == NULL marks an optional tensor as absent. Strides are
- * in elements, outermost first; the last one must be 1. */
+ * in elements, outermost first; the last one must be 1.
+ * fqla_tensor_contiguous with a NULL shape (and ndim > 0) gives sizes of -1
+ * and keeps an ndim outside 0..FQLA_MAX_DIMS as given: every call rejects
+ * such a tensor with FQLA_STATUS_INVALID_VALUE, naming the argument. */
 typedef struct fqla_tensor {
     void *data;
     fqla_dtype dtype;

@@ -35,14 +35,6 @@ void fqla_decode_args_init(fqla_decode_args *args)
     args->opt.scale = FQLA_SCALE_DEFAULT;
 }
 
-static fqla_status check_context(fqla_context *ctx)
-{
-    if (!fqla_context_is_live(ctx))
-        return fqla_fail(NULL, FQLA_STATUS_INVALID_CONTEXT, "ctx: NULL or destroyed context");
-    fqla_clear_error(ctx);
-    return FQLA_STATUS_SUCCESS;
-}
-
 static int host_readable(const fqla_context *ctx) { return ctx->backend != FQLA_BACKEND_CUDA; }
 
 /* Validation of the op's argument struct into *p. */
@@ -99,33 +91,29 @@ static fqla_status backend_run(fqla_context *ctx, const fqla_problem *p, const v
     return fqla_fail(ctx, FQLA_STATUS_INTERNAL_ERROR, "ctx: unknown backend %d", (int)ctx->backend);
 }
 
-static fqla_status op_supported(fqla_context *ctx, fqla_op op, const void *args, fqla_problem *p)
+/* The pipeline after the context check; ctx is the acquired context. */
+static fqla_status run_supported(fqla_context *ctx, fqla_op op, const void *args, fqla_problem *p)
 {
-    fqla_status st = check_context(ctx);
-    if (st != FQLA_STATUS_SUCCESS) return st;
-    st = validate(ctx, op, args, p);
+    fqla_status st = validate(ctx, op, args, p);
     if (st != FQLA_STATUS_SUCCESS) return st;
     return backend_supported(ctx, p, args);
 }
 
-static fqla_status op_workspace_size(fqla_context *ctx, fqla_op op, const void *args, size_t *bytes)
+static fqla_status run_workspace_size(fqla_context *ctx, fqla_op op, const void *args, size_t *bytes)
 {
     fqla_problem p;
-    if (bytes) *bytes = 0;
-    fqla_status st = check_context(ctx);
-    if (st != FQLA_STATUS_SUCCESS) return st;
     if (!bytes) return fqla_fail(ctx, FQLA_STATUS_INVALID_VALUE, "bytes: NULL pointer");
-    st = op_supported(ctx, op, args, &p);
+    fqla_status st = run_supported(ctx, op, args, &p);
     if (st != FQLA_STATUS_SUCCESS) return st;
     return backend_workspace(ctx, &p, args, bytes);
 }
 
-static fqla_status op_run(fqla_context *ctx, fqla_op op, const void *args,
+static fqla_status run_op(fqla_context *ctx, fqla_op op, const void *args,
                           void *workspace, size_t workspace_bytes, void *stream)
 {
     fqla_problem p;
     size_t needed = 0;
-    fqla_status st = op_supported(ctx, op, args, &p);
+    fqla_status st = run_supported(ctx, op, args, &p);
     if (st != FQLA_STATUS_SUCCESS) return st;
     st = backend_workspace(ctx, &p, args, &needed);
     if (st != FQLA_STATUS_SUCCESS) return st;
@@ -139,13 +127,49 @@ static fqla_status op_run(fqla_context *ctx, fqla_op op, const void *args,
             return fqla_fail(ctx, FQLA_STATUS_MISALIGNED, "workspace: pointer not %d-byte aligned",
                              FQLA_WORKSPACE_ALIGN);
     }
+    /* one read for the whole call: fqla_context_set_threads may run beside it */
+    if (ctx->backend != FQLA_BACKEND_CUDA) p.threads = fqla_context_threads(ctx);
     return backend_run(ctx, &p, args, workspace, workspace_bytes, stream);
+}
+
+/* The entry points hold the context for the whole call (context.c), so a
+ * destroy from another thread cannot free it under a running call. */
+static fqla_status op_supported(const fqla_context *handle, fqla_op op, const void *args)
+{
+    fqla_context *ctx;
+    fqla_problem p;
+    fqla_status st = fqla_context_enter(handle, &ctx);
+    if (st != FQLA_STATUS_SUCCESS) return st;
+    st = run_supported(ctx, op, args, &p);
+    fqla_context_release(ctx);
+    return st;
+}
+
+static fqla_status op_workspace_size(const fqla_context *handle, fqla_op op, const void *args, size_t *bytes)
+{
+    fqla_context *ctx;
+    if (bytes) *bytes = 0;
+    fqla_status st = fqla_context_enter(handle, &ctx);
+    if (st != FQLA_STATUS_SUCCESS) return st;
+    st = run_workspace_size(ctx, op, args, bytes);
+    fqla_context_release(ctx);
+    return st;
+}
+
+static fqla_status op_run(const fqla_context *handle, fqla_op op, const void *args,
+                          void *workspace, size_t workspace_bytes, void *stream)
+{
+    fqla_context *ctx;
+    fqla_status st = fqla_context_enter(handle, &ctx);
+    if (st != FQLA_STATUS_SUCCESS) return st;
+    st = run_op(ctx, op, args, workspace, workspace_bytes, stream);
+    fqla_context_release(ctx);
+    return st;
 }
 
 fqla_status fqla_fwd_supported(fqla_context *ctx, const fqla_fwd_args *args)
 {
-    fqla_problem p;
-    return op_supported(ctx, FQLA_OP_FWD, args, &p);
+    return op_supported(ctx, FQLA_OP_FWD, args);
 }
 fqla_status fqla_fwd_workspace_size(fqla_context *ctx, const fqla_fwd_args *args, size_t *bytes)
 {
@@ -159,8 +183,7 @@ fqla_status fqla_fwd(fqla_context *ctx, const fqla_fwd_args *args, void *workspa
 
 fqla_status fqla_bwd_supported(fqla_context *ctx, const fqla_bwd_args *args)
 {
-    fqla_problem p;
-    return op_supported(ctx, FQLA_OP_BWD, args, &p);
+    return op_supported(ctx, FQLA_OP_BWD, args);
 }
 fqla_status fqla_bwd_workspace_size(fqla_context *ctx, const fqla_bwd_args *args, size_t *bytes)
 {
@@ -174,8 +197,7 @@ fqla_status fqla_bwd(fqla_context *ctx, const fqla_bwd_args *args, void *workspa
 
 fqla_status fqla_decode_supported(fqla_context *ctx, const fqla_decode_args *args)
 {
-    fqla_problem p;
-    return op_supported(ctx, FQLA_OP_DECODE, args, &p);
+    return op_supported(ctx, FQLA_OP_DECODE, args);
 }
 fqla_status fqla_decode_workspace_size(fqla_context *ctx, const fqla_decode_args *args, size_t *bytes)
 {
@@ -189,8 +211,7 @@ fqla_status fqla_decode(fqla_context *ctx, const fqla_decode_args *args, void *w
 
 fqla_status fqla_verify_supported(fqla_context *ctx, const fqla_decode_args *args)
 {
-    fqla_problem p;
-    return op_supported(ctx, FQLA_OP_VERIFY, args, &p);
+    return op_supported(ctx, FQLA_OP_VERIFY, args);
 }
 fqla_status fqla_verify_workspace_size(fqla_context *ctx, const fqla_decode_args *args, size_t *bytes)
 {

@@ -1,11 +1,11 @@
 /*
- * context.c - contexts, the registry of live contexts, error messages,
- * status names and the version.
+ * context.c - contexts and their handles, error messages, status names and
+ * the version.
  *
- * Every public call first asks fqla_context_is_live(): the registry (a small
- * mutex-guarded list of live contexts) lets a destroyed or never-created
- * pointer be rejected with FQLA_STATUS_INVALID_CONTEXT instead of being
- * dereferenced. Messages for calls without a usable context go to a
+ * Every public call starts with fqla_context_acquire(): the handle is looked
+ * up in a table of live contexts (below), so a NULL, destroyed or
+ * never-created handle is rejected with FQLA_STATUS_INVALID_CONTEXT instead
+ * of being dereferenced. Messages for calls without a usable context go to a
  * thread-local buffer, read by fqla_last_error(NULL).
  */
 #include "internal.h"
@@ -37,49 +37,111 @@ const char *fqla_status_string(fqla_status status)
     return "FQLA_STATUS_UNKNOWN";
 }
 
-/* ---- registry of live contexts ---- */
+/* ---- handles: a table of live contexts ----
+ *
+ * The handle a caller holds is not the context's address: its value is
+ * (generation << SLOT_BITS) | slot, where slot indexes the table below and
+ * generation is the slot's count of contexts created in it. A destroyed
+ * context's handle therefore never matches again, even when its slot or its
+ * memory serves a later context (comparing addresses accepted such a handle
+ * once malloc handed the same block to a new context). Handles are never
+ * dereferenced, so a garbage value is just a lookup that fails.
+ *
+ * Generations start at 1, so no handle is NULL. With 64-bit pointers they
+ * cannot wrap (2^52 contexts per slot); with 32-bit pointers (2^20 per slot)
+ * slots are handed out round-robin, so a handle value comes back only after
+ * about 2^32 creations.
+ *
+ * A call holds a reference to the context from its start to its end (refs,
+ * raised under the table lock; the handle itself is one reference), so a context
+ * destroyed from another thread while a call runs on it is freed after that
+ * call, never under it. */
 
-#define MAX_LIVE_CONTEXTS 4096
+#define SLOT_BITS 12
+#define MAX_LIVE_CONTEXTS (1 << SLOT_BITS)
+#define MAX_GENERATION (UINTPTR_MAX >> SLOT_BITS)
 
-static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
-static const fqla_context *live[MAX_LIVE_CONTEXTS];
-static int n_live;
+typedef struct context_slot {
+    fqla_context *ctx;    /* NULL when the slot is free */
+    uintptr_t generation; /* of the slot's latest context */
+} context_slot;
 
-int fqla_context_is_live(const fqla_context *ctx)
+static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
+static context_slot table[MAX_LIVE_CONTEXTS];
+static unsigned next_slot; /* where the search for a free slot starts */
+
+static fqla_context *handle_of(unsigned slot, uintptr_t generation)
 {
-    int found = 0;
-    if (!ctx) return 0;
-    pthread_mutex_lock(&registry_lock);
-    for (int i = 0; i < n_live && !found; i++) found = live[i] == ctx;
-    pthread_mutex_unlock(&registry_lock);
-    return found;
+    return (fqla_context *)((generation << SLOT_BITS) | (uintptr_t)slot);
 }
 
-static int registry_add(const fqla_context *ctx)
+/* The slot a handle names when its generation is current, else NULL (under table_lock). */
+static context_slot *lookup(const fqla_context *handle)
 {
-    int ok = 0;
-    pthread_mutex_lock(&registry_lock);
-    if (n_live < MAX_LIVE_CONTEXTS) {
-        live[n_live++] = ctx;
-        ok = 1;
-    }
-    pthread_mutex_unlock(&registry_lock);
-    return ok;
+    const uintptr_t h = (uintptr_t)handle;
+    context_slot *s = &table[h & (MAX_LIVE_CONTEXTS - 1)];
+    if (h >> SLOT_BITS == 0 || !s->ctx || s->generation != h >> SLOT_BITS) return NULL;
+    return s;
 }
 
-static int registry_remove(const fqla_context *ctx)
+fqla_context *fqla_context_acquire(const fqla_context *handle)
 {
-    int found = 0;
-    pthread_mutex_lock(&registry_lock);
-    for (int i = 0; i < n_live; i++) {
-        if (live[i] == ctx) {
-            live[i] = live[--n_live];
-            found = 1;
-            break;
-        }
+    fqla_context *ctx = NULL;
+    pthread_mutex_lock(&table_lock);
+    context_slot *s = lookup(handle);
+    if (s) {
+        ctx = s->ctx;
+        __atomic_add_fetch(&ctx->refs, 1, __ATOMIC_RELAXED); /* ordered by the lock */
     }
-    pthread_mutex_unlock(&registry_lock);
-    return found;
+    pthread_mutex_unlock(&table_lock);
+    return ctx;
+}
+
+static void context_free(fqla_context *ctx)
+{
+    pthread_mutex_destroy(&ctx->lock);
+    free(ctx);
+}
+
+/* Without the table lock: a context whose count reached 0 is out of the
+ * table (destroy removes it before dropping the handle's reference), so no
+ * acquire can raise it again. */
+void fqla_context_release(fqla_context *ctx)
+{
+    if (ctx && __atomic_sub_fetch(&ctx->refs, 1, __ATOMIC_ACQ_REL) == 0) context_free(ctx);
+}
+
+/* Enters ctx into a free slot; its handle, or NULL when the table is full. */
+static fqla_context *table_add(fqla_context *ctx)
+{
+    fqla_context *handle = NULL;
+    pthread_mutex_lock(&table_lock);
+    for (unsigned n = 0; n < MAX_LIVE_CONTEXTS && !handle; n++) {
+        const unsigned i = (next_slot + n) % MAX_LIVE_CONTEXTS;
+        context_slot *s = &table[i];
+        if (s->ctx) continue;
+        s->generation = s->generation == MAX_GENERATION ? 1 : s->generation + 1;
+        s->ctx = ctx;
+        ctx->refs = 1;
+        next_slot = (i + 1) % MAX_LIVE_CONTEXTS;
+        handle = handle_of(i, s->generation);
+    }
+    pthread_mutex_unlock(&table_lock);
+    return handle;
+}
+
+/* Takes handle's context out of the table; the context, or NULL when handle is not live. */
+static fqla_context *table_remove(const fqla_context *handle)
+{
+    fqla_context *ctx = NULL;
+    pthread_mutex_lock(&table_lock);
+    context_slot *s = lookup(handle);
+    if (s) {
+        ctx = s->ctx;
+        s->ctx = NULL;
+    }
+    pthread_mutex_unlock(&table_lock);
+    return ctx;
 }
 
 /* ---- errors ---- */
@@ -93,8 +155,8 @@ static __thread char thread_copy[ERROR_COPIES][FQLA_ERROR_LEN];
 static __thread int thread_copy_next;
 
 /* A context's message is written, cleared and read under its lock: calls
- * may run concurrently on one context (include/flashqla.h), and an unlocked
- * vsnprintf into the buffer another thread reads was a data race. */
+ * may run concurrently on one context, and an unlocked vsnprintf into the
+ * buffer another thread reads was a data race. */
 fqla_status fqla_fail(fqla_context *ctx, fqla_status status, const char *fmt, ...)
 {
     char local[FQLA_ERROR_LEN];
@@ -103,9 +165,9 @@ fqla_status fqla_fail(fqla_context *ctx, fqla_status status, const char *fmt, ..
     vsnprintf(ctx ? local : thread_error, FQLA_ERROR_LEN, fmt, ap);
     va_end(ap);
     if (ctx) {
-        pthread_mutex_lock(&ctx->error_lock);
+        pthread_mutex_lock(&ctx->lock);
         memcpy(ctx->error, local, strlen(local) + 1);
-        pthread_mutex_unlock(&ctx->error_lock);
+        pthread_mutex_unlock(&ctx->lock);
     }
     return status;
 }
@@ -113,22 +175,35 @@ fqla_status fqla_fail(fqla_context *ctx, fqla_status status, const char *fmt, ..
 void fqla_clear_error(fqla_context *ctx)
 {
     if (ctx) {
-        pthread_mutex_lock(&ctx->error_lock);
+        pthread_mutex_lock(&ctx->lock);
         ctx->error[0] = '\0';
-        pthread_mutex_unlock(&ctx->error_lock);
+        pthread_mutex_unlock(&ctx->lock);
     }
     thread_error[0] = '\0';
 }
 
-const char *fqla_last_error(const fqla_context *ctx)
+fqla_status fqla_context_enter(const fqla_context *handle, fqla_context **ctx)
 {
-    if (!ctx || !fqla_context_is_live(ctx)) return thread_error;
+    *ctx = fqla_context_acquire(handle);
+    if (!*ctx) {
+        if (!handle) return fqla_fail(NULL, FQLA_STATUS_INVALID_CONTEXT, "ctx: NULL context");
+        return fqla_fail(NULL, FQLA_STATUS_INVALID_CONTEXT,
+                         "ctx: %p is not a live context (destroyed, or never created)", (const void *)handle);
+    }
+    fqla_clear_error(*ctx);
+    return FQLA_STATUS_SUCCESS;
+}
+
+const char *fqla_last_error(const fqla_context *handle)
+{
+    fqla_context *ctx = fqla_context_acquire(handle);
+    if (!ctx) return thread_error;
     char *copy = thread_copy[thread_copy_next];
     thread_copy_next = (thread_copy_next + 1) % ERROR_COPIES;
-    fqla_context *c = (fqla_context *)ctx; /* the lock, not the message, changes */
-    pthread_mutex_lock(&c->error_lock);
-    memcpy(copy, c->error, strlen(c->error) + 1);
-    pthread_mutex_unlock(&c->error_lock);
+    pthread_mutex_lock(&ctx->lock);
+    memcpy(copy, ctx->error, strlen(ctx->error) + 1);
+    pthread_mutex_unlock(&ctx->lock);
+    fqla_context_release(ctx);
     return copy;
 }
 
@@ -145,18 +220,25 @@ fqla_status fqla_backend_available(fqla_backend backend, char *why, size_t why_s
     char local[256];
     char *msg = why && why_size ? why : local;
     size_t msg_size = why && why_size ? why_size : sizeof local;
+    fqla_status st = FQLA_STATUS_SUCCESS;
     msg[0] = '\0';
     switch (backend) {
     case FQLA_BACKEND_CPU:
     case FQLA_BACKEND_CPU_REFERENCE:
-        return FQLA_STATUS_SUCCESS;
+        break;
     case FQLA_BACKEND_CUDA: {
         fqla_device_info info;
-        return fqla_cuda_device_query(0, &info, msg, msg_size);
+        st = fqla_cuda_device_query(0, &info, msg, msg_size);
+        break;
     }
+    default:
+        snprintf(msg, msg_size, "unknown backend %d", (int)backend);
+        return fqla_fail(NULL, FQLA_STATUS_INVALID_VALUE, "backend: unknown value %d", (int)backend);
     }
-    snprintf(msg, msg_size, "unknown backend %d", (int)backend);
-    return FQLA_STATUS_INVALID_VALUE;
+    /* the reason is also the calling thread's message, "" on success */
+    if (st != FQLA_STATUS_SUCCESS) return fqla_fail(NULL, st, "backend CUDA: %s", msg);
+    fqla_clear_error(NULL);
+    return st;
 }
 
 fqla_status fqla_context_create(fqla_context **out, fqla_backend backend, int device)
@@ -187,51 +269,69 @@ fqla_status fqla_context_create(fqla_context **out, fqla_backend backend, int de
 
     fqla_context *ctx = calloc(1, sizeof *ctx);
     if (!ctx) return fqla_fail(NULL, FQLA_STATUS_ALLOC_FAILED, "ctx: out of host memory");
-    ctx->magic = FQLA_CONTEXT_MAGIC;
     ctx->backend = backend;
     ctx->device = device;
-    ctx->threads = info.threads;
     ctx->info = info;
-    pthread_mutex_init(&ctx->error_lock, NULL);
-    if (!registry_add(ctx)) {
-        pthread_mutex_destroy(&ctx->error_lock);
-        free(ctx);
+    pthread_mutex_init(&ctx->lock, NULL);
+    fqla_context *handle = table_add(ctx);
+    if (!handle) {
+        context_free(ctx);
         return fqla_fail(NULL, FQLA_STATUS_ALLOC_FAILED, "ctx: more than %d live contexts", MAX_LIVE_CONTEXTS);
     }
-    *out = ctx;
+    *out = handle;
     return FQLA_STATUS_SUCCESS;
 }
 
-fqla_status fqla_context_destroy(fqla_context *ctx)
+fqla_status fqla_context_destroy(fqla_context *handle)
 {
-    if (!ctx) return FQLA_STATUS_SUCCESS;
-    if (!registry_remove(ctx))
-        return fqla_fail(NULL, FQLA_STATUS_INVALID_CONTEXT, "ctx: not a live context (destroyed twice?)");
-    ctx->magic = 0;
-    pthread_mutex_destroy(&ctx->error_lock);
-    free(ctx);
+    fqla_clear_error(NULL);
+    if (!handle) return FQLA_STATUS_SUCCESS;
+    fqla_context *ctx = table_remove(handle);
+    if (!ctx)
+        return fqla_fail(NULL, FQLA_STATUS_INVALID_CONTEXT,
+                         "ctx: %p is not a live context (destroyed twice, or never created)", (const void *)handle);
+    fqla_context_release(ctx); /* the handle's reference: frees it unless a call still runs on it */
     return FQLA_STATUS_SUCCESS;
 }
 
-fqla_status fqla_context_set_threads(fqla_context *ctx, int threads)
+fqla_status fqla_context_set_threads(fqla_context *handle, int threads)
 {
-    if (!fqla_context_is_live(ctx))
-        return fqla_fail(NULL, FQLA_STATUS_INVALID_CONTEXT, "ctx: NULL or destroyed context");
-    fqla_clear_error(ctx);
+    fqla_context *ctx;
+    fqla_status st = fqla_context_enter(handle, &ctx);
+    if (st != FQLA_STATUS_SUCCESS) return st;
     if (ctx->backend == FQLA_BACKEND_CUDA)
-        return fqla_fail(ctx, FQLA_STATUS_INVALID_VALUE, "threads: the CUDA backend takes no thread count");
-    if (threads < 0 || threads > 1024)
-        return fqla_fail(ctx, FQLA_STATUS_INVALID_VALUE, "threads: %d is outside 0..1024", threads);
-    ctx->threads = threads ? threads : online_cores();
-    ctx->info.threads = ctx->threads;
-    return FQLA_STATUS_SUCCESS;
+        st = fqla_fail(ctx, FQLA_STATUS_INVALID_VALUE, "threads: the CUDA backend takes no thread count");
+    else if (threads < 0 || threads > 1024)
+        st = fqla_fail(ctx, FQLA_STATUS_INVALID_VALUE, "threads: %d is outside 0..1024", threads);
+    else {
+        pthread_mutex_lock(&ctx->lock);
+        ctx->info.threads = threads ? threads : online_cores();
+        pthread_mutex_unlock(&ctx->lock);
+    }
+    fqla_context_release(ctx);
+    return st;
 }
 
-fqla_status fqla_context_info(const fqla_context *ctx, fqla_device_info *info)
+int fqla_context_threads(fqla_context *ctx)
 {
-    if (!fqla_context_is_live(ctx))
-        return fqla_fail(NULL, FQLA_STATUS_INVALID_CONTEXT, "ctx: NULL or destroyed context");
-    if (!info) return fqla_fail((fqla_context *)ctx, FQLA_STATUS_INVALID_VALUE, "info: NULL pointer");
-    *info = ctx->info;
-    return FQLA_STATUS_SUCCESS;
+    pthread_mutex_lock(&ctx->lock);
+    const int threads = ctx->info.threads;
+    pthread_mutex_unlock(&ctx->lock);
+    return threads;
+}
+
+fqla_status fqla_context_info(const fqla_context *handle, fqla_device_info *info)
+{
+    fqla_context *ctx;
+    fqla_status st = fqla_context_enter(handle, &ctx);
+    if (st != FQLA_STATUS_SUCCESS) return st;
+    if (!info)
+        st = fqla_fail(ctx, FQLA_STATUS_INVALID_VALUE, "info: NULL pointer");
+    else {
+        pthread_mutex_lock(&ctx->lock); /* info.threads changes under it */
+        *info = ctx->info;
+        pthread_mutex_unlock(&ctx->lock);
+    }
+    fqla_context_release(ctx);
+    return st;
 }

@@ -22,17 +22,29 @@
 
 #define FQLA_ERROR_LEN 512
 
+/* The context. The public fqla_context * is a handle to it (context.c), not
+ * its address: every entry point turns the handle into this struct with
+ * fqla_context_enter / fqla_context_acquire, and everything below the entry
+ * points (validation, backends, fqla_fail) takes the struct. */
 struct fqla_context {
-    uint64_t magic;          /* FQLA_CONTEXT_MAGIC while alive */
     fqla_backend backend;
     int device;
-    int threads;             /* CPU backends: worker threads per call */
-    fqla_device_info info;
-    pthread_mutex_t error_lock; /* error is written by concurrent calls on one context */
+    fqla_device_info info;   /* info.threads (CPU worker threads) changes: read it under lock */
+    int refs;                /* the handle + running calls (atomic; context.c) */
+    pthread_mutex_t lock;    /* guards error and info.threads: calls on one context run concurrently */
     char error[FQLA_ERROR_LEN];
 };
 
-#define FQLA_CONTEXT_MAGIC 0x666c617368716c61ull /* "flashqla" */
+/* The live context a handle names, held until fqla_context_release; NULL
+ * for NULL, destroyed or never-created handles. */
+fqla_context *fqla_context_acquire(const fqla_context *handle);
+void fqla_context_release(fqla_context *ctx);
+/* fqla_context_acquire for a public call: on success clears ctx's and the
+ * thread's messages; otherwise records the thread's message and returns
+ * FQLA_STATUS_INVALID_CONTEXT. Pair a success with fqla_context_release. */
+fqla_status fqla_context_enter(const fqla_context *handle, fqla_context **ctx);
+/* The CPU worker threads set on ctx, read once per call (fqla_problem.threads). */
+int fqla_context_threads(fqla_context *ctx);
 
 /* Records a message for ctx (or the calling thread when ctx is NULL) and
  * returns status, so callers write `return fqla_fail(ctx, STATUS, "...")`. */
@@ -41,9 +53,8 @@ fqla_status fqla_fail(fqla_context *ctx, fqla_status status, const char *fmt, ..
     __attribute__((format(printf, 3, 4)))
 #endif
     ;
+/* Clears ctx's message (when ctx is not NULL) and the calling thread's. */
 void fqla_clear_error(fqla_context *ctx);
-/* 1 when ctx is a live context (created and not destroyed). */
-int fqla_context_is_live(const fqla_context *ctx);
 
 /* ------------------------------------------------------------------------ */
 /* The validated problem                                                      */
@@ -74,6 +85,8 @@ typedef struct fqla_problem {
     fqla_dtype state_dtype;  /* dtype of the states / pool (F32 if none given) */
     const char *f64_tensor;  /* the first argument given in F64 (NULL if none): the
                                 fp32 backends refuse it by name, whichever it is */
+    int threads;             /* CPU backends: worker threads of this call, read from the
+                                context once as it starts (set by api.c, not validation) */
 } fqla_problem;
 
 /* Sequence n covers tokens [start, start + len) of batch row `batch`.

@@ -45,6 +45,12 @@ fqla_tensor fqla_tensor_contiguous(void *data, fqla_dtype dtype, int ndim, const
         return t;
     }
     t.ndim = ndim;
+    if (!shape) {
+        /* sizes of -1, which validation rejects by the argument's name (a
+         * size is never negative), where reading shape[] would crash */
+        for (int d = 0; d < ndim; d++) t.shape[d] = -1;
+        return t;
+    }
     /* a stride past int64 saturates at INT64_MAX, and so does every outer
      * one: validation then reports the shape's overflow by name, where a
      * wrapped product would have been a negative stride the caller never

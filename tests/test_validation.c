@@ -283,12 +283,17 @@ static fqla_status fx_call(fx *f, int op)
 
 static fqla_status fx_validate(fx *f, int op, int host_readable, fqla_problem *p)
 {
-    fqla_clear_error(f->ctx);
+    /* fqla_validate_* is internal: it takes the context a handle names */
+    fqla_context *ctx = fqla_context_acquire(f->ctx);
+    fqla_status st;
+    fqla_clear_error(ctx);
     switch (op) {
-    case OP_FWD: return fqla_validate_fwd(f->ctx, &f->fa, host_readable, p);
-    case OP_BWD: return fqla_validate_bwd(f->ctx, &f->ba, host_readable, p);
-    default: return fqla_validate_decode(f->ctx, &f->da, op == OP_VERIFY, host_readable, p);
+    case OP_FWD: st = fqla_validate_fwd(ctx, &f->fa, host_readable, p); break;
+    case OP_BWD: st = fqla_validate_bwd(ctx, &f->ba, host_readable, p); break;
+    default: st = fqla_validate_decode(ctx, &f->da, op == OP_VERIFY, host_readable, p); break;
     }
+    fqla_context_release(ctx);
+    return st;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -794,7 +799,9 @@ static void null_args(void)
     CHECK(fqla_verify_workspace_size(ctx, NULL, &bytes) == FQLA_STATUS_INVALID_VALUE && bytes == 0,
           "verify_workspace_size(NULL args)");
     fqla_problem p;
-    CHECK(fqla_validate_decode(ctx, NULL, 0, 1, &p) == FQLA_STATUS_INVALID_VALUE, "validate_decode(NULL args)");
+    fqla_context *held = fqla_context_acquire(ctx);
+    CHECK(fqla_validate_decode(held, NULL, 0, 1, &p) == FQLA_STATUS_INVALID_VALUE, "validate_decode(NULL args)");
+    fqla_context_release(held);
     fqla_context_destroy(ctx);
 }
 

@@ -444,7 +444,7 @@ fqla_status fqla_cpu_bwd(fqla_context *ctx, const fqla_problem *p, const fqla_bw
 {
     bwd_job job;
     int64_t items = p->N * p->H;
-    int workers = fqla_cpu_workers(ctx->threads, items);
+    int workers = fqla_cpu_workers(p->threads, items);
     memset(&job, 0, sizeof job);
     job.p = p;
     job.a = a;

@@ -174,10 +174,10 @@ fqla_status fqla_cpu_fwd(fqla_context *ctx, const fqla_problem *p, const fqla_fw
     job.p = p;
     job.a = a;
     job.in = fqla_cpu_inputs_fwd(p, a);
-    job.heads_per_item = fqla_cpu_heads_per_item(p, ctx->threads);
+    job.heads_per_item = fqla_cpu_heads_per_item(p, p->threads);
     job.items_per_pair = (p->group + job.heads_per_item - 1) / job.heads_per_item;
     int64_t items = p->N * p->H * job.items_per_pair;
-    int workers = fqla_cpu_workers(ctx->threads, items);
+    int workers = fqla_cpu_workers(p->threads, items);
     job.per_worker = fwd_floats(p->K, p->V, job.heads_per_item);
     job.scratch = fqla_cpu_alloc_floats(job.per_worker * workers);
     if (!job.scratch)

@@ -124,7 +124,7 @@ fqla_status fqla_cpu_decode(fqla_context *ctx, const fqla_problem *p, const fqla
 {
     decode_job job;
     int64_t items = p->B * p->HV;
-    int workers = fqla_cpu_workers(ctx->threads, items);
+    int workers = fqla_cpu_workers(p->threads, items);
     job.p = p;
     job.a = a;
     job.verify = p->op == FQLA_OP_VERIFY;

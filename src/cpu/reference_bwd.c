@@ -269,7 +269,7 @@ fqla_status fqla_ref_bwd(fqla_context *ctx, const fqla_problem *p, const fqla_bw
     for (int i = 0; i < 5; i++)
         fqla_cpu_zero_uncovered(p, rows[i]);
 
-    fqla_status st = fqla_ref_parallel(ctx->threads, p->N * p->H, bwd_task, &job);
+    fqla_status st = fqla_ref_parallel(p->threads, p->N * p->H, bwd_task, &job);
     if (st == FQLA_STATUS_SUCCESS && p->opt.use_gate_in_kernel)
         fqla_cpu_reduce_gate_params(p, a, job.dA_log_part, job.ddt_bias_part);
     free(job.dA_log_part);

@@ -80,7 +80,7 @@ fqla_status fqla_ref_decode(fqla_context *ctx, const fqla_problem *p, const fqla
 
     /* Verify with step_slots writes into the pool that other rows read: run
      * in row order on one thread so the result is defined by the order of b. */
-    int threads = (job.verify && a->step_slots.data && !a->step_states.data) ? 1 : ctx->threads;
+    int threads = (job.verify && a->step_slots.data && !a->step_states.data) ? 1 : p->threads;
     fqla_status st = fqla_ref_parallel(threads, p->B * p->HV, decode_task, &job);
     if (st == FQLA_STATUS_ALLOC_FAILED)
         return fqla_fail(ctx, st, "CPU reference decode: could not allocate a %lld x %lld state",

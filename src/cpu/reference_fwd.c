@@ -6,7 +6,8 @@
  * from initial_state[n, h] (or 0), after the in-kernel transforms the options
  * ask for. This is the definition every other path is judged by: it is kept
  * as plain as possible, with all math in double whatever the storage dtype.
- * One task per (sequence, value head); tasks run on ctx->threads threads.
+ * One task per (sequence, value head); tasks run on p->threads threads (the
+ * context's count as the call started).
  */
 #include "cpu/reference_common.h"
 
@@ -58,7 +59,7 @@ fqla_status fqla_ref_fwd(fqla_context *ctx, const fqla_problem *p, const fqla_fw
     job.in = fqla_cpu_inputs_fwd(p, a);
 
     fqla_cpu_zero_uncovered(p, &a->o);
-    fqla_status st = fqla_ref_parallel(ctx->threads, p->N * p->HV, fwd_task, &job);
+    fqla_status st = fqla_ref_parallel(p->threads, p->N * p->HV, fwd_task, &job);
     if (st == FQLA_STATUS_ALLOC_FAILED)
         return fqla_fail(ctx, st, "CPU reference forward: could not allocate a %lld x %lld state",
                          (long long)p->K, (long long)p->V);

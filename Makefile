@@ -2,8 +2,9 @@
 # sources are compiled ahead of time for sm_90a and linked in.
 #
 #   make            build/libflashqla.a, build/libflashqla.so, build/flashqla
-#   make test       all tests (+ ASan/UBSan build of the tests, + a bounded libFuzzer run)
-#   make run        flashqla run (the default GDN layer, GPU when present, else CPU)
+#   make test       all tests (+ the exported-symbols check, + ASan/UBSan build of the
+#                   tests, + a bounded libFuzzer run)
+#   make run        make, then flashqla run (the default GDN layer, GPU when present, else CPU)
 #   make CUDA=0     force a CPU-only build
 #   make DEV=1      the developer build, in build-dev/: FQLA_DEV defined for C and
 #                   CUDA, the tuning kernels compiled, and the library sources of

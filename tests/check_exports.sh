@@ -33,6 +33,13 @@ fail=0
 if [ ! -s "$tmp/declared" ]; then
   echo "FAIL: no FQLA_API declarations found in $header"; exit 1
 fi
+# a function declared without FQLA_API would be hidden by the build
+unmarked=$(grep -nE '^[A-Za-z_][A-Za-z0-9_ ]*[ *]fqla_[A-Za-z0-9_]+\(' "$header" | grep -v ':FQLA_API ' || true)
+if [ -n "$unmarked" ]; then
+  echo "FAIL: declared in include/flashqla.h without FQLA_API (hidden, not exported):"
+  printf '%s\n' "$unmarked" | sed 's/^/  line /'
+  fail=1
+fi
 # exported but not declared (dev hooks allowed in a DEV build)
 extra=$(comm -13 "$tmp/declared" "$tmp/exported")
 if [ "$dev" = 1 ]; then

@@ -5,7 +5,7 @@
 # without re-exporting it). In a developer build (DEV=1 as second argument),
 # the dev hooks fqla_dev_* and fqla_cuda_* are allowed besides.
 #
-#   tests/check_exports.sh LIB.so [DEV]
+#   tests/check_exports.sh LIB.so [DEV]     DEV: 1 for a `make DEV=1` library, else 0
 #
 # Exit status: 0 pass, 1 fail, 77 skipped (no nm, or no library).
 set -u

@@ -2,17 +2,33 @@
 # sources are compiled ahead of time for sm_90a and linked in.
 #
 #   make            build/libflashqla.a, build/libflashqla.so, build/flashqla
-#   make test       all tests (+ ASan/UBSan build of the tests, + a bounded libFuzzer run)
-#   make run        flashqla run (the default GDN layer, GPU when present, else CPU)
+#   make test       all tests (+ the exported-symbols check, + ASan/UBSan build of the
+#                   tests, + a bounded libFuzzer run)
+#   make run        make, then flashqla run (the default GDN layer, GPU when present, else CPU)
 #   make CUDA=0     force a CPU-only build
+#   make DEV=1      the developer build, in build-dev/: FQLA_DEV defined for C and
+#                   CUDA, the tuning kernels compiled, and the library sources of
+#                   src/dev/ added (the default build never reads src/dev/)
 
 CC      ?= cc
 CXX     ?= c++
 OPT     ?= -O2
 CFLAGS  ?= $(OPT) -march=x86-64-v2
-BASE_CFLAGS = -std=c99 -Wall -Wextra -pedantic -fPIC -Iinclude -Isrc -pthread -D_POSIX_C_SOURCE=200809L
+# Symbols are hidden unless marked FQLA_API (include/flashqla.h): the shared
+# library exports the public API only.
+BASE_CFLAGS = -std=c99 -Wall -Wextra -pedantic -fPIC -fvisibility=hidden -Iinclude -Isrc -pthread -D_POSIX_C_SOURCE=200809L
 LDLIBS  = -lm -pthread
+# Nothing of the archives linked into libflashqla.so (the static CUDA runtime)
+# is exported from it.
+SO_LDFLAGS = -Wl,--exclude-libs,ALL
+
+# The developer build keeps its objects apart from the product build's.
+DEV     ?= 0
+ifeq ($(DEV),1)
+BUILD   = build-dev
+else
 BUILD   = build
+endif
 
 CUDA_HOME ?= /usr/local/cuda
 NVCC    ?= $(shell command -v nvcc 2>/dev/null || (test -x $(CUDA_HOME)/bin/nvcc && echo $(CUDA_HOME)/bin/nvcc))
@@ -20,15 +36,29 @@ ifeq ($(CUDA),0)
 NVCC :=
 endif
 
-C_SRC   = $(wildcard src/*.c src/cpu/*.c)
+# The product library's C sources: the sanitizer and fuzzer builds use these
+# (CUDA stubbed) in every build.
+PROD_C_SRC = $(wildcard src/*.c src/cpu/*.c)
+C_SRC   = $(PROD_C_SRC)
 CU_SRC  =
+DEV_HDR =
 LINK    = $(CC)
 ifneq ($(strip $(NVCC)),)
 CU_SRC  = $(wildcard src/cuda/*.cu)
 BASE_CFLAGS += -DFQLA_HAVE_CUDA
-NVCCFLAGS = -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Xcompiler -fPIC -Iinclude -Isrc \
-            -DFQLA_HAVE_CUDA --expt-relaxed-constexpr -lineinfo -Xptxas=-warn-spills $(NVCC_EXTRA)
+NVCCFLAGS = -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Xcompiler -fPIC -Xcompiler -fvisibility=hidden \
+            -Iinclude -Isrc -DFQLA_HAVE_CUDA --expt-relaxed-constexpr -lineinfo -Xptxas=-warn-spills $(NVCC_EXTRA)
 LDLIBS  += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
+endif
+
+ifeq ($(DEV),1)
+C_SRC   += $(wildcard src/dev/*.c)
+DEV_HDR  = $(wildcard src/dev/*.h src/dev/*.cuh)
+BASE_CFLAGS += -DFQLA_DEV
+ifneq ($(strip $(NVCC)),)
+CU_SRC  += $(wildcard src/dev/*.cu)
+NVCCFLAGS += -DFQLA_DEV -DFQLA_FWD_TUNING=1
+endif
 endif
 
 OBJ     = $(C_SRC:%.c=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.o)
@@ -46,15 +76,17 @@ TEST_COMMON = $(wildcard tests/common/*.c)
 .PHONY: all test test-fast test-asan fuzz run clean
 all: $(LIB_A) $(LIB_SO) $(CLI)
 
-$(BUILD)/obj/%.o: %.c $(wildcard include/*.h src/*.h src/cpu/*.h)
+$(BUILD)/obj/%.o: %.c $(wildcard include/*.h src/*.h src/cpu/*.h) $(DEV_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(BASE_CFLAGS) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/obj/%.o: %.cu $(wildcard include/*.h src/*.h src/cuda/*.h src/cuda/*.cuh)
+$(BUILD)/obj/%.o: %.cu $(wildcard include/*.h src/*.h src/cuda/*.h src/cuda/*.cuh) $(DEV_HDR)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@ 2> $@.log || { cat $@.log >&2; rm -f $@; exit 1; }
-	@# ptxas's C7511 / C7512 (wgmma serialised: for the wgmma pipeline or
-	@# the whole function) are hard regressions for these kernels: docs/perf.md, sessions 18, 26
+	@# ptxas's C7511 / C7512 (wgmma serialised, for the wgmma pipeline or the
+	@# whole function) are hard regressions for these kernels: a build whose
+	@# chain kernels had C7511 ran x1.13 slower (x1.05-1.34) over the 36
+	@# uniform rows on the H200, so the object is rejected
 	@cat $@.log >&2; if grep -qE 'C751[12]' $@.log; then echo "$<: ptxas serialised wgmma (C7511 / C7512)" >&2; rm -f $@; exit 1; fi
 
 $(LIB_A): $(OBJ)
@@ -62,15 +94,15 @@ $(LIB_A): $(OBJ)
 	rm -f $@ && ar rcs $@ $^
 
 $(LIB_SO): $(OBJ)
-	$(LINK) -shared -o $@ $^ $(LDLIBS)
+	$(LINK) -shared $(SO_LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # The commit the program is built from (+dirty with uncommitted changes; empty
 # outside a git checkout), for the records `flashqla bench` writes.
 BUILD_COMMIT := $(shell git rev-parse --short HEAD 2>/dev/null)$(shell git rev-parse --git-dir >/dev/null 2>&1 && \
                   { git diff --quiet HEAD -- 2>/dev/null || echo +dirty; })
 
-$(CLI): $(wildcard tools/*.c tools/*.h) $(LIB_A)
-	$(CC) $(BASE_CFLAGS) $(CFLAGS) -DFQLA_BUILD_COMMIT='"$(BUILD_COMMIT)"' $(wildcard tools/*.c) $(LIB_A) -o $@ $(LDLIBS)
+$(CLI): $(wildcard cli/*.c cli/*.h) $(LIB_A)
+	$(CC) $(BASE_CFLAGS) $(CFLAGS) -DFQLA_BUILD_COMMIT='"$(BUILD_COMMIT)"' $(wildcard cli/*.c) $(LIB_A) -o $@ $(LDLIBS)
 
 $(BUILD)/tests/%: tests/%.c $(TEST_COMMON) $(wildcard tests/common/*.h src/cuda/*.h) $(LIB_A)
 	@mkdir -p $(dir $@)
@@ -79,7 +111,7 @@ $(BUILD)/tests/%: tests/%.c $(TEST_COMMON) $(wildcard tests/common/*.h src/cuda/
 # --- sanitizer build of the library (C sources, CUDA stubbed) and the tests ---
 ASAN_FLAGS = -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
 ASAN_CFLAGS = -std=c99 -Wall -Wextra -pedantic -Iinclude -Isrc -Itests -pthread -D_POSIX_C_SOURCE=200809L
-ASAN_OBJ = $(C_SRC:%.c=$(BUILD)/asan/obj/%.o)
+ASAN_OBJ = $(PROD_C_SRC:%.c=$(BUILD)/asan/obj/%.o)
 ASAN_TESTS = $(TEST_SRC:tests/%.c=$(BUILD)/asan/tests/%)
 
 $(BUILD)/asan/obj/%.o: %.c $(wildcard include/*.h src/*.h src/cpu/*.h)
@@ -93,7 +125,7 @@ $(BUILD)/asan/tests/%: tests/%.c $(TEST_COMMON) $(ASAN_OBJ)
 # --- libFuzzer over the argument validation (clang only) ---
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 90
-FUZZ_OBJ = $(C_SRC:%.c=$(BUILD)/fuzz/obj/%.o)
+FUZZ_OBJ = $(PROD_C_SRC:%.c=$(BUILD)/fuzz/obj/%.o)
 $(BUILD)/fuzz/obj/%.o: %.c $(wildcard include/*.h src/*.h src/cpu/*.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(ASAN_CFLAGS) -O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -c $< -o $@
@@ -111,9 +143,9 @@ fuzz: $(BUILD)/fuzz/fuzz_validate
 	$(BUILD)/fuzz/fuzz_validate -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 $(BUILD)/fuzz/corpus
 
 test: all $(TESTS) $(ASAN_TESTS) $(BUILD)/fuzz/fuzz_validate
-	tests/run_all.sh $(BUILD) $(FUZZ_SECONDS)
+	FQLA_DEV_BUILD=$(DEV) tests/run_all.sh $(BUILD) $(FUZZ_SECONDS)
 
-run: $(CLI)
+run: all
 	$(CLI) run
 
 clean:

@@ -9,8 +9,8 @@
 # take the others' results with it; BENCH is the bench script to run.
 set -u
 BIN=${BIN:-.decbin}
-. "$(dirname "$0")/../tools/gpu/unpack.sh" # a folder packed by tools/gpu/pack.sh
-. "$(dirname "$0")/../tools/gpu/triton_cache.sh" # FLA's compiled kernels from earlier sessions
+. "$(dirname "$0")/../dev/gpu/unpack.sh" # a folder packed by dev/gpu/pack.sh
+. "$(dirname "$0")/../dev/gpu/triton_cache.sh" # FLA's compiled kernels from earlier sessions
 BENCH=${BENCH:-bench/bench_decode.py}
 OUT=${OUT:-/tmp/decode-out}
 mkdir -p "$OUT"

@@ -56,6 +56,14 @@
 extern "C" {
 #endif
 
+/* Marks the public functions. The library is compiled with
+ * -fvisibility=hidden, so these are the only symbols libflashqla.so exports. */
+#if defined(__GNUC__) || defined(__clang__)
+#define FQLA_API __attribute__((visibility("default")))
+#else
+#define FQLA_API
+#endif
+
 #define FQLA_VERSION_MAJOR 0
 #define FQLA_VERSION_MINOR 1
 #define FQLA_VERSION_PATCH 0
@@ -64,7 +72,7 @@ extern "C" {
 #define FQLA_VERSION 100
 
 /* The version the library was built as (FQLA_VERSION of its headers). */
-int fqla_version(void);
+FQLA_API int fqla_version(void);
 
 /* ------------------------------------------------------------------------ */
 /* Status                                                                    */
@@ -85,7 +93,7 @@ typedef enum fqla_status {
 } fqla_status;
 
 /* A static string naming the status ("FQLA_STATUS_INVALID_VALUE"). */
-const char *fqla_status_string(fqla_status status);
+FQLA_API const char *fqla_status_string(fqla_status status);
 
 /* ------------------------------------------------------------------------ */
 /* Context                                                                   */
@@ -117,19 +125,19 @@ typedef struct fqla_context fqla_context;
 /* Creates a context for a backend and device (device is the CUDA ordinal;
  * 0 for the CPU backends). *ctx is set to NULL on failure; the reason is then
  * in fqla_last_error(NULL). */
-fqla_status fqla_context_create(fqla_context **ctx, fqla_backend backend, int device);
+FQLA_API fqla_status fqla_context_create(fqla_context **ctx, fqla_backend backend, int device);
 /* Destroys a context. NULL is a no-op; a destroyed context is rejected by
  * every later call with FQLA_STATUS_INVALID_CONTEXT. */
-fqla_status fqla_context_destroy(fqla_context *ctx);
+FQLA_API fqla_status fqla_context_destroy(fqla_context *ctx);
 /* CPU backends: worker threads per call (>= 1; 0 = number of online cores). */
-fqla_status fqla_context_set_threads(fqla_context *ctx, int threads);
+FQLA_API fqla_status fqla_context_set_threads(fqla_context *ctx, int threads);
 
 /* The last error message of ctx (of the calling thread when ctx is NULL or
  * not a live context); "" when the last call succeeded. The text is the
  * calling thread's copy, valid until its fourth next fqla_last_error call.
  * With calls on one context from several threads it is the latest message
  * of any of them: give each thread its own context for per-call messages. */
-const char *fqla_last_error(const fqla_context *ctx);
+FQLA_API const char *fqla_last_error(const fqla_context *ctx);
 
 typedef struct fqla_device_info {
     fqla_backend backend;
@@ -141,12 +149,12 @@ typedef struct fqla_device_info {
     int threads;         /* CPU worker threads (0 on CUDA) */
 } fqla_device_info;
 
-fqla_status fqla_context_info(const fqla_context *ctx, fqla_device_info *info);
+FQLA_API fqla_status fqla_context_info(const fqla_context *ctx, fqla_device_info *info);
 
 /* Whether a backend is compiled in and has a usable device (returns
  * FQLA_STATUS_SUCCESS or FQLA_STATUS_BACKEND_UNAVAILABLE; a reason string is
  * written to why[0..why_size) when why is not NULL). */
-fqla_status fqla_backend_available(fqla_backend backend, char *why, size_t why_size);
+FQLA_API fqla_status fqla_backend_available(fqla_backend backend, char *why, size_t why_size);
 
 /* ------------------------------------------------------------------------ */
 /* Tensors                                                                   */
@@ -160,8 +168,8 @@ typedef enum fqla_dtype {
     FQLA_DTYPE_I64 = 5
 } fqla_dtype;
 
-const char *fqla_dtype_string(fqla_dtype dtype);
-size_t fqla_dtype_size(fqla_dtype dtype);
+FQLA_API const char *fqla_dtype_string(fqla_dtype dtype);
+FQLA_API size_t fqla_dtype_size(fqla_dtype dtype);
 
 #define FQLA_MAX_DIMS 6
 
@@ -179,10 +187,10 @@ typedef struct fqla_tensor {
 } fqla_tensor;
 
 /* A contiguous (row-major) tensor over data. shape has ndim entries. */
-fqla_tensor fqla_tensor_contiguous(void *data, fqla_dtype dtype, int ndim, const int64_t *shape);
+FQLA_API fqla_tensor fqla_tensor_contiguous(void *data, fqla_dtype dtype, int ndim, const int64_t *shape);
 /* Number of elements (product of the shape; 0 for an absent tensor or a
  * size <= 0, -1 when the product overflows int64). */
-int64_t fqla_tensor_numel(const fqla_tensor *t);
+FQLA_API int64_t fqla_tensor_numel(const fqla_tensor *t);
 
 /* ------------------------------------------------------------------------ */
 /* Options shared by every operation                                          */
@@ -227,20 +235,20 @@ typedef struct fqla_fwd_args {
 } fqla_fwd_args;
 
 /* Zeroes args and sets the defaults (scale = FQLA_SCALE_DEFAULT). */
-void fqla_fwd_args_init(fqla_fwd_args *args);
+FQLA_API void fqla_fwd_args_init(fqla_fwd_args *args);
 
 /* FQLA_STATUS_SUCCESS when this backend can run args as given; otherwise the
  * status the call would return. Nothing runs and no tensor data is read,
  * except the values of cu_seqlens (and, for decode, slots) on CPU contexts,
  * where they are host memory and are validated. */
-fqla_status fqla_fwd_supported(fqla_context *ctx, const fqla_fwd_args *args);
+FQLA_API fqla_status fqla_fwd_supported(fqla_context *ctx, const fqla_fwd_args *args);
 /* On CUDA the size follows from the shapes and, for packed varlen input, from
  * cu_seqlens_host's values when it is given (they steer the context-parallel
  * plan): query again when they change. */
-fqla_status fqla_fwd_workspace_size(fqla_context *ctx, const fqla_fwd_args *args, size_t *bytes);
+FQLA_API fqla_status fqla_fwd_workspace_size(fqla_context *ctx, const fqla_fwd_args *args, size_t *bytes);
 /* Rows of o beyond the last cu_seqlens entry are written as zeros. */
-fqla_status fqla_fwd(fqla_context *ctx, const fqla_fwd_args *args,
-                     void *workspace, size_t workspace_bytes, void *stream);
+FQLA_API fqla_status fqla_fwd(fqla_context *ctx, const fqla_fwd_args *args,
+                              void *workspace, size_t workspace_bytes, void *stream);
 
 /* ------------------------------------------------------------------------ */
 /* Backward                                                                   */
@@ -266,11 +274,11 @@ typedef struct fqla_bwd_args {
     fqla_options opt;
 } fqla_bwd_args;
 
-void fqla_bwd_args_init(fqla_bwd_args *args);
-fqla_status fqla_bwd_supported(fqla_context *ctx, const fqla_bwd_args *args);
-fqla_status fqla_bwd_workspace_size(fqla_context *ctx, const fqla_bwd_args *args, size_t *bytes);
-fqla_status fqla_bwd(fqla_context *ctx, const fqla_bwd_args *args,
-                     void *workspace, size_t workspace_bytes, void *stream);
+FQLA_API void fqla_bwd_args_init(fqla_bwd_args *args);
+FQLA_API fqla_status fqla_bwd_supported(fqla_context *ctx, const fqla_bwd_args *args);
+FQLA_API fqla_status fqla_bwd_workspace_size(fqla_context *ctx, const fqla_bwd_args *args, size_t *bytes);
+FQLA_API fqla_status fqla_bwd(fqla_context *ctx, const fqla_bwd_args *args,
+                              void *workspace, size_t workspace_bytes, void *stream);
 
 /* ------------------------------------------------------------------------ */
 /* Decode (one token) and verify (T draft tokens) on a state pool            */
@@ -308,16 +316,16 @@ typedef struct fqla_decode_args {
     fqla_options opt;
 } fqla_decode_args;
 
-void fqla_decode_args_init(fqla_decode_args *args);
-fqla_status fqla_decode_supported(fqla_context *ctx, const fqla_decode_args *args);
-fqla_status fqla_decode_workspace_size(fqla_context *ctx, const fqla_decode_args *args, size_t *bytes);
-fqla_status fqla_decode(fqla_context *ctx, const fqla_decode_args *args,
-                        void *workspace, size_t workspace_bytes, void *stream);
+FQLA_API void fqla_decode_args_init(fqla_decode_args *args);
+FQLA_API fqla_status fqla_decode_supported(fqla_context *ctx, const fqla_decode_args *args);
+FQLA_API fqla_status fqla_decode_workspace_size(fqla_context *ctx, const fqla_decode_args *args, size_t *bytes);
+FQLA_API fqla_status fqla_decode(fqla_context *ctx, const fqla_decode_args *args,
+                                 void *workspace, size_t workspace_bytes, void *stream);
 
-fqla_status fqla_verify_supported(fqla_context *ctx, const fqla_decode_args *args);
-fqla_status fqla_verify_workspace_size(fqla_context *ctx, const fqla_decode_args *args, size_t *bytes);
-fqla_status fqla_verify(fqla_context *ctx, const fqla_decode_args *args,
-                        void *workspace, size_t workspace_bytes, void *stream);
+FQLA_API fqla_status fqla_verify_supported(fqla_context *ctx, const fqla_decode_args *args);
+FQLA_API fqla_status fqla_verify_workspace_size(fqla_context *ctx, const fqla_decode_args *args, size_t *bytes);
+FQLA_API fqla_status fqla_verify(fqla_context *ctx, const fqla_decode_args *args,
+                                 void *workspace, size_t workspace_bytes, void *stream);
 
 #ifdef __cplusplus
 }

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# `make test`: the tests, the same tests under ASan+UBSan, test_handles under
-# ThreadSanitizer, a bounded libFuzzer run over the argument validation, and
-# the Python tests when the package's dependencies are importable. Ends with
-# one line: N passed, N failed, N skipped.
+# `make test`: the tests, the symbols the shared library exports, the same
+# tests under ASan+UBSan, test_handles under ThreadSanitizer, a bounded
+# libFuzzer run over the argument validation, and the Python tests when the
+# package's dependencies are importable. Ends with one line: N passed, N
+# failed, N skipped.
 set -u
 build=${1:-build}
 fuzz_seconds=${2:-90}
@@ -18,6 +19,14 @@ section() { echo; echo "######## $1"; }
 
 section "tests ($build/tests)"
 out=$("$here/run_tests.sh" "$build/tests" 2>&1); printf '%s\n' "$out"; add "$(printf '%s\n' "$out" | tail -n 1)"
+
+section "exported symbols ($build/libflashqla.so)"
+"$here/check_exports.sh" "$build/libflashqla.so" "${FQLA_DEV_BUILD:-0}"
+case $? in
+  0) add "1 passed, 0 failed" ;;
+  77) add "0 passed, 0 failed, 1 skipped" ;;
+  *) echo "FAIL check_exports"; add "0 passed, 1 failed" ;;
+esac
 
 section "tests under ASan + UBSan ($build/asan/tests, quick sizes)"
 out=$(FQLA_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \

@@ -35,29 +35,14 @@
 #include <string.h>
 
 #ifdef FQLA_HAVE_CUDA
-/* The few runtime calls the test needs, declared here (cuda_runtime_api.h is
- * not C99-pedantic clean and the tests are built without its include path).
- * Stable C ABI: cudaError_t and the enums are ints, handles are pointers. */
-extern int cudaMalloc(void **ptr, size_t bytes);
-extern int cudaFree(void *ptr);
-extern int cudaMemcpy(void *dst, const void *src, size_t bytes, int kind);
-extern int cudaDeviceSynchronize(void);
-extern int cudaStreamCreate(void **stream);
-extern int cudaStreamDestroy(void *stream);
-extern int cudaStreamSynchronize(void *stream);
-extern int cudaStreamBeginCapture(void *stream, int mode);
-extern int cudaStreamEndCapture(void *stream, void **graph);
-extern int cudaGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags);
-extern int cudaGraphLaunch(void *exec, void *stream);
-extern int cudaGraphExecDestroy(void *exec);
-extern int cudaGraphDestroy(void *graph);
-extern const char *cudaGetErrorString(int err);
+/* The CUDA runtime entry points (C ABI of libcudart; handles are void *). */
+#include "cudart_c.h"
 /* benchmark / test hook in src/cuda/decode.cu: fixed V-slice width (0 = auto) */
 extern void fqla_cuda_decode_tune(int wv, int streaming);
 extern void fqla_cuda_decode_tune_ksplit(int ks);
-#define MEMCPY_H2D 1
-#define MEMCPY_D2H 2
-#define CAPTURE_THREAD_LOCAL 1
+#define MEMCPY_H2D CUDART_MEMCPY_H2D
+#define MEMCPY_D2H CUDART_MEMCPY_D2H
+#define CAPTURE_THREAD_LOCAL CUDART_CAPTURE_THREAD_LOCAL
 #endif
 
 static int g_emulate; /* the CPU reference stands in for the GPU */

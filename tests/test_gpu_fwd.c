@@ -31,25 +31,12 @@
 
 #ifdef FQLA_HAVE_CUDA
 
-/* The few CUDA runtime entry points the test needs (C ABI of libcudart). */
+/* The CUDA runtime entry points (C ABI of libcudart; handles are void *). */
+#include "cudart_c.h"
 typedef int cuda_err;
-typedef struct CUstream_st *cuda_stream;
-typedef struct CUgraph_st *cuda_graph;
-typedef struct CUgraphExec_st *cuda_graph_exec;
-extern cuda_err cudaMalloc(void **p, size_t n);
-extern cuda_err cudaFree(void *p);
-extern cuda_err cudaMemcpy(void *dst, const void *src, size_t n, int kind);
-extern cuda_err cudaDeviceSynchronize(void);
-extern cuda_err cudaStreamCreate(cuda_stream *s);
-extern cuda_err cudaStreamDestroy(cuda_stream s);
-extern cuda_err cudaStreamSynchronize(cuda_stream s);
-extern cuda_err cudaStreamBeginCapture(cuda_stream s, int mode);
-extern cuda_err cudaStreamEndCapture(cuda_stream s, cuda_graph *g);
-extern cuda_err cudaGraphInstantiate(cuda_graph_exec *e, cuda_graph g, unsigned long long flags);
-extern cuda_err cudaGraphLaunch(cuda_graph_exec e, cuda_stream s);
-extern cuda_err cudaGraphExecDestroy(cuda_graph_exec e);
-extern cuda_err cudaGraphDestroy(cuda_graph g);
-extern const char *cudaGetErrorString(cuda_err e);
+typedef void *cuda_stream;
+typedef void *cuda_graph;
+typedef void *cuda_graph_exec;
 /* the forward's kernel-variant hook (src/cuda/fwd.cu, outside the public API) */
 extern void fqla_cuda_fwd_tune(int prep_heads, int late_loads);
 extern void fqla_cuda_fwd_tune_chunk(int wg, int nwg);
@@ -59,8 +46,8 @@ extern void fqla_cuda_fwd_tune_cp_skip(int on);
 extern int64_t fqla_cuda_fwd_debug_cp_skipped(void);
 extern void fqla_cuda_fwd_tune_recurrent(int rows); /* fp32 recurrence: 16 / 32 rows a lane, 0 by waves */
 extern int fqla_cuda_fwd_last_route(void); /* 1 fused, 2 wgmma, 3 mma.sync, 4 fp32 recurrent; + 8 with CP */
-#define H2D 1
-#define D2H 2
+#define H2D CUDART_MEMCPY_H2D
+#define D2H CUDART_MEMCPY_D2H
 
 #define CU(call)                                                                \
     do {                                                                        \

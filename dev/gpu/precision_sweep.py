@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """precision_sweep.py - the forward's error against the fp64 reference, on the
 GPU, flashqla beside FLA, on the inputs where the numpy model
-(tools/models/inverse_precision.py) says every bf16 implementation leaves
+(dev/models/inverse_precision.py) says every bf16 implementation leaves
 TESTING.md's 5e-3 bound or where the gate-free inverse overflows:
 
   - no decay (g = 0), beta in {0, 1, 1.99}, unit q / k rows, over T = 130
@@ -11,7 +11,7 @@ TESTING.md's 5e-3 bound or where the gate-free inverse overflows:
   - for scale, default gates with unit rows at T = 4096.
 
     FLASHQLA_LIB=build/libflashqla.so PYTHONPATH=python:/tmp/site \\
-        python3 tools/gpu/precision_sweep.py [--seed N]
+        python3 dev/gpu/precision_sweep.py [--seed N]
 
 Prints, per case and implementation, the worst rel(o) and rel(final state)
 over heads (TESTING.md's metric) and the count of non-finite outputs.

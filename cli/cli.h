@@ -19,13 +19,13 @@
 /* The most tokens a sequence (run's --T, --varlen, bench's row lengths) may have. */
 #define CLI_MAX_TOKENS ((int64_t)1 << 40)
 
-/* The subcommands (tools/info.c, tools/run.c, tools/bench.c). */
+/* The subcommands (cli/info.c, cli/run.c, cli/bench.c). */
 int cli_info(int argc, char **argv);
 int cli_run(int argc, char **argv);
 int cli_bench(int argc, char **argv);
 
 /* ------------------------------------------------------------------------ */
-/* Options (tools/options.c)                                                  */
+/* Options (cli/options.c)                                                  */
 
 /* Steps through argv of a subcommand: --name value and --name=value forms. */
 typedef struct cli_args {
@@ -59,7 +59,7 @@ const char *cli_dtype_name(fqla_dtype d);   /* "bf16", "fp16", "fp32", "fp64" */
 const char *cli_backend_name(fqla_backend b); /* "cpu", "cuda", "reference" */
 
 /* ------------------------------------------------------------------------ */
-/* Buffers (tools/device.c)                                                   */
+/* Buffers (cli/device.c)                                                   */
 
 /* Host memory aligned to 256 bytes (what any kernel may want). NULL on failure. */
 void *cli_host_alloc(size_t bytes);
@@ -76,7 +76,7 @@ int cli_dev_download(void *dst, const void *src, size_t bytes, char *err, size_t
 int cli_dev_sync(char *err, size_t err_size);
 
 /* ------------------------------------------------------------------------ */
-/* Numbers (tools/numbers.c)                                                  */
+/* Numbers (cli/numbers.c)                                                  */
 
 typedef struct cli_rng { uint64_t s; int have_spare; double spare; } cli_rng;
 void cli_rng_seed(cli_rng *r, uint64_t seed);

@@ -1,4 +1,4 @@
-"""tools/gpu/ncu_stretches.py on a small ncu source page: stretches end at CTA
+"""dev/gpu/ncu_stretches.py on a small ncu source page: stretches end at CTA
 barriers, EXIT and MEMBAR (not at DEPBAR), samples and instructions are summed
 per stretch, and code that neither ran nor was sampled is left out. CPU only:
 it reads a CSV file in the layout ncu_prep.sh writes."""
@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
-TOOL = os.path.join(ROOT, "tools", "gpu", "ncu_stretches.py")
+TOOL = os.path.join(ROOT, "dev", "gpu", "ncu_stretches.py")
 
 HEAD = ('"Kernel Name","void k<(int)128>(params)",\n'
         '"Address","Source","Warp Stall Sampling (All Samples)","Warp Stall Sampling (Not-issued Samples)",'

@@ -4,7 +4,7 @@
 # cuobjdump and nvdisasm as pip wheels, which this fetches once into
 # .sasstools/ (ignored by git) and uses from there.
 #
-#   tools/sass.sh FILE [NAME]
+#   dev/sass/sass.sh FILE [NAME]
 #
 # FILE: an object, a library or a binary with sm_90a code (e.g.
 # build/obj/src/cuda/fwd_prepare.o); NAME: print only the functions whose
@@ -12,9 +12,9 @@
 # Counting instructions or diffing two builds' code needs no device time
 # (docs/perf.md, session 5: the regression hunt).
 set -eu
-file=${1:?usage: tools/sass.sh FILE [NAME]}
+file=${1:?usage: dev/sass/sass.sh FILE [NAME]}
 name=${2:-}
-dir=$(cd "$(dirname "$0")/.." && pwd)/.sasstools
+dir=$(cd "$(dirname "$0")/../.." && pwd)/.sasstools
 if [ ! -x "$dir/cuobjdump" ] || [ ! -x "$dir/nvdisasm" ]; then
   mkdir -p "$dir/whl"
   python3 -m pip download -q --no-deps -d "$dir/whl" 'nvidia-cuda-cuobjdump>=13,<14' 'nvidia-cuda-nvdisasm>=13,<14' >&2

@@ -1,10 +1,10 @@
 """one_fwd.py - one flashqla forward call on a benchmark row's inputs, with a
-kernel variant: the command for tools/gpu/ncu_prep.sh's NCU_CMD (ncu then
+kernel variant: the command for dev/gpu/ncu_prep.sh's NCU_CMD (ncu then
 profiles this call's kernels, not a correctness check's shorter input).
 
-    python3 tools/gpu/one_fwd.py LIB HQ HV SEQLENS [PREP_VARIANT]
+    python3 dev/gpu/one_fwd.py LIB HQ HV SEQLENS [PREP_VARIANT]
 
-e.g. python3 tools/gpu/one_fwd.py .fwdbin/libflashqla.so 32 32 8192x4 4
+e.g. python3 dev/gpu/one_fwd.py .fwdbin/libflashqla.so 32 32 8192x4 4
 """
 import os
 import sys

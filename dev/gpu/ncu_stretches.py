@@ -1,8 +1,8 @@
 """ncu_stretches.py - where a kernel's warps wait, by stretch between CTA barriers.
 
-    python3 tools/gpu/ncu_stretches.py NCU_SASS_CSV [NCU_SASS_CSV ...]
+    python3 dev/gpu/ncu_stretches.py NCU_SASS_CSV [NCU_SASS_CSV ...]
 
-Reads the per-SASS-instruction source page that tools/gpu/ncu_prep.sh writes
+Reads the per-SASS-instruction source page that dev/gpu/ncu_prep.sh writes
 (ncu_sass.csv: `ncu --page source --csv --print-source sass`) and prints, for
 each stretch of code that ends at a CTA barrier (BAR.SYNC, BAR.RED, a named
 barrier), at an EXIT or at a MEMBAR, its warp stall samples (and their share

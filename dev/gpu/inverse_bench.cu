@@ -25,7 +25,7 @@
  *   correlated keys, beta in (0, 2)).
  *
  *   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a \
- *        -o inverse_bench tools/gpu/inverse_bench.cu && ./inverse_bench
+ *        -o inverse_bench dev/gpu/inverse_bench.cu && ./inverse_bench
  *
  * Standalone: not part of the library or its tests.
  */

@@ -5,7 +5,7 @@
 # cached autotuning choices unless run with --fla-tune cache (bench/README.md).
 # A cold FLA row costs ~3-8 s of device time, a warm one ~1-3 s (docs/perf.md).
 #
-#   . tools/gpu/triton_cache.sh        # before the first Triton launch:
+#   . dev/gpu/triton_cache.sh        # before the first Triton launch:
 #                                      # unpacks $TRITON_PACK if carried, sets TRITON_CACHE_DIR
 #   triton_cache_save "$OUT"           # at the end: $OUT/triton_cache.tar.xz
 #

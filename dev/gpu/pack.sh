@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # pack.sh - shrink a folder of carried binaries for the device machine.
 #
-#   tools/gpu/pack.sh FOLDER
+#   dev/gpu/pack.sh FOLDER
 #
 # Builds carry every CUDA kernel variant (~21 MB per library or statically
 # linked test), so two or three builds exceed the device tool's 64 MiB carry
@@ -9,7 +9,7 @@
 # included, e.g. base/) by FOLDER/pack.tar.xz; the device scripts
 # (fwd_device.sh, bench/decode_device.sh) unpack it before use.
 set -eu
-dir=${1:?usage: tools/gpu/pack.sh FOLDER}
+dir=${1:?usage: dev/gpu/pack.sh FOLDER}
 [ -d "$dir" ] || { echo "pack.sh: $dir is not a folder" >&2; exit 2; }
 [ -f "$dir/pack.tar.xz" ] && { echo "pack.sh: $dir is already packed" >&2; exit 2; }
 tmp=$(mktemp)

@@ -1,4 +1,4 @@
-"""tools/sass_by_function.py's parsing of cuobjdump -sass output, on a
+"""dev/sass/sass_by_function.py's parsing of cuobjdump -sass output, on a
 small made-up listing: a kernel's hash ignores the anonymous-namespace tag
 (which follows the source path) but not its instructions, and compare()
 names what changed. CPU only: no cuobjdump is run."""
@@ -8,7 +8,7 @@ import os
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 spec = importlib.util.spec_from_file_location("sass_by_function",
-                                              os.path.join(ROOT, "tools", "sass_by_function.py"))
+                                              os.path.join(ROOT, "dev", "sass", "sass_by_function.py"))
 sbf = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(sbf)
 

@@ -1,6 +1,6 @@
 """sass_by_function.py - which kernels of an object file a change touched.
 
-    python3 tools/sass_by_function.py NEW.o [BASE.o]
+    python3 dev/sass/sass_by_function.py NEW.o [BASE.o]
 
 Prints, per kernel (function) of the object's sm_90a code, an 8-digit hash
 of its SASS; given a second object, also whether each kernel's SASS is the
@@ -11,7 +11,7 @@ the kernel's machine code did not change, and a change meant for one
 template instantiation can be checked to leave the others alone (docs/perf.md,
 session 32: every kernel but PAIR's identical).
 
-The SASS comes from tools/sass.sh (which fetches cuobjdump once into
+The SASS comes from dev/sass/sass.sh (which fetches cuobjdump once into
 .sasstools/).
 """
 import hashlib
@@ -48,7 +48,7 @@ def functions(sass_text):
 def sass(obj):
     res = subprocess.run(["bash", SASS_SH, obj], capture_output=True, text=True)
     if res.returncode != 0:
-        raise SystemExit("sass_by_function.py: tools/sass.sh %s failed: %s" % (obj, res.stderr.strip()))
+        raise SystemExit("sass_by_function.py: dev/sass/sass.sh %s failed: %s" % (obj, res.stderr.strip()))
     return functions(res.stdout)
 
 

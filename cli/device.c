@@ -23,20 +23,9 @@ void cli_host_free(void *p)
 }
 
 #ifdef FQLA_HAVE_CUDA
-/* NOTE: the few runtime calls we need, declared here rather than through
- * <cuda_runtime_api.h>: that header is not C99-pedantic clean and the CLI is
- * compiled by the C compiler without the CUDA include path. These are the
- * runtime's stable C ABI; cudaError_t and cudaMemcpyKind are C enums, passed
- * as int. */
-extern int cudaGetDeviceCount(int *count);
-extern int cudaSetDevice(int device);
-extern int cudaMalloc(void **ptr, size_t bytes);
-extern int cudaFree(void *ptr);
-extern int cudaMemcpy(void *dst, const void *src, size_t bytes, int kind);
-extern int cudaDeviceSynchronize(void);
-extern const char *cudaGetErrorString(int err);
-#define CLI_MEMCPY_H2D 1
-#define CLI_MEMCPY_D2H 2
+#include "cudart_c.h"
+#define CLI_MEMCPY_H2D CUDART_MEMCPY_H2D
+#define CLI_MEMCPY_D2H CUDART_MEMCPY_D2H
 
 static int cuda_ok(int err, const char *what, char *msg, size_t n)
 {

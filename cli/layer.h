@@ -52,7 +52,7 @@ int cli_layer_to_device(cli_layer *dst, const cli_layer *src, int device, char *
 int cli_layer_outputs_to_host(cli_layer *host, const cli_layer *dev, char *err, size_t n);
 void cli_layer_free(cli_layer *L);
 
-/* docs/benchmarks.md inputs (tools/inputs.c): q, k l2-normalised randn; v randn;
+/* docs/benchmarks.md inputs (cli/inputs.c): q, k l2-normalised randn; v randn;
  * g = logsigmoid(randn) / 16 with g = 0 on a random quarter of the value
  * heads; beta = sigmoid(randn); h0 randn. Outputs are filled with NaN so a
  * region the call forgets to write shows. Runs on `threads` threads (0 = all

@@ -2,7 +2,7 @@
 benchmark row's inputs? For kernel changes that should move data, not
 arithmetic (a new shared-memory layout, a new schedule).
 
-    python3 tools/gpu/same_output.py LIB_A LIB_B HQ HV SEQLENS [HQ HV SEQLENS ...]
+    python3 dev/gpu/same_output.py LIB_A LIB_B HQ HV SEQLENS [HQ HV SEQLENS ...]
 
 Prints one line per row (o and the final state: identical, or the largest
 difference) and exits 1 if any row differs or holds a NaN (the outputs start

@@ -15,7 +15,7 @@ what each form rounds to bf16 (Ag or Ag'', Pg or Pg'', Vd or Y as G6's operand),
 the rest in fp64, and prints the relative errors of Vd and P and the largest |Y| per
 gate strength: the price in accuracy and the headroom Y needs.
 
-    python3 tools/models/gamma_factor_form.py [SEED]     (numpy only, a few seconds)
+    python3 dev/models/gamma_factor_form.py [SEED]     (numpy only, a few seconds)
 """
 import sys
 

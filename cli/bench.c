@@ -307,15 +307,7 @@ static int row_shape(const char *label, double scale, cli_shape *s)
 /* placement in cli_layer_to_device / the workspace).                          */
 
 #ifdef FQLA_HAVE_CUDA
-/* The runtime's stable C ABI, declared here as device.c does (the CUDA
- * header is not C99-pedantic clean); events and streams are pointers. */
-extern int cudaEventCreate(void **event);
-extern int cudaEventDestroy(void *event);
-extern int cudaEventRecord(void *event, void *stream);
-extern int cudaEventSynchronize(void *event);
-extern int cudaEventElapsedTime(float *ms, void *start, void *end);
-extern int cudaMemsetAsync(void *p, int value, size_t bytes, void *stream);
-extern const char *cudaGetErrorString(int err);
+#include "cudart_c.h"
 #endif
 
 typedef struct bench_state {

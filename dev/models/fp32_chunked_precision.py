@@ -18,7 +18,7 @@ Elementwise work (gates, Gamma, the token factors, the state's decay) stays in f
 the inverse Ar is formed from its products in the same precision, by forward
 substitution in fp32. Inputs: fp32 values as test_gpu_fwd draws them.
 
-    python3 tools/models/fp32_chunked_precision.py [SEED]     (numpy only, ~20 s)
+    python3 dev/models/fp32_chunked_precision.py [SEED]     (numpy only, ~20 s)
 """
 import sys
 

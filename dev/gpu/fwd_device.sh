@@ -9,7 +9,7 @@
 # benchmark process. FLA comes from the wheel $FLA_WHL (default: fla-core 0.5.2 in .whl,
 # the version of every earlier row of bench/results/fwd-h200.csv).
 #
-#   tools/gpu/fwd_device.sh [tests] [memcheck|sanitize] [pytest] [bench]
+#   dev/gpu/fwd_device.sh [tests] [memcheck|sanitize] [pytest] [bench]
 #   (default: tests memcheck bench). sanitize runs memcheck, synccheck,
 #   racecheck and initcheck (or SANITIZE_TOOLS' list) on SANITIZE_FILTER's
 #   cases (small shapes of every kernel); pytest the python tests against the
@@ -21,7 +21,7 @@ set -u
 OUT=${OUT:-/tmp/fwd_out}
 mkdir -p "$OUT"
 BIN=${FWD_BIN:-.fwdbin}
-. "$(dirname "$0")/unpack.sh" # a folder packed by tools/gpu/pack.sh
+. "$(dirname "$0")/unpack.sh" # a folder packed by dev/gpu/pack.sh
 . "$(dirname "$0")/triton_cache.sh" # FLA's compiled kernels and autotuning from earlier sessions
 FLA_WHL=${FLA_WHL:-.whl/fla_core-0.5.2-py3-none-any.whl}
 DEADLINE=${DEADLINE:-600}

@@ -19,7 +19,7 @@ at -100 as the kernels floor it, per-head strengths, raw keys with the in-kernel
 l2norm) and prints the relative errors of o and of the final state. TESTING.md's
 bound for fp32 inputs is 1e-4.
 
-    python3 tools/models/fp32_recurrence.py [SEED]     (numpy only, about a minute)
+    python3 dev/models/fp32_recurrence.py [SEED]     (numpy only, about a minute)
 """
 import sys
 

@@ -6,7 +6,7 @@
 # stall reasons (share of the sampled warp states). Used for docs/perf.md's
 # instruction counts and stall profiles.
 #
-#   tools/gpu/ncu_prep.sh [KERNEL_REGEX] [ROW_FILTER]
+#   dev/gpu/ncu_prep.sh [KERNEL_REGEX] [ROW_FILTER]
 #   (default: fwd_prepare, "Sym h32 8192x4"; NCU_CMD: see below)
 set -u
 OUT=${OUT:-/tmp/ncu_out}

@@ -1,6 +1,6 @@
 /*
  * inverse_bench.cu - a microbenchmark for the forward's preparation
- * (docs/perf.md, session 24). It times one candidate for a cheaper inverse:
+ * (docs/history/perf-log.md, session 24). It times one candidate for a cheaper inverse:
  * X = (I + M)^-1 of one chunk's 64 x 64 strictly lower
  * M = diag(beta) StrictLower(K K^T), by one forward substitution over all
  * 64 rows in fp32 on CUDA cores, LPC lanes per column (LPC = 2: one
@@ -14,7 +14,7 @@
  * owns row i), one shuffle hands it to the column's other lanes, and each
  * lane adds M[r][i] x_i to the sums of its rows r (rows LPC k + q). So the
  * dependent path is ~64 x (shuffle + FMA), and the FMAs are fp32, as
- * DESIGN.md §2 asks of the inverse. M is read transposed and regrouped
+ * docs/design.md §2 asks of the inverse. M is read transposed and regrouped
  * per lane (Mp[i][q][k] = M[LPC k + q][i]), 16 bytes per load.
  *
  * Per variant it prints:

@@ -3,7 +3,7 @@
 # carried flashqla binary ($BIN, default .fwdbin): the details page and the
 # per-SASS-line source page (instructions executed, stall samples) as CSV
 # under $OUT, and on stdout a few headline metrics and the kernel's warp
-# stall reasons (share of the sampled warp states). Used for docs/perf.md's
+# stall reasons (share of the sampled warp states). Used for docs/history/perf-log.md's
 # instruction counts and stall profiles.
 #
 #   dev/gpu/ncu_prep.sh [KERNEL_REGEX] [ROW_FILTER]

@@ -12,7 +12,7 @@ order, which is program order within one instantiation of a code path.
 How to read it: ncu charges a barrier's wait to the instruction after the
 barrier, so a stretch's samples hold the wait at the barrier that *starts*
 it (plus its own work). In the prepare kernel a chain of work between two
-barriers costs its latency, not its instructions (docs/perf.md, sessions 31
+barriers costs its latency, not its instructions (docs/history/perf-log.md, sessions 31
 and 32, where this script's first form, kept in /tmp, found both).
 
 Give two files (e.g. a build and its base, same row) to compare them stretch

@@ -2,7 +2,7 @@
 """precision_sweep.py - the forward's error against the fp64 reference, on the
 GPU, flashqla beside FLA, on the inputs where the numpy model
 (dev/models/inverse_precision.py) says every bf16 implementation leaves
-TESTING.md's 5e-3 bound or where the gate-free inverse overflows:
+docs/testing.md's 5e-3 bound or where the gate-free inverse overflows:
 
   - no decay (g = 0), beta in {0, 1, 1.99}, unit q / k rows, over T = 130
     (test_gpu_fwd's length) to 4096;
@@ -14,7 +14,7 @@ TESTING.md's 5e-3 bound or where the gate-free inverse overflows:
         python3 dev/gpu/precision_sweep.py [--seed N]
 
 Prints, per case and implementation, the worst rel(o) and rel(final state)
-over heads (TESTING.md's metric) and the count of non-finite outputs.
+over heads (docs/testing.md's metric) and the count of non-finite outputs.
 """
 import argparse
 
@@ -46,7 +46,7 @@ def draw(T, H, nodecay, raw_keys, gen, dev):
 
 
 def reference(q, k, v, g, beta, h0, scale):
-    """The library's fp64 reference (DESIGN.md §1's recurrence, on the CPU)
+    """The library's fp64 reference (docs/design.md §1's recurrence, on the CPU)
     on the same inputs."""
     import flashqla
     x64 = [t.detach().cpu().double() for t in (q, k, v, g, beta, h0)]

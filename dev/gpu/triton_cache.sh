@@ -3,7 +3,7 @@
 # from one device session to the next, so that the benchmark's FLA baseline
 # is not compiled again on every fresh machine. bench_fwd.py ignores the
 # cached autotuning choices unless run with --fla-tune cache (bench/README.md).
-# A cold FLA row costs ~3-8 s of device time, a warm one ~1-3 s (docs/perf.md).
+# A cold FLA row costs ~3-8 s of device time, a warm one ~1-3 s (docs/history/perf-log.md).
 #
 #   . dev/gpu/triton_cache.sh        # before the first Triton launch:
 #                                      # unpacks $TRITON_PACK if carried, sets TRITON_CACHE_DIR

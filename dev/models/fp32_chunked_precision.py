@@ -2,16 +2,16 @@
 """A chunked fp32 forward on tensor cores: which split of the products meets 1e-4?
 
 fp32 q/k/v run today on a token-by-token recurrence on CUDA cores (fwd_recurrent.cu),
-2-7x slower than FLA's chunked fp32 kernels. The chunked form (DESIGN.md §2) on
+2-7x slower than FLA's chunked fp32 kernels. The chunked form (docs/design.md §2) on
 tensor cores would be the real step, but tensor cores take tf32 or bf16 operands, so
-each fp32 product has to be split. This model runs DESIGN.md §2's chunked form with
+each fp32 product has to be split. This model runs docs/design.md §2's chunked form with
 every matrix product in one of these precisions and prints the relative errors of o
-and the final state against the fp64 recurrence (TESTING.md: 1e-4 for fp32 inputs):
+and the final state against the fp64 recurrence (docs/testing.md: 1e-4 for fp32 inputs):
 
     fp32      the products in fp32 (CUDA cores; the bound of any split)
     3xtf32    A = Ah + Al, B = Bh + Bl in tf32: Ah Bh + Ah Bl + Al Bh (CUTLASS's 3xTF32, the CP scan's)
     bf16x3    the same split in bf16: three products at the bf16 rate, 2x tf32's on Hopper
-    tf32      one tf32 product (FLA's fp32 path: its o is 1.6e-3 from ours, docs/perf.md session 28)
+    tf32      one tf32 product (FLA's fp32 path: its o is 1.6e-3 from ours, docs/history/perf-log.md session 28)
     bf16      one bf16 product: what the bf16 path's products round (its inputs are bf16 already)
 
 Elementwise work (gates, Gamma, the token factors, the state's decay) stays in fp32;

@@ -16,7 +16,7 @@ and folds c into St (St *= c, c = 1) when c falls below 2^-32. This model runs
 both forms in float32 (numpy) beside the fp64 recurrence on the decay extremes
 test_gpu_fwd draws (strong decay, no decay with beta near 2, a g of -inf floored
 at -100 as the kernels floor it, per-head strengths, raw keys with the in-kernel
-l2norm) and prints the relative errors of o and of the final state. TESTING.md's
+l2norm) and prints the relative errors of o and of the final state. docs/testing.md's
 bound for fp32 inputs is 1e-4.
 
     python3 dev/models/fp32_recurrence.py [SEED]     (numpy only, about a minute)

@@ -3,7 +3,7 @@
 
 Today the prepare kernel rounds Ag = Gamma (.) X diag(beta) and the Pg warpgroup
 Pg = scale Gamma (.) tril(Q K^T) to bf16, Gamma_ij = 2^(l_i - l_j) (l = the chunk's
-cumulative log2 gate). In factor form (docs/perf.md, session 18's plan) Gamma_ij =
+cumulative log2 gate). In factor form (docs/history/perf-log.md, session 18's plan) Gamma_ij =
 r_i c_j with r_i = 2^(l_i - m), c_j = 2^(m - l_j), m the midpoint of l; since
 c_j r_j = 1,
 

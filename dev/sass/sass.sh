@@ -10,7 +10,7 @@
 # build/obj/src/cuda/fwd_prepare.o); NAME: print only the functions whose
 # (mangled) name contains it, e.g. 'fwd_prepare_kernelI13__nv_bfloat16Li128ELi3'.
 # Counting instructions or diffing two builds' code needs no device time
-# (docs/perf.md, session 5: the regression hunt).
+# (docs/history/perf-log.md, session 5: the regression hunt).
 set -eu
 file=${1:?usage: dev/sass/sass.sh FILE [NAME]}
 name=${2:-}

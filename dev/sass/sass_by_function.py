@@ -8,7 +8,7 @@ same as there, and a count of both. The hash covers the instructions and
 their offsets in the function, not the file's anonymous-namespace tag
 (which follows the source path) or the object's layout. So "same" means
 the kernel's machine code did not change, and a change meant for one
-template instantiation can be checked to leave the others alone (docs/perf.md,
+template instantiation can be checked to leave the others alone (docs/history/perf-log.md,
 session 32: every kernel but PAIR's identical).
 
 The SASS comes from dev/sass/sass.sh (which fetches cuobjdump once into

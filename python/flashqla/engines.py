@@ -264,10 +264,10 @@ def _run(q, qp, kp, vp, ap, bp, A_log, dt_bias, pool, idx, init, valid, pos, sam
                 # a masked scatter without a host read: skipped entries
                 # rewrite one row with the value it gets anyway (the first
                 # valid entry's, or row 0's own when nothing is written)
-                first = torch.argmax(ok.to(torch.int32))
+                first = torch.argmax(ok.to(torch.float32)).view(1)   # device ops only
                 any_ok = ok.any()
-                fb_row = torch.where(any_ok, rows[first], rows.new_zeros(()))
-                fb_val = torch.where(any_ok, flat[first], pool[0])
+                fb_row = torch.where(any_ok, rows.index_select(0, first)[0], rows.new_zeros(()))
+                fb_val = torch.where(any_ok, flat.index_select(0, first)[0], pool[0])
                 tgt = torch.where(ok, rows, fb_row)
                 vals = torch.where(ok.view((-1,) + (1,) * 3), flat, fb_val)
                 pool.index_copy_(0, tgt, vals)

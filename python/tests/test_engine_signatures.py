@@ -133,7 +133,7 @@ H, HV, K, V = 2, 4, 32, 16      # K != V, so a pool of the other layout is a sha
 
 
 def _tol(dtype):
-    return 1e-5 if dtype == torch.float32 else 2e-2
+    return 1e-5 if dtype == torch.float32 else 5e-3
 
 
 def _inputs(T_total, dtype, B=1, a2d=True):
@@ -201,12 +201,13 @@ def test_decode_packed_with_padding(dtype, v_first, device="cpu"):
     x = _inputs(7, dtype)
     pool = _pool(10, v_first, dtype)
     cu = torch.tensor([0, 1, 2, 3, 4, 5, 6, 6, 6], dtype=torch.int32)
-    idx = torch.tensor([3, 7, -1, 0, 9, 2, -1, -1], dtype=torch.int32)
+    idx = torch.tensor([3, 7, -1, 0, 9, 2, 5, -1], dtype=torch.int32)   # row 5: a zero-length sequence
     o, final, o_ref, final_ref = _both(x, pool, device, cu_seqlens=cu, ssm_state_indices=idx,
                                        use_qk_l2norm_in_kernel=True, state_v_first=v_first)
     _compare_o(o, o_ref, dtype)
     _compare_pool(final, final_ref, pool, dtype)
     assert torch.all(o[0, 2] == 0) and torch.all(o[0, 6] == 0)
+    assert torch.equal(final[[1, 4, 5, 6, 8]].cpu(), pool[[1, 4, 5, 6, 8]])
 
 
 @pytest.mark.parametrize("v_first", LAYOUTS)

@@ -40,7 +40,7 @@ def _tokens(x, name, B, T, HV):
     return x.reshape(B, T, HV)
 
 
-def _check_lengths(cu, T_total, width, idx2d, inplace):
+def _check_lengths(cu, T_total, width, idx2d, inplace, sglang=False):
     """Host-side checks of what the engines' kernels would read out of
     bounds (only where the values are host memory)."""
     c = cu.tolist()
@@ -49,7 +49,9 @@ def _check_lengths(cu, T_total, width, idx2d, inplace):
     if inplace:
         for n, (a, b) in enumerate(zip(c, c[1:])):
             if b - a > width:
-                what = (f"its row of ssm_state_indices has {width} entries" if idx2d else
+                what = ("with cu_seqlens, one token per sequence is supported in SGLang's form"
+                        if sglang else
+                        f"its row of ssm_state_indices has {width} entries" if idx2d else
                         "1-D ssm_state_indices give one pool row per sequence (the engines' kernel "
                         "would write token t's state to the row of sequence n + t); give 2-D "
                         "indices [N, T] for multi-token sequences")
@@ -76,6 +78,15 @@ def fused_sigmoid_gating_delta_rule_update(
     is_kda=False,
     *,
     state_v_first=True,
+    initial_state_source=None,
+    initial_state_indices=None,
+    softplus_beta=None,
+    softplus_threshold=None,
+    disable_state_update=False,
+    intermediate_states_buffer=None,
+    intermediate_state_indices=None,
+    cache_steps=None,
+    retrieve_parent_token=None,
 ):
     """vLLM's fused_sigmoid_gating_delta_rule_update on flashqla.
 
@@ -103,12 +114,75 @@ def fused_sigmoid_gating_delta_rule_update(
     the per-token states). Tokens of padded or zero-length sequences, and
     tokens past cu_seqlens[-1], get o = 0 (the engines leave them unwritten).
 
+    SGLang's form of the call (all by keyword: initial_state_source,
+    initial_state_indices [N], softplus_beta, softplus_threshold,
+    disable_state_update) reads row indices[n], writes the state after the
+    sequence's last token back to it (not with disable_state_update) and
+    returns o alone. A -1 index there runs SGLang's padding rows from a zero
+    state and writes nothing; here their o rows are zeros. Its
+    target_verify arguments (intermediate_states_buffer, ...) raise.
+
     Host reads: none in the in-place mode on CUDA tensors (graph-safe); the
     lengths and num_accepted_tokens are then trusted, as in the engines
     (a sequence longer than its index row is undefined there; here its
     extra tokens are dropped). CPU tensors are validated. The per-token mode
     with cu_seqlens reads the lengths (a synchronisation on CUDA).
     """
+    sglang = initial_state_source is not None or initial_state_indices is not None
+    if sglang:
+        if initial_state is not None or ssm_state_indices is not None or num_accepted_tokens is not None:
+            raise ValueError("flashqla: give either vLLM's initial_state / ssm_state_indices / "
+                             "num_accepted_tokens or SGLang's initial_state_source / "
+                             "initial_state_indices, not both")
+        for name, x in (("intermediate_states_buffer", intermediate_states_buffer),
+                        ("intermediate_state_indices", intermediate_state_indices),
+                        ("cache_steps", cache_steps), ("retrieve_parent_token", retrieve_parent_token)):
+            if x is not None:
+                raise NotImplementedError(f"flashqla: {name} (SGLang's target_verify) is not supported; "
+                                          "flashqla.verify writes the state after every draft token")
+        if initial_state_source is None:
+            raise ValueError("flashqla: initial_state_source (the state pool) is required")
+        if initial_state_indices is None:
+            raise ValueError("flashqla: initial_state_indices is required (the pool rows of the "
+                             "sequences; -1 for padding)")
+        if not isinstance(initial_state_indices, torch.Tensor) or initial_state_indices.dim() != 1:
+            raise ValueError("flashqla: initial_state_indices must be a 1-D int32 / int64 tensor [N]")
+        if softplus_beta is not None:
+            beta = softplus_beta
+        if softplus_threshold is not None:
+            threshold = softplus_threshold
+        try:
+            return _update(A_log, a, b, dt_bias, q, k, v, beta, threshold, scale,
+                           initial_state_source, True, cu_seqlens, initial_state_indices, None,
+                           use_qk_l2norm_in_kernel, is_kda, state_v_first, True,
+                           disable_state_update)[0]
+        except (ValueError, TypeError, NotImplementedError) as e:
+            # the same checks, in SGLang's argument names
+            msg = str(e)
+            for vllm_name, sgl in (("ssm_state_indices", "initial_state_indices"),
+                                   ("initial_state ", "initial_state_source "),
+                                   ("beta = ", "softplus_beta = "),
+                                   ("threshold = ", "softplus_threshold = ")):
+                msg = msg.replace(vllm_name, sgl)
+            raise type(e)(msg) from None
+    for name, x in (("softplus_beta", softplus_beta), ("softplus_threshold", softplus_threshold),
+                    ("intermediate_states_buffer", intermediate_states_buffer),
+                    ("intermediate_state_indices", intermediate_state_indices),
+                    ("cache_steps", cache_steps), ("retrieve_parent_token", retrieve_parent_token)):
+        if x is not None:
+            raise ValueError(f"flashqla: {name} belongs to SGLang's form of the call (with "
+                             "initial_state_source / initial_state_indices)")
+    if disable_state_update:
+        raise ValueError("flashqla: disable_state_update belongs to SGLang's form of the call "
+                         "(vLLM's is inplace_final_state=False)")
+    return _update(A_log, a, b, dt_bias, q, k, v, beta, threshold, scale, initial_state,
+                   inplace_final_state, cu_seqlens, ssm_state_indices, num_accepted_tokens,
+                   use_qk_l2norm_in_kernel, is_kda, state_v_first, False, False)
+
+
+def _update(A_log, a, b, dt_bias, q, k, v, beta, threshold, scale, initial_state,
+            inplace_final_state, cu_seqlens, ssm_state_indices, num_accepted_tokens,
+            use_qk_l2norm_in_kernel, is_kda, state_v_first, sglang, disable_state_update):
     if is_kda:
         raise NotImplementedError("flashqla: is_kda=True (per-channel KDA gates) is not supported")
     if float(beta) != 1.0:
@@ -172,7 +246,7 @@ def fused_sigmoid_gating_delta_rule_update(
             raise ValueError(f"flashqla: num_accepted_tokens must be int32 / int64 [N = {N}]; got "
                              f"{nat.dtype} {tuple(nat.shape)}")
         nat = nat[:N]
-    if cu is None and inplace_final_state and T > W:
+    if cu is None and inplace_final_state and T > W and not sglang:
         raise ValueError(f"flashqla: ssm_state_indices has {W} entr{'y' if W == 1 else 'ies'} per "
                          f"sequence for T = {T} tokens each (in place, the state after token t goes to "
                          "row indices[n, t]: give 2-D indices [N, T])")
@@ -184,7 +258,7 @@ def fused_sigmoid_gating_delta_rule_update(
     if cu is not None:
         lens = (cu[1:] - cu[:-1]).to(_I64)
         if _host(cu):
-            _check_lengths(cu, T, W, idx.dim() == 2, inplace_final_state)
+            _check_lengths(cu, T, W, idx.dim() == 2, inplace_final_state, sglang)
     # the row each sequence starts from (-1: the sequence is skipped)
     if idx.dim() == 1:
         init = idx.to(_I64)
@@ -225,17 +299,33 @@ def fused_sigmoid_gating_delta_rule_update(
 
     t_ar = torch.arange(Tn, device=dev)
     valid = (t_ar < (lens.unsqueeze(1) if lens is not None else T)) & (init >= 0).unsqueeze(1)   # [N, Tn]
-    same_row = inplace_final_state and Tn == 1 and (idx.dim() == 1 or nat is None)
+    # the row each token's state is written to (-1: none), in place
+    if not inplace_final_state:
+        wrows = None
+    elif sglang:
+        last = (lens if lens is not None else torch.full((N,), T, device=dev)) - 1
+        wrows = torch.where(t_ar == last.unsqueeze(1), idx.to(_I64).unsqueeze(1),
+                            t_ar.new_full((), -1))
+        if disable_state_update:
+            wrows = torch.full_like(wrows, -1)
+    elif idx.dim() == 2:
+        wrows = idx.to(_I64)[:, :Tn]
+    else:
+        wrows = idx.to(_I64).unsqueeze(1)
+    same_row = (inplace_final_state and Tn == 1 and not disable_state_update
+                and (idx.dim() == 1 or nat is None))
     try:
-        return _run(q, qp, kp, vp, ap, bp, A_log, dt_bias, pool, idx, init, valid, pos, same_row,
-                    inplace_final_state, scale, use_qk_l2norm_in_kernel, state_v_first, B, T, N, Tn)
+        o, final = _run(q, qp, kp, vp, ap, bp, A_log, dt_bias, pool, wrows, init, valid, pos,
+                        same_row, inplace_final_state, scale, use_qk_l2norm_in_kernel,
+                        state_v_first, B, T, N, Tn)
     except ValueError as e:
         if "slots" in str(e):   # the library's name for the rows read
             raise ValueError(f"flashqla: ssm_state_indices (the library's slots): {e}") from None
         raise
+    return o, final
 
 
-def _run(q, qp, kp, vp, ap, bp, A_log, dt_bias, pool, idx, init, valid, pos, same_row,
+def _run(q, qp, kp, vp, ap, bp, A_log, dt_bias, pool, wrows, init, valid, pos, same_row,
          inplace_final_state, scale, use_qk_l2norm_in_kernel, state_v_first, B, T, N, Tn):
     HV, V = vp.shape[2], vp.shape[3]
     dev = q.device
@@ -256,8 +346,7 @@ def _run(q, qp, kp, vp, ap, bp, A_log, dt_bias, pool, idx, init, valid, pos, sam
                              state_v_first=state_v_first)
         flat = steps.view((N * Tn,) + tuple(pool.shape[1:]))
         if inplace_final_state:
-            rows = idx.to(_I64)
-            rows = rows[:, :Tn] if rows.dim() == 2 else rows.unsqueeze(1)
+            rows = wrows
             ok = (valid & (rows >= 0) & (rows < pool.shape[0])).reshape(-1)
             rows = rows.reshape(-1)
             if pool.shape[0] > 0:

@@ -81,6 +81,48 @@ def vllm_fused_sigmoid_gating(A_log, a, b, dt_bias, q, k, v, beta=1.0, threshold
     return o.view(B, T, HV, V), final
 
 
+def sglang_fused_sigmoid_gating(A_log, a, dt_bias, softplus_beta, softplus_threshold, q, k, v, b,
+                                initial_state_source, initial_state_indices, scale=None,
+                                use_qk_l2norm_in_kernel=False, cu_seqlens=None,
+                                disable_state_update=False):
+    """SGLang's fused_sigmoid_gating_delta_rule_update kernel (decode form):
+    the state of sequence n from row indices[n] ([V, K] rows), or zeros when
+    it is negative; every token's o written; the state after the last token
+    written back to row indices[n] when it is >= 0."""
+    B, T, H, K = k.shape
+    HV, V = v.shape[2], v.shape[3]
+    N = B if cu_seqlens is None else len(cu_seqlens) - 1
+    scale = K ** -0.5 if scale is None else scale
+    rep = HV // H
+    qf, kf = q.reshape(B * T, H, K).float(), k.reshape(B * T, H, K).float()
+    vf = v.reshape(B * T, HV, V).float()
+    af, bf = a.reshape(B * T, HV).float(), b.reshape(B * T, HV).float()
+    o = torch.full((B * T, HV, V), float("nan"))
+    pool = initial_state_source
+    for n in range(N):
+        bos, eos = (n * T, n * T + T) if cu_seqlens is None else (int(cu_seqlens[n]),
+                                                                  int(cu_seqlens[n + 1]))
+        row = int(initial_state_indices[n])
+        h = pool[row].float().clone() if row >= 0 else torch.zeros(HV, V, K)
+        for tok in range(bos, eos):
+            x = af[tok] + dt_bias.float()
+            bx = softplus_beta * x
+            sp = torch.where(bx <= softplus_threshold, torch.log(1 + torch.exp(bx)) / softplus_beta, x)
+            g = -torch.exp(A_log.float()) * sp
+            bb = 1 / (1 + torch.exp(-bf[tok]))
+            qq, kk = qf[tok].repeat_interleave(rep, 0), kf[tok].repeat_interleave(rep, 0)
+            if use_qk_l2norm_in_kernel:
+                qq = qq / torch.sqrt((qq * qq).sum(-1, keepdim=True) + 1e-6)
+                kk = kk / torch.sqrt((kk * kk).sum(-1, keepdim=True) + 1e-6)
+            h = h * torch.exp(g)[:, None, None]
+            vv = (vf[tok] - (h * kk[:, None, :]).sum(-1)) * bb[:, None]
+            h = h + vv[:, :, None] * kk[:, None, :]
+            o[tok] = (h * (qq * scale)[:, None, :]).sum(-1)
+        if not disable_state_update and row >= 0:
+            pool[row] = h.to(pool.dtype)
+    return o.view(B, T, HV, V)
+
+
 def fla_fused_recurrent(q, k, v, g=None, beta=None, scale=None, initial_state=None,
                         output_final_state=False, use_qk_l2norm_in_kernel=False,
                         use_gate_in_kernel=False, A_log=None, dt_bias=None,
@@ -400,6 +442,93 @@ def test_vllm_bad_shapes_without_cu_seqlens():
     with pytest.raises(ValueError, match="ssm_state_indices.*slots"):   # a row read twice
         f(x["A_log"], x["a"], x["b"], x["dt_bias"], x["q"], x["k"], x["v"], initial_state=pool,
           ssm_state_indices=torch.tensor([[0, 1], [0, 2]]), num_accepted_tokens=torch.tensor([1, 1]))
+
+
+# --------------------------------------------------------------------------
+# SGLang's keyword form of the same function
+
+def _sglang(x, pool, idx, **kw):
+    return flashqla.fused_sigmoid_gating_delta_rule_update(
+        A_log=x["A_log"], dt_bias=x["dt_bias"], q=x["q"], k=x["k"], v=x["v"], a=x["a"], b=x["b"],
+        initial_state_source=pool, initial_state_indices=idx, use_qk_l2norm_in_kernel=True,
+        softplus_beta=1.0, softplus_threshold=20.0, **kw)
+
+
+@pytest.mark.parametrize("pool_dtype", DTYPES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_sglang_decode(dtype, pool_dtype):
+    """SGLang's gdn backend decode call: packed one-token sequences, -1
+    padding; o alone comes back, the pool is written in place. Padded rows:
+    SGLang runs them from a zero state, flashqla writes zeros (documented)."""
+    x = _inputs(5, dtype)
+    pool = _pool(8, True, pool_dtype)
+    idx = torch.tensor([2, -1, 7, 0, -1], dtype=torch.int32)
+    cu = torch.arange(6, dtype=torch.int32)
+    p = pool.clone()
+    o = _sglang(x, p, idx, cu_seqlens=cu)
+    assert isinstance(o, torch.Tensor) and o.shape == (1, 5, HV, V)
+    ref = pool.clone()
+    o_ref = sglang_fused_sigmoid_gating(x["A_log"], x["a"], x["dt_bias"], 1.0, 20.0, x["q"], x["k"],
+                                        x["v"], x["b"], ref, idx, use_qk_l2norm_in_kernel=True,
+                                        cu_seqlens=cu)
+    live = [0, 2, 3]
+    assert rel(o[0, live].float(), o_ref[0, live]) < _tol(dtype)
+    assert torch.all(o[0, [1, 4]] == 0)
+    _compare_pool(p, ref, pool, pool_dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_sglang_multi_token_and_disable_state_update(dtype):
+    """[B, T] without cu_seqlens: the state after the last token goes to the
+    row; disable_state_update leaves the pool as it was."""
+    x = _inputs(3, dtype, B=3, a2d=False)
+    pool = _pool(6, True, torch.float32)
+    idx = torch.tensor([4, 1, 3])
+    for disable in (False, True):
+        p, ref = pool.clone(), pool.clone()
+        o = _sglang(x, p, idx, disable_state_update=disable)
+        o_ref = sglang_fused_sigmoid_gating(x["A_log"], x["a"], x["dt_bias"], 1.0, 20.0, x["q"],
+                                            x["k"], x["v"], x["b"], ref, idx,
+                                            use_qk_l2norm_in_kernel=True,
+                                            disable_state_update=disable)
+        assert rel(o.float(), o_ref) < _tol(dtype)
+        _compare_pool(p, ref, pool, torch.float32)
+        assert torch.equal(p, pool) == disable
+
+
+@pytest.mark.parametrize("over, exc, words", [
+    (dict(initial_state_source=_pool(4, False, torch.float32)), ValueError,
+     "initial_state_source has shape"),
+    (dict(initial_state_indices=torch.tensor([0, 0], dtype=torch.int32)), ValueError,
+     "initial_state_indices (the library's slots)"),
+    (dict(initial_state_indices=torch.tensor([[0], [1]])), ValueError, "initial_state_indices"),
+    (dict(initial_state_indices=None), ValueError, "initial_state_indices is required"),
+    (dict(softplus_beta=0.5), NotImplementedError, "softplus_beta = 0.5"),
+    (dict(softplus_threshold=5.0), NotImplementedError, "softplus_threshold = 5.0"),
+    (dict(intermediate_states_buffer=torch.zeros(2, 1, HV, V, K)), NotImplementedError,
+     "intermediate_states_buffer"),
+    (dict(retrieve_parent_token=torch.zeros(2, 1)), NotImplementedError, "retrieve_parent_token"),
+    (dict(ssm_state_indices=torch.tensor([0, 1])), ValueError, "not both"),
+    (dict(cu_seqlens=torch.tensor([0, 2, 2])), ValueError, "one token per sequence"),
+])
+def test_sglang_bad_arguments(over, exc, words):
+    x = _inputs(2, torch.float32)
+    args = dict(A_log=x["A_log"], dt_bias=x["dt_bias"], q=x["q"], k=x["k"], v=x["v"], a=x["a"],
+                b=x["b"], initial_state_source=_pool(4, True, torch.float32),
+                initial_state_indices=torch.tensor([0, 1], dtype=torch.int32),
+                cu_seqlens=torch.tensor([0, 1, 2], dtype=torch.int32), use_qk_l2norm_in_kernel=True,
+                softplus_beta=1.0, softplus_threshold=20.0)
+    args.update(over)
+    with pytest.raises(exc) as e:
+        flashqla.fused_sigmoid_gating_delta_rule_update(**args)
+    assert words in str(e.value)
+
+
+def test_sglang_arguments_in_vllm_form_raise():
+    for name, val in (("softplus_beta", 1.0), ("disable_state_update", True),
+                      ("cache_steps", 2)):
+        with pytest.raises(ValueError, match=name):
+            _call(**{name: val})
 
 
 # --------------------------------------------------------------------------

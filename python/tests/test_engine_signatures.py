@@ -669,8 +669,12 @@ def test_docs_serving_snippet_runs_and_matches():
         ssm_state_indices=torch.tensor([[1, 2, 3], [6, 7, 8]], dtype=i32),
         num_accepted_tokens=torch.tensor([1, 2], dtype=i32), use_qk_l2norm_in_kernel=True)
     _compare_o(ns["o_spec"], o_ref, bf16)
+    o_ref = sglang_fused_sigmoid_gating(
+        ns["A_log"], ns["a2"], ns["dt_bias"], 1.0, 20.0, ns["q2"], ns["k2"], ns["v2"], ns["b2"],
+        ref, torch.tensor([4, 12]), cu_seqlens=torch.tensor([0, 1, 2]), use_qk_l2norm_in_kernel=True)
+    assert rel(ns["o_sgl"], o_ref) < 5e-3
     assert rel(ns["ssm_state"], ref) < 1e-5
-    assert torch.equal(ns["ssm_state"][[4, 10, 15]], before[[4, 10, 15]])
+    assert torch.equal(ns["ssm_state"][[10, 11, 13, 14, 15]], before[[10, 11, 13, 14, 15]])
 
     g = -ns["A_log"].exp() * F.softplus(ns["ah"].float() + ns["dt_bias"])
     rep = HV // H

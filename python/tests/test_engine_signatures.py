@@ -356,6 +356,27 @@ def test_not_in_place_returns_per_token_states(dtype, v_first):
     assert rel(final.float(), final_ref.float()) < _tol(dtype)
 
 
+@pytest.mark.parametrize("packed", [True, False], ids=["cu_seqlens", "batched"])
+def test_views_of_a_fused_projection(packed):
+    """q, k, v split out of one conv output (vLLM's mixed_qkv) and a, b out of
+    one projection, read as the strided views they are."""
+    T, dtype = 4, torch.bfloat16
+    mixed = torch.randn(T, 2 * H * K + HV * V).to(dtype)
+    qf, kf, vf = torch.split(mixed, [H * K, H * K, HV * V], dim=-1)
+    ba = torch.randn(T, 2 * HV).to(dtype)
+    x = dict(q=qf.view(1, T, H, K), k=kf.view(1, T, H, K), v=vf.view(1, T, HV, V),
+             b=ba[:, :HV], a=ba[:, HV:], A_log=torch.rand(HV), dt_bias=torch.randn(HV))
+    if not packed:
+        x.update({n: x[n].view((T, 1) + tuple(x[n].shape[2:])) for n in ("q", "k", "v")})
+    assert not x["q"].is_contiguous() and not x["a"].is_contiguous()
+    pool = _pool(6, True, torch.float32)
+    kw = dict(cu_seqlens=torch.arange(T + 1, dtype=torch.int32)) if packed else {}
+    o, final, o_ref, final_ref = _both(x, pool, ssm_state_indices=torch.tensor([5, 0, -1, 2]),
+                                       use_qk_l2norm_in_kernel=True, **kw)
+    _compare_o(o, o_ref, dtype)
+    _compare_pool(final, final_ref, pool, torch.float32)
+
+
 def test_empty_batches():
     x = _inputs(0, torch.float32)
     pool = _pool(3, True, torch.float32)

@@ -7,6 +7,7 @@ fp32 and bf16, the argument errors, and docs/serving.md's snippet."""
 
 import os
 import re
+import sys
 
 import pytest
 import torch
@@ -712,29 +713,37 @@ def test_docs_serving_snippet_runs_and_matches():
 cuda = pytest.mark.skipif(not has_cuda(), reason=cuda_skip_reason() or "no CUDA")
 
 
+@pytest.fixture
+def cuda_dims(monkeypatch):
+    """Head dims the CUDA decode kernels cover (K = V in {64, 128, 256})."""
+    mod = sys.modules[__name__]
+    monkeypatch.setattr(mod, "K", 64)
+    monkeypatch.setattr(mod, "V", 64)
+
+
 @cuda
 @pytest.mark.parametrize("v_first", LAYOUTS)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_cuda_decode_packed_with_padding(dtype, v_first):
+def test_cuda_decode_packed_with_padding(dtype, v_first, cuda_dims):
     test_decode_packed_with_padding(dtype, v_first, device="cuda")
 
 
 @cuda
 @pytest.mark.parametrize("v_first", LAYOUTS)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_cuda_decode_batched_steps(dtype, v_first):
+def test_cuda_decode_batched_steps(dtype, v_first, cuda_dims):
     test_decode_batched_steps(dtype, v_first, device="cuda")
 
 
 @cuda
 @pytest.mark.parametrize("v_first", LAYOUTS)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_cuda_spec_decode_num_accepted_tokens(dtype, v_first):
+def test_cuda_spec_decode_num_accepted_tokens(dtype, v_first, cuda_dims):
     test_spec_decode_num_accepted_tokens(dtype, v_first, device="cuda")
 
 
 @cuda
-def test_cuda_graph_capture_spec_decode():
+def test_cuda_graph_capture_spec_decode(cuda_dims):
     """The in-place mode reads nothing on the host: a captured step replays
     with new indices and acceptance counts written into its buffers."""
     dtype, W = torch.bfloat16, 3
@@ -777,7 +786,7 @@ def test_cuda_graph_capture_spec_decode():
 
 @cuda
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_cuda_fla_fused_recurrent(dtype):
+def test_cuda_fla_fused_recurrent(dtype, cuda_dims):
     x = _fla_inputs(3, 1, dtype, h0=torch.float32)
     o, ht = flashqla.fused_recurrent_gated_delta_rule(
         **{n: t.cuda() for n, t in x.items()}, output_final_state=True, use_qk_l2norm_in_kernel=True)

@@ -358,8 +358,9 @@ def _run(q, qp, kp, vp, ap, bp, A_log, dt_bias, pool, wrows, init, valid, pos, s
                 fb_row = torch.where(any_ok, rows.index_select(0, first)[0], rows.new_zeros(()))
                 fb_val = torch.where(any_ok, flat.index_select(0, first)[0], pool[0])
                 tgt = torch.where(ok, rows, fb_row)
-                vals = torch.where(ok.view((-1,) + (1,) * 3), flat, fb_val)
-                pool.index_copy_(0, tgt, vals)
+                # (in place: flat is this call's own temporary; fb_val is a copy)
+                torch.where(ok.view((-1,) + (1,) * 3), flat, fb_val, out=flat)
+                pool.index_copy_(0, tgt, flat)
             final = pool
         else:
             ok = valid.reshape(-1)

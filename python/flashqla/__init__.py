@@ -3,6 +3,11 @@
     import flashqla
     o, ht = flashqla.chunk_gated_delta_rule(q, k, v, g, beta, output_final_state=True)
     o = flashqla.decode(q, k, v, a, b, A_log, dt_bias, state_pool, slots)
+    # vLLM's / SGLang's and FLA's recurrent signatures (docs/serving.md)
+    o, pool = flashqla.fused_sigmoid_gating_delta_rule_update(
+        A_log, a, b, dt_bias, q, k, v, initial_state=pool, inplace_final_state=True,
+        cu_seqlens=cu_seqlens, ssm_state_indices=indices, use_qk_l2norm_in_kernel=True)
+    o, ht = flashqla.fused_recurrent_gated_delta_rule(q, k, v, g, beta, initial_state=h0)
     flashqla.fla.enable()   # serve fla.ops.gated_delta_rule calls from flashqla
 
 A thin layer over the C library libflashqla.so (loaded through ctypes; it is
@@ -13,6 +18,7 @@ from . import _lib
 from ._lib import FlashQLAError
 from .chunk import chunk_gated_delta_rule
 from .serving import decode, verify
+from .engines import fused_recurrent_gated_delta_rule, fused_sigmoid_gating_delta_rule_update
 from . import autograd as _autograd  # noqa: F401  (registers the op's autograd)
 
 __version__ = _lib.version()
@@ -49,5 +55,7 @@ def __getattr__(name):
     raise AttributeError(f"module 'flashqla' has no attribute {name!r}")
 
 
-__all__ = ["chunk_gated_delta_rule", "decode", "verify", "set_cpu_threads",
+__all__ = ["chunk_gated_delta_rule", "decode", "verify",
+           "fused_sigmoid_gating_delta_rule_update", "fused_recurrent_gated_delta_rule",
+           "set_cpu_threads",
            "backend_available", "device_info", "FlashQLAError", "__version__"]

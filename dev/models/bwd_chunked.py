@@ -24,6 +24,9 @@ def ident(x):
 OPERAND = {"fp64": ident, "fp32": to_f32, "tf32": tf32_round_away, "bf16": to_bf16, "fp16": to_fp16}
 STORE = {"fp64": ident, "fp32": to_f32, "bf16": to_bf16, "fp16": to_fp16}
 
+# pass 1's products (the forward chain, state-only): K S_c, Ag X (Ag = T~ diag(beta)), K^T diag(f) U
+PASS1 = ["KS", "AX", "KU"]
+
 # pass 2's products (names used by the precision switches); MAC counts per chunk-head at
 # C = 64, K = V = 128 are in MACS below.
 PRODUCTS = ["X", "U", "KdS", "dU", "dP", "dT", "dY", "G2", "UdS", "dS", "dL", "dQK"]
@@ -68,7 +71,9 @@ class Config:
                  prec="bf16", dg="terms", out="bf16"):
         self.name = name
         self.exact = exact
-        self.pass1 = "fp64" if exact else pass1
+        if isinstance(pass1, str):
+            pass1 = {p: pass1 for p in PASS1}
+        self.pass1 = {p: ("fp64" if exact else pass1.get(p, "bf16")) for p in PASS1}
         self.state = "fp64" if exact else state
         self.x = x
         self.tt = "fp64" if exact else tt
@@ -83,10 +88,22 @@ class Config:
     def f32(self, x):
         return ident(x) if self.exact else to_f32(x)
 
-    def mm(self, name, a, b):
-        r = OPERAND[self.prec[name]]
-        with np.errstate(over="ignore", invalid="ignore"):
-            return self.f32(r(a) @ r(b))
+    def mm(self, name, a, b, mode=None):
+        return product(self.prec[name] if mode is None else mode, a, b, self.exact)
+
+
+def product(mode, a, b, exact=False):
+    """a @ b as the tensor cores form it: operands rounded to `mode`, fp32 accumulate (one
+    rounding of the result). "bf16x3": each operand split into bf16 hi + lo, three products
+    hi hi + hi lo + lo hi (an operand that is already bf16, e.g. K, Q, dO, has lo = 0: two
+    products)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        if mode == "bf16x3":
+            ah, bh = to_bf16(a), to_bf16(b)
+            al, bl = to_bf16(to_f32(a) - ah), to_bf16(to_f32(b) - bh)
+            return to_f32(ah @ bh + (ah @ bl + al @ bh))
+        r = OPERAND[mode]
+        return ident(r(a) @ r(b)) if exact else to_f32(r(a) @ r(b))
 
 
 # --------------------------------------------------------------------------- inputs
@@ -189,19 +206,17 @@ def pass1(inp, h, cfg):
     S = ident(inp["h0"][h])
     states, xs = [], []
     p = cfg.pass1
-    op = OPERAND[p]
     for c0 in range(0, T, C):
         sl = slice(c0, min(c0 + C, T))
         Kc, Vc, b = Kh[sl], Vh[sl], beta[sl]
         e, f, eC, Gam = chunk_gates(g[sl], cfg)
         Tt, _ = chunk_inverse(Kc, b, Gam, cfg)
         states.append(STORE[cfg.state](S))
-        KS = cfg.f32(Kc @ op(S))
+        KS = product(p["KS"], Kc, S, cfg.exact)
         X = cfg.f32(Vc - cfg.f32(e[:, None] * KS))
         xs.append(X)
-        Ag = op(cfg.f32(Tt * b[None, :]))
-        U = cfg.f32(Ag @ op(X))
-        S = cfg.f32(cfg.f32(eC * S) + cfg.f32(Kc.T @ op(cfg.f32(f[:, None] * U))))
+        U = product(p["AX"], cfg.f32(Tt * b[None, :]), X, cfg.exact)
+        S = cfg.f32(cfg.f32(eC * S) + product(p["KU"], Kc.T, cfg.f32(f[:, None] * U), cfg.exact))
     return states, xs
 
 
@@ -341,3 +356,240 @@ def rel_worst(x, ref, name):
             r = np.inf
         worst = max(worst, r)
     return worst
+
+
+# --------------------------------------------------------------------------- experiments
+def run(cases, configs, seeds, T=None, H=None):
+    """{(case, config name): {grad: worst rel over heads and seeds}}."""
+    res = {}
+    for case in cases:
+        for seed in seeds:
+            inp = draw(case, seed, T, H)
+            ref = library_reference(inp)
+            for cfg in configs:
+                out = model(inp, cfg)
+                r = res.setdefault((case, cfg.name), {n: 0.0 for n in GRADS})
+                for n in GRADS:
+                    r[n] = max(r[n], rel_worst(out[n], ref[n], n))
+    return res
+
+
+def fmt(x, lim=None):
+    s = "%.1e" % x if np.isfinite(x) else "inf"
+    return s + ("!" if lim is not None and x > lim else "")
+
+
+def table(res, cases, names, title, notes=None):
+    lines = ["", "### " + title, ""]
+    if notes:
+        lines += [notes, ""]
+    for case in cases:
+        lines += ["**%s** (%s, T = %d, %d heads)" % (case, CASES[case][0], CASES[case][1], CASES[case][2]), ""]
+        lines.append("| config | " + " | ".join(GRADS) + " |")
+        lines.append("|---|" + "---|" * len(GRADS))
+        for nm in names:
+            r = res[(case, nm)]
+            lines.append("| %s | " % nm + " | ".join(fmt(r[n], LIMIT[n]) for n in GRADS) + " |")
+        lines.append("")
+    return lines
+
+
+# The recommendation (the docstring says why): pass 1's chain products and pass 2's
+# reverse-chain products (K dS', dY = T~^T dU, the dS update) with bf16 hi/lo split operands
+# (fp32 accuracy; 2 bf16 products where the other operand is a bf16 input), every other
+# pass 2 product with plain bf16 operands; S_c stored bf16.
+X3 = "bf16x3"
+REC_PASS1 = {p: X3 for p in PASS1}
+RECOMMENDED = {p: "bf16" for p in PRODUCTS}
+RECOMMENDED.update({"KdS": X3, "dY": X3, "dS": X3})
+CHAIN_TF32 = dict(RECOMMENDED, KdS="tf32", dY="tf32", dS="tf32")
+
+
+def rec(name, **kw):
+    args = dict(pass1=REC_PASS1, state="bf16", prec=RECOMMENDED)
+    args.update(kw)
+    return Config(name, **args)
+
+
+def storage_configs():
+    cs = [rec("S_c %s" % st, state=st) for st in ("fp32", "bf16", "fp16")]
+    cs += [rec("S_c %s, pass 2 products fp32" % st, state=st, prec="fp32") for st in ("fp32", "bf16", "fp16")]
+    cs += [rec("S_c %s, pass 1 bf16 (the forward's chain)" % st, state=st, pass1="bf16") for st in ("fp32", "bf16")]
+    cs.append(Config("floor: fp32 everywhere (bf16 inputs, bf16 dq/dk/dv out)", pass1="fp32", state="fp32",
+                     prec="fp32"))
+    return cs
+
+
+def precision_configs():
+    cs = [rec("pass 2 all fp32", prec="fp32"), rec("pass 2 all tf32", prec="tf32"),
+          rec("pass 2 all bf16x3 (split)", prec=X3), rec("pass 2 all bf16", prec="bf16")]
+    for p in PRODUCTS:
+        cs.append(rec("bf16 only in %s (rest split)" % p, prec=dict({q: X3 for q in PRODUCTS}, **{p: "bf16"})))
+    cs.append(rec("RECOMMENDED (split KdS, dY, dS; rest bf16)"))
+    cs.append(rec("recommended, chain products tf32 instead of split", prec=CHAIN_TF32))
+    cs.append(rec("recommended, T~ stored bf16", tt="bf16"))
+    cs.append(rec("recommended, X stored bf16", x="store:bf16"))
+    cs.append(rec("recommended, pass 1 tf32", pass1="tf32"))
+    cs.append(rec("recommended, pass 1 bf16 (the forward's chain)", pass1="bf16"))
+    cs.append(rec("recommended, pass 1 split KS, KU only", pass1={"KS": X3, "KU": X3, "AX": "bf16"}))
+    cs.append(rec("recommended, pass 1 split AX, KU only", pass1={"AX": X3, "KU": X3, "KS": "bf16"}))
+    cs.append(Config("all bf16 (FLA-like: bf16 chain, bf16 h, bf16 products)", pass1="bf16", state="bf16",
+                     prec="bf16"))
+    return cs
+
+
+def dg_configs():
+    cs = []
+    for form in ("terms", "cumsum"):
+        cs.append(Config("%s, fp64 throughout" % form, exact=True, dg=form))
+        cs.append(Config("%s, fp32 (S_c fp32, products fp32)" % form, pass1="fp32", state="fp32", prec="fp32",
+                         dg=form))
+        cs.append(rec("%s, recommended (S_c bf16)" % form, dg=form))
+        cs.append(Config("%s, all bf16" % form, pass1="bf16", state="bf16", prec="bf16", dg=form))
+    return cs
+
+
+# --------------------------------------------------------------------------- bytes and MACs
+H200_BW = 4.2e12          # B/s, copy rate
+H200_BF16 = 989.5e12 / 2  # MAC/s, dense bf16 tensor peak (tf32: half)
+ANCHORS = [("hk16_hv32", 16, 32), ("hk8_hv16", 8, 16), ("hk4_hv8", 4, 8), ("hk2_hv4", 2, 4)]
+
+
+def dense_macs(group):
+    """Dense tensor-core MACs per chunk-head (value head) at C = 64, K = V = 128, of every
+    product; q/k-head products shared by the GVA group are divided by it."""
+    cc, ck, cv = C * C, C * KD, C * VD
+    p1 = {"KS": ck * VD, "AX": cc * VD, "KU": ck * VD, "KK+inverse": cc * KD / group + 3 * 2 * C ** 3 / 4}
+    p2 = {"X": ck * VD, "U": cc * VD, "KdS": ck * VD, "dU": cc * VD, "dP": cc * VD, "dT": cc * VD,
+          "dY": cc * VD, "G2": 2 * cv * KD, "UdS": cv * KD, "dS": 2 * ck * VD, "dL": 2 * C ** 3,
+          "dQK": 3 * cc * KD, "QK+KK+inverse": 2 * cc * KD / group + 3 * 2 * C ** 3 / 4}
+    return p1, p2
+
+
+def split_factor(mode, name):
+    """bf16 products a split costs: 2 where one operand is a bf16 input (K, Q), else 3;
+    tf32 counts as 2 (half the bf16 rate)."""
+    if mode == X3:
+        return 2 if name in ("KS", "KU", "KdS", "dS") else 3
+    return 2 if mode == "tf32" else 1
+
+
+def bytes_table():
+    """Per chunk-head bytes and MACs of the storage / recompute choices; whole-problem times at
+    the anchor shapes (K = V = 128, GVA group 2)."""
+    group = 2
+    bf, f4 = 2, 4
+    io1 = C * KD * bf / group + C * VD * bf + 2 * C * f4                     # pass 1 reads k, v, g, beta
+    io2 = (2 * C * KD * bf / group + 2 * C * VD * bf + 2 * C * f4            # pass 2 reads q, k, v, dO, g, beta
+           + 2 * C * KD * bf / group + C * VD * bf + 2 * C * f4)             # writes dq, dk, dv, dg, dbeta
+    p1, p2 = dense_macs(group)
+    base1 = sum(p1.values())
+    base2 = sum(p2.values())
+    rec1 = sum(m * split_factor(REC_PASS1.get(n, "bf16"), n) for n, m in p1.items())
+    rec2 = sum(m * split_factor(RECOMMENDED.get(n, "bf16"), n) for n, m in p2.items())
+    SK = KD * VD
+    Tp = 5 * C * C // 8  # packed lower strips
+    chain1 = sum(p1[n] * split_factor(REC_PASS1[n], n) for n in PASS1)  # pass 1's chain products
+    opts = [
+        # name, bytes stored by pass 1 and read by pass 2 (w + r), workspace bytes, MAC change
+        ("S_c bf16 (recommended)", 2 * SK * bf, SK * bf, 0),
+        ("S_c fp16", 2 * SK * bf, SK * bf, 0),
+        ("S_c fp32", 2 * SK * f4, SK * f4, 0),
+        ("S_c bf16 every 2nd chunk; pass 2 reruns the chain for the other", SK * bf, SK * bf / 2, 0.5 * chain1),
+        ("S_c bf16 + X bf16 (skip X = V - e K S in pass 2)", 2 * (SK + C * VD) * bf, (SK + C * VD) * bf,
+         -p2["X"]),
+        ("S_c bf16 + X fp32", 2 * SK * bf + 2 * C * VD * f4, SK * bf + C * VD * f4, -p2["X"]),
+        ("S_c bf16 + T~ fp32 packed (skip KK^T + inverse in pass 2)", 2 * SK * bf + 2 * Tp * f4,
+         SK * bf + Tp * f4, -p2["QK+KK+inverse"] + C * C * KD / group),
+        ("S_c bf16 + T~ read again from pass 1's prepare output", 2 * SK * bf + Tp * f4, SK * bf + Tp * f4,
+         -p2["QK+KK+inverse"] + C * C * KD / group),
+        ("forward writes S_c bf16, no pass 1 (bf16 forward chain: fails neg_eig, table 2)", 2 * SK * bf, SK * bf,
+         -rec1),
+    ]
+    lines = ["", "### 4. Bytes and MACs per chunk-head (C = 64, K = V = 128, GVA group 2)", "",
+             "Fixed traffic (every option): pass 1 reads k, v, g, beta = %.1f KiB; pass 2 reads q, k, v, dO, g, beta "
+             "and writes dq, dk (bf16, group-reduced in the cluster), dv, dg, dbeta = %.1f KiB. Dense tensor MACs "
+             "(bf16-equivalent): pass 1 %.2f M plain / %.2f M recommended (split chain), pass 2 %.2f M plain bf16 / "
+             "%.2f M recommended (split KdS, dY, dS). H200: %.1f TB/s copy, %.0f TMAC/s dense bf16 (peak); "
+             "one chunk-head = %.1f ns of the whole GPU per 100 KiB moved, %.1f ns per 1 M MAC."
+             % (io1 / 1024, io2 / 1024, base1 / 1e6, rec1 / 1e6, base2 / 1e6, rec2 / 1e6, H200_BW / 1e12,
+                H200_BF16 / 1e12, 102400 / H200_BW * 1e9, 1e6 / H200_BF16 * 1e9), "",
+             "| option | stored KiB (w + r) | total KiB moved | M MAC (recommended precisions) | ns at 4.2 TB/s | "
+             "ns at bf16 peak | hk16_hv32 32k: ms bytes / ms MAC | hk2_hv4 8k: ms bytes / ms MAC | workspace at "
+             "hk16_hv32 32k |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    KiB = 1024.0
+    for name, extra, ws, dmac in opts:
+        moved = extra + io2 + (0 if name.startswith("forward") else io1)
+        mac = rec1 + rec2 + dmac
+        cells = []
+        for tag, hk, hv, tok in (("hk16_hv32", 16, 32, 32768), ("hk2_hv4", 2, 4, 8192)):
+            ch = tok // C * hv
+            cells.append("%.3f / %.3f" % (ch * moved / H200_BW * 1e3, ch * mac / H200_BF16 * 1e3))
+        ch = 32768 // C * 32
+        lines.append("| %s | %.0f | %.0f | %.2f | %.1f | %.1f | %s | %s | %.0f MiB |" % (
+            name, extra / KiB, moved / KiB, mac / 1e6, moved / H200_BW * 1e9, mac / H200_BF16 * 1e9,
+            cells[0], cells[1], ch * ws / KiB ** 2))
+    lines += ["", "MAC breakdown per chunk-head (dense, bf16-equivalent before splits):", "",
+              "| pass | product | M MAC | split factor (recommended) |", "|---|---|---|---|"]
+    for nm, d, recd in (("1", p1, REC_PASS1), ("2", p2, RECOMMENDED)):
+        for n, m in d.items():
+            lines.append("| %s | %s | %.3f | %d |" % (nm, n, m / 1e6, split_factor(recd.get(n, "bf16"), n)))
+    return lines
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seeds", type=int, default=1)
+    ap.add_argument("--only", default="storage,precision,dg,bytes")
+    ap.add_argument("--markdown", default=None, help="also write the output to this file")
+    a = ap.parse_args()
+    seeds = list(range(a.seeds))
+    only = a.only.split(",")
+    t0 = time.time()
+    lines = []
+
+    def emit(ls):
+        for x in ls:
+            print(x, flush=True)
+        lines.extend(ls)
+
+    emit(["# bwd-model: precision and storage of a chunked GDN backward (C = 64, K = V = 128)", "",
+          "Generated by `PYTHONPATH=python FLASHQLA_LIB=build/libflashqla.so python3 dev/models/bwd_chunked.py%s`"
+          " on %s UTC (numpy %s; seeds %s). Metric: docs/testing.md's rel = ||x - ref|| / ||ref|| against the "
+          "library's fp64 reference backward, worst over value heads and seeds; `!` marks a value over the "
+          "threshold (dq, dk, dv, dh0 8e-3; dg, dbeta 2e-2)."
+          % ("" if len(sys.argv) == 1 else " " + " ".join(sys.argv[1:]),
+             datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M"), np.__version__, seeds)])
+    # self-check: the exact model is the reference
+    inp = draw("bench", 99, 200, 2)
+    ref = library_reference(inp)
+    out = model(inp, Config("exact", exact=True))
+    err = max(rel_worst(out[n], ref[n], n) for n in GRADS)
+    emit(["", "Self-check: the model with every rounding off against the library's reference: worst rel %.1e "
+          "(T = 200, 2 heads)." % err])
+    if err > 1e-10:
+        print("self-check failed", file=sys.stderr)
+        sys.exit(1)
+    cases = list(CASES)
+    if "storage" in only:
+        cs = storage_configs()
+        emit(table(run(cases, cs, seeds), cases, [c.name for c in cs], "1. Storage of the per-chunk states S_c"))
+    if "precision" in only:
+        cs = precision_configs()
+        emit(table(run(cases, cs, seeds), cases, [c.name for c in cs],
+                   "2. Operand precision of pass 2's products (S_c bf16; fp32 accumulate)"))
+    if "bytes" in only:
+        emit(bytes_table())
+    if "dg" in only:
+        cs = dg_configs()
+        emit(table(run(["strong", "bench"], cs, seeds), ["strong", "bench"], [c.name for c in cs],
+                   "3. dg: per-term products vs difference of cumulative sums"))
+    emit(["", "(%.0f s)" % (time.time() - t0)])
+    if a.markdown:
+        with open(a.markdown, "w") as fh:
+            fh.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()

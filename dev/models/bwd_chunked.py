@@ -121,7 +121,7 @@ CASES = {
               "beta = sigmoid(randn)", 1024, 4),
     "strong": ("strong decay: g = -20 on every token", 3000, 1),
     "nodecay": ("g = 0 (every head)", 1024, 2),
-    "neg_eig": ("g = 0, beta in [1.9, 2) (allow_neg_eigval)", 1024, 2),
+    "neg_eig": ("g = 0, beta in [1.9, 2) (allow_neg_eigval)", 2048, 2),
 }
 
 
@@ -449,6 +449,26 @@ def dg_configs():
     return cs
 
 
+def length_configs():
+    return [Config("all bf16 (pass 1 = forward chain, plain bf16 products)", pass1="bf16", prec="bf16"),
+            rec("pass 1 bf16, pass 2 recommended", pass1="bf16"),
+            rec("recommended")]
+
+
+def length_sweep(seeds):
+    cs = length_configs()
+    lines = ["", "### 5. Growth with the sequence length (1 value head): which tier each input needs", "",
+             "| case | T | config | " + " | ".join(GRADS) + " |", "|---|---|---|" + "---|" * len(GRADS)]
+    for case in ("neg_eig", "nodecay"):
+        for T in (130, 512, 2048, 4096):
+            res = run([case], cs, seeds, T=T, H=1)
+            for c in cs:
+                r = res[(case, c.name)]
+                lines.append("| %s | %d | %s | " % (case, T, c.name) + " | ".join(fmt(r[n], LIMIT[n]) for n in GRADS)
+                             + " |")
+    return lines
+
+
 # --------------------------------------------------------------------------- bytes and MACs
 H200_BW = 4.2e12          # B/s, copy rate
 H200_BF16 = 989.5e12 / 2  # MAC/s, dense bf16 tensor peak (tf32: half)
@@ -541,7 +561,7 @@ def bytes_table():
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, default=1)
-    ap.add_argument("--only", default="storage,precision,dg,bytes")
+    ap.add_argument("--only", default="storage,precision,dg,length,bytes")
     ap.add_argument("--markdown", default=None, help="also write the output to this file")
     a = ap.parse_args()
     seeds = list(range(a.seeds))
@@ -579,6 +599,8 @@ def main():
         cs = precision_configs()
         emit(table(run(cases, cs, seeds), cases, [c.name for c in cs],
                    "2. Operand precision of pass 2's products (S_c bf16; fp32 accumulate)"))
+    if "length" in only:
+        emit(length_sweep(seeds))
     if "bytes" in only:
         emit(bytes_table())
     if "dg" in only:

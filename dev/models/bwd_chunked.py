@@ -1,5 +1,104 @@
 #!/usr/bin/env python3
-"""DOCSTRING_PLACEHOLDER"""
+r"""A numpy model of the chunked GDN backward as a Hopper kernel would compute it (issue 41).
+
+What it is
+    The reverse mode of docs/design.md §2's chunked form (C = 64, K = V = 128), written as
+    src/cpu/chunked_bwd.c's formulas (its file header), in two passes as the issue's design:
+      pass 1  the state pass: the forward chain per chunk (X = V - e K S, U = Ag X,
+              S' = e_C S + K^T diag(f) U), storing the state S_c entering every chunk;
+      pass 2  the reverse fused pass: chunks in reverse, recomputing the chunk's gates, T~ =
+              Gamma (.) Ar, X and U from the stored S_c, carrying dS (fp32 accumulator), forming
+              dq, dk, dv, dbeta, dg and finally dh0.
+    Everything is float64 with explicit rounding emulation (dev/models/inverse_precision.py's
+    helpers): every tensor-core product rounds its operands to its switch's format and its
+    result once to fp32 (fp32 accumulate); elementwise work is rounded to fp32. Inputs are as
+    the GPU reads them (q, k, v, dO bf16; g, beta, h0, dht fp32) and dq, dk, dv are written in
+    bf16. The oracle is the library's fp64 reference backward (FQLA_BACKEND_CPU_REFERENCE,
+    called through python/flashqla with float64 tensors of the same rounded values); with every
+    rounding switched off the model matches it to ~1e-14 (self-check, run first; exit 1 if not).
+
+Switches (class Config): pass 1's three products (KS, AX, KU), the storage of S_c (fp32 /
+bf16 / fp16), X recomputed or stored, T~ fp32 or stored bf16, each pass 2 product's operand
+precision (fp32 / tf32 / bf16 / bf16x3 = bf16 hi/lo split, three products, two where the other
+operand is a bf16 input), the dg form (per-term products or FLA's difference of cumulative
+sums) and the output rounding.
+
+How to run (numpy + torch on the CPU; ~90 s on 2 cores with --seeds 2)
+    make CUDA=0 -j2
+    PYTHONPATH=python FLASHQLA_LIB=build/libflashqla.so python3 dev/models/bwd_chunked.py \
+        [--seeds N] [--only storage,precision,dg,bytes,length] [--markdown OUT.md]
+    bench/results/bwd-model.md is its output with --seeds 2.
+
+Cases (CASES): bench (docs/benchmarks.md inputs: unit q/k, g = logsigmoid(randn)/16 with one
+head of four ungated, beta = sigmoid(randn), T = 1024), strong (g = -20 per token, T = 3000),
+nodecay (g = 0, T = 1024), neg_eig (g = 0, beta in [1.9, 2) as allow_neg_eigval gives,
+T = 2048); h0 and dht randn, dO randn. Metric: docs/testing.md's rel, worst over heads/seeds.
+
+Conclusions (numbers from bench/results/bwd-model.md, --seeds 2)
+1. S_c storage: bf16 (32 KiB per chunk-head). With the recommended products below, fp32
+   storage buys nothing measurable, because pass 2 only consumes S_c through bf16-operand
+   products (the X recompute and [dO; dX] S^T) that round it to bf16 anyway: bench dq/dk/dg
+   3.1e-3 / 3.7e-3 / 6.4e-3 (bf16) vs 3.1e-3 / 3.7e-3 / 6.2e-3 (fp32); strong decay 2.9e-3 /
+   3.2e-3 / 4.7e-3 for both; neg_eig T = 2048 3.9e-3 / 5.5e-3 / 8.8e-3 (bf16) vs 9.6e-3 dg (fp32).
+   Isolated (pass 2 in fp32), bf16 storage costs dq +0.6e-3, dbeta <= 1.7e-3, dg <= 5.0e-3;
+   fp16 is 8x finer (dg <= 4.5e-4 isolated) but equal once the products are bf16, and its
+   65504 range is a risk (S depends on the caller's h0 and keys): bf16.
+   What matters is the precision that PRODUCES S_c: the forward's bf16 chain (bf16(S), bf16
+   Ag, bf16 f U) as pass 1 fails neg_eig at T = 2048 whatever the storage (dq 1.4e-2, dk
+   1.5e-2, dg 5.9e-2) and from T = 512 (dk 8.9e-3, dg 2.8e-2). Pass 1 needs all three chain
+   products in fp32 accuracy: bf16 hi/lo split (KS and KU: 2 products, K is exact bf16; AX: 3)
+   gives 3.9e-3 / 5.5e-3 / 8.8e-3; splitting only KS, KU (dg 2.6e-2) or only AX, KU (dg 2.5e-2)
+   fails; tf32 passes (4.3e-3 / 5.8e-3 / 1.2e-2). So the forward cannot hand its bf16-chain
+   states to the backward unless it runs split products in training.
+2. Pass 2 operand precision (fp32 accumulate). Tolerate plain bf16 operands: X = V - e K S_c,
+   U = T~ Y, dU = P~^T dO, dP~ = dO U^T, dT~ = dU Y^T, [dO; dX] S_c^T, diag(f) U dS'^T,
+   dL = -T~^T dT~ T~^T, and the dq/dk products (dQ~ K, dQ~^T Q, (M + M^T) K): each alone in
+   bf16 stays far inside the thresholds (the worst single ones: U, strong decay dg 4.4e-3;
+   dL, neg_eig T = 2048 dk 4.0e-3, dg 8.7e-3). Need fp32-class operands: the reverse state chain dS' -> K dS' -> dU ->
+   dY = T~^T dU -> dX -> Z -> dS += [Q; K]^T Z. One of them in plain bf16 fails neg_eig T = 2048:
+   dY dk 1.0e-2, dv 1.1e-2, dg 2.7e-2, dh0 1.7e-2; dS dh0 1.2e-2; K dS' dg 2.2e-2, dh0 9.8e-3.
+   Use the bf16 hi/lo split (K dS' and the dS update: 2 products, the other operand is a bf16
+   input; dY: 3) or tf32 (chain products tf32: dv 2.6e-3, dh0 3.0e-3 vs 1.7e-3 / 8.0e-4 split;
+   tf32 runs at half the bf16 rate, so the 2-product split is as cheap and more accurate for K dS'
+   and dS; for dY tf32 is cheaper than 3 products). T~ must reach dY in fp32 accuracy: T~ stored
+   bf16 fails (dk 8.7e-3, dg 2.6e-2, dh0 1.2e-2), so the forward's bf16 Ag cannot be reused.
+   Recommended (pass 1 split, S_c bf16, K dS' / dY / dS split, the rest bf16) holds every case:
+   worst dq 4.0e-3, dk 5.5e-3, dv 1.9e-3, dbeta 4.3e-3, dg 8.8e-3 (1.2e-2 for one head at
+   T = 130-512, table 5), dh0 1.3e-3, flat in T up to 4096 for neg_eig.
+   Plain bf16 everywhere (FLA-like) holds bench, strong decay and g = 0 with sigmoid beta up to
+   T = 4096 (dq/dk/dv/dh0 <= 4.9e-3, dg <= 1.0e-2) and fails neg_eig from T = 512 (dk 1.1e-2,
+   dv 8.8e-3, dg 3.8e-2, dh0 1.2e-2; T = 4096: 2.5e-2 / 1.8e-2 / 2.9e-2 / 2.6e-2). A cheaper
+   variant for calls known to have beta <= 1 (use_beta_sigmoid without allow_neg_eigval) is
+   possible: ~16.3 M instead of 23.6 M MAC per chunk-head.
+3. dg: per-term products (chunked_bwd.c: suffix sums of de_i e_i, prefix sums of df_j f_j,
+   de_C e_C, and the cross term sum_{i>=t>j} R_ij of the strictly lower R = Gamma (.) (dL (.)
+   diag(beta) K K^T + scale dP~ (.) Q K^T), as row prefix sums then masked column sums, all in
+   fp32) hold under strong decay: 4.7e-3 with the recommended precisions (1.6e-7 with fp32
+   products, 5.0e-3 all bf16). FLA's difference of cumulative sums blows up: 4.9 with fp32
+   products, 4.8 recommended, 4.8 all bf16 (even in fp64 it loses 9 digits: 3.4e-7). The
+   issue measured FLA 1.4e2 and FlashQLA 3.2; this model's cumsum is the optimistic version
+   (each O(1) side rounded once in fp32), FLA rounds more. On the bench inputs both forms
+   agree (6.4e-3). The diagonal Gamma_ii = 1 and f_C = 1 terms must never enter.
+4. Save vs recompute (per chunk-head, K = V = 128, group 2; fixed I/O 105.5 KiB; MAC at
+   recommended precisions, bf16-equivalent): S_c bf16 64 KiB w+r -> 170 KiB = 41 ns of the
+   whole H200 at 4.2 TB/s vs 23.6 M MAC = 48 ns at dense bf16 peak: bandwidth and tensor time
+   are about balanced (hk16_hv32 32k: 0.68 ms bytes / 0.78 ms MAC; FlashQLA 2.515 ms). S_c fp32:
+   234 KiB, 0.93 ms bytes at hk16_hv32 32k (bandwidth-bound, 1 GiB workspace). Storing X bf16
+   (+32 KiB = +7.8 ns) saves 1.05 M MAC (2.1 ns) and is less accurate (bench dbeta 2.4e-3 vs
+   1.4e-3): recompute. Storing T~ fp32 packed (+20 KiB = +4.9 ns) saves ~0.65 M MAC (1.3 ns);
+   rereading pass 1's prepare output (+10 KiB) is a tie: recompute (smaller workspace, and a
+   bf16 T~ is not allowed). S_c every second chunk halves the workspace (256 MiB) and saves
+   7.8 ns of traffic for +2.9 M MAC (5.8 ns) on the reverse chain's critical path: only if
+   memory is the constraint. Recommendation: pass 1 writes S_c in bf16 and nothing else; pass 2
+   recomputes gates, T~ (fp32, 3xTF32 inverse as the forward's prepare), P~, X and U.
+
+Limits: one fp32 rounding per product (wgmma's internal accumulation order not modelled);
+exp exact then rounded; the inverse is the fp64 inverse of the fp32 matrix rounded to fp32
+(the forward's 3xTF32 inverse is that accurate: inverse_precision.py); in-kernel l2norm, gate
+and beta transforms, GVA groups > 1 (dq/dk group sums are fp32 adds) and varlen are not
+modelled; MACs count dense 64-row tiles (triangular products as dense), not the SFU or
+CUDA-core work.
+"""
 import argparse
 import datetime
 import os
@@ -384,7 +483,7 @@ def table(res, cases, names, title, notes=None):
     if notes:
         lines += [notes, ""]
     for case in cases:
-        lines += ["**%s** (%s, T = %d, %d heads)" % (case, CASES[case][0], CASES[case][1], CASES[case][2]), ""]
+        lines += ["**%s** (%s, T = %d, %d value heads)" % (case, CASES[case][0], CASES[case][1], CASES[case][2]), ""]
         lines.append("| config | " + " | ".join(GRADS) + " |")
         lines.append("|---|" + "---|" * len(GRADS))
         for nm in names:
@@ -561,7 +660,7 @@ def bytes_table():
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, default=1)
-    ap.add_argument("--only", default="storage,precision,dg,length,bytes")
+    ap.add_argument("--only", default="storage,precision,dg,bytes,length")
     ap.add_argument("--markdown", default=None, help="also write the output to this file")
     a = ap.parse_args()
     seeds = list(range(a.seeds))
@@ -594,19 +693,25 @@ def main():
     cases = list(CASES)
     if "storage" in only:
         cs = storage_configs()
-        emit(table(run(cases, cs, seeds), cases, [c.name for c in cs], "1. Storage of the per-chunk states S_c"))
+        emit(table(run(cases, cs, seeds), cases, [c.name for c in cs], "1. Storage of the per-chunk states S_c",
+                   "Pass 1 and pass 2 at the recommended precisions unless the row says otherwise."))
     if "precision" in only:
         cs = precision_configs()
         emit(table(run(cases, cs, seeds), cases, [c.name for c in cs],
-                   "2. Operand precision of pass 2's products (S_c bf16; fp32 accumulate)"))
-    if "length" in only:
-        emit(length_sweep(seeds))
-    if "bytes" in only:
-        emit(bytes_table())
+                   "2. Operand precision of the products (S_c bf16, fp32 accumulate)",
+                   "Pass 1 split (bf16 hi/lo) unless the row says otherwise. `bf16 only in P (rest split)`: "
+                   "product P with plain bf16 operands, every other pass 2 product split."))
     if "dg" in only:
         cs = dg_configs()
         emit(table(run(["strong", "bench"], cs, seeds), ["strong", "bench"], [c.name for c in cs],
-                   "3. dg: per-term products vs difference of cumulative sums"))
+                   "3. dg: per-term products vs difference of cumulative sums",
+                   "terms: chunked_bwd.c's assembly (every term contains g_t's decay), fp32 on the GPU; "
+                   "cumsum: d(gamma_i) = (terms with e^+gamma_i) - (terms with e^-gamma_i), each side an fp32 "
+                   "sum holding the O(1) diagonal terms, then a reverse fp32 cumulative sum (FLA's form)."))
+    if "bytes" in only:
+        emit(bytes_table())
+    if "length" in only:
+        emit(length_sweep(seeds))
     emit(["", "(%.0f s)" % (time.time() - t0)])
     if a.markdown:
         with open(a.markdown, "w") as fh:

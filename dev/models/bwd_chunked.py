@@ -87,7 +87,9 @@ Conclusions (numbers from bench/results/bwd-model.md, --seeds 2)
    (+32 KiB = +7.8 ns) saves 1.05 M MAC (2.1 ns) and is less accurate (bench dbeta 2.4e-3 vs
    1.4e-3): recompute. Storing T~ fp32 packed (+20 KiB = +4.9 ns) saves ~0.65 M MAC (1.3 ns);
    rereading pass 1's prepare output (+10 KiB) is a tie: recompute (smaller workspace, and a
-   bf16 T~ is not allowed). S_c every second chunk halves the workspace (256 MiB) and saves
+   bf16 T~ is not allowed). bf16 S_c is also the form pass 2 consumes: TMA loads it straight
+   into shared memory as the B operand of the X recompute and of [dO; dX] S_c^T, with no
+   conversion pass (fp32 storage would need one). S_c every second chunk halves the workspace (256 MiB) and saves
    7.8 ns of traffic for +2.9 M MAC (5.8 ns) on the reverse chain's critical path: only if
    memory is the constraint. Recommendation: pass 1 writes S_c in bf16 and nothing else; pass 2
    recomputes gates, T~ (fp32, 3xTF32 inverse as the forward's prepare), P~, X and U.
@@ -126,8 +128,7 @@ STORE = {"fp64": ident, "fp32": to_f32, "bf16": to_bf16, "fp16": to_fp16}
 # pass 1's products (the forward chain, state-only): K S_c, Ag X (Ag = T~ diag(beta)), K^T diag(f) U
 PASS1 = ["KS", "AX", "KU"]
 
-# pass 2's products (names used by the precision switches); MAC counts per chunk-head at
-# C = 64, K = V = 128 are in MACS below.
+# pass 2's products (names used by the precision switches; dense_macs() counts their MACs)
 PRODUCTS = ["X", "U", "KdS", "dU", "dP", "dT", "dY", "G2", "UdS", "dS", "dL", "dQK"]
 PRODUCT_WHAT = {
     "X": "X = V - e K S_c (recompute, S_c operand)",
@@ -143,24 +144,22 @@ PRODUCT_WHAT = {
     "dL": "dL = -T~^T dT~ T~^T",
     "dQK": "dQ~ K, dQ~^T Q, (M + M^T) K",
 }
-MACS = {"X": C * KD * VD, "U": C * C * VD // 2, "KdS": C * KD * VD, "dU": C * C * VD // 2,
-        "dP": C * C * VD, "dT": C * C * VD, "dY": C * C * VD // 2, "G2": 2 * C * VD * KD,
-        "UdS": C * VD * KD, "dS": 2 * C * KD * VD, "dL": 2 * C * C * C // 2, "dQK": 3 * C * C * KD,
-        "QK/KK + inverse (recompute)": 2 * C * C * KD + C * C * C // 2}
 
 
 class Config:
     """One way the GPU could compute the backward.
 
     exact      every rounding off (fp64 throughout): the chunked algorithm's own arithmetic
-    pass1      operand precision of the state pass's chain (the forward chain): "bf16" as the
-               forward kernel (bf16(S), bf16 Ag, bf16 f U), "fp32", or "fp64"
+    pass1      operand precision of the state pass's chain products (one format, or
+               {KS, AX, KU: format}): "bf16" as the forward kernel (bf16(S), bf16 Ag, bf16 f U),
+               "bf16x3" (hi/lo split), "tf32", "fp32"
     state      storage of the per-chunk states S_c read by pass 2: fp32 / bf16 / fp16
     x          "recompute" (X = V - e K S_c in pass 2 from the stored S_c) or "store:<fmt>"
                (pass 1's fp32 X stored in <fmt>)
     tt         storage/precision of T~ = Gamma (.) Ar as pass 2 sees it (fp32: recomputed or
                stored fp32; bf16: stored bf16)
-    prec       {product: operand precision}, fp32 accumulate (one rounding per product)
+    prec       one format or {product: format} (fp32 / tf32 / bf16 / bf16x3 / fp16; missing
+               products fp32), fp32 accumulate (one rounding per product)
     dg         "terms" (per-term products, chunked_bwd.c) or "cumsum" (FLA's d(gamma)
                followed by a reverse cumulative sum)
     out        rounding of dq, dk, dv as written (bf16: q's dtype); dg, dbeta, dh0 fp32
@@ -700,7 +699,8 @@ def main():
         emit(table(run(cases, cs, seeds), cases, [c.name for c in cs],
                    "2. Operand precision of the products (S_c bf16, fp32 accumulate)",
                    "Pass 1 split (bf16 hi/lo) unless the row says otherwise. `bf16 only in P (rest split)`: "
-                   "product P with plain bf16 operands, every other pass 2 product split."))
+                   "product P with plain bf16 operands, every other pass 2 product split. Products: "
+                   + "; ".join("%s: %s" % kv for kv in PRODUCT_WHAT.items()) + "."))
     if "dg" in only:
         cs = dg_configs()
         emit(table(run(["strong", "bench"], cs, seeds), ["strong", "bench"], [c.name for c in cs],

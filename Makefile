@@ -50,7 +50,7 @@ $(BUILD)/obj/%.o: %.c $(wildcard include/*.h src/*.h src/cpu/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(BASE_CFLAGS) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/obj/%.o: %.cu $(wildcard include/*.h src/*.h src/cuda/*.h src/cuda/*.cuh)
+$(BUILD)/obj/%.o: %.cu $(wildcard include/*.h src/*.h src/cuda/*.h src/cuda/*.cuh src/cuda/ptx/*.cuh src/cuda/kernel/*.cuh)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@ 2> $@.log || { cat $@.log >&2; rm -f $@; exit 1; }
 	@# ptxas's C7511 / C7512 (wgmma serialised: for the wgmma pipeline or

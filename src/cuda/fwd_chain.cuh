@@ -15,8 +15,8 @@
 #define FQLA_CUDA_FWD_CHAIN_CUH
 
 #include "cuda/fwd_common.cuh"
-#include "cuda/fwd_ptx.cuh"
-#include "cuda/hopper.cuh"
+#include "cuda/kernel/io.cuh"
+#include "cuda/ptx/ptx.cuh"
 
 /* Tile sh's Ag (fwd_common.cuh's packed layout) into dst as the square
  * 64 x 64 tile with 128-byte swizzle (8 KB, 1024-aligned), completing on
@@ -276,7 +276,7 @@ __device__ __forceinline__ void store_out(const fqla_fwd_params &p, const CUtens
 }
 
 /* The chain's products, issued by the whole warpgroup (no commit: the
- * caller groups them). Shared-memory operands by descriptor (hopper.cuh):
+ * caller groups them). Shared-memory operands by descriptor (ptx/wgmma.cuh):
  * tiles of 64 token rows x 64 columns in TMA's 128-byte swizzle, one k-step
  * of 16 tokens FQLA_DESC_K16_* on. */
 

@@ -35,9 +35,9 @@
  */
 #include "cuda/fwd_chain.cuh"
 #include "cuda/fwd_common.cuh"
-#include "cuda/fwd_ptx.cuh"
-#include "cuda/hopper.cuh"
+#include "cuda/kernel/io.cuh"
 #include "cuda/pdl.cuh"
+#include "cuda/ptx/ptx.cuh"
 
 namespace {
 
@@ -144,7 +144,7 @@ __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
      * round trip through an integer: the compiler then still knows every
      * pointer below is shared and emits LDS / STS, not generic LD / ST
      * (the factor loads sit on the chain: docs/perf.md, v7b) */
-    unsigned char *sm = smem_raw + ((1024u - (fqla_h_smem(smem_raw) & 1023u)) & 1023u);
+    unsigned char *sm = smem_raw + ((1024u - (fqla_smem_u32(smem_raw) & 1023u)) & 1023u);
     /* full: the stage's copies landed; ready: its token factors are written;
      * empty: every consumer warp is done with it */
     uint64_t *full = reinterpret_cast<uint64_t *>(sm + cfg::oBar), *empty = full + cfg::STAGES;

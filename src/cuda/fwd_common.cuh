@@ -249,12 +249,6 @@ static inline int fqla_debug_clocks_take(const void *sym, unsigned long long *ou
         return -1;
     return cudaMemset(dev, 0, n * sizeof *out) == cudaSuccess ? 0 : -1;
 }
-__device__ __forceinline__ unsigned long long fqla_globaltimer()
-{
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
 
 /* Launchers (fwd_prepare.cu, fwd_chunk.cu): enqueue on stream, return the
  * launch error. kd is K; bv the V slice of the chunk kernel. io_bf16 picks

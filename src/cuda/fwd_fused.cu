@@ -54,9 +54,45 @@
  */
 #include "cuda/fwd_chain.cuh"
 #include "cuda/fwd_common.cuh"
-#include "cuda/fwd_ptx.cuh"
-#include "cuda/hopper.cuh"
+#include "cuda/kernel/io.cuh"
 #include "cuda/pdl.cuh"
+#include "cuda/ptx/ptx.cuh"
+
+/* The in-kernel l2norm's factor 1 / sqrt(sum x^2 + 1e-6) of row r of a
+ * [64][KD] tile of 2-byte values that TMA stored as KD / 64 boxes of 64
+ * rows x 128 bytes (box b at tile + b box_stride). Two adjacent lanes share
+ * a row, each summing half of it (part = lane & 1). A sum may visit a row's
+ * 16-byte chunks in any order, so each lane starts at its own: chunk j of
+ * a box's row is read at j ^ (r & 7) (and ^ 4 for the second part where
+ * both parts read the same chunks of different boxes). Then the 8 lanes of
+ * each load phase hit 8 different 16-byte bank groups. Reading chunk j at
+ * j for every row (one bank group for the whole warp, 8-way conflicts)
+ * made these sums cost ~18 % of this kernel on the H200 (~45 % of the
+ * prepare kernel without Q). Both lanes of the pair return the factor.
+ * Used for rq by the Pg warpgroup; the prepare kernel without Q takes rk
+ * from K K^T's diagonal, the kernels with Q sum padded rows (fwd_prepare.cu,
+ * step 2), all in fp32. */
+template <typename T, int KD>
+FQLA_DEV float fqla_row_rnorm(const unsigned char *tile, uint32_t box_stride, int r, int part)
+{
+    constexpr int CH = KD / 16; /* 16-byte chunks in half a row */
+    const int rot = (r & 7) ^ (CH >= 8 ? 4 * part : 0);
+    float ss = 0.f;
+#pragma unroll
+    for (int i = 0; i < CH; i++) {
+        const int q = part * CH + i; /* box q / 8, chunk q % 8 (read at (q % 8) ^ rot) */
+        const uint4 w =
+            *reinterpret_cast<const uint4 *>(tile + (q >> 3) * box_stride + r * 128 + (((q & 7) ^ rot) * 16));
+        const uint32_t u[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const float2 f = fqla_io<T>::unpack(u[j]);
+            ss += f.x * f.x + f.y * f.y;
+        }
+    }
+    ss += __shfl_xor_sync(0xffffffffu, ss, 1);
+    return rsqrtf(ss + 1e-6f);
+}
 
 namespace {
 
@@ -180,7 +216,7 @@ __global__ void __launch_bounds__(fu_cfg<KD, NWG_>::THREADS, 1)
     typedef fqla_wg<T> mma;
     constexpr int NWG = cfg::NWG;
     extern __shared__ unsigned char smem_raw[];
-    unsigned char *sm = smem_raw + ((1024u - (fqla_h_smem(smem_raw) & 1023u)) & 1023u);
+    unsigned char *sm = smem_raw + ((1024u - (fqla_smem_u32(smem_raw) & 1023u)) & 1023u);
     uint64_t *full = reinterpret_cast<uint64_t *>(sm + cfg::oBar), *empty = full + cfg::QST;
     uint64_t *pready = empty + cfg::QST, *pfree = pready + cfg::ASL, *aim = pfree + cfg::ASL;
     /* Launched with PDL after the prepare kernel. Only its outputs (Ag and

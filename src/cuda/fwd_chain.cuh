@@ -16,6 +16,7 @@
 
 #include "cuda/fwd_common.cuh"
 #include "cuda/kernel/io.cuh"
+#include "cuda/kernel/named_barrier.cuh"
 #include "cuda/ptx/ptx.cuh"
 
 /* Tile sh's Ag (fwd_common.cuh's packed layout) into dst as the square
@@ -28,6 +29,15 @@ __device__ __forceinline__ void fqla_fwd_load_ag(unsigned char *dst, const fqla_
 #pragma unroll
     for (int w = 0; w < 4; w++) fqla_tma_load_2d(dst + 2048 * w, &m.strip[w], bar, 0, (int)(sh * 16));
 }
+
+/* The named barriers of the two chain kernels (fwd_chunk_wg.cu and
+ * fwd_fused.cu; ids 1 .. 15, kernel/named_barrier.cuh). */
+enum class fqla_chain_bar : uint32_t {
+    chains = 1, /* every chain warpgroup (128 NWG threads): a tail chunk's rows are zeroed */
+    out = 2,    /* + cw, one per chain warpgroup (128 threads): its output staging tile is written */
+    state = 4,  /* K = 256, one chain warpgroup (fwd_fused.cu): S^T's io-dtype copy is written */
+};
+static_assert((uint32_t)fqla_chain_bar::out + 2 <= (uint32_t)fqla_chain_bar::state, "two chain warpgroups' out ids");
 
 namespace fqla_chain {
 
@@ -259,7 +269,7 @@ __device__ __forceinline__ void store_out(const fqla_fwd_params &p, const CUtens
 {
     constexpr I C = FQLA_FWD_CHUNK;
     if (tid == 0) fqla_bulk_wait_read<0>();
-    fqla_named_sync(2 + cw, 128); /* the warpgroup's stmatrix writes are done and fenced */
+    fqla_bar_sync(fqla_chain_bar::out, 128, cw); /* the warpgroup's stmatrix writes are done and fenced */
     if (cc < 0) return;
     static_assert(OT == 1 || OT == 2, "one or two staging tiles");
     const unsigned char *src = obuf + (cc & (OT - 1)) * (FQLA_FWD_CHUNK * 128);

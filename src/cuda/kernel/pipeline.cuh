@@ -21,8 +21,11 @@ template <int STAGES> struct fqla_pipe {
     int stage;      /* buffer index, 0 .. STAGES - 1 */
     uint32_t phase; /* parity of the lap: the full-barrier wait's parity */
 
-    /* use c (>= 0) of the ring */
-    static FQLA_DEV fqla_pipe at(int c) { return fqla_pipe{c % STAGES, (uint32_t)(c / STAGES) & 1}; }
+    /* use c (>= 0; int or int64_t) of the ring */
+    template <typename I> static FQLA_DEV fqla_pipe at(I c)
+    {
+        return fqla_pipe{(int)(c % STAGES), (uint32_t)(c / STAGES) & 1};
+    }
     /* the next use: the stage advances, and the phase flips as it wraps */
     FQLA_DEV void advance()
     {

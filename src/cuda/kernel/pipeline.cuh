@@ -16,15 +16,22 @@
 
 #include "cuda/ptx/common.cuh"
 
+constexpr int fqla_log2(int n) { return n <= 1 ? 0 : 1 + fqla_log2(n >> 1); }
+
 template <int STAGES> struct fqla_pipe {
     static_assert(STAGES >= 1, "a ring has a stage");
     int stage;      /* buffer index, 0 .. STAGES - 1 */
     uint32_t phase; /* parity of the lap: the full-barrier wait's parity */
 
-    /* use c (>= 0; int or int64_t) of the ring */
+    /* use c (>= 0; int or int64_t) of the ring. A power-of-two ring by
+     * mask and shift: for a signed c, % and / would cost a sign fix-up
+     * the compiler cannot always prove away. */
     template <typename I> static FQLA_DEV fqla_pipe at(I c)
     {
-        return fqla_pipe{(int)(c % STAGES), (uint32_t)(c / STAGES) & 1};
+        if constexpr ((STAGES & (STAGES - 1)) == 0)
+            return fqla_pipe{(int)(c & (STAGES - 1)), (uint32_t)(c >> fqla_log2(STAGES)) & 1};
+        else
+            return fqla_pipe{(int)(c % STAGES), (uint32_t)(c / STAGES) & 1};
     }
     /* the next use: the stage advances, and the phase flips as it wraps */
     FQLA_DEV void advance()

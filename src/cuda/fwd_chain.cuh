@@ -45,8 +45,7 @@ namespace fqla_chain {
  * kc + 8 (i >> 2) + (i & 1); its offset from the thread's base in a state
  * with key stride skey and value stride sval. The layout and dtype tests are
  * made once per call, not per element (per element they cost ~40
- * instructions, ~2700 per warp before the first chunk: docs/perf.md,
- * session 5). */
+ * instructions, ~2700 per warp before the first chunk). */
 __device__ __forceinline__ int64_t soff(int i, int64_t skey, int64_t sval)
 {
     return (int64_t)(8 * (i >> 2) + (i & 1)) * skey + (int64_t)(8 * ((i >> 1) & 1)) * sval;

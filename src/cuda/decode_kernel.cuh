@@ -64,7 +64,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
-#include "cuda/pdl.cuh"
+#include "cuda/ptx/pdl.cuh"
 
 /* most warps per CTA of a K-split group exchange (= the launch bound / 32) */
 #define FQLA_DECODE_XCH_WARPS 8

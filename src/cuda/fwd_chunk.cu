@@ -25,7 +25,9 @@
  * Ag W share is smallest, off the chain, instead of by every warp after A.
  */
 #include "cuda/fwd_common.cuh"
-#include "cuda/fwd_ptx.cuh"
+#include "cuda/kernel/io.cuh"
+#include "cuda/kernel/mma_frag.cuh"
+#include "cuda/ptx/cp_async.cuh"
 
 namespace {
 

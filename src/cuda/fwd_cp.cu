@@ -30,8 +30,10 @@
  */
 #include "cuda/fwd_common.cuh"
 
-#include "cuda/fwd_ptx.cuh"
 #include "cuda/pdl.cuh"
+#include "cuda/ptx/cp_async.cuh"
+#include "cuda/ptx/mma_sync.cuh"
+#include "cuda/ptx/pdl.cuh"
 
 #include <cuda_bf16.h>
 

@@ -83,9 +83,9 @@
  */
 #include "cuda/fwd_common.cuh"
 #include "cuda/fwd_prepare_common.cuh"
-#include "cuda/fwd_ptx.cuh"
-#include "cuda/hopper.cuh"
-#include "cuda/pdl.cuh"
+#include "cuda/kernel/io.cuh"
+#include "cuda/kernel/mma_frag.cuh"
+#include "cuda/ptx/ptx.cuh"
 #ifdef FQLA_PREP_CLOCKS
 #include <algorithm>
 #include <cstdlib>

@@ -11,7 +11,8 @@
 
 #include <cuda_bf16.h>
 
-#include "cuda/fwd_ptx.cuh"
+#include "cuda/kernel/io.cuh"
+#include "cuda/ptx/mma_sync.cuh"
 
 namespace {
 

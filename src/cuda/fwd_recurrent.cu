@@ -39,7 +39,7 @@
  */
 #include "cuda/fwd_common.cuh"
 #include "cuda/fwd_prepare_common.cuh"
-#include "cuda/fwd_ptx.cuh"
+#include "cuda/ptx/cp_async.cuh"
 
 namespace {
 

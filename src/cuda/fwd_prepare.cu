@@ -85,6 +85,7 @@
 #include "cuda/fwd_prepare_common.cuh"
 #include "cuda/kernel/io.cuh"
 #include "cuda/kernel/mma_frag.cuh"
+#include "cuda/kernel/named_barrier.cuh"
 #include "cuda/ptx/ptx.cuh"
 #ifdef FQLA_PREP_CLOCKS
 #include <algorithm>
@@ -224,9 +225,9 @@ struct prep_carve {
     __device__ __forceinline__ float *kk_of(int h) const { return PAIR ? KKall + h * C * LDF : KKall; }
 };
 
-/* Named barriers (bar.sync ids; 0 is the CTA's __syncthreads). */
-enum prep_barrier : int {
-    PREP_BAR_HALF = 1, /* + half: PAIR's warpgroup of 128 threads (K K^T over the K tile) */
+/* Named barriers (kernel/named_barrier.cuh; 0 is the CTA's __syncthreads) */
+enum class prep_bar : uint32_t {
+    half = 1, /* + half: PAIR's warpgroup of 128 threads (K K^T over its K tile) */
 };
 
 /* What a thread is in the kernel: its lane and warp, its chunk slot and
@@ -468,15 +469,15 @@ __device__ __forceinline__ void zero_k_rows(T *Ktile, int nvalid, int tid)
                                        16 * (idx & 7)) = z;
 }
 
-/* OVER_K: KKd lies over the K tile (PAIR), whose named barrier is bar */
+/* OVER_K: KKd lies over the K tile (PAIR), half's warpgroup */
 template <typename T, int KD, bool OVER_K>
-__device__ __forceinline__ void kk_wgmma(const T *Ktile, float *KKd, int w, int lane, int bar)
+__device__ __forceinline__ void kk_wgmma(const T *Ktile, float *KKd, int w, int lane, int half)
 {
     float d[32];
     kk_acc<T, KD>(Ktile, d);
     /* KKd over the K tile (PAIR): every warp's part of the product has read
-     * it before any warp stores (named barrier bar, the warpgroup) */
-    if (OVER_K) fqla_named_sync(bar, 128);
+     * it before any warp stores (the warpgroup's named barrier) */
+    if (OVER_K) fqla_bar_sync(prep_bar::half, 128, half);
     /* d[4j..4j+3]: rows 16 w + g (+ 8), columns 8 j + 2 t, + 1 */
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
@@ -495,11 +496,11 @@ __device__ __forceinline__ void kk_wgmma(const T *Ktile, float *KKd, int w, int 
  * K K^T scaled to the normalised keys', rk_i rk_j (K K^T)_ij. Summing the
  * rows from the K tile instead cost the kernel ~15 % even with
  * conflict-free loads. The barrier between the rk writes and their reads:
- * PAIR (OVER_K) the warpgroup's named barrier bar, which the store over the
+ * PAIR (OVER_K) half's warpgroup's named barrier, which the store over the
  * K tile needs anyway; LEAN, where only warps 0-3 (active) form K K^T, the
  * CTA barrier, so that every warp passes the same barriers. */
 template <typename T, int KD, bool OVER_K>
-__device__ __forceinline__ void kk_wgmma_l2n(const T *Ktile, float *KKd, int w, int lane, int bar, bool active,
+__device__ __forceinline__ void kk_wgmma_l2n(const T *Ktile, float *KKd, int w, int lane, int half, bool active,
                                              float *rk, float *rk_global)
 {
     float d[32];
@@ -527,7 +528,7 @@ __device__ __forceinline__ void kk_wgmma_l2n(const T *Ktile, float *KKd, int w, 
             }
         }
     }
-    if (OVER_K) fqla_named_sync(bar, 128); /* rk; and every warp has read the K tile that KKd overlays */
+    if (OVER_K) fqla_bar_sync(prep_bar::half, 128, half); /* rk; and every warp has read the K tile under KKd */
     else __syncthreads();
     if (!active) return;
 #pragma unroll
@@ -1176,18 +1177,18 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
     if constexpr (!WQ) {
         /* without Q (no Pg on this path): KK only, by wgmma, and with L2N
          * rk and KK scaled by it. PAIR: each half (a warpgroup) its chunk's,
-         * its named barrier PREP_BAR_HALF + half; LEAN the first warpgroup
+         * its named barrier prep_bar::half + half; LEAN the first warpgroup
          * (the barrier at step 4 waits for it). L2N's rk scratch: PAIR each
          * half's rq / rk row, LEAN the 256 bytes after the K tile in region
          * 0 (dead until step 4). */
         static_assert(KD == 64 || KD == 128 || KD == 256, "the fused path's K tile");
         if constexpr (L2N)
             kk_wgmma_l2n<T, KD, PAIR>(PAIR ? Kpair : Ks, kk_of(half), mw, lane,
-                                      PREP_BAR_HALF + half, PAIR || warp < 4,
+                                      half, PAIR || warp < 4,
                                       PAIR ? rqs + half * C : reinterpret_cast<float *>(Ks + C * KD),
                                       have ? p.rk + ((size_t)slot * p.H + hq) * C : nullptr);
         else if (PAIR || warp < 4)
-            kk_wgmma<T, KD, PAIR>(PAIR ? Kpair : Ks, kk_of(half), mw, lane, PREP_BAR_HALF + half);
+            kk_wgmma<T, KD, PAIR>(PAIR ? Kpair : Ks, kk_of(half), mw, lane, half);
     }
     if constexpr (WQ) {
         /* with Q: ldmatrix + mma.sync per warp, then the l2norm factors and

@@ -27,7 +27,10 @@
 #include "cuda/fwd_common.cuh"
 #include "cuda/kernel/io.cuh"
 #include "cuda/kernel/mma_frag.cuh"
+#include "cuda/kernel/pipeline.cuh"
 #include "cuda/ptx/cp_async.cuh"
+
+#include <stddef.h>
 
 namespace {
 
@@ -38,19 +41,44 @@ template <int KD, int BV>
 struct chunk_cfg {
     static constexpr int LDQ = KD + 8;
     static constexpr int LDV = BV + 8;
-    /* element offsets (b16 units) of the shared tiles */
-    static constexpr int oQ = 0;                       /* [2][64][LDQ] */
-    static constexpr int oK = oQ + 2 * C * LDQ;        /* [2][64][LDQ] */
-    static constexpr int oV = oK + 2 * C * LDQ;        /* [2][64][LDV] */
-    static constexpr int oAg = oV + 2 * C * LDV;       /* [2][64][LDA] */
-    static constexpr int oPg = oAg + 2 * C * LDA;      /* [2][64][LDA] */
-    static constexpr int oSb = oPg + 2 * C * LDA;      /* [KD][LDV] */
-    static constexpr int oW = oSb + KD * LDV;          /* [64][LDV] */
-    static constexpr int oVd = oW + C * LDV;
-    static constexpr int oVp = oVd + C * LDV;
-    static constexpr int oO = oVp + C * LDV;
-    static constexpr int oEnd = oO + C * LDV;
-    static constexpr size_t bytes = (size_t)oEnd * 2 + 6 * C * sizeof(float); /* + gam, rq, rk x2 */
+    /* The shared-memory plan: the chunk's tiles double-buffered (buffer
+     * c % 2 for chunk c: the next chunk's copies land while this one
+     * computes), then the per-chunk products, then the fp32 row factors.
+     * b16: one bf16 / fp16 element (T). */
+    typedef unsigned short b16;
+    struct smem {
+        b16 q[2][C][LDQ];
+        b16 k[2][C][LDQ];
+        b16 v[2][C][LDV];  /* the CTA's BV columns of V */
+        b16 ag[2][C][LDA]; /* Ag, unpacked (zeros right of each strip) */
+        b16 pg[2][C][LDA];
+        b16 sb[KD][LDV];   /* S in the io dtype: the B operand of K S and Q S */
+        b16 w[C][LDV];     /* W = V - diag(e^gamma rk) K S */
+        b16 vd[C][LDV];    /* Vd = Ag W */
+        b16 vp[C][LDV];    /* Vp = diag(e^(gamma_C - gamma) rk) Vd */
+        b16 o[C][LDV];     /* the chunk's output rows, stored one chunk later */
+        float gam[2][C], rq[2][C], rk[2][C];
+    };
+    /* element offsets (b16 units) of the tiles, as the kernel indexes them */
+    static constexpr int oQ = offsetof(smem, q) / 2;
+    static constexpr int oK = offsetof(smem, k) / 2;
+    static constexpr int oV = offsetof(smem, v) / 2;
+    static constexpr int oAg = offsetof(smem, ag) / 2;
+    static constexpr int oPg = offsetof(smem, pg) / 2;
+    static constexpr int oSb = offsetof(smem, sb) / 2;
+    static constexpr int oW = offsetof(smem, w) / 2;
+    static constexpr int oVd = offsetof(smem, vd) / 2;
+    static constexpr int oVp = offsetof(smem, vp) / 2;
+    static constexpr int oO = offsetof(smem, o) / 2;
+    static constexpr int oEnd = offsetof(smem, gam) / 2;
+    static constexpr size_t bytes = sizeof(smem);
+    static_assert(oEnd == offsetof(smem, o) / 2 + C * LDV && bytes == (size_t)oEnd * 2 + 6 * C * sizeof(float),
+                  "no padding in the plan");
+    static_assert(LDQ % 8 == 0 && LDV % 8 == 0 && LDA % 8 == 0 && offsetof(smem, k) % 16 == 0 &&
+                      offsetof(smem, v) % 16 == 0 && offsetof(smem, ag) % 16 == 0 && offsetof(smem, pg) % 16 == 0 &&
+                      offsetof(smem, sb) % 16 == 0 && offsetof(smem, w) % 16 == 0 && offsetof(smem, gam) % 16 == 0,
+                  "cp.async and ldmatrix: 16-byte aligned rows");
+    static_assert(bytes <= 227 * 1024, "the plan fits an SM's shared memory");
     /* state fragments: warps along m (WM), m-tiles per warp (SMT), n-tiles per warp (SNT) */
     static constexpr int MT = KD / 16;
     static constexpr int SMT = MT >= 8 ? MT / 8 : 1;
@@ -203,7 +231,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 1) fwd_chunk_kernel(const fq
     const int ctid = (warp & 3) * 32 + lane; /* warps 0, 1, 6, 7 -> 0 .. 127 */
 
     for (int64_t c = 0; c < nch; c++) {
-        const int b = (int)(c & 1);
+        const int b = fqla_pipe<2>::at(c).stage; /* chunk c's buffer; b ^ 1 the next chunk's */
         fqla_cp_async_wait_all();
         __syncthreads(); /* A: chunk c and Sb landed; iteration c - 1 finished everywhere */
         if (!LATE) {

@@ -90,6 +90,93 @@ struct chunk_cfg {
     static_assert(SNT % 2 == 0 && CNT % 2 == 0, "n-tiles come in pairs");
 };
 
+/* Issues the cp.async copies of chunk cc (its first token start + 64 cc;
+ * rows past len read as zeros) into buffer b of the plan: Q and K rows,
+ * the CTA's V columns, Ag (unpacked from its strips) and Pg, gamma, and
+ * with l2norm rq, rk; spread over threads lt = 0 .. nt - 1 (nt >= 48), one
+ * commit group. */
+template <typename T, int KD, int BV>
+__device__ __forceinline__ void chunk_load(const fqla_fwd_params &p, T *Qs, T *Ks, T *Vs, T *Ags, T *Pgs, float *gam,
+                                           float *rqs, float *rks, const T *qb, const T *kb, const T *vb,
+                                           int64_t start, int64_t len, int64_t slot0, int hv, int hq, int64_t cc,
+                                           int b, int lt, int nt)
+{
+    typedef chunk_cfg<KD, BV> cfg;
+    constexpr int LDQ = cfg::LDQ, LDV = cfg::LDV;
+    const int64_t t0 = start + cc * C;
+    const int nvalid = (int)min((int64_t)C, len - cc * C);
+    constexpr int VQ = KD / 8;
+    for (int idx = lt; idx < C * VQ; idx += nt) {
+        int i = idx / VQ, cv = idx % VQ;
+        int ok = i < nvalid;
+        int64_t t = t0 + (ok ? i : 0);
+        fqla_cp_async16(Qs + (b * C + i) * LDQ + cv * 8, qb + t * p.q_st + cv * 8, ok ? 16 : 0);
+        fqla_cp_async16(Ks + (b * C + i) * LDQ + cv * 8, kb + t * p.k_st + cv * 8, ok ? 16 : 0);
+    }
+    constexpr int VV = BV / 8;
+    for (int idx = lt; idx < C * VV; idx += nt) {
+        int i = idx / VV, cv = idx % VV;
+        int ok = i < nvalid;
+        int64_t t = t0 + (ok ? i : 0);
+        fqla_cp_async16(Vs + (b * C + i) * LDV + cv * 8, vb + t * p.v_st + cv * 8, ok ? 16 : 0);
+    }
+    const int64_t ti = (slot0 + cc) * p.HV + hv;
+    const T *pg = (const T *)p.Pg + ti * C * C;
+    for (int idx = lt; idx < C * 8; idx += nt) {
+        int i = idx >> 3, cv = idx & 7;
+        /* Ag's packed strips (fwd_common.cuh): zeros past the strip's width */
+        const int in = cv * 8 < fqla_fwd_ag_width(i >> 4);
+        const T *ag = (const T *)p.Ag + fqla_fwd_ag_row(p.slots * p.HV, ti, i);
+        fqla_cp_async16(Ags + (b * C + i) * LDA + cv * 8, ag + (in ? cv * 8 : 0), in ? 16 : 0);
+        fqla_cp_async16(Pgs + (b * C + i) * LDA + cv * 8, pg + i * C + cv * 8, 16);
+    }
+    if (lt < 16) {
+        const float *src = p.gam + ((size_t)(slot0 + cc) * p.HV + hv) * C;
+        fqla_cp_async16(gam + b * C + lt * 4, src + lt * 4, 16);
+    } else if (p.l2norm && lt < 48) {
+        int j = lt & 15;
+        const float *src = (lt < 32 ? p.rq : p.rk) + ((size_t)(slot0 + cc) * p.H + hq) * C;
+        fqla_cp_async16((lt < 32 ? rqs : rks) + b * C + j * 4, src + j * 4, 16);
+    }
+    fqla_cp_async_commit();
+}
+
+/* Stores chunk cc's output rows from Os to o (threads lt = 0 .. nt - 1). */
+template <typename T, int KD, int BV>
+__device__ __forceinline__ void chunk_store_out(const fqla_fwd_params &p, const T *Os, T *ob, int64_t start,
+                                                int64_t len, int64_t cc, int lt, int nt)
+{
+    typedef chunk_cfg<KD, BV> cfg;
+    constexpr int LDV = cfg::LDV;
+    const int64_t t0 = start + cc * C;
+    const int nvalid = (int)min((int64_t)C, len - cc * C);
+    constexpr int VV = BV / 8;
+    for (int idx = lt; idx < nvalid * VV; idx += nt) {
+        int i = idx / VV, cv = idx % VV;
+        *reinterpret_cast<uint4 *>(ob + (t0 + i) * p.o_st + cv * 8) =
+            *reinterpret_cast<const uint4 *>(Os + i * LDV + cv * 8);
+    }
+}
+
+/* S -> Sb (io dtype), the B operand of K S and Q S: the thread's state
+ * fragments (rows 16 (sm0 + mi) + g (+ 8), columns sn0 + 8 ni + 2 tq, + 1) */
+template <typename T, int KD, int BV>
+__device__ __forceinline__ void chunk_write_sb(T *Sb, const float (&S)[chunk_cfg<KD, BV>::SMT][chunk_cfg<KD, BV>::SNT][4],
+                                               int sm0, int sn0, int g, int tq)
+{
+    typedef fqla_io<T> io;
+    typedef chunk_cfg<KD, BV> cfg;
+    constexpr int LDV = cfg::LDV;
+#pragma unroll
+    for (int mi = 0; mi < cfg::SMT; mi++)
+#pragma unroll
+        for (int ni = 0; ni < cfg::SNT; ni++) {
+            int row = 16 * (sm0 + mi) + g, col = sn0 + 8 * ni + 2 * tq;
+            *reinterpret_cast<uint32_t *>(Sb + row * LDV + col) = io::pack(S[mi][ni][0], S[mi][ni][1]);
+            *reinterpret_cast<uint32_t *>(Sb + (row + 8) * LDV + col) = io::pack(S[mi][ni][2], S[mi][ni][3]);
+        }
+}
+
 template <typename T, int KD, int BV, bool LATE>
 __global__ void __launch_bounds__(FQLA_FWD_THREADS, 1) fwd_chunk_kernel(const fqla_fwd_params p)
 {
@@ -158,68 +245,15 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 1) fwd_chunk_kernel(const fq
     /* Issues the cp.async loads of chunk cc into buffer b, spread over
      * threads lt = 0 .. nt - 1 (nt >= 48). */
     auto load_chunk = [&](int64_t cc, int b, int lt, int nt) {
-        const int64_t t0 = start + cc * C;
-        const int nvalid = (int)min((int64_t)C, len - cc * C);
-        constexpr int VQ = KD / 8;
-        for (int idx = lt; idx < C * VQ; idx += nt) {
-            int i = idx / VQ, cv = idx % VQ;
-            int ok = i < nvalid;
-            int64_t t = t0 + (ok ? i : 0);
-            fqla_cp_async16(Qs + (b * C + i) * LDQ + cv * 8, qb + t * p.q_st + cv * 8, ok ? 16 : 0);
-            fqla_cp_async16(Ks + (b * C + i) * LDQ + cv * 8, kb + t * p.k_st + cv * 8, ok ? 16 : 0);
-        }
-        constexpr int VV = BV / 8;
-        for (int idx = lt; idx < C * VV; idx += nt) {
-            int i = idx / VV, cv = idx % VV;
-            int ok = i < nvalid;
-            int64_t t = t0 + (ok ? i : 0);
-            fqla_cp_async16(Vs + (b * C + i) * LDV + cv * 8, vb + t * p.v_st + cv * 8, ok ? 16 : 0);
-        }
-        const int64_t ti = (slot0 + cc) * p.HV + hv;
-        const T *pg = (const T *)p.Pg + ti * C * C;
-        for (int idx = lt; idx < C * 8; idx += nt) {
-            int i = idx >> 3, cv = idx & 7;
-            /* Ag's packed strips (fwd_common.cuh): zeros past the strip's width */
-            const int in = cv * 8 < fqla_fwd_ag_width(i >> 4);
-            const T *ag = (const T *)p.Ag + fqla_fwd_ag_row(p.slots * p.HV, ti, i);
-            fqla_cp_async16(Ags + (b * C + i) * LDA + cv * 8, ag + (in ? cv * 8 : 0), in ? 16 : 0);
-            fqla_cp_async16(Pgs + (b * C + i) * LDA + cv * 8, pg + i * C + cv * 8, 16);
-        }
-        if (lt < 16) {
-            const float *src = p.gam + ((size_t)(slot0 + cc) * p.HV + hv) * C;
-            fqla_cp_async16(gam + b * C + lt * 4, src + lt * 4, 16);
-        } else if (p.l2norm && lt < 48) {
-            int j = lt & 15;
-            const float *src = (lt < 32 ? p.rq : p.rk) + ((size_t)(slot0 + cc) * p.H + hq) * C;
-            fqla_cp_async16((lt < 32 ? rqs : rks) + b * C + j * 4, src + j * 4, 16);
-        }
-        fqla_cp_async_commit();
+        chunk_load<T, KD, BV>(p, Qs, Ks, Vs, Ags, Pgs, gam, rqs, rks, qb, kb, vb, start, len, slot0, hv, hq, cc, b, lt, nt);
     };
 
     /* Stores chunk cc's output rows from Os (threads lt = 0 .. nt - 1). */
-    auto store_out = [&](int64_t cc, int lt, int nt) {
-        const int64_t t0 = start + cc * C;
-        const int nvalid = (int)min((int64_t)C, len - cc * C);
-        constexpr int VV = BV / 8;
-        for (int idx = lt; idx < nvalid * VV; idx += nt) {
-            int i = idx / VV, cv = idx % VV;
-            *reinterpret_cast<uint4 *>(ob + (t0 + i) * p.o_st + cv * 8) =
-                *reinterpret_cast<const uint4 *>(Os + i * LDV + cv * 8);
-        }
-    };
+    auto store_out = [&](int64_t cc, int lt, int nt) { chunk_store_out<T, KD, BV>(p, Os, ob, start, len, cc, lt, nt); };
 
     /* S -> Sb (io dtype), the B operand of K S and Q S. Written after the
      * chunk's last product, published by the next iteration's barrier. */
-    auto write_sb = [&]() {
-#pragma unroll
-        for (int mi = 0; mi < cfg::SMT; mi++)
-#pragma unroll
-            for (int ni = 0; ni < cfg::SNT; ni++) {
-                int row = 16 * (sm0 + mi) + g, col = sn0 + 8 * ni + 2 * tq;
-                *reinterpret_cast<uint32_t *>(Sb + row * LDV + col) = io::pack(S[mi][ni][0], S[mi][ni][1]);
-                *reinterpret_cast<uint32_t *>(Sb + (row + 8) * LDV + col) = io::pack(S[mi][ni][2], S[mi][ni][3]);
-            }
-    };
+    auto write_sb = [&]() { chunk_write_sb<T, KD, BV>(Sb, S, sm0, sn0, g, tq); };
 
     if (nch > 0) {
         load_chunk(0, 0, tid, FQLA_FWD_THREADS);

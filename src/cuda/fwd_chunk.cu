@@ -1,7 +1,9 @@
 /*
- * fwd_chunk.cu - the forward's sequential kernel: one CTA of 256 threads per
- * (sequence, value head, V slice of BV columns) walks the sequence's chunks
- * in order with the fp32 state slice S (K x BV) in registers (DESIGN.md §2):
+ * fwd_chunk.cu - the forward's sequential kernel on mma.sync (the path
+ * beside fwd_chunk_wg.cu's TMA + wgmma kernel; docs/design.md, CUDA). One
+ * CTA per (sequence, value head, V slice of BV columns) walks the
+ * sequence's chunks in order with the fp32 state slice S (K x BV) in
+ * registers:
  *
  *   U  = K S,  Qs = Q S                      (S rounded to the io dtype)
  *   W  = V - diag(e^gamma rk) U              -> shared, io dtype
@@ -16,13 +18,27 @@
  * gamma, rq, rk) stream in with cp.async while the current one computes.
  * Rows past the sequence end load as zeros, so they add nothing to S.
  *
- * Per chunk, three CTA barriers: A (chunk landed, S published as Sb),
- * C (W written), D (Vd, Vp written). After D, the O product Pg Vd and the
- * state update K^T Vp run in one loop: they are independent mma chains, so
- * each hides the other's latency. With LATE (the default is
- * FQLA_FWD_LATE_LOADS) the next chunk's copies and the previous chunk's
- * output stores are issued after barrier C by the four warps whose triangular
- * Ag W share is smallest, off the chain, instead of by every warp after A.
+ * Grid: x = (sequence, value head), y = the V / BV slices. Block: 256
+ * threads, eight warps, all in every product (no producer warps): for the
+ * chunk-row products (U, Qs, W, Vd, O) warp w takes 16 rows (mw) and BV / 2
+ * columns; for the state, its fragments (chunk_cfg: WM warps along K, SMT
+ * m-tiles, SNT n-tiles each). With LATE (the default is
+ * FQLA_FWD_LATE_LOADS) the next chunk's copies (chunk_load) and the
+ * previous chunk's output stores (chunk_store_out) are issued after
+ * barrier C by the four warps whose triangular Ag W share is smallest, off
+ * the chain, instead of by every warp after A. Registers: one CTA per SM
+ * (__launch_bounds__(256, 1)); ptxas takes 119 to 201 per thread, no
+ * spills.
+ *
+ * Per chunk, three CTA barriers (no named barriers): A (chunk landed, S
+ * published as Sb), C (W written), D (Vd, Vp written). After D, the O
+ * product Pg Vd and the state update K^T Vp run in one loop
+ * (chunk_o_state): they are independent mma chains, so each hides the
+ * other's latency.
+ *
+ * Shared memory (chunk_cfg::smem): the chunk's tiles double-buffered
+ * (buffer c % 2 for chunk c, by fqla_pipe), then Sb, W, Vd, Vp and the
+ * output rows O, then gamma, rq, rk per buffer.
  */
 #include "cuda/fwd_common.cuh"
 #include "cuda/kernel/io.cuh"
@@ -177,6 +193,130 @@ __device__ __forceinline__ void chunk_write_sb(T *Sb, const float (&S)[chunk_cfg
         }
 }
 
+/* U = K S and Qs = Q S (accumulating into accU, accO): the warp's 16 rows
+ * 16 mw.. and its columns n0.. of the chunk's K and Q tiles (Kc, Qc)
+ * against Sb */
+template <typename T, int KD, int BV>
+__device__ __forceinline__ void chunk_ks_qs(float (&accU)[chunk_cfg<KD, BV>::CNT][4],
+                                            float (&accO)[chunk_cfg<KD, BV>::CNT][4], const T *Kc, const T *Qc,
+                                            const T *Sb, int mw, int n0, int lane)
+{
+    typedef fqla_io<T> io;
+    typedef chunk_cfg<KD, BV> cfg;
+    constexpr int LDQ = cfg::LDQ, LDV = cfg::LDV;
+#pragma unroll 4
+    for (int ks = 0; ks < KD / 16; ks++) {
+        uint32_t ak[4], aq[4];
+        fqla_frag_a(ak, Kc, LDQ, 16 * mw, 16 * ks, lane);
+        fqla_frag_a(aq, Qc, LDQ, 16 * mw, 16 * ks, lane);
+#pragma unroll
+        for (int np = 0; np < cfg::CNT / 2; np++) {
+            uint32_t bb[4];
+            fqla_frag_b_kn(bb, Sb, LDV, 16 * ks, n0 + 16 * np, lane);
+            io::mma(accU[2 * np], ak, bb[0], bb[1]);
+            io::mma(accU[2 * np + 1], ak, bb[2], bb[3]);
+            io::mma(accO[2 * np], aq, bb[0], bb[1]);
+            io::mma(accO[2 * np + 1], aq, bb[2], bb[3]);
+        }
+    }
+}
+
+/* the thread's state fragments from h0 (or zeros): rows 16 (sm0 + mi) + g
+ * (+ 8), columns v0 + sn0 + 8 ni + 2 tq (+ 1) */
+template <typename T, int KD, int BV>
+__device__ __forceinline__ void chunk_init_state(const fqla_fwd_params &p,
+                                                 float (&S)[chunk_cfg<KD, BV>::SMT][chunk_cfg<KD, BV>::SNT][4],
+                                                 int64_t n, int hv, int v0, int sm0, int sn0, int g, int tq)
+{
+    typedef chunk_cfg<KD, BV> cfg;
+#pragma unroll
+    for (int mi = 0; mi < cfg::SMT; mi++)
+#pragma unroll
+        for (int ni = 0; ni < cfg::SNT; ni++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float x = 0.f;
+                if (p.h0) {
+                    int row = 16 * (sm0 + mi) + g + 8 * (e >> 1);
+                    int col = v0 + sn0 + 8 * ni + 2 * tq + (e & 1);
+                    int64_t off = n * p.h0_sn + hv * p.h0_sh +
+                                  (p.v_first ? (int64_t)col * p.h0_s2 + row : (int64_t)row * p.h0_s2 + col);
+                    x = p.h0_bf16 ? __bfloat162float(((const __nv_bfloat16 *)p.h0)[off])
+                                  : ((const float *)p.h0)[off];
+                }
+                S[mi][ni][e] = x;
+            }
+}
+
+/* O += Pg Vd (Pg lower triangular: k-blocks 0..mw) and S += K^T Vp,
+ * interleaved per k-block: two independent mma chains; then O to Os */
+template <typename T, int KD, int BV>
+__device__ __forceinline__ void chunk_o_state(float (&S)[chunk_cfg<KD, BV>::SMT][chunk_cfg<KD, BV>::SNT][4],
+                                              float (&accO)[chunk_cfg<KD, BV>::CNT][4], T *Os, const T *Pc,
+                                              const T *Kc, const T *Vds, const T *Vps, int mw, int sm0, int sn0,
+                                              int r0, int r1, int n0, int tq, int lane)
+{
+    typedef fqla_io<T> io;
+    typedef chunk_cfg<KD, BV> cfg;
+    constexpr int LDQ = cfg::LDQ, LDV = cfg::LDV;
+#pragma unroll
+    for (int ks = 0; ks < C / 16; ks++) {
+        if (ks <= mw) {
+            uint32_t a[4];
+            fqla_frag_a(a, Pc, LDA, 16 * mw, 16 * ks, lane);
+#pragma unroll
+            for (int np = 0; np < cfg::CNT / 2; np++) {
+                uint32_t bb[4];
+                fqla_frag_b_kn(bb, Vds, LDV, 16 * ks, n0 + 16 * np, lane);
+                io::mma(accO[2 * np], a, bb[0], bb[1]);
+                io::mma(accO[2 * np + 1], a, bb[2], bb[3]);
+            }
+        }
+        uint32_t a[cfg::SMT][4];
+#pragma unroll
+        for (int mi = 0; mi < cfg::SMT; mi++)
+            fqla_frag_a_t(a[mi], Kc, LDQ, 16 * (sm0 + mi), 16 * ks, lane);
+#pragma unroll
+        for (int np = 0; np < cfg::SNT / 2; np++) {
+            uint32_t bb[4];
+            fqla_frag_b_kn(bb, Vps, LDV, 16 * ks, sn0 + 16 * np, lane);
+#pragma unroll
+            for (int mi = 0; mi < cfg::SMT; mi++) {
+                io::mma(S[mi][2 * np], a[mi], bb[0], bb[1]);
+                io::mma(S[mi][2 * np + 1], a[mi], bb[2], bb[3]);
+            }
+        }
+    }
+#pragma unroll
+    for (int nt = 0; nt < cfg::CNT; nt++) {
+        int col = n0 + 8 * nt + 2 * tq;
+        *reinterpret_cast<uint32_t *>(Os + r0 * LDV + col) = io::pack(accO[nt][0], accO[nt][1]);
+        *reinterpret_cast<uint32_t *>(Os + r1 * LDV + col) = io::pack(accO[nt][2], accO[nt][3]);
+    }
+}
+
+/* the final state S (fp32 fragments) to ht */
+template <typename T, int KD, int BV>
+__device__ __forceinline__ void chunk_store_state(const fqla_fwd_params &p,
+                                                  const float (&S)[chunk_cfg<KD, BV>::SMT][chunk_cfg<KD, BV>::SNT][4],
+                                                  int64_t n, int hv, int v0, int sm0, int sn0, int g, int tq)
+{
+    typedef chunk_cfg<KD, BV> cfg;
+#pragma unroll
+    for (int mi = 0; mi < cfg::SMT; mi++)
+#pragma unroll
+        for (int ni = 0; ni < cfg::SNT; ni++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int row = 16 * (sm0 + mi) + g + 8 * (e >> 1);
+                int col = v0 + sn0 + 8 * ni + 2 * tq + (e & 1);
+                int64_t off = n * p.ht_sn + hv * p.ht_sh +
+                              (p.ht_v_first ? (int64_t)col * p.ht_s2 + row : (int64_t)row * p.ht_s2 + col);
+                if (p.ht_bf16) ((__nv_bfloat16 *)p.ht)[off] = __float2bfloat16_rn(S[mi][ni][e]);
+                else ((float *)p.ht)[off] = S[mi][ni][e];
+            }
+}
+
 template <typename T, int KD, int BV, bool LATE>
 __global__ void __launch_bounds__(FQLA_FWD_THREADS, 1) fwd_chunk_kernel(const fqla_fwd_params p)
 {
@@ -207,23 +347,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 1) fwd_chunk_kernel(const fq
     const int sm0 = (warp % cfg::WM) * cfg::SMT;
     const int sn0 = (warp / cfg::WM) * cfg::SNT * 8;
     float S[cfg::SMT][cfg::SNT][4];
-#pragma unroll
-    for (int mi = 0; mi < cfg::SMT; mi++)
-#pragma unroll
-        for (int ni = 0; ni < cfg::SNT; ni++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                float x = 0.f;
-                if (p.h0) {
-                    int row = 16 * (sm0 + mi) + g + 8 * (e >> 1);
-                    int col = v0 + sn0 + 8 * ni + 2 * tq + (e & 1);
-                    int64_t off = n * p.h0_sn + hv * p.h0_sh +
-                                  (p.v_first ? (int64_t)col * p.h0_s2 + row : (int64_t)row * p.h0_s2 + col);
-                    x = p.h0_bf16 ? __bfloat162float(((const __nv_bfloat16 *)p.h0)[off])
-                                  : ((const float *)p.h0)[off];
-                }
-                S[mi][ni][e] = x;
-            }
+    chunk_init_state<T, KD, BV>(p, S, n, hv, v0, sm0, sn0, g, tq);
 
     /* chunk-row product mapping: warp -> 16 rows (mw), BV/2 columns (n0).
      * mw pairs 0/3 and 1/2 share an SM sub-partition (warps w and w + 4), so
@@ -293,21 +417,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 1) fwd_chunk_kernel(const fq
         for (int i = 0; i < cfg::CNT; i++)
 #pragma unroll
             for (int e = 0; e < 4; e++) accU[i][e] = accO[i][e] = 0.f;
-#pragma unroll 4
-        for (int ks = 0; ks < KD / 16; ks++) {
-            uint32_t ak[4], aq[4];
-            fqla_frag_a(ak, Kc, LDQ, 16 * mw, 16 * ks, lane);
-            fqla_frag_a(aq, Qc, LDQ, 16 * mw, 16 * ks, lane);
-#pragma unroll
-            for (int np = 0; np < cfg::CNT / 2; np++) {
-                uint32_t bb[4];
-                fqla_frag_b_kn(bb, Sb, LDV, 16 * ks, n0 + 16 * np, lane);
-                io::mma(accU[2 * np], ak, bb[0], bb[1]);
-                io::mma(accU[2 * np + 1], ak, bb[2], bb[3]);
-                io::mma(accO[2 * np], aq, bb[0], bb[1]);
-                io::mma(accO[2 * np + 1], aq, bb[2], bb[3]);
-            }
-        }
+        chunk_ks_qs<T, KD, BV>(accU, accO, Kc, Qc, Sb, mw, n0, lane);
         {
             const float e0 = __expf(gm[r0]), e1 = __expf(gm[r1]);
             const float u0 = e0 * rk[r0], u1 = e1 * rk[r1];
@@ -370,65 +480,13 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 1) fwd_chunk_kernel(const fq
         }
         __syncthreads(); /* D */
 
-        /* O += Pg Vd (Pg lower triangular: k-blocks 0..mw) and S += K^T Vp,
-         * interleaved per k-block: two independent mma chains */
-        {
-            const T *Pc = Pgs + b * C * LDA;
-#pragma unroll
-            for (int ks = 0; ks < C / 16; ks++) {
-                if (ks <= mw) {
-                    uint32_t a[4];
-                    fqla_frag_a(a, Pc, LDA, 16 * mw, 16 * ks, lane);
-#pragma unroll
-                    for (int np = 0; np < cfg::CNT / 2; np++) {
-                        uint32_t bb[4];
-                        fqla_frag_b_kn(bb, Vds, LDV, 16 * ks, n0 + 16 * np, lane);
-                        io::mma(accO[2 * np], a, bb[0], bb[1]);
-                        io::mma(accO[2 * np + 1], a, bb[2], bb[3]);
-                    }
-                }
-                uint32_t a[cfg::SMT][4];
-#pragma unroll
-                for (int mi = 0; mi < cfg::SMT; mi++)
-                    fqla_frag_a_t(a[mi], Kc, LDQ, 16 * (sm0 + mi), 16 * ks, lane);
-#pragma unroll
-                for (int np = 0; np < cfg::SNT / 2; np++) {
-                    uint32_t bb[4];
-                    fqla_frag_b_kn(bb, Vps, LDV, 16 * ks, sn0 + 16 * np, lane);
-#pragma unroll
-                    for (int mi = 0; mi < cfg::SMT; mi++) {
-                        io::mma(S[mi][2 * np], a[mi], bb[0], bb[1]);
-                        io::mma(S[mi][2 * np + 1], a[mi], bb[2], bb[3]);
-                    }
-                }
-            }
-#pragma unroll
-            for (int nt = 0; nt < cfg::CNT; nt++) {
-                int col = n0 + 8 * nt + 2 * tq;
-                *reinterpret_cast<uint32_t *>(Os + r0 * LDV + col) = io::pack(accO[nt][0], accO[nt][1]);
-                *reinterpret_cast<uint32_t *>(Os + r1 * LDV + col) = io::pack(accO[nt][2], accO[nt][3]);
-            }
-        }
+        chunk_o_state<T, KD, BV>(S, accO, Os, Pgs + b * C * LDA, Kc, Vds, Vps, mw, sm0, sn0, r0, r1, n0, tq, lane);
         if (c + 1 < nch) write_sb();
     }
     __syncthreads();
     if (nch > 0) store_out(nch - 1, tid, FQLA_FWD_THREADS);
 
-    if (p.ht) {
-#pragma unroll
-        for (int mi = 0; mi < cfg::SMT; mi++)
-#pragma unroll
-            for (int ni = 0; ni < cfg::SNT; ni++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    int row = 16 * (sm0 + mi) + g + 8 * (e >> 1);
-                    int col = v0 + sn0 + 8 * ni + 2 * tq + (e & 1);
-                    int64_t off = n * p.ht_sn + hv * p.ht_sh +
-                                  (p.ht_v_first ? (int64_t)col * p.ht_s2 + row : (int64_t)row * p.ht_s2 + col);
-                    if (p.ht_bf16) ((__nv_bfloat16 *)p.ht)[off] = __float2bfloat16_rn(S[mi][ni][e]);
-                    else ((float *)p.ht)[off] = S[mi][ni][e];
-                }
-    }
+    if (p.ht) chunk_store_state<T, KD, BV>(p, S, n, hv, v0, sm0, sn0, g, tq);
 }
 
 template <typename T, int KD, int BV, bool LATE>

@@ -35,8 +35,9 @@
  *      j's gates and betas and forms gamma (prep_gates);
  *   2. with Q and l2norm: the row factors, 16 rows per warp (prep_l2norm);
  *   3. K K^T (and Q K^T, Pg): with Q warp w its 16x32 tile (rows
- *      16 (w % 4), columns 32 (w / 4)) by ldmatrix + mma.sync, Pg straight
- *      from the accumulators (prep_pg_epilogue); without Q warpgroup 0
+ *      16 (w % 4), columns 32 (w / 4)) by ldmatrix + mma.sync
+ *      (prep_qk_products), Pg straight from the accumulators
+ *      (prep_pg_epilogue); without Q warpgroup 0
  *      (PAIR: each half's) by SS wgmma (kk_wgmma, kk_wgmma_l2n);
  *   4. the regime vote (PAIR: prep_vote_pair), then per batch of HB = 2
  *      value heads (prep_invert_batch) warps 4 hh .. 4 hh + 3 head hh (PAIR:
@@ -754,6 +755,75 @@ __device__ __forceinline__ bool prep_vote_pair(const fqla_fwd_params &p, const p
     return __syncthreads_or(m != 0);
 }
 
+/* 3 (with Q): KK = K K^T and QK = Q K^T on the warp's 16x32 tile at
+ * (r0, n0) by ldmatrix + mma.sync (a warp skips its blocks above the
+ * diagonal), then the l2norm factors and the scale; KK's blocks at or left
+ * of the diagonal to shared memory, QK (scaled) left in aqk for Pg. */
+template <typename T, int KD>
+__device__ __forceinline__ void prep_qk_products(const fqla_fwd_params &p, const T *Qs, const T *Ks, float *KK,
+                                                 const float *rqs, const float *rks, int lane, int g, int t, int warp,
+                                                 float (&akk)[4][4], float (&aqk)[4][4])
+{
+    typedef fqla_io<T> io;
+    /* NOTE: the tile from warp here (as parameters r0 and n0 the
+     * comparisons with them were swapped and the SASS changed) */
+    const int r0 = 16 * (warp & 3), n0 = (warp >> 2) * 32;
+    constexpr int LDQ = prep_smem<KD>::LDQ;
+    const T *Ksrc = Ks;
+    float *KKd = KK;
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) akk[i][e] = aqk[i][e] = 0.f;
+    if (n0 <= r0 + 15)
+#pragma unroll(KD == 64 ? 2 : 4)
+    for (int ks = 0; ks < KD / 16; ks++) {
+        uint32_t ak[4], aq[4];
+        fqla_frag_a(ak, Ksrc, LDQ, r0, 16 * ks, lane);
+        fqla_frag_a(aq, Qs, LDQ, r0, 16 * ks, lane);
+#pragma unroll
+        for (int np = 0; np < 2; np++) {
+            if (n0 + 16 * np > r0 + 15) continue; /* above the diagonal */
+            uint32_t b[4];
+            fqla_frag_b_nk(b, Ksrc, LDQ, 16 * ks, n0 + 16 * np, lane);
+            io::mma(akk[2 * np], ak, b[0], b[1]);
+            io::mma(akk[2 * np + 1], ak, b[2], b[3]);
+            io::mma(aqk[2 * np], aq, b[0], b[1]);
+            io::mma(aqk[2 * np + 1], aq, b[2], b[3]);
+        }
+    }
+    __syncthreads(); /* rqs / rks written by other warps */
+    if (p.l2norm) { /* CTA-uniform; without l2norm only the scale applies */
+        const float rq0 = rqs[r0 + g] * p.scale, rq1 = rqs[r0 + g + 8] * p.scale;
+        const float rk0 = rks[r0 + g], rk1 = rks[r0 + g + 8];
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++) {
+            const float2 rc = *reinterpret_cast<const float2 *>(rks + n0 + 8 * nt + 2 * t);
+            akk[nt][0] = akk[nt][0] * rk0 * rc.x;
+            akk[nt][1] = akk[nt][1] * rk0 * rc.y;
+            akk[nt][2] = akk[nt][2] * rk1 * rc.x;
+            akk[nt][3] = akk[nt][3] * rk1 * rc.y;
+            aqk[nt][0] *= rq0 * rc.x;
+            aqk[nt][1] *= rq0 * rc.y;
+            aqk[nt][2] *= rq1 * rc.x;
+            aqk[nt][3] *= rq1 * rc.y;
+        }
+    } else {
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) aqk[nt][e] *= p.scale;
+    }
+#pragma unroll
+    for (int nt = 0; nt < 4; nt++) {
+        const int col = n0 + 8 * nt + 2 * t;
+        if (n0 + 16 * (nt >> 1) <= r0 + 15) { /* the 16x16 block is read later */
+            *reinterpret_cast<float2 *>(KKd + (r0 + g) * LDF + col) = make_float2(akk[nt][0], akk[nt][1]);
+            *reinterpret_cast<float2 *>(KKd + (r0 + g + 8) * LDF + col) = make_float2(akk[nt][2], akk[nt][3]);
+        }
+    }
+}
+
 /* 3 (with Q): Pg = scale Gamma (.) tril(QK) for every value head of the
  * group, the warp's 16x32 tile at (r0, n0) (n-tiles wholly above the
  * diagonal are zeros), straight from the accumulators aqk through the
@@ -1191,62 +1261,8 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
             kk_wgmma<T, KD, PAIR>(PAIR ? Kpair : Ks, kk_of(half), mw, lane, half);
     }
     if constexpr (WQ) {
-        /* with Q: ldmatrix + mma.sync per warp, then the l2norm factors and
-         * the scale, KK to shared memory and Pg from the accumulators */
-        const T *Ksrc = Ks;
-        float *KKd = KK;
         float akk[4][4], aqk[4][4];
-#pragma unroll
-        for (int i = 0; i < 4; i++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) akk[i][e] = aqk[i][e] = 0.f;
-        if (n0 <= r0 + 15)
-#pragma unroll(KD == 64 ? 2 : 4)
-        for (int ks = 0; ks < KD / 16; ks++) {
-            uint32_t ak[4], aq[4];
-            fqla_frag_a(ak, Ksrc, LDQ, r0, 16 * ks, lane);
-            fqla_frag_a(aq, Qs, LDQ, r0, 16 * ks, lane);
-#pragma unroll
-            for (int np = 0; np < 2; np++) {
-                if (n0 + 16 * np > r0 + 15) continue; /* above the diagonal */
-                uint32_t b[4];
-                fqla_frag_b_nk(b, Ksrc, LDQ, 16 * ks, n0 + 16 * np, lane);
-                io::mma(akk[2 * np], ak, b[0], b[1]);
-                io::mma(akk[2 * np + 1], ak, b[2], b[3]);
-                io::mma(aqk[2 * np], aq, b[0], b[1]);
-                io::mma(aqk[2 * np + 1], aq, b[2], b[3]);
-            }
-        }
-        __syncthreads(); /* rqs / rks written by other warps */
-        if (p.l2norm) { /* CTA-uniform; without l2norm only the scale applies */
-            const float rq0 = rqs[r0 + g] * p.scale, rq1 = rqs[r0 + g + 8] * p.scale;
-            const float rk0 = rks[r0 + g], rk1 = rks[r0 + g + 8];
-#pragma unroll
-            for (int nt = 0; nt < 4; nt++) {
-                const float2 rc = *reinterpret_cast<const float2 *>(rks + n0 + 8 * nt + 2 * t);
-                akk[nt][0] = akk[nt][0] * rk0 * rc.x;
-                akk[nt][1] = akk[nt][1] * rk0 * rc.y;
-                akk[nt][2] = akk[nt][2] * rk1 * rc.x;
-                akk[nt][3] = akk[nt][3] * rk1 * rc.y;
-                aqk[nt][0] *= rq0 * rc.x;
-                aqk[nt][1] *= rq0 * rc.y;
-                aqk[nt][2] *= rq1 * rc.x;
-                aqk[nt][3] *= rq1 * rc.y;
-            }
-        } else {
-#pragma unroll
-            for (int nt = 0; nt < 4; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) aqk[nt][e] *= p.scale;
-        }
-#pragma unroll
-        for (int nt = 0; nt < 4; nt++) {
-            const int col = n0 + 8 * nt + 2 * t;
-            if (n0 + 16 * (nt >> 1) <= r0 + 15) { /* the 16x16 block is read later */
-                *reinterpret_cast<float2 *>(KKd + (r0 + g) * LDF + col) = make_float2(akk[nt][0], akk[nt][1]);
-                *reinterpret_cast<float2 *>(KKd + (r0 + g + 8) * LDF + col) = make_float2(akk[nt][2], akk[nt][3]);
-            }
-        }
+        prep_qk_products<T, KD>(p, Qs, Ks, KK, rqs, rks, lane, g, t, warp, akk, aqk);
         prep_pg_epilogue<T>(p, slot, hq, lane, r0, n0, g, t, stage, gam, aqk);
     }
 

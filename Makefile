@@ -69,6 +69,18 @@ CLI     = $(BUILD)/flashqla
 TEST_SRC = $(wildcard tests/test_*.c)
 TESTS    = $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_COMMON = $(wildcard tests/common/*.c)
+# CUDA unit tests (tests/test_gpu_*.cu, the ptx layer's primitives): built
+# with nvcc when it is found; they skip their cases without a device
+CU_TEST_SRC = $(if $(strip $(NVCC)),$(wildcard tests/test_gpu_*.cu))
+CU_TESTS    = $(CU_TEST_SRC:tests/%.cu=$(BUILD)/tests/%)
+
+CU_TEST_COMMON = $(TEST_COMMON:tests/%.c=$(BUILD)/tests/obj/%.o)
+$(BUILD)/tests/obj/%.o: tests/%.c $(wildcard tests/common/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(BASE_CFLAGS) $(CFLAGS) -Itests -c $< -o $@
+$(BUILD)/tests/%: tests/%.cu $(CU_TEST_COMMON) $(wildcard tests/common/*.h src/cuda/ptx/*.cuh src/cuda/kernel/*.cuh)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -Itests $< $(CU_TEST_COMMON) -o $@
 
 # Sanitizer and fuzzer objects are intermediate files of pattern rules: keep them.
 .SECONDARY:
@@ -80,7 +92,7 @@ $(BUILD)/obj/%.o: %.c $(wildcard include/*.h src/*.h src/cpu/*.h) $(DEV_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(BASE_CFLAGS) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/obj/%.o: %.cu $(wildcard include/*.h src/*.h src/cuda/*.h src/cuda/*.cuh) $(DEV_HDR)
+$(BUILD)/obj/%.o: %.cu $(wildcard include/*.h src/*.h src/cuda/*.h src/cuda/*.cuh src/cuda/ptx/*.cuh src/cuda/kernel/*.cuh) $(DEV_HDR)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@ 2> $@.log || { cat $@.log >&2; rm -f $@; exit 1; }
 	@# ptxas's C7511 / C7512 (wgmma serialised, for the wgmma pipeline or the
@@ -132,7 +144,7 @@ $(BUILD)/fuzz/obj/%.o: %.c $(wildcard include/*.h src/*.h src/cpu/*.h)
 $(BUILD)/fuzz/fuzz_validate: fuzz/fuzz_validate.c $(FUZZ_OBJ)
 	$(FUZZ_CC) $(ASAN_CFLAGS) -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined $^ -o $@ -lm
 
-test-fast: $(TESTS)
+test-fast: $(TESTS) $(CU_TESTS)
 	tests/run_tests.sh $(BUILD)/tests
 
 test-asan: $(ASAN_TESTS)
@@ -142,7 +154,7 @@ fuzz: $(BUILD)/fuzz/fuzz_validate
 	@mkdir -p $(BUILD)/fuzz/corpus
 	$(BUILD)/fuzz/fuzz_validate -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 $(BUILD)/fuzz/corpus
 
-test: all $(TESTS) $(ASAN_TESTS) $(BUILD)/fuzz/fuzz_validate
+test: all $(TESTS) $(CU_TESTS) $(ASAN_TESTS) $(BUILD)/fuzz/fuzz_validate
 	FQLA_DEV_BUILD=$(DEV) tests/run_all.sh $(BUILD) $(FUZZ_SECONDS)
 
 run: all

@@ -56,7 +56,7 @@
  * those lines (or the slot itself) after the prefetch, the loads after the
  * wait still see its writes, and the prefetch was merely wasted. What it
  * buys is the DRAM latency of the two dependent trips (inputs and slot, then
- * the state), which is most of a small call (docs/perf.md, decode round 3).
+ * the state), which is most of a small call.
  */
 #ifndef FQLA_CUDA_DECODE_KERNEL_CUH
 #define FQLA_CUDA_DECODE_KERNEL_CUH
@@ -64,7 +64,14 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
-#include "cuda/pdl.cuh"
+#include "cuda/kernel/named_barrier.cuh"
+#include "cuda/ptx/misc.cuh"
+#include "cuda/ptx/pdl.cuh"
+
+/* Named barriers (kernel/named_barrier.cuh; 0 is the CTA's __syncthreads) */
+enum class dec_bar : uint32_t {
+    xch = 1, /* + g: the KS warps of exchange group g (warp / KS) */
+};
 
 /* most warps per CTA of a K-split group exchange (= the launch bound / 32) */
 #define FQLA_DECODE_XCH_WARPS 8
@@ -128,7 +135,7 @@ static __device__ __forceinline__ void dec_store(void *p, int64_t i, int dt, flo
  * in-bounds addresses and returns nothing. */
 static __device__ __forceinline__ void dec_prefetch_l2(const void *p)
 {
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(__cvta_generic_to_global(p)));
+    fqla_prefetch_l2(p);
 }
 
 static __device__ __forceinline__ int64_t dec_load_index(const void *p, int64_t i, int dt)
@@ -422,7 +429,7 @@ __global__ void __launch_bounds__(256) fqla_decode_kernel(const DecodeParams p)
                 buf[wic * XS + 2 * WV + 1] = nq;
                 buf[wic * XS + 2 * WV + 2] = nqk;
             }
-            asm volatile("bar.sync %0, %1;" ::"r"(1 + wic / KS), "r"(32 * KS) : "memory");
+            fqla_bar_sync(dec_bar::xch, 32 * KS, wic / KS);
 #pragma unroll
             for (int j = 0; j < NV; j++) { ak[j] = 0.0f; aq[j] = 0.0f; }
             nk = 0.0f; nq = 0.0f; nqk = 0.0f;

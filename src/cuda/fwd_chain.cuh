@@ -15,8 +15,9 @@
 #define FQLA_CUDA_FWD_CHAIN_CUH
 
 #include "cuda/fwd_common.cuh"
-#include "cuda/fwd_ptx.cuh"
-#include "cuda/hopper.cuh"
+#include "cuda/kernel/io.cuh"
+#include "cuda/kernel/named_barrier.cuh"
+#include "cuda/ptx/ptx.cuh"
 
 /* Tile sh's Ag (fwd_common.cuh's packed layout) into dst as the square
  * 64 x 64 tile with 128-byte swizzle (8 KB, 1024-aligned), completing on
@@ -29,14 +30,22 @@ __device__ __forceinline__ void fqla_fwd_load_ag(unsigned char *dst, const fqla_
     for (int w = 0; w < 4; w++) fqla_tma_load_2d(dst + 2048 * w, &m.strip[w], bar, 0, (int)(sh * 16));
 }
 
+/* The named barriers of the two chain kernels (fwd_chunk_wg.cu and
+ * fwd_fused.cu; ids 1 .. 15, kernel/named_barrier.cuh). */
+enum class fqla_chain_bar : uint32_t {
+    chains = 1, /* every chain warpgroup (128 NWG threads): a tail chunk's rows are zeroed */
+    out = 2,    /* + cw, one per chain warpgroup (128 threads): its output staging tile is written */
+    state = 4,  /* K = 256, one chain warpgroup (fwd_fused.cu): S^T's io-dtype copy is written */
+};
+static_assert((uint32_t)fqla_chain_bar::out + 2 <= (uint32_t)fqla_chain_bar::state, "two chain warpgroups' out ids");
+
 namespace fqla_chain {
 
 /* S^T accumulator i: value row vr + 8 ((i >> 1) & 1), key column
  * kc + 8 (i >> 2) + (i & 1); its offset from the thread's base in a state
  * with key stride skey and value stride sval. The layout and dtype tests are
  * made once per call, not per element (per element they cost ~40
- * instructions, ~2700 per warp before the first chunk: docs/perf.md,
- * session 5). */
+ * instructions, ~2700 per warp before the first chunk). */
 __device__ __forceinline__ int64_t soff(int i, int64_t skey, int64_t sval)
 {
     return (int64_t)(8 * (i >> 2) + (i & 1)) * skey + (int64_t)(8 * ((i >> 1) & 1)) * sval;
@@ -259,7 +268,7 @@ __device__ __forceinline__ void store_out(const fqla_fwd_params &p, const CUtens
 {
     constexpr I C = FQLA_FWD_CHUNK;
     if (tid == 0) fqla_bulk_wait_read<0>();
-    fqla_named_sync(2 + cw, 128); /* the warpgroup's stmatrix writes are done and fenced */
+    fqla_bar_sync(fqla_chain_bar::out, 128, cw); /* the warpgroup's stmatrix writes are done and fenced */
     if (cc < 0) return;
     static_assert(OT == 1 || OT == 2, "one or two staging tiles");
     const unsigned char *src = obuf + (cc & (OT - 1)) * (FQLA_FWD_CHUNK * 128);
@@ -276,7 +285,7 @@ __device__ __forceinline__ void store_out(const fqla_fwd_params &p, const CUtens
 }
 
 /* The chain's products, issued by the whole warpgroup (no commit: the
- * caller groups them). Shared-memory operands by descriptor (hopper.cuh):
+ * caller groups them). Shared-memory operands by descriptor (ptx/wgmma.cuh):
  * tiles of 64 token rows x 64 columns in TMA's 128-byte swizzle, one k-step
  * of 16 tokens FQLA_DESC_K16_* on. */
 

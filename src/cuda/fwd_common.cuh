@@ -38,7 +38,7 @@ static_assert(FQLA_CP_CHUNK == FQLA_FWD_CHUNK, "cp_plan.h and the kernels share 
  * fqla_cuda_fwd_tune(prep, late) - prep = 2: the prepare kernel's merges in
  * plain tf32 instead of 3xTF32 (fwd_prepare.cu); late: whether the mma.sync
  * chunk kernel issues the next chunk's copies late (after barrier C, from four
- * warps; docs/perf.md v3). fqla_cuda_fwd_tune_chunk picks the chunk kernel.
+ * warps). fqla_cuda_fwd_tune_chunk picks the chunk kernel.
  * The defaults are the fastest measured on the H200. */
 #ifndef FQLA_FWD_LATE_LOADS
 #define FQLA_FWD_LATE_LOADS 1
@@ -118,7 +118,7 @@ struct fqla_fwd_params {
  * columns, and each strip is a region of its own over all tiles, row-major
  * with a pitch of 16 (w + 1) elements. 2560 elements per tile instead of
  * 4096: the prepare kernel writes and the chunk kernels read 5 / 8 of the
- * square's bytes (docs/perf.md, session 18). The chunk kernels load strip
+ * square's bytes. The chunk kernels load strip
  * w by TMA as a box of 64 columns whose columns past the strip's width
  * fall outside its map and arrive as zeros, so the shared-memory tile is
  * the square one. */
@@ -248,12 +248,6 @@ static inline int fqla_debug_clocks_take(const void *sym, unsigned long long *ou
         cudaMemcpy(out, dev, n * sizeof *out, cudaMemcpyDeviceToHost) != cudaSuccess)
         return -1;
     return cudaMemset(dev, 0, n * sizeof *out) == cudaSuccess ? 0 : -1;
-}
-__device__ __forceinline__ unsigned long long fqla_globaltimer()
-{
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
 }
 
 /* Launchers (fwd_prepare.cu, fwd_chunk.cu): enqueue on stream, return the

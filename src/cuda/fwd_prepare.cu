@@ -1,151 +1,256 @@
 /*
  * fwd_prepare.cu - the forward's chunk-parallel preparation kernel
- * (DESIGN.md §2). One CTA of 256 threads per (chunk slot, q/k head):
+ * (docs/design.md, CUDA). It computes, per chunk of 64 tokens and q/k head,
+ * what the sequential chunk kernels need and can be formed for every chunk
+ * at once:
  *
- *   1. start the copies of the chunk's Q and K rows (rows past the sequence
- *      end read as 0; without Q, K by TMA: see below); meanwhile, for every
- *      value head of the GVA group, the
- *      gate (optionally -exp(A_log) softplus(a + dt_bias)) and beta
- *      (optionally sigmoid) of the 64 rows and gamma = inclusive cumsum of g
- *      (padded rows g = 0, beta = 0), written to the workspace;
- *   2. with use_qk_l2norm, the row factors rq, rk = 1/sqrt(sum x^2 + 1e-6)
- *      (fp32, from the stored values), written to the workspace;
- *   3. KK = K K^T and QK = Q K^T on tensor cores (bf16/fp16 mma, fp32
- *      accumulate), scaled by the l2norm factors, shared by the group's value
- *      heads. KK goes to shared memory (fp32); QK stays in the warps'
- *      accumulators, and each warp writes its 16x32 tile of
- *      Pg = scale Gamma (.) tril(QK) for every value head of the group
- *      straight from them (Gamma_ij = exp(gamma_i - gamma_j), i >= j);
- *   4. per batch of two value heads (four warps per head), the inverse X
- *      of I + StrictLower(diag(beta) KK): DESIGN.md §2's gate-free Ar
- *      where every row of the chunk has beta ||k||^2 in [0, 2] (then Ar is
- *      bounded: contractive, below), else the gated system's
- *      I + StrictLower(diag(beta) (Gamma (.) KK)), whose inverse is
- *      Gamma (.) Ar and stays bounded where Ar overflows fp32 (raw keys
- *      under a strong decay; docs/perf.md, session 30). The two forms are
- *      two instantiations of steps a-c, chosen per batch by a vote of one
- *      warp per head that a CTA barrier ORs (the words are read only where
- *      some head is outside): outside PAIR beside step a, whose barrier ORs
- *      it, a batch with a head outside running steps a-c again gated;
- *      PAIR, which inverts in place, before step 4:
- *        a. the four diagonal 16x16 blocks by forward substitution in fp32
- *           (16 lanes, one column each) into shared memory;
- *        b. the off-diagonal blocks by doubling in three levels (the 32x32
- *           diagonal inverses, then the 32x32 block below them as
- *           -X_BB (M_BA X_AA)), one 16x16 block product chain per warp, on
- *           tensor cores: tf32 m16n8k8 in the 3xTF32 split (a = big + small,
- *           three mma, fp32 accumulate: fp32-level accuracy, the inverse's
- *           math stays fp32);
- *        c. each warp writes its 16x32 tile of Ag = Gamma (.) Ar diag(beta)
- *           (Gamma (.) X diag(beta), or X diag(beta) in the gated form)
- *           into the packed layout (fwd_common.cuh), unless the tile lies
- *           wholly above the diagonal.
+ *   gamma      inclusive cumsum of the log gates g (optionally -exp(A_log)
+ *              softplus(a + dt_bias); beta optionally sigmoid), per value
+ *              head of the GVA group, to the workspace;
+ *   rq, rk     with use_qk_l2norm the row factors 1 / sqrt(|x|^2 + 1e-6);
+ *   Pg         scale Gamma (.) tril(Q K^T) per value head (only with Q),
+ *              Gamma_ij = exp(gamma_i - gamma_j), i >= j;
+ *   Ag         Gamma (.) Ar diag(beta) per value head, Ar the gate-free
+ *              inverse X of I + StrictLower(diag(beta) K K^T), in packed
+ *              strips (fwd_common.cuh).
  *
- * Why (docs/perf.md, CUDA forward v4 and session 9): v1-v3 did the block
- * merges with fp32 FMAs fed by shared-memory loads, ~640 warp-wide 16-byte
- * loads per value head, and read X, QK, gamma and beta back from shared
- * memory for Ag/Pg; v4 walked each block column down (nine dependent
- * products for column 0, none for column 3), doubling has five.
+ * Where a chunk's rows all have beta ||k||^2 in [0, 2] every factor
+ * I - beta k k^T is a contraction and Ar stays bounded; elsewhere (raw keys
+ * under a strong decay) Ar overflows fp32, and the kernel inverts the gated
+ * system I + StrictLower(diag(beta) (Gamma (.) K K^T)) instead, whose
+ * inverse is Gamma (.) Ar. The two forms are two instantiations of step 4,
+ * chosen per batch of heads by a vote (contractive) that a CTA barrier ORs.
  *
- * Outputs go from accumulator layout (a thread holds two adjacent columns of
- * a row) to 16-byte global stores through a per-warp staging tile (stmatrix,
- * then 16-byte loads). Gamma is kept in shared memory times log2(e), so each
- * Gamma entry is one ex2 (in step c, or in the gated form where the
- * system's entries are read; in Pg's tiles); only the n-tiles that cut the
- * diagonal are masked.
- * The merges split each A fragment into tf32 parts once per k-step.
- * Their temporaries (the level-1 products, T) live in X's blocks above the
- * diagonal, which step c does not read.
+ * Grid: x = the chunk slots' CTAs (PAIR: two slots per CTA), then, varlen
+ * only, CTAs that zero the rows of o past the last sequence (one 64-row
+ * block each, block (x - slot CTAs) H + y); y = the q/k head. A slot that
+ * holds no chunk exits at once (PAIR: its half runs on zeros through the
+ * barriers and stores nothing).
  *
- * Shared memory: X (two heads, fp32) reuses the Q/K tiles' space (dead once
- * KK and QK are formed); ~65 KB at K = 128 and group 4 with Q: three CTAs
- * per SM. PAIR (below) keeps each chunk's K tile, KK and X in one 18 KB
- * region, the inverse in place: 46.6 KB and 64 registers, four CTAs per SM
- * (x0.92 of the three-CTA layout's time: docs/perf.md, session 21). LEAN
- * (without Q at groups >= 2) drops what that path does not use (rq, rk)
- * and the Ag staging tiles: 57,344 bytes at group 4 and 64 registers, four
- * CTAs per SM (prepare x0.957: docs/perf.md, session 24).
+ * Block: 256 threads, eight warps, every warp in every step; the roles
+ * change per step (prep_thread names them):
+ *   1. loads: thread 0 (PAIR: of each half) starts K's TMA copy
+ *      (prep_load_k_tma), or every thread its cp.async copies of Q and K
+ *      rows (with Q: prep_load_qk_rows); meanwhile warp j loads value head
+ *      j's gates and betas and forms gamma (prep_gates);
+ *   2. with Q and l2norm: the row factors, 16 rows per warp (prep_l2norm);
+ *   3. K K^T (and Q K^T, Pg): with Q warp w its 16x32 tile (rows
+ *      16 (w % 4), columns 32 (w / 4)) by ldmatrix + mma.sync
+ *      (prep_qk_products), Pg straight from the accumulators
+ *      (prep_pg_epilogue); without Q warpgroup 0
+ *      (PAIR: each half's) by SS wgmma (kk_wgmma, kk_wgmma_l2n);
+ *   4. the regime vote (PAIR: prep_vote_pair), then per batch of HB = 2
+ *      value heads (prep_invert_batch) warps 4 hh .. 4 hh + 3 head hh (PAIR:
+ *      chunk hh), warp w % 4 one block role: a. the diagonal 16x16 blocks
+ *      by forward substitution, b. the off-diagonal blocks by doubling in
+ *      3xTF32 mma, c. Ag's 16x32 tile per warp.
+ * Registers: 64 per thread where four CTAs share an SM (without Q: PAIR
+ * and LEAN), 80 with Q (three CTAs, __launch_bounds__); ptxas spills 4 to
+ * 12 bytes in some instantiations (-warn-spills lists them).
  *
- * Variant (fqla_cuda_fwd_tune's first argument, tuning builds only): 2 does
- * the merges in plain tf32 (one mma per product, as FLA's solve_tril); any
- * other value the default 3xTF32. The former value-heads-per-batch variants
- * (HB = 1, 2, 4 of v3) are gone: the batch is two heads in every build.
+ * Shared memory (prep_smem, the plan): three layouts, after their kernels.
+ *   with Q    Q and K rows, then X of the batch's two heads over them; KK;
+ *             rq, rk; gamma, beta per value head; the warps' staging tiles;
+ *             ~65 KB at K = 128 and group 4: three CTAs per SM.
+ *   PAIR      (without Q, group 1) two chunk slots per CTA, one per half of
+ *             the warps, so that step 4's batch has two "heads" where a
+ *             group of one has one: per half one region that holds the
+ *             chunk's K tile (TMA), KK over it, and X over KK (step 4
+ *             inverts in place); 46.6 KB and four CTAs per SM (x0.92 of
+ *             the three-CTA layout's time on the H200).
+ *   LEAN      (without Q, groups >= 2) X (the K tile lands in it first), KK,
+ *             gamma and beta; no rq, rk arrays and no staging tiles (Ag
+ *             leaves from registers): 57,344 bytes at group 4, four CTAs per
+ *             SM (the kernel x0.957 on the H200).
  *
- * Without Pg (p.Pg = NULL; K = 64, 128 or 256, the path where fwd_fused.cu forms Pg
- * itself): WQ = false, no Q copy, no Q K^T, no Pg; only gamma and Ag, and
- * with the in-kernel l2norm (L2N) rk, from K K^T's diagonal, which also
- * scales K K^T (fwd_fused.cu forms rq from its Q tile). At
- * group 1 it runs two chunk slots per CTA (PAIR, one per half of the warps,
- * each with its own region for K, KK and X, gamma and beta), so that step 4 has two
- * "heads" to work on instead of one (docs/perf.md, session 9). Session 10
- * read this path as bound by the SM's shared-memory pipe (~75 % busy), so
- * it moves fewer bytes through it (since session 13's measurements its
- * time follows latency and barrier waits more than wavefronts): K comes
- * by TMA (the fused kernel's map, 128-byte swizzle) in place of the
- * cp.async copies, K K^T is one warpgroup's SS wgmma in place of per-warp
- * ldmatrix + mma, step 4c has one straight-line body per tile kind
- * (ag_tile), and each warp's Ag tile leaves its staging area by one TMA
- * store (store_tile_tma; LEAN, which has no staging area, stores it from
- * registers: store_tile_regs).
+ * Why the shapes. The off-diagonal blocks by doubling: five dependent 16x16
+ * products on the longest path, against nine for walking block column 0
+ * down; on tensor cores, where fp32 FMAs fed from shared memory took ~640
+ * warp-wide 16-byte loads per value head. Without Q (fwd_fused.cu forms Pg
+ * itself) the kernel was bound by the SM's shared-memory pipe (~75 % busy),
+ * so it moves fewer bytes through it: K by TMA (the fused kernel's map,
+ * 128-byte swizzle) in place of cp.async, K K^T by one warpgroup's wgmma in
+ * place of per-warp ldmatrix + mma, step 4c one straight-line body per tile
+ * kind (ag_tile), and each warp's Ag tile leaves by one TMA store
+ * (store_tile_tma; LEAN from registers, store_tile_regs). Outputs go from
+ * accumulator layout to 16-byte stores through a per-warp staging tile
+ * (stmatrix). Gamma is kept in shared memory times log2(e), so each Gamma
+ * entry is one ex2, and only the n-tiles that cut the diagonal are masked.
  *
- * Extra CTAs (past the slots' CTAs, varlen only) zero the rows of o after
- * the last sequence, one 64-row block each (block (x - slot CTAs) H + y). A
- * slot that belongs to no chunk (base(n) + c with c past sequence n's end)
- * exits at once (with PAIR, its half runs on zeros and stores nothing; its
- * TMA loads the tokens 0..63, so all its values stay finite).
+ * PREC (fqla_cuda_fwd_tune's first argument, tuning builds only): 1 does
+ * the merges in plain tf32 (one mma per product, as FLA's solve_tril); 3,
+ * the default, in 3xTF32 (fp32-level accuracy: the inverse's math stays
+ * fp32).
  */
 #include "cuda/fwd_common.cuh"
 #include "cuda/fwd_prepare_common.cuh"
-#include "cuda/fwd_ptx.cuh"
-#include "cuda/hopper.cuh"
-#include "cuda/pdl.cuh"
+#include "cuda/kernel/io.cuh"
+#include "cuda/kernel/mma_frag.cuh"
+#include "cuda/kernel/named_barrier.cuh"
+#include "cuda/ptx/ptx.cuh"
 #ifdef FQLA_PREP_CLOCKS
 #include <algorithm>
 #include <cstdlib>
 #endif
 
+#include <stddef.h>
+
 namespace {
 
 constexpr int C = FQLA_FWD_CHUNK;
+constexpr int NWARPS = FQLA_FWD_THREADS / 32;
 
 /* fp32 matrices KK and X: [64][72]. 72 = 8 mod 32 words: the float2 operand
  * loads (row g, columns 2t, 2t+1) hit every bank once per half warp. */
 constexpr int LDF = C + 8;
 constexpr int HB = 2; /* value heads per batch in step 4: four warps each */
+static_assert(FQLA_FWD_THREADS == 256 && HB * 4 == NWARPS, "step 4: four warps per head of the batch");
+
+/* ---- shared-memory plan ------------------------------------------------ */
+
+typedef unsigned short prep_b16; /* a bf16 / fp16 element of a tile (T) */
+
+/* per warp a 16x32 b16 output tile in TMA's 64-byte swizzle (store_tile) */
+struct prep_staging {
+    unsigned char tile[NWARPS][16 * 64];
+};
+/* the K copies' mbarriers and PAIR's per-half flags */
+struct prep_misc {
+    uint64_t kbar[2];  /* per half (PAIR); else [0] */
+    int have_pair[2];  /* PAIR: the half has a chunk (read in step 4c) */
+    int part_pair[2];  /* PAIR: the half's chunk ends inside its tile */
+};
+static_assert(sizeof(prep_misc) == 32, "prep_misc: 32 bytes (LEAN keeps it in KK's row padding)");
 
 template <int KD>
 struct prep_smem {
-    static constexpr int LDQ = KD + 8;
-    static constexpr size_t qk_tiles = 2 * (size_t)C * LDQ * 2; /* Q, K (b16) */
-    static constexpr size_t xs = (size_t)HB * C * LDF * 4;      /* X per head of the batch */
-    static constexpr size_t region0 = qk_tiles > xs ? qk_tiles : xs;
-    static constexpr size_t kk = (size_t)C * LDF * 4;
-    static_assert(qk_tiles % 16 == 0 && region0 % 16 == 0, "alignment of the fp32 regions");
-    static constexpr size_t stage = 8 * 16 * 64; /* per warp a 16x32 b16 output tile */
-    /* Q, K then X[HB]; KK; rq, rk; gamma and beta of every head of the group;
-     * the warps' output staging tiles */
-    __host__ __device__ static size_t bytes(int group) { return region0 + kk + 2 * C * 4 + (size_t)group * 2 * C * 4 + stage + misc; }
-    /* PAIR: per half one kk-sized region, which holds the chunk's K tile
-     * (TMA, 16 KB), then KK over it, then X over KK (in place); rq, rk
-     * (unused), gamma and beta of both chunks, the staging tiles: 46.6 KB,
-     * four CTAs per SM (docs/perf.md, session 21) */
-    __host__ __device__ static size_t bytes_pair() { return 2 * kk + 2 * C * 4 + 2 * 2 * C * 4 + stage + misc; }
-    static_assert(kk % 1024 == 0 && kk >= (size_t)C * 128 * 2, "PAIR: a K tile (128-byte swizzle) in each kk region");
-    /* LEAN (without Q at groups >= 2): X[HB] (the K tile lands in it
-     * first), KK, gamma and beta of the group's heads; no rq, rk arrays
-     * (with l2norm rk's 256 bytes go after the K tile), no staging tiles
-     * (Ag leaves from registers), the K copy's mbarrier in KK's row
-     * padding: 57,344 bytes at group 4, four CTAs per SM (docs/perf.md,
-     * session 24) */
-    __host__ __device__ static size_t bytes_lean(int group) { return region0 + kk + (size_t)group * 2 * C * 4; }
-    static_assert(region0 >= C * LDQ * 2 + (size_t)C * 128 * 2, "LEAN: the K tile (at Ks) within X's region");
-    static_assert(region0 >= C * LDQ * 2 + (size_t)C * KD * 2 + C * 4, "LEAN with l2norm: rk after the K tile");
-    /* last: the K copies' mbarriers (two), PAIR's have flags (two) */
-    static constexpr size_t misc = 32;
-    /* the staging tiles (after the 512-byte rows rq, rk, gamma, beta) start
-     * 512-byte aligned: TMA's 64-byte swizzle */
-    static_assert((region0 + kk) % 512 == 0 && 2 * kk % 512 == 0 && 2 * C * 4 % 512 == 0, "staging alignment");
+    static constexpr int LDQ = KD + 8; /* b16 rows of Q and K (with Q) */
+    static constexpr size_t kk_bytes = (size_t)C * LDF * sizeof(float); /* one KK (PAIR: one half's region) */
+    /* region 0: Q and K rows (with Q; LEAN's K tile at k's address), then X
+     * of the batch's heads over them once KK and QK are formed */
+    struct qk_rows {
+        prep_b16 q[C][LDQ];
+        prep_b16 k[C][LDQ];
+    };
+    union region0 {
+        qk_rows qk;
+        float x[HB][C][LDF];
+    };
+    /* with Q; then gamma[group][64], beta[group][64] (x log2(e); run-time
+     * group), prep_staging, prep_misc */
+    struct with_q {
+        region0 r;
+        float kk[C][LDF];
+        float rq[C], rk[C];
+    };
+    /* PAIR: per half one region kk[half]: the chunk's K tile (TMA, 128-byte
+     * swizzle), then its KK over it, then X over KK */
+    struct pair {
+        float kk[2][C][LDF];
+        float rq[C], rk[C]; /* L2N's rk scratch: half 0's in rq, half 1's in rk */
+        float gam[2][C], bet[2][C];
+        prep_staging staging;
+        prep_misc misc;
+    };
+    /* LEAN; then gamma[group][64], beta[group][64]. KK's row 0 padding
+     * (columns 64..71) holds prep_misc; with l2norm rk's 256 bytes follow
+     * the K tile in region 0 */
+    struct lean {
+        region0 r;
+        float kk[C][LDF];
+    };
+    /* what launch() requests */
+    static constexpr size_t gamma_beta(int group) { return (size_t)group * 2 * C * sizeof(float); }
+    __host__ __device__ static size_t bytes(int group)
+    {
+        return sizeof(with_q) + gamma_beta(group) + sizeof(prep_staging) + sizeof(prep_misc);
+    }
+    __host__ __device__ static size_t bytes_pair() { return sizeof(pair); }
+    __host__ __device__ static size_t bytes_lean(int group) { return sizeof(lean) + gamma_beta(group); }
+
+    static_assert(sizeof(region0) % 16 == 0 && sizeof(qk_rows) % 16 == 0, "alignment of the fp32 regions");
+    static_assert(offsetof(with_q, kk) == sizeof(region0) && offsetof(lean, kk) == sizeof(region0), "no padding");
+    static_assert(sizeof(with_q) == sizeof(region0) + (C * LDF + 2 * C) * sizeof(float), "with_q: no padding");
+    static_assert(sizeof(lean) == sizeof(region0) + C * LDF * sizeof(float), "lean: no padding");
+    /* the staging tiles start 512-byte aligned (TMA's 64-byte swizzle):
+     * gamma and beta rows are 512 bytes per head */
+    static_assert(sizeof(with_q) % 512 == 0 && 2 * C * sizeof(float) % 512 == 0, "with_q: staging alignment");
+    static_assert(offsetof(pair, staging) % 512 == 0, "PAIR: staging alignment");
+    static_assert(sizeof(pair) == 2 * kk_bytes + 6 * C * sizeof(float) + sizeof(prep_staging) +
+                                      sizeof(prep_misc),
+                  "PAIR: no padding");
+    static_assert(kk_bytes % 1024 == 0 && kk_bytes >= (size_t)C * 128 * 2,
+                  "PAIR: a K tile (128-byte swizzle, 1024-aligned) in each kk region");
+    static_assert(offsetof(qk_rows, k) % 1024 == 0, "LEAN: the K tile (128-byte swizzle) 1024-aligned");
+    static_assert(sizeof(region0) >= offsetof(qk_rows, k) + (size_t)C * 128 * 2, "LEAN: the K tile within region 0");
+    static_assert(sizeof(region0) >= offsetof(qk_rows, k) + (size_t)C * KD * 2 + C * 4,
+                  "LEAN with l2norm: rk after the K tile");
+    static_assert(sizeof(prep_misc) <= (LDF - C) * sizeof(float), "LEAN: prep_misc in KK's row padding");
 };
+
+/* The kernel's named pointers into its plan (the layout of WQ / PAIR /
+ * LEAN); ng the gamma, beta rows: the group's heads, or the pair's chunks. */
+template <typename T, int KD, bool WQ, bool PAIR>
+struct prep_carve {
+    T *Qs, *Ks;       /* [64][LDQ] Q and K rows (with Q); LEAN: Ks the K tile */
+    T *Kpair;         /* PAIR: this half's K tile, at the start of its kk region */
+    float *KKall;     /* [PAIR ? 2 : 1][64][LDF] K K^T (PAIR: per half, over its K tile) */
+    float *X;         /* [HB][64][LDF] the batch's inverses: over Q and K, or PAIR over KK */
+    float *rqs, *rks; /* [64] l2norm factors (with Q); PAIR: L2N's rk per half */
+    float *gam, *bet; /* [ng][64] gamma log2(e), beta */
+    unsigned char *stage; /* this warp's staging tile (LEAN: none) */
+    prep_misc *misc;
+    uint32_t *vword;  /* [8] the regime votes: KK's row 1 padding */
+
+    __device__ __forceinline__ prep_carve(unsigned char *smem_raw, int ng)
+    {
+        typedef prep_smem<KD> plan;
+        constexpr bool LEAN = !WQ && !PAIR;
+        constexpr int NKK = PAIR ? 2 : 1;
+        Qs = reinterpret_cast<T *>(smem_raw);
+        Ks = Qs + C * plan::LDQ;
+        Kpair = reinterpret_cast<T *>(smem_raw + (PAIR ? (threadIdx.x >> 7) * plan::kk_bytes : 0));
+        KKall = reinterpret_cast<float *>(smem_raw + (PAIR ? 0 : sizeof(typename plan::region0)));
+        X = PAIR ? KKall : reinterpret_cast<float *>(smem_raw);
+        rqs = KKall + NKK * C * LDF; /* (LEAN: none) */
+        rks = rqs + C;
+        gam = LEAN ? rqs : rks + C;
+        bet = gam + ng * C;
+        stage = reinterpret_cast<unsigned char *>(bet + ng * C) + (threadIdx.x >> 5) * 16 * 64;
+        misc = reinterpret_cast<prep_misc *>(
+            LEAN ? reinterpret_cast<unsigned char *>(KKall + C)
+                 : smem_raw + (PAIR ? plan::bytes_pair() : plan::bytes(ng)) - sizeof(prep_misc));
+        vword = reinterpret_cast<uint32_t *>(KKall + LDF + C);
+    }
+    /* head (PAIR: chunk) h's K K^T: the group's one, or PAIR's per half */
+    __device__ __forceinline__ float *kk_of(int h) const { return PAIR ? KKall + h * C * LDF : KKall; }
+};
+
+/* Named barriers (kernel/named_barrier.cuh; 0 is the CTA's __syncthreads) */
+enum class prep_bar : uint32_t {
+    half = 1, /* + half: PAIR's warpgroup of 128 threads (K K^T over its K tile) */
+};
+
+/* What a thread is in the kernel: its lane and warp, its chunk slot and
+ * head, and its tiles in steps 3 and 4. */
+struct prep_thread {
+    int tid, lane, warp, g, t; /* g, t: mma's groupID, threadID_in_group */
+    int half;                  /* PAIR: the half (warpgroup), its chunk slot */
+    int64_t slot;
+    int hq;
+    int mw, r0, n0; /* steps 3, 4c: the warp's 16x32 tile at rows r0 = 16 mw, columns n0 */
+    int hh, bj;     /* step 4: the warp's head of the batch, its block role */
+};
+/* a chunk slot's chunk: sequence start, length, batch row, chunk index */
+struct prep_chunk {
+    int64_t c, batch, start, len;
+    int64_t t0;  /* its first token */
+    int nvalid;  /* its valid rows (0: none) */
+    bool have;
+};
+
+/* ---- output tiles ------------------------------------------------------ */
+
 /* stmatrix of a 16x32 tile in accumulator layout (u[nt][h] packs row g +
  * 8h, columns 8nt + 2t, +1; g = lane / 4, t = lane % 4) into a warp's
  * staging area: 16 rows of 64 bytes, 16-byte chunk c of row r at chunk
@@ -178,15 +283,14 @@ __device__ __forceinline__ void store_tile(T *dst, int pitch, int width, const u
     __syncwarp(); /* the staging area is free for the next tile */
 }
 
-/* store_tile without the copy-out (the kernels without Q): stmatrix lays the
- * staging tile out as TMA's 64-byte swizzle does (chunk c of row r at
- * c ^ ((r / 2) % 4) in a 512-byte aligned area), so one lane sends it by a
- * TMA store through tmAg (fqla_fwd_map_ag_store) at row y, column x. The
- * copy-out's 16-byte shared loads and global stores were two L1 requests
- * per lane and tile (without them the kernel ran x0.985: docs/perf.md,
- * session 13). pending: this warp has a store in flight from the staging
- * area (lane 0's bulk group), waited for before the area is written
- * again. */
+/* store_tile without the copy-out (PAIR): stmatrix lays the staging tile
+ * out as TMA's 64-byte swizzle does (chunk c of row r at c ^ ((r / 2) % 4)
+ * in a 512-byte aligned area), so one lane sends it by a TMA store through
+ * tmAg (fqla_fwd_map_ag_store) at row y, column x. The copy-out's 16-byte
+ * shared loads and global stores were two L1 requests per lane and tile
+ * (the kernel x0.985 without them on the H200). pending: this warp has a
+ * store in flight from the staging area (lane 0's bulk group), waited for
+ * before the area is written again. */
 template <typename T>
 __device__ __forceinline__ void store_tile_tma(const CUtensorMap *tmAg, int x, int y, const uint32_t (&u)[4][2],
                                                int lane, unsigned char *stage, bool &pending)
@@ -202,6 +306,26 @@ __device__ __forceinline__ void store_tile_tma(const CUtensorMap *tmAg, int x, i
     }
     pending = true;
 }
+
+/* Ag's 16x32 tile from accumulator layout (store_tile's u) straight to
+ * global memory: each lane its two adjacent columns of a row, 4 bytes per
+ * store, only columns below width (LEAN, which has no staging tiles; L2
+ * merges the rows' pieces into sectors) */
+template <typename T>
+__device__ __forceinline__ void store_tile_regs(T *dst, int pitch, int width, const uint32_t (&u)[4][2], int n0,
+                                                int lane)
+{
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int nt = 0; nt < 4; nt++) {
+        if (n0 + 8 * nt >= width) continue;
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+            *reinterpret_cast<uint32_t *>(dst + (g + 8 * h) * pitch + n0 + 8 * nt + 2 * t) = u[nt][h];
+    }
+}
+
+/* ---- 16x16 fp32 blocks ------------------------------------------------- */
 
 /* 16x16 fp32 blocks in m16n8 accumulator layout: acc[nt][e] is row
  * g + 8 (e / 2), column 8 nt + 2 t + e % 2 of the block. */
@@ -303,19 +427,19 @@ __device__ __forceinline__ void mm16(float (&acc)[2][4], const float *a, const f
     }
 }
 
-/* Without Q (the fused path): KK = K K^T by one warpgroup, SS wgmma
- * m64n64k16 on the K tile as TMA writes it (KD / 64 64-column boxes,
- * 128-byte swizzle: both operands K-major, the same descriptors), then warp w (of
- * the warpgroup) stores its 16 rows' blocks at or left of the diagonal to
- * KKd (fp32, row stride LDF). mma.sync with ldmatrix fragments made K K^T
- * 34 % of the kernel's shared-memory wavefronts, the largest share, in a
- * kernel bound by its shared-memory pipe (docs/perf.md, session 10): each
- * warp loaded its own copies of the operands. OVER_K: KKd lies over the K
- * tile (PAIR). */
-/* K K^T of the warpgroup's K tile into d (accumulator layout), waited
- * for: one descriptor, stepped by constants: 32 bytes per k-step in a box,
- * the box (64 columns x 64 rows) 64 C sizeof(T) bytes on (the descriptor
- * counts 16-byte units) */
+/* ---- step 3 without Q: K K^T by wgmma ---------------------------------- */
+
+/* KK = K K^T by one warpgroup, SS wgmma m64n64k16 on the K tile as TMA
+ * writes it (KD / 64 64-column boxes, 128-byte swizzle: both operands
+ * K-major, the same descriptors), then warp w (of the warpgroup) stores its
+ * 16 rows' blocks at or left of the diagonal to KKd (fp32, row stride
+ * LDF). mma.sync with ldmatrix fragments made K K^T 34 % of the kernel's
+ * shared-memory wavefronts, the largest share, in a kernel bound by its
+ * shared-memory pipe: each warp loaded its own copies of the operands.
+ * kk_acc: the product into d (accumulator layout), waited for; one
+ * descriptor, stepped by constants: 32 bytes per k-step in a box, the box
+ * (64 columns x 64 rows) 64 C sizeof(T) bytes on (the descriptor counts
+ * 16-byte units) */
 template <typename T, int KD>
 __device__ __forceinline__ void kk_acc(const T *Ktile, float (&d)[32])
 {
@@ -346,14 +470,15 @@ __device__ __forceinline__ void zero_k_rows(T *Ktile, int nvalid, int tid)
                                        16 * (idx & 7)) = z;
 }
 
+/* OVER_K: KKd lies over the K tile (PAIR), half's warpgroup */
 template <typename T, int KD, bool OVER_K>
-__device__ __forceinline__ void kk_wgmma(const T *Ktile, float *KKd, int w, int lane, int bar)
+__device__ __forceinline__ void kk_wgmma(const T *Ktile, float *KKd, int w, int lane, int half)
 {
     float d[32];
     kk_acc<T, KD>(Ktile, d);
     /* KKd over the K tile (PAIR): every warp's part of the product has read
-     * it before any warp stores (named barrier bar, the warpgroup) */
-    if (OVER_K) fqla_named_sync(bar, 128);
+     * it before any warp stores (the warpgroup's named barrier) */
+    if (OVER_K) fqla_bar_sync(prep_bar::half, 128, half);
     /* d[4j..4j+3]: rows 16 w + g (+ 8), columns 8 j + 2 t, + 1 */
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
@@ -371,13 +496,12 @@ __device__ __forceinline__ void kk_wgmma(const T *Ktile, float *KKd, int w, int 
  * the warpgroup's 64 rows) and rk_global (the workspace, or null), then
  * K K^T scaled to the normalised keys', rk_i rk_j (K K^T)_ij. Summing the
  * rows from the K tile instead cost the kernel ~15 % even with
- * conflict-free loads (docs/perf.md, session 27). The barrier between the
- * rk writes and their reads: PAIR (OVER_K) the warpgroup's named barrier
- * bar, which the store over the K tile needs anyway; LEAN, where only
- * warps 0-3 (active) form K K^T, the CTA barrier, so that every warp
- * passes the same barriers. */
+ * conflict-free loads. The barrier between the rk writes and their reads:
+ * PAIR (OVER_K) half's warpgroup's named barrier, which the store over the
+ * K tile needs anyway; LEAN, where only warps 0-3 (active) form K K^T, the
+ * CTA barrier, so that every warp passes the same barriers. */
 template <typename T, int KD, bool OVER_K>
-__device__ __forceinline__ void kk_wgmma_l2n(const T *Ktile, float *KKd, int w, int lane, int bar, bool active,
+__device__ __forceinline__ void kk_wgmma_l2n(const T *Ktile, float *KKd, int w, int lane, int half, bool active,
                                              float *rk, float *rk_global)
 {
     float d[32];
@@ -405,7 +529,7 @@ __device__ __forceinline__ void kk_wgmma_l2n(const T *Ktile, float *KKd, int w, 
             }
         }
     }
-    if (OVER_K) fqla_named_sync(bar, 128); /* rk; and every warp has read the K tile that KKd overlays */
+    if (OVER_K) fqla_bar_sync(prep_bar::half, 128, half); /* rk; and every warp has read the K tile under KKd */
     else __syncthreads();
     if (!active) return;
 #pragma unroll
@@ -419,19 +543,20 @@ __device__ __forceinline__ void kk_wgmma_l2n(const T *Ktile, float *KKd, int w, 
     }
 }
 
+/* ---- step 4c's tile without Q ------------------------------------------ */
+
 /* A 16-column block b of Ag's rows 16 mw..: 0 above the diagonal (zeros),
  * 1 the diagonal block (i >= j kept), 2 below it. */
 __device__ __forceinline__ int ag_kind(int b, int mw) { return b > mw ? 0 : b == mw ? 1 : 2; }
 /* u (store_tile's layout) = Ag = Gamma (.) X diag(beta) on the 16x32
  * tile at (r0, n0), or X diag(beta) where X is the gated system's inverse
  * (gated: Gamma (.) Ar already), the two 16-column blocks of kinds K0, K1
- * (ag_kind): a
- * straight-line body per combination, the diagonal masks only where they
- * apply. The general loop kept all sixteen masks as bits of one register
- * (LOP3, P2R per element) and branched per n-tile: ~11 instructions per
- * element, 28 % of the kernel's (docs/perf.md, session 10). Used without
- * Q; the kernels with Q keep the general loop (this body with the kinds
- * at run time spilled ~100 bytes there). */
+ * (ag_kind): a straight-line body per combination, the diagonal masks only
+ * where they apply. The general loop kept all sixteen masks as bits of one
+ * register (LOP3, P2R per element) and branched per n-tile: ~11
+ * instructions per element, 28 % of the kernel's. Used without Q; the
+ * kernels with Q keep the general loop (this body with the kinds at run
+ * time spilled ~100 bytes there). */
 template <typename T, int K0, int K1>
 __device__ __forceinline__ void ag_tile(uint32_t (&u)[4][2], const float *Xh, const float *gh, const float *bh, int r0,
                                         int n0, int lane, bool gated)
@@ -462,214 +587,86 @@ __device__ __forceinline__ void ag_tile(uint32_t (&u)[4][2], const float *Xh, co
     }
 }
 
-#ifdef FQLA_PREP_CLOCKS
-/* Instrumented builds only (nvcc -DFQLA_PREP_CLOCKS): clock64 spans of
- * thread 0 of each half (PAIR) or of the CTA, in the CTAs (x, x % H), spread
- * over the waves (the CTAs of one head are the first wave, whose loads all
- * start together and were 1.4x as long: docs/perf.md, session 10):
- * 9 the slot's chunk, 10 the first gate loads' issue, 0 the copies' issue,
- * 1 gates, 2 copy wait, 3 K K^T (and Q K^T, Pg), 4 diagonal solve, 5-7 the
- * merges' three levels, 8 Ag; [14] counts the CTAs (halves) timed, [15]
- * sums their lifetimes. */
-__device__ unsigned long long g_prep_clk[16];
-/* and a timeline: per CTA (linear index < 4096) its first and last
- * globaltimer stamps (thread 0 at the start, every warp at its end) */
-#define PR_TL_CTAS 4096
-__device__ unsigned long long g_prep_tl[PR_TL_CTAS][2];
-#define PR_TL_LIN ((int64_t)blockIdx.y * gridDim.x + blockIdx.x)
-#define PR_CLK_START const long long pr_t0_ = clock64(); long long pr_t_ = pr_t0_
-#define PR_CLK(i)                                                                                       \
-    do {                                                                                                \
-        const long long t1_ = clock64();                                                                \
-        if ((tid & 127) == 0 && (PAIR || tid == 0) && blockIdx.y == blockIdx.x % gridDim.y) {                              \
-            atomicAdd(&g_prep_clk[i], (unsigned long long)(t1_ - pr_t_));                               \
-            if ((i) == 8) {                                                                             \
-                atomicAdd(&g_prep_clk[14], 1ull);                                                       \
-                atomicAdd(&g_prep_clk[15], (unsigned long long)(t1_ - pr_t0_));                         \
-            }                                                                                           \
-        }                                                                                               \
-        pr_t_ = t1_;                                                                                    \
-    } while (0)
-#else
-#define PR_CLK_START
-#define PR_CLK(i)
-#endif
+/* ---- the kernel's roles, in order -------------------------------------- */
 
-/* Ag's 16x32 tile from accumulator layout (store_tile's u) straight to
- * global memory: each lane its two adjacent columns of a row, 4 bytes per
- * store, only columns below width (the LEAN kernel, which has no staging
- * tiles; L2 merges the rows' pieces into sectors) */
-template <typename T>
-__device__ __forceinline__ void store_tile_regs(T *dst, int pitch, int width, const uint32_t (&u)[4][2], int n0,
-                                                int lane)
+/* 1 (without Q): K's TMA copy, two boxes of 64 columns (the fused kernel's
+ * map), by one thread per half. Rows past the sequence end hold the next
+ * sequence's tokens (zeros past T): harmless while finite, their beta is 0,
+ * so M's rows and columns for them are 0 and X is the identity there
+ * (the kernel zeroes them once the copy lands); a half without a chunk
+ * loads tokens 0..63 and stores nothing. */
+template <typename T, int KD, bool PAIR>
+__device__ __forceinline__ void prep_load_k_tma(const fqla_fwd_params &p, const CUtensorMap *tmK,
+                                                unsigned char *smem_raw, const prep_carve<T, KD, false, PAIR> &s,
+                                                const prep_thread &th, const prep_chunk &ch)
 {
-    const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-    for (int nt = 0; nt < 4; nt++) {
-        if (n0 + 8 * nt >= width) continue;
-#pragma unroll
-        for (int h = 0; h < 2; h++)
-            *reinterpret_cast<uint32_t *>(dst + (g + 8 * h) * pitch + n0 + 8 * nt + 2 * t) = u[nt][h];
+    if ((th.tid & 127) == 0 && (PAIR || th.tid == 0)) {
+        uint64_t *bar = s.misc->kbar + th.half;
+        T *Kd = PAIR ? s.Kpair : s.Ks;
+        if (fqla_smem_u32(smem_raw) & 1023) __trap(); /* the swizzle's alignment (see the kernel) */
+        fqla_mbar_init(bar, 1);
+        fqla_mbar_init_fence();
+        fqla_mbar_arrive_tx(bar, C * KD * (uint32_t)sizeof(T));
+        for (int kb = 0; kb < KD / 64; kb++)
+            fqla_tma_load_4d(Kd + kb * 64 * C, tmK, bar, 64 * kb, th.hq, (int)ch.t0, p.varlen ? 0 : (int)ch.batch);
     }
 }
 
-template <typename T, int KD, int PREC, bool WQ, bool PAIR, bool L2N>
-__global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
-    fwd_prepare_kernel(const __grid_constant__ fqla_fwd_params p, const __grid_constant__ CUtensorMap tmK,
-                       const __grid_constant__ fqla_fwd_ag_maps tmAg)
+/* 1 (with Q): the chunk's Q and K rows by cp.async (zeros past the end),
+ * in flight during the gates. A thread copies column vector cv of rows i0,
+ * i0 + RPI, ...: one pointer per operand stepped by RPI rows (the index and
+ * 64-bit address math per copy were 13 % of the kernel's instructions);
+ * rows past the end read nothing (size 0) from the chunk's first row. */
+template <typename T, int KD>
+__device__ __forceinline__ void prep_load_qk_rows(const fqla_fwd_params &p, const prep_carve<T, KD, true, false> &s,
+                                                  const prep_thread &th, const prep_chunk &ch)
 {
-    typedef fqla_io<T> io;
     constexpr int LDQ = prep_smem<KD>::LDQ;
-    /* PAIR (group 1, without Q): two chunk slots per CTA, one per half of
-     * the warps, in place of two value heads of a group in step 4: each its
-     * own K tile, KK, gamma, beta. At group 1 the batch of two heads had
-     * one, and half the warps idled through the inverse. Each half's K tile,
-     * KK and X share one region (bytes_pair): KK is written once the half's
-     * K K^T has read K, and step 4 inverts in place (it overwrites a block
-     * of M only after the last level that reads it), so four CTAs fit on an
-     * SM where three did. */
-    static_assert(!PAIR || !WQ, "PAIR: without Q");
-    /* L2N: the in-kernel l2norm without Q (the kernels with Q read p.l2norm) */
-    static_assert(!L2N || !WQ, "L2N: without Q");
-    /* LEAN: without Q at groups >= 2, four CTAs per SM (prep_smem::bytes_lean) */
-    constexpr bool LEAN = !WQ && !PAIR;
-    constexpr int NKK = PAIR ? 2 : 1;
-    /* 1024-byte alignment: TMA's 128-byte swizzle (no static shared memory
-     * in this kernel, so the dynamic base is the CTA's) */
-    extern __shared__ __align__(1024) unsigned char smem_raw[];
-    T *Qs = reinterpret_cast<T *>(smem_raw);
-    T *Ks = Qs + C * LDQ;
-    /* [NKK][64][LDF]; PAIR: from the start, over the K tiles */
-    float *KKall = reinterpret_cast<float *>(smem_raw + (PAIR ? 0 : prep_smem<KD>::region0));
-    /* [HB][64][LDF]: over Q and K, or PAIR: over KK */
-    float *X = PAIR ? KKall : reinterpret_cast<float *>(smem_raw);
-    /* PAIR: this half's K tile, at the start of its region */
-    T *Kpair = reinterpret_cast<T *>(smem_raw + (PAIR ? (threadIdx.x >> 7) * prep_smem<KD>::kk : 0));
-    float *KK = KKall; /* the group's (PAIR: the first chunk's) */
-    /* head (PAIR: chunk) h's K K^T: the group's one, or PAIR's per half */
-    auto kk_of = [&](int h) -> float * { return PAIR ? KKall + h * C * LDF : KKall; };
-    float *rqs = KKall + NKK * C * LDF; /* (LEAN: none) */
-    float *rks = rqs + C;
-    const int ng = PAIR ? 2 : p.group; /* gamma, beta rows: the group's heads, or the pair's chunks */
-    float *gam = LEAN ? rqs : rks + C; /* [ng][64] gamma * log2(e) */
-    float *bet = gam + ng * C;         /* [ng][64] */
-    /* this warp's Ag staging tile (LEAN: none) */
-    unsigned char *stage = reinterpret_cast<unsigned char *>(bet + ng * C) + (threadIdx.x >> 5) * 16 * 64;
-    /* LEAN: row 0's padding of KK (columns 64.., which nothing else touches) */
-    unsigned char *misc = LEAN ? reinterpret_cast<unsigned char *>(KKall + C)
-                               : smem_raw + (PAIR ? prep_smem<KD>::bytes_pair() : prep_smem<KD>::bytes(p.group)) -
-                                     prep_smem<KD>::misc;
-    uint64_t *kbar = reinterpret_cast<uint64_t *>(misc); /* [2]: per half (PAIR) */
-    int *have_pair = reinterpret_cast<int *>(misc + 16);  /* [2] */
-    int *part_pair = reinterpret_cast<int *>(misc + 24);  /* [2]: the half's chunk ends inside its tile */
-
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int g = lane >> 2, t = lane & 3;
-    const int half = PAIR ? warp >> 2 : 0;
-    const int64_t ctas = PAIR ? (p.slots + 1) / 2 : p.slots; /* CTAs with chunk slots */
-    const int64_t slot = PAIR ? 2 * (int64_t)blockIdx.x + half : blockIdx.x;
-    const int hq = blockIdx.y;
-    /* the chunk kernel may start launching (it waits for this kernel's end
-     * before its first global access: pdl.cuh) */
-    fqla_pdl_trigger();
-    PR_CLK_START;
-#ifdef FQLA_PREP_CLOCKS
-    if (threadIdx.x == 0 && PR_TL_LIN < PR_TL_CTAS) g_prep_tl[PR_TL_LIN][0] = fqla_globaltimer();
-#endif
-
-    if ((int64_t)blockIdx.x >= ctas) {
-        zero_tail<T>(p, ((int64_t)blockIdx.x - ctas) * gridDim.y + hq);
-        return;
-    }
-    /* a slot without a chunk: the CTA returns; with PAIR that half runs on
-     * with no tokens (zeros, X = I) through the barriers and stores nothing */
-    int64_t c = 0, batch = 0, start = 0, len = 0;
-    bool have = slot < p.slots;
-    if (have && p.varlen) {
-        /* every warp searches: one warp searching and a barrier to broadcast
-         * was slower (docs/perf.md, session 8) */
-        have = find_slot(p, slot, c, start, len);
-    } else if (have) {
-        batch = slot / p.cps;
-        c = slot % p.cps;
-        len = p.T;
-    }
-    if (!PAIR && !have) return;
-    const int64_t t0 = start + c * C;
-    const int nvalid = have ? (int)min((int64_t)C, len - c * C) : 0;
-    if (PAIR && (tid & 127) == 0) {
-        have_pair[half] = have; /* read in step 4c, after barriers */
-        part_pair[half] = nvalid < C; /* read after step 1's barrier */
-    }
-    PR_CLK(9);
-
-    /* the gate warps' first head's gates and betas, issued first */
-    const int jg0 = PAIR ? ((warp & 3) == 0 ? half : 2) : warp; /* gate warp's first head (PAIR: chunk) */
-    float graw[2] = {0.f, 0.f}, braw[2] = {0.f, 0.f};
-    if (jg0 < ng) load_gate_beta(p, batch, t0, nvalid, PAIR ? hq : hq * p.group + jg0, lane, graw, braw);
-    PR_CLK(10);
-
-    /* 1. Q, K rows (zero past the end): copies in flight during the gates.
-     * Without Q: K by TMA, two boxes of 64 columns (the fused kernel's map),
-     * one thread per half. Rows past the sequence end hold the next
-     * sequence's tokens (zeros past T): harmless, their beta is 0, so M's
-     * rows and columns for them are 0 and X is the identity there; a half
-     * without a chunk loads tokens 0..63 and stores nothing. The cp.async
-     * copies' shared-memory side met 2.6x the ideal wavefronts, 18 % of the
-     * kernel's (docs/perf.md, session 10). */
-    if constexpr (!WQ) {
-        if ((tid & 127) == 0 && (PAIR || tid == 0)) {
-            uint64_t *bar = kbar + half;
-            T *Kd = PAIR ? Kpair : Ks;
-            if (fqla_smem_u32(smem_raw) & 1023) __trap(); /* the swizzle's alignment (see above) */
-            fqla_mbar_init(bar, 1);
-            fqla_mbar_init_fence();
-            fqla_mbar_arrive_tx(bar, C * KD * (uint32_t)sizeof(T));
-            for (int kb = 0; kb < KD / 64; kb++)
-                fqla_tma_load_4d(Kd + kb * 64 * C, &tmK, bar, 64 * kb, hq, (int)t0, p.varlen ? 0 : (int)batch);
-        }
-    } else {
-        const T *qb = (const T *)p.q + batch * p.q_sb + hq * p.q_sh;
-        const T *kb = (const T *)p.k + batch * p.k_sb + hq * p.k_sh;
-        constexpr int VPR = KD / 8; /* (the kernels with Q: never PAIR) */
-        T *Kd = Ks;
-        constexpr int CT = FQLA_FWD_THREADS;
-        static_assert(CT % VPR == 0, "whole rows per pass");
-        constexpr int RPI = CT / VPR; /* rows per pass */
-        /* a thread copies column vector cv of rows i0, i0 + RPI, ...: one
-         * pointer per operand stepped by RPI rows (the index and 64-bit
-         * address math per copy were 13 % of the kernel's instructions:
-         * docs/perf.md, session 10); rows past the end read nothing (size 0)
-         * from the chunk's first row */
-        const int tl = tid, i0 = tl / VPR, cv = tl % VPR;
-        const T *k0 = kb + t0 * p.k_st + cv * 8, *q0 = qb + t0 * p.q_st + cv * 8;
-        const T *ks = k0 + i0 * p.k_st, *qs = q0 + i0 * p.q_st;
-        const int64_t kstep = RPI * p.k_st, qstep = RPI * p.q_st;
+    const T *qb = (const T *)p.q + ch.batch * p.q_sb + th.hq * p.q_sh;
+    const T *kb = (const T *)p.k + ch.batch * p.k_sb + th.hq * p.k_sh;
+    constexpr int VPR = KD / 8;
+    T *Kd = s.Ks;
+    constexpr int CT = FQLA_FWD_THREADS;
+    static_assert(CT % VPR == 0, "whole rows per pass");
+    constexpr int RPI = CT / VPR; /* rows per pass */
+    const int tl = th.tid, i0 = tl / VPR, cv = tl % VPR;
+    const T *k0 = kb + ch.t0 * p.k_st + cv * 8, *q0 = qb + ch.t0 * p.q_st + cv * 8;
+    const T *ks = k0 + i0 * p.k_st, *qs = q0 + i0 * p.q_st;
+    const int64_t kstep = RPI * p.k_st, qstep = RPI * p.q_st;
 #pragma unroll
-        for (int it = 0; it < C / RPI; it++) {
-            const int i = i0 + RPI * it;
-            const bool ok = i < nvalid;
-            if (WQ) fqla_cp_async16(Qs + i * LDQ + cv * 8, ok ? qs : q0, ok ? 16 : 0);
-            fqla_cp_async16(Kd + i * LDQ + cv * 8, ok ? ks : k0, ok ? 16 : 0);
-            ks += kstep;
-            qs += qstep;
-        }
-        fqla_cp_async_commit();
+    for (int it = 0; it < C / RPI; it++) {
+        const int i = i0 + RPI * it;
+        const bool ok = i < ch.nvalid;
+        fqla_cp_async16(s.Qs + i * LDQ + cv * 8, ok ? qs : q0, ok ? 16 : 0);
+        fqla_cp_async16(Kd + i * LDQ + cv * 8, ok ? ks : k0, ok ? 16 : 0);
+        ks += kstep;
+        qs += qstep;
     }
-    PR_CLK(0);
-    /* gate, beta, gamma of every value head of the group: one warp per head
-     * (PAIR: the first warp of each half, its chunk) */
-    for (int jj = jg0; jj < ng; jj += FQLA_FWD_THREADS / 32) {
-        const int hv = PAIR ? hq : hq * p.group + jj;
+    fqla_cp_async_commit();
+}
+
+/* 1 (beside the copies): gate, beta and gamma of every value head of the
+ * group, one warp per head (PAIR: the first warp of each half, its chunk),
+ * to shared memory (gamma times log2(e)) and gamma to the workspace. The
+ * first head's loads (graw, braw) were issued before the copies: behind
+ * them they waited ~11 k cycles. */
+template <bool PAIR>
+__device__ __forceinline__ void prep_gates(const fqla_fwd_params &p, const prep_thread &th, const prep_chunk &ch,
+                                           int ng, int jg0, const float (&graw)[2], const float (&braw)[2],
+                                           float *gam, float *bet)
+{
+    const int lane = th.lane;
+    for (int jj = jg0; jj < ng; jj += NWARPS) {
+        const int hv = PAIR ? th.hq : th.hq * p.group + jj;
         float gv[2], bv[2];
         if (jj == jg0) {
             gv[0] = graw[0], gv[1] = graw[1], bv[0] = braw[0], bv[1] = braw[1];
         } else {
-            load_gate_beta(p, batch, t0, nvalid, hv, lane, gv, bv);
+            load_gate_beta(p, ch.batch, ch.t0, ch.nvalid, hv, lane, gv, bv);
         }
 #pragma unroll
         for (int h = 0; h < 2; h++)
-            if (lane + 32 * h < nvalid) finish_gate_beta(p, hv, gv[h], bv[h]);
+            if (lane + 32 * h < ch.nvalid) finish_gate_beta(p, hv, gv[h], bv[h]);
         /* inclusive scan of 64 values: rows lane and lane + 32 */
 #pragma unroll
         for (int h = 0; h < 2; h++)
@@ -684,26 +681,547 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
         gh[lane + 32] = gv[1] * 1.4426950408889634f;
         bh[lane] = bv[0];
         bh[lane + 32] = bv[1];
-        if (have) {
-            float *gdst = p.gam + ((size_t)slot * p.HV + hv) * C;
+        if (ch.have) {
+            float *gdst = p.gam + ((size_t)th.slot * p.HV + hv) * C;
             gdst[lane] = gv[0];
             gdst[lane + 32] = gv[1];
         }
     }
-    PR_CLK(1);
+}
+
+/* 2 (with Q and l2norm): the row factors rq, rk, 128 row tasks (64 of Q,
+ * 64 of K), 16 per warp, to shared memory and the workspace. Without Q the
+ * factors come from K K^T's diagonal (kk_wgmma_l2n); the fused kernel forms
+ * rq from its own Q tile. */
+template <typename T, int KD>
+__device__ __forceinline__ void prep_l2norm(const fqla_fwd_params &p, const prep_carve<T, KD, true, false> &s,
+                                            const prep_thread &th)
+{
+    typedef fqla_io<T> io;
+    constexpr int LDQ = prep_smem<KD>::LDQ;
+    const int lane = th.lane;
+    for (int r = th.warp; r < 2 * C; r += 8) {
+        const T *row = (r < C ? s.Qs + r * LDQ : s.Ks + (r - C) * LDQ);
+        float ss = 0.f;
+        for (int j = lane; j < KD; j += 32) {
+            float x = io::to_f(row[j]);
+            ss += x * x;
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        if (lane == 0) {
+            float f = rsqrtf(ss + 1e-6f);
+            if (r < C) s.rqs[r] = f;
+            else s.rks[r - C] = f;
+        }
+    }
+    __syncthreads();
+    if (th.tid < C) {
+        size_t off = ((size_t)th.slot * p.H + th.hq) * C + th.tid;
+        p.rq[off] = s.rqs[th.tid];
+        p.rk[off] = s.rks[th.tid];
+    }
+}
+
+/* 4 (PAIR): the regime vote before step 4, the first warp of each half its
+ * chunk, a word per warp in KK's row 1 padding (the first half's region,
+ * where its K tile was), ORed by a CTA barrier; returns whether a chunk of
+ * the CTA is outside the regime (CTA-uniform). PAIR inverts in place, so it
+ * votes here: a redo would find KK's diagonal blocks overwritten. Two
+ * instantiations: CP's chunk_ok store (and its address math) only where CP
+ * asks. The loop, a word per warp and the OR of all eight (in step 4) are
+ * the general form for two voters: written as an `if` on vword[half],
+ * ptxas spilled 4 bytes and the kernel ran x1.016. */
+template <typename T, int KD>
+__device__ __forceinline__ bool prep_vote_pair(const fqla_fwd_params &p, const prep_carve<T, KD, false, true> &s,
+                                               const prep_thread &th, int ng)
+{
+    const int warp = th.warp, lane = th.lane, half = th.half;
+    auto vote = [&](auto with_ok) {
+        uint32_t mv = 0;
+#pragma unroll 1
+        for (int jj = (warp & 3) == 0 ? half : 2; jj < ng; jj += NWARPS) {
+            const bool ok = contractive(s.kk_of(jj), s.bet + jj * C, lane);
+            mv |= ok ? 0u : 1u << (jj & 31);
+            /* a half without a chunk votes (beta 0) but has no slot */
+            if (decltype(with_ok)::value && lane == 0 && s.misc->have_pair[jj])
+                p.chunk_ok[(size_t)(2 * (int64_t)blockIdx.x + jj) * p.HV + th.hq] = ok;
+        }
+        return mv;
+    };
+    const uint32_t m = p.chunk_ok ? vote(fqla_bool<true>{}) : vote(fqla_bool<false>{});
+    if (lane == 0) s.vword[warp] = m;
+    /* also orders the votes' reads of KK before step a's in-place writes */
+    return __syncthreads_or(m != 0);
+}
+
+/* 3 (with Q): KK = K K^T and QK = Q K^T on the warp's 16x32 tile at
+ * (r0, n0) by ldmatrix + mma.sync (a warp skips its blocks above the
+ * diagonal), then the l2norm factors and the scale; KK's blocks at or left
+ * of the diagonal to shared memory, QK (scaled) left in aqk for Pg. */
+template <typename T, int KD>
+__device__ __forceinline__ void prep_qk_products(const fqla_fwd_params &p, const T *Qs, const T *Ks, float *KK,
+                                                 const float *rqs, const float *rks, int lane, int g, int t, int warp,
+                                                 float (&akk)[4][4], float (&aqk)[4][4])
+{
+    typedef fqla_io<T> io;
+    /* NOTE: the tile from warp here (as parameters r0 and n0 the
+     * comparisons with them were swapped and the SASS changed) */
+    const int r0 = 16 * (warp & 3), n0 = (warp >> 2) * 32;
+    constexpr int LDQ = prep_smem<KD>::LDQ;
+    const T *Ksrc = Ks;
+    float *KKd = KK;
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) akk[i][e] = aqk[i][e] = 0.f;
+    if (n0 <= r0 + 15)
+#pragma unroll(KD == 64 ? 2 : 4)
+    for (int ks = 0; ks < KD / 16; ks++) {
+        uint32_t ak[4], aq[4];
+        fqla_frag_a(ak, Ksrc, LDQ, r0, 16 * ks, lane);
+        fqla_frag_a(aq, Qs, LDQ, r0, 16 * ks, lane);
+#pragma unroll
+        for (int np = 0; np < 2; np++) {
+            if (n0 + 16 * np > r0 + 15) continue; /* above the diagonal */
+            uint32_t b[4];
+            fqla_frag_b_nk(b, Ksrc, LDQ, 16 * ks, n0 + 16 * np, lane);
+            io::mma(akk[2 * np], ak, b[0], b[1]);
+            io::mma(akk[2 * np + 1], ak, b[2], b[3]);
+            io::mma(aqk[2 * np], aq, b[0], b[1]);
+            io::mma(aqk[2 * np + 1], aq, b[2], b[3]);
+        }
+    }
+    __syncthreads(); /* rqs / rks written by other warps */
+    if (p.l2norm) { /* CTA-uniform; without l2norm only the scale applies */
+        const float rq0 = rqs[r0 + g] * p.scale, rq1 = rqs[r0 + g + 8] * p.scale;
+        const float rk0 = rks[r0 + g], rk1 = rks[r0 + g + 8];
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++) {
+            const float2 rc = *reinterpret_cast<const float2 *>(rks + n0 + 8 * nt + 2 * t);
+            akk[nt][0] = akk[nt][0] * rk0 * rc.x;
+            akk[nt][1] = akk[nt][1] * rk0 * rc.y;
+            akk[nt][2] = akk[nt][2] * rk1 * rc.x;
+            akk[nt][3] = akk[nt][3] * rk1 * rc.y;
+            aqk[nt][0] *= rq0 * rc.x;
+            aqk[nt][1] *= rq0 * rc.y;
+            aqk[nt][2] *= rq1 * rc.x;
+            aqk[nt][3] *= rq1 * rc.y;
+        }
+    } else {
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) aqk[nt][e] *= p.scale;
+    }
+#pragma unroll
+    for (int nt = 0; nt < 4; nt++) {
+        const int col = n0 + 8 * nt + 2 * t;
+        if (n0 + 16 * (nt >> 1) <= r0 + 15) { /* the 16x16 block is read later */
+            *reinterpret_cast<float2 *>(KKd + (r0 + g) * LDF + col) = make_float2(akk[nt][0], akk[nt][1]);
+            *reinterpret_cast<float2 *>(KKd + (r0 + g + 8) * LDF + col) = make_float2(akk[nt][2], akk[nt][3]);
+        }
+    }
+}
+
+/* 3 (with Q): Pg = scale Gamma (.) tril(QK) for every value head of the
+ * group, the warp's 16x32 tile at (r0, n0) (n-tiles wholly above the
+ * diagonal are zeros), straight from the accumulators aqk through the
+ * warp's staging tile. */
+template <typename T>
+__device__ __forceinline__ void prep_pg_epilogue(const fqla_fwd_params &p, int64_t slot, int hq, int lane, int r0,
+                                                 int n0, int g, int t, unsigned char *stage, const float *gam,
+                                                 const float (&aqk)[4][4])
+{
+    typedef fqla_io<T> io;
+    for (int jj = 0; jj < p.group; jj++) {
+        const int hv = hq * p.group + jj;
+        const float *gh = gam + jj * C;
+        const float gi[2] = {gh[r0 + g], gh[r0 + g + 8]};
+        uint32_t u[4][2];
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++) {
+            u[nt][0] = u[nt][1] = 0u;
+            const int cb = n0 + 8 * nt;
+            if (cb <= r0 + 15) {
+                const int col = cb + 2 * t;
+                const float2 gc = *reinterpret_cast<const float2 *>(gh + col);
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int r = r0 + g + 8 * h;
+                    float v0 = aqk[nt][2 * h] * fqla_ex2(gi[h] - gc.x);
+                    float v1 = aqk[nt][2 * h + 1] * fqla_ex2(gi[h] - gc.y);
+                    if (cb >= r0) { /* the diagonal block: i >= j only */
+                        v0 = col <= r ? v0 : 0.f;
+                        v1 = col + 1 <= r ? v1 : 0.f;
+                    }
+                    u[nt][h] = io::pack(v0, v1);
+                }
+            }
+        }
+        store_tile<T>((T *)p.Pg + (((size_t)slot * p.HV + hv) * C + r0) * C, C, C, u, n0, lane, stage);
+    }
+}
+
+/* 4, one batch of nb value heads from head j0 (PAIR: the pair's two
+ * chunks), steps a-c: warps 4 hh .. 4 hh + 3 work on head hh of the batch
+ * (Xw its X, bw its beta; active: the batch has that head), warp w % 4 =
+ * bj one block role. Two instantiations, chosen per batch (CTA-uniform):
+ * with no gated head in the batch the gate-free form alone (ANY_GATED
+ * false), its registers and instructions as if the gated form did not
+ * exist (one body carrying both forms cost the kernel x1.04 on the H200).
+ * SPEC (outside PAIR, gate-free): warps 4 .. 3 + nb vote the batch's heads
+ * beside step a, whose barrier ORs the votes (vword); where a head is
+ * outside it returns true before step b, gated0 / gated1 set, for the
+ * gated form to run steps a-c again.
+ * NOTE: this function takes the kernel's values one by one, and derives
+ * KK from the plan itself: the split into functions was kept only where
+ * the kernels' SASS stayed identical, and splitting steps a-c further, or
+ * passing the plan and thread structs, changed ptxas's register allocation
+ * and schedule. */
+template <typename T, int KD, int PREC, bool WQ, bool PAIR, bool ANY_GATED, bool SPEC>
+__device__ __forceinline__ bool prep_invert_batch(const fqla_fwd_params &p, const fqla_fwd_ag_maps &tmAg, int j0,
+                                                  int nb, bool active, const float *bw_batch, int warp, int lane,
+                                                  float *gam, float *bet, float *X, uint32_t *vword, int64_t slot,
+                                                  int hq, int hh, int bj, float *Xw, int mw, int r0, int n0, int g,
+                                                  int t, int *have_pair, unsigned char *stage, bool &gated0,
+                                                  bool &gated1, bool &ag_pending)
+{
+    typedef fqla_io<T> io;
+    constexpr bool LEAN = !WQ && !PAIR;
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    float *KKall = reinterpret_cast<float *>(smem_raw + (PAIR ? 0 : sizeof(typename prep_smem<KD>::region0)));
+    /* head (PAIR: chunk) h's K K^T: the group's one, or PAIR's per half */
+    auto kk_of = [&](int h) -> float * { return PAIR ? KKall + h * C * LDF : KKall; };
+    /* NOTE: PAIR's from bet here (the parameter changed its SASS), the
+     * others' the kernel's (the reverse) */
+    const float *bw = PAIR ? bet + (j0 + hh) * C : bw_batch;
+    const bool gs0 = ANY_GATED && gated0, gs1 = ANY_GATED && gated1;
+    uint32_t mv = 0; /* SPEC: this warp's vote */
+
+    /* a. the diagonal 16x16 blocks, one per half warp, lane -> column
+     * jc: with two heads, warp w takes block w of both; with one, warps
+     * 0 and 1 take blocks 0, 1 and 2, 3. First the warp puts its two
+     * blocks' strictly lower entries of the gated system, Gamma_ij KK_ij,
+     * into X's blocks (PAIR: in place over KK). Then forward
+     * substitution, right-looking: once x_i is known it updates every
+     * later row's sum; each row's sum adds its terms in increasing k.
+     * The gated system (outside the contraction regime only) keeps
+     * every entry bounded where the gate-free inverse overflowed fp32
+     * (raw keys under a strong decay). */
+    if (SPEC && warp >= 4) {
+        if (warp - 4 < nb) {
+            const int jj = j0 + warp - 4;
+            const bool ok = contractive(kk_of(jj), bet + jj * C, lane);
+            mv = ok ? 0u : 1u;
+            if (p.chunk_ok && lane == 0) p.chunk_ok[(size_t)slot * p.HV + hq * p.group + jj] = ok;
+        }
+        if (lane == 0) vword[warp - 4] = mv;
+    } else {
+        const int hj = 2 * warp + (lane >> 4); /* half-warp job */
+        const int ha = nb == 2 ? hj & 1 : 0, blk = nb == 2 ? hj >> 1 : hj;
+        if (hj < 4 * nb) { /* warp-uniform: 4 nb is even */
+#pragma unroll
+            for (int e = 0; e < 2; e++) { /* the warp's two jobs */
+                const int je = 2 * warp + e;
+                const int he = nb == 2 ? je & 1 : 0, se = 16 * (nb == 2 ? je >> 1 : je);
+                if (he == 0 ? gs0 : gs1) {
+                    const float *ge = gam + (j0 + he) * C + se;
+                    /* kk_of(he), written out: through the lambda ptxas reassociated
+                     * this address and the PAIR kernels' SASS changed */
+                    const float *src = (PAIR ? KKall + he * C * LDF : KKall) + se * LDF + se;
+                    gate16<true>(X + he * C * LDF + se * LDF + se, src, ge, ge, lane);
+                }
+            }
+            if (ANY_GATED) __syncwarp();
+            const int s = 16 * blk, jc = lane & 15;
+            const float *ba = bet + (j0 + ha) * C;
+            float *Xa = X + ha * C * LDF;
+            /* the system's entries: gated in X, or KK's as stored */
+            const float *Ls = (ha == 0 ? gs0 : gs1) ? Xa : kk_of(ha);
+            float acc[16], x[16];
+#pragma unroll
+            for (int i = 0; i < 16; i++) acc[i] = 0.f;
+#pragma unroll
+            for (int i = 0; i < 16; i++) {
+                x[i] = (i == jc ? 1.f : 0.f) - ba[s + i] * acc[i];
+#pragma unroll
+                for (int r = i + 1; r < 16; r++) acc[r] += Ls[(s + r) * LDF + s + i] * x[i];
+            }
+            /* PAIR, or the gated system: Ls is Xa (in place); every lane
+             * has read the block before any lane overwrites it (without,
+             * the x stores start inside the substitution: a sync here
+             * cost LEAN +136 FFMA and +46 LDS of code) */
+            if (PAIR || ANY_GATED) __syncwarp();
+#pragma unroll
+            for (int i = 0; i < 16; i++) Xa[(s + i) * LDF + s + jc] = x[i];
+        }
+    }
+    if (SPEC) {
+        /* step a's barrier; the words are read only where a head is outside */
+        if (__syncthreads_or(mv != 0)) {
+            gated0 = vword[0];
+            gated1 = nb == 2 && vword[1];
+            if (gated0 || gated1) return true;
+        }
+    } else {
+        __syncthreads();
+    }
+
+    /* b. the off-diagonal blocks by doubling, X = (I + M)^-1 with
+     * M = diag(beta) StrictLower(Gamma (.) KK), in three levels separated by
+     * barriers, each warp of the head one role r = bj:
+     *   1. r0: X_10 = -X_11 M_10 X_00, r2: X_32 = -X_33 M_32 X_22 (the
+     *      two 32x32 diagonal inverses); r1: M_21 X_11 and M_20 X_00,
+     *      r3: M_31 X_11 and M_30 X_00 (kept in registers);
+     *   2. r1: T_20 = M_20 X_00 + M_21 X_10, T_21 = M_21 X_11; r3: T_30,
+     *      T_31 likewise;
+     *   3. X_2j = -X_22 T_2j (r0: j = 0, r1: j = 1), X_3j = -(X_32 T_2j +
+     *      X_33 T_3j) (r2, r3).
+     * Five dependent 16x16 products on the longest path, against nine
+     * for walking block column 0 down. T and
+     * the level-1 temporaries go through the blocks above the diagonal,
+     * which nothing else reads. Products in 3xTF32 (mm16). */
+    {
+        const float *KKh = kk_of(hh);
+        const float *gw = gam + (j0 + hh) * C; /* gamma log2(e) of the warp's head */
+        auto blk = [&](float *m, int i, int j) { return m + 16 * i * LDF + 16 * j; };
+        auto cblk = [&](const float *m, int i, int j) { return m + 16 * i * LDF + 16 * j; };
+        /* the gated system: M's blocks below the diagonal blocks,
+         * Gamma (.) KK, go into X's blocks of the same place (PAIR: in
+         * place), where this level and the next read them and level 1
+         * or 3 overwrites them with X's: each role gates the blocks it
+         * reads itself (r0 M_10, r2 M_32, r1 M_20 and M_21, r3 M_30 and
+         * M_31), so a warp's own __syncwarp orders it */
+        const bool gsw = hh == 0 ? gs0 : gs1;
+        const float *Mh = gsw ? Xw : KKh;
+        float acc[2][4], acc2[2][4];
+        const int r = bj;
+        if (active && gsw) {
+            if (r == 0 || r == 2) {
+                gate16<false>(blk(Xw, r + 1, r), cblk(KKh, r + 1, r), gw + 16 * (r + 1), gw + 16 * r, lane);
+            } else {
+                const int i = r == 1 ? 2 : 3;
+                gate16<false>(blk(Xw, i, 0), cblk(KKh, i, 0), gw + 16 * i, gw, lane);
+                gate16<false>(blk(Xw, i, 1), cblk(KKh, i, 1), gw + 16 * i, gw + 16, lane);
+            }
+            __syncwarp();
+        }
+        /* level 1 */
+        if (active) {
+            zero16(acc);
+            zero16(acc2);
+            if (r == 0 || r == 2) {
+                const int i = r + 1, k = r; /* X_10 or X_32 */
+                mm16<PREC>(acc, cblk(Mh, i, k), cblk(Xw, k, k), lane);
+                rows_times16(acc, bw + 16 * i, lane);
+                float *tmp = blk(Xw, r == 0 ? 2 : 0, r == 0 ? 3 : 1);
+                store16(tmp, acc, lane);
+                __syncwarp();
+                zero16(acc2);
+                mm16<PREC>(acc2, cblk(Xw, i, i), tmp, lane);
+                neg16(acc2);
+                store16(blk(Xw, i, k), acc2, lane);
+            } else {
+                const int i = r == 1 ? 2 : 3;
+                mm16<PREC>(acc, cblk(Mh, i, 1), cblk(Xw, 1, 1), lane);  /* M_i1 X_11 */
+                mm16<PREC>(acc2, cblk(Mh, i, 0), cblk(Xw, 0, 0), lane); /* M_i0 X_00, partial */
+            }
+        }
+        __syncthreads();
+        /* level 2 */
+        if (active && (r == 1 || r == 3)) {
+            const int i = r == 1 ? 2 : 3;
+            mm16<PREC>(acc2, cblk(Mh, i, 1), cblk(Xw, 1, 0), lane); /* + M_i1 X_10 */
+            rows_times16(acc, bw + 16 * i, lane);
+            rows_times16(acc2, bw + 16 * i, lane);
+            store16(blk(Xw, r == 1 ? 0 : 1, 2), acc2, lane); /* T_i0 */
+            store16(blk(Xw, r == 1 ? 0 : 1, 3), acc, lane);  /* T_i1 */
+        }
+        __syncthreads();
+        /* level 3: T_2j at block (0, 2 + j), T_3j at (1, 2 + j) */
+        if (active) {
+            const int j = r & 1, i = r < 2 ? 2 : 3;
+            zero16(acc);
+            if (i == 3) mm16<PREC>(acc, cblk(Xw, 3, 2), cblk(Xw, 0, 2 + j), lane);
+            mm16<PREC>(acc, cblk(Xw, i, i), cblk(Xw, i - 2, 2 + j), lane);
+            neg16(acc);
+            store16(blk(Xw, i, j), acc, lane);
+        }
+    }
+    __syncthreads();
+
+    /* c. Ag = Gamma (.) Ar diag(beta) (X is Ar, or Gamma (.) Ar from the
+     * gated system): this warp's tile of each head;
+     * the tiles right of the diagonal block (warps 4 and 5) are zeros,
+     * which the packed layout does not store */
+    /* NOTE: n0 and mw written out from warp: with the parameters the
+     * compiler swapped this comparison's operands and the SASS changed */
+    for (int h2 = 0; h2 < nb && (warp >> 2) * 32 < fqla_fwd_ag_width(warp & 3); h2++) {
+        const int jj = j0 + h2, hv = PAIR ? hq : hq * p.group + jj;
+        const int64_t sl = PAIR ? 2 * (int64_t)blockIdx.x + h2 : slot; /* PAIR: chunk h2's slot */
+        if (PAIR && !have_pair[h2]) continue; /* warp-uniform */
+        const float *Xh = X + h2 * C * LDF, *gh = gam + jj * C, *bh = bet + jj * C;
+        const bool gsh = h2 == 0 ? gs0 : gs1; /* X is Gamma (.) Ar already */
+        uint32_t u[4][2];
+        /* the kinds of the tile's two 16-column blocks: the tile at
+         * rows r0.. and columns n0.. meets the diagonal block mw in at
+         * most one of them; 3 combinations occur among the stored
+         * tiles (warp-uniform) */
+        if constexpr (WQ) { /* ag_tile's kinds at run time spilled ~100 bytes here */
+            const float gi[2] = {gh[r0 + g], gh[r0 + g + 8]};
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++) {
+                u[nt][0] = u[nt][1] = 0u;
+                const int cb = n0 + 8 * nt;
+                if (cb <= r0 + 15) { /* blocks at or left of the diagonal: written */
+                    const int col = cb + 2 * t;
+                    const float2 gc = *reinterpret_cast<const float2 *>(gh + col);
+                    const float2 bc = *reinterpret_cast<const float2 *>(bh + col);
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const int r = r0 + g + 8 * h;
+                        const float2 xv = *reinterpret_cast<const float2 *>(Xh + r * LDF + col);
+                        float v0 = (gsh ? 1.f : fqla_ex2(gi[h] - gc.x)) * xv.x * bc.x;
+                        float v1 = (gsh ? 1.f : fqla_ex2(gi[h] - gc.y)) * xv.y * bc.y;
+                        if (cb >= r0) { /* the diagonal block: i >= j only */
+                            v0 = col <= r ? v0 : 0.f;
+                            v1 = col + 1 <= r ? v1 : 0.f;
+                        }
+                        u[nt][h] = io::pack(v0, v1);
+                    }
+                }
+            }
+        } else {
+            switch (ag_kind(n0 / 16, mw) * 3 + ag_kind(n0 / 16 + 1, mw)) {
+            case 3: ag_tile<T, 1, 0>(u, Xh, gh, bh, r0, n0, lane, gsh); break;
+            case 7: ag_tile<T, 2, 1>(u, Xh, gh, bh, r0, n0, lane, gsh); break;
+            default: ag_tile<T, 2, 2>(u, Xh, gh, bh, r0, n0, lane, gsh); break;
+            }
+        }
+        /* into strip mw of the packed layout (fwd_common.cuh): row r0
+         * of the tile, the strip's width its pitch */
+        const int64_t tile = sl * p.HV + hv;
+        T *agrow = (T *)p.Ag + fqla_fwd_ag_row(p.slots * p.HV, tile, r0);
+        const int agw = fqla_fwd_ag_width(mw);
+        if constexpr (WQ)
+            store_tile<T>(agrow, agw, agw, u, n0, lane, stage);
+        else if constexpr (LEAN)
+            store_tile_regs<T>(agrow, agw, agw, u, n0, lane);
+        else
+            store_tile_tma<T>(&tmAg.strip[mw], n0, (int)(tile * 16), u, lane, stage, ag_pending);
+    }
+    return false;
+}
+
+template <typename T, int KD, int PREC, bool WQ, bool PAIR, bool L2N>
+__global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
+    fwd_prepare_kernel(const __grid_constant__ fqla_fwd_params p, const __grid_constant__ CUtensorMap tmK,
+                       const __grid_constant__ fqla_fwd_ag_maps tmAg)
+{
+    typedef fqla_io<T> io;
+    constexpr int LDQ = prep_smem<KD>::LDQ;
+    /* PAIR (group 1, without Q): two chunk slots per CTA, one per half of
+     * the warps, in place of two value heads of a group in step 4. Each
+     * half's K tile, KK and X share one region: KK is written once the
+     * half's K K^T has read K, and step 4 inverts in place (it overwrites a
+     * block of M only after the last level that reads it). */
+    static_assert(!PAIR || !WQ, "PAIR: without Q");
+    /* L2N: the in-kernel l2norm without Q (the kernels with Q read p.l2norm) */
+    static_assert(!L2N || !WQ, "L2N: without Q");
+    constexpr bool LEAN = !WQ && !PAIR;
+    constexpr int NKK = PAIR ? 2 : 1;
+    /* 1024-byte alignment: TMA's 128-byte swizzle (no static shared memory
+     * in this kernel, so the dynamic base is the CTA's) */
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    /* the plan's buffers (prep_smem, prep_carve) */
+    T *Qs = reinterpret_cast<T *>(smem_raw);
+    T *Ks = Qs + C * LDQ;
+    float *KKall = reinterpret_cast<float *>(smem_raw + (PAIR ? 0 : sizeof(typename prep_smem<KD>::region0)));
+    float *X = PAIR ? KKall : reinterpret_cast<float *>(smem_raw);
+    T *Kpair = reinterpret_cast<T *>(smem_raw + (PAIR ? (threadIdx.x >> 7) * prep_smem<KD>::kk_bytes : 0));
+    float *KK = KKall; /* the group's (PAIR: the first chunk's) */
+    auto kk_of = [&](int h) -> float * { return PAIR ? KKall + h * C * LDF : KKall; };
+    float *rqs = KKall + NKK * C * LDF; /* (LEAN: none) */
+    float *rks = rqs + C;
+    const int ng = PAIR ? 2 : p.group; /* gamma, beta rows: the group's heads, or the pair's chunks */
+    float *gam = LEAN ? rqs : rks + C; /* [ng][64] gamma * log2(e) */
+    float *bet = gam + ng * C;         /* [ng][64] */
+    unsigned char *stage = reinterpret_cast<unsigned char *>(bet + ng * C) + (threadIdx.x >> 5) * 16 * 64;
+    unsigned char *misc = LEAN ? reinterpret_cast<unsigned char *>(KKall + C)
+                               : smem_raw + (PAIR ? prep_smem<KD>::bytes_pair() : prep_smem<KD>::bytes(p.group)) -
+                                     sizeof(prep_misc);
+    /* prep_misc's fields (as byte offsets: as members the SASS changed) */
+    uint64_t *kbar = reinterpret_cast<uint64_t *>(misc + offsetof(prep_misc, kbar));
+    int *have_pair = reinterpret_cast<int *>(misc + offsetof(prep_misc, have_pair));
+    int *part_pair = reinterpret_cast<int *>(misc + offsetof(prep_misc, part_pair));
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int half = PAIR ? warp >> 2 : 0;
+    const int64_t ctas = PAIR ? (p.slots + 1) / 2 : p.slots; /* CTAs with chunk slots */
+    const int64_t slot = PAIR ? 2 * (int64_t)blockIdx.x + half : blockIdx.x;
+    const int hq = blockIdx.y;
+    /* the chunk kernel may start launching (it waits for this kernel's end
+     * before its first global access: pdl.cuh) */
+    fqla_pdl_trigger();
+
+    if ((int64_t)blockIdx.x >= ctas) {
+        zero_tail<T>(p, ((int64_t)blockIdx.x - ctas) * gridDim.y + hq);
+        return;
+    }
+    /* a slot without a chunk: the CTA returns; with PAIR that half runs on
+     * with no tokens (zeros, X = I) through the barriers and stores nothing.
+     * Every warp searches: one warp searching and a barrier to broadcast
+     * was slower. */
+    int64_t c = 0, batch = 0, start = 0, len = 0;
+    bool have = slot < p.slots;
+    if (have && p.varlen) {
+        have = find_slot(p, slot, c, start, len);
+    } else if (have) {
+        batch = slot / p.cps;
+        c = slot % p.cps;
+        len = p.T;
+    }
+    if (!PAIR && !have) return;
+    const int64_t t0 = start + c * C;
+    const int nvalid = have ? (int)min((int64_t)C, len - c * C) : 0;
+    if (PAIR && (tid & 127) == 0) {
+        have_pair[half] = have; /* read in step 4c, after barriers */
+        part_pair[half] = nvalid < C; /* read after step 1's barrier */
+    }
+
+    /* the role functions' view of the plan, the thread and the chunk */
+    const prep_carve<T, KD, WQ, PAIR> s(smem_raw, ng);
+    prep_thread th;
+    th.tid = tid, th.lane = lane, th.warp = warp, th.g = g, th.t = t, th.half = half, th.slot = slot, th.hq = hq;
+    th.mw = warp & 3, th.r0 = 16 * th.mw, th.n0 = (warp >> 2) * 32, th.hh = warp >> 2, th.bj = warp & 3;
+    prep_chunk ch;
+    ch.c = c, ch.batch = batch, ch.start = start, ch.len = len, ch.t0 = t0, ch.nvalid = nvalid, ch.have = have;
+
+    /* 1. the gate warps' first head's gates and betas, issued first (behind
+     * the copies they waited ~11 k cycles); the copies of Q and K; the
+     * gates of every head */
+    const int jg0 = PAIR ? ((warp & 3) == 0 ? half : 2) : warp; /* gate warp's first head (PAIR: chunk) */
+    float graw[2] = {0.f, 0.f}, braw[2] = {0.f, 0.f};
+    if (jg0 < ng) load_gate_beta(p, batch, t0, nvalid, PAIR ? hq : hq * p.group + jg0, lane, graw, braw);
+    if constexpr (!WQ) prep_load_k_tma<T, KD, PAIR>(p, &tmK, smem_raw, s, th, ch);
+    else prep_load_qk_rows<T, KD>(p, s, th, ch);
+    prep_gates<PAIR>(p, th, ch, ng, jg0, graw, braw, gam, bet);
+    /* the copies landed, for every warp */
     if constexpr (!WQ) {
         __syncthreads(); /* the barrier's initialisation (and PAIR's part_pair) is visible */
         fqla_mbar_wait(kbar + half, 0);
         /* the K tile's rows past the sequence's end (the next sequence's
          * tokens, or whatever lies past cu[N]) as zeros: their beta of 0
          * nulls them only while they are finite (0 * Inf = NaN), and a NaN
-         * there would reach the chunk's every output row through Ag
-         * (docs/perf.md, session 28). PAIR: the half's warpgroup; LEAN: the
-         * first, which forms K K^T. The barrier after it is the CTA's,
-         * under a CTA-uniform test, so that every warp passes the same
-         * barriers (a warpgroup's named barrier taken by one half only was
-         * correct, but racecheck paired the later CTA barriers wrongly and
-         * reported hazards; session 29). */
+         * there would reach the chunk's every output row through Ag. PAIR:
+         * the half's warpgroup; LEAN: the first, which forms K K^T. The
+         * barrier after it is the CTA's, under a CTA-uniform test, so that
+         * every warp passes the same barriers (a warpgroup's named barrier
+         * taken by one half only was correct, but compute-sanitizer's
+         * racecheck then paired the later CTA barriers wrongly and reported
+         * hazards). */
         if (PAIR ? (part_pair[0] | part_pair[1]) : nvalid < C) {
             if (nvalid < C && (PAIR || warp < 4)) zero_k_rows<T, KD>(PAIR ? Kpair : Ks, nvalid, tid & 127);
             fqla_fence_async_smem(); /* for the wgmma reads */
@@ -713,428 +1231,75 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
         fqla_cp_async_wait_all();
         __syncthreads();
     }
-    PR_CLK(2);
 
-    /* 2. l2norm factors, with Q: 128 row tasks (64 of Q, 64 of K), 16 per
-     * warp. Without Q (L2N) only rk, from K K^T's diagonal in step 3
-     * (kk_wgmma_l2n); the fused kernel forms rq from its own Q tile. */
-    if (WQ && p.l2norm) {
-        for (int r = warp; r < 2 * C; r += 8) {
-            const T *row = (r < C ? Qs + r * LDQ : Ks + (r - C) * LDQ);
-            float ss = 0.f;
-            for (int j = lane; j < KD; j += 32) {
-                float x = io::to_f(row[j]);
-                ss += x * x;
-            }
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-            if (lane == 0) {
-                float f = rsqrtf(ss + 1e-6f);
-                if (r < C) rqs[r] = f;
-                else rks[r - C] = f;
-            }
-        }
-        __syncthreads();
-        if (tid < C) {
-            size_t off = ((size_t)slot * p.H + hq) * C + tid;
-            p.rq[off] = rqs[tid];
-            p.rk[off] = rks[tid];
-        }
-    } /* without l2norm, rqs and rks are not read */
+    /* 2. with Q and l2norm: the row factors (without Q, L2N forms rk from
+     * K K^T's diagonal in step 3, and the fused kernel rq from its Q tile) */
+    if constexpr (WQ)
+        if (p.l2norm) prep_l2norm<T, KD>(p, s, th);
 
-    /* 3. KK = K K^T, QK = Q K^T: warp -> rows 16 (w % 4), cols 32 (w / 4).
-     * Only the 16x16 blocks on or below the diagonal are read later (the
-     * merges read KK_ik for i > k, step 4a and chunk_ok the diagonal blocks,
-     * Pg is zero above the diagonal), so a warp skips the products and KK
-     * stores of its blocks above it (warp-uniform): two warps have none. */
+    /* 3. KK = K K^T (and with Q, QK = Q K^T and Pg): warp -> rows 16 (w % 4),
+     * cols 32 (w / 4). Only the 16x16 blocks on or below the diagonal are
+     * read later (the merges read KK_ik for i > k, step 4a and the vote the
+     * diagonal blocks, Pg is zero above the diagonal), so a warp skips the
+     * products and KK stores of its blocks above it (warp-uniform): two
+     * warps have none. */
     const int mw = warp & 3, r0 = 16 * mw, n0 = (warp >> 2) * 32;
     if constexpr (!WQ) {
         /* without Q (no Pg on this path): KK only, by wgmma, and with L2N
-         * rk and KK scaled by it. PAIR: each half (a warpgroup) its chunk's;
-         * else the first warpgroup (the barrier at step 4 waits for it).
-         * L2N's rk scratch: PAIR each half's rq / rk row, LEAN the 256
-         * bytes after the K tile in X's region (dead until step 4). */
+         * rk and KK scaled by it. PAIR: each half (a warpgroup) its chunk's,
+         * its named barrier prep_bar::half + half; LEAN the first warpgroup
+         * (the barrier at step 4 waits for it). L2N's rk scratch: PAIR each
+         * half's rq / rk row, LEAN the 256 bytes after the K tile in region
+         * 0 (dead until step 4). */
         static_assert(KD == 64 || KD == 128 || KD == 256, "the fused path's K tile");
         if constexpr (L2N)
-            kk_wgmma_l2n<T, KD, PAIR>(PAIR ? Kpair : Ks, PAIR ? KK + half * C * LDF : KK, mw, lane, 1 + half,
-                                      PAIR || warp < 4,
+            kk_wgmma_l2n<T, KD, PAIR>(PAIR ? Kpair : Ks, kk_of(half), mw, lane,
+                                      half, PAIR || warp < 4,
                                       PAIR ? rqs + half * C : reinterpret_cast<float *>(Ks + C * KD),
                                       have ? p.rk + ((size_t)slot * p.H + hq) * C : nullptr);
         else if (PAIR || warp < 4)
-            kk_wgmma<T, KD, PAIR>(PAIR ? Kpair : Ks, PAIR ? KK + half * C * LDF : KK, mw, lane, 1 + half);
+            kk_wgmma<T, KD, PAIR>(PAIR ? Kpair : Ks, kk_of(half), mw, lane, half);
     }
     if constexpr (WQ) {
-        const T *Ksrc = Ks;
-        float *KKd = KK;
         float akk[4][4], aqk[4][4];
-#pragma unroll
-        for (int i = 0; i < 4; i++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) akk[i][e] = aqk[i][e] = 0.f;
-        if (n0 <= r0 + 15)
-#pragma unroll(KD == 64 ? 2 : 4)
-        for (int ks = 0; ks < KD / 16; ks++) {
-            uint32_t ak[4], aq[4];
-            fqla_frag_a(ak, Ksrc, LDQ, r0, 16 * ks, lane);
-            if (WQ) fqla_frag_a(aq, Qs, LDQ, r0, 16 * ks, lane);
-#pragma unroll
-            for (int np = 0; np < 2; np++) {
-                if (n0 + 16 * np > r0 + 15) continue; /* above the diagonal */
-                uint32_t b[4];
-                fqla_frag_b_nk(b, Ksrc, LDQ, 16 * ks, n0 + 16 * np, lane);
-                io::mma(akk[2 * np], ak, b[0], b[1]);
-                io::mma(akk[2 * np + 1], ak, b[2], b[3]);
-                if (WQ) {
-                    io::mma(aqk[2 * np], aq, b[0], b[1]);
-                    io::mma(aqk[2 * np + 1], aq, b[2], b[3]);
-                }
-            }
-        }
-        __syncthreads(); /* rqs / rks written by other warps */
-        if (p.l2norm) { /* CTA-uniform; without l2norm only the scale applies */
-            const float rq0 = rqs[r0 + g] * p.scale, rq1 = rqs[r0 + g + 8] * p.scale;
-            const float rk0 = rks[r0 + g], rk1 = rks[r0 + g + 8];
-#pragma unroll
-            for (int nt = 0; nt < 4; nt++) {
-                const float2 rc = *reinterpret_cast<const float2 *>(rks + n0 + 8 * nt + 2 * t);
-                akk[nt][0] = akk[nt][0] * rk0 * rc.x;
-                akk[nt][1] = akk[nt][1] * rk0 * rc.y;
-                akk[nt][2] = akk[nt][2] * rk1 * rc.x;
-                akk[nt][3] = akk[nt][3] * rk1 * rc.y;
-                aqk[nt][0] *= rq0 * rc.x;
-                aqk[nt][1] *= rq0 * rc.y;
-                aqk[nt][2] *= rq1 * rc.x;
-                aqk[nt][3] *= rq1 * rc.y;
-            }
-        } else {
-#pragma unroll
-            for (int nt = 0; nt < 4; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) aqk[nt][e] *= p.scale;
-        }
-#pragma unroll
-        for (int nt = 0; nt < 4; nt++) {
-            const int col = n0 + 8 * nt + 2 * t;
-            if (n0 + 16 * (nt >> 1) <= r0 + 15) { /* the 16x16 block is read later */
-                *reinterpret_cast<float2 *>(KKd + (r0 + g) * LDF + col) = make_float2(akk[nt][0], akk[nt][1]);
-                *reinterpret_cast<float2 *>(KKd + (r0 + g + 8) * LDF + col) = make_float2(akk[nt][2], akk[nt][3]);
-            }
-        }
-        /* Pg = scale Gamma (.) tril(QK) for every value head of the group,
-         * this warp's tile (n-tiles wholly above the diagonal are zeros) */
-        for (int jj = 0; jj < (WQ ? p.group : 0); jj++) {
-            const int hv = hq * p.group + jj;
-            const float *gh = gam + jj * C;
-            const float gi[2] = {gh[r0 + g], gh[r0 + g + 8]};
-            uint32_t u[4][2];
-#pragma unroll
-            for (int nt = 0; nt < 4; nt++) {
-                u[nt][0] = u[nt][1] = 0u;
-                const int cb = n0 + 8 * nt;
-                if (cb <= r0 + 15) {
-                    const int col = cb + 2 * t;
-                    const float2 gc = *reinterpret_cast<const float2 *>(gh + col);
-#pragma unroll
-                    for (int h = 0; h < 2; h++) {
-                        const int r = r0 + g + 8 * h;
-                        float v0 = aqk[nt][2 * h] * fqla_ex2(gi[h] - gc.x);
-                        float v1 = aqk[nt][2 * h + 1] * fqla_ex2(gi[h] - gc.y);
-                        if (cb >= r0) { /* the diagonal block: i >= j only */
-                            v0 = col <= r ? v0 : 0.f;
-                            v1 = col + 1 <= r ? v1 : 0.f;
-                        }
-                        u[nt][h] = io::pack(v0, v1);
-                    }
-                }
-            }
-            store_tile<T>((T *)p.Pg + (((size_t)slot * p.HV + hv) * C + r0) * C, C, C, u, n0, lane, stage);
-        }
+        prep_qk_products<T, KD>(p, Qs, Ks, KK, rqs, rks, lane, g, t, warp, akk, aqk);
+        prep_pg_epilogue<T>(p, slot, hq, lane, r0, n0, g, t, stage, gam, aqk);
     }
 
-    PR_CLK(3);
     /* 4. per batch of up to HB value heads: warp -> head hh = w / 4 of the
      * batch, block column bj = w % 4. Q and K are dead from here on (the
      * barrier after the products above): X overwrites them (PAIR: X
-     * overwrites KK, in place). */
+     * overwrites KK, in place). First KK is made visible. Then the regime
+     * vote (contractive): one warp per head (PAIR: chunk) tests its rows
+     * exactly, a CTA barrier ORs the answers, and only where some head is
+     * outside does any warp read the words (one per voter, vword, in row 1's
+     * padding of KK, columns 64..71, which nothing else touches; PAIR: the
+     * first half's, where its K tile was). The vote also serves CP's
+     * negligible-transition test (chunk_ok). Where it stands between two
+     * barriers, the CTA waits for its chain of loads and its warp vote:
+     * that, not its instructions, is what it costs. So without PAIR, where
+     * X does not overwrite KK, warps 4-7 vote each batch's heads while warps
+     * 0-3 form its diagonal blocks gate-free (step a), and step a's barrier
+     * ORs the votes; a batch with a head outside then runs steps a-c again,
+     * gated. PAIR inverts in place, so its first warp of each half votes its
+     * chunk before step 4 (prep_vote_pair; a redo would find KK's diagonal
+     * blocks overwritten). */
     const int hh = warp >> 2, bj = warp & 3;
     float *Xw = X + hh * C * LDF;
-    bool ag_pending = false; /* (without Q) a TMA store from this warp's staging area in flight */
-    /* KK visible. Then the regime vote (contractive): one warp per head
-     * (PAIR: chunk) tests its rows exactly, a CTA barrier ORs the answers,
-     * and only where some head is outside does any warp read the words
-     * (one per voter, in row 1's padding of KK, columns 64..71, which
-     * nothing else touches; PAIR: the first half's, where its K tile was).
-     * The vote also serves CP's negligible-transition test (chunk_ok).
-     * Where it stands between two barriers, the CTA waits for its chain of
-     * loads and its warp vote: that, not its instructions, is what it costs
-     * (docs/perf.md, session 31). So without PAIR, where X does not
-     * overwrite KK, warps 4-7 vote each batch's heads while warps 0-3 form
-     * its diagonal blocks gate-free (step a), and step a's barrier ORs the
-     * votes; a batch with a head outside then runs steps a-c again, gated.
-     * PAIR inverts in place, so its first warp of each half votes its chunk
-     * before step 4 (a redo would find KK's diagonal blocks overwritten). */
+    bool ag_pending = false; /* (PAIR) a TMA store from this warp's staging area in flight */
     __syncthreads();
     uint32_t *const vword = reinterpret_cast<uint32_t *>(KKall + LDF + C);
     bool outside = false; /* PAIR: a chunk of the CTA outside the regime (CTA-uniform) */
-    if constexpr (PAIR) {
-        /* two instantiations: CP's chunk_ok store (and its address math)
-         * only where CP asks. The loop, a word per warp and the OR of all
-         * eight below are the general form for two voters: written as an
-         * `if` on vword[half], ptxas spilled 4 bytes and the kernel ran
-         * x1.016 (docs/perf.md, session 31) */
-        auto vote = [&](auto with_ok) {
-            uint32_t mv = 0;
-#pragma unroll 1
-            for (int jj = (warp & 3) == 0 ? half : 2; jj < ng; jj += FQLA_FWD_THREADS / 32) {
-                const bool ok = contractive(kk_of(jj), bet + jj * C, lane);
-                mv |= ok ? 0u : 1u << (jj & 31);
-                /* a half without a chunk votes (beta 0) but has no slot */
-                if (decltype(with_ok)::value && lane == 0 && have_pair[jj])
-                    p.chunk_ok[(size_t)(2 * (int64_t)blockIdx.x + jj) * p.HV + hq] = ok;
-            }
-            return mv;
-        };
-        const uint32_t m = p.chunk_ok ? vote(fqla_bool<true>{}) : vote(fqla_bool<false>{});
-        if (lane == 0) vword[warp] = m;
-        /* also orders the votes' reads of KK before step a's in-place writes */
-        outside = __syncthreads_or(m != 0);
-    }
+    if constexpr (PAIR) outside = prep_vote_pair<T, KD>(p, s, th, ng);
     for (int j0 = 0; j0 < ng; j0 += HB) {
         const int nb = min(HB, ng - j0);
         const bool active = hh < nb;
         const float *bw = bet + (j0 + hh) * C;
         if (j0 > 0) __syncthreads(); /* the previous batch's reads of X done */
         bool gated0 = false, gated1 = false; /* per head of the batch (PAIR: chunk) */
-        /* steps a-c in two instantiations (the choice is CTA-uniform): with
-         * no gated head in the batch they are the gate-free form alone, its
-         * registers and instructions as before; one body carrying both
-         * forms cost x1.04 on the prepare kernel (docs/perf.md, session 30) */
-        /* SPEC (outside PAIR, gate-free): warps 4 .. 3 + nb vote the batch's
-         * heads beside step a, whose barrier ORs the votes; it returns true
-         * where a head is outside, before step b, for the gated form to run
-         * steps a-c again (see above) */
-        auto step4 = [&](auto any_gated, auto spec) -> bool {
-        constexpr bool ANY_GATED = decltype(any_gated)::value;
-        constexpr bool SPEC = decltype(spec)::value;
-        const bool gs0 = ANY_GATED && gated0, gs1 = ANY_GATED && gated1;
-        uint32_t mv = 0; /* SPEC: this warp's vote */
-
-        /* a. the diagonal 16x16 blocks, one per half warp, lane -> column
-         * jc: with two heads, warp w takes block w of both; with one, warps
-         * 0 and 1 take blocks 0, 1 and 2, 3. First the warp puts its two
-         * blocks' strictly lower entries of the gated system, Gamma_ij KK_ij,
-         * into X's blocks (PAIR: in place over KK). Then forward
-         * substitution, right-looking: once x_i is known it updates every
-         * later row's sum; each row's sum adds its terms in increasing k.
-         * The gated system (outside the contraction regime only) keeps
-         * every entry bounded where the gate-free inverse overflowed fp32
-         * (raw keys under a strong decay; docs/perf.md, session 30). */
-        if (SPEC && warp >= 4) {
-            if (warp - 4 < nb) {
-                const int jj = j0 + warp - 4;
-                const bool ok = contractive(kk_of(jj), bet + jj * C, lane);
-                mv = ok ? 0u : 1u;
-                if (p.chunk_ok && lane == 0) p.chunk_ok[(size_t)slot * p.HV + hq * p.group + jj] = ok;
-            }
-            if (lane == 0) vword[warp - 4] = mv;
-        } else {
-            const int hj = 2 * warp + (lane >> 4); /* half-warp job */
-            const int ha = nb == 2 ? hj & 1 : 0, blk = nb == 2 ? hj >> 1 : hj;
-            if (hj < 4 * nb) { /* warp-uniform: 4 nb is even */
-#pragma unroll
-                for (int e = 0; e < 2; e++) { /* the warp's two jobs */
-                    const int je = 2 * warp + e;
-                    const int he = nb == 2 ? je & 1 : 0, se = 16 * (nb == 2 ? je >> 1 : je);
-                    if (he == 0 ? gs0 : gs1) {
-                        const float *ge = gam + (j0 + he) * C + se;
-                        /* kk_of(he), written out: through the lambda ptxas reassociated
-                         * this address and the PAIR kernels' SASS changed */
-                        const float *src = (PAIR ? KKall + he * C * LDF : KKall) + se * LDF + se;
-                        gate16<true>(X + he * C * LDF + se * LDF + se, src, ge, ge, lane);
-                    }
-                }
-                if (ANY_GATED) __syncwarp();
-                const int s = 16 * blk, jc = lane & 15;
-                const float *ba = bet + (j0 + ha) * C;
-                float *Xa = X + ha * C * LDF;
-                /* the system's entries: gated in X, or KK's as stored */
-                const float *Ls = (ha == 0 ? gs0 : gs1) ? Xa : kk_of(ha);
-                float acc[16], x[16];
-#pragma unroll
-                for (int i = 0; i < 16; i++) acc[i] = 0.f;
-#pragma unroll
-                for (int i = 0; i < 16; i++) {
-                    x[i] = (i == jc ? 1.f : 0.f) - ba[s + i] * acc[i];
-#pragma unroll
-                    for (int r = i + 1; r < 16; r++) acc[r] += Ls[(s + r) * LDF + s + i] * x[i];
-                }
-                /* PAIR, or the gated system: Ls is Xa (in place); every lane
-                 * has read the block before any lane overwrites it (without,
-                 * the x stores start inside the substitution: a sync here
-                 * cost LEAN +136 FFMA and +46 LDS of code) */
-                if (PAIR || ANY_GATED) __syncwarp();
-#pragma unroll
-                for (int i = 0; i < 16; i++) Xa[(s + i) * LDF + s + jc] = x[i];
-            }
-        }
-        if (SPEC) {
-            /* step a's barrier; the words are read only where a head is outside */
-            if (__syncthreads_or(mv != 0)) {
-                gated0 = vword[0];
-                gated1 = nb == 2 && vword[1];
-                if (gated0 || gated1) return true;
-            }
-        } else {
-            __syncthreads();
-        }
-        PR_CLK(4);
-
-        /* b. the off-diagonal blocks by doubling, X = (I + M)^-1 with
-         * M = diag(beta) StrictLower(Gamma (.) KK), in three levels separated by
-         * barriers, each warp of the head one role r = bj:
-         *   1. r0: X_10 = -X_11 M_10 X_00, r2: X_32 = -X_33 M_32 X_22 (the
-         *      two 32x32 diagonal inverses); r1: M_21 X_11 and M_20 X_00,
-         *      r3: M_31 X_11 and M_30 X_00 (kept in registers);
-         *   2. r1: T_20 = M_20 X_00 + M_21 X_10, T_21 = M_21 X_11; r3: T_30,
-         *      T_31 likewise;
-         *   3. X_2j = -X_22 T_2j (r0: j = 0, r1: j = 1), X_3j = -(X_32 T_2j +
-         *      X_33 T_3j) (r2, r3).
-         * Five dependent 16x16 products on the longest path, against nine
-         * for walking block column 0 down (docs/perf.md, session 9). T and
-         * the level-1 temporaries go through the blocks above the diagonal,
-         * which nothing else reads. Products in 3xTF32 (mm16). */
-        {
-            const float *KKh = kk_of(hh);
-            const float *gw = gam + (j0 + hh) * C; /* gamma log2(e) of the warp's head */
-            auto blk = [&](float *m, int i, int j) { return m + 16 * i * LDF + 16 * j; };
-            auto cblk = [&](const float *m, int i, int j) { return m + 16 * i * LDF + 16 * j; };
-            /* the gated system: M's blocks below the diagonal blocks,
-             * Gamma (.) KK, go into X's blocks of the same place (PAIR: in
-             * place), where this level and the next read them and level 1
-             * or 3 overwrites them with X's: each role gates the blocks it
-             * reads itself (r0 M_10, r2 M_32, r1 M_20 and M_21, r3 M_30 and
-             * M_31), so a warp's own __syncwarp orders it */
-            const bool gsw = hh == 0 ? gs0 : gs1;
-            const float *Mh = gsw ? Xw : KKh;
-            float acc[2][4], acc2[2][4];
-            const int r = bj;
-            if (active && gsw) {
-                if (r == 0 || r == 2) {
-                    gate16<false>(blk(Xw, r + 1, r), cblk(KKh, r + 1, r), gw + 16 * (r + 1), gw + 16 * r, lane);
-                } else {
-                    const int i = r == 1 ? 2 : 3;
-                    gate16<false>(blk(Xw, i, 0), cblk(KKh, i, 0), gw + 16 * i, gw, lane);
-                    gate16<false>(blk(Xw, i, 1), cblk(KKh, i, 1), gw + 16 * i, gw + 16, lane);
-                }
-                __syncwarp();
-            }
-            /* level 1 */
-            if (active) {
-                zero16(acc);
-                zero16(acc2);
-                if (r == 0 || r == 2) {
-                    const int i = r + 1, k = r; /* X_10 or X_32 */
-                    mm16<PREC>(acc, cblk(Mh, i, k), cblk(Xw, k, k), lane);
-                    rows_times16(acc, bw + 16 * i, lane);
-                    float *tmp = blk(Xw, r == 0 ? 2 : 0, r == 0 ? 3 : 1);
-                    store16(tmp, acc, lane);
-                    __syncwarp();
-                    zero16(acc2);
-                    mm16<PREC>(acc2, cblk(Xw, i, i), tmp, lane);
-                    neg16(acc2);
-                    store16(blk(Xw, i, k), acc2, lane);
-                } else {
-                    const int i = r == 1 ? 2 : 3;
-                    mm16<PREC>(acc, cblk(Mh, i, 1), cblk(Xw, 1, 1), lane);  /* M_i1 X_11 */
-                    mm16<PREC>(acc2, cblk(Mh, i, 0), cblk(Xw, 0, 0), lane); /* M_i0 X_00, partial */
-                }
-            }
-            __syncthreads();
-            PR_CLK(5);
-            /* level 2 */
-            if (active && (r == 1 || r == 3)) {
-                const int i = r == 1 ? 2 : 3;
-                mm16<PREC>(acc2, cblk(Mh, i, 1), cblk(Xw, 1, 0), lane); /* + M_i1 X_10 */
-                rows_times16(acc, bw + 16 * i, lane);
-                rows_times16(acc2, bw + 16 * i, lane);
-                store16(blk(Xw, r == 1 ? 0 : 1, 2), acc2, lane); /* T_i0 */
-                store16(blk(Xw, r == 1 ? 0 : 1, 3), acc, lane);  /* T_i1 */
-            }
-            __syncthreads();
-            PR_CLK(6);
-            /* level 3: T_2j at block (0, 2 + j), T_3j at (1, 2 + j) */
-            if (active) {
-                const int j = r & 1, i = r < 2 ? 2 : 3;
-                zero16(acc);
-                if (i == 3) mm16<PREC>(acc, cblk(Xw, 3, 2), cblk(Xw, 0, 2 + j), lane);
-                mm16<PREC>(acc, cblk(Xw, i, i), cblk(Xw, i - 2, 2 + j), lane);
-                neg16(acc);
-                store16(blk(Xw, i, j), acc, lane);
-            }
-        }
-        __syncthreads();
-        PR_CLK(7);
-
-        /* c. Ag = Gamma (.) Ar diag(beta) (X is Ar, or Gamma (.) Ar from the
-         * gated system): this warp's tile of each head;
-         * the tiles right of the diagonal block (warps 4 and 5) are zeros,
-         * which the packed layout does not store */
-        for (int h2 = 0; h2 < nb && n0 < fqla_fwd_ag_width(mw); h2++) {
-            const int jj = j0 + h2, hv = PAIR ? hq : hq * p.group + jj;
-            const int64_t sl = PAIR ? 2 * (int64_t)blockIdx.x + h2 : slot; /* PAIR: chunk h2's slot */
-            if (PAIR && !have_pair[h2]) continue; /* warp-uniform */
-            const float *Xh = X + h2 * C * LDF, *gh = gam + jj * C, *bh = bet + jj * C;
-            const bool gsh = h2 == 0 ? gs0 : gs1; /* X is Gamma (.) Ar already */
-            uint32_t u[4][2];
-            /* the kinds of the tile's two 16-column blocks: the tile at
-             * rows r0.. and columns n0.. meets the diagonal block mw in at
-             * most one of them; 3 combinations occur among the stored
-             * tiles (warp-uniform) */
-            if constexpr (WQ) { /* ag_tile's kinds at run time spilled ~100 bytes here */
-                const float gi[2] = {gh[r0 + g], gh[r0 + g + 8]};
-#pragma unroll
-                for (int nt = 0; nt < 4; nt++) {
-                    u[nt][0] = u[nt][1] = 0u;
-                    const int cb = n0 + 8 * nt;
-                    if (cb <= r0 + 15) { /* blocks at or left of the diagonal: written */
-                        const int col = cb + 2 * t;
-                        const float2 gc = *reinterpret_cast<const float2 *>(gh + col);
-                        const float2 bc = *reinterpret_cast<const float2 *>(bh + col);
-#pragma unroll
-                        for (int h = 0; h < 2; h++) {
-                            const int r = r0 + g + 8 * h;
-                            const float2 xv = *reinterpret_cast<const float2 *>(Xh + r * LDF + col);
-                            float v0 = (gsh ? 1.f : fqla_ex2(gi[h] - gc.x)) * xv.x * bc.x;
-                            float v1 = (gsh ? 1.f : fqla_ex2(gi[h] - gc.y)) * xv.y * bc.y;
-                            if (cb >= r0) { /* the diagonal block: i >= j only */
-                                v0 = col <= r ? v0 : 0.f;
-                                v1 = col + 1 <= r ? v1 : 0.f;
-                            }
-                            u[nt][h] = io::pack(v0, v1);
-                        }
-                    }
-                }
-            } else {
-                switch (ag_kind(n0 / 16, mw) * 3 + ag_kind(n0 / 16 + 1, mw)) {
-                case 3: ag_tile<T, 1, 0>(u, Xh, gh, bh, r0, n0, lane, gsh); break;
-                case 7: ag_tile<T, 2, 1>(u, Xh, gh, bh, r0, n0, lane, gsh); break;
-                default: ag_tile<T, 2, 2>(u, Xh, gh, bh, r0, n0, lane, gsh); break;
-                }
-            }
-            /* into strip mw of the packed layout (fwd_common.cuh): row r0
-             * of the tile, the strip's width its pitch */
-            const int64_t tile = sl * p.HV + hv;
-            T *agrow = (T *)p.Ag + fqla_fwd_ag_row(p.slots * p.HV, tile, r0);
-            const int agw = fqla_fwd_ag_width(mw);
-            if constexpr (WQ)
-                store_tile<T>(agrow, agw, agw, u, n0, lane, stage);
-            else if constexpr (LEAN)
-                store_tile_regs<T>(agrow, agw, agw, u, n0, lane);
-            else
-                store_tile_tma<T>(&tmAg.strip[mw], n0, (int)(tile * 16), u, lane, stage, ag_pending);
-        }
-        return false;
-        };
+#define FQLA_PREP_BATCH_ARGS                                                                                          \
+    p, tmAg, j0, nb, active, bw, warp, lane, gam, bet, X, vword, slot, hq, hh, bj, Xw, mw, r0, n0, g, t, have_pair,  \
+        stage, gated0, gated1, ag_pending
         if constexpr (PAIR) {
             if (outside) {
                 const uint4 wa = *reinterpret_cast<const uint4 *>(vword), wb = *reinterpret_cast<const uint4 *>(vword + 4);
@@ -1142,38 +1307,20 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
                 gated0 = (m >> (j0 & 31)) & 1u;
                 gated1 = nb == 2 && ((m >> ((j0 + 1) & 31)) & 1u);
             }
-            if (gated0 || gated1) step4(fqla_bool<true>{}, fqla_bool<false>{});
-            else step4(fqla_bool<false>{}, fqla_bool<false>{});
+            if (gated0 || gated1) prep_invert_batch<T, KD, PREC, WQ, PAIR, true, false>(FQLA_PREP_BATCH_ARGS);
+            else prep_invert_batch<T, KD, PREC, WQ, PAIR, false, false>(FQLA_PREP_BATCH_ARGS);
         } else {
             /* gate-free with the votes beside step a; a batch with a head
              * outside runs steps a-c again, gated */
-            if (step4(fqla_bool<false>{}, fqla_bool<true>{})) step4(fqla_bool<true>{}, fqla_bool<false>{});
+            if (prep_invert_batch<T, KD, PREC, WQ, PAIR, false, true>(FQLA_PREP_BATCH_ARGS))
+                prep_invert_batch<T, KD, PREC, WQ, PAIR, true, false>(FQLA_PREP_BATCH_ARGS);
         }
+#undef FQLA_PREP_BATCH_ARGS
     }
     /* the warp's last Ag stores are done before the CTA exits (the fused
      * kernel reads them after this grid completes) */
     if (PAIR && lane == 0) fqla_bulk_wait<0>();
-    PR_CLK(8); /* at group > 2, spans 4-7 sum over the batches and span 4 holds the earlier batches' Ag */
-#ifdef FQLA_PREP_CLOCKS
-    if (lane == 0 && PR_TL_LIN < PR_TL_CTAS) atomicMax(&g_prep_tl[PR_TL_LIN][1], fqla_globaltimer());
-#endif
 }
-
-#ifdef FQLA_PREP_CLOCKS
-} // namespace
-/* Instrumented builds: the clock sums since the last call (then reset). */
-extern "C" int fqla_cuda_debug_prep_clocks(unsigned long long out[16])
-{
-    return fqla_debug_clocks_take(g_prep_clk, out, 16);
-}
-/* the timeline since the last call (then reset): [4096][2] start, end (ns;
- * 0 where no CTA ran) */
-extern "C" int fqla_cuda_debug_prep_timeline(unsigned long long out[2 * PR_TL_CTAS])
-{
-    return fqla_debug_clocks_take(g_prep_tl, out, 2 * PR_TL_CTAS);
-}
-namespace {
-#endif
 
 template <typename T, int KD, int PREC, bool WQ = true, bool PAIR = false, bool L2N = false>
 cudaError_t launch(const fqla_fwd_params &p, const CUtensorMap &tmK, const fqla_fwd_ag_maps &tmAg,

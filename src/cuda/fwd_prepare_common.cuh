@@ -2,16 +2,16 @@
  * fwd_prepare_common.cuh - the prepare kernel's (fwd_prepare.cu) building
  * blocks that do not depend on its CTA's layout: the gate and beta loads
  * with the in-kernel options, the varlen slot search, the zeroing of o past
- * the last sequence, and fp32 products on tensor cores (tf32 parts). Session
- * 19's kernel of one warp per (chunk, value head) shared them (docs/perf.md;
- * commit 91880a9).
+ * the last sequence, and fp32 products on tensor cores (tf32 parts).
  */
 #pragma once
 #include "cuda/fwd_common.cuh"
 
 #include <cuda_bf16.h>
 
-#include "cuda/fwd_ptx.cuh"
+#include "cuda/kernel/io.cuh"
+#include "cuda/ptx/misc.cuh"
+#include "cuda/ptx/mma_sync.cuh"
 
 namespace {
 
@@ -35,8 +35,7 @@ __device__ __forceinline__ float sigmoid_f(float x)
 
 /* Rows i = lane, lane + 32 of a chunk (t0, nvalid valid rows) of value
  * head hv: the stored gate and beta, 0 past the end. Issued before the
- * chunk's K copies: behind them the loads waited ~11 k cycles (docs/perf.md,
- * session 10). */
+ * chunk's K copies: behind them the loads waited ~11 k cycles. */
 __device__ __forceinline__ void load_gate_beta(const fqla_fwd_params &p, int64_t batch, int64_t t0, int nvalid, int hv,
                                                int lane, float (&g)[2], float (&b)[2])
 {
@@ -81,8 +80,7 @@ __device__ int find_slot(const fqla_fwd_params &p, int64_t s, int64_t &c_out, in
         /* one round of loads: lane j holds cu[j]; the bases are strictly
          * increasing in j, so the sequence is the count of those <= s, less
          * one (the binary search below takes log2 N + 1 dependent rounds of
-         * L2 latency, ~1 k cycles each under the kernel's load: docs/perf.md,
-         * session 10) */
+         * L2 latency, ~1 k cycles each under the kernel's load) */
         const int lane = threadIdx.x & 31;
         const int64_t cu = lane <= p.N ? fqla_fwd_cu(p, lane) : 0;
         const unsigned below = __ballot_sync(0xffffffffu, lane < p.N && cu / FQLA_FWD_CHUNK + lane <= s);
@@ -131,9 +129,7 @@ __device__ __forceinline__ void zero_tail(const fqla_fwd_params &p, int64_t tb)
 /* tf32 operand: round to nearest (ties away), the 13 low bits cleared. */
 __device__ __forceinline__ uint32_t to_tf32(float x)
 {
-    uint32_t r;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-    return r & 0xffffe000u;
+    return fqla_cvt_rna_tf32(x) & 0xffffe000u;
 }
 
 /* An fp32 operand as tf32 parts. PREC 3 (3xTF32): fqla_tf32_split3. PREC 1:

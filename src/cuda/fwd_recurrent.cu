@@ -1,7 +1,7 @@
 /*
  * fwd_recurrent.cu - the CUDA forward for fp32 q/k/v: the recurrence token by
  * token in fp32 on CUDA cores, the slower path the chunked kernels' bf16 /
- * fp16 tensor-core products cannot serve at fp32 accuracy (TESTING.md:
+ * fp16 tensor-core products cannot serve at fp32 accuracy (the tests ask
  * 1e-4 against the fp64 reference for fp32 inputs).
  *
  * Per (sequence, value head) and token t, as the decode kernel
@@ -21,7 +21,7 @@
  * needs fewer waves of CTAs (launch_kd): the whole recurrence of a chain
  * runs in one CTA, so the time is about T x the waves x the step time.
  *
- * The step is latency-bound (session 29, ncu: ~155 instructions a token at
+ * The step is latency-bound (ncu: ~155 instructions a token at
  * one issue every ~7 cycles of a warp; two warps a scheduler). Its inputs
  * therefore come ahead of it: each warp copies the q and k rows of token
  * t + RING - 1 into its shared-memory ring by cp.async while it works on
@@ -39,7 +39,8 @@
  */
 #include "cuda/fwd_common.cuh"
 #include "cuda/fwd_prepare_common.cuh"
-#include "cuda/fwd_ptx.cuh"
+#include "cuda/kernel/pipeline.cuh"
+#include "cuda/ptx/cp_async.cuh"
 
 namespace {
 
@@ -70,7 +71,7 @@ __device__ __forceinline__ void read_rows(const float *row, int part, float (&x)
 
 /* The lane's part of a . b over its RW rows, in four interleaved partial
  * sums: a chain of RW / 4 dependent FMAs, not RW (x0.96 of the time on one
- * sequence; session 29). */
+ * sequence, H200). */
 template <int RW>
 __device__ __forceinline__ float lane_dot(const float (&a)[RW], const float (&b)[RW])
 {
@@ -249,7 +250,7 @@ __global__ void __launch_bounds__(32 * WARPS) fwd_recurrent_kernel(const __grid_
     float vx = 0.f, gx = 0.f, bx = 0.f;
     if (len > 0) sc.load(p, vx, gx, bx);
     for (int64_t t = 0; t < len; t++) {
-        const int slot = (int)(t & (RING - 1));
+        const int slot = fqla_pipe<RING>::at(t).stage;
         rows.stage(&my[(slot + RING - 1) & (RING - 1)][0][0], lane, t + RING - 1 < len);
         const float vt = vx, gt = gx, bt = bx;
         if (t + 1 < len) sc.load(p, vx, gx, bx);

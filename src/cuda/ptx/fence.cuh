@@ -1,0 +1,17 @@
+/*
+ * ptx/fence.cuh - proxy fences.
+ *
+ * Shared memory written by ordinary stores (st.shared, stmatrix: the
+ * generic proxy) is read by wgmma and TMA stores through the async proxy;
+ * every writer fences, then a barrier orders the reader after the writers.
+ */
+#ifndef FQLA_CUDA_PTX_FENCE_CUH
+#define FQLA_CUDA_PTX_FENCE_CUH
+
+#include "cuda/ptx/common.cuh"
+
+/* fence.proxy.async.shared::cta: this thread's generic-proxy shared-memory
+ * writes -> visible to the async proxy (wgmma operands, TMA stores). */
+FQLA_DEV void fqla_fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
+#endif

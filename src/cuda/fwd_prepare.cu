@@ -231,22 +231,20 @@ enum class prep_bar : uint32_t {
     half = 1, /* + half: PAIR's warpgroup of 128 threads (K K^T over its K tile) */
 };
 
-/* What a thread is in the kernel: its lane and warp, its chunk slot and
- * head, and its tiles in steps 3 and 4. */
+/* What a thread is in the kernel (for the role functions of steps 1-2 and
+ * the vote): its lane and warp, its half, its chunk slot and head. */
 struct prep_thread {
-    int tid, lane, warp, g, t; /* g, t: mma's groupID, threadID_in_group */
-    int half;                  /* PAIR: the half (warpgroup), its chunk slot */
+    int tid, lane, warp;
+    int half; /* PAIR: the half (warpgroup), its chunk slot */
     int64_t slot;
     int hq;
-    int mw, r0, n0; /* steps 3, 4c: the warp's 16x32 tile at rows r0 = 16 mw, columns n0 */
-    int hh, bj;     /* step 4: the warp's head of the batch, its block role */
 };
-/* a chunk slot's chunk: sequence start, length, batch row, chunk index */
+/* a chunk slot's chunk */
 struct prep_chunk {
-    int64_t c, batch, start, len;
-    int64_t t0;  /* its first token */
-    int nvalid;  /* its valid rows (0: none) */
-    bool have;
+    int64_t batch; /* its sequence's batch row (padded batch) */
+    int64_t t0;    /* its first token */
+    int nvalid;    /* its valid rows (0: none) */
+    bool have;     /* the slot holds a chunk */
 };
 
 /* ---- output tiles ------------------------------------------------------ */
@@ -1238,10 +1236,9 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
     /* the role functions' view of the plan, the thread and the chunk */
     const prep_carve<T, KD, WQ, PAIR> s(smem_raw, ng);
     prep_thread th;
-    th.tid = tid, th.lane = lane, th.warp = warp, th.g = g, th.t = t, th.half = half, th.slot = slot, th.hq = hq;
-    th.mw = warp & 3, th.r0 = 16 * th.mw, th.n0 = (warp >> 2) * 32, th.hh = warp >> 2, th.bj = warp & 3;
+    th.tid = tid, th.lane = lane, th.warp = warp, th.half = half, th.slot = slot, th.hq = hq;
     prep_chunk ch;
-    ch.c = c, ch.batch = batch, ch.start = start, ch.len = len, ch.t0 = t0, ch.nvalid = nvalid, ch.have = have;
+    ch.batch = batch, ch.t0 = t0, ch.nvalid = nvalid, ch.have = have;
 
     /* 1. the gate warps' first head's gates and betas, issued first (behind
      * the copies they waited ~11 k cycles); the copies of Q and K; the

@@ -177,7 +177,8 @@ __device__ __forceinline__ void chunk_store_out(const fqla_fwd_params &p, const 
 /* S -> Sb (io dtype), the B operand of K S and Q S: the thread's state
  * fragments (rows 16 (sm0 + mi) + g (+ 8), columns sn0 + 8 ni + 2 tq, + 1) */
 template <typename T, int KD, int BV>
-__device__ __forceinline__ void chunk_write_sb(T *Sb, const float (&S)[chunk_cfg<KD, BV>::SMT][chunk_cfg<KD, BV>::SNT][4],
+__device__ __forceinline__ void chunk_write_sb(T *Sb,
+                                               const float (&S)[chunk_cfg<KD, BV>::SMT][chunk_cfg<KD, BV>::SNT][4],
                                                int sm0, int sn0, int g, int tq)
 {
     typedef fqla_io<T> io;
@@ -369,7 +370,8 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, 1) fwd_chunk_kernel(const fq
     /* Issues the cp.async loads of chunk cc into buffer b, spread over
      * threads lt = 0 .. nt - 1 (nt >= 48). */
     auto load_chunk = [&](int64_t cc, int b, int lt, int nt) {
-        chunk_load<T, KD, BV>(p, Qs, Ks, Vs, Ags, Pgs, gam, rqs, rks, qb, kb, vb, start, len, slot0, hv, hq, cc, b, lt, nt);
+        chunk_load<T, KD, BV>(p, Qs, Ks, Vs, Ags, Pgs, gam, rqs, rks, qb, kb, vb, start, len, slot0, hv, hq, cc, b, lt,
+                              nt);
     };
 
     /* Stores chunk cc's output rows from Os (threads lt = 0 .. nt - 1). */

@@ -231,22 +231,20 @@ enum class prep_bar : uint32_t {
     half = 1, /* + half: PAIR's warpgroup of 128 threads (K K^T over its K tile) */
 };
 
-/* What a thread is in the kernel: its lane and warp, its chunk slot and
- * head, and its tiles in steps 3 and 4. */
+/* What a thread is in the kernel (for the role functions of steps 1-2 and
+ * the vote): its lane and warp, its half, its chunk slot and head. */
 struct prep_thread {
-    int tid, lane, warp, g, t; /* g, t: mma's groupID, threadID_in_group */
-    int half;                  /* PAIR: the half (warpgroup), its chunk slot */
+    int tid, lane, warp;
+    int half; /* PAIR: the half (warpgroup), its chunk slot */
     int64_t slot;
     int hq;
-    int mw, r0, n0; /* steps 3, 4c: the warp's 16x32 tile at rows r0 = 16 mw, columns n0 */
-    int hh, bj;     /* step 4: the warp's head of the batch, its block role */
 };
-/* a chunk slot's chunk: sequence start, length, batch row, chunk index */
+/* a chunk slot's chunk */
 struct prep_chunk {
-    int64_t c, batch, start, len;
-    int64_t t0;  /* its first token */
-    int nvalid;  /* its valid rows (0: none) */
-    bool have;
+    int64_t batch; /* its sequence's batch row (padded batch) */
+    int64_t t0;    /* its first token */
+    int nvalid;    /* its valid rows (0: none) */
+    bool have;     /* the slot holds a chunk */
 };
 
 /* ---- output tiles ------------------------------------------------------ */
@@ -755,6 +753,50 @@ __device__ __forceinline__ bool prep_vote_pair(const fqla_fwd_params &p, const p
     return __syncthreads_or(m != 0);
 }
 
+/* The copies landed, for every warp (CTA barriers). Without Q the K
+ * tile's rows past the sequence's end (the next sequence's tokens, or
+ * whatever lies past cu[N]) become zeros: their beta of 0 nulls them only
+ * while they are finite (0 * Inf = NaN), and a NaN there would reach the
+ * chunk's every output row through Ag. PAIR: the half's warpgroup; LEAN:
+ * the first, which forms K K^T. The barrier after it is the CTA's, under a
+ * CTA-uniform test, so that every warp passes the same barriers (a
+ * warpgroup's named barrier taken by one half only was correct, but
+ * compute-sanitizer's racecheck then paired the later CTA barriers wrongly
+ * and reported hazards). */
+template <typename T, int KD, bool WQ, bool PAIR>
+__device__ __forceinline__ void prep_wait_tiles(uint64_t *kbar, const int *part_pair, T *Kt, int nvalid, int warp,
+                                                int tid, int half)
+{
+    if constexpr (!WQ) {
+        __syncthreads(); /* the barrier's initialisation (and PAIR's part_pair) is visible */
+        fqla_mbar_wait(kbar + half, 0); /* single use: phase 0 */
+        if (PAIR ? (part_pair[0] | part_pair[1]) : nvalid < C) {
+            if (nvalid < C && (PAIR || warp < 4)) zero_k_rows<T, KD>(Kt, nvalid, tid & 127);
+            fqla_fence_async_smem(); /* for the wgmma reads */
+            __syncthreads();
+        }
+    } else {
+        fqla_cp_async_wait_all();
+        __syncthreads();
+    }
+}
+
+/* 3 (without Q): KK by wgmma into KKd (no Pg on this path), and with L2N
+ * rk (into rk_scratch and the workspace) and KK scaled by it; Kt the K
+ * tile, half the warpgroup (PAIR) whose named barrier orders KKd over Kt. */
+template <typename T, int KD, bool PAIR, bool L2N>
+__device__ __forceinline__ void prep_kk_without_q(const fqla_fwd_params &p, const T *Kt, float *KKd, float *rk_scratch,
+                                                  bool have, int64_t slot, int hq, int warp, int lane, int half)
+{
+    static_assert(KD == 64 || KD == 128 || KD == 256, "the fused path's K tile");
+    const int mw = warp & 3;
+    if constexpr (L2N)
+        kk_wgmma_l2n<T, KD, PAIR>(Kt, KKd, mw, lane, half, PAIR || warp < 4, rk_scratch,
+                                  have ? p.rk + ((size_t)slot * p.H + hq) * C : nullptr);
+    else if (PAIR || warp < 4)
+        kk_wgmma<T, KD, PAIR>(Kt, KKd, mw, lane, half);
+}
+
 /* 3 (with Q): KK = K K^T and QK = Q K^T on the warp's 16x32 tile at
  * (r0, n0) by ldmatrix + mma.sync (a warp skips its blocks above the
  * diagonal), then the l2norm factors and the scale; KK's blocks at or left
@@ -1194,10 +1236,9 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
     /* the role functions' view of the plan, the thread and the chunk */
     const prep_carve<T, KD, WQ, PAIR> s(smem_raw, ng);
     prep_thread th;
-    th.tid = tid, th.lane = lane, th.warp = warp, th.g = g, th.t = t, th.half = half, th.slot = slot, th.hq = hq;
-    th.mw = warp & 3, th.r0 = 16 * th.mw, th.n0 = (warp >> 2) * 32, th.hh = warp >> 2, th.bj = warp & 3;
+    th.tid = tid, th.lane = lane, th.warp = warp, th.half = half, th.slot = slot, th.hq = hq;
     prep_chunk ch;
-    ch.c = c, ch.batch = batch, ch.start = start, ch.len = len, ch.t0 = t0, ch.nvalid = nvalid, ch.have = have;
+    ch.batch = batch, ch.t0 = t0, ch.nvalid = nvalid, ch.have = have;
 
     /* 1. the gate warps' first head's gates and betas, issued first (behind
      * the copies they waited ~11 k cycles); the copies of Q and K; the
@@ -1208,29 +1249,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
     if constexpr (!WQ) prep_load_k_tma<T, KD, PAIR>(p, &tmK, smem_raw, s, th, ch);
     else prep_load_qk_rows<T, KD>(p, s, th, ch);
     prep_gates<PAIR>(p, th, ch, ng, jg0, graw, braw, gam, bet);
-    /* the copies landed, for every warp */
-    if constexpr (!WQ) {
-        __syncthreads(); /* the barrier's initialisation (and PAIR's part_pair) is visible */
-        fqla_mbar_wait(kbar + half, 0);
-        /* the K tile's rows past the sequence's end (the next sequence's
-         * tokens, or whatever lies past cu[N]) as zeros: their beta of 0
-         * nulls them only while they are finite (0 * Inf = NaN), and a NaN
-         * there would reach the chunk's every output row through Ag. PAIR:
-         * the half's warpgroup; LEAN: the first, which forms K K^T. The
-         * barrier after it is the CTA's, under a CTA-uniform test, so that
-         * every warp passes the same barriers (a warpgroup's named barrier
-         * taken by one half only was correct, but compute-sanitizer's
-         * racecheck then paired the later CTA barriers wrongly and reported
-         * hazards). */
-        if (PAIR ? (part_pair[0] | part_pair[1]) : nvalid < C) {
-            if (nvalid < C && (PAIR || warp < 4)) zero_k_rows<T, KD>(PAIR ? Kpair : Ks, nvalid, tid & 127);
-            fqla_fence_async_smem(); /* for the wgmma reads */
-            __syncthreads();
-        }
-    } else {
-        fqla_cp_async_wait_all();
-        __syncthreads();
-    }
+    prep_wait_tiles<T, KD, WQ, PAIR>(kbar, part_pair, PAIR ? Kpair : Ks, nvalid, warp, tid, half);
 
     /* 2. with Q and l2norm: the row factors (without Q, L2N forms rk from
      * K K^T's diagonal in step 3, and the fused kernel rq from its Q tile) */
@@ -1251,14 +1270,9 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
          * (the barrier at step 4 waits for it). L2N's rk scratch: PAIR each
          * half's rq / rk row, LEAN the 256 bytes after the K tile in region
          * 0 (dead until step 4). */
-        static_assert(KD == 64 || KD == 128 || KD == 256, "the fused path's K tile");
-        if constexpr (L2N)
-            kk_wgmma_l2n<T, KD, PAIR>(PAIR ? Kpair : Ks, kk_of(half), mw, lane,
-                                      half, PAIR || warp < 4,
-                                      PAIR ? rqs + half * C : reinterpret_cast<float *>(Ks + C * KD),
-                                      have ? p.rk + ((size_t)slot * p.H + hq) * C : nullptr);
-        else if (PAIR || warp < 4)
-            kk_wgmma<T, KD, PAIR>(PAIR ? Kpair : Ks, kk_of(half), mw, lane, half);
+        prep_kk_without_q<T, KD, PAIR, L2N>(p, PAIR ? Kpair : Ks, kk_of(half),
+                                            PAIR ? rqs + half * C : reinterpret_cast<float *>(Ks + C * KD), have,
+                                            slot, hq, warp, lane, half);
     }
     if constexpr (WQ) {
         float akk[4][4], aqk[4][4];

@@ -8,51 +8,12 @@
  */
 #include "cuda/cuda_backend.h"
 #include "cuda/decode_launch.cuh"
+#include "cuda/route_plan.h"
+#ifdef FQLA_DEV
+#include "dev/dev_hooks.h" /* the developer build's launch override */
+#endif
 
 #include <string.h>
-
-/* Tuning override for benchmarks (not part of the API): a fixed WV (0 = the
- * heuristic) and the streaming cache hints (-1 = default). Set only from a
- * benchmark harness before any call; not thread-safe by design. */
-static int g_wv_override = 0;
-static int g_streaming_override = -1;
-static int g_warps_override = 0;
-static int g_ks_override = 0;
-static int g_pdl_override = -1;
-static int g_prefetch_override = -1;
-
-extern "C" void fqla_cuda_decode_tune(int wv, int streaming)
-{
-    g_wv_override = wv;
-    g_streaming_override = streaming;
-}
-
-/* [K, V] K split: 2, 4 or 8 warps share a 128-byte-wide V-slice (0 = the
- * heuristic; 1 = no split, the WV of fqla_cuda_decode_tune or the heuristic's
- * choice among the unsplit widths) */
-extern "C" void fqla_cuda_decode_tune_ksplit(int ks)
-{
-    g_ks_override = ks;
-}
-
-/* programmatic dependent launch: 1 on, 0 off, -1 the default (on) */
-extern "C" void fqla_cuda_decode_tune_pdl(int on)
-{
-    g_pdl_override = on;
-}
-
-/* L2 prefetch before the PDL wait: 1 on, 0 off, -1 the default (on but for
- * fp32 state of 8-64 MB, see fqla_cuda_decode_run) */
-extern "C" void fqla_cuda_decode_tune_prefetch(int on)
-{
-    g_prefetch_override = on;
-}
-
-/* warps per CTA, 1..8 (0 = the default, FQLA_DECODE_WARPS) */
-extern "C" void fqla_cuda_decode_tune_warps(int warps)
-{
-    g_warps_override = warps;
-}
 
 static bool dtype_is_io(fqla_dtype d) { return d == FQLA_DTYPE_F32 || d == FQLA_DTYPE_F16 || d == FQLA_DTYPE_BF16; }
 static bool dtype_is_gate(fqla_dtype d) { return d == FQLA_DTYPE_F32 || d == FQLA_DTYPE_BF16; }
@@ -126,23 +87,18 @@ fqla_status fqla_cuda_decode_workspace(fqla_context *ctx, const fqla_problem *p,
  * narrower than 32 bytes per row: a warp would then use half of each 32-byte
  * sector it touches (measured on the H200: 1.6x slower at B = 1, 3x at
  * B = 64); since 2026-11-30 a [K, V] state goes to the K-split variants
- * instead (KS warps share one 128-byte-wide slice, see decode_kernel.cuh),
- * the unsplit widths stay reachable through the tuning hooks. Verify follows the same rule (measured: the widest slice that
- * still gives 8 warps per SM is also best for T = 2 and 4). */
+ * instead (KS warps share one 128-byte-wide slice, see decode_kernel.cuh).
+ * Verify follows the same rule (measured: the widest slice that still gives
+ * 8 warps per SM is also best for T = 2 and 4). */
 static int choose_wv(const fqla_problem *p, int sm_count, int *ks_out)
 {
     const int esize = (int)fqla_dtype_size(p->state_dtype);
     const int K = (int)p->K;
     const int vf = p->opt.state_v_first ? 1 : 0;
     const int cand[3] = {2048 / K, 1024 / K, 512 / K};
-    const int64_t enough = 8LL * (sm_count > 0 ? sm_count : 132); /* warps: 8 per SM */
+    const int64_t enough = 8 * fqla_route_sms(sm_count); /* warps: 8 per SM */
     *ks_out = 1;
-    if (!vf && g_ks_override > 1 && fqla_decode_ksplit_valid(esize, K, g_ks_override)) {
-        *ks_out = g_ks_override;
-        return 128 / esize;
-    }
-    if (g_wv_override > 0 && fqla_decode_variant_valid(esize, K, g_wv_override, vf)) return g_wv_override;
-    if (!vf && g_ks_override != 1) {
+    if (!vf) {
         /* [K, V]: 128-byte row segments per warp instruction; the least K
          * split that gives 8 warps per SM (at most 64 state values per
          * lane), else the largest split */
@@ -184,8 +140,26 @@ fqla_status fqla_cuda_decode_run(fqla_context *ctx, const fqla_problem *p, const
 
     const bool verify = p->op == FQLA_OP_VERIFY;
     const bool multi = p->T > 1;
-    int ks = 1;
-    const int wv = choose_wv(p, ctx->info.sm_count, &ks);
+    fqla_decode_route r;
+    r.wv = choose_wv(p, ctx->info.sm_count, &r.ks);
+    r.warps = 0;
+    r.pdl = 1;
+    r.streaming = 0;
+    /* Measured on the H200 (K = V = 128, back-to-back calls): the prefetch
+     * gains 20-25 % at <= 8 MB of state (latency-bound calls), 2-3 % (fp32)
+     * and 5-8 % (bf16) from 64 MB up, and bf16 gains at every size; fp32
+     * loses 8 % at 16 MB and is +-2 % at 32 MB, where the whole grid is
+     * resident early and its prefetched lines compete in L2 with the
+     * previous call's stream. So: on, except fp32 state between 8 and
+     * 64 MB. */
+    const int64_t state_bytes = p->B * p->HV * p->K * p->V * (int64_t)fqla_dtype_size(p->state_dtype);
+    const bool mid_f32 = p->state_dtype == FQLA_DTYPE_F32 && state_bytes > ((int64_t)8 << 20) &&
+                         state_bytes < ((int64_t)64 << 20);
+    r.prefetch = !mid_f32;
+#ifdef FQLA_DEV
+    fqla_dev_decode_route(p, ctx->info.sm_count, &r);
+#endif
+    const int wv = r.wv, ks = r.ks;
 
     DecodeParams k;
     memset(&k, 0, sizeof k);
@@ -219,24 +193,14 @@ fqla_status fqla_cuda_decode_run(fqla_context *ctx, const fqla_problem *p, const
     k.use_beta_sigmoid = p->opt.use_beta_sigmoid != 0;
     k.allow_neg_eigval = p->opt.allow_neg_eigval != 0;
     k.write_mode = !verify ? DEC_WRITE_POOL : (a->step_states.data ? DEC_WRITE_STEP_STATES : DEC_WRITE_STEP_SLOTS);
-    k.streaming = g_streaming_override >= 0 ? g_streaming_override : 0;
+    k.streaming = r.streaming;
     k.scale = (float)p->scale;
-    k.pdl = g_pdl_override >= 0 ? g_pdl_override : 1;
-    /* Measured (docs/perf.md, decode round 3; K = V = 128, back-to-back
-     * calls): the prefetch gains 20-25 % at <= 8 MB of state (latency-bound
-     * calls), 2-3 % (fp32) and 5-8 % (bf16) from 64 MB up, and bf16 gains at
-     * every size; fp32 loses 8 % at 16 MB and is +-2 % at 32 MB, where the
-     * whole grid is resident early and its prefetched lines compete in L2
-     * with the previous call's stream. So: on, except fp32 state between
-     * 8 and 64 MB. */
-    const int64_t state_bytes = p->B * p->HV * p->K * p->V * (int64_t)fqla_dtype_size(p->state_dtype);
-    const bool mid_f32 = p->state_dtype == FQLA_DTYPE_F32 && state_bytes > ((int64_t)8 << 20) &&
-                         state_bytes < ((int64_t)64 << 20);
-    k.prefetch = k.pdl && (g_prefetch_override >= 0 ? g_prefetch_override != 0 : !mid_f32);
+    k.pdl = r.pdl;
+    k.prefetch = k.pdl && r.prefetch;
 
     const bool vf = p->opt.state_v_first != 0;
     cudaError_t err = p->state_dtype == FQLA_DTYPE_F32
-        ? fqla_decode_launch_f32(k, (int)p->K, wv, ks, vf, multi, g_warps_override, stream)
-        : fqla_decode_launch_bf16(k, (int)p->K, wv, ks, vf, multi, g_warps_override, stream);
+        ? fqla_decode_launch_f32(k, (int)p->K, wv, ks, vf, multi, r.warps, stream)
+        : fqla_decode_launch_bf16(k, (int)p->K, wv, ks, vf, multi, r.warps, stream);
     return fqla_cuda_check(ctx, err, verify ? "verify kernel launch" : "decode kernel launch");
 }

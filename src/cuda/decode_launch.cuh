@@ -10,7 +10,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/decode_kernel.cuh"
-#include "cuda/pdl.cuh"
+#include "cuda/launch.cuh"
 
 /* Warps per CTA (default): adjacent warps take adjacent V-slices of one
  * head, so a CTA reads whole rows of a [K, V] state between them. The
@@ -54,7 +54,7 @@ static cudaError_t fqla_decode_launch_kwv(const DecodeParams &p, bool multi, int
         /* the kernel indexes warps in 32 bits */
         if (p.total_warps >= 0x7fffffffLL - FQLA_DECODE_MAX_WARPS) return cudaErrorInvalidConfiguration;
         auto kernel = multi ? fqla_decode_kernel<K, WV, VF, true, ST, KS> : fqla_decode_kernel<K, WV, VF, false, ST, KS>;
-        return fqla_launch_pdl(kernel, dim3((unsigned)blocks), dim3(32 * warps), 0, stream, p.pdl, p);
+        return fqla_launch(kernel, dim3((unsigned)blocks), dim3(32 * warps), 0, stream, p.pdl, p);
     }
 }
 

@@ -24,6 +24,8 @@
 #define FQLA_CUDA_FWD_COMMON_CUH
 
 #include "cuda/cp_plan.h"
+#include "cuda/launch.cuh"
+#include "cuda/route_plan.h"
 
 #include <cuda.h> /* CUtensorMap (a type only) */
 #include <cuda_runtime.h>
@@ -44,7 +46,7 @@ static_assert(FQLA_CP_CHUNK == FQLA_FWD_CHUNK, "cp_plan.h and the kernels share 
 #define FQLA_FWD_LATE_LOADS 1
 #endif
 #ifndef FQLA_FWD_TUNING
-#define FQLA_FWD_TUNING 1
+#define FQLA_FWD_TUNING 0 /* the developer build (make DEV=1) sets 1 */
 #endif
 
 struct fqla_fwd_params {
@@ -271,6 +273,8 @@ cudaError_t fqla_fwd_launch_chunk(const fqla_fwd_params &p, int io_bf16, int bv,
  * same for the wgmma chunk kernel (K = 64 or 128); the maps of q, k, v, Ag,
  * Pg (Pg only when p.Pg is set), 0 when one cannot be encoded. */
 int fqla_fwd_tma_usable(const fqla_fwd_params &p);
+/* 1 when the driver's tensor-map encoder was found */
+int fqla_fwd_tma_encoder(void);
 int fqla_fwd_wg_usable(const fqla_fwd_params &p);
 /* q, k, v, Pg (loads) and o (stores); Ag's four strips (loads: box 16
  * rows x 64 columns, 128-byte swizzle, at column 0 and row 16 x tile) */
@@ -301,8 +305,9 @@ static inline bool fqla_fwd_fused_k(int64_t K) { return K == 64 || K == 128 || K
 cudaError_t fqla_fwd_launch_fused(const fqla_fwd_params &p, int io_bf16, int hb, int nwg, int parts,
                                   cudaStream_t stream, int *used);
 /* fp32 q/k/v (fwd_recurrent.cu): the recurrence token by token in fp32, no
- * workspace; K = 64, 128 or 256 (fqla_cuda_fwd_supported checks K), any V. */
-cudaError_t fqla_fwd_launch_recurrent(const fqla_fwd_params &p, int sms, cudaStream_t stream);
+ * workspace; K = 64, 128 or 256 (fqla_cuda_fwd_supported checks K), any V;
+ * rows: state rows a lane (16 or 32; 0 picks by the waves on sms SMs). */
+cudaError_t fqla_fwd_launch_recurrent(const fqla_fwd_params &p, int sms, int rows, cudaStream_t stream);
 /* Its largest grid: CTAs for N sequences x HV value heads x V columns at
  * head dim K (fqla_cuda_fwd_supported keeps it within gridDim.x). */
 int64_t fqla_fwd_recurrent_ctas(int64_t N, int64_t HV, int64_t K, int64_t V, int varlen);

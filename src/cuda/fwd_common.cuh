@@ -35,13 +35,12 @@
 #define FQLA_FWD_THREADS 256
 static_assert(FQLA_CP_CHUNK == FQLA_FWD_CHUNK, "cp_plan.h and the kernels share the chunk size");
 
-/* Kernel variants, compiled with FQLA_FWD_TUNING and picked at run time by
- * the benchmarking hooks outside the public API (fwd.cu):
- * fqla_cuda_fwd_tune(prep, late) - prep = 2: the prepare kernel's merges in
- * plain tf32 instead of 3xTF32 (fwd_prepare.cu); late: whether the mma.sync
- * chunk kernel issues the next chunk's copies late (after barrier C, from four
- * warps; docs/perf.md v3). fqla_cuda_fwd_tune_chunk picks the chunk kernel.
- * The defaults are the fastest measured on the H200. */
+/* Kernel variants compiled only with FQLA_FWD_TUNING (the developer build,
+ * make DEV=1, whose hooks in src/dev/ pick them at run time): the prepare
+ * kernel's merges in plain tf32 instead of 3xTF32 (fwd_prepare.cu), and the
+ * mma.sync chunk kernel's other copy order (FQLA_FWD_LATE_LOADS: the next
+ * chunk's copies issued late, after barrier C, from four warps). The
+ * product build has the defaults only, the fastest measured on the H200. */
 #ifndef FQLA_FWD_LATE_LOADS
 #define FQLA_FWD_LATE_LOADS 1
 #endif
@@ -109,7 +108,7 @@ struct fqla_fwd_params {
      * x value head, blockIdx.x's unit) of a launch; fused_split > 0 (host
      * side, without CP) runs chains [0, fused_split) with two chain
      * warpgroups per CTA and the rest with one, two CTAs per chain, so that
-     * a small last wave takes ~0.8 of a full one (fwd.cu, split_last_wave) */
+     * a small last wave takes ~0.8 of a full one (route_plan.h, fqla_route_split) */
     int64_t chain0;
     int64_t fused_split;
 };

@@ -676,7 +676,7 @@ cudaError_t fqla_fwd_launch_fused(const fqla_fwd_params &k, int io_bf16, int hb,
     if (err != cudaSuccess || !(parts & FQLA_FUSED_CHAIN) || (p.cp_mode ? p.segs : p.N) * p.HV == 0) return err;
     const int64_t chains = (p.cp_mode ? p.segs : p.N) * p.HV;
     if (nwg == 1) return launch_io<1>(io_bf16, p, chains, maps, ag, stream);
-    /* a split last wave (fused_split, fwd.cu): the first chains with two
+    /* a split last wave (fused_split, route_plan.h): the first chains with two
      * chain warpgroups per CTA, then the rest with one (a second launch,
      * ordered after the first by the stream: its CTAs take the SMs the
      * first's leave) */

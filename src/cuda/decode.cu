@@ -1,8 +1,9 @@
 /*
  * decode.cu - the CUDA backend's decode and verify entry points: what the
  * kernels cover (K = V in {64, 128, 256}, f32 / bf16 state storage, 16-byte
- * aligned state tiles), the variant choice (the V-slice width per warp from
- * the number of warps the problem makes against the SM count), and the launch.
+ * aligned state tiles) and the launch of the variant the route planner
+ * chooses (route_plan.h: the V-slice width per warp and the K split, from
+ * the number of warps the problem makes against the SM count).
  * The kernels themselves are in decode_kernel.cuh; no workspace, no
  * allocation, no synchronisation, so a call can be captured in a CUDA graph.
  */
@@ -80,55 +81,6 @@ fqla_status fqla_cuda_decode_workspace(fqla_context *ctx, const fqla_problem *p,
     return fqla_cuda_decode_supported(ctx, p, a);
 }
 
-/* V-slice width per warp. The widest (64 state values per lane) moves the
- * most bytes per instruction; when the problem has too few warps to keep
- * every SM busy (small batches, where latency rules) narrower slices spread
- * the same bytes over more warps. A [K, V] state is never cut into slices
- * narrower than 32 bytes per row: a warp would then use half of each 32-byte
- * sector it touches (measured on the H200: 1.6x slower at B = 1, 3x at
- * B = 64); since 2026-11-30 a [K, V] state goes to the K-split variants
- * instead (KS warps share one 128-byte-wide slice, see decode_kernel.cuh).
- * Verify follows the same rule (measured: the widest slice that still gives
- * 8 warps per SM is also best for T = 2 and 4). */
-static int choose_wv(const fqla_problem *p, int sm_count, int *ks_out)
-{
-    const int esize = (int)fqla_dtype_size(p->state_dtype);
-    const int K = (int)p->K;
-    const int vf = p->opt.state_v_first ? 1 : 0;
-    const int cand[3] = {2048 / K, 1024 / K, 512 / K};
-    const int64_t enough = 8 * fqla_route_sms(sm_count); /* warps: 8 per SM */
-    *ks_out = 1;
-    if (!vf) {
-        /* [K, V]: 128-byte row segments per warp instruction; the least K
-         * split that gives 8 warps per SM (at most 64 state values per
-         * lane), else the largest split */
-        const int wr = 128 / esize;
-        int best = 0;
-        for (int ks = 1; ks <= 8; ks *= 2) {
-            const int ok = ks == 1 ? wr == 2048 / K : fqla_decode_ksplit_valid(esize, K, ks);
-            if (!ok) continue;
-            /* 8 warps meeting at a barrier were slower than 4 at B = 1
-             * (H200: fp32 4.41 vs 4.25 us, bf16 5.09 vs 4.27 us at K = 128,
-             * HV = 32): KS = 8 only where it is the only split */
-            if (ks == 8 && best) break;
-            best = ks;
-            if (p->B * p->HV * (p->V / wr) * ks >= enough) break;
-        }
-        if (best) {
-            *ks_out = best;
-            return wr;
-        }
-    }
-    int narrowest = cand[0]; /* the widest is valid for every layout and type */
-    for (int i = 0; i < 3; i++) {
-        if (!fqla_decode_variant_valid(esize, K, cand[i], vf)) continue;
-        if (!vf && cand[i] * esize < 32) continue;
-        if (p->B * p->HV * (p->V / cand[i]) >= enough) return cand[i];
-        narrowest = cand[i];
-    }
-    return narrowest;
-}
-
 static int64_t stride_or0(const fqla_tensor *t, int d) { return t->data && d < t->ndim ? t->strides[d] : 0; }
 
 fqla_status fqla_cuda_decode_run(fqla_context *ctx, const fqla_problem *p, const fqla_decode_args *a,
@@ -140,22 +92,19 @@ fqla_status fqla_cuda_decode_run(fqla_context *ctx, const fqla_problem *p, const
 
     const bool verify = p->op == FQLA_OP_VERIFY;
     const bool multi = p->T > 1;
+    fqla_route_device d;
+    d.sm_count = ctx->info.sm_count;
+    d.cc_major = ctx->info.cc_major;
+    d.cc_minor = ctx->info.cc_minor;
+    fqla_decode_shape shape;
+    shape.B = p->B;
+    shape.HV = p->HV;
+    shape.K = p->K;
+    shape.V = p->V;
+    shape.state_esize = (int)fqla_dtype_size(p->state_dtype);
+    shape.v_first = p->opt.state_v_first != 0;
     fqla_decode_route r;
-    r.wv = choose_wv(p, ctx->info.sm_count, &r.ks);
-    r.warps = 0;
-    r.pdl = 1;
-    r.streaming = 0;
-    /* Measured on the H200 (K = V = 128, back-to-back calls): the prefetch
-     * gains 20-25 % at <= 8 MB of state (latency-bound calls), 2-3 % (fp32)
-     * and 5-8 % (bf16) from 64 MB up, and bf16 gains at every size; fp32
-     * loses 8 % at 16 MB and is +-2 % at 32 MB, where the whole grid is
-     * resident early and its prefetched lines compete in L2 with the
-     * previous call's stream. So: on, except fp32 state between 8 and
-     * 64 MB. */
-    const int64_t state_bytes = p->B * p->HV * p->K * p->V * (int64_t)fqla_dtype_size(p->state_dtype);
-    const bool mid_f32 = p->state_dtype == FQLA_DTYPE_F32 && state_bytes > ((int64_t)8 << 20) &&
-                         state_bytes < ((int64_t)64 << 20);
-    r.prefetch = !mid_f32;
+    fqla_decode_plan(&d, &shape, &r);
 #ifdef FQLA_DEV
     fqla_dev_decode_route(p, ctx->info.sm_count, &r);
 #endif

@@ -78,8 +78,39 @@ typedef struct fqla_fwd_route {
     int prep_variant, late, rec_rows;
 } fqla_fwd_route;
 
-/* The decode / verify launch (decode.cu chooses it from the problem and
- * the SM count; decode_launch.cuh launches it). */
+/* ---- decode and verify -------------------------------------------------- */
+
+/* The decode kernels' variants (decode_kernel.cuh, launched by
+ * decode_launch.cuh): a V-slice of WV columns per warp, for a state element
+ * size esize (bytes), K and layout (vfirst: [V, K]); 1 when it exists. */
+static inline int fqla_decode_variant_valid(int esize, int K, int WV, int vfirst)
+{
+    const int vec = 16 / esize;
+    if (WV <= 0 || K <= 0) return 0;
+    if (vfirst) return WV % 4 == 0 && K % (8 * vec) == 0;
+    if (WV % vec != 0 || WV / vec > 32 || 32 % (WV / vec) != 0) return 0;
+    return K % (32 / (WV / vec)) == 0;
+}
+
+/* K-split [K, V] variants: WV = 128 bytes of a row, KS in {2, 4, 8}, 16 to 64
+ * state values per lane (K / KS rows over 4 lanes, 16 bytes each). 1 when
+ * compiled for this element size and K. */
+static inline int fqla_decode_ksplit_valid(int esize, int K, int KS)
+{
+    if (KS != 2 && KS != 4 && KS != 8) return 0;
+    if (K != 64 && K != 128 && K != 256) return 0;
+    const int vals = K / KS / 4 * (16 / esize);
+    return vals >= 16 && vals <= 64;
+}
+
+/* What the decode planner knows of a validated decode / verify call. */
+typedef struct fqla_decode_shape {
+    int64_t B, HV, K, V; /* K = V */
+    int state_esize;     /* bytes per state element: 4 (f32) or 2 (bf16) */
+    int v_first;         /* the state's layout is [V, K] */
+} fqla_decode_shape;
+
+/* The decode / verify launch (decode_launch.cuh launches it). */
 typedef struct fqla_decode_route {
     int wv;        /* V-slice width per warp */
     int ks;        /* warps that share one 128-byte-wide slice of a [K, V] state (1: none) */
@@ -88,6 +119,74 @@ typedef struct fqla_decode_route {
     int prefetch;  /* the L2 prefetch before the PDL wait (with pdl only) */
     int streaming; /* streaming cache hints on the state */
 } fqla_decode_route;
+
+/* The V-slice width per warp, and in *ks the K split. The widest slice (64
+ * state values per lane) moves the most bytes per instruction; when the
+ * problem has too few warps to keep every SM busy (small batches, where
+ * latency rules) narrower slices spread the same bytes over more warps. A
+ * [K, V] state is never cut into slices narrower than 32 bytes per row: a
+ * warp would then use half of each 32-byte sector it touches (measured on
+ * the H200: 1.6x slower at B = 1, 3x at B = 64); a [K, V] state goes to the
+ * K-split variants instead (KS warps share one 128-byte-wide slice, see
+ * decode_kernel.cuh). Verify follows the same rule (measured: the widest
+ * slice that still gives 8 warps per SM is also best for T = 2 and 4). */
+static inline int fqla_decode_wv(const fqla_decode_shape *s, int64_t sms, int *ks)
+{
+    const int esize = s->state_esize, K = (int)s->K, vf = s->v_first ? 1 : 0;
+    const int cand[3] = {2048 / K, 1024 / K, 512 / K};
+    const int64_t enough = 8 * sms; /* warps: 8 per SM */
+    *ks = 1;
+    if (!vf) {
+        /* [K, V]: 128-byte row segments per warp instruction; the least K
+         * split that gives 8 warps per SM (at most 64 state values per
+         * lane), else the largest split */
+        const int wr = 128 / esize;
+        int best = 0;
+        for (int k = 1; k <= 8; k *= 2) {
+            const int ok = k == 1 ? wr == 2048 / K : fqla_decode_ksplit_valid(esize, K, k);
+            if (!ok) continue;
+            /* 8 warps meeting at a barrier were slower than 4 at B = 1
+             * (H200: fp32 4.41 vs 4.25 us, bf16 5.09 vs 4.27 us at K = 128,
+             * HV = 32): KS = 8 only where it is the only split */
+            if (k == 8 && best) break;
+            best = k;
+            if (s->B * s->HV * (s->V / wr) * k >= enough) break;
+        }
+        if (best) {
+            *ks = best;
+            return wr;
+        }
+    }
+    int narrowest = cand[0]; /* the widest is valid for every layout and type */
+    for (int i = 0; i < 3; i++) {
+        if (!fqla_decode_variant_valid(esize, K, cand[i], vf)) continue;
+        if (!vf && cand[i] * esize < 32) continue;
+        if (s->B * s->HV * (s->V / cand[i]) >= enough) return cand[i];
+        narrowest = cand[i];
+    }
+    return narrowest;
+}
+
+/* The decode / verify launch for shape s on device d. */
+static inline void fqla_decode_plan(const fqla_route_device *d, const fqla_decode_shape *s, fqla_decode_route *r)
+{
+    r->wv = fqla_decode_wv(s, fqla_route_sms(d->sm_count), &r->ks);
+    r->warps = 0;
+    r->pdl = 1;
+    r->streaming = 0;
+    /* Measured on the H200 (K = V = 128, back-to-back calls): the prefetch
+     * gains 20-25 % at <= 8 MB of state (latency-bound calls), 2-3 % (fp32)
+     * and 5-8 % (bf16) from 64 MB up, and bf16 gains at every size; fp32
+     * loses 8 % at 16 MB and is +-2 % at 32 MB, where the whole grid is
+     * resident early and its prefetched lines compete in L2 with the
+     * previous call's stream. So: on, except fp32 state between 8 and
+     * 64 MB. */
+    const int64_t state_bytes = s->B * s->HV * s->K * s->V * (int64_t)s->state_esize;
+    const int mid_f32 = s->state_esize == 4 && state_bytes > ((int64_t)8 << 20) && state_bytes < ((int64_t)64 << 20);
+    r->prefetch = !mid_f32;
+}
+
+/* ---- the forward ----------------------------------------------------------- */
 
 /* The head dims the fused path (and its prepare kernels without Q) is built for. */
 static inline int fqla_route_fused_k(int64_t K) { return K == 64 || K == 128 || K == 256; }

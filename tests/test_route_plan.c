@@ -443,6 +443,74 @@ static void same_as_before(void)
         CHECK(routes[want[i]] > 0, "route %d never drawn in %d trials", want[i], trials);
 }
 
+/* Decode and verify: a [K, V] state always takes 128-byte row segments,
+ * split over K (2, 4 or 8 warps) but for fp32 at K = 64 at the smallest
+ * batches (the only unsplit [K, V] variant the product build compiles); the
+ * least split that gives 8 warps per SM, 8 only where it is the only one;
+ * a [V, K] state the widest slice that gives 8 warps per SM; the prefetch
+ * off only for fp32 state between 8 and 64 MB. */
+static void decode(void)
+{
+    const fqla_route_device d = {132, 9, 0};
+    const int64_t Ks[3] = {64, 128, 256};
+    for (int ki = 0; ki < 3; ki++)
+        for (int es = 2; es <= 4; es += 2)
+            for (int vf = 0; vf < 2; vf++)
+                for (int64_t B = 1; B <= 4096; B *= 4) {
+                    fqla_decode_shape s = {B, 8, Ks[ki], Ks[ki], es, vf};
+                    fqla_decode_route r;
+                    fqla_decode_plan(&d, &s, &r);
+                    const int K = (int)Ks[ki];
+                    CHECK(r.pdl == 1 && r.warps == 0 && r.streaming == 0, "K %d es %d: pdl %d warps %d streaming %d", K,
+                          es, r.pdl, r.warps, r.streaming);
+                    if (!vf) {
+                        CHECK(r.wv == 128 / es, "K %d es %d B %lld [K, V]: wv %d", K, es, (long long)B, r.wv);
+                        CHECK(r.ks > 1 ? fqla_decode_ksplit_valid(es, K, r.ks) : es == 4 && K == 64,
+                              "K %d es %d B %lld [K, V]: ks %d", K, es, (long long)B, r.ks);
+                    } else {
+                        CHECK(r.ks == 1 && fqla_decode_variant_valid(es, K, r.wv, 1), "K %d es %d B %lld [V, K]: wv %d ks %d",
+                              K, es, (long long)B, r.wv, r.ks);
+                    }
+                }
+    /* fp32 K = 128, HV = 32: B = 1 takes KS = 4 (8 would wait at a barrier
+     * for nothing); B = 5 fills 8 warps per SM (1056) with KS = 2 */
+    fqla_decode_shape s = {1, 32, 128, 128, 4, 0};
+    fqla_decode_route r;
+    fqla_decode_plan(&d, &s, &r);
+    CHECK(r.wv == 32 && r.ks == 4, "fp32 K 128 B 1: wv %d ks %d (32, 4 expected)", r.wv, r.ks);
+    s.B = 5;
+    fqla_decode_plan(&d, &s, &r);
+    CHECK(r.wv == 32 && r.ks == 2, "fp32 K 128 B 5: wv %d ks %d (32, 2 expected)", r.wv, r.ks);
+    /* [V, K] bf16 at K = 128: 2048 / K = 16 columns where 8 x 132 warps fill
+     * up, else narrower */
+    fqla_decode_shape v = {64, 32, 128, 128, 2, 1};
+    fqla_decode_plan(&d, &v, &r);
+    CHECK(r.wv == 16 && r.ks == 1, "bf16 [V, K] B 64: wv %d", r.wv);
+    v.B = 1;
+    fqla_decode_plan(&d, &v, &r);
+    CHECK(r.wv == 4, "bf16 [V, K] B 1: wv %d (4 expected)", r.wv);
+    /* the prefetch: fp32 16 MB off, bf16 16 MB on, fp32 4 MB and 128 MB on */
+    fqla_decode_shape m = {16, 16, 128, 128, 4, 0}; /* 16 x 16 x 64 KB = 16 MB */
+    fqla_decode_plan(&d, &m, &r);
+    CHECK(!r.prefetch, "fp32 16 MB: prefetch on");
+    m.state_esize = 2;
+    fqla_decode_plan(&d, &m, &r);
+    CHECK(r.prefetch, "bf16 16 MB: prefetch off");
+    m.state_esize = 4;
+    m.B = 4;
+    fqla_decode_plan(&d, &m, &r);
+    CHECK(r.prefetch, "fp32 4 MB: prefetch off");
+    m.B = 128;
+    fqla_decode_plan(&d, &m, &r);
+    CHECK(r.prefetch, "fp32 128 MB: prefetch off");
+    /* the SM count: 8 warps per SM of the device (0: 132) */
+    const fqla_route_device big = {264, 9, 0}, none = {0, 9, 0};
+    fqla_decode_plan(&big, &s, &r);
+    CHECK(r.ks == 4, "fp32 K 128 B 5 on 264 SMs: ks %d (4 expected)", r.ks);
+    fqla_decode_plan(&none, &s, &r);
+    CHECK(r.ks == 2, "fp32 K 128 B 5, SM count unknown: ks %d (2 expected)", r.ks);
+}
+
 int main(void)
 {
     check_rng_seed(check_seed());
@@ -452,5 +520,6 @@ int main(void)
     CHECK_RUN(varlen);
     CHECK_RUN(sm_count);
     CHECK_RUN(same_as_before);
+    CHECK_RUN(decode);
     return check_summary();
 }

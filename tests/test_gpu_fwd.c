@@ -624,7 +624,7 @@ static void fwd_varlen(void)
     set_cu(&s3, cu3, 41);
     check_spec(&s3, "varlen 40 sequences (0..130 tokens) T = cu[40] + 50 K=V=64");
     /* equal lengths with a host copy run as the padded batch [N][L] over the
-     * same memory (fwd.cu, uniform_as_padded): a length that is no multiple
+     * same memory (route_plan.h, fqla_route_uniform): a length that is no multiple
      * of 64, both routes; with rows after the last sequence they stay varlen */
     const int64_t cu4[] = {0, 200, 400, 600};
     spec s4 = base_spec(1, 600, 2, 4, 128);
@@ -762,7 +762,7 @@ static void check_specs_fused(const spec *s, const char *const *names, int n)
  * benchmark's uniform rows take this form): an even chunk count, ~2 waves
  * of the prepare kernel's CTAs at 4 per SM, and an odd one (a CTA's two
  * chunks in two sequences) whose 160 chains split the fused kernel's last
- * wave into a second launch (split_last_wave in fwd.cu). Then K = V = 64
+ * wave into a second launch (fqla_route_split in route_plan.h). Then K = V = 64
  * (one chain warpgroup): group 1 varlen with the host copy, and group 4
  * in a padded batch with a partial last chunk. Last, K = 256 (one chain
  * warpgroup, the state's copy in shared memory; its prepare kernel in
@@ -988,10 +988,10 @@ static void fwd_v_first_bf16_state(void)
     check_spec(&s, "bf16 h0 and final state");
 }
 
-/* The gate and beta extremes on the path pick_fused gives this small shape
+/* The gate and beta extremes on the path the planner gives this small shape
  * (the chunk kernel), then forced onto the fused kernel with two and one
  * chain warpgroups, the default path of every large problem (another
- * kernel, Pg formed beside the chain; docs/perf.md, session 20). One draw
+ * kernel, Pg formed beside the chain). One draw
  * per case serves all three runs. */
 static void fwd_decay_extremes(void)
 {
@@ -1150,14 +1150,14 @@ static void fwd_chunk_kernels(void)
  * Ar = (I + StrictLower(diag(beta) K K^T))^-1 grows like |beta ||k||^2 - 1|^n
  * over a chunk and overflowed fp32: NaN where the reference is finite,
  * until the prepare kernel inverted the gated system for the chunks with
- * some beta ||k||^2 outside [0, 2] (docs/perf.md, session 30). Every prepare
+ * some beta ||k||^2 outside [0, 2]. Every prepare
  * kernel: PAIR (group 1), LEAN (groups 2, 4; K = 64, 128, 256; and group
  * 1 at K = 256, a batch of one head) and the kernels with Q (the chunk
  * kernels' path), then CP. The last three mix both forms in one CTA: beta
  * = 0.01 (beta ||k||^2 ~ 1.3, the gate-free form) on alternate chunks and
  * value heads, so a PAIR CTA's two chunks and a batch's two heads differ.
  * The last has a group of 40 value heads: twenty batches, each voted
- * beside its step a, mixing both forms (docs/perf.md, session 31). */
+ * beside its step a, mixing both forms. */
 static void fwd_raw_keys_strong_decay(void)
 {
     enum { NS = 8 };
@@ -1223,8 +1223,8 @@ static void fwd_context_parallel(void)
     /* no sequence of a few tokens here: under strong decay each output row is
      * its own token's term, rounded to bf16 four times (Ag's beta, Vd, Pg, o),
      * and over 5 tokens one head's error exceeds 5e-3 in ~2% of draws for
-     * any implementation of that precision (a numpy model of the roundings,
-     * docs/perf.md "CP v4"), so with four heads about one run in 14 failed;
+     * any implementation of that precision (a numpy model of the roundings),
+     * so with four heads about one run in 14 failed;
      * over 65 tokens the model's worst of 4000 draws is 4.5e-3. The 5-token
      * sequence stays among the edge shapes, at normal decay. */
     const int64_t cu[] = {0, 130, 195, 400};

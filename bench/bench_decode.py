@@ -24,6 +24,10 @@ access poisons the CUDA context), so FLA rows run in a child process each.
     python3 bench/bench_decode.py --sweep      # also time every slice width / layout variant
     python3 bench/bench_decode.py --sweep3 --sweep4 --table 0 --no-fla
                                                # the L2 prefetch off / on, small calls and 8-128 MB
+
+The sweeps force variants through the tuning hooks, which only a developer
+library has (make DEV=1: build-dev/libflashqla.so); asked of a product
+library they stop with a message saying so.
 """
 import argparse
 import ctypes as C
@@ -465,6 +469,9 @@ def main():
         return
 
     lib = Lib(os.path.abspath(args.lib))
+    if (args.sweep or args.sweep2 or args.sweep3 or args.sweep4) and not lib.tune:
+        sys.exit("bench_decode.py: --sweep* needs a DEV=1 library (make DEV=1: build-dev/libflashqla.so); "
+                 "%s is a product library without tuning hooks" % args.lib)
     gpu = torch.cuda.get_device_name().replace(",", " ")
     bw = copy_bandwidth()
     print("gpu %s, copy bandwidth %.3f TB/s (read + write)" % (gpu, bw / 1e12), flush=True)

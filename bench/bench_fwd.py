@@ -23,8 +23,10 @@ FlashQLA / FlashInfer anchors (bench/anchors_h200.csv).
 
 Several builds and kernel variants in one process, on the same inputs and
 against the same FLA timing, in reverse order on every other row: --lib 'new=build/libflashqla.so,v2=old/libflashqla.so'
-and --variants '2,0;1,1' (value heads per prepare batch, late chunk copies:
-fqla_cuda_fwd_tune, applied to each library that has it; a variant of four
+and --variants '2,0;1,1' (the prepare kernel's variant, late chunk copies:
+fqla_cuda_fwd_tune). The variants need a developer library (make DEV=1,
+build-dev/libflashqla.so): only it has the tuning hooks (src/dev/); a
+product library asked for them is reported and runs its own route. A variant of four
 numbers 'hb,late,wg,nwg' also picks the chunk kernel: wg 0 = mma.sync, 1 =
 wgmma with nwg consumer warpgroups (0 = the default), 2 = Pg formed beside the chain
 (fwd_fused.cu), -1 = the default; fqla_cuda_fwd_tune_chunk); a fifth,
@@ -32,12 +34,11 @@ wgmma with nwg consumer warpgroups (0 = the default), 2 = Pg formed beside the c
 chunks; fqla_cuda_fwd_tune_cp), and a sixth the CP scan's columns per CTA (8, 16, 32; 0 = by
 the grid; fqla_cuda_fwd_tune_cp_scan), and a seventh the CP shortcut for negligible
 transitions (0 off, 1 on; fqla_cuda_fwd_tune_cp_skip; without it each build keeps its
-default), and an eighth programmatic
+default, on), and an eighth programmatic
 dependent launch of the kernels after the prepare kernel (0 off, 1 on, -1 the default;
 fqla_cuda_fwd_tune_pdl), and a ninth the per cent of long segments' transitions the CP
-plan expects the shortcut to leave out (cp_plan.h m_skipped; without it the build's own default:
-0 in older builds, 75 today;
-fqla_cuda_fwd_tune_cp_mskip), and a tenth the fp32 recurrence's state rows a lane (16,
+plan expects the shortcut to leave out (cp_plan.h m_skipped; without it the build's default,
+75; fqla_cuda_fwd_tune_cp_mskip), and a tenth the fp32 recurrence's state rows a lane (16,
 32; 0 = by the waves; fqla_cuda_fwd_tune_recurrent). Each (library,
 variant) is one CSV row; its commit field is the build's commit plus the
 variant, or the label of a labelled library run without variants (e.g.
@@ -53,9 +54,9 @@ FLA 0.5.2 timed alone on this H200 with the same method. --fla-tune table (the d
 disk cache of autotuning results is off (FLA_CACHE_RESULTS=0), and before the
 first timed row of a head configuration FLA runs once on that
 configuration's first table row. --fla-tune cache keeps whatever the disk
-cache holds, as every run before 2026-11-30 did: its picks came from a run
-of the uniform rows, which made FLA ~9 % faster on those and 10-17 % slower
-on the single-sequence rows than the anchors' FLA (measured on the H200).
+cache holds: its picks then come from whatever rows filled it (a run of the
+uniform rows made FLA ~9 % faster on those and 10-17 % slower on the
+single-sequence rows than the anchors' FLA).
 """
 import argparse
 import ctypes as C
@@ -112,6 +113,7 @@ def desc(t):
 class Lib:
     def __init__(self, path, label=""):
         self.label = label
+        self.path = path
         self.L = C.CDLL(path)
         self.tune = getattr(self.L, "fqla_cuda_fwd_tune", None)
         self.tune_chunk = getattr(self.L, "fqla_cuda_fwd_tune_chunk", None)
@@ -473,7 +475,13 @@ def main():
         libs.append(Lib(path, label))
     variants = [tuple(int(x) for x in v.split(",")) for v in a.variants.split(";") if v] if a.variants else []
     configs = []  # (lib, variant or None, tag)
+    if variants and not any(lib.tune for lib in libs):
+        sys.exit("bench_fwd.py: --variants needs a DEV=1 library (make DEV=1: build-dev/libflashqla.so); "
+                 "the product library has no tuning hooks: " + ", ".join(lib.path for lib in libs))
     for lib in libs:
+        if variants and not lib.tune:
+            print("bench_fwd.py: %s has no tuning hooks (--variants needs a DEV=1 library): it runs its own "
+                  "route" % lib.path, flush=True)
         if variants and lib.tune:
             for var in variants:
                 name = "hb%d-late%d" % var[:2] + ("-wg%d-nwg%d" % var[2:4] if len(var) >= 4 else "")

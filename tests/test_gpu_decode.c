@@ -26,6 +26,7 @@
  * error is that rounding.
  */
 #include "common/check.h"
+#include "cuda/route_plan.h"
 #include "flashqla.h"
 #include "internal.h"
 
@@ -37,9 +38,12 @@
 #ifdef FQLA_HAVE_CUDA
 /* The CUDA runtime entry points (C ABI of libcudart; handles are void *). */
 #include "cudart_c.h"
-/* benchmark / test hook in src/cuda/decode.cu: fixed V-slice width (0 = auto) */
+#ifdef FQLA_DEV
+/* the developer build's hooks (src/dev/cuda_tune.cu): a forced V-slice
+ * width (0 = the planner's) and K split */
 extern void fqla_cuda_decode_tune(int wv, int streaming);
 extern void fqla_cuda_decode_tune_ksplit(int ks);
+#endif
 #define MEMCPY_H2D CUDART_MEMCPY_H2D
 #define MEMCPY_D2H CUDART_MEMCPY_D2H
 #define CAPTURE_THREAD_LOCAL CUDART_CAPTURE_THREAD_LOCAL
@@ -89,13 +93,13 @@ static void d2h(void *h, const void *d, size_t bytes)
 
 static void tune(int wv, int ks)
 {
-#ifdef FQLA_HAVE_CUDA
+#if defined(FQLA_HAVE_CUDA) && defined(FQLA_DEV)
     if (!g_emulate) {
         fqla_cuda_decode_tune(wv, -1);
         fqla_cuda_decode_tune_ksplit(ks);
     }
 #else
-    (void)wv; (void)ks;
+    (void)wv; (void)ks; /* the product build has no hooks: see forced_ok */
 #endif
 }
 
@@ -446,8 +450,54 @@ static double thr_for(const cfg *c)
     return c->io == FQLA_DTYPE_F32 ? 1e-4 : 5e-3;
 }
 
+/* The launch the planner (src/cuda/route_plan.h) chooses for c on the
+ * test's GPU. */
+static fqla_decode_route planned(const cfg *c, fqla_context *ctx)
+{
+    fqla_device_info info;
+    memset(&info, 0, sizeof info);
+    fqla_context_info(ctx, &info);
+    fqla_route_device d;
+    d.sm_count = info.sm_count;
+    d.cc_major = info.cc_major;
+    d.cc_minor = info.cc_minor;
+    fqla_decode_shape s;
+    s.B = c->B;
+    s.HV = c->HV;
+    s.K = c->K;
+    s.V = c->K;
+    s.state_esize = (int)fqla_dtype_size(c->state);
+    s.v_first = c->vfirst;
+    fqla_decode_route r;
+    fqla_decode_plan(&d, &s, &r);
+    return r;
+}
+
+/* A case that forces a variant (wv, ks): in the developer build through its
+ * hooks; in the product build it runs where the planner picks that same
+ * variant, and is reported as skipped elsewhere. */
+static int forced_ok(const cfg *c)
+{
+#if defined(FQLA_HAVE_CUDA) && !defined(FQLA_DEV)
+    if ((c->wv || c->ks) && !g_emulate) {
+        fqla_context *ctx = gpu_context();
+        if (!ctx) return 0;
+        const fqla_decode_route r = planned(c, ctx);
+        fqla_context_destroy(ctx);
+        if ((c->wv && c->wv != r.wv) || (c->ks && c->ks != r.ks)) {
+            check_skip(c->name, "forces a variant the planner does not choose here: needs a DEV=1 build");
+            return 0;
+        }
+    }
+#else
+    (void)c;
+#endif
+    return 1;
+}
+
 static void run_chain(const cfg *c)
 {
+    if (!forced_ok(c)) return;
     problem p;
     make_problem(&p, c);
     const int64_t B = c->B, HV = c->HV, K = c->K, KK = (int64_t)K * K, E = state_elems(&p), N = c->N, L = c->L;
@@ -727,6 +777,50 @@ static void every_slice_width(void)
                          0, 1, 0, 0, 0, 0, 1, 0, 0, ks};
                 run_chain(&c);
             }
+}
+
+/* Each variant the planner (route_plan.h) chooses, on a batch it chooses it
+ * for (132 SMs; on a GPU with another count a different choice is reported
+ * as skipped): [K, V] unsplit (fp32, K = 64, enough warps), K splits 2, 4
+ * and 8, and [V, K] at the widest and the narrowest slice. */
+static void planned_variants(void)
+{
+    enum { NP = 12 };
+    /* name, B, H, HV, K, L, N, io, gate, state, slot, vfirst, l2, gate_in, sigm, neg, scale, npad, wv, verify, ks */
+    const cfg cases[NP] = {
+        {"planned k64 kv f32 unsplit", 66, 2, 8, 64, 3, 2, BF16, F32, F32, I32, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0},
+        {"planned k64 kv f32 ks2", 33, 2, 8, 64, 3, 2, BF16, F32, F32, I32, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0},
+        {"planned k64 kv f32 ks4", 2, 1, 2, 64, 3, 2, BF16, F32, F32, I32, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0},
+        {"planned k128 kv f32 ks2", 17, 2, 8, 128, 3, 2, BF16, F32, F32, I32, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0},
+        {"planned k128 kv f32 ks4", 2, 1, 2, 128, 3, 2, BF16, F32, F32, I32, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0},
+        {"planned k256 kv f32 ks4", 2, 1, 2, 256, 3, 2, BF16, F32, F32, I32, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0},
+        {"planned k64 kv bf16st ks2", 66, 2, 8, 64, 3, 2, BF16, F32, BF16, I32, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0},
+        {"planned k64 kv bf16st ks4", 2, 1, 2, 64, 3, 2, BF16, F32, BF16, I32, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0},
+        {"planned k128 kv bf16st ks4", 2, 1, 2, 128, 3, 2, BF16, F32, BF16, I32, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0},
+        {"planned k256 kv bf16st ks8", 2, 1, 2, 256, 3, 2, BF16, F32, BF16, I32, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0},
+        {"planned k128 vk f32 widest", 17, 2, 8, 128, 3, 2, BF16, F32, F32, I32, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0},
+        {"planned k128 vk bf16st narrowest", 2, 1, 2, 128, 3, 2, BF16, F32, BF16, I32, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0},
+    };
+    /* the planner's (wv, ks) on 132 SMs */
+    const int want[NP][2] = {{32, 1}, {32, 2}, {32, 4}, {32, 2}, {32, 4}, {32, 4},
+                             {64, 2}, {64, 4}, {64, 4}, {64, 8}, {16, 1}, {4, 1}};
+    fqla_context *ctx = gpu_context();
+    if (!ctx) return;
+    for (int i = 0; i < NP; i++) {
+        if (check_quick() && cases[i].K == 256) continue;
+        const fqla_decode_route r = planned(&cases[i], ctx);
+        if (!g_emulate && (r.wv != want[i][0] || r.ks != want[i][1])) { /* (emulation: the CPU's core count) */
+            fqla_device_info info;
+            fqla_context_info(ctx, &info);
+            if (info.sm_count != 132) {
+                check_skip(cases[i].name, "the planner picks another variant at this GPU's SM count");
+                continue;
+            }
+            CHECK(0, "%s: planned wv %d ks %d, %d %d expected", cases[i].name, r.wv, r.ks, want[i][0], want[i][1]);
+        }
+        run_chain(&cases[i]);
+    }
+    fqla_context_destroy(ctx);
 }
 
 static void verify_step_states(void)
@@ -1135,6 +1229,7 @@ int main(int argc, char **argv)
     }
     RUN(chained_decode);
     RUN(every_slice_width);
+    RUN(planned_variants);
     RUN(verify_step_states);
     RUN(verify_step_slots);
     RUN(slot_past_pool);

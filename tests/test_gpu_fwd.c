@@ -17,6 +17,7 @@
  * with fp32 inputs), per (sequence, value head). Without a CUDA device every case is skipped.
  */
 #include "common/check.h"
+#include "cuda/route_plan.h"
 #include "flashqla.h"
 #include "internal.h"
 
@@ -27,7 +28,7 @@
 #define CASES(X)                                                                                 \
     X(fwd_lengths) X(fwd_varlen) X(fwd_varlen_i64_zero_len) X(fwd_fused_waves) X(fwd_fused_l2norm) X(fwd_trailing_rows) X(fwd_gva)       \
     X(fwd_many_heads) X(fwd_many_sequences) X(fwd_head_dims) X(fwd_fp16) X(fwd_fp32) X(fwd_tail_nonfinite) X(fwd_options) X(fwd_v_first_bf16_state) X(fwd_decay_extremes) X(fwd_raw_keys_strong_decay) \
-    X(fwd_variants) X(fwd_chunk_kernels) X(fwd_context_parallel) X(fwd_robustness) X(fwd_graph_replay) X(fwd_not_supported)
+    X(fwd_variants) X(fwd_chunk_kernels) X(fwd_context_parallel) X(fwd_robustness) X(fwd_graph_replay) X(fwd_routes) X(fwd_not_supported)
 
 #ifdef FQLA_HAVE_CUDA
 
@@ -37,7 +38,9 @@ typedef int cuda_err;
 typedef void *cuda_stream;
 typedef void *cuda_graph;
 typedef void *cuda_graph_exec;
-/* the forward's kernel-variant hook (src/cuda/fwd.cu, outside the public API) */
+#ifdef FQLA_DEV
+/* the developer build's hooks (src/dev/cuda_tune.cu): forced kernel paths
+ * and variants, and what the last call ran */
 extern void fqla_cuda_fwd_tune(int prep_heads, int late_loads);
 extern void fqla_cuda_fwd_tune_chunk(int wg, int nwg);
 extern void fqla_cuda_fwd_tune_cp(int seg_chunks);
@@ -46,6 +49,20 @@ extern void fqla_cuda_fwd_tune_cp_skip(int on);
 extern int64_t fqla_cuda_fwd_debug_cp_skipped(void);
 extern void fqla_cuda_fwd_tune_recurrent(int rows); /* fp32 recurrence: 16 / 32 rows a lane, 0 by waves */
 extern int fqla_cuda_fwd_last_route(void); /* 1 fused, 2 wgmma, 3 mma.sync, 4 fp32 recurrent; + 8 with CP */
+#define DEV_BUILD 1
+#else
+/* the product build has no hooks: the parts that force a path or a
+ * variant are reported as skipped (dev_part) and these reset calls do
+ * nothing */
+#define fqla_cuda_fwd_tune(prep, late) ((void)(prep), (void)(late))
+#define fqla_cuda_fwd_tune_chunk(wg, nwg) ((void)(wg), (void)(nwg))
+#define fqla_cuda_fwd_tune_cp(seg_chunks) ((void)(seg_chunks))
+#define fqla_cuda_fwd_tune_cp_scan(columns) ((void)(columns))
+#define fqla_cuda_fwd_tune_cp_skip(on) ((void)(on))
+#define fqla_cuda_fwd_tune_recurrent(rows) ((void)(rows))
+#define fqla_cuda_fwd_debug_cp_skipped() ((int64_t)-1)
+#define DEV_BUILD 0
+#endif
 #define H2D CUDART_MEMCPY_H2D
 #define D2H CUDART_MEMCPY_D2H
 
@@ -493,6 +510,71 @@ static void set_cu(spec *s, const int64_t *cu, int n)
     for (int i = 0; i < n; i++) s->cu[i] = cu[i];
 }
 
+/* A part of a case that forces a kernel path or variant through the
+ * developer build's hooks: 1 where it can run, else reported as skipped. */
+static int dev_part(const char *what)
+{
+    if (DEV_BUILD) return 1;
+    check_skip(what, "forces a kernel path or variant: needs a DEV=1 build");
+    return 0;
+}
+
+/* The route the planner (src/cuda/route_plan.h) gives s on the test's GPU
+ * (o contiguous and aligned, as prob_init lays it out). */
+static fqla_fwd_route planned(const spec *s)
+{
+    fqla_device_info info;
+    memset(&info, 0, sizeof info);
+    fqla_context_info(gpu, &info);
+    fqla_route_device d;
+    d.sm_count = info.sm_count;
+    d.cc_major = info.cc_major;
+    d.cc_minor = info.cc_minor;
+    fqla_fwd_shape sh;
+    memset(&sh, 0, sizeof sh);
+    sh.N = s->ncu ? s->ncu - 1 : s->B;
+    sh.T = s->T;
+    sh.H = s->H;
+    sh.HV = s->HV;
+    sh.K = s->K;
+    sh.V = s->V;
+    sh.varlen = s->ncu != 0;
+    sh.cu_host = s->ncu && s->cu_host ? s->cu : NULL;
+    sh.io_f32 = s->io == FQLA_DTYPE_F32;
+    sh.l2norm = s->l2norm;
+    sh.o_base16 = 1;
+    sh.o_sh = s->V;
+    sh.o_st = (int64_t)s->HV * s->V;
+    sh.o_sb = (int64_t)s->T * s->HV * s->V;
+    sh.tma_encoder = 1;
+    fqla_fwd_route r;
+    fqla_fwd_plan(&d, &sh, &r, NULL);
+    return r;
+}
+
+/* planned()'s route as fqla_cuda_fwd_last_route numbers it */
+static int route_code(const fqla_fwd_route *r) { return r->path + (r->cp ? 8 : 0); }
+
+/* After check_spec(s): the planner sends s where the case means to cover
+ * (route: fqla_cuda_fwd_last_route's numbering; nwg: 0 any). The shapes are
+ * chosen for the H200's 132 SMs; on a GPU with another count a different
+ * route is reported as skipped. In the developer build the call must also
+ * have run it. */
+static void expect_route(const spec *s, int route, int nwg, const char *what)
+{
+    const fqla_fwd_route r = planned(s);
+    const int ok = route_code(&r) == route && (!nwg || r.nwg == nwg);
+    if (!ok && r.sms != 132) {
+        check_skip(what, "the planner routes this shape elsewhere at this GPU's SM count");
+        return;
+    }
+    CHECK(ok, "%s: planned route %d nwg %d, %d nwg %d expected", what, route_code(&r), r.nwg, route, nwg);
+#ifdef FQLA_DEV
+    CHECK(fqla_cuda_fwd_last_route() == route_code(&r), "%s: ran route %d, planned %d", what,
+          fqla_cuda_fwd_last_route(), route_code(&r));
+#endif
+}
+
 /* ------------------------------------------------------------------------ */
 
 static void fwd_lengths(void)
@@ -529,16 +611,25 @@ static void fwd_varlen(void)
     set_cu(&s3, cu3, 41);
     check_spec(&s3, "varlen 40 sequences (0..130 tokens) T = cu[40] + 50 K=V=64");
     /* equal lengths with a host copy run as the padded batch [N][L] over the
-     * same memory (fwd.cu, uniform_as_padded): a length that is no multiple
+     * same memory (route_plan.h, fqla_route_uniform): a length that is no multiple
      * of 64, both routes; with rows after the last sequence they stay varlen */
     const int64_t cu4[] = {0, 200, 400, 600};
     spec s4 = base_spec(1, 600, 2, 4, 128);
     set_cu(&s4, cu4, 4);
     s4.cu_host = 1;
     check_spec(&s4, "varlen 3 x 200 + host copy (as padded)");
-    fqla_cuda_fwd_tune_chunk(2, 0);
-    check_spec(&s4, "varlen 3 x 200 + host copy (as padded) [fused]");
-    fqla_cuda_fwd_tune_chunk(-1, 0);
+    expect_route(&s4, FQLA_FWD_WGMMA, 1, "varlen 3 x 200 + host copy (as padded): the two kernels");
+    if (dev_part("varlen 3 x 200 + host copy (as padded) [fused]")) {
+        fqla_cuda_fwd_tune_chunk(2, 0);
+        check_spec(&s4, "varlen 3 x 200 + host copy (as padded) [fused]");
+        fqla_cuda_fwd_tune_chunk(-1, 0);
+    }
+    /* the same at 16 heads, which the planner sends to the fused kernel */
+    spec s4f = base_spec(1, 600, 16, 16, 128);
+    set_cu(&s4f, cu4, 4);
+    s4f.cu_host = 1;
+    check_spec(&s4f, "varlen 3 x 200 + host copy (as padded) H=16");
+    expect_route(&s4f, FQLA_FWD_FUSED, 1, "varlen 3 x 200 + host copy (as padded) H=16: fused");
     spec s5 = base_spec(1, 640, 2, 4, 128);
     set_cu(&s5, cu4, 4);
     s5.cu_host = 1;
@@ -554,10 +645,19 @@ static void fwd_varlen_i64_zero_len(void)
     s.cu_host = 1;
     check_spec(&s, "varlen [0,64,64,128] i64 + host copy");
     /* the fused path too: its prepare kernel without Q at group 2 meets the
-     * empty chunk slots (1, 2 and 4) that this layout leaves */
-    fqla_cuda_fwd_tune_chunk(2, 0);
-    check_spec(&s, "varlen [0,64,64,128] i64 + host copy [fused]");
-    fqla_cuda_fwd_tune_chunk(-1, 0);
+     * empty chunk slots (1, 2 and 4) that this layout leaves; forced here,
+     * and at 16 q/k heads (32 value heads) by the planner's choice */
+    if (dev_part("varlen [0,64,64,128] i64 + host copy [fused]")) {
+        fqla_cuda_fwd_tune_chunk(2, 0);
+        check_spec(&s, "varlen [0,64,64,128] i64 + host copy [fused]");
+        fqla_cuda_fwd_tune_chunk(-1, 0);
+    }
+    spec sf = base_spec(1, 128, 16, 32, 128);
+    set_cu(&sf, cu, 4);
+    sf.cu64 = 1;
+    sf.cu_host = 1;
+    check_spec(&sf, "varlen [0,64,64,128] i64 + host copy H=16 HV=32");
+    expect_route(&sf, FQLA_FWD_FUSED, 2, "varlen [0,64,64,128] i64 + host copy H=16 HV=32: fused");
 }
 
 /* After a call with the fused kernel forced at nwg chain warpgroups: where
@@ -566,18 +666,27 @@ static void fwd_varlen_i64_zero_len(void)
  * (fqla_cuda_fwd_last_route). */
 static void check_ran_fused(const spec *s, int nwg, const char *what)
 {
+#ifdef FQLA_DEV
     if ((s->K == 64 || s->K == 128 || (s->K == 256 && nwg == 1)) && s->V % (64 * nwg) == 0)
         CHECK((fqla_cuda_fwd_last_route() & 7) == 1, "%s: ran route %d, not the fused kernel", what,
               fqla_cuda_fwd_last_route());
+#else
+    (void)s;
+    (void)nwg;
+    (void)what;
+#endif
 }
 
 /* p on the fused kernel, forced, with two then one chain warpgroup: the
- * checks are named "name [fused nwg=N]". */
+ * checks are named "name [fused nwg=N]". Without the developer build's
+ * hooks, p on the planner's route instead. */
 static void check_prob_fused(prob *p, const char *name)
 {
+    if (!DEV_BUILD) check_prob(p, name);
     for (int nwg = 2; nwg >= 1; nwg--) {
         char what[128];
         snprintf(what, sizeof what, "%s [fused nwg=%d]", name, nwg);
+        if (!dev_part(what)) continue;
         fqla_cuda_fwd_tune_chunk(2, nwg);
         check_prob(p, what);
         check_ran_fused(&p->s, nwg, what);
@@ -587,15 +696,17 @@ static void check_prob_fused(prob *p, const char *name)
 
 /* p on every chunk-kernel path, forced: mma.sync, wgmma and the fused
  * kernel with one and two chain warpgroups (with_default: the default
- * route first); the checks are named "name [path]". */
+ * route first); the checks are named "name [path]". Without the developer
+ * build's hooks, the default route only. */
 static void check_prob_paths(prob *p, const char *name, int with_default)
 {
     enum { NK = 6 };
     const int kern[NK][2] = {{-1, 0}, {0, 0}, {1, 1}, {1, 2}, {2, 1}, {2, 2}};
     const char *kname[NK] = {"default", "mma.sync", "wgmma nwg=1", "wgmma nwg=2", "fused nwg=1", "fused nwg=2"};
-    for (int v = with_default ? 0 : 1; v < NK; v++) {
+    for (int v = with_default || !DEV_BUILD ? 0 : 1; v < NK; v++) {
         char what[160];
         snprintf(what, sizeof what, "%s [%s]", name, kname[v]);
+        if (v > 0 && !dev_part(what)) continue;
         fqla_cuda_fwd_tune_chunk(kern[v][0], kern[v][1]);
         check_prob(p, what);
         if (kern[v][0] == 2) check_ran_fused(&p->s, kern[v][1], what);
@@ -638,7 +749,7 @@ static void check_specs_fused(const spec *s, const char *const *names, int n)
  * benchmark's uniform rows take this form): an even chunk count, ~2 waves
  * of the prepare kernel's CTAs at 4 per SM, and an odd one (a CTA's two
  * chunks in two sequences) whose 160 chains split the fused kernel's last
- * wave into a second launch (split_last_wave in fwd.cu). Then K = V = 64
+ * wave into a second launch (fqla_route_split in route_plan.h). Then K = V = 64
  * (one chain warpgroup): group 1 varlen with the host copy, and group 4
  * in a padded batch with a partial last chunk. Last, K = 256 (one chain
  * warpgroup, the state's copy in shared memory; its prepare kernel in
@@ -792,14 +903,14 @@ static void fwd_fp32(void)
     /* each case at the launch's pick of rows a lane, then forced to 16 and to 32 */
     static const int rows[] = {0, 16, 32};
     for (int r = 0; r < 3; r++) {
+        if (r > 0 && !dev_part(r == 1 ? "fp32 rows a lane 16" : "fp32 rows a lane 32")) continue;
         fqla_cuda_fwd_tune_recurrent(rows[r]);
         for (int i = 0; i < NF; i++) {
             char what[128];
             snprintf(what, sizeof what, "%s, rows a lane %d", names[i], rows[r]);
             s[i].io = FQLA_DTYPE_F32;
             check_spec(&s[i], what);
-            CHECK(fqla_cuda_fwd_last_route() == 4, "%s: ran route %d, not the fp32 recurrent kernel", what,
-                  fqla_cuda_fwd_last_route());
+            expect_route(&s[i], FQLA_FWD_RECURRENT, 0, what);
         }
     }
     fqla_cuda_fwd_tune_recurrent(0);
@@ -864,7 +975,7 @@ static void fwd_v_first_bf16_state(void)
     check_spec(&s, "bf16 h0 and final state");
 }
 
-/* The gate and beta extremes on the path pick_fused gives this small shape
+/* The gate and beta extremes on the path the planner gives this small shape
  * (the chunk kernel), then forced onto the fused kernel with two and one
  * chain warpgroups, the default path of every large problem (another
  * kernel, Pg formed beside the chain). One draw
@@ -920,6 +1031,7 @@ static void fwd_variants(void)
     specs[4] = base_spec(1, 150, 1, 6, 128);
     specs[4].io = FQLA_DTYPE_F16;
     const int hbs[2] = {1, 2};
+    if (!dev_part("the prepare kernel's and the mma.sync kernel's variants")) return;
     for (int i = 0; i < 5; i++) {
         if (check_quick() && i > 1) break;
         prob p;
@@ -1054,7 +1166,8 @@ static void fwd_raw_keys_strong_decay(void)
         upload_all(&p);
         run_ref(&p);
         check_prob_paths(&p, names[i], 1);
-        if (i == 1) { /* CP: 2-chunk segments, the transitions through the scan */
+        if (i == 1 && dev_part("raw keys g=-6 group 2 T=300 [CP, 2-chunk segments]")) {
+            /* CP: 2-chunk segments, the transitions through the scan */
             fqla_cuda_fwd_tune_cp(2);
             check_prob(&p, "raw keys g=-6 group 2 T=300 [CP, 2-chunk segments]");
             fqla_cuda_fwd_tune_cp(-1);
@@ -1122,6 +1235,9 @@ static void fwd_context_parallel(void)
     const int main_tune[4][2] = {{-1, 0}, {1, 0}, {2, 2}, {2, 1}};
     const char *main_name[4] = {"", ", chunk kernel", ", fused nwg=2", ", fused nwg=1"};
     for (int i = 0; i < NS; i++) {
+        char part[160];
+        snprintf(part, sizeof part, "%s [CP, forced segments, scan widths, shortcut, main passes]", names[i]);
+        if (!dev_part(part)) continue;
         prob p;
         prob_init(&p, &specs[i]);
         upload_all(&p);
@@ -1151,9 +1267,20 @@ static void fwd_context_parallel(void)
         fqla_cuda_fwd_tune_chunk(-1, 0);
         prob_free(&p);
     }
-    /* the plan's own choice: 8 recurrences of 128 chunks on 132 SMs */
+    /* the plan's own choice: 8 recurrences of 128 chunks on 132 SMs, at
+     * K = 128 and 64; strong decay with the in-kernel l2norm, where the
+     * shortcut leaves transitions out */
     spec s = base_spec(1, 8192, 2, 4, 128);
     check_spec(&s, "CP plan T=8192 H=2 HV=4");
+    expect_route(&s, FQLA_FWD_FUSED + 8, 0, "CP plan T=8192 H=2 HV=4");
+    s = base_spec(1, 8192, 2, 4, 64);
+    check_spec(&s, "CP plan K=V=64 T=8192 H=2 HV=4");
+    expect_route(&s, FQLA_FWD_FUSED + 8, 0, "CP plan K=V=64 T=8192 H=2 HV=4");
+    s = base_spec(1, 8192, 2, 4, 128);
+    s.decay = 1;
+    s.l2norm = 1;
+    check_spec(&s, "CP plan strong decay + l2norm T=8192 H=2 HV=4");
+    expect_route(&s, FQLA_FWD_FUSED + 8, 0, "CP plan strong decay + l2norm T=8192 H=2 HV=4");
 }
 
 /* NaN poison, guard bands, bit-identical reruns. */
@@ -1182,25 +1309,30 @@ static void fwd_robustness(void)
 }
 
 /* CUDA-graph capture and replay on new data, against the reference and
- * bit for bit against an eager call, on the two-kernel path and on the
- * kernel that forms Pg beside the chain with one and two chain warpgroups
- * (each forced; the default takes the fused path with pick_nwg's count,
- * one here, pick_fused). */
+ * bit for bit against an eager call, on shapes the planner sends to the
+ * two-kernel path (wgmma), to the kernel that forms Pg beside the chain
+ * with one and two chain warpgroups, to that kernel with a split last
+ * wave, and to context parallelism. */
 static void fwd_graph_replay(void)
 {
+    enum { NG = 5 };
     const int64_t cu[] = {0, 100, 500};
-    spec s = base_spec(1, 520, 2, 4, 128);
-    set_cu(&s, cu, 3);
-    /* the last: a padded batch of 6 x 32 = 192 chains, whose last wave
-     * (on 132 SMs: 60 chains) runs as a second launch of one-warpgroup CTAs
-     * (fwd.cu, split_last_wave) */
-    spec split = base_spec(6, 130, 16, 32, 128);
-    const char *path[4] = {"two kernels", "fused nwg=1", "fused nwg=2", "fused nwg=2, 192 chains"};
-    const int kern[4][2] = {{1, 0}, {2, 1}, {2, 2}, {2, 2}};
-    for (int v = 0; v < 4; v++) {
-        fqla_cuda_fwd_tune_chunk(kern[v][0], kern[v][1]);
+    spec s[NG];
+    s[0] = base_spec(1, 520, 2, 4, 128);
+    set_cu(&s[0], cu, 3);
+    s[1] = base_spec(1, 200, 16, 16, 128);
+    s[2] = base_spec(3, 130, 8, 32, 128);
+    /* a padded batch of 6 x 32 = 192 chains, whose last wave (on 132 SMs:
+     * 60 chains) runs as a second launch of one-warpgroup CTAs
+     * (route_plan.h, fqla_route_split) */
+    s[3] = base_spec(6, 130, 16, 32, 128);
+    s[4] = base_spec(1, 8192, 2, 4, 128);
+    const char *path[NG] = {"two kernels", "fused nwg=1", "fused nwg=2", "fused nwg=2, 192 chains", "CP"};
+    const int route[NG][2] = {{FQLA_FWD_WGMMA, 1}, {FQLA_FWD_FUSED, 1}, {FQLA_FWD_FUSED, 2}, {FQLA_FWD_FUSED, 2},
+                              {FQLA_FWD_FUSED + 8, 0}};
+    for (int v = 0; v < NG; v++) {
         prob p;
-        prob_init(&p, v == 3 ? &split : &s);
+        prob_init(&p, &s[v]);
         upload_all(&p);
         cuda_stream st = NULL;
         cuda_graph g = NULL;
@@ -1209,6 +1341,9 @@ static void fwd_graph_replay(void)
         /* an eager call first sizes the workspace, so capture allocates nothing */
         CHECK(run_gpu(&p, st) == FQLA_STATUS_SUCCESS, "[%s] eager run: %s", path[v], fqla_last_error(gpu));
         CU(cudaStreamSynchronize(st));
+        char what[96];
+        snprintf(what, sizeof what, "graph replay on new data [%s]", path[v]);
+        expect_route(&s[v], route[v][0], route[v][1], what);
         CU(cudaStreamBeginCapture(st, 0 /* global */));
         fqla_status fs = run_gpu(&p, st);
         CU(cudaStreamEndCapture(st, &g));
@@ -1223,8 +1358,6 @@ static void fwd_graph_replay(void)
         unsigned char *o1, *h1, *o2, *h2;
         download(&p, &o1, &h1);
         run_ref(&p);
-        char what[96];
-        snprintf(what, sizeof what, "graph replay on new data [%s]", path[v]);
         compare(&p, what);
         poison(&p);
         CHECK(run_gpu(&p, st) == FQLA_STATUS_SUCCESS, "[%s] eager rerun: %s", path[v], fqla_last_error(gpu));
@@ -1239,7 +1372,47 @@ static void fwd_graph_replay(void)
         cudaStreamDestroy(st);
         prob_free(&p);
     }
-    fqla_cuda_fwd_tune_chunk(-1, 0);
+}
+
+/* Every route of the planner (src/cuda/route_plan.h) on a shape it sends
+ * there, against the reference: the fused kernel with one and two chain
+ * warpgroups, with a split last wave, at K = 256 (one warpgroup); the two
+ * kernels on wgmma (K = 64 and 128) and on mma.sync (V not a multiple of
+ * 64); context parallelism (its main pass on the fused kernel); the fp32
+ * recurrence. The planner's choice is asserted, and in the developer build
+ * that the call ran it. */
+static void fwd_routes(void)
+{
+    enum { NR = 10 };
+    spec s[NR];
+    s[0] = base_spec(1, 200, 16, 16, 128);
+    s[1] = base_spec(3, 100, 8, 32, 128);
+    s[2] = base_spec(6, 130, 16, 32, 128);
+    s[3] = base_spec(1, 200, 1, 2, 256);
+    s[4] = base_spec(1, 200, 2, 4, 128);
+    s[5] = base_spec(2, 300, 2, 4, 64);
+    s[6] = base_spec(1, 200, 2, 4, 128);
+    s[6].V = 96;
+    s[7] = base_spec(1, 8192, 2, 4, 128);
+    s[8] = base_spec(2, 300, 2, 4, 128);
+    s[8].io = FQLA_DTYPE_F32;
+    s[9] = base_spec(1, 200, 1, 2, 256);
+    s[9].V = 96;
+    const int route[NR][2] = {{FQLA_FWD_FUSED, 1}, {FQLA_FWD_FUSED, 2}, {FQLA_FWD_FUSED, 2}, {FQLA_FWD_FUSED, 1},
+                              {FQLA_FWD_WGMMA, 1}, {FQLA_FWD_WGMMA, 1}, {FQLA_FWD_MMA, 0}, {FQLA_FWD_FUSED + 8, 0},
+                              {FQLA_FWD_RECURRENT, 0}, {FQLA_FWD_MMA, 0}};
+    const char *names[NR] = {"route fused nwg=1 T=200 H=HV=16", "route fused nwg=2 B=3 T=100 H=8 HV=32",
+                             "route fused nwg=2 split last wave B=6 T=130 H=16 HV=32", "route fused K=V=256 H=1 HV=2",
+                             "route wgmma T=200 H=2 HV=4", "route wgmma K=V=64 B=2 T=300 H=2 HV=4",
+                             "route mma.sync K=128 V=96 T=200", "route CP T=8192 H=2 HV=4",
+                             "route fp32 recurrence B=2 T=300", "route mma.sync K=256 V=96 T=200"};
+    for (int i = 0; i < NR; i++) {
+        check_spec(&s[i], names[i]);
+        expect_route(&s[i], route[i][0], route[i][1], names[i]);
+    }
+    const fqla_fwd_route split = planned(&s[2]);
+    CHECK(split.sms != 132 || split.fused_split == 132, "B=6 H=16 HV=32: split at %lld chains, 132 expected",
+          (long long)split.fused_split);
 }
 
 static void fwd_not_supported(void)

@@ -1,9 +1,10 @@
 /*
  * cp_plan.h - the arithmetic of the CUDA forward's intra-card context
- * parallelism (DESIGN.md §3) that needs no GPU: how sequences are cut into
+ * parallelism (docs/design.md) that needs no GPU: how sequences are cut into
  * segments and indexed, and the plan that picks the segment length. Plain
  * C99, so the CPU tests check it (tests/test_cp_plan.c); the kernels use the
- * same functions (fwd_common.cuh) and fwd.cu the plan.
+ * same functions (fwd_common.cuh) and the route planner (route_plan.h) the
+ * plan.
  *
  * Segments: sequence n's segment j covers its chunks [j L, j L + L) (64
  * tokens each) and has index sbase(n) + j, with sbase(n) = floor(cu[n] /
@@ -126,7 +127,7 @@ typedef struct fqla_cp_problem {
     double m_skipped;       /* the share (0..1) of transitions M of segments of
                                FQLA_CP_SKIP_MIN_L or more chunks that the
                                pre-pass is expected to leave out as negligible
-                               (fwd.cu's cp_skip); 0 prices every one.
+                               (the route's cp_skip); 0 prices every one.
                                Which are negligible depends on the gates,
                                which the plan does not see; it only decides
                                whether CP runs (fqla_cp_plan). */
@@ -138,7 +139,7 @@ typedef struct fqla_cp_problem {
  * at 4). */
 #define FQLA_CP_SKIP_MIN_L 8
 
-/* Measured costs on the H200 (docs/perf.md v4, CP v1, CP v2), us: one chunk
+/* Measured costs on the H200, us: one chunk
  * step of the chunk kernel with one consumer warpgroup at one CTA per SM,
  * with two (128 columns), of the state-only pre-pass at two CTAs per SM; the
  * fixed cost of one chunk-kernel launch (fill, first chunk, tail: the fit of
@@ -150,7 +151,7 @@ typedef struct fqla_cp_problem {
 #define FQLA_CP_US_CHAIN 10.0
 #define FQLA_CP_US_SCAN 2.7
 #define FQLA_CP_US_SCAN0 3.0
-/* Session 12's second model (docs/perf.md, session 12), us: a pre-pass
+/* The second model's costs, us (measured on the H200): a pre-pass
  * wave of L chunks costs L US2_PRE + US2_PRE0; a scan step US2_SCAN0 +
  * HV US2_SCAN_HV; the prepare kernel without Q saves US2_PREP per chunk
  * slot and q/k head over the one with Q (0.0096-0.0146 measured). */
@@ -175,7 +176,7 @@ static inline int64_t fqla_cp_pre_ctas(const fqla_cp_problem *q, int64_t segs, i
 }
 
 /* The chunk kernel over rows x HV recurrences of `steps` chunks, with the
- * better of one or two consumer warpgroups per CTA (fwd.cu pick_nwg). */
+ * better of one or two consumer warpgroups per CTA (route_plan.h fqla_route_nwg). */
 static inline double fqla_cp_chain_us(const fqla_cp_problem *q, int64_t rows, int64_t steps)
 {
     const int64_t c64 = rows * q->HV * (q->V / 64);
@@ -205,11 +206,11 @@ static inline double fqla_cp_time2(const fqla_cp_problem *q, const int64_t *cu, 
 /* Chunks per segment at q's m_skipped, or 0 for no CP (fqla_cp_plan below
  * decides where the share applies), by two latency models, CP only where
  * one saves 10 % and never where the recurrences alone fill the SMs:
- * - the first (sessions 5-6, fitted on TP8 and TP4 rows):
+ * - the first (fitted on TP8 and TP4 rows):
  *     without CP: chain(N, chunks of the longest sequence) + US_CHAIN
  *     with L:     chain(segs, L) + waves(pre-pass CTAs, 2 per SM) L US_PRE
  *                 + 2 US_CHAIN + ceil(chunks / L) US_SCAN + US_SCAN0
- * - where the first plans no CP, the second (session 12): the pre-pass over
+ * - where the first plans no CP, the second: the pre-pass over
  *   each sequence's segments but its last, a scan step that grows with HV,
  *   and the prepare kernel's saving when CP's main pass is the fused kernel
  *   and the path without CP the two kernels (prep_saving). It gained
@@ -257,7 +258,7 @@ static inline int64_t fqla_cp_plan_priced(const fqla_cp_problem *q)
 /* Chunks per segment, or 0 for no CP. The segment length is chosen pricing
  * every transition (fqla_cp_plan_priced with m_skipped 0); only where that
  * plans no CP is m_skipped's discount asked whether CP pays. Measured on
- * the 123 benchmark rows where CP may run (docs/perf.md, session 16): the
+ * the 123 benchmark rows where CP may run: the
  * discount applied everywhere moved rows that already ran CP to shorter
  * segments, x1.14-1.32 slower (more segments and scan steps, which it does
  * not price), while every row it sped up (x0.78-0.98) was one the full

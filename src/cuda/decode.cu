@@ -1,58 +1,20 @@
 /*
  * decode.cu - the CUDA backend's decode and verify entry points: what the
  * kernels cover (K = V in {64, 128, 256}, f32 / bf16 state storage, 16-byte
- * aligned state tiles), the variant choice (the V-slice width per warp from
- * the number of warps the problem makes against the SM count), and the launch.
+ * aligned state tiles) and the launch of the variant the route planner
+ * chooses (route_plan.h: the V-slice width per warp and the K split, from
+ * the number of warps the problem makes against the SM count).
  * The kernels themselves are in decode_kernel.cuh; no workspace, no
  * allocation, no synchronisation, so a call can be captured in a CUDA graph.
  */
 #include "cuda/cuda_backend.h"
 #include "cuda/decode_launch.cuh"
+#include "cuda/route_plan.h"
+#ifdef FQLA_DEV
+#include "dev/dev_hooks.h" /* the developer build's launch override */
+#endif
 
 #include <string.h>
-
-/* Tuning override for benchmarks (not part of the API): a fixed WV (0 = the
- * heuristic) and the streaming cache hints (-1 = default). Set only from a
- * benchmark harness before any call; not thread-safe by design. */
-static int g_wv_override = 0;
-static int g_streaming_override = -1;
-static int g_warps_override = 0;
-static int g_ks_override = 0;
-static int g_pdl_override = -1;
-static int g_prefetch_override = -1;
-
-extern "C" void fqla_cuda_decode_tune(int wv, int streaming)
-{
-    g_wv_override = wv;
-    g_streaming_override = streaming;
-}
-
-/* [K, V] K split: 2, 4 or 8 warps share a 128-byte-wide V-slice (0 = the
- * heuristic; 1 = no split, the WV of fqla_cuda_decode_tune or the heuristic's
- * choice among the unsplit widths) */
-extern "C" void fqla_cuda_decode_tune_ksplit(int ks)
-{
-    g_ks_override = ks;
-}
-
-/* programmatic dependent launch: 1 on, 0 off, -1 the default (on) */
-extern "C" void fqla_cuda_decode_tune_pdl(int on)
-{
-    g_pdl_override = on;
-}
-
-/* L2 prefetch before the PDL wait: 1 on, 0 off, -1 the default (on but for
- * fp32 state of 8-64 MB, see fqla_cuda_decode_run) */
-extern "C" void fqla_cuda_decode_tune_prefetch(int on)
-{
-    g_prefetch_override = on;
-}
-
-/* warps per CTA, 1..8 (0 = the default, FQLA_DECODE_WARPS) */
-extern "C" void fqla_cuda_decode_tune_warps(int warps)
-{
-    g_warps_override = warps;
-}
 
 static bool dtype_is_io(fqla_dtype d) { return d == FQLA_DTYPE_F32 || d == FQLA_DTYPE_F16 || d == FQLA_DTYPE_BF16; }
 static bool dtype_is_gate(fqla_dtype d) { return d == FQLA_DTYPE_F32 || d == FQLA_DTYPE_BF16; }
@@ -119,60 +81,6 @@ fqla_status fqla_cuda_decode_workspace(fqla_context *ctx, const fqla_problem *p,
     return fqla_cuda_decode_supported(ctx, p, a);
 }
 
-/* V-slice width per warp. The widest (64 state values per lane) moves the
- * most bytes per instruction; when the problem has too few warps to keep
- * every SM busy (small batches, where latency rules) narrower slices spread
- * the same bytes over more warps. A [K, V] state is never cut into slices
- * narrower than 32 bytes per row: a warp would then use half of each 32-byte
- * sector it touches (measured on the H200: 1.6x slower at B = 1, 3x at
- * B = 64); since 2026-11-30 a [K, V] state goes to the K-split variants
- * instead (KS warps share one 128-byte-wide slice, see decode_kernel.cuh),
- * the unsplit widths stay reachable through the tuning hooks. Verify follows the same rule (measured: the widest slice that
- * still gives 8 warps per SM is also best for T = 2 and 4). */
-static int choose_wv(const fqla_problem *p, int sm_count, int *ks_out)
-{
-    const int esize = (int)fqla_dtype_size(p->state_dtype);
-    const int K = (int)p->K;
-    const int vf = p->opt.state_v_first ? 1 : 0;
-    const int cand[3] = {2048 / K, 1024 / K, 512 / K};
-    const int64_t enough = 8LL * (sm_count > 0 ? sm_count : 132); /* warps: 8 per SM */
-    *ks_out = 1;
-    if (!vf && g_ks_override > 1 && fqla_decode_ksplit_valid(esize, K, g_ks_override)) {
-        *ks_out = g_ks_override;
-        return 128 / esize;
-    }
-    if (g_wv_override > 0 && fqla_decode_variant_valid(esize, K, g_wv_override, vf)) return g_wv_override;
-    if (!vf && g_ks_override != 1) {
-        /* [K, V]: 128-byte row segments per warp instruction; the least K
-         * split that gives 8 warps per SM (at most 64 state values per
-         * lane), else the largest split */
-        const int wr = 128 / esize;
-        int best = 0;
-        for (int ks = 1; ks <= 8; ks *= 2) {
-            const int ok = ks == 1 ? wr == 2048 / K : fqla_decode_ksplit_valid(esize, K, ks);
-            if (!ok) continue;
-            /* 8 warps meeting at a barrier were slower than 4 at B = 1
-             * (H200: fp32 4.41 vs 4.25 us, bf16 5.09 vs 4.27 us at K = 128,
-             * HV = 32): KS = 8 only where it is the only split */
-            if (ks == 8 && best) break;
-            best = ks;
-            if (p->B * p->HV * (p->V / wr) * ks >= enough) break;
-        }
-        if (best) {
-            *ks_out = best;
-            return wr;
-        }
-    }
-    int narrowest = cand[0]; /* the widest is valid for every layout and type */
-    for (int i = 0; i < 3; i++) {
-        if (!fqla_decode_variant_valid(esize, K, cand[i], vf)) continue;
-        if (!vf && cand[i] * esize < 32) continue;
-        if (p->B * p->HV * (p->V / cand[i]) >= enough) return cand[i];
-        narrowest = cand[i];
-    }
-    return narrowest;
-}
-
 static int64_t stride_or0(const fqla_tensor *t, int d) { return t->data && d < t->ndim ? t->strides[d] : 0; }
 
 fqla_status fqla_cuda_decode_run(fqla_context *ctx, const fqla_problem *p, const fqla_decode_args *a,
@@ -184,8 +92,23 @@ fqla_status fqla_cuda_decode_run(fqla_context *ctx, const fqla_problem *p, const
 
     const bool verify = p->op == FQLA_OP_VERIFY;
     const bool multi = p->T > 1;
-    int ks = 1;
-    const int wv = choose_wv(p, ctx->info.sm_count, &ks);
+    fqla_route_device d;
+    d.sm_count = ctx->info.sm_count;
+    d.cc_major = ctx->info.cc_major;
+    d.cc_minor = ctx->info.cc_minor;
+    fqla_decode_shape shape;
+    shape.B = p->B;
+    shape.HV = p->HV;
+    shape.K = p->K;
+    shape.V = p->V;
+    shape.state_esize = (int)fqla_dtype_size(p->state_dtype);
+    shape.v_first = p->opt.state_v_first != 0;
+    fqla_decode_route r;
+    fqla_decode_plan(&d, &shape, &r);
+#ifdef FQLA_DEV
+    fqla_dev_decode_route(p, ctx->info.sm_count, &r);
+#endif
+    const int wv = r.wv, ks = r.ks;
 
     DecodeParams k;
     memset(&k, 0, sizeof k);
@@ -219,24 +142,14 @@ fqla_status fqla_cuda_decode_run(fqla_context *ctx, const fqla_problem *p, const
     k.use_beta_sigmoid = p->opt.use_beta_sigmoid != 0;
     k.allow_neg_eigval = p->opt.allow_neg_eigval != 0;
     k.write_mode = !verify ? DEC_WRITE_POOL : (a->step_states.data ? DEC_WRITE_STEP_STATES : DEC_WRITE_STEP_SLOTS);
-    k.streaming = g_streaming_override >= 0 ? g_streaming_override : 0;
+    k.streaming = r.streaming;
     k.scale = (float)p->scale;
-    k.pdl = g_pdl_override >= 0 ? g_pdl_override : 1;
-    /* Measured (docs/perf.md, decode round 3; K = V = 128, back-to-back
-     * calls): the prefetch gains 20-25 % at <= 8 MB of state (latency-bound
-     * calls), 2-3 % (fp32) and 5-8 % (bf16) from 64 MB up, and bf16 gains at
-     * every size; fp32 loses 8 % at 16 MB and is +-2 % at 32 MB, where the
-     * whole grid is resident early and its prefetched lines compete in L2
-     * with the previous call's stream. So: on, except fp32 state between
-     * 8 and 64 MB. */
-    const int64_t state_bytes = p->B * p->HV * p->K * p->V * (int64_t)fqla_dtype_size(p->state_dtype);
-    const bool mid_f32 = p->state_dtype == FQLA_DTYPE_F32 && state_bytes > ((int64_t)8 << 20) &&
-                         state_bytes < ((int64_t)64 << 20);
-    k.prefetch = k.pdl && (g_prefetch_override >= 0 ? g_prefetch_override != 0 : !mid_f32);
+    k.pdl = r.pdl;
+    k.prefetch = k.pdl && r.prefetch;
 
     const bool vf = p->opt.state_v_first != 0;
     cudaError_t err = p->state_dtype == FQLA_DTYPE_F32
-        ? fqla_decode_launch_f32(k, (int)p->K, wv, ks, vf, multi, g_warps_override, stream)
-        : fqla_decode_launch_bf16(k, (int)p->K, wv, ks, vf, multi, g_warps_override, stream);
+        ? fqla_decode_launch_f32(k, (int)p->K, wv, ks, vf, multi, r.warps, stream)
+        : fqla_decode_launch_bf16(k, (int)p->K, wv, ks, vf, multi, r.warps, stream);
     return fqla_cuda_check(ctx, err, verify ? "verify kernel launch" : "decode kernel launch");
 }

@@ -10,7 +10,19 @@
 #include <cuda_runtime.h>
 
 #include "cuda/decode_kernel.cuh"
-#include "cuda/pdl.cuh"
+#include "cuda/launch.cuh"
+#include "cuda/route_plan.h" /* the variants that exist */
+
+/* The unsplit widths of a [K, V] state other than the planner's (route_plan.h
+ * fqla_decode_wv) are compiled only for the developer build, whose hooks
+ * force them. */
+#ifndef FQLA_DECODE_TUNING
+#ifdef FQLA_DEV
+#define FQLA_DECODE_TUNING 1
+#else
+#define FQLA_DECODE_TUNING 0
+#endif
+#endif
 
 /* Warps per CTA (default): adjacent warps take adjacent V-slices of one
  * head, so a CTA reads whole rows of a [K, V] state between them. The
@@ -18,27 +30,6 @@
  * multiple of its KS. */
 #define FQLA_DECODE_WARPS 4
 #define FQLA_DECODE_MAX_WARPS 8
-
-/* 1 when the variant exists for this state element size (bytes). */
-static inline int fqla_decode_variant_valid(int esize, int K, int WV, int vfirst)
-{
-    const int vec = 16 / esize;
-    if (WV <= 0 || K <= 0) return 0;
-    if (vfirst) return WV % 4 == 0 && K % (8 * vec) == 0;
-    if (WV % vec != 0 || WV / vec > 32 || 32 % (WV / vec) != 0) return 0;
-    return K % (32 / (WV / vec)) == 0;
-}
-
-/* K-split [K, V] variants: WV = 128 bytes of a row, KS in {2, 4, 8}, 16 to 64
- * state values per lane (K / KS rows over 4 lanes, 16 bytes each). 1 when
- * compiled for this element size and K. */
-static inline int fqla_decode_ksplit_valid(int esize, int K, int KS)
-{
-    if (KS != 2 && KS != 4 && KS != 8) return 0;
-    if (K != 64 && K != 128 && K != 256) return 0;
-    const int vals = K / KS / 4 * (16 / esize);
-    return vals >= 16 && vals <= 64;
-}
 
 template <typename ST, int K, int WV, bool VF, int KS>
 static cudaError_t fqla_decode_launch_kwv(const DecodeParams &p, bool multi, int warps, cudaStream_t stream)
@@ -54,7 +45,7 @@ static cudaError_t fqla_decode_launch_kwv(const DecodeParams &p, bool multi, int
         /* the kernel indexes warps in 32 bits */
         if (p.total_warps >= 0x7fffffffLL - FQLA_DECODE_MAX_WARPS) return cudaErrorInvalidConfiguration;
         auto kernel = multi ? fqla_decode_kernel<K, WV, VF, true, ST, KS> : fqla_decode_kernel<K, WV, VF, false, ST, KS>;
-        return fqla_launch_pdl(kernel, dim3((unsigned)blocks), dim3(32 * warps), 0, stream, p.pdl, p);
+        return fqla_launch(kernel, dim3((unsigned)blocks), dim3(32 * warps), 0, stream, p.pdl, p);
     }
 }
 
@@ -72,12 +63,22 @@ static cudaError_t fqla_decode_launch_k(const DecodeParams &p, int WV, int ks, b
         if (ks == 8) return fqla_decode_launch_kwv<ST, K, WR, false, 8>(p, multi, warps, stream);
         return cudaErrorInvalidValue;
     }
-    if (WV == W0) return vfirst ? fqla_decode_launch_kwv<ST, K, W0, true, 1>(p, multi, warps, stream)
-                                : fqla_decode_launch_kwv<ST, K, W0, false, 1>(p, multi, warps, stream);
-    if (WV == W1) return vfirst ? fqla_decode_launch_kwv<ST, K, W1, true, 1>(p, multi, warps, stream)
-                                : fqla_decode_launch_kwv<ST, K, W1, false, 1>(p, multi, warps, stream);
-    if (WV == W2) return vfirst ? fqla_decode_launch_kwv<ST, K, W2, true, 1>(p, multi, warps, stream)
-                                : fqla_decode_launch_kwv<ST, K, W2, false, 1>(p, multi, warps, stream);
+    if (!vfirst) {
+#if FQLA_DECODE_TUNING
+        if (WV == W0) return fqla_decode_launch_kwv<ST, K, W0, false, 1>(p, multi, warps, stream);
+        if (WV == W1) return fqla_decode_launch_kwv<ST, K, W1, false, 1>(p, multi, warps, stream);
+        if (WV == W2) return fqla_decode_launch_kwv<ST, K, W2, false, 1>(p, multi, warps, stream);
+#else
+        /* the planner leaves a [K, V] state unsplit only where its 128-byte
+         * row segment is the widest slice (fp32 state at K = 64) */
+        if constexpr (WR == W0)
+            if (WV == W0) return fqla_decode_launch_kwv<ST, K, W0, false, 1>(p, multi, warps, stream);
+#endif
+        return cudaErrorInvalidValue;
+    }
+    if (WV == W0) return fqla_decode_launch_kwv<ST, K, W0, true, 1>(p, multi, warps, stream);
+    if (WV == W1) return fqla_decode_launch_kwv<ST, K, W1, true, 1>(p, multi, warps, stream);
+    if (WV == W2) return fqla_decode_launch_kwv<ST, K, W2, true, 1>(p, multi, warps, stream);
     return cudaErrorInvalidValue;
 }
 

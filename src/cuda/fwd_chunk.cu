@@ -495,21 +495,11 @@ template <typename T, int KD, int BV, bool LATE>
 cudaError_t launch(const fqla_fwd_params &p, cudaStream_t stream)
 {
     typedef chunk_cfg<KD, BV> cfg;
-    /* Raise the shared-memory limit once per device (a host-side setting,
-     * kept out of later calls so that they stay cheap under graph capture). */
-    static volatile int configured[64];
-    int dev = 0;
-    cudaError_t err = cudaGetDevice(&dev);
+    static fqla_smem_cache cache;
+    cudaError_t err = fqla_smem_limit(cache, fwd_chunk_kernel<T, KD, BV, LATE>, cfg::bytes);
     if (err != cudaSuccess) return err;
-    if (dev < 0 || dev >= 64 || !configured[dev]) {
-        err = cudaFuncSetAttribute(fwd_chunk_kernel<T, KD, BV, LATE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   (int)cfg::bytes);
-        if (err != cudaSuccess) return err;
-        if (dev >= 0 && dev < 64) configured[dev] = 1;
-    }
     dim3 grid((unsigned)(p.N * p.HV), (unsigned)(p.V / BV));
-    fwd_chunk_kernel<T, KD, BV, LATE><<<grid, FQLA_FWD_THREADS, cfg::bytes, stream>>>(p);
-    return cudaGetLastError();
+    return fqla_launch(fwd_chunk_kernel<T, KD, BV, LATE>, grid, dim3(FQLA_FWD_THREADS), cfg::bytes, stream, 0, p);
 }
 
 template <typename T, bool LATE>

@@ -475,22 +475,15 @@ template <typename T, int KD, int NWG, bool OUT>
 cudaError_t launch(const fqla_fwd_params &p, const CUtensorMap *maps, const fqla_fwd_ag_maps &ag, cudaStream_t stream)
 {
     typedef wg_cfg<KD, NWG, OUT> cfg;
-    static volatile int configured[64];
-    int dev = 0;
-    cudaError_t err = cudaGetDevice(&dev);
+    static fqla_smem_cache cache;
+    cudaError_t err = fqla_smem_limit(cache, fwd_chunk_wg_kernel<T, KD, NWG, OUT>, cfg::bytes);
     if (err != cudaSuccess) return err;
-    if (dev < 0 || dev >= 64 || !configured[dev]) {
-        err = cudaFuncSetAttribute(fwd_chunk_wg_kernel<T, KD, NWG, OUT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   (int)cfg::bytes);
-        if (err != cudaSuccess) return err;
-        if (dev >= 0 && dev < 64) configured[dev] = 1;
-    }
     /* rows: sequences, or segment indices; columns: V slices (with the
      * pre-pass also the K columns of the transition) */
     const int64_t rows = p.cp_mode ? p.segs : p.N;
     const int64_t cols = p.cp_mode == 1 ? p.V + p.K : p.V;
     dim3 grid((unsigned)(rows * p.HV), (unsigned)(cols / (64 * NWG)));
-    return fqla_launch_pdl(fwd_chunk_wg_kernel<T, KD, NWG, OUT>, grid, dim3(cfg::THREADS), cfg::bytes, stream, p.pdl, p,
+    return fqla_launch(fwd_chunk_wg_kernel<T, KD, NWG, OUT>, grid, dim3(cfg::THREADS), cfg::bytes, stream, p.pdl, p,
                            maps[0], maps[1], maps[2], ag, maps[3], maps[4]);
 }
 

@@ -24,6 +24,8 @@
 #define FQLA_CUDA_FWD_COMMON_CUH
 
 #include "cuda/cp_plan.h"
+#include "cuda/launch.cuh"
+#include "cuda/route_plan.h"
 
 #include <cuda.h> /* CUtensorMap (a type only) */
 #include <cuda_runtime.h>
@@ -33,18 +35,17 @@
 #define FQLA_FWD_THREADS 256
 static_assert(FQLA_CP_CHUNK == FQLA_FWD_CHUNK, "cp_plan.h and the kernels share the chunk size");
 
-/* Kernel variants, compiled with FQLA_FWD_TUNING and picked at run time by
- * the benchmarking hooks outside the public API (fwd.cu):
- * fqla_cuda_fwd_tune(prep, late) - prep = 2: the prepare kernel's merges in
- * plain tf32 instead of 3xTF32 (fwd_prepare.cu); late: whether the mma.sync
- * chunk kernel issues the next chunk's copies late (after barrier C, from four
- * warps). fqla_cuda_fwd_tune_chunk picks the chunk kernel.
- * The defaults are the fastest measured on the H200. */
+/* Kernel variants compiled only with FQLA_FWD_TUNING (the developer build,
+ * make DEV=1, whose hooks in src/dev/ pick them at run time): the prepare
+ * kernel's merges in plain tf32 instead of 3xTF32 (fwd_prepare.cu), and the
+ * mma.sync chunk kernel's other copy order (FQLA_FWD_LATE_LOADS: the next
+ * chunk's copies issued late, after barrier C, from four warps). The
+ * product build has the defaults only, the fastest measured on the H200. */
 #ifndef FQLA_FWD_LATE_LOADS
 #define FQLA_FWD_LATE_LOADS 1
 #endif
 #ifndef FQLA_FWD_TUNING
-#define FQLA_FWD_TUNING 1
+#define FQLA_FWD_TUNING 0 /* the developer build (make DEV=1) sets 1 */
 #endif
 
 struct fqla_fwd_params {
@@ -107,7 +108,7 @@ struct fqla_fwd_params {
      * x value head, blockIdx.x's unit) of a launch; fused_split > 0 (host
      * side, without CP) runs chains [0, fused_split) with two chain
      * warpgroups per CTA and the rest with one, two CTAs per chain, so that
-     * a small last wave takes ~0.8 of a full one (fwd.cu, split_last_wave) */
+     * a small last wave takes ~0.8 of a full one (route_plan.h, fqla_route_split) */
     int64_t chain0;
     int64_t fused_split;
 };
@@ -265,6 +266,8 @@ cudaError_t fqla_fwd_launch_chunk(const fqla_fwd_params &p, int io_bf16, int bv,
  * same for the wgmma chunk kernel (K = 64 or 128); the maps of q, k, v, Ag,
  * Pg (Pg only when p.Pg is set), 0 when one cannot be encoded. */
 int fqla_fwd_tma_usable(const fqla_fwd_params &p);
+/* 1 when the driver's tensor-map encoder was found */
+int fqla_fwd_tma_encoder(void);
 int fqla_fwd_wg_usable(const fqla_fwd_params &p);
 /* q, k, v, Pg (loads) and o (stores); Ag's four strips (loads: box 16
  * rows x 64 columns, 128-byte swizzle, at column 0 and row 16 x tile) */
@@ -295,8 +298,9 @@ static inline bool fqla_fwd_fused_k(int64_t K) { return K == 64 || K == 128 || K
 cudaError_t fqla_fwd_launch_fused(const fqla_fwd_params &p, int io_bf16, int hb, int nwg, int parts,
                                   cudaStream_t stream, int *used);
 /* fp32 q/k/v (fwd_recurrent.cu): the recurrence token by token in fp32, no
- * workspace; K = 64, 128 or 256 (fqla_cuda_fwd_supported checks K), any V. */
-cudaError_t fqla_fwd_launch_recurrent(const fqla_fwd_params &p, int sms, cudaStream_t stream);
+ * workspace; K = 64, 128 or 256 (fqla_cuda_fwd_supported checks K), any V;
+ * rows: state rows a lane (16 or 32; 0 picks by the waves on sms SMs). */
+cudaError_t fqla_fwd_launch_recurrent(const fqla_fwd_params &p, int sms, int rows, cudaStream_t stream);
 /* Its largest grid: CTAs for N sequences x HV value heads x V columns at
  * head dim K (fqla_cuda_fwd_supported keeps it within gridDim.x). */
 int64_t fqla_fwd_recurrent_ctas(int64_t N, int64_t HV, int64_t K, int64_t V, int varlen);

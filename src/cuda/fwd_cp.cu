@@ -268,22 +268,15 @@ template <int KD, int CB>
 cudaError_t launch_scan(const fqla_fwd_params &p, cudaStream_t stream)
 {
     typedef scan_cfg<KD, CB> cfg;
-    static volatile int configured[64];
-    int dev = 0;
-    cudaError_t err = cudaGetDevice(&dev);
+    static fqla_smem_cache cache;
+    cudaError_t err = fqla_smem_limit(cache, cp_scan_kernel<KD, CB>, cfg::bytes);
     if (err != cudaSuccess) return err;
-    if (dev < 0 || dev >= 64 || !configured[dev]) {
-        err = cudaFuncSetAttribute(cp_scan_kernel<KD, CB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   (int)cfg::bytes);
-        if (err != cudaSuccess) return err;
-        if (dev >= 0 && dev < 64) configured[dev] = 1;
-    }
     dim3 grid((unsigned)(p.N * p.HV), (unsigned)(p.V / CB));
-    return fqla_launch_pdl(cp_scan_kernel<KD, CB>, grid, dim3(cfg::THREADS), cfg::bytes, stream, p.pdl, p);
+    return fqla_launch(cp_scan_kernel<KD, CB>, grid, dim3(cfg::THREADS), cfg::bytes, stream, p.pdl, p);
 }
 
 /* cb > 0: that many columns per CTA; else the narrowest whose grid fits one
- * wave (one CTA per SM): measured fastest (docs/perf.md, CP v2). */
+ * wave (one CTA per SM), measured fastest (route_plan.h's choice). */
 template <int KD>
 cudaError_t launch_kd(const fqla_fwd_params &p, int cb, int sms, cudaStream_t stream)
 {

@@ -633,19 +633,12 @@ cudaError_t launch(const fqla_fwd_params &p, int64_t chains, const CUtensorMap *
                    cudaStream_t stream)
 {
     typedef fu_cfg<KD, NWG> cfg;
-    static volatile int configured[64];
-    int dev = 0;
-    cudaError_t err = cudaGetDevice(&dev);
+    static fqla_smem_cache cache;
+    cudaError_t err = fqla_smem_limit(cache, fwd_fused_kernel<T, KD, NWG, L2N>, cfg::bytes);
     if (err != cudaSuccess) return err;
-    if (dev < 0 || dev >= 64 || !configured[dev]) {
-        err = cudaFuncSetAttribute(fwd_fused_kernel<T, KD, NWG, L2N>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   (int)cfg::bytes);
-        if (err != cudaSuccess) return err;
-        if (dev >= 0 && dev < 64) configured[dev] = 1;
-    }
     /* (the prepare kernel zeroes the o rows after the last sequence) */
     dim3 grid((unsigned)chains, (unsigned)(p.V / (64 * NWG)));
-    return fqla_launch_pdl(fwd_fused_kernel<T, KD, NWG, L2N>, grid, dim3(cfg::THREADS), cfg::bytes, stream, p.pdl, p,
+    return fqla_launch(fwd_fused_kernel<T, KD, NWG, L2N>, grid, dim3(cfg::THREADS), cfg::bytes, stream, p.pdl, p,
                            maps[0], maps[1], maps[2], ag, maps[4]);
 }
 
@@ -681,10 +674,8 @@ cudaError_t launch_io(int io_bf16, const fqla_fwd_params &p, int64_t chains, con
 int fqla_fwd_fused_usable(const fqla_fwd_params &p, int nwg)
 {
     /* CP: the main pass (cp_mode 2); its prepare kernel without Q writes
-     * the negligible-transition shortcut's chunk flags (PAIR too, since
-     * session 14) */
-    return (nwg == 1 || (nwg == 2 && p.K != 256)) && fqla_fwd_fused_k(p.K) && p.V % (64 * nwg) == 0 &&
-           p.cp_mode != 1 && fqla_fwd_tma_usable(p);
+     * the negligible-transition shortcut's chunk flags (PAIR too) */
+    return p.cp_mode != 1 && fqla_route_fused_fits(p.K, p.V, fqla_fwd_tma_usable(p), nwg);
 }
 
 cudaError_t fqla_fwd_launch_fused(const fqla_fwd_params &k, int io_bf16, int hb, int nwg, int parts,
@@ -700,15 +691,11 @@ cudaError_t fqla_fwd_launch_fused(const fqla_fwd_params &k, int io_bf16, int hb,
     if ((parts & FQLA_FUSED_PREPARE) && !fqla_fwd_map_ag_store(p, io_bf16, &ag_store)) return cudaSuccess;
     *used = 1;
     cudaError_t err = cudaSuccess;
-    fqla_fwd_params pp = p; /* the prepare kernel's */
-#ifdef FQLA_DEBUG_HELPER_PREP
-    pp.slots = p.slots * (FQLA_DEBUG_HELPER_PREP - 1) / FQLA_DEBUG_HELPER_PREP; /* timing only: (M - 1) / M of the slots */
-#endif
-    if (parts & FQLA_FUSED_PREPARE) err = fqla_fwd_launch_prepare(pp, io_bf16, hb, &maps[1], &ag_store, stream);
+    if (parts & FQLA_FUSED_PREPARE) err = fqla_fwd_launch_prepare(p, io_bf16, hb, &maps[1], &ag_store, stream);
     if (err != cudaSuccess || !(parts & FQLA_FUSED_CHAIN) || (p.cp_mode ? p.segs : p.N) * p.HV == 0) return err;
     const int64_t chains = (p.cp_mode ? p.segs : p.N) * p.HV;
     if (nwg == 1) return launch_io<1>(io_bf16, p, chains, maps, ag, stream);
-    /* a split last wave (fused_split, fwd.cu): the first chains with two
+    /* a split last wave (fused_split, route_plan.h): the first chains with two
      * chain warpgroups per CTA, then the rest with one (a second launch,
      * ordered after the first by the stream: its CTAs take the SMs the
      * first's leave) */

@@ -1340,40 +1340,22 @@ template <typename T, int KD, int PREC, bool WQ = true, bool PAIR = false, bool 
 cudaError_t launch(const fqla_fwd_params &p, const CUtensorMap &tmK, const fqla_fwd_ag_maps &tmAg,
                    cudaStream_t stream)
 {
-    size_t smem = PAIR  ? prep_smem<KD>::bytes_pair()
+    const size_t smem = PAIR  ? prep_smem<KD>::bytes_pair()
                   : !WQ ? prep_smem<KD>::bytes_lean(p.group) /* LEAN */
                         : prep_smem<KD>::bytes(p.group);
-#ifdef FQLA_PREP_CLOCKS
-    /* Instrumented builds only: FQLA_PREP_CTAS_PER_SM = 1, 2 or 3 pads the
-     * CTA's shared memory so that at most that many share an SM (233,472
-     * bytes per SM, 1 KB reserved per CTA), for the spans of a CTA with
-     * fewer neighbours (docs/perf.md, sessions 16 and 23) */
-    const char *per_sm = getenv("FQLA_PREP_CTAS_PER_SM");
-    const int n_sm = per_sm ? atoi(per_sm) : 0;
-    if (n_sm >= 1 && n_sm <= 3) smem = std::max(smem, (size_t)(233472 / (n_sm + 1) + 1024));
-#endif
-    /* Raise the shared-memory limit per device when a larger group needs
-     * more (a host-side setting, kept out of later calls so that they stay
-     * cheap under graph capture). */
-    static volatile size_t configured[64];
-    int dev = 0;
-    cudaError_t err = cudaGetDevice(&dev);
+    /* the limit grows with the group (a larger one needs more) */
+    static fqla_smem_cache cache;
+    cudaError_t err = fqla_smem_limit(cache, fwd_prepare_kernel<T, KD, PREC, WQ, PAIR, L2N>, smem);
     if (err != cudaSuccess) return err;
-    if (dev < 0 || dev >= 64 || configured[dev] < smem) {
-        err = cudaFuncSetAttribute(fwd_prepare_kernel<T, KD, PREC, WQ, PAIR, L2N>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   (int)smem);
-        if (err != cudaSuccess) return err;
-        if (dev >= 0 && dev < 64) configured[dev] = smem;
-    }
     /* varlen: the 64-row blocks of o that may lie past the last sequence,
      * spread over the H rows of the grid (CTA (slots + x, y) zeroes block
      * x H + y). One block per CTA column instead made the tail H times as
      * many CTAs, nearly all of them exiting at once: 16384 of the 32896 CTAs
-     * at 4 x 8192 tokens, H = 32 (docs/perf.md, session 7). */
+     * at 4 x 8192 tokens, H = 32. */
     const int64_t tail = p.varlen ? ((p.T + C - 1) / C + p.H - 1) / p.H : 0;
     dim3 grid((unsigned)((PAIR ? (p.slots + 1) / 2 : p.slots) + tail), (unsigned)p.H);
-    fwd_prepare_kernel<T, KD, PREC, WQ, PAIR, L2N><<<grid, FQLA_FWD_THREADS, smem, stream>>>(p, tmK, tmAg);
-    return cudaGetLastError();
+    return fqla_launch(fwd_prepare_kernel<T, KD, PREC, WQ, PAIR, L2N>, grid, dim3(FQLA_FWD_THREADS), smem, stream, 0, p,
+                       tmK, tmAg);
 }
 
 /* the kernels without Q (fwd_fused.cu forms Pg, K = 64, 128 or 256): K by

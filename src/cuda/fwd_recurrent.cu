@@ -287,11 +287,11 @@ template <int KD, int RW>
 cudaError_t launch_rw(const fqla_fwd_params &p, bool vec4, cudaStream_t stream)
 {
     const dim3 grid((unsigned)ctas_of(p.N, p.HV, KD, p.V, RW, p.varlen));
-    if (vec4 && p.l2norm) fwd_recurrent_kernel<KD, RW, true, true><<<grid, 32 * WARPS, 0, stream>>>(p);
-    else if (vec4) fwd_recurrent_kernel<KD, RW, true, false><<<grid, 32 * WARPS, 0, stream>>>(p);
-    else if (p.l2norm) fwd_recurrent_kernel<KD, RW, false, true><<<grid, 32 * WARPS, 0, stream>>>(p);
-    else fwd_recurrent_kernel<KD, RW, false, false><<<grid, 32 * WARPS, 0, stream>>>(p);
-    return cudaGetLastError();
+    const dim3 block(32 * WARPS);
+    if (vec4 && p.l2norm) return fqla_launch(fwd_recurrent_kernel<KD, RW, true, true>, grid, block, 0, stream, 0, p);
+    if (vec4) return fqla_launch(fwd_recurrent_kernel<KD, RW, true, false>, grid, block, 0, stream, 0, p);
+    if (p.l2norm) return fqla_launch(fwd_recurrent_kernel<KD, RW, false, true>, grid, block, 0, stream, 0, p);
+    return fqla_launch(fwd_recurrent_kernel<KD, RW, false, false>, grid, block, 0, stream, 0, p);
 }
 
 /* CTAs of fwd_recurrent_kernel<KD, RW> resident on one SM (registers bound
@@ -312,19 +312,17 @@ int resident_ctas()
 }
 
 /* The time is about T x the waves of CTAs x the step time, and a step
- * takes about as long at either width (session 29, one wave: 35B TP1
+ * takes about as long at either width (measured on the H200, one wave: 35B TP1
  * 1x8192 4.27 / 4.46 ms at 32 / 16 rows, 397B TP8 1x32768 16.45 /
  * 16.79). So: the width with fewer waves, 32 on a tie. (At K = 128, four
  * CTAs an SM hold 128 value columns at 32 rows, seven 112 at 16: 16 does
  * not need fewer waves with today's register counts, but the occupancy is
- * asked, not assumed.) */
-int g_force_rw = 0; /* fqla_cuda_fwd_tune_recurrent */
-
+ * asked, not assumed.) rows = 16 or 32 forces that width. */
 template <int KD>
-cudaError_t launch_kd(const fqla_fwd_params &p, bool vec4, int sms, cudaStream_t stream)
+cudaError_t launch_kd(const fqla_fwd_params &p, bool vec4, int sms, int rows, cudaStream_t stream)
 {
-    if (g_force_rw == 16) return launch_rw<KD, 16>(p, vec4, stream);
-    if (g_force_rw == 32) return launch_rw<KD, 32>(p, vec4, stream);
+    if (rows == 16) return launch_rw<KD, 16>(p, vec4, stream);
+    if (rows == 32) return launch_rw<KD, 32>(p, vec4, stream);
     const int64_t r16 = (int64_t)resident_ctas<KD, 16>() * sms, r32 = (int64_t)resident_ctas<KD, 32>() * sms;
     if (r16 > 0 && r32 > 0) {
         const int64_t c16 = ctas_of(p.N, p.HV, KD, p.V, 16, false), c32 = ctas_of(p.N, p.HV, KD, p.V, 32, false);
@@ -340,28 +338,20 @@ bool aligned4(const void *ptr, int64_t s0, int64_t s1, int64_t s2)
 
 } // namespace
 
-/* A hook like fwd.cu's fqla_cuda_fwd_tune_*, for the tests and the
- * benchmark: state rows a lane of the fp32 recurrence (16 or 32; 0, the
- * default, picks by the waves). */
-extern "C" void fqla_cuda_fwd_tune_recurrent(int rows)
-{
-    g_force_rw = rows == 16 || rows == 32 ? rows : 0;
-}
-
 int64_t fqla_fwd_recurrent_ctas(int64_t N, int64_t HV, int64_t K, int64_t V, int varlen)
 {
     return ctas_of(N, HV, K, V, 16, varlen); /* the most CTAs either width launches */
 }
 
-cudaError_t fqla_fwd_launch_recurrent(const fqla_fwd_params &p, int sms, cudaStream_t stream)
+cudaError_t fqla_fwd_launch_recurrent(const fqla_fwd_params &p, int sms, int rows, cudaStream_t stream)
 {
     /* T = 0 still runs: every chain copies h0 (or zeros) to the final state */
     if (p.N * p.HV == 0) return cudaSuccess;
     const bool vec4 = aligned4(p.q, p.q_sb, p.q_st, p.q_sh) && aligned4(p.k, p.k_sb, p.k_st, p.k_sh);
     switch (p.K) {
-    case 64: return launch_kd<64>(p, vec4, sms, stream);
-    case 128: return launch_kd<128>(p, vec4, sms, stream);
-    case 256: return launch_kd<256>(p, vec4, sms, stream);
+    case 64: return launch_kd<64>(p, vec4, sms, rows, stream);
+    case 128: return launch_kd<128>(p, vec4, sms, rows, stream);
+    case 256: return launch_kd<256>(p, vec4, sms, rows, stream);
     }
     return cudaErrorInvalidValue;
 }

@@ -6,6 +6,7 @@
  * as kernel parameters (CUDA-graph safe, nothing allocated).
  */
 #include "cuda/fwd_common.cuh"
+#include "cuda/route_plan.h"
 
 #include <cudaTypedefs.h>
 #include <string.h>
@@ -79,14 +80,12 @@ bool map_ag(fqla_fwd_ag_maps *m, int bf16, const fqla_fwd_params &p, bool store_
 
 } // namespace
 
+int fqla_fwd_tma_encoder(void) { return encode_fn() != NULL; }
+
 int fqla_fwd_tma_usable(const fqla_fwd_params &p)
 {
-    if (p.K % 64 != 0 || p.V % 64 != 0) return 0; /* whole 64-column boxes */
-    if (p.T > 0x7fffffffLL - 2 * FQLA_FWD_CHUNK || p.slots * p.HV * FQLA_FWD_CHUNK > 0x7fffffffLL) return 0;
-    /* 16-byte rows for the TMA maps and the output's vector stores */
-    if (((uintptr_t)p.o & 15) || (p.o_st % 8) || (p.o_sh % 8) || (p.o_sb % 8)) return 0;
-    if (!encode_fn()) return 0;
-    return 1;
+    return fqla_route_tma_ok(p.K, p.V, p.T, p.slots, p.HV, ((uintptr_t)p.o & 15) == 0, p.o_sb, p.o_st, p.o_sh,
+                             fqla_fwd_tma_encoder());
 }
 
 int fqla_fwd_wg_usable(const fqla_fwd_params &p)

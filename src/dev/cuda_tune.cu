@@ -1,0 +1,260 @@
+/*
+ * cuda_tune.cu - the developer build's tuning, route and debug hooks of the
+ * CUDA backend (make DEV=1; never in the shipped library). The benchmarks
+ * (bench/bench_fwd.py, bench/bench_decode.py) and the dev-only cases of the
+ * GPU tests call the exported fqla_cuda_* functions below; the backend asks
+ * fqla_dev_fwd_route / fqla_dev_decode_route (dev_hooks.h) once per call,
+ * after its own planner, and they apply the settings. The settings are
+ * process globals, set from one thread before the calls they steer; the
+ * records of the last call (route, CP flags) are written by every call and
+ * meant for single-threaded tests.
+ */
+#include "cuda/cuda_backend.h"
+#include "cuda/decode_launch.cuh"
+#include "cuda/fwd_common.cuh"
+#include "cuda/route_plan.h"
+#include "dev/dev_hooks.h"
+
+#include <stdlib.h>
+
+#define FQLA_DEV_API extern "C" __attribute__((visibility("default")))
+
+namespace {
+
+/* forward settings; the defaults leave the planner's route as it is */
+int g_hb = 0, g_late = -1;     /* fqla_cuda_fwd_tune */
+int g_wg = -1, g_nwg = 0;      /* fqla_cuda_fwd_tune_chunk */
+int64_t g_cp = -1;             /* fqla_cuda_fwd_tune_cp */
+int g_scan_cb = 0;             /* fqla_cuda_fwd_tune_cp_scan */
+int g_cp_skip = 1;             /* fqla_cuda_fwd_tune_cp_skip */
+int g_pdl = -1;                /* fqla_cuda_fwd_tune_pdl */
+double g_mskip = -1.0;         /* fqla_cuda_fwd_tune_cp_mskip */
+int g_rec_rows = 0;            /* fqla_cuda_fwd_tune_recurrent */
+/* records of the last forward call */
+int g_last_route = 0;
+const int *g_flags = NULL;
+int64_t g_flag_count = 0;
+
+/* decode settings */
+int g_wv = 0, g_streaming = -1, g_warps = 0, g_ks = 0, g_dpdl = -1, g_prefetch = -1;
+
+bool fwd_tuned()
+{
+    return g_hb != 0 || g_late != -1 || g_wg != -1 || g_nwg != 0 || g_cp != -1 || g_scan_cb != 0 || g_cp_skip != 1 ||
+           g_pdl != -1 || g_mskip >= 0;
+}
+
+/* the planner's warpgroup count, or the forced one */
+int nwg_of(const fqla_fwd_shape *s, int64_t rows, int64_t sms)
+{
+    if (g_nwg == 1 || g_nwg == 2) return (g_nwg == 2 && s->V % 128 == 0) ? 2 : 1;
+    return fqla_route_nwg(s, rows, sms);
+}
+
+/* route_plan.h's fqla_route_fused with the forced warpgroup count */
+int fused_of(const fqla_fwd_shape *s, int64_t sms)
+{
+    const int nwg = nwg_of(s, s->N, sms);
+    if (s->K == 256 || nwg == 2) return nwg;
+    const int64_t longest = s->cu_host && s->N > 0 ? fqla_cp_longest(s->cu_host, s->N) : s->T;
+    const int64_t tokens = s->varlen ? s->T : s->N * s->T;
+    return tokens * s->H >= 12 * longest ? 1 : 0;
+}
+
+/* the CP plan under the settings: forced off (g_cp = 0, or the mma.sync
+ * kernel forced), a forced segment length, or the plan with the forced
+ * main pass and shortcut share */
+int64_t cp_of(const fqla_fwd_shape *s, int64_t sms)
+{
+    if (g_cp == 0 || g_wg == 0 || (s->K != 64 && s->K != 128) || s->V % 64 != 0) return 0;
+    if (g_cp > 0) return fqla_route_segs(s, g_cp) * s->HV <= 0x7fffffffLL ? g_cp : 0;
+    const int cp_fused = fqla_route_fused_k(s->K) && g_wg != 1;
+    const int saving = cp_fused && !(g_wg == 2 || (g_wg == -1 && fused_of(s, sms)));
+    const double mskip = !g_cp_skip ? 0.0 : g_mskip < 0 ? FQLA_ROUTE_CP_MSKIP : g_mskip;
+    fqla_cp_problem q = fqla_route_cp_problem(s, sms, saving, mskip);
+    return fqla_cp_plan(&q);
+}
+
+/* The route under the settings: fqla_fwd_plan's ladder where each step may
+ * be forced (wg = 0 the mma.sync kernel, 1 the wgmma kernel, 2 the fused
+ * kernel, -1 the plan; each only where it covers the call, else the next). */
+void fwd_retune(const fqla_fwd_shape *s, fqla_fwd_route *r)
+{
+    const int64_t sms = r->sms;
+    r->prep_variant = g_hb;
+    r->late = g_late;
+    r->seg_chunks = cp_of(s, sms);
+    r->cp_skip = r->seg_chunks > 0 && g_cp_skip;
+    r->pdl = g_pdl != 0;
+    r->cp = 0;
+    r->nwg = 0;
+    r->fused_split = 0;
+    r->scan_cb = 0;
+    const int wg = (s->K == 64 || s->K == 128) && r->tma;
+    if (r->seg_chunks > 0 && g_wg != 0 && wg) {
+        r->cp = 1;
+        r->pdl = 0;
+        r->nwg = nwg_of(s, fqla_route_real_segs(s, r->seg_chunks), sms);
+        r->path = g_wg != 1 && fqla_route_fused_fits(s->K, s->V, r->tma, r->nwg) ? FQLA_FWD_FUSED : FQLA_FWD_WGMMA;
+        r->scan_cb = g_scan_cb ? g_scan_cb : fqla_route_scan_cb(s, sms);
+        return;
+    }
+    const int fused = g_wg == 2 ? (g_nwg == 1 || g_nwg == 2 ? g_nwg : nwg_of(s, s->N, sms))
+                      : g_wg == -1 ? fused_of(s, sms)
+                                   : 0;
+    if (fused && r->seg_chunks == 0 && fqla_route_fused_fits(s->K, s->V, r->tma, fused)) {
+        r->path = FQLA_FWD_FUSED;
+        r->nwg = fused;
+        r->fused_split = fused == 2 ? fqla_route_split(s, sms) : 0;
+        return;
+    }
+    if (g_wg != 0 && wg) {
+        r->path = FQLA_FWD_WGMMA;
+        r->nwg = nwg_of(s, s->N, sms);
+        return;
+    }
+    r->path = FQLA_FWD_MMA;
+}
+
+} // namespace
+
+void fqla_dev_fwd_route(const fqla_route_device *d, const fqla_fwd_shape *s, fqla_fwd_route *r, int run,
+                        const void *workspace)
+{
+    (void)d;
+    if (r->path == FQLA_FWD_RECURRENT) r->rec_rows = g_rec_rows;
+    else if (fwd_tuned()) fwd_retune(s, r);
+    if (!run) return;
+    g_last_route = r->path + (r->cp ? 8 : 0);
+    g_flags = NULL;
+    if (r->cp && r->cp_skip && workspace) {
+        const int64_t segs = fqla_route_segs(s, r->seg_chunks);
+        const fqla_fwd_ws_layout L = fqla_fwd_ws(fqla_route_slots(s), s->H, s->HV, s->l2norm, 2, segs, s->K, s->V);
+        g_flags = (const int *)((const unsigned char *)workspace + L.seg_flag);
+        g_flag_count = segs * s->HV;
+    }
+}
+
+/* The prepare kernel's variant (2: plain tf32 merges instead of 3xTF32; 0
+ * the default) and whether the mma.sync chunk kernel issues the next
+ * chunk's copies late (0 / 1; -1 the default). */
+FQLA_DEV_API void fqla_cuda_fwd_tune(int prep_variant, int late_loads)
+{
+    g_hb = prep_variant;
+    g_late = late_loads;
+}
+
+/* The chunk kernel: wg = 0 the mma.sync kernel, 1 the wgmma kernel with nwg
+ * = 1 or 2 consumer warpgroups per CTA (0: the planner's), 2 the fused
+ * kernel with nwg chain warpgroups (0: the planner's), -1 (the default) the
+ * planner's choice. Each runs only where it covers the call, else the
+ * next: fused, wgmma, mma.sync. */
+FQLA_DEV_API void fqla_cuda_fwd_tune_chunk(int wg, int nwg)
+{
+    g_wg = wg;
+    g_nwg = nwg;
+}
+
+/* Context parallelism: -1 the plan (default), 0 never, L > 0 segments of L
+ * chunks wherever the TMA kernel runs. It changes the workspace size: set
+ * it before the query. */
+FQLA_DEV_API void fqla_cuda_fwd_tune_cp(int seg_chunks) { g_cp = seg_chunks; }
+
+/* Value columns per CTA of the CP scan (8, 16 or 32; 0: the planner's). */
+FQLA_DEV_API void fqla_cuda_fwd_tune_cp_scan(int columns)
+{
+    g_scan_cb = columns == 8 || columns == 16 || columns == 32 ? columns : 0;
+}
+
+/* 1 (the default): the CP pre-pass leaves out transitions its segment's
+ * decay makes negligible and the scan skips them; 0 computes every one. */
+FQLA_DEV_API void fqla_cuda_fwd_tune_cp_skip(int on) { g_cp_skip = on != 0; }
+
+/* The share (0..1) of long segments' transitions the CP plan expects the
+ * shortcut to leave out (cp_plan.h m_skipped); < 0 the default. It can
+ * change the workspace size: set it before the query. */
+FQLA_DEV_API void fqla_cuda_fwd_tune_cp_mskip(double share) { g_mskip = share; }
+
+/* PDL for the kernels after the prepare kernel (not CP's): 1 on, 0 off, -1
+ * the default (on). */
+FQLA_DEV_API void fqla_cuda_fwd_tune_pdl(int on) { g_pdl = on; }
+
+/* The fp32 recurrence's state rows a lane (16 or 32; 0, the default, by the
+ * waves). */
+FQLA_DEV_API void fqla_cuda_fwd_tune_recurrent(int rows) { g_rec_rows = rows == 16 || rows == 32 ? rows : 0; }
+
+/* The path the last forward call in this process planned: 1 the fused
+ * kernel after the prepare kernel without Q, 2 the wgmma chunk kernel, 3 the
+ * mma.sync chunk kernel, 4 the fp32 recurrent kernel; + 8 with context
+ * parallelism; 0 before any call. (A TMA map that fails to encode at the
+ * launch makes the run fall back from the planned path.) */
+FQLA_DEV_API int fqla_cuda_fwd_last_route(void) { return g_last_route; }
+
+/* How many (segment, value head) transitions the last CP call left out as
+ * negligible, read back from its workspace (synchronises; the workspace
+ * must still be live). -1 if the last call ran no CP with the shortcut on,
+ * or if this was asked already. */
+FQLA_DEV_API int64_t fqla_cuda_fwd_debug_cp_skipped(void)
+{
+    if (!g_flags || cudaDeviceSynchronize() != cudaSuccess) return -1;
+    int *h = (int *)malloc((size_t)g_flag_count * sizeof(int));
+    if (!h) return -1;
+    int64_t n = -1;
+    if (cudaMemcpy(h, g_flags, (size_t)g_flag_count * sizeof(int), cudaMemcpyDeviceToHost) == cudaSuccess)
+        for (int64_t i = n = 0; i < g_flag_count; i++) n += h[i] != 0;
+    free(h);
+    g_flags = NULL;
+    return n;
+}
+
+void fqla_dev_decode_route(const fqla_problem *p, int sm_count, fqla_decode_route *r)
+{
+    const int esize = (int)fqla_dtype_size(p->state_dtype);
+    const int K = (int)p->K;
+    const int vf = p->opt.state_v_first ? 1 : 0;
+    if (!vf && g_ks > 1 && fqla_decode_ksplit_valid(esize, K, g_ks)) {
+        r->ks = g_ks;
+        r->wv = 128 / esize;
+    } else if (g_wv > 0 && fqla_decode_variant_valid(esize, K, g_wv, vf)) {
+        r->ks = 1;
+        r->wv = g_wv;
+    } else if (!vf && g_ks == 1) {
+        /* no K split: decode.cu's choice among the unsplit widths */
+        const int cand[3] = {2048 / K, 1024 / K, 512 / K};
+        const int64_t enough = 8 * fqla_route_sms(sm_count);
+        int wv = cand[0];
+        for (int i = 0; i < 3; i++) {
+            if (!fqla_decode_variant_valid(esize, K, cand[i], vf) || cand[i] * esize < 32) continue;
+            wv = cand[i];
+            if (p->B * p->HV * (p->V / cand[i]) >= enough) break;
+        }
+        r->ks = 1;
+        r->wv = wv;
+    }
+    if (g_warps) r->warps = g_warps;
+    if (g_dpdl >= 0) r->pdl = g_dpdl;
+    if (g_prefetch >= 0) r->prefetch = g_prefetch != 0;
+    if (g_streaming >= 0) r->streaming = g_streaming;
+}
+
+/* A fixed V-slice width per warp (0: the default choice) and the streaming
+ * cache hints on the state (-1: the default, off). */
+FQLA_DEV_API void fqla_cuda_decode_tune(int wv, int streaming)
+{
+    g_wv = wv;
+    g_streaming = streaming;
+}
+
+/* [K, V] K split: 2, 4 or 8 warps share a 128-byte-wide V-slice (0: the
+ * default; 1: no split, fqla_cuda_decode_tune's width or the choice among
+ * the unsplit widths). */
+FQLA_DEV_API void fqla_cuda_decode_tune_ksplit(int ks) { g_ks = ks; }
+
+/* Programmatic dependent launch: 1 on, 0 off, -1 the default (on). */
+FQLA_DEV_API void fqla_cuda_decode_tune_pdl(int on) { g_dpdl = on; }
+
+/* The L2 prefetch before the PDL wait: 1 on, 0 off, -1 the default. */
+FQLA_DEV_API void fqla_cuda_decode_tune_prefetch(int on) { g_prefetch = on; }
+
+/* Warps per CTA, 1..8 (0: the default). */
+FQLA_DEV_API void fqla_cuda_decode_tune_warps(int warps) { g_warps = warps; }

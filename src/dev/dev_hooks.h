@@ -1,0 +1,32 @@
+/*
+ * dev_hooks.h - the developer build's (make DEV=1, FQLA_DEV) override points
+ * in the CUDA backend: one per operation, called right after the product
+ * planner has chosen the launch. src/dev/cuda_tune.cu implements them from
+ * the tuning settings its exported fqla_cuda_* functions take (the
+ * benchmarks and the dev-only GPU tests set them). The default build
+ * neither compiles nor calls them.
+ */
+#ifndef FQLA_DEV_HOOKS_H
+#define FQLA_DEV_HOOKS_H
+
+#include "cuda/route_plan.h"
+#include "internal.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The forward: r as planned for shape s (the shape the kernels run) on
+ * device d; run = 0 for the workspace query (an override of the CP plan
+ * changes the workspace size too), 1 for the run with its workspace. */
+void fqla_dev_fwd_route(const fqla_route_device *d, const fqla_fwd_shape *s, fqla_fwd_route *r, int run,
+                        const void *workspace);
+
+/* Decode and verify: r as chosen for problem p. */
+void fqla_dev_decode_route(const fqla_problem *p, int sm_count, fqla_decode_route *r);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -239,18 +239,6 @@ __device__ __forceinline__ bool fqla_fwd_span(const fqla_fwd_params &p, int64_t 
     return true;
 }
 
-/* Instrumented builds (the -DFQLA_*_CLOCKS timing builds): the n entries of
- * the device array sym (clock sums, or a timeline's globaltimer stamps) into
- * out, then zeroed; -1 on a CUDA error. */
-static inline int fqla_debug_clocks_take(const void *sym, unsigned long long *out, size_t n)
-{
-    void *dev = NULL;
-    if (cudaDeviceSynchronize() != cudaSuccess || cudaGetSymbolAddress(&dev, sym) != cudaSuccess ||
-        cudaMemcpy(out, dev, n * sizeof *out, cudaMemcpyDeviceToHost) != cudaSuccess)
-        return -1;
-    return cudaMemset(dev, 0, n * sizeof *out) == cudaSuccess ? 0 : -1;
-}
-
 /* Launchers (fwd_prepare.cu, fwd_chunk.cu): enqueue on stream, return the
  * launch error. kd is K; bv the V slice of the chunk kernel. io_bf16 picks
  * bf16 (else fp16). hb and late pick the variant (0 / -1: the default; hb = 2:

@@ -81,7 +81,7 @@
  * from K K^T's diagonal, the kernels with Q sum padded rows (fwd_prepare.cu,
  * step 2), all in fp32. */
 template <typename T, int KD>
-FQLA_DEV float fqla_row_rnorm(const unsigned char *tile, uint32_t box_stride, int r, int part)
+FQLA_DEVICE_INLINE float fqla_row_rnorm(const unsigned char *tile, uint32_t box_stride, int r, int part)
 {
     constexpr int CH = KD / 16; /* 16-byte chunks in half a row */
     const int rot = (r & 7) ^ (CH >= 8 ? 4 * part : 0);

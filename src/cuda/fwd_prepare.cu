@@ -88,10 +88,6 @@
 #include "cuda/kernel/mma_frag.cuh"
 #include "cuda/kernel/named_barrier.cuh"
 #include "cuda/ptx/ptx.cuh"
-#ifdef FQLA_PREP_CLOCKS
-#include <algorithm>
-#include <cstdlib>
-#endif
 
 #include <stddef.h>
 

@@ -15,36 +15,36 @@
 template <typename T> struct fqla_io;
 
 template <> struct fqla_io<__nv_bfloat16> {
-    static FQLA_DEV uint32_t pack(float lo, float hi)
+    static FQLA_DEVICE_INLINE uint32_t pack(float lo, float hi)
     {
         __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
         return *reinterpret_cast<uint32_t *>(&h);
     }
-    static FQLA_DEV float2 unpack(uint32_t x)
+    static FQLA_DEVICE_INLINE float2 unpack(uint32_t x)
     {
         return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 *>(&x));
     }
-    static FQLA_DEV float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
+    static FQLA_DEVICE_INLINE float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
     /* D += A B, bf16 operands, fp32 accumulate */
-    static FQLA_DEV void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+    static FQLA_DEVICE_INLINE void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
     {
         fqla_mma_m16n8k16_bf16(d, a, b0, b1);
     }
 };
 
 template <> struct fqla_io<__half> {
-    static FQLA_DEV uint32_t pack(float lo, float hi)
+    static FQLA_DEVICE_INLINE uint32_t pack(float lo, float hi)
     {
         __half2 h = __floats2half2_rn(lo, hi);
         return *reinterpret_cast<uint32_t *>(&h);
     }
-    static FQLA_DEV float2 unpack(uint32_t x)
+    static FQLA_DEVICE_INLINE float2 unpack(uint32_t x)
     {
         return __half22float2(*reinterpret_cast<__half2 *>(&x));
     }
-    static FQLA_DEV float to_f(__half x) { return __half2float(x); }
+    static FQLA_DEVICE_INLINE float to_f(__half x) { return __half2float(x); }
     /* D += A B, fp16 operands, fp32 accumulate */
-    static FQLA_DEV void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+    static FQLA_DEVICE_INLINE void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
     {
         fqla_mma_m16n8k16_f16(d, a, b0, b1);
     }

@@ -21,18 +21,18 @@
 #include "cuda/ptx/barrier.cuh"
 
 /* ids 1 .. 15 (bar.sync / bar.arrive take 0 .. 15; 0 is __syncthreads') */
-template <typename E> FQLA_DEV constexpr uint32_t fqla_bar_id(E id, uint32_t i = 0)
+template <typename E> FQLA_DEVICE_INLINE constexpr uint32_t fqla_bar_id(E id, uint32_t i = 0)
 {
     static_assert(std::is_enum<E>::value, "a barrier id is an enum value");
     return (uint32_t)id + i;
 }
 /* bar.sync on a named barrier: arrive, and wait until n threads have */
-template <typename E> FQLA_DEV void fqla_bar_sync(E id, uint32_t n, uint32_t i = 0)
+template <typename E> FQLA_DEVICE_INLINE void fqla_bar_sync(E id, uint32_t n, uint32_t i = 0)
 {
     fqla_named_sync(fqla_bar_id(id, i), n);
 }
 /* bar.arrive on a named barrier: arrive without waiting */
-template <typename E> FQLA_DEV void fqla_bar_arrive(E id, uint32_t n, uint32_t i = 0)
+template <typename E> FQLA_DEVICE_INLINE void fqla_bar_arrive(E id, uint32_t n, uint32_t i = 0)
 {
     fqla_named_arrive(fqla_bar_id(id, i), n);
 }

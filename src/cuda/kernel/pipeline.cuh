@@ -26,7 +26,7 @@ template <int STAGES> struct fqla_pipe {
     /* use c (>= 0; int or int64_t) of the ring. A power-of-two ring by
      * mask and shift: for a signed c, % and / would cost a sign fix-up
      * the compiler cannot always prove away. */
-    template <typename I> static FQLA_DEV fqla_pipe at(I c)
+    template <typename I> static FQLA_DEVICE_INLINE fqla_pipe at(I c)
     {
         if constexpr ((STAGES & (STAGES - 1)) == 0)
             return fqla_pipe{(int)(c & (STAGES - 1)), (uint32_t)(c >> fqla_log2(STAGES)) & 1};
@@ -34,7 +34,7 @@ template <int STAGES> struct fqla_pipe {
             return fqla_pipe{(int)(c % STAGES), (uint32_t)(c / STAGES) & 1};
     }
     /* the next use: the stage advances, and the phase flips as it wraps */
-    FQLA_DEV void advance()
+    FQLA_DEVICE_INLINE void advance()
     {
         if (++stage == STAGES) {
             stage = 0;
@@ -42,7 +42,7 @@ template <int STAGES> struct fqla_pipe {
         }
     }
     /* the parity a producer waits on empty[stage] with before refilling it */
-    FQLA_DEV uint32_t empty_parity() const { return phase ^ 1; }
+    FQLA_DEVICE_INLINE uint32_t empty_parity() const { return phase ^ 1; }
 };
 
 #endif

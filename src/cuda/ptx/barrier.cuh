@@ -14,14 +14,14 @@
 #include "cuda/ptx/common.cuh"
 
 /* bar.sync id, n: arrive and wait for n threads. */
-FQLA_DEV void fqla_named_sync(uint32_t id, uint32_t n) { asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory"); }
+FQLA_DEVICE_INLINE void fqla_named_sync(uint32_t id, uint32_t n) { asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory"); }
 /* bar.arrive id, n: arrive without waiting (the waiters use bar.sync). */
-FQLA_DEV void fqla_named_arrive(uint32_t id, uint32_t n)
+FQLA_DEVICE_INLINE void fqla_named_arrive(uint32_t id, uint32_t n)
 {
     asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(n) : "memory");
 }
 /* elect.sync over the full warp: true in one lane. */
-FQLA_DEV bool fqla_elect_one()
+FQLA_DEVICE_INLINE bool fqla_elect_one()
 {
     uint32_t p;
     asm volatile("{\n\t.reg .b32 r;\n\t.reg .pred q;\n\telect.sync r|q, 0xffffffff;\n\t"

@@ -14,11 +14,11 @@
 
 #include <stdint.h>
 
-#define FQLA_DEV __device__ __forceinline__
+#define FQLA_DEVICE_INLINE __device__ __forceinline__
 
 /* Shared-memory operands ([addr] of mbarrier, TMA, ldmatrix, ...) take
  * 32-bit shared-window addresses. */
-FQLA_DEV uint32_t fqla_smem_u32(const void *p)
+FQLA_DEVICE_INLINE uint32_t fqla_smem_u32(const void *p)
 {
     return (uint32_t)__cvta_generic_to_shared(p);
 }

@@ -8,21 +8,21 @@
 #include "cuda/ptx/common.cuh"
 
 /* cp.async.cg 16 bytes; src_bytes = 0 writes zeros (src unread). */
-FQLA_DEV void fqla_cp_async16(void *dst, const void *src, int src_bytes)
+FQLA_DEVICE_INLINE void fqla_cp_async16(void *dst, const void *src, int src_bytes)
 {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
                  :: "r"(fqla_smem_u32(dst)), "l"(src), "r"(src_bytes) : "memory");
 }
 /* cp.async.ca 4 bytes (rows not 16-byte aligned). */
-FQLA_DEV void fqla_cp_async4(void *dst, const void *src)
+FQLA_DEVICE_INLINE void fqla_cp_async4(void *dst, const void *src)
 {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(fqla_smem_u32(dst)), "l"(src) : "memory");
 }
 /* cp.async.commit_group */
-FQLA_DEV void fqla_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+FQLA_DEVICE_INLINE void fqla_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 /* cp.async.wait_group: at most N of this thread's committed groups pending. */
 template <int N>
-FQLA_DEV void fqla_cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
-FQLA_DEV void fqla_cp_async_wait_all() { fqla_cp_async_wait<0>(); }
+FQLA_DEVICE_INLINE void fqla_cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+FQLA_DEVICE_INLINE void fqla_cp_async_wait_all() { fqla_cp_async_wait<0>(); }
 
 #endif

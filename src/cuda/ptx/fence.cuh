@@ -12,6 +12,6 @@
 
 /* fence.proxy.async.shared::cta: this thread's generic-proxy shared-memory
  * writes -> visible to the async proxy (wgmma operands, TMA stores). */
-FQLA_DEV void fqla_fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+FQLA_DEVICE_INLINE void fqla_fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 
 #endif

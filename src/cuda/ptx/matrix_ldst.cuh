@@ -12,27 +12,27 @@
 #include "cuda/ptx/common.cuh"
 
 /* ldmatrix.sync.aligned.m8n8.x4.shared.b16 */
-FQLA_DEV void fqla_ldsm_x4(uint32_t (&r)[4], const void *p)
+FQLA_DEVICE_INLINE void fqla_ldsm_x4(uint32_t (&r)[4], const void *p)
 {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(fqla_smem_u32(p)));
 }
 /* ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 */
-FQLA_DEV void fqla_ldsm_x4_t(uint32_t (&r)[4], const void *p)
+FQLA_DEVICE_INLINE void fqla_ldsm_x4_t(uint32_t (&r)[4], const void *p)
 {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(fqla_smem_u32(p)));
 }
 /* stmatrix.sync.aligned.m8n8.x4.shared.b16 */
-FQLA_DEV void fqla_stsm_x4(void *p, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3)
+FQLA_DEVICE_INLINE void fqla_stsm_x4(void *p, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3)
 {
     asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
                  :: "r"(fqla_smem_u32(p)), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
 }
 /* stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 */
-FQLA_DEV void fqla_stsm_x4_t(void *row, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3)
+FQLA_DEVICE_INLINE void fqla_stsm_x4_t(void *row, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3)
 {
     asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(fqla_smem_u32(row)),
                  "r"(r0), "r"(r1), "r"(r2), "r"(r3)

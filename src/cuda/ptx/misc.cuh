@@ -8,7 +8,7 @@
 #include "cuda/ptx/common.cuh"
 
 /* ex2.approx.ftz.f32: 2^x (MUFU, ~2 ulp; 0 for large negative x) */
-FQLA_DEV float fqla_ex2(float x)
+FQLA_DEVICE_INLINE float fqla_ex2(float x)
 {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
@@ -16,7 +16,7 @@ FQLA_DEV float fqla_ex2(float x)
 }
 /* cvt.rna.tf32.f32: x rounded to tf32 (to nearest, ties away from zero), in
  * fp32's bit layout. */
-FQLA_DEV uint32_t fqla_cvt_rna_tf32(float x)
+FQLA_DEVICE_INLINE uint32_t fqla_cvt_rna_tf32(float x)
 {
     uint32_t r;
     asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
@@ -24,12 +24,12 @@ FQLA_DEV uint32_t fqla_cvt_rna_tf32(float x)
 }
 /* prefetch.global.L2: moves the 128-byte line holding p into L2 (a hint;
  * never faults on in-bounds addresses). */
-FQLA_DEV void fqla_prefetch_l2(const void *p)
+FQLA_DEVICE_INLINE void fqla_prefetch_l2(const void *p)
 {
     asm volatile("prefetch.global.L2 [%0];" ::"l"(__cvta_generic_to_global(p)));
 }
-/* %globaltimer: nanoseconds, for the timing builds. */
-FQLA_DEV unsigned long long fqla_globaltimer()
+/* %globaltimer: nanoseconds (timing studies in dev/ use it). */
+FQLA_DEVICE_INLINE unsigned long long fqla_globaltimer()
 {
     unsigned long long t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));

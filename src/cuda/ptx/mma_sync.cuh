@@ -15,7 +15,7 @@
 #include "cuda/ptx/common.cuh"
 
 /* mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32: d += a b */
-FQLA_DEV void fqla_mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+FQLA_DEVICE_INLINE void fqla_mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
 {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
                  "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
@@ -23,7 +23,7 @@ FQLA_DEV void fqla_mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], uint
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 /* mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32: d += a b */
-FQLA_DEV void fqla_mma_m16n8k16_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+FQLA_DEVICE_INLINE void fqla_mma_m16n8k16_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
 {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
                  "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
@@ -31,7 +31,7 @@ FQLA_DEV void fqla_mma_m16n8k16_f16(float (&d)[4], const uint32_t (&a)[4], uint3
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 /* mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32: d += a b */
-FQLA_DEV void fqla_mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+FQLA_DEVICE_INLINE void fqla_mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
 {
     asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
                  "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
@@ -41,7 +41,7 @@ FQLA_DEV void fqla_mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, 
 /* x as two tf32 operands for 3xTF32 products: big = x with its 13 low bits
  * cleared, small = x - big (exact; the mma reads its top 10 mantissa bits),
  * so big + small carries ~21 bits. */
-FQLA_DEV void fqla_tf32_split3(float x, uint32_t &big, uint32_t &small)
+FQLA_DEVICE_INLINE void fqla_tf32_split3(float x, uint32_t &big, uint32_t &small)
 {
     big = __float_as_uint(x) & 0xffffe000u;
     small = __float_as_uint(x - __uint_as_float(big));

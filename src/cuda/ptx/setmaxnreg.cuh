@@ -13,8 +13,8 @@
 #include "cuda/ptx/common.cuh"
 
 /* setmaxnreg.inc */
-template <int R> FQLA_DEV void fqla_setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(R)); }
+template <int R> FQLA_DEVICE_INLINE void fqla_setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(R)); }
 /* setmaxnreg.dec */
-template <int R> FQLA_DEV void fqla_setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(R)); }
+template <int R> FQLA_DEVICE_INLINE void fqla_setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(R)); }
 
 #endif

@@ -17,12 +17,12 @@
 #include "cuda/ptx/common.cuh"
 
 /* prefetch.tensormap */
-FQLA_DEV void fqla_tma_prefetch(const CUtensorMap *m)
+FQLA_DEVICE_INLINE void fqla_tma_prefetch(const CUtensorMap *m)
 {
     asm volatile("prefetch.tensormap [%0];" ::"l"((uint64_t)m) : "memory");
 }
 /* cp.async.bulk.tensor.4d global -> shared, completion on bar. */
-FQLA_DEV void fqla_tma_load_4d(void *dst, const CUtensorMap *m, uint64_t *bar, int c0, int c1, int c2, int c3)
+FQLA_DEVICE_INLINE void fqla_tma_load_4d(void *dst, const CUtensorMap *m, uint64_t *bar, int c0, int c1, int c2, int c3)
 {
     asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
                  " [%0], [%1, {%3, %4, %5, %6}], [%2];" ::"r"(fqla_smem_u32(dst)),
@@ -30,7 +30,7 @@ FQLA_DEV void fqla_tma_load_4d(void *dst, const CUtensorMap *m, uint64_t *bar, i
                  : "memory");
 }
 /* cp.async.bulk.tensor.2d global -> shared, completion on bar. */
-FQLA_DEV void fqla_tma_load_2d(void *dst, const CUtensorMap *m, uint64_t *bar, int c0, int c1)
+FQLA_DEVICE_INLINE void fqla_tma_load_2d(void *dst, const CUtensorMap *m, uint64_t *bar, int c0, int c1)
 {
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
                  " [%0], [%1, {%3, %4}], [%2];" ::"r"(fqla_smem_u32(dst)),
@@ -39,7 +39,7 @@ FQLA_DEV void fqla_tma_load_2d(void *dst, const CUtensorMap *m, uint64_t *bar, i
 }
 /* cp.async.bulk global -> shared: contiguous bytes (a multiple of 16, both
  * addresses 16-aligned), completion on bar. */
-FQLA_DEV void fqla_bulk_load(void *dst, const void *src, uint32_t bytes, uint64_t *bar)
+FQLA_DEVICE_INLINE void fqla_bulk_load(void *dst, const void *src, uint32_t bytes, uint64_t *bar)
 {
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
                      fqla_smem_u32(dst)),
@@ -48,7 +48,7 @@ FQLA_DEV void fqla_bulk_load(void *dst, const void *src, uint32_t bytes, uint64_
 }
 /* cp.async.bulk.tensor.4d shared -> global (box elements outside the tensor
  * are not written), in this thread's bulk async-group. */
-FQLA_DEV void fqla_tma_store_4d(const CUtensorMap *m, const void *src, int c0, int c1, int c2, int c3)
+FQLA_DEVICE_INLINE void fqla_tma_store_4d(const CUtensorMap *m, const void *src, int c0, int c1, int c2, int c3)
 {
     asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4, %5}], [%1];" ::"l"(
                      (uint64_t)m),
@@ -56,18 +56,18 @@ FQLA_DEV void fqla_tma_store_4d(const CUtensorMap *m, const void *src, int c0, i
                  : "memory");
 }
 /* cp.async.bulk.tensor.2d shared -> global, in this thread's bulk async-group. */
-FQLA_DEV void fqla_tma_store_2d(const CUtensorMap *m, const void *src, int c0, int c1)
+FQLA_DEVICE_INLINE void fqla_tma_store_2d(const CUtensorMap *m, const void *src, int c0, int c1)
 {
     asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [%0, {%2, %3}], [%1];" ::"l"((uint64_t)m),
                  "r"(fqla_smem_u32(src)), "r"(c0), "r"(c1)
                  : "memory");
 }
 /* cp.async.bulk.commit_group: closes this thread's pending bulk stores into a group. */
-FQLA_DEV void fqla_bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+FQLA_DEVICE_INLINE void fqla_bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
 /* cp.async.bulk.wait_group.read: at most N of this thread's groups still
  * read shared memory (their sources may be reused). */
-template <int N> FQLA_DEV void fqla_bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory"); }
+template <int N> FQLA_DEVICE_INLINE void fqla_bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory"); }
 /* cp.async.bulk.wait_group: at most N pending at all (their global writes done). */
-template <int N> FQLA_DEV void fqla_bulk_wait() { asm volatile("cp.async.bulk.wait_group %0;" ::"n"(N) : "memory"); }
+template <int N> FQLA_DEVICE_INLINE void fqla_bulk_wait() { asm volatile("cp.async.bulk.wait_group %0;" ::"n"(N) : "memory"); }
 
 #endif

@@ -21,19 +21,19 @@
 #include "cuda/ptx/common.cuh"
 
 /* wgmma.fence: orders register accesses before the next wgmma. */
-FQLA_DEV void fqla_wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+FQLA_DEVICE_INLINE void fqla_wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 /* wgmma.commit_group */
-FQLA_DEV void fqla_wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+FQLA_DEVICE_INLINE void fqla_wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 /* wgmma.wait_group: at most N groups in flight. */
-template <int N> FQLA_DEV void fqla_wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory"); }
+template <int N> FQLA_DEVICE_INLINE void fqla_wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory"); }
 /* Keeps the compiler from moving accumulator accesses across the wgmma asm. */
-template <int N> FQLA_DEV void fqla_reg_fence(float (&d)[N])
+template <int N> FQLA_DEVICE_INLINE void fqla_reg_fence(float (&d)[N])
 {
 #pragma unroll
     for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-template <int N> FQLA_DEV void fqla_reg_fence_u(uint32_t (&a)[N][4])
+template <int N> FQLA_DEVICE_INLINE void fqla_reg_fence_u(uint32_t (&a)[N][4])
 {
 #pragma unroll
     for (int i = 0; i < N; i++)
@@ -42,15 +42,15 @@ template <int N> FQLA_DEV void fqla_reg_fence_u(uint32_t (&a)[N][4])
 }
 
 /* Shared-memory matrix descriptor, 128-byte swizzle (tile 1024-aligned). */
-FQLA_DEV uint64_t fqla_desc(const void *tile, uint32_t lbo, uint32_t sbo)
+FQLA_DEVICE_INLINE uint64_t fqla_desc(const void *tile, uint32_t lbo, uint32_t sbo)
 {
     const uint32_t a = fqla_smem_u32(tile);
     return (uint64_t)((a & 0x3FFFF) >> 4) | ((uint64_t)((lbo & 0x3FFFF) >> 4) << 16) |
            ((uint64_t)((sbo & 0x3FFFF) >> 4) << 32) | (1ull << 62);
 }
-FQLA_DEV uint64_t fqla_desc_kmajor(const void *tile) { return fqla_desc(tile, 16, 1024); }
+FQLA_DEVICE_INLINE uint64_t fqla_desc_kmajor(const void *tile) { return fqla_desc(tile, 16, 1024); }
 /* MN-major operand whose 64-wide MN atoms are atom_bytes apart. */
-FQLA_DEV uint64_t fqla_desc_mnmajor(const void *tile, uint32_t atom_bytes) { return fqla_desc(tile, atom_bytes, 1024); }
+FQLA_DEVICE_INLINE uint64_t fqla_desc_mnmajor(const void *tile, uint32_t atom_bytes) { return fqla_desc(tile, atom_bytes, 1024); }
 /* Descriptor start-address steps (the field counts 16-byte units). */
 #define FQLA_DESC_K16_KMAJOR 2ull    /* +32 B */
 #define FQLA_DESC_K16_MNMAJOR 128ull /* +2048 B */
@@ -78,7 +78,7 @@ template <typename T> struct fqla_wg;
 #define FQLA_WG_DEFINE(TYPE, PTX)                                                                                \
     template <> struct fqla_wg<TYPE> {                                                                           \
         template <int TA, int TB>                                                                                \
-        static FQLA_DEV void ss64(float (&d)[32], uint64_t da, uint64_t db, int scale_d)                        \
+        static FQLA_DEVICE_INLINE void ss64(float (&d)[32], uint64_t da, uint64_t db, int scale_d)                        \
         {                                                                                                        \
             asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %34, 0;\n\t"                                    \
                          "wgmma.mma_async.sync.aligned.m64n64k16.f32." PTX "." PTX " " FQLA_WG_ACC32            \
@@ -87,7 +87,7 @@ template <typename T> struct fqla_wg;
                          : "l"(da), "l"(db), "r"(scale_d), "n"(TA), "n"(TB));                                   \
         }                                                                                                        \
         template <int TB>                                                                                        \
-        static FQLA_DEV void rs64(float (&d)[32], const uint32_t (&a)[4], uint64_t db, int scale_d)             \
+        static FQLA_DEVICE_INLINE void rs64(float (&d)[32], const uint32_t (&a)[4], uint64_t db, int scale_d)             \
         {                                                                                                        \
             asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %37, 0;\n\t"                                    \
                          "wgmma.mma_async.sync.aligned.m64n64k16.f32." PTX "." PTX " " FQLA_WG_ACC32            \
@@ -96,7 +96,7 @@ template <typename T> struct fqla_wg;
                          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d), "n"(TB));        \
         }                                                                                                        \
         template <int TB>                                                                                        \
-        static FQLA_DEV void rs128(float (&d)[64], const uint32_t (&a)[4], uint64_t db, int scale_d)            \
+        static FQLA_DEVICE_INLINE void rs128(float (&d)[64], const uint32_t (&a)[4], uint64_t db, int scale_d)            \
         {                                                                                                        \
             asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %69, 0;\n\t"                                    \
                          "wgmma.mma_async.sync.aligned.m64n128k16.f32." PTX "." PTX " " FQLA_WG_ACC64           \

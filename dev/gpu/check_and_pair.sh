@@ -51,7 +51,7 @@ for s in $steps; do
     ;;
   tests)
     stamp "tests"
-    timeout 400 tests/run_tests.sh build/tests > "$LOG/tests.log" 2>&1; rc=$?
+    timeout 200 tests/run_tests.sh build/tests > "$LOG/tests.log" 2>&1; rc=$?
     stamp "tests rc=$rc: $(tail -n 1 "$LOG/tests.log")"
     grep -E "^FAIL|FAIL " "$LOG/tests.log" | head -30
     ;;
@@ -81,7 +81,7 @@ for s in $steps; do
     libs="new=build/libflashqla.so,base=$BASE_SRC/build/libflashqla.so"
     for rows in "--seqlens 8192x4,4096x8,2048x4,1024x8" "--quick"; do
       stamp "pair $rows"
-      timeout 400 python3 bench/bench_fwd.py --lib "$libs" --no-fla $rows --out "$OUT/pair.csv" \
+      timeout ${PAIR_TIMEOUT:-300} python3 bench/bench_fwd.py --lib "$libs" --no-fla $rows --out "$OUT/pair.csv" \
         >> "$LOG/pair.log" 2>&1 || stamp "pair rc=$?"
     done
     python3 bench/summarize.py "$OUT/pair.csv" --pair new,base --rows > "$OUT/pair-summary.txt" 2>&1

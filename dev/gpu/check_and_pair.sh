@@ -78,14 +78,21 @@ for s in $steps; do
     grep -E "^FAILED|^ERROR" "$LOG/pytest.log" | head -20
     ;;
   pair)
-    libs="new=build/libflashqla.so,base=$BASE_SRC/build/libflashqla.so"
-    for rows in "--seqlens 8192x4,4096x8,2048x4,1024x8" "--quick"; do
-      stamp "pair $rows"
-      timeout ${PAIR_TIMEOUT:-300} python3 bench/bench_fwd.py --lib "$libs" --no-fla $rows --out "$OUT/pair.csv" \
-        >> "$LOG/pair.log" 2>&1 || stamp "pair rc=$?"
+    # new2 is the new library under another path (ctypes loads it a second
+    # time): new2 / new is the run's own noise floor for the new / base ratio.
+    cp build/libflashqla.so /tmp/libflashqla_new2.so
+    libs="new=build/libflashqla.so,base=$BASE_SRC/build/libflashqla.so,new2=/tmp/libflashqla_new2.so"
+    for rep in $(seq "${PAIR_REPEAT:-1}"); do
+      for rows in "--seqlens 8192x4,4096x8,2048x4,1024x8" "--quick"; do
+        stamp "pair $rep $rows"
+        timeout ${PAIR_TIMEOUT:-300} python3 bench/bench_fwd.py --lib "$libs" --no-fla --replays "${PAIR_REPLAYS:-10}" \
+          $rows --out "$OUT/pair$rep.csv" >> "$LOG/pair.log" 2>&1 || stamp "pair rc=$?"
+      done
+      for p in new,base new2,new; do
+        python3 bench/summarize.py "$OUT/pair$rep.csv" --pair $p --rows > "$OUT/pair$rep-${p/,/-}.txt" 2>&1
+        stamp "pair $rep $p: $(grep -E '^(all|uniform|others) ' "$OUT/pair$rep-${p/,/-}.txt" | tr -s ' ' | cut -c1-90 | paste -sd'|')"
+      done
     done
-    python3 bench/summarize.py "$OUT/pair.csv" --pair new,base --rows > "$OUT/pair-summary.txt" 2>&1
-    cat "$OUT/pair-summary.txt"
     ;;
   esac
 done

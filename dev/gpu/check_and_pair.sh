@@ -86,11 +86,11 @@ for s in $steps; do
       for rows in "--seqlens 8192x4,4096x8,2048x4,1024x8" "--quick"; do
         stamp "pair $rep $rows"
         timeout ${PAIR_TIMEOUT:-300} python3 bench/bench_fwd.py --lib "$libs" --no-fla --replays "${PAIR_REPLAYS:-10}" \
-          $rows --out "$OUT/pair$rep.csv" >> "$LOG/pair.log" 2>&1 || stamp "pair rc=$?"
+          $rows --out "$LOG/pair$rep.csv" >> "$LOG/pair.log" 2>&1 || stamp "pair rc=$?"
       done
       for p in new,base new2,new; do
-        python3 bench/summarize.py "$OUT/pair$rep.csv" --pair $p --rows > "$OUT/pair$rep-${p/,/-}.txt" 2>&1
-        stamp "pair $rep $p: $(grep -E '^(all|uniform|others) ' "$OUT/pair$rep-${p/,/-}.txt" | tr -s ' ' | cut -c1-90 | paste -sd'|')"
+        python3 bench/summarize.py "$LOG/pair$rep.csv" --pair $p --rows > "$LOG/pair$rep-${p/,/-}.txt" 2>&1
+        stamp "pair $rep $p: $(grep -E '^(all|uniform|others) ' "$LOG/pair$rep-${p/,/-}.txt" | tr -s ' ' | cut -c1-90 | paste -sd'|')"
       done
     done
     ;;

@@ -81,7 +81,11 @@ for s in $steps; do
     # new2 is the new library under another path (ctypes loads it a second
     # time): new2 / new is the run's own noise floor for the new / base ratio.
     cp build/libflashqla.so /tmp/libflashqla_new2.so
+    # PAIR_BASE_FIRST=1 lists base first: the benchmark alternates the order
+    # of the builds from row to row, and a build's place in it can move a row
+    # by several per cent (new2 / new shows how much)
     libs="new=build/libflashqla.so,base=$BASE_SRC/build/libflashqla.so,new2=/tmp/libflashqla_new2.so"
+    [ -n "${PAIR_BASE_FIRST:-}" ] && libs="base=$BASE_SRC/build/libflashqla.so,new=build/libflashqla.so,new2=/tmp/libflashqla_new2.so"
     for rep in $(seq "${PAIR_REPEAT:-1}"); do
       for rows in "--seqlens 8192x4,4096x8,2048x4,1024x8" "--quick"; do
         stamp "pair $rep $rows"

@@ -201,81 +201,6 @@ def make_inputs(hq, hv, lens, seed=0, D=128, DV=None, l2norm=False, io=torch.bfl
     return q, k, v, g, beta, h0, cu, cu_host
 
 
-# fwd_chunk_wg.cu's spans under -DFQLA_CHAIN_CLOCKS (printed by --profile)
-CHAIN_SPANS = ["stage wait", "G1+G2 issue", "G1+G2 wait", "G4 form+issue", "G4 wait", "G5+G6 form+issue",
-               "G5+G6 wait", "output"]
-
-
-# fwd_fused.cu's spans under -DFQLA_FUSED_CLOCKS
-FUSED_PREP_SPANS = ["stage wait", "QK issue+slot wait", "factors+QK wait", "Pg"]
-FUSED_CHAIN_SPANS = ["stage+slot wait", "G2", "G1+G4", "G5+G6", "output"]
-
-# fwd_prepare.cu's spans under -DFQLA_PREP_CLOCKS
-PREP_SPANS = ["setup: copies", "gates", "copy wait", "KK", "diag solve", "merge 1", "merge 2", "merge 3", "Ag",
-              "setup: slot", "setup: gate loads"]
-
-
-def debug_clocks(lib, name, n, call):
-    """Instrumented builds only (FQLA_SCAN_CLOCKS, FQLA_CHAIN_CLOCKS): the
-    library's n clock sums over one call, or None without the hook."""
-    hook = getattr(lib.L, name, None)
-    if not hook:
-        return None
-    buf = (C.c_ulonglong * n)()
-    hook(buf)  # reset
-    call()
-    hook(buf)
-    return buf
-
-
-def debug_timeline(lib, call):
-    """Instrumented builds only (FQLA_PREP_CLOCKS): one call's prepare and
-    fused CTA timelines (globaltimer ns), summarised in one line, or None."""
-    hp = getattr(lib.L, "fqla_cuda_debug_prep_timeline", None)
-    hf = getattr(lib.L, "fqla_cuda_debug_fused_timeline", None)
-    if not hp or not hf:
-        return None
-    NF = 15  # stamps per fused CTA (fwd_fused.cu, FU_TL_N)
-    bp, bf = (C.c_ulonglong * 8192)(), (C.c_ulonglong * (NF * 1024))()
-    hp(bp)  # reset
-    hf(bf)
-    call()
-    hp(bp)
-    hf(bf)
-    prep = sorted((bp[2 * i], bp[2 * i + 1]) for i in range(4096) if bp[2 * i] and bp[2 * i + 1])
-    fused = [tuple(bf[NF * i + j] for j in range(NF)) for i in range(1024) if bf[NF * i] and bf[NF * i + 2]]
-    if not prep or not fused:
-        return None
-    t0, p_end = prep[0][0], max(e for _, e in prep)
-    first_end = min(e for _, e in prep)
-    resident = sum(1 for s, _ in prep if s < first_end)  # CTAs started before any ended
-    ends = sorted(e for _, e in prep)
-    gaps = [prep[i][0] - ends[i - resident] for i in range(resident, len(prep))]
-    life = sum(e - s for s, e in prep) / len(prep)
-    busy = sum(e - s for s, e in prep) / ((p_end - t0) * resident)
-    us = lambda ns: ns / 1000.0
-    g2 = sorted(x[1] for x in fused if x[1])
-    # the start of the 8 CTAs that started last (those that set the end):
-    # each step's mean stamp after the CTA's own start (us); wait = the
-    # producer's grid wait returning, after the prepare's end
-    late = sorted(fused, key=lambda x: x[0])[-8:]
-    def step(j, ref=None):
-        v = [x[j] - (x[0] if ref is None else ref) for x in late if x[j]]
-        return us(sum(v) / len(v)) if v else float("nan")
-    steps = ("; last 8 CTAs' start: span %.2f, barriers' init %.2f, CTA barrier %.2f, producer's setmaxnreg %.2f, "
-             "stage 0 copies %.2f, early copies %.2f, grid wait %.2f (after the prepare's end %.1f), "
-             "Pg's stage 0 %.2f, Pg(0) %.2f, chain's setmaxnreg %.2f, h0 %.2f, chain's stage 0 %.2f, G2 %.2f us" % (
-                 step(9), step(10), step(11), step(12), step(13), step(3), step(4), step(4, p_end), step(5), step(6),
-                 step(14), step(7), step(8), step(1)))
-    return ("timeline: prepare %d CTAs, %d at once: span %.1f us, life %.1f us, first wave launched over %.1f us, "
-            "slot gap %.2f us, busy %.0f %%; fused %d CTAs: first start %.1f us after the prepare's end, "
-            "chunk 0's G2 %.1f / %.1f us after it (first / last), end %.1f us after it" % (
-                len(prep), resident, us(p_end - t0), us(life), us(prep[resident - 1][0] - t0),
-                us(sum(gaps) / len(gaps)) if gaps else 0.0, 100 * busy, len(fused),
-                us(min(x[0] for x in fused) - p_end), us(g2[0] - p_end) if g2 else -1, us(g2[-1] - p_end) if g2 else -1,
-                us(max(x[2] for x in fused) - p_end))) + steps
-
-
 def settle(seconds):
     """--settle: the GPU idle for `seconds` once its queued work is done."""
     if seconds > 0:
@@ -602,33 +527,6 @@ def main():
                                                                                    o_rel, ht_rel, tag), flush=True)
                 if a.profile:
                     print("    kernels: " + kernel_breakdown(ours), flush=True)
-                    buf = debug_clocks(lib, "fqla_cuda_debug_scan_clocks", 4, ours)
-                    if buf and buf[3]:
-                        print("    scan cycles per step: wait %.0f, products %.0f, rest %.0f (%d steps)" %
-                              (buf[0] / buf[3], buf[1] / buf[3], buf[2] / buf[3], buf[3]), flush=True)
-                    buf = debug_clocks(lib, "fqla_cuda_debug_fused_clocks", 16, ours)
-                    if buf and (buf[14] or buf[15]):
-                        npc, ncc = max(1, buf[14]), max(1, buf[15])
-                        print("    fused cycles per chunk, preparation (%d chunks): %s; chain (%d): %s" % (
-                            buf[14], ", ".join("%s %.0f" % (nm, buf[i] / npc) for i, nm in enumerate(FUSED_PREP_SPANS)),
-                            buf[15], ", ".join("%s %.0f" % (nm, buf[8 + i] / ncc) for i, nm in enumerate(FUSED_CHAIN_SPANS))),
-                            flush=True)
-                    buf = debug_clocks(lib, "fqla_cuda_debug_prep_clocks", 16, ours)
-                    if buf and buf[14]:
-                        print("    prepare cycles per CTA (%d timed): %s; lifetime %.0f" % (
-                            buf[14], ", ".join("%s %.0f" % (nm, buf[i] / buf[14]) for i, nm in enumerate(PREP_SPANS)),
-                            buf[15] / buf[14]), flush=True)
-                    tl = debug_timeline(lib, ours)
-                    if tl:
-                        print("    " + tl, flush=True)
-                    buf = debug_clocks(lib, "fqla_cuda_debug_chain_clocks", 18, ours)
-                    if buf:
-                        for cw in range(2):
-                            nck = buf[9 * cw + 8]
-                            if nck:
-                                print("    chain cycles per chunk, consumer warpgroup %d: %s (%d chunks)" %
-                                      (cw, ", ".join("%s %.0f" % (nm, buf[9 * cw + i] / nck)
-                                                     for i, nm in enumerate(CHAIN_SPANS)), nck), flush=True)
                 # a labelled library without variants is another build: its label is its commit
                 ccol = tag if (lib.label and var is None) else commit + ("+" + tag if tag else "")
                 w.writerow(["fwd", label, hq, hv, sl, "%.4f" % ms, "%.4f" % fla_ms, gpu_tag, ccol, date])

@@ -40,7 +40,9 @@ def functions(sass_text):
             close()
             name, body = ANON.sub("", m.group(1)), []
         elif name is not None and re.match(r"\s*/\*[0-9a-f]{4,}\*/", line):
-            body.append(ANON.sub("", line.strip()))
+            # whitespace collapsed: cuobjdump pads the columns to the longest
+            # name in the object, so removing another kernel shifts them
+            body.append(re.sub(r"\s+", " ", ANON.sub("", line.strip())))
     close()
     return out
 

@@ -51,7 +51,6 @@
 #include "cuda/kernel/io.cuh"
 #include "cuda/kernel/named_barrier.cuh"
 #include "cuda/kernel/pipeline.cuh"
-#include "cuda/pdl.cuh"
 #include "cuda/ptx/ptx.cuh"
 
 #include <stddef.h>
@@ -149,7 +148,7 @@ struct wg_work {
 
 /* Whether segment span (len, slot0) of value head hv has a negligible
  * transition M: ||M||_2 <= prod_t e^(g_t) ||I - beta_t k_t k_t^T||_2
- * <= e^(sum g) <= e^-17 ~ 4e-8 (below fp32 rounding, DESIGN.md §3) when the
+ * <= e^(sum g) <= e^-17 ~ 4e-8 (below fp32 rounding, docs/design.md §5.3) when the
  * segment's decay sums to <= -17 and every token has 0 <= beta ||k||^2 <= 2.
  * Both come per chunk from the prepare kernel: the decay as gamma's last
  * entry (the chunk's sum), the second as chunk_ok. O(chunks) reads, so the

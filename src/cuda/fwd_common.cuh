@@ -3,7 +3,7 @@
  * parameters (pointers, strides in elements, options), the workspace layout
  * and where each sequence and chunk lives.
  *
- * The forward runs in two launches (DESIGN.md §2):
+ * The forward runs in two launches (docs/design.md §2):
  *   prepare (fwd_prepare.cu), one CTA per (chunk slot, q/k head), all chunks
  *     in parallel: the in-kernel transforms, gamma = chunk-local cumsum of g,
  *     the q/k l2norm factors, K K^T and Q K^T (shared by the GVA group), and
@@ -82,7 +82,7 @@ struct fqla_fwd_params {
     float *gam;              /* [slots][HV][64] chunk-local cumsum of g */
     float *rq, *rk;          /* [slots][H][64] l2norm factors (l2norm only) */
     void *Ag, *Pg;           /* io dtype; Pg [slots][HV][64][64], Ag packed (below) */
-    /* context parallelism (fwd_cp.cu, DESIGN.md §3): with cp_mode != 0 the
+    /* context parallelism (fwd_cp.cu, docs/design.md §5.3): with cp_mode != 0 the
      * chunk kernel's CTAs run segments of seg_chunks chunks instead of whole
      * sequences, and the state index (h0 / ht row) is the segment's index.
      * 1: the pre-pass (state only: no output; value columns past V start
@@ -102,7 +102,7 @@ struct fqla_fwd_params {
     int *seg_flag;
     int *chunk_ok;
     /* host side only: launch the kernels after the prepare kernel with
-     * programmatic dependent launch (pdl.cuh) */
+     * programmatic dependent launch (ptx/pdl.cuh) */
     int pdl;
     /* the fused kernel (fwd_fused.cu): chain0 is the first chain (sequence
      * x value head, blockIdx.x's unit) of a launch; fused_split > 0 (host

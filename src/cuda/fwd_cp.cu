@@ -43,7 +43,6 @@
 #include "cuda/fwd_common.cuh"
 
 #include "cuda/kernel/pipeline.cuh"
-#include "cuda/pdl.cuh"
 #include "cuda/ptx/cp_async.cuh"
 #include "cuda/ptx/mma_sync.cuh"
 #include "cuda/ptx/pdl.cuh"
@@ -201,7 +200,7 @@ __global__ void __launch_bounds__(scan_cfg<KD, CB>::THREADS) cp_scan_kernel(cons
     extern __shared__ float4 smem_f4[];
     float *sm = reinterpret_cast<float *>(smem_f4);
     float *Ss = sm + cfg::oS;
-    fqla_pdl_wait(); /* for the pre-pass (launched with PDL: pdl.cuh) */
+    fqla_pdl_wait(); /* for the pre-pass (launched with PDL: ptx/pdl.cuh) */
     fqla_pdl_trigger();
 
     const int64_t n = blockIdx.x / p.HV;

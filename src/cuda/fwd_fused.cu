@@ -61,7 +61,6 @@
 #include "cuda/kernel/io.cuh"
 #include "cuda/kernel/named_barrier.cuh"
 #include "cuda/kernel/pipeline.cuh"
-#include "cuda/pdl.cuh"
 #include "cuda/ptx/ptx.cuh"
 
 #include <stddef.h>

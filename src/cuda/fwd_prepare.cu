@@ -1201,7 +1201,7 @@ __global__ void __launch_bounds__(FQLA_FWD_THREADS, (PAIR || !WQ) ? 4 : 3)
     const int64_t slot = PAIR ? 2 * (int64_t)blockIdx.x + half : blockIdx.x;
     const int hq = blockIdx.y;
     /* the chunk kernel may start launching (it waits for this kernel's end
-     * before its first global access: pdl.cuh) */
+     * before its first global access: ptx/pdl.cuh) */
     fqla_pdl_trigger();
 
     if ((int64_t)blockIdx.x >= ctas) {

@@ -6,7 +6,7 @@
  *   stay cheap (and capturable) in CUDA graphs. Thread-safe: the fast path
  *   is one atomic load; raising the limit takes a lock.
  * - fqla_launch: one launch, with programmatic dependent launch (PDL) when
- *   pdl is set (the kernel then keeps pdl.cuh's rule), plainly otherwise or
+ *   pdl is set (the kernel then keeps ptx/pdl.cuh's rule), plainly otherwise or
  *   when the stream or driver refuses the attribute.
  */
 #ifndef FQLA_CUDA_LAUNCH_CUH

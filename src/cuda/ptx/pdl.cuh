@@ -1,6 +1,6 @@
 /*
  * ptx/pdl.cuh - programmatic dependent launch (PDL), the device side:
- * griddepcontrol. The host side (the launch attribute) is ../pdl.cuh's.
+ * griddepcontrol. The host side (the launch attribute) is ../launch.cuh's (fqla_launch).
  *
  * A kernel launched with programmatic stream serialization may start while
  * the previous kernel of the stream is still running: once every CTA of that

@@ -72,10 +72,10 @@ for s in $steps; do
     done
     ;;
   pytest)
-    FLASHQLA_LIB=$PWD/build/libflashqla.so PYTHONPATH=python timeout 300 python3 -m pytest -q python/tests \
+    FLASHQLA_LIB=$PWD/build/libflashqla.so PYTHONPATH=python timeout 300 python3 -m pytest -q -rs python/tests \
       > "$LOG/pytest.log" 2>&1; rc=$?
     stamp "pytest rc=$rc: $(tail -n 1 "$LOG/pytest.log")"
-    grep -E "^FAILED|^ERROR" "$LOG/pytest.log" | head -20
+    grep -E "^FAILED|^ERROR|^SKIPPED" "$LOG/pytest.log" | head -20
     ;;
   pair)
     # new2 is the new library under another path (ctypes loads it a second

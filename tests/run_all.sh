@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # `make test`: the tests, the symbols the shared library exports, the same
 # tests under ASan+UBSan, test_handles under ThreadSanitizer, a bounded
-# libFuzzer run over the argument validation, and the Python tests when the
-# package's dependencies are importable. Ends with one line: N passed, N
-# failed, N skipped.
+# libFuzzer run over the argument validation, the programs of examples/, and
+# the Python tests when the package's dependencies are importable. Ends with
+# one line: N passed, N failed, N skipped.
 set -u
 build=${1:-build}
 fuzz_seconds=${2:-90}
@@ -64,6 +64,51 @@ if [ -x "$build/fuzz/fuzz_validate" ]; then
 else
   echo "skip: fuzz target not built (needs clang)"; add "0 passed, 0 failed, 1 skipped"
 fi
+
+section "examples (examples/)"
+# The programs of examples/ run as a user would run them, so they stay true.
+# Self-contained: the C examples are compiled here against $build/libflashqla.a
+# (as the tests are; a CUDA build's archive also needs the CUDA runtime, tried
+# second), the Python ones run on this checkout's package and $build's library.
+# One count per example; the Python ones are skipped, with the reason, where
+# torch or the package does not import.
+ex_root=$(cd "$here/.." && pwd)
+ex_build="$(cd "$build" && pwd)"
+ex_dir="$ex_build/examples"
+ex_p=0 ex_f=0 ex_s=0
+mkdir -p "$ex_dir"
+for ex_c in "$ex_root"/examples/*.c; do
+  [ -e "$ex_c" ] || continue
+  ex_name=$(basename "$ex_c" .c)
+  echo "== examples/$ex_name.c"
+  ex_cc() { (cd "$ex_root" && "${CC:-cc}" -std=c99 -Wall -Wextra -pedantic -O2 -Iinclude "$ex_c" \
+              "$ex_build/libflashqla.a" -o "$ex_dir/$ex_name" -lm -pthread "$@"); }
+  if ! ex_cc > "$ex_dir/$ex_name.build.log" 2>&1 &&
+     ! ex_cc -L"${CUDA_HOME:-/usr/local/cuda}/lib64" -lcudart_static -ldl -lrt -lstdc++ \
+         > "$ex_dir/$ex_name.build.log" 2>&1; then
+    tail -n 20 "$ex_dir/$ex_name.build.log"; echo "FAIL examples/$ex_name.c: build"; ex_f=$((ex_f + 1)); continue
+  fi
+  if (cd "$ex_root" && timeout 60 "$ex_dir/$ex_name") 2>&1; then
+    ex_p=$((ex_p + 1))
+  else
+    echo "FAIL examples/$ex_name.c: exit status $?"; ex_f=$((ex_f + 1))
+  fi
+done
+for ex_py in "$ex_root"/examples/*.py; do
+  [ -e "$ex_py" ] || continue
+  echo "== examples/$(basename "$ex_py")"
+  if ! ex_why=$(cd "$ex_root" && PYTHONPATH="$ex_root/python" FLASHQLA_LIB="$ex_build/libflashqla.so" \
+                python3 -c 'import torch, flashqla' 2>&1); then
+    echo "skip: torch or flashqla does not import ($(printf '%s\n' "$ex_why" | tail -n 1))"; ex_s=$((ex_s + 1)); continue
+  fi
+  if (cd "$ex_root" && PYTHONPATH="$ex_root/python${PYTHONPATH:+:$PYTHONPATH}" \
+        FLASHQLA_LIB="$ex_build/libflashqla.so" timeout 120 python3 "$ex_py") 2>&1; then
+    ex_p=$((ex_p + 1))
+  else
+    echo "FAIL examples/$(basename "$ex_py"): exit status $?"; ex_f=$((ex_f + 1))
+  fi
+done
+add "$ex_p passed, $ex_f failed, $ex_s skipped"
 
 section "python tests"
 # The tests exercise this checkout's package and the library just built, not

@@ -30,8 +30,10 @@
  * (HV a multiple of H: grouped-value attention), head dims K and V, P pool rows. */
 enum { B = 2, T = 48, H = 2, HV = 4, K = 64, V = 64, P = 4 };
 
-/* A view of the first `tokens` tokens of a [B, T + 1, heads, dim] buffer:
- * tensors carry strides (in elements), so no copy is needed. */
+/* A view of `tokens` tokens, from token `first` on, of a buffer holding T + 1
+ * tokens per sequence: [B, T + 1, heads, dim] for q, k, v (ndim 4), or
+ * [B, T + 1, heads] for g, beta (ndim 3, dim = 1). Tensors carry strides (in
+ * elements), so a slice of a larger buffer needs no copy. */
 static fqla_tensor tokens_view(float *data, int64_t first, int64_t tokens, int64_t heads, int64_t dim, int ndim)
 {
     int64_t shape[4] = { B, tokens, heads, dim };

@@ -16,15 +16,17 @@ export FLASHQLA_MAKE_ARGS=${FLASHQLA_MAKE_ARGS-CUDA=0}
 export PIP_BREAK_SYSTEM_PACKAGES=1
 python3 -m build --sdist --outdir "$tmp/dist" .
 sdist=$(ls "$tmp"/dist/flashqla-*.tar.gz)
-echo "sdist: $sdist ($(tar tzf "$sdist" | wc -l) files)"
+files=$(tar tzf "$sdist")
+echo "sdist: $sdist ($(printf '%s\n' "$files" | wc -l) files)"
 for f in Makefile VERSION LICENSE CHANGELOG.md include/flashqla.h src/api.c src/cpu/gemm.c \
          src/cuda/backend.cu src/cuda/ptx/common.cuh cli/main.c python/flashqla/__init__.py; do
-  tar tzf "$sdist" | grep -qx "flashqla-[^/]*/$f" || { echo "FAIL: $f missing from the sdist"; exit 1; }
+  printf '%s\n' "$files" | grep -x "flashqla-[^/]*/$f" >/dev/null || { echo "FAIL: $f missing from the sdist"; exit 1; }
 done
-if tar tzf "$sdist" | grep -qE '/(src/dev|dev|build)/'; then echo "FAIL: src/dev, dev or build in the sdist"; exit 1; fi
+if printf '%s\n' "$files" | grep -E '^flashqla-[^/]*/(src/dev|dev|build|bench)/' >/dev/null; then echo "FAIL: src/dev, dev or build in the sdist"; exit 1; fi
 python3 -m venv --system-site-packages "$tmp/venv"
 (cd "$tmp" && "$tmp/venv/bin/python" -m pip install -v --no-deps "$sdist")
-(cd "$tmp" && env -u FLASHQLA_LIB "$tmp/venv/bin/python" - "$(cat VERSION)" <<'PY'
+version=$(cat VERSION)
+(cd "$tmp" && env -u FLASHQLA_LIB "$tmp/venv/bin/python" - "$version" <<'PY'
 import sys, torch, flashqla
 assert flashqla.__version__ == sys.argv[1], (flashqla.__version__, sys.argv[1])
 assert "venv" in flashqla.__file__, flashqla.__file__

@@ -17,6 +17,8 @@
 #                   CUDA, the tuning kernels compiled, and the library sources of
 #                   src/dev/ added (the default build never reads src/dev/)
 
+.DEFAULT_GOAL := all
+
 # The version's one source: VERSION (MAJOR.MINOR.PATCH), also read by setup.py.
 VERSION_STRING := $(strip $(file <VERSION))
 VERSION_PARTS  := $(subst ., ,$(VERSION_STRING))

@@ -10,9 +10,11 @@
 #                   (DESTDIR honoured); make uninstall PREFIX=... removes them
 #
 # The build follows its configuration: the compilers, their flags, the CUDA
-# switch and DEV are written to $(BUILD)/config.stamp, rewritten only when they
-# change, and every object, library and program depends on it, so `make` then
-# `make CUDA=0` (or other CFLAGS) in the same folder rebuilds what they affect.
+# switch and DEV are written to stamp files in $(BUILD) (config-c.stamp,
+# config-cu.stamp, config-link.stamp), each rewritten only when its part
+# changes, and the objects, libraries and programs depend on the parts that
+# decide them, so `make` then `make CUDA=0` (or other CFLAGS) in the same
+# folder rebuilds what they affect (and `make` again reuses the CUDA objects).
 #   make DEV=1      the developer build, in build-dev/: FQLA_DEV defined for C and
 #                   CUDA, the tuning kernels compiled, and the library sources of
 #                   src/dev/ added (the default build never reads src/dev/)
@@ -78,18 +80,24 @@ NVCCFLAGS += -DFQLA_DEV -DFQLA_FWD_TUNING=1
 endif
 endif
 
-# --- the configuration stamp ---
-# Everything that decides what an object or program contains. The stamp is
-# rewritten (at parse time) only when this string differs from its content,
-# so an unchanged configuration rebuilds nothing.
-CONFIG_STRING = version=$(VERSION_STRING) dev=$(DEV) cc=$(CC) cflags=$(CFLAGS) base=$(BASE_CFLAGS) \
-                nvcc=$(NVCC) nvccflags=$(NVCCFLAGS) ldlibs=$(LDLIBS) so_ldflags=$(SO_LDFLAGS)
-CONFIG_STAMP  = $(BUILD)/config.stamp
-ifeq ($(filter-out clean uninstall,$(or $(MAKECMDGOALS),all)),)
-else
-ifneq ($(strip $(file <$(CONFIG_STAMP))),$(strip $(CONFIG_STRING)))
-$(shell mkdir -p $(BUILD))
-$(file >$(CONFIG_STAMP),$(CONFIG_STRING))
+# --- the configuration stamps ---
+# What decides the C objects and programs, the CUDA objects, and the link. A
+# stamp is rewritten (at parse time) only when its string differs from its
+# content, so an unchanged configuration rebuilds nothing. The CUDA stamp is
+# left alone by a build without CUDA (its objects are not used there).
+C_CONFIG    = version=$(VERSION_STRING) dev=$(DEV) cc=$(CC) cflags=$(CFLAGS) base=$(BASE_CFLAGS)
+CU_CONFIG   = version=$(VERSION_STRING) dev=$(DEV) nvcc=$(NVCC) nvccflags=$(NVCCFLAGS)
+LINK_CONFIG = link=$(LINK) cuda=$(if $(strip $(NVCC)),1,0) ldlibs=$(LDLIBS) so_ldflags=$(SO_LDFLAGS)
+C_STAMP     = $(BUILD)/config-c.stamp
+CU_STAMP    = $(BUILD)/config-cu.stamp
+LINK_STAMP  = $(BUILD)/config-link.stamp
+# $(call write_stamp,FILE,STRING): FILE := STRING unless it holds it already
+write_stamp = $(if $(subst x$(strip $(2))x,,x$(strip $(file <$(1)))x),$(shell mkdir -p $(BUILD))$(file >$(1),$(strip $(2))))
+ifneq ($(filter-out clean uninstall,$(or $(MAKECMDGOALS),all)),)
+$(call write_stamp,$(C_STAMP),$(C_CONFIG))
+$(call write_stamp,$(LINK_STAMP),$(LINK_CONFIG))
+ifneq ($(strip $(NVCC)),)
+$(call write_stamp,$(CU_STAMP),$(CU_CONFIG))
 endif
 endif
 
@@ -107,10 +115,10 @@ CU_TEST_SRC = $(if $(strip $(NVCC)),$(wildcard tests/test_gpu_*.cu))
 CU_TESTS    = $(CU_TEST_SRC:tests/%.cu=$(BUILD)/tests/%)
 
 CU_TEST_COMMON = $(TEST_COMMON:tests/%.c=$(BUILD)/tests/obj/%.o)
-$(BUILD)/tests/obj/%.o: tests/%.c $(wildcard tests/common/*.h) $(CONFIG_STAMP)
+$(BUILD)/tests/obj/%.o: tests/%.c $(wildcard tests/common/*.h) $(C_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(BASE_CFLAGS) $(CFLAGS) -Itests -c $< -o $@
-$(BUILD)/tests/%: tests/%.cu $(CU_TEST_COMMON) $(wildcard tests/common/*.h src/cuda/ptx/*.cuh src/cuda/kernel/*.cuh) $(CONFIG_STAMP)
+$(BUILD)/tests/%: tests/%.cu $(CU_TEST_COMMON) $(wildcard tests/common/*.h src/cuda/ptx/*.cuh src/cuda/kernel/*.cuh) $(CU_STAMP) $(C_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -Itests $< $(CU_TEST_COMMON) -o $@
 
@@ -122,11 +130,11 @@ $(CU_TESTS): $(CU_TEST_COMMON)
 .PHONY: all test test-fast test-asan fuzz run clean install uninstall
 all: $(LIB_A) $(LIB_SO) $(CLI)
 
-$(BUILD)/obj/%.o: %.c $(wildcard include/*.h src/*.h src/cpu/*.h) $(DEV_HDR) $(CONFIG_STAMP)
+$(BUILD)/obj/%.o: %.c $(wildcard include/*.h src/*.h src/cpu/*.h) $(DEV_HDR) $(C_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(BASE_CFLAGS) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/obj/%.o: %.cu $(wildcard include/*.h src/*.h src/cuda/*.h src/cuda/*.cuh src/cuda/ptx/*.cuh src/cuda/kernel/*.cuh) $(DEV_HDR) $(CONFIG_STAMP)
+$(BUILD)/obj/%.o: %.cu $(wildcard include/*.h src/*.h src/cuda/*.h src/cuda/*.cuh src/cuda/ptx/*.cuh src/cuda/kernel/*.cuh) $(DEV_HDR) $(CU_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@ 2> $@.log || { cat $@.log >&2; rm -f $@; exit 1; }
 	@# ptxas's C7511 / C7512 (wgmma serialised, for the wgmma pipeline or the
@@ -135,11 +143,11 @@ $(BUILD)/obj/%.o: %.cu $(wildcard include/*.h src/*.h src/cuda/*.h src/cuda/*.cu
 	@# uniform rows on the H200, so the object is rejected
 	@cat $@.log >&2; if grep -qE 'C751[12]' $@.log; then echo "$<: ptxas serialised wgmma (C7511 / C7512)" >&2; rm -f $@; exit 1; fi
 
-$(LIB_A): $(OBJ) $(CONFIG_STAMP)
+$(LIB_A): $(OBJ) $(LINK_STAMP)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $(OBJ)
 
-$(LIB_SO): $(OBJ) $(CONFIG_STAMP)
+$(LIB_SO): $(OBJ) $(LINK_STAMP)
 	$(LINK) -shared $(SO_LDFLAGS) -o $@ $(OBJ) $(LDLIBS)
 
 # The commit the program is built from (+dirty with uncommitted changes; empty
@@ -147,10 +155,10 @@ $(LIB_SO): $(OBJ) $(CONFIG_STAMP)
 BUILD_COMMIT := $(shell git rev-parse --short HEAD 2>/dev/null)$(shell git rev-parse --git-dir >/dev/null 2>&1 && \
                   { git diff --quiet HEAD -- 2>/dev/null || echo +dirty; })
 
-$(CLI): $(wildcard cli/*.c cli/*.h) $(LIB_A)
+$(CLI): $(wildcard cli/*.c cli/*.h) $(LIB_A) $(C_STAMP) $(LINK_STAMP)
 	$(CC) $(BASE_CFLAGS) $(CFLAGS) -DFQLA_BUILD_COMMIT='"$(BUILD_COMMIT)"' $(wildcard cli/*.c) $(LIB_A) -o $@ $(LDLIBS)
 
-$(BUILD)/tests/%: tests/%.c $(TEST_COMMON) $(wildcard tests/common/*.h src/cuda/*.h) $(LIB_A) $(CONFIG_STAMP)
+$(BUILD)/tests/%: tests/%.c $(TEST_COMMON) $(wildcard tests/common/*.h src/cuda/*.h) $(LIB_A) $(C_STAMP) $(LINK_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(BASE_CFLAGS) $(CFLAGS) -Itests $< $(TEST_COMMON) $(LIB_A) -o $@ $(LDLIBS)
 

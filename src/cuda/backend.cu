@@ -28,7 +28,7 @@ extern "C" fqla_status fqla_cuda_device_query(int device, fqla_device_info *info
         cudaError_t derr = cudaDriverGetVersion(&driver);
         if (why && why_size) {
             if (derr != cudaSuccess || driver == 0)
-                snprintf(why, why_size, "no NVIDIA driver found (no CUDA device on this machine)");
+                snprintf(why, why_size, "no NVIDIA driver found (libcuda not installed or not loadable), so no CUDA device can be used");
             else if (err == cudaErrorInsufficientDriver)
                 snprintf(why, why_size, "the NVIDIA driver supports CUDA %d.%d, older than the CUDA %d.%d runtime "
                          "flashqla was built with", driver / 1000, driver % 1000 / 10, CUDART_VERSION / 1000,

@@ -1,9 +1,13 @@
 """Builds the C library ahead of time and ships it inside the flashqla package.
 
 `pip install .` runs `make` (the repository's Makefile; with the CUDA sources
-when nvcc is found, as `make` itself decides) into a build folder of its own,
+when nvcc is found, as `make` itself decides) into a build folder of its own
+(make's output is shown with `pip install -v`; without -v a one-line hint goes
+to the terminal),
 so it never mixes objects with a developer's build/, and copies
-libflashqla.so into the package. Nothing is compiled at import time.
+libflashqla.so into the package. Nothing is compiled at import time. The
+version comes from the file VERSION (pyproject.toml's dynamic version), as the
+library's does; the sdist's contents are listed in MANIFEST.in.
 
 Environment:
   FLASHQLA_MAKE_ARGS   extra make arguments, e.g. "CUDA=0" for a CPU-only
@@ -25,6 +29,18 @@ from setuptools.dist import Distribution
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
 
+def _hint(line):
+    """One line the user sees even when pip hides the build's output (no -v):
+    written to the terminal when there is one, else to stdout."""
+    try:
+        with open("/dev/tty", "w") as tty:
+            tty.write(line + "\n")
+            return
+    except OSError:
+        pass
+    print(line, flush=True)
+
+
 class BuildPyWithLibrary(build_py):
     def run(self):
         super().run()
@@ -39,7 +55,11 @@ class BuildPyWithLibrary(build_py):
             cmd = (["make", "-C", ROOT, f"BUILD={out}", f"-j{jobs}"]
                    + shlex.split(os.environ.get("FLASHQLA_MAKE_ARGS", ""))
                    + [os.path.join(out, "libflashqla.so")])
+            _hint("flashqla: compiling libflashqla.so with make (minutes when nvcc is found; "
+                  "`pip install -v` shows its progress, FLASHQLA_MAKE_ARGS=CUDA=0 builds CPU-only)")
             print("flashqla: " + " ".join(cmd), flush=True)
+            # make's output goes straight to this process's stdout, which pip
+            # shows line by line with -v (and hides without it)
             subprocess.check_call(cmd)
             lib = os.path.join(out, "libflashqla.so")
         os.makedirs(os.path.dirname(target), exist_ok=True)

@@ -60,7 +60,7 @@ static void bench_usage(FILE *f)
         "With --dtype fp16 / fp32 the rows are recorded as 'MODEL fp16' / 'MODEL fp32' and not\n"
         "compared with the published (bf16) numbers.\n"
         "\n"
-        "  --backend B        auto | cuda | cpu (default auto: cuda when available)\n"
+        "  --backend B        auto | cuda (or gpu) | cpu (default auto: cuda when available)\n"
         "  --rows FILE        rows CSV with columns op,model,h_qk,h_v,seqlens[,flashqla_ms,fla_ms]\n"
         "                     (default bench/anchors_h200.csv; only op=fwd rows are run)\n"
         "  --quick            a handful of rows spread over the table\n"
@@ -69,8 +69,9 @@ static void bench_usage(FILE *f)
         "                     recorded with an '*F' suffix and not compared with the anchors)\n"
         "  --repeat N         timed batches, median reported (default 10 on the GPU, each of %d\n"
         "                     back-to-back calls after a 256 MB L2 flush; 3 single calls on the CPU)\n"
-        "  --out CSV          append passing rows here (default bench/results/fwd-<gpu>-cli.csv,\n"
-        "                     bench/results/cpu-bench.csv on the CPU); the commit field is\n"
+        "  --out CSV          append passing rows here (default build/bench/fwd-<gpu>-cli.csv,\n"
+        "                     build/bench/cpu-bench.csv on the CPU, under the current folder;\n"
+        "                     give bench/results/... to add them to the checkout's records); the commit field is\n"
         "                     $FQLA_COMMIT, else the commit the program was built from\n"
         "  --check-tokens N   tokens per sequence checked against the reference (default 256, 0 = none)\n"
         "  --dtype D          bf16 | fp16 | fp32 for q, k, v, o (default bf16)\n"
@@ -153,7 +154,7 @@ static int parse_bench_opts(int argc, char **argv, bench_opts *o)
             else if (!strcmp(s, "cuda") || !strcmp(s, "gpu")) o->backend = FQLA_BACKEND_CUDA;
             else if (!strcmp(s, "cpu")) o->backend = FQLA_BACKEND_CPU;
             else {
-                fprintf(stderr, "flashqla bench: option --backend: expected auto, cuda or cpu, got '%s'\n", s);
+                fprintf(stderr, "flashqla bench: option --backend: expected auto, cuda (or gpu) or cpu, got '%s'\n", s);
                 return -1;
             }
         } else {
@@ -571,8 +572,8 @@ static void short_gpu_name(const char *name, char *out, size_t n)
 static FILE *open_records(const char *path, int make_dir)
 {
     if (make_dir) {
-        mkdir("bench", 0777);
-        mkdir("bench/results", 0777);
+        mkdir("build", 0777);
+        mkdir("build/bench", 0777);
     }
     FILE *f = fopen(path, "a+");
     if (!f) return NULL;
@@ -692,8 +693,9 @@ int cli_bench(int argc, char **argv)
         char sh[64];
         short_gpu_name(bs.gpu, sh, sizeof sh);
         /* apart from bench_fwd.py's fwd-<gpu>.csv: these rows have no same-process FLA time */
-        if (bs.on_dev) snprintf(out_buf, sizeof out_buf, "bench/results/fwd-%s-cli.csv", sh);
-        else snprintf(out_buf, sizeof out_buf, "bench/results/cpu-bench.csv");
+        /* under build/, not into the checkout's bench/results/ (records are added there with --out) */
+        if (bs.on_dev) snprintf(out_buf, sizeof out_buf, "build/bench/fwd-%s-cli.csv", sh);
+        else snprintf(out_buf, sizeof out_buf, "build/bench/cpu-bench.csv");
         out_path = out_buf;
     }
     if (!(rec = open_records(out_path, o.out_path == NULL))) {

@@ -143,7 +143,7 @@ int cli_info(int argc, char **argv)
 #ifdef FQLA_HAVE_CUDA
     printf("build:    CUDA backend compiled in (sm_90a)\n");
 #else
-    printf("build:    CPU only (no nvcc at build time)\n");
+    printf("build:    CPU only (no nvcc at build time, or make CUDA=0)\n");
 #endif
     printf("backends:\n");
     int available[3] = { 0, 0, 0 };

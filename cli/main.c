@@ -18,7 +18,7 @@ static void usage(FILE *f)
         "  run     one Gated DeltaNet forward layer (Qwen3.5-35B-like by default): time,\n"
         "          tokens/s and the error against the fp64 reference\n"
         "  bench   the forward rows of docs/benchmarks.md (bench/anchors_h200.csv): time, check,\n"
-        "          records in bench/results/\n"
+        "          records in build/bench/ (or --out)\n"
         "\n"
         "flashqla <command> --help shows a command's options; flashqla --version the version.\n");
 }

@@ -45,7 +45,7 @@ static void run_usage(FILE *f)
         "  --HV N           value heads, a multiple of H (default 32)\n"
         "  --K N, --V N     head dims (default 128)\n"
         "  --dtype D        bf16 | fp16 | fp32 for q, k, v, o (default bf16)\n"
-        "  --backend B      auto | cuda | cpu | reference (default auto)\n"
+        "  --backend B      auto | cuda (or gpu) | cpu | reference (or ref) (default auto)\n"
         "  --device N       CUDA device (default 0)\n"
         "  --threads N      CPU worker threads 0..1024, 0 = all cores (default 0)\n"
         "  --varlen L1,L2   packed sequences of these lengths in one row (B = 1)\n"
@@ -132,7 +132,7 @@ static int parse_run_opts(int argc, char **argv, run_opts *o)
             else if (!strcmp(s, "cpu")) o->backend = FQLA_BACKEND_CPU;
             else if (!strcmp(s, "reference") || !strcmp(s, "ref")) o->backend = FQLA_BACKEND_CPU_REFERENCE;
             else {
-                fprintf(stderr, "flashqla run: option --backend: expected auto, cuda, cpu or reference, got '%s'\n", s);
+                fprintf(stderr, "flashqla run: option --backend: expected auto, cuda (or gpu), cpu or reference (or ref), got '%s'\n", s);
                 return -1;
             }
         } else if (cli_args_is(&a, "--varlen")) {

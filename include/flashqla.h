@@ -64,12 +64,22 @@ extern "C" {
 #define FQLA_API
 #endif
 
+/* The version's one source is the file VERSION at the top of the source tree:
+ * the Makefile compiles the library with -DFQLA_VERSION_MAJOR=... from it,
+ * `make install` writes these defaults from it into the installed header, and
+ * tests/check_version.sh checks that these defaults, the library, the CLI and
+ * the Python package all agree with it. */
+#ifndef FQLA_VERSION_MAJOR
 #define FQLA_VERSION_MAJOR 0
 #define FQLA_VERSION_MINOR 1
 #define FQLA_VERSION_PATCH 0
-#define FQLA_VERSION_STRING "0.1.0"
+#endif
+#define FQLA_VERSION_STR_(x) #x
+#define FQLA_VERSION_STR(x) FQLA_VERSION_STR_(x)
+#define FQLA_VERSION_STRING \
+    FQLA_VERSION_STR(FQLA_VERSION_MAJOR) "." FQLA_VERSION_STR(FQLA_VERSION_MINOR) "." FQLA_VERSION_STR(FQLA_VERSION_PATCH)
 /* FQLA_VERSION_MAJOR * 10000 + FQLA_VERSION_MINOR * 100 + FQLA_VERSION_PATCH */
-#define FQLA_VERSION 100
+#define FQLA_VERSION (FQLA_VERSION_MAJOR * 10000 + FQLA_VERSION_MINOR * 100 + FQLA_VERSION_PATCH)
 
 /* The version the library was built as (FQLA_VERSION of its headers). */
 FQLA_API int fqla_version(void);

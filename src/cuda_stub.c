@@ -13,7 +13,7 @@ fqla_status fqla_cuda_device_query(int device, fqla_device_info *info, char *why
 {
     (void)device;
     (void)info;
-    if (why && why_size) snprintf(why, why_size, "flashqla was built without CUDA (nvcc not found at build time)");
+    if (why && why_size) snprintf(why, why_size, "flashqla was built without CUDA (no nvcc at build time, or make CUDA=0)");
     return FQLA_STATUS_BACKEND_UNAVAILABLE;
 }
 

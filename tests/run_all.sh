@@ -28,7 +28,26 @@ case $? in
   *) echo "FAIL check_exports"; add "0 passed, 1 failed" ;;
 esac
 
-section "tests under ASan + UBSan ($build/asan/tests, quick sizes)"
+section "packaging: version, config stamp, make install + pkg-config"
+# VERSION agrees with the header, the library, the CLI and Python; the build
+# follows its configuration (tests/check_config.sh builds the C sources once in
+# a scratch folder); `make install` of the library built here, and
+# docs/example.c built against it with pkg-config. The sdist check is slower
+# and apart: tests/check_sdist.sh.
+for chk in check_version check_config check_install; do
+  case $chk in
+    check_install) "$here/$chk.sh" "$build" "${FQLA_DEV_BUILD:-0}" ;;
+    check_version) "$here/$chk.sh" "$build" ;;
+    *) "$here/$chk.sh" ;;
+  esac
+  case $? in
+    0) add "1 passed, 0 failed" ;;
+    77) add "0 passed, 0 failed, 1 skipped" ;;
+    *) echo "FAIL $chk"; add "0 passed, 1 failed" ;;
+  esac
+done
+
+section "tests under ASan + UBSan ($build/asan/tests, quick sizes; CUDA stubbed in this build)"
 out=$(FQLA_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
       "$here/run_tests.sh" "$build/asan/tests" 2>&1); printf '%s\n' "$out"; add "$(printf '%s\n' "$out" | tail -n 1)"
 

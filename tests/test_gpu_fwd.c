@@ -1476,9 +1476,13 @@ int main(void)
 
 #else /* no CUDA in this build */
 
+#ifndef FQLA_TEST_NO_CUDA_REASON
+#define FQLA_TEST_NO_CUDA_REASON "built without CUDA (no nvcc, or CUDA=0)"
+#endif
+
 int main(void)
 {
-#define SKIP_NOCUDA(name) check_skip(#name, "built without CUDA (no nvcc)");
+#define SKIP_NOCUDA(name) check_skip(#name, FQLA_TEST_NO_CUDA_REASON);
     CASES(SKIP_NOCUDA)
     return check_summary();
 }

@@ -252,6 +252,11 @@ def chunk_gated_delta_rule(
                    use_qk_l2norm_in_kernel, use_gate_in_kernel, A_log, dt_bias,
                    use_beta_sigmoid_in_kernel, allow_neg_eigval, state_v_first, cu_seqlens,
                    cu_seqlens_cpu, cp_context, backend)
+    if args[0].shape[0] == 0 and args[8] is None:
+        # no sequences (B = 0): nothing to compute, empty outputs as decode
+        # gives (the library wants B >= 1)
+        return ops.fwd_alloc(args[0], args[2], args[7], None, args[11], args[12],
+                             ops.state_dtype_for(args[0], args[7]))
     if compiling:
         o, ht = ops.fwd_op(*args)
     elif key is None and _needs_grad(*args[:8]):

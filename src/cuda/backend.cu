@@ -21,9 +21,23 @@ extern "C" fqla_status fqla_cuda_device_query(int device, fqla_device_info *info
     int count = 0;
     cudaError_t err = cudaGetDeviceCount(&count);
     if (err != cudaSuccess || count == 0) {
-        if (why && why_size)
-            snprintf(why, why_size, "no CUDA device (%s)",
-                     err != cudaSuccess ? cudaGetErrorString(err) : "cudaGetDeviceCount found 0");
+        /* The runtime reports a machine without any NVIDIA driver as
+         * cudaErrorInsufficientDriver ("driver version is insufficient"), which
+         * reads like "upgrade your driver": cudaDriverGetVersion gives 0 there. */
+        int driver = 0;
+        cudaError_t derr = cudaDriverGetVersion(&driver);
+        if (why && why_size) {
+            if (derr != cudaSuccess || driver == 0)
+                snprintf(why, why_size, "no NVIDIA driver found (libcuda not installed or not loadable), so no CUDA device can be used");
+            else if (err == cudaErrorInsufficientDriver)
+                snprintf(why, why_size, "the NVIDIA driver supports CUDA %d.%d, older than the CUDA %d.%d runtime "
+                         "flashqla was built with", driver / 1000, driver % 1000 / 10, CUDART_VERSION / 1000,
+                         CUDART_VERSION % 1000 / 10);
+            else if (err == cudaSuccess || err == cudaErrorNoDevice)
+                snprintf(why, why_size, "no CUDA device found (NVIDIA driver present)");
+            else
+                snprintf(why, why_size, "no CUDA device (%s)", cudaGetErrorString(err));
+        }
         cudaGetLastError(); /* clear the recorded error so the next runtime call does not report it */
         return FQLA_STATUS_BACKEND_UNAVAILABLE;
     }

@@ -42,14 +42,10 @@ static cudaError_t fqla_smem_limit(fqla_smem_cache &cache, void (*kernel)(Params
     const bool cached = dev >= 0 && dev < FQLA_LAUNCH_MAX_DEVICES;
     if (cached && cache.bytes[dev].load(std::memory_order_acquire) >= bytes) return cudaSuccess;
     std::lock_guard<std::mutex> hold(fqla_smem_lock());
-    size_t set = bytes;
-    if (cached) {
-        const size_t had = cache.bytes[dev].load(std::memory_order_relaxed);
-        if (had >= bytes) return cudaSuccess;
-    }
-    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)set);
+    if (cached && cache.bytes[dev].load(std::memory_order_relaxed) >= bytes) return cudaSuccess;
+    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
     if (err != cudaSuccess) return err;
-    if (cached) cache.bytes[dev].store(set, std::memory_order_release);
+    if (cached) cache.bytes[dev].store(bytes, std::memory_order_release);
     return cudaSuccess;
 }
 

@@ -1,6 +1,6 @@
 /*
  * ptx/misc.cuh - single instructions of no larger family: ex2.approx,
- * cvt.rna.tf32, prefetch.global.L2 and the %globaltimer register.
+ * cvt.rna.tf32 and prefetch.global.L2.
  */
 #ifndef FQLA_CUDA_PTX_MISC_CUH
 #define FQLA_CUDA_PTX_MISC_CUH
@@ -27,13 +27,6 @@ FQLA_DEVICE_INLINE uint32_t fqla_cvt_rna_tf32(float x)
 FQLA_DEVICE_INLINE void fqla_prefetch_l2(const void *p)
 {
     asm volatile("prefetch.global.L2 [%0];" ::"l"(__cvta_generic_to_global(p)));
-}
-/* %globaltimer: nanoseconds (timing studies in dev/ use it). */
-FQLA_DEVICE_INLINE unsigned long long fqla_globaltimer()
-{
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
 }
 
 #endif

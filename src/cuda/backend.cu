@@ -1,7 +1,7 @@
 /*
  * backend.cu - the CUDA backend's dispatcher: device query, the architecture
  * check, and routing of each validated problem to its kernel family
- * (fwd*.cu, decode*.cu). The caller's current device is restored after each
+ * (fwd*.cu, bwd*.cu, decode*.cu). The caller's current device is restored after each
  * call, so a context for device 1 can be used from a thread whose current
  * device is 0.
  */
@@ -78,10 +78,9 @@ extern "C" fqla_status fqla_cuda_supported(fqla_context *ctx, const fqla_problem
     case FQLA_OP_FWD: return fqla_cuda_fwd_supported(ctx, p, (const fqla_fwd_args *)args);
     case FQLA_OP_DECODE:
     case FQLA_OP_VERIFY: return fqla_cuda_decode_supported(ctx, p, (const fqla_decode_args *)args);
-    case FQLA_OP_BWD: break;
+    case FQLA_OP_BWD: return fqla_cuda_bwd_supported(ctx, p, (const fqla_bwd_args *)args);
     }
-    return fqla_fail(ctx, FQLA_STATUS_NOT_SUPPORTED,
-                     "backward: the CUDA backend has no backward kernel yet; use FQLA_BACKEND_CPU");
+    return fqla_fail(ctx, FQLA_STATUS_NOT_SUPPORTED, "operation %d: not a CUDA backend operation", (int)p->op);
 }
 
 extern "C" fqla_status fqla_cuda_workspace(fqla_context *ctx, const fqla_problem *p, const void *args, size_t *bytes)
@@ -91,7 +90,7 @@ extern "C" fqla_status fqla_cuda_workspace(fqla_context *ctx, const fqla_problem
     case FQLA_OP_FWD: return fqla_cuda_fwd_workspace(ctx, p, (const fqla_fwd_args *)args, bytes);
     case FQLA_OP_DECODE:
     case FQLA_OP_VERIFY: return fqla_cuda_decode_workspace(ctx, p, (const fqla_decode_args *)args, bytes);
-    case FQLA_OP_BWD: break;
+    case FQLA_OP_BWD: return fqla_cuda_bwd_workspace(ctx, p, (const fqla_bwd_args *)args, bytes);
     }
     return fqla_cuda_supported(ctx, p, args);
 }
@@ -116,7 +115,7 @@ extern "C" fqla_status fqla_cuda_run(fqla_context *ctx, const fqla_problem *p, c
         st = fqla_cuda_decode_run(ctx, p, (const fqla_decode_args *)args, workspace, workspace_bytes, s);
         break;
     case FQLA_OP_BWD:
-        st = fqla_cuda_supported(ctx, p, args);
+        st = fqla_cuda_bwd_run(ctx, p, (const fqla_bwd_args *)args, workspace, workspace_bytes, s);
         break;
     }
     if (previous != ctx->device) cudaSetDevice(previous);

@@ -21,6 +21,12 @@ fqla_status fqla_cuda_fwd_workspace(fqla_context *ctx, const fqla_problem *p, co
 fqla_status fqla_cuda_fwd_run(fqla_context *ctx, const fqla_problem *p, const fqla_fwd_args *a,
                               void *workspace, size_t workspace_bytes, cudaStream_t stream);
 
+/* chunked backward (bwd*.cu) */
+fqla_status fqla_cuda_bwd_supported(fqla_context *ctx, const fqla_problem *p, const fqla_bwd_args *a);
+fqla_status fqla_cuda_bwd_workspace(fqla_context *ctx, const fqla_problem *p, const fqla_bwd_args *a, size_t *bytes);
+fqla_status fqla_cuda_bwd_run(fqla_context *ctx, const fqla_problem *p, const fqla_bwd_args *a,
+                              void *workspace, size_t workspace_bytes, cudaStream_t stream);
+
 /* decode and verify (decode*.cu); p->op is FQLA_OP_DECODE or FQLA_OP_VERIFY */
 fqla_status fqla_cuda_decode_supported(fqla_context *ctx, const fqla_problem *p, const fqla_decode_args *a);
 fqla_status fqla_cuda_decode_workspace(fqla_context *ctx, const fqla_problem *p, const fqla_decode_args *a, size_t *bytes);

@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""bwd_quick.py - a developer's first look at the CUDA backward: gradients
+of a few shapes and options against the fp64 reference backward (relative
+L2 error of each gradient, docs/testing.md), then the backward's time on a
+few benchmark shapes beside the forward's, in one process.
+
+    PYTHONPATH=python FLASHQLA_LIB=build/libflashqla.so python3 dev/gpu/bwd_quick.py [--no-time]
+
+The tests proper are tests/test_gpu_bwd.c and python/tests/test_gpu.py.
+"""
+import argparse
+import math
+import sys
+import time
+
+import torch
+
+import flashqla
+
+TOL = dict(q=8e-3, k=8e-3, v=8e-3, initial_state=8e-3, g=2e-2, beta=2e-2, A_log=2e-2, dt_bias=2e-2)
+
+
+def rel(x, ref):
+    x, ref = x.detach().double().cpu(), ref.detach().double().cpu()
+    if not torch.isfinite(x).all():
+        return math.inf
+    n = ref.norm().item()
+    return (x - ref).norm().item() / n if n > 0 else (x - ref).norm().item()
+
+
+def inputs(B, T, H, HV, K, V, h0, gate, beta_range=(0.0, 1.0), l2=False, gik=False, bsig=False):
+    torch.manual_seed(0)
+    q = torch.randn(B, T, H, K)
+    k = torch.randn(B, T, H, K)
+    if not l2:
+        k = torch.nn.functional.normalize(k, dim=-1)
+    x = dict(q=q, k=k, v=torch.randn(B, T, HV, V))
+    if gik:
+        x["g"] = torch.randn(B, T, HV)
+        x["A_log"] = torch.rand(HV)
+        x["dt_bias"] = torch.randn(HV)
+    else:
+        x["g"] = gate(B, T, HV)
+    lo, hi = beta_range
+    x["beta"] = torch.randn(B, T, HV) if bsig else lo + (hi - lo) * torch.rand(B, T, HV)
+    if h0:
+        x["initial_state"] = torch.randn(B, HV, K, V)
+    return x
+
+
+def run(x, dev, dtype, kw, do, dht):
+    t = {}
+    for n, v in x.items():
+        v = v.to(dev)
+        if n in ("q", "k", "v"):
+            v = v.to(dtype)
+        elif dev == "cpu":
+            v = v.double()
+        t[n] = v.detach().requires_grad_()
+    o, ht = flashqla.chunk_gated_delta_rule(**t, output_final_state=True, **kw)
+    loss = (o.double() * do.to(o.device).double()).sum() + (ht.double() * dht.to(ht.device).double()).sum()
+    loss.backward()
+    return {n: v.grad for n, v in t.items()}
+
+
+def check(name, B, T, H, HV, K, V, h0=True, gate=None, dtype=torch.bfloat16, cu=None, **opt):
+    gate = gate or (lambda *s: torch.nn.functional.logsigmoid(torch.randn(*s)) / 16)
+    kwx = {k: opt.pop(k) for k in ("beta_range", "l2", "gik", "bsig") if k in opt}
+    x = inputs(B, T, H, HV, K, V, h0, gate, **kwx)
+    kw = dict(opt)
+    if kwx.get("l2"):
+        kw["use_qk_l2norm_in_kernel"] = True
+    if kwx.get("gik"):
+        kw["use_gate_in_kernel"] = True
+    if kwx.get("bsig"):
+        kw["use_beta_sigmoid_in_kernel"] = True
+    if cu is not None:
+        kw["cu_seqlens"] = torch.tensor(cu, dtype=torch.int32)
+        if h0:
+            x["initial_state"] = torch.randn(len(cu) - 1, HV, K, V)
+    N = len(cu) - 1 if cu is not None else B
+    do = torch.randn(B, T, HV, V)
+    dht = torch.randn(N, HV, K, V)
+    kwg = dict(kw)
+    if cu is not None:
+        kwg["cu_seqlens"] = kw["cu_seqlens"].cuda()
+    try:
+        g = run(x, "cuda", dtype, kwg, do, dht)
+    except Exception as e:  # noqa: BLE001 - a report, not a test
+        print(f"{name:28s} CUDA failed: {str(e)[:200]}")
+        return False
+    r = run(x, "cpu", torch.float64, dict(kw, backend="reference"), do, dht)
+    ok = True
+    parts = []
+    for n in g:
+        if g[n] is None:
+            continue
+        e = rel(g[n], r[n])
+        bad = e > TOL.get(n, 8e-3)
+        ok &= not bad
+        parts.append(f"{n}={e:.1e}{'!' if bad else ''}")
+    # bit-identical rerun
+    g2 = run(x, "cuda", dtype, kwg, do, dht)
+    same = all(torch.equal(g[n], g2[n]) for n in g if g[n] is not None)
+    print(f"{name:28s} {'ok ' if ok and same else 'BAD'} {' '.join(parts)} rerun={'same' if same else 'DIFF'}")
+    return ok and same
+
+
+def timing(H, HV, T, N, K=128, V=128, reps=10):
+    torch.manual_seed(0)
+    B = 1
+    q = torch.nn.functional.normalize(torch.randn(B, T, H, K), dim=-1).cuda().bfloat16().requires_grad_()
+    k = torch.nn.functional.normalize(torch.randn(B, T, H, K), dim=-1).cuda().bfloat16().requires_grad_()
+    v = torch.randn(B, T, HV, V).cuda().bfloat16().requires_grad_()
+    g = (torch.nn.functional.logsigmoid(torch.randn(B, T, HV)) / 16).cuda().requires_grad_()
+    beta = torch.rand(B, T, HV).cuda().requires_grad_()
+    L = T // N
+    cu = torch.arange(0, T + 1, L, dtype=torch.int32).cuda()
+    kw = dict(cu_seqlens=cu)
+    o, _ = flashqla.chunk_gated_delta_rule(q, k, v, g, beta, **kw)
+    do = torch.randn_like(o)
+    for _ in range(2):
+        torch.autograd.grad(o, (q, k, v, g, beta), do, retain_graph=True)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        torch.autograd.grad(o, (q, k, v, g, beta), do, retain_graph=True)
+    torch.cuda.synchronize()
+    tb = (time.perf_counter() - t0) / reps * 1e3
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        flashqla.chunk_gated_delta_rule(q.detach(), k.detach(), v.detach(), g.detach(), beta.detach(), **kw)
+    torch.cuda.synchronize()
+    tf = (time.perf_counter() - t0) / reps * 1e3
+    print(f"timing hk{H}_hv{HV} T={T} N={N}: bwd {tb:.3f} ms  fwd {tf:.3f} ms")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--no-time", action="store_true")
+    a = ap.parse_args()
+    strong = lambda *s: torch.full(s, -20.0)
+    zero = lambda *s: torch.zeros(s)
+    ok = True
+    ok &= check("T64 g1", 1, 64, 1, 1, 128, 128)
+    ok &= check("T200 g2", 1, 200, 2, 4, 128, 128)
+    ok &= check("T1000 g4 fp16", 1, 1000, 1, 4, 128, 128, dtype=torch.float16)
+    ok &= check("B2 T129 K64", 2, 129, 2, 2, 64, 64)
+    ok &= check("nodecay", 1, 1024, 1, 2, 128, 128, gate=zero)
+    ok &= check("strong T3000", 1, 3000, 1, 1, 128, 128, gate=strong, h0=False)
+    ok &= check("neg_eig", 1, 1024, 1, 2, 128, 128, gate=zero, beta_range=(1.9, 2.0))
+    ok &= check("varlen", 1, 300, 1, 2, 128, 128, cu=[0, 1, 65, 65, 200, 300])
+    ok &= check("opts l2 gik bsig", 1, 300, 2, 4, 128, 128, l2=True, gik=True, bsig=True)
+    ok &= check("v_first", 1, 150, 1, 1, 128, 128, state_v_first=True)
+    ok &= check("g8 V256", 1, 100, 1, 8, 128, 256)
+    print("ALL OK" if ok else "SOME FAILED")
+    if not a.no_time:
+        for H, HV, T, N in ((16, 32, 32768, 1), (16, 32, 32768, 8), (2, 4, 8192, 1), (4, 8, 32768, 4)):
+            timing(H, HV, T, N)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,179 @@
+/*
+ * bwd.cu - the CUDA backward's entry points (declared in cuda_backend.h):
+ * what the kernels cover, the exact workspace, and the five launches on the
+ * caller's stream (bwd_common.cuh says what each computes). Nothing here
+ * allocates, synchronises or reads device memory on the host, so a call
+ * can be captured in a CUDA graph; the workspace is a function of the
+ * shapes alone.
+ *
+ * Covered: q/k/v bf16 or fp16; K in {64, 128}; V a multiple of 32; g, beta
+ * f32 or bf16; h0 f32 or bf16, d_final_state / d_initial_state f32, either
+ * layout; varlen (device cu_seqlens) and padded batches; GVA; the in-kernel
+ * l2norm, gate and beta sigmoid. Everything else returns NOT_SUPPORTED
+ * naming what is not covered (the CPU backends cover it).
+ */
+#include "cuda/bwd_common.cuh"
+#include "cuda/cuda_backend.h"
+
+#include <string.h>
+
+namespace {
+
+int64_t slots_of(const fqla_problem *p)
+{
+    fqla_fwd_shape s;
+    memset(&s, 0, sizeof s);
+    s.N = p->N;
+    s.T = p->T;
+    s.varlen = p->varlen;
+    return fqla_route_slots(&s);
+}
+
+fqla_bwd_ws_layout layout_of(const fqla_problem *p)
+{
+    return fqla_bwd_ws(slots_of(p), p->H, p->HV, p->K, p->V, p->opt.use_qk_l2norm, p->opt.use_gate_in_kernel);
+}
+
+} // namespace
+
+fqla_status fqla_cuda_bwd_supported(fqla_context *ctx, const fqla_problem *p, const fqla_bwd_args *a)
+{
+    (void)a;
+    if (p->io_dtype != FQLA_DTYPE_BF16 && p->io_dtype != FQLA_DTYPE_F16)
+        return fqla_fail(ctx, FQLA_STATUS_NOT_SUPPORTED,
+                         "backward: q/k/v dtype %s: the CUDA backward covers BF16 and F16 (use FQLA_BACKEND_CPU)",
+                         fqla_dtype_string(p->io_dtype));
+    if (p->K != 64 && p->K != 128)
+        return fqla_fail(ctx, FQLA_STATUS_NOT_SUPPORTED,
+                         "backward: K = %lld: the CUDA backward covers K = 64 and 128 (use FQLA_BACKEND_CPU)",
+                         (long long)p->K);
+    if (p->V % FQLA_BWD_VS != 0)
+        return fqla_fail(ctx, FQLA_STATUS_NOT_SUPPORTED,
+                         "backward: V = %lld: the CUDA backward needs V a multiple of %d (use FQLA_BACKEND_CPU)",
+                         (long long)p->V, FQLA_BWD_VS);
+    return FQLA_STATUS_SUCCESS;
+}
+
+fqla_status fqla_cuda_bwd_workspace(fqla_context *ctx, const fqla_problem *p, const fqla_bwd_args *a, size_t *bytes)
+{
+    fqla_status st = fqla_cuda_bwd_supported(ctx, p, a);
+    if (st != FQLA_STATUS_SUCCESS) return st;
+    *bytes = layout_of(p).total;
+    return FQLA_STATUS_SUCCESS;
+}
+
+fqla_status fqla_cuda_bwd_run(fqla_context *ctx, const fqla_problem *p, const fqla_bwd_args *a, void *workspace,
+                              size_t workspace_bytes, cudaStream_t stream)
+{
+    fqla_status st = fqla_cuda_bwd_supported(ctx, p, a);
+    if (st != FQLA_STATUS_SUCCESS) return st;
+    const fqla_bwd_ws_layout L = layout_of(p);
+    if (workspace_bytes < L.total || (L.total > 0 && !workspace))
+        return fqla_fail(ctx, FQLA_STATUS_WORKSPACE_TOO_SMALL, "workspace: %zu bytes given, %zu bytes needed",
+                         workspace_bytes, L.total);
+    if (p->N == 0 || p->HV == 0 || p->T == 0) return FQLA_STATUS_SUCCESS;
+
+    fqla_bwd_params b;
+    memset(&b, 0, sizeof b);
+    fqla_fwd_params &k = b.f;
+    k.q = a->q.data; k.k = a->k.data; k.v = a->v.data;
+    k.q_sb = a->q.strides[0]; k.q_st = a->q.strides[1]; k.q_sh = a->q.strides[2];
+    k.k_sb = a->k.strides[0]; k.k_st = a->k.strides[1]; k.k_sh = a->k.strides[2];
+    k.v_sb = a->v.strides[0]; k.v_st = a->v.strides[1]; k.v_sh = a->v.strides[2];
+    k.g = a->g.data; k.beta = a->beta.data;
+    k.g_sb = a->g.strides[0]; k.g_st = a->g.strides[1]; k.g_sh = a->g.strides[2];
+    k.b_sb = a->beta.strides[0]; k.b_st = a->beta.strides[1]; k.b_sh = a->beta.strides[2];
+    k.g_bf16 = a->g.dtype == FQLA_DTYPE_BF16;
+    k.beta_bf16 = a->beta.dtype == FQLA_DTYPE_BF16;
+    if (p->opt.use_gate_in_kernel) {
+        k.A_log = (const float *)a->A_log.data;
+        k.dt_bias = (const float *)a->dt_bias.data;
+        k.alog_s = a->A_log.strides[0];
+        k.dtb_s = a->dt_bias.strides[0];
+    }
+    if (a->initial_state.data) {
+        k.h0 = a->initial_state.data;
+        k.h0_bf16 = a->initial_state.dtype == FQLA_DTYPE_BF16;
+        k.h0_sn = a->initial_state.strides[0];
+        k.h0_sh = a->initial_state.strides[1];
+        k.h0_s2 = a->initial_state.strides[2];
+    }
+    k.v_first = p->opt.state_v_first;
+    k.varlen = p->varlen;
+    if (p->varlen) {
+        k.cu = a->cu_seqlens.data;
+        k.cu64 = a->cu_seqlens.dtype == FQLA_DTYPE_I64;
+    }
+    k.T = p->T;
+    k.N = p->N;
+    k.slots = slots_of(p);
+    k.cps = (p->T + FQLA_BWD_C - 1) / FQLA_BWD_C;
+    k.H = (int)p->H;
+    k.HV = (int)p->HV;
+    k.group = (int)p->group;
+    k.K = (int)p->K;
+    k.V = (int)p->V;
+    k.scale = (float)p->scale;
+    k.l2norm = p->opt.use_qk_l2norm;
+    k.gate_in_kernel = p->opt.use_gate_in_kernel;
+    k.beta_sigmoid = p->opt.use_beta_sigmoid;
+    k.neg_eig = p->opt.allow_neg_eigval;
+
+    b.d_o = a->d_o.data;
+    b.do_sb = a->d_o.strides[0]; b.do_st = a->d_o.strides[1]; b.do_sh = a->d_o.strides[2];
+    if (a->d_final_state.data) {
+        b.dht = (const float *)a->d_final_state.data;
+        b.dht_sn = a->d_final_state.strides[0];
+        b.dht_sh = a->d_final_state.strides[1];
+        b.dht_s2 = a->d_final_state.strides[2];
+    }
+    b.dq = a->dq.data; b.dk = a->dk.data; b.dv = a->dv.data;
+    b.dq_sb = a->dq.strides[0]; b.dq_st = a->dq.strides[1]; b.dq_sh = a->dq.strides[2];
+    b.dk_sb = a->dk.strides[0]; b.dk_st = a->dk.strides[1]; b.dk_sh = a->dk.strides[2];
+    b.dv_sb = a->dv.strides[0]; b.dv_st = a->dv.strides[1]; b.dv_sh = a->dv.strides[2];
+    b.dg = (float *)a->dg.data;
+    b.dbeta = (float *)a->dbeta.data;
+    b.dg_sb = a->dg.strides[0]; b.dg_st = a->dg.strides[1]; b.dg_sh = a->dg.strides[2];
+    b.db_sb = a->dbeta.strides[0]; b.db_st = a->dbeta.strides[1]; b.db_sh = a->dbeta.strides[2];
+    if (a->d_initial_state.data) {
+        b.dh0 = (float *)a->d_initial_state.data;
+        b.dh0_sn = a->d_initial_state.strides[0];
+        b.dh0_sh = a->d_initial_state.strides[1];
+        b.dh0_s2 = a->d_initial_state.strides[2];
+    }
+    if (p->opt.use_gate_in_kernel) {
+        b.dA_log = (float *)a->dA_log.data;
+        b.ddt_bias = (float *)a->ddt_bias.data;
+        b.dalog_s = a->dA_log.strides[0];
+        b.ddtb_s = a->ddt_bias.strides[0];
+    }
+    unsigned char *ws = (unsigned char *)workspace;
+    b.gam = (float *)(ws + L.gam);
+    b.bet = (float *)(ws + L.bet);
+    b.rq = p->opt.use_qk_l2norm ? (float *)(ws + L.rq) : NULL;
+    b.rk = p->opt.use_qk_l2norm ? (float *)(ws + L.rk) : NULL;
+    k.rq = b.rq;
+    k.rk = b.rk;
+    b.Tt = (float *)(ws + L.Tt);
+    b.Pt = (float *)(ws + L.Pt);
+    b.S = (__nv_bfloat16 *)(ws + L.S);
+    b.dS = (__nv_bfloat16 *)(ws + L.dS);
+    b.gate_part = p->opt.use_gate_in_kernel ? (float *)(ws + L.gate_part) : NULL;
+
+    const int io_bf16 = p->io_dtype == FQLA_DTYPE_BF16;
+    static const struct {
+        cudaError_t (*launch)(const fqla_bwd_params &, int, cudaStream_t);
+        const char *what;
+    } steps[] = {
+        {fqla_bwd_launch_prepare, "CUDA backward: prepare kernel launch"},
+        {fqla_bwd_launch_states, "CUDA backward: state pass launch"},
+        {fqla_bwd_launch_dstates, "CUDA backward: reverse state pass launch"},
+        {fqla_bwd_launch_grads, "CUDA backward: gradient kernel launch"},
+        {fqla_bwd_launch_finish, "CUDA backward: finishing kernel launch"},
+    };
+    for (const auto &s : steps) {
+        st = fqla_cuda_check(ctx, s.launch(b, io_bf16, stream), s.what);
+        if (st != FQLA_STATUS_SUCCESS) return st;
+    }
+    return FQLA_STATUS_SUCCESS;
+}

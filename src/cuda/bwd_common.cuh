@@ -1,0 +1,183 @@
+/*
+ * bwd_common.cuh - what the backward's kernels share: the launch parameters,
+ * the workspace layout, and the warp-level fp32 products they are built from.
+ *
+ * The backward (docs/design.md §5.3, "The backward's kernels") runs in five
+ * launches over the forward's chunk slots (fwd_common.cuh):
+ *   prepare   (bwd_prepare.cu)  chunk-parallel: gamma, beta, the l2norm row
+ *             factors, T~ = (I + StrictLower(diag(beta) (Gamma . K K^T)))^-1
+ *             and P~ = scale Gamma . tril(Q K^T), per chunk and value head;
+ *   states    (bwd_chain.cu)    the forward's state chain again, storing the
+ *             state entering every chunk (bf16);
+ *   dstates   (bwd_chain.cu)    the reverse chain, storing the gradient with
+ *             respect to the state leaving every chunk (bf16), and dh0;
+ *   grads     (bwd_grads.cu)    chunk-parallel: every per-token gradient of
+ *             a chunk from its two stored states (dq, dk summed over the GVA
+ *             group inside the CTA, in order);
+ *   finish    (bwd_finish.cu)   dA_log / ddt_bias summed over the chunks in
+ *             a fixed order; rows past the last sequence zeroed.
+ * Nothing is reduced with atomics, so a rerun gives bit-identical gradients.
+ *
+ * Precision (the numerics model dev/models/bwd_chunked.py and its results in
+ * bench/results/bwd-model.md): every product is fp32 data through tf32
+ * tensor cores (operands rounded to nearest), fp32 accumulation; T~ is
+ * solved in fp32 on CUDA cores; the stored states are bf16, which the model
+ * shows costs nothing measurable; dg is assembled from per-term products,
+ * never from differences of cumulative sums.
+ */
+#ifndef FQLA_CUDA_BWD_COMMON_CUH
+#define FQLA_CUDA_BWD_COMMON_CUH
+
+#include "cuda/fwd_common.cuh"
+#include "cuda/ptx/misc.cuh"
+#include "cuda/ptx/mma_sync.cuh"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#define FQLA_BWD_C 64 /* chunk */
+#define FQLA_BWD_VS 32 /* value columns per slice (the chains' CTAs, the grads kernel's loop) */
+
+struct fqla_bwd_params {
+    fqla_fwd_params f;        /* the forward's inputs, shapes, options and slots */
+    const void *d_o;          /* [B][T][HV][V] io dtype */
+    int64_t do_sb, do_st, do_sh;
+    const float *dht;         /* [N][HV][K][V] (or [V][K]) f32, NULL: zero */
+    int64_t dht_sn, dht_sh, dht_s2;
+    void *dq, *dk, *dv;       /* io dtype */
+    int64_t dq_sb, dq_st, dq_sh;
+    int64_t dk_sb, dk_st, dk_sh;
+    int64_t dv_sb, dv_st, dv_sh;
+    float *dg, *dbeta;        /* [B][T][HV] */
+    int64_t dg_sb, dg_st, dg_sh;
+    int64_t db_sb, db_st, db_sh;
+    float *dh0;               /* [N][HV][K][V] (or [V][K]) f32, NULL: not wanted */
+    int64_t dh0_sn, dh0_sh, dh0_s2;
+    float *dA_log, *ddt_bias; /* [HV] (gate in kernel) */
+    int64_t dalog_s, ddtb_s;
+    /* workspace */
+    float *gam, *bet;         /* [slots][HV][64] chunk-local cumsum of the log decay; beta */
+    float *rq, *rk;           /* [slots][H][64] l2norm row factors (l2norm only) */
+    float *Tt, *Pt;           /* [slots][HV][64][64] T~ and P~ */
+    __nv_bfloat16 *S, *dS;    /* [slots][HV][K][V] entering state; gradient w.r.t. the leaving state */
+    float *gate_part;         /* [slots][HV][2] per-chunk dA_log, ddt_bias (gate in kernel) */
+};
+
+struct fqla_bwd_ws_layout {
+    size_t gam, bet, rq, rk, Tt, Pt, S, dS, gate_part, total;
+};
+
+static inline fqla_bwd_ws_layout fqla_bwd_ws(int64_t slots, int64_t H, int64_t HV, int64_t K, int64_t V, int l2norm,
+                                             int gate_in_kernel)
+{
+    fqla_bwd_ws_layout L;
+    size_t off = 0;
+    const size_t tiles = (size_t)slots * HV;
+    L.gam = off; off += fqla_fwd_align256(tiles * 64 * sizeof(float));
+    L.bet = off; off += fqla_fwd_align256(tiles * 64 * sizeof(float));
+    L.rq = off;  off += l2norm ? fqla_fwd_align256((size_t)slots * H * 64 * sizeof(float)) : 0;
+    L.rk = off;  off += l2norm ? fqla_fwd_align256((size_t)slots * H * 64 * sizeof(float)) : 0;
+    L.Tt = off;  off += fqla_fwd_align256(tiles * 64 * 64 * sizeof(float));
+    L.Pt = off;  off += fqla_fwd_align256(tiles * 64 * 64 * sizeof(float));
+    L.S = off;   off += fqla_fwd_align256(tiles * K * V * sizeof(__nv_bfloat16));
+    L.dS = off;  off += fqla_fwd_align256(tiles * K * V * sizeof(__nv_bfloat16));
+    L.gate_part = off; off += gate_in_kernel ? fqla_fwd_align256(tiles * 2 * sizeof(float)) : 0;
+    L.total = off;
+    return L;
+}
+
+/* Launchers (enqueue on stream; return the launch error). */
+cudaError_t fqla_bwd_launch_prepare(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream);
+cudaError_t fqla_bwd_launch_states(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream);
+cudaError_t fqla_bwd_launch_dstates(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream);
+cudaError_t fqla_bwd_launch_grads(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream);
+cudaError_t fqla_bwd_launch_finish(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream);
+
+/* ------------------------------------------------------------------------ */
+/* Device helpers                                                             */
+
+#ifdef __CUDACC__
+
+/* An io-dtype element (bf16 or fp16) as float. */
+template <typename T> __device__ __forceinline__ float bwd_ld(const T *p, int64_t i);
+template <> __device__ __forceinline__ float bwd_ld<__nv_bfloat16>(const __nv_bfloat16 *p, int64_t i)
+{
+    return __bfloat162float(p[i]);
+}
+template <> __device__ __forceinline__ float bwd_ld<__half>(const __half *p, int64_t i) { return __half2float(p[i]); }
+template <typename T> __device__ __forceinline__ T bwd_cvt(float x);
+template <> __device__ __forceinline__ __nv_bfloat16 bwd_cvt<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+template <> __device__ __forceinline__ __half bwd_cvt<__half>(float x) { return __float2half_rn(x); }
+
+__device__ __forceinline__ uint32_t bwd_tf32(float x) { return fqla_cvt_rna_tf32(x); }
+
+/*
+ * acc[MT][NT] (+)= A[m0 .. m0 + 16 MT) x B[.., n0 .. n0 + 8 NT) over
+ * k in [k0, k1) (multiples of 8), one warp, m16n8k8 tf32 mma.sync. A(i, k)
+ * and B(k, j) are functors returning fp32 elements (shared memory reads
+ * with any layout, scaling or masking folded in); the accumulator layout is
+ * mma_sync.cuh's. Every product of the backward goes through here.
+ */
+template <int MT, int NT, typename FA, typename FB>
+__device__ __forceinline__ void bwd_mma(float (&acc)[MT][NT][4], int m0, int n0, int k0, int k1, FA A, FB B)
+{
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll 2
+    for (int k = k0; k < k1; k += 8) {
+        uint32_t a[MT][4], b[NT][2];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            const int r = m0 + 16 * mt + g;
+            a[mt][0] = bwd_tf32(A(r, k + t));
+            a[mt][1] = bwd_tf32(A(r + 8, k + t));
+            a[mt][2] = bwd_tf32(A(r, k + t + 4));
+            a[mt][3] = bwd_tf32(A(r + 8, k + t + 4));
+        }
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            const int c = n0 + 8 * nt + g;
+            b[nt][0] = bwd_tf32(B(k + t, c));
+            b[nt][1] = bwd_tf32(B(k + t + 4, c));
+        }
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) fqla_mma_tf32(acc[mt][nt], a[mt], b[nt][0], b[nt][1]);
+    }
+}
+
+template <int MT, int NT> __device__ __forceinline__ void bwd_zero(float (&acc)[MT][NT][4])
+{
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[mt][nt][e] = 0.f;
+}
+
+/* Calls F(row, col, value) for every accumulator element of the warp's tile. */
+template <int MT, int NT, typename F>
+__device__ __forceinline__ void bwd_each(float (&acc)[MT][NT][4], int m0, int n0, F f)
+{
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                f(m0 + 16 * mt + g + 8 * (e >> 1), n0 + 8 * nt + 2 * t + (e & 1), acc[mt][nt][e]);
+}
+
+/* The chunk of slot s of (sequence, value head) work: which sequence, its
+ * batch row, the chunk's first token and its valid rows. False where the
+ * slot holds no chunk. */
+struct bwd_chunk {
+    int64_t n, batch, t0;
+    int nvalid;
+    bool first, last; /* the sequence's first / last chunk */
+};
+
+#endif /* __CUDACC__ */
+#endif

@@ -1,0 +1,200 @@
+/*
+ * bwd_prepare.cu - the backward's chunk-parallel preparation (bwd_common.cuh).
+ *
+ * Per chunk slot and value head, from the forward's inputs:
+ *   gam   chunk-local inclusive cumsum of the log decay (after the in-kernel
+ *         gate and the forward's floor of -100, fwd_prepare_common.cuh);
+ *   bet   beta (after the in-kernel sigmoid);
+ *   rq/rk the l2norm row factors (written by the group's first value head);
+ *   Tt    T~ = (I + L)^-1, L = StrictLower(diag(beta) (Gamma . K K^T)): the
+ *         gated system, which stays bounded for any keys (docs/design.md §2);
+ *   Pt    P~ = scale Gamma . tril(Q K^T).
+ * Rows past a sequence's end are zeros (beta 0, g 0), so they drop out.
+ *
+ * Grid (slots, HV); 256 threads. K K^T and Q K^T by tf32 mma.sync (warp w:
+ * rows 16 (w % 4), columns 32 (w / 4)); T~ in fp32 on CUDA cores: the four
+ * diagonal 16 x 16 blocks by forward substitution (one warp each, a lane per
+ * column), then block row i's off-diagonal blocks T_ij = -D_i sum_m L_im T_mj
+ * for i = 1, 2, 3. About 45 k FMAs per head: small beside the products.
+ */
+#include "cuda/bwd_common.cuh"
+#include "cuda/fwd_prepare_common.cuh"
+
+namespace {
+
+constexpr int C = FQLA_BWD_C;
+constexpr int LDM = 65; /* 64 x 64 fp32 tiles */
+
+template <int KD> struct prep_smem {
+    static constexpr int LDK = KD + 4;
+    float q[C * LDK], k[C * LDK];
+    float L[C * LDM], T[C * LDM];
+    float tmp[3 * 16 * 17];
+    float gam[C], bet[C];
+};
+
+/* Rows of x (q or k) for the chunk into dst (fp32, zero past nvalid),
+ * normalised when l2norm; r gets the row factors. */
+template <typename T, int KD>
+__device__ void load_rows(const T *x, int64_t sb, int64_t st, int64_t sh, int64_t batch, int64_t t0, int nvalid,
+                          int head, bool l2norm, float *dst, float *r)
+{
+    constexpr int LDK = KD + 4;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    for (int i = warp; i < C; i += 8) {
+        float v[KD / 32];
+        float ss = 0.f;
+#pragma unroll
+        for (int j = 0; j < KD / 32; j++) {
+            v[j] = i < nvalid ? bwd_ld<T>(x, batch * sb + (t0 + i) * st + (int64_t)head * sh + lane + 32 * j) : 0.f;
+            ss += v[j] * v[j];
+        }
+        float f = 1.f;
+        if (l2norm) {
+#pragma unroll
+            for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+            f = rsqrtf(ss + 1e-6f);
+            if (i >= nvalid) f = 0.f;
+        }
+        if (lane == 0 && r) r[i] = f;
+#pragma unroll
+        for (int j = 0; j < KD / 32; j++) dst[i * LDK + lane + 32 * j] = v[j] * f;
+    }
+}
+
+/* T = (I + L)^-1 for a strictly lower L (both 64 x 64, stride LDM). */
+__device__ void invert_unit_lower(const float *L, float *T, float *tmp)
+{
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    for (int i = tid; i < C * LDM; i += blockDim.x) T[i] = 0.f;
+    __syncthreads();
+    if (warp < 4 && lane < 16) { /* diagonal block warp, column lane */
+        const int b = 16 * warp, c = lane;
+        float col[16];
+#pragma unroll
+        for (int r = 0; r < 16; r++) {
+            float v = r == c ? 1.f : 0.f;
+#pragma unroll
+            for (int x = 0; x < r; x++) v -= L[(b + r) * LDM + b + x] * col[x];
+            col[r] = r < c ? 0.f : v;
+        }
+#pragma unroll
+        for (int r = 0; r < 16; r++) T[(b + r) * LDM + b + c] = col[r];
+    }
+    __syncthreads();
+    const int r = tid >> 4, c = tid & 15;
+    for (int i = 1; i < 4; i++) {
+        for (int j = 0; j < i; j++) { /* R_ij = sum_{m = j}^{i - 1} L_im T_mj */
+            float acc = 0.f;
+            for (int x = 16 * j; x < 16 * i; x++) acc += L[(16 * i + r) * LDM + x] * T[x * LDM + 16 * j + c];
+            tmp[(j * 16 + r) * 17 + c] = acc;
+        }
+        __syncthreads();
+        for (int j = 0; j < i; j++) { /* T_ij = -D_i R_ij */
+            float acc = 0.f;
+            for (int x = 0; x <= r; x++) acc += T[(16 * i + r) * LDM + 16 * i + x] * tmp[(j * 16 + x) * 17 + c];
+            T[(16 * i + r) * LDM + 16 * j + c] = -acc;
+        }
+        __syncthreads();
+    }
+}
+
+template <typename T, int KD>
+__global__ void __launch_bounds__(256) bwd_prepare_kernel(const fqla_bwd_params bp)
+{
+    const fqla_fwd_params &p = bp.f;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    prep_smem<KD> &sm = *reinterpret_cast<prep_smem<KD> *>(smem_raw);
+    constexpr int LDK = prep_smem<KD>::LDK;
+    const int64_t slot = blockIdx.x;
+    const int hv = blockIdx.y, hk = hv / p.group;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+
+    int64_t batch, t0, c, start, len;
+    if (p.varlen) {
+        if (!find_slot(p, slot, c, start, len)) return;
+        batch = 0;
+    } else {
+        batch = slot / p.cps;
+        c = slot % p.cps;
+        start = 0;
+        len = p.T;
+        if (batch >= p.N) return;
+    }
+    t0 = start + c * C;
+    const int nvalid = (int)(len - c * C < C ? len - c * C : C);
+    const bool write_r = p.l2norm && hv % p.group == 0;
+    const size_t tile = (size_t)slot * p.HV + hv;
+
+    load_rows<T, KD>((const T *)p.q, p.q_sb, p.q_st, p.q_sh, batch, t0, nvalid, hk, p.l2norm,
+                     sm.q, write_r ? p.rq + ((size_t)slot * p.H + hk) * C : nullptr);
+    load_rows<T, KD>((const T *)p.k, p.k_sb, p.k_st, p.k_sh, batch, t0, nvalid, hk, p.l2norm,
+                     sm.k, write_r ? p.rk + ((size_t)slot * p.H + hk) * C : nullptr);
+    if (warp == 0) {
+        float g[2], b[2];
+        load_gate_beta(p, batch, t0, nvalid, hv, lane, g, b);
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            if (lane + 32 * h < nvalid) finish_gate_beta(p, hv, g[h], b[h]);
+            else g[h] = b[h] = 0.f;
+        }
+        /* inclusive scan of g over the 64 rows (two halves of 32) */
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const float y = __shfl_up_sync(0xffffffffu, g[h], o);
+                if (lane >= o) g[h] += y;
+            }
+        }
+        g[1] += __shfl_sync(0xffffffffu, g[0], 31);
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            sm.gam[lane + 32 * h] = g[h];
+            sm.bet[lane + 32 * h] = b[h];
+            bp.gam[tile * C + lane + 32 * h] = g[h];
+            bp.bet[tile * C + lane + 32 * h] = b[h];
+        }
+    }
+    __syncthreads();
+
+    { /* K K^T -> L, Q K^T -> P~ */
+        const int m0 = 16 * (warp & 3), n0 = 32 * (warp >> 2);
+        float kk[1][4][4], qk[1][4][4];
+        bwd_zero(kk);
+        bwd_zero(qk);
+        auto Kt = [&](int kx, int j) { return sm.k[j * LDK + kx]; };
+        bwd_mma(kk, m0, n0, 0, KD, [&](int i, int kx) { return sm.k[i * LDK + kx]; }, Kt);
+        bwd_mma(qk, m0, n0, 0, KD, [&](int i, int kx) { return sm.q[i * LDK + kx]; }, Kt);
+        const float scale = p.scale;
+        float *Pt = bp.Pt + tile * C * C;
+        bwd_each(kk, m0, n0, [&](int i, int j, float v) {
+            sm.L[i * LDM + j] = j < i ? sm.bet[i] * __expf(sm.gam[i] - sm.gam[j]) * v : 0.f;
+        });
+        bwd_each(qk, m0, n0, [&](int i, int j, float v) {
+            Pt[i * C + j] = j <= i ? scale * __expf(sm.gam[i] - sm.gam[j]) * v : 0.f;
+        });
+    }
+    __syncthreads();
+    invert_unit_lower(sm.L, sm.T, sm.tmp);
+    float *Tt = bp.Tt + tile * C * C;
+    for (int i = tid; i < C * C; i += blockDim.x) Tt[i] = sm.T[(i >> 6) * LDM + (i & 63)];
+}
+
+template <typename T, int KD> cudaError_t launch(const fqla_bwd_params &p, cudaStream_t stream)
+{
+    static fqla_smem_cache cache;
+    const size_t smem = sizeof(prep_smem<KD>);
+    cudaError_t e = fqla_smem_limit(cache, bwd_prepare_kernel<T, KD>, smem);
+    if (e != cudaSuccess) return e;
+    return fqla_launch(bwd_prepare_kernel<T, KD>, dim3((unsigned)p.f.slots, (unsigned)p.f.HV), dim3(256), smem,
+                       stream, 0, p);
+}
+
+} // namespace
+
+cudaError_t fqla_bwd_launch_prepare(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream)
+{
+    if (p.f.K == 64) return io_bf16 ? launch<__nv_bfloat16, 64>(p, stream) : launch<__half, 64>(p, stream);
+    return io_bf16 ? launch<__nv_bfloat16, 128>(p, stream) : launch<__half, 128>(p, stream);
+}

@@ -133,6 +133,16 @@ def timing(H, HV, T, N, K=128, V=128, reps=10):
     torch.cuda.synchronize()
     tf = (time.perf_counter() - t0) / reps * 1e3
     print(f"timing hk{H}_hv{HV} T={T} N={N}: bwd {tb:.3f} ms  fwd {tf:.3f} ms")
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        torch.autograd.grad(o, (q, k, v, g, beta), do, retain_graph=True)
+        torch.cuda.synchronize()
+    per = {}
+    for ev in prof.events():
+        if ev.device_type.name == "CUDA":
+            name = ev.name.split("(")[0].split("<")[0][-40:]
+            per[name] = per.get(name, 0.0) + ev.device_time_total / 1e3
+    print("   kernels (ms): " + ", ".join(f"{n}={t:.3f}" for n, t in sorted(per.items(), key=lambda x: -x[1])[:8]))
 
 
 def main():

@@ -52,15 +52,15 @@ __device__ __forceinline__ void load_qk(const T *x, int64_t sb, int64_t st, int6
                                         int nvalid, int head, const float *r, float *dst)
 {
     constexpr int LDK = KD + 4;
-    for (int idx = threadIdx.x; idx < C * KD; idx += blockDim.x) {
-        const int i = idx / KD, j = idx % KD;
-        float v = 0.f;
-        if (i < nvalid) {
-            v = bwd_ld<T>(x, batch * sb + (t0 + i) * st + (int64_t)head * sh + j);
-            if (r) v *= r[i];
-        }
-        dst[i * LDK + j] = v;
-    }
+    bwd_copy(
+        C * KD,
+        [&](int idx) {
+            const int i = idx / KD, j = idx % KD;
+            if (i >= nvalid) return 0.f;
+            const float v = bwd_ld<T>(x, batch * sb + (t0 + i) * st + (int64_t)head * sh + j);
+            return r ? v * r[i] : v;
+        },
+        [&](int idx, float v) { dst[(idx / KD) * LDK + idx % KD] = v; });
 }
 
 /* A 64 x VS slice of an io-dtype [.., T, HV, V] tensor (zero past nvalid). */
@@ -68,15 +68,18 @@ template <typename T>
 __device__ __forceinline__ void load_slice(const T *x, int64_t sb, int64_t st, int64_t sh, int64_t batch, int64_t t0,
                                            int nvalid, int hv, int v0, float *dst)
 {
-    for (int idx = threadIdx.x; idx < C * VS; idx += blockDim.x) {
-        const int i = idx / VS, j = idx % VS;
-        dst[i * LDV + j] = i < nvalid ? bwd_ld<T>(x, batch * sb + (t0 + i) * st + (int64_t)hv * sh + v0 + j) : 0.f;
-    }
+    bwd_copy(
+        C * VS,
+        [&](int idx) {
+            const int i = idx / VS, j = idx % VS;
+            return i < nvalid ? bwd_ld<T>(x, batch * sb + (t0 + i) * st + (int64_t)hv * sh + v0 + j) : 0.f;
+        },
+        [&](int idx, float v) { dst[(idx / VS) * LDV + idx % VS] = v; });
 }
 
 __device__ __forceinline__ void load_tile64(const float *src, float *dst)
 {
-    for (int idx = threadIdx.x; idx < C * C; idx += blockDim.x) dst[(idx >> 6) * LDM + (idx & 63)] = src[idx];
+    bwd_copy(C * C, [&](int idx) { return src[idx]; }, [&](int idx, float v) { dst[(idx >> 6) * LDM + (idx & 63)] = v; });
 }
 
 /* gamma, beta of the tile and the factors e, f; returns e_C. */
@@ -151,7 +154,7 @@ __global__ void __launch_bounds__(128) bwd_states_kernel(const fqla_bwd_params b
         { /* X = V - diag(e) K S */
             float acc[1][VS / 8][4];
             bwd_zero(acc);
-            bwd_mma(acc, 16 * warp, 0, 0, KD, [&](int i, int k) { return sm.k[i * LDK + k]; },
+            bwd_mma<true>(acc, 16 * warp, 0, 0, KD, [&](int i, int k) { return sm.k[i * LDK + k]; },
                     [&](int k, int j) { return sm.S[k * LDV + j]; });
             bwd_each(acc, 16 * warp, 0, [&](int i, int j, float v) { X[i * LDV + j] -= sm.e[i] * v; });
         }
@@ -159,7 +162,7 @@ __global__ void __launch_bounds__(128) bwd_states_kernel(const fqla_bwd_params b
         { /* U = T~ diag(beta) X */
             float acc[1][VS / 8][4];
             bwd_zero(acc);
-            bwd_mma(acc, 16 * warp, 0, 0, 16 * (warp + 1), [&](int i, int k) { return sm.T[i * LDM + k]; },
+            bwd_mma<true>(acc, 16 * warp, 0, 0, 16 * (warp + 1), [&](int i, int k) { return sm.T[i * LDM + k]; },
                     [&](int k, int j) { return sm.bet[k] * X[k * LDV + j]; });
             bwd_each(acc, 16 * warp, 0, [&](int i, int j, float v) { U[i * LDV + j] = v; });
         }
@@ -169,7 +172,7 @@ __global__ void __launch_bounds__(128) bwd_states_kernel(const fqla_bwd_params b
             float acc[MT][VS / 8][4];
             bwd_zero(acc);
             const int r0 = (KD / 4) * warp;
-            bwd_mma(acc, r0, 0, 0, C, [&](int i, int k) { return sm.k[k * LDK + i]; },
+            bwd_mma<true>(acc, r0, 0, 0, C, [&](int i, int k) { return sm.k[k * LDK + i]; },
                     [&](int k, int j) { return sm.f[k] * U[k * LDV + j]; });
             const float eC = __expf(sm.gam[C - 1]);
             bwd_each(acc, r0, 0, [&](int i, int j, float v) { sm.S[i * LDV + j] = eC * sm.S[i * LDV + j] + v; });
@@ -217,7 +220,7 @@ __global__ void __launch_bounds__(128) bwd_dstates_kernel(const fqla_bwd_params 
         { /* K dS */
             float acc[1][VS / 8][4];
             bwd_zero(acc);
-            bwd_mma(acc, 16 * warp, 0, 0, KD, [&](int i, int k) { return sm.k[i * LDK + k]; },
+            bwd_mma<true>(acc, 16 * warp, 0, 0, KD, [&](int i, int k) { return sm.k[i * LDK + k]; },
                     [&](int k, int j) { return sm.S[k * LDV + j]; });
             bwd_each(acc, 16 * warp, 0, [&](int i, int j, float v) { dU[i * LDV + j] = sm.f[i] * v; });
         }
@@ -225,7 +228,7 @@ __global__ void __launch_bounds__(128) bwd_dstates_kernel(const fqla_bwd_params 
         { /* dU = P~^T dO + diag(f) K dS (P~^T is upper triangular) */
             float acc[1][VS / 8][4];
             bwd_zero(acc);
-            bwd_mma(acc, 16 * warp, 0, 16 * warp, C, [&](int i, int k) { return sm.P[k * LDM + i]; },
+            bwd_mma<true>(acc, 16 * warp, 0, 16 * warp, C, [&](int i, int k) { return sm.P[k * LDM + i]; },
                     [&](int k, int j) { return dO[k * LDV + j]; });
             bwd_each(acc, 16 * warp, 0, [&](int i, int j, float v) { dU[i * LDV + j] += v; });
         }
@@ -233,7 +236,7 @@ __global__ void __launch_bounds__(128) bwd_dstates_kernel(const fqla_bwd_params 
         { /* dY = T~^T dU */
             float acc[1][VS / 8][4];
             bwd_zero(acc);
-            bwd_mma(acc, 16 * warp, 0, 16 * warp, C, [&](int i, int k) { return sm.T[k * LDM + i]; },
+            bwd_mma<true>(acc, 16 * warp, 0, 16 * warp, C, [&](int i, int k) { return sm.T[k * LDM + i]; },
                     [&](int k, int j) { return dU[k * LDV + j]; });
             bwd_each(acc, 16 * warp, 0, [&](int i, int j, float v) { dY[i * LDV + j] = v; });
         }
@@ -243,9 +246,9 @@ __global__ void __launch_bounds__(128) bwd_dstates_kernel(const fqla_bwd_params 
             float acc[MT][VS / 8][4];
             bwd_zero(acc);
             const int r0 = (KD / 4) * warp;
-            bwd_mma(acc, r0, 0, 0, C, [&](int i, int k) { return sm.q[k * LDK + i]; },
+            bwd_mma<true>(acc, r0, 0, 0, C, [&](int i, int k) { return sm.q[k * LDK + i]; },
                     [&](int k, int j) { return scale * sm.e[k] * dO[k * LDV + j]; });
-            bwd_mma(acc, r0, 0, 0, C, [&](int i, int k) { return sm.k[k * LDK + i]; },
+            bwd_mma<true>(acc, r0, 0, 0, C, [&](int i, int k) { return sm.k[k * LDK + i]; },
                     [&](int k, int j) { return -sm.e[k] * sm.bet[k] * dY[k * LDV + j]; });
             const float eC = __expf(sm.gam[C - 1]);
             bwd_each(acc, r0, 0, [&](int i, int j, float v) { sm.S[i * LDV + j] = eC * sm.S[i * LDV + j] + v; });

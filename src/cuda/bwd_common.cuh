@@ -117,32 +117,70 @@ __device__ __forceinline__ uint32_t bwd_tf32(float x) { return fqla_cvt_rna_tf32
  * and B(k, j) are functors returning fp32 elements (shared memory reads
  * with any layout, scaling or masking folded in); the accumulator layout is
  * mma_sync.cuh's. Every product of the backward goes through here.
+ * SPLIT: 3xTF32 (each operand as big + small tf32 parts, three products),
+ * ~fp32 accuracy at three times the tensor work: the two state chains,
+ * where a rounding is carried through every later chunk (with beta near 2
+ * the transitions are near-reflections and do not damp it).
  */
-template <int MT, int NT, typename FA, typename FB>
+template <bool SPLIT = false, int MT, int NT, typename FA, typename FB>
 __device__ __forceinline__ void bwd_mma(float (&acc)[MT][NT][4], int m0, int n0, int k0, int k1, FA A, FB B)
 {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 #pragma unroll 2
     for (int k = k0; k < k1; k += 8) {
-        uint32_t a[MT][4], b[NT][2];
+        uint32_t a[MT][4], b[NT][2], as[MT][4], bs[NT][2];
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
             const int r = m0 + 16 * mt + g;
-            a[mt][0] = bwd_tf32(A(r, k + t));
-            a[mt][1] = bwd_tf32(A(r + 8, k + t));
-            a[mt][2] = bwd_tf32(A(r, k + t + 4));
-            a[mt][3] = bwd_tf32(A(r + 8, k + t + 4));
+            const float x[4] = {A(r, k + t), A(r + 8, k + t), A(r, k + t + 4), A(r + 8, k + t + 4)};
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                if (SPLIT) fqla_tf32_split3(x[e], a[mt][e], as[mt][e]);
+                else a[mt][e] = bwd_tf32(x[e]);
+            }
         }
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) {
             const int c = n0 + 8 * nt + g;
-            b[nt][0] = bwd_tf32(B(k + t, c));
-            b[nt][1] = bwd_tf32(B(k + t + 4, c));
+            const float x[2] = {B(k + t, c), B(k + t + 4, c)};
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                if (SPLIT) fqla_tf32_split3(x[e], b[nt][e], bs[nt][e]);
+                else b[nt][e] = bwd_tf32(x[e]);
+            }
         }
 #pragma unroll
         for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-            for (int nt = 0; nt < NT; nt++) fqla_mma_tf32(acc[mt][nt], a[mt], b[nt][0], b[nt][1]);
+            for (int nt = 0; nt < NT; nt++) {
+                if (SPLIT) {
+                    fqla_mma_tf32(acc[mt][nt], as[mt], b[nt][0], b[nt][1]);
+                    fqla_mma_tf32(acc[mt][nt], a[mt], bs[nt][0], bs[nt][1]);
+                }
+                fqla_mma_tf32(acc[mt][nt], a[mt], b[nt][0], b[nt][1]);
+            }
+    }
+}
+
+/* Copies `total` elements, dst = store(i, load(i)), with BATCH loads in
+ * flight per thread before their stores: the tiles come from global memory
+ * element by element (any strides), and one load at a time left a chunk's
+ * copies waiting ~1 us each. */
+template <int BATCH = 16, typename L, typename S>
+__device__ __forceinline__ void bwd_copy(int total, L load, S store)
+{
+    for (int base = threadIdx.x; base < total; base += BATCH * blockDim.x) {
+        float v[BATCH];
+#pragma unroll
+        for (int u = 0; u < BATCH; u++) {
+            const int i = base + u * blockDim.x;
+            v[u] = i < total ? load(i) : 0.f;
+        }
+#pragma unroll
+        for (int u = 0; u < BATCH; u++) {
+            const int i = base + u * blockDim.x;
+            if (i < total) store(i, v[u]);
+        }
     }
 }
 

@@ -137,19 +137,20 @@ __global__ void __launch_bounds__(256, 1) bwd_grads_kernel(const fqla_bwd_params
     const size_t rrow = ((size_t)slot * p.H + hk) * C;
 
     /* q, k rows (normalised), fp32 */
-    for (int idx = tid; idx < C * KD; idx += blockDim.x) {
-        const int i = idx / KD, j = idx % KD;
-        float qv = 0.f, kv = 0.f;
-        if (i < nvalid) {
-            qv = bwd_ld<T>((const T *)p.q, batch * p.q_sb + (t0 + i) * p.q_st + (int64_t)hk * p.q_sh + j);
-            kv = bwd_ld<T>((const T *)p.k, batch * p.k_sb + (t0 + i) * p.k_st + (int64_t)hk * p.k_sh + j);
-            if (p.l2norm) {
-                qv *= p.rq[rrow + i];
-                kv *= p.rk[rrow + i];
-            }
-        }
-        sm.q[i * LDK + j] = qv;
-        sm.k[i * LDK + j] = kv;
+    for (int w = 0; w < 2; w++) {
+        const T *x = (const T *)(w ? p.k : p.q);
+        const int64_t sb = w ? p.k_sb : p.q_sb, st = w ? p.k_st : p.q_st, sh = w ? p.k_sh : p.q_sh;
+        const float *r = p.l2norm ? (w ? p.rk : p.rq) + rrow : nullptr;
+        float *dst = w ? sm.k : sm.q;
+        bwd_copy(
+            C * KD,
+            [&](int idx) {
+                const int i = idx / KD, j = idx % KD;
+                if (i >= nvalid) return 0.f;
+                const float v = bwd_ld<T>(x, batch * sb + (t0 + i) * st + (int64_t)hk * sh + j);
+                return r ? v * r[i] : v;
+            },
+            [&](int idx, float v) { dst[(idx / KD) * LDK + idx % KD] = v; });
     }
 
     /* the 64 x K register tiles: warp w rows 32 (w % 2), columns K/4 (w / 2) */
@@ -166,12 +167,13 @@ __global__ void __launch_bounds__(256, 1) bwd_grads_kernel(const fqla_bwd_params
         const int hv = hk * p.group + h;
         const size_t tile = (size_t)slot * p.HV + hv;
         __syncthreads(); /* the previous head's reads are done */
+        bwd_copy(C * C, [&](int idx) { return bp.Tt[tile * C * C + idx]; },
+                 [&](int idx, float v) { sm.T[(idx >> 6) * LDM + (idx & 63)] = v; });
+        bwd_copy(C * C, [&](int idx) { return bp.Pt[tile * C * C + idx]; },
+                 [&](int idx, float v) { sm.P[(idx >> 6) * LDM + (idx & 63)] = v; });
         for (int idx = tid; idx < C * C; idx += blockDim.x) {
-            const int i = idx >> 6, j = idx & 63;
-            sm.T[i * LDM + j] = bp.Tt[tile * C * C + idx];
-            sm.P[i * LDM + j] = bp.Pt[tile * C * C + idx];
-            sm.dP[i * LDM + j] = 0.f;
-            sm.dT[i * LDM + j] = 0.f;
+            sm.dP[(idx >> 6) * LDM + (idx & 63)] = 0.f;
+            sm.dT[(idx >> 6) * LDM + (idx & 63)] = 0.f;
         }
         if (tid < C) {
             sm.gam[tid] = bp.gam[tile * C + tid];
@@ -189,22 +191,26 @@ __global__ void __launch_bounds__(256, 1) bwd_grads_kernel(const fqla_bwd_params
         for (int v0 = 0; v0 < p.V; v0 += VS) {
             __syncthreads(); /* the previous slice's reads are done */
             const __nv_bfloat16 *Sg = bp.S + tile * KD * p.V, *dSg = bp.dS + tile * KD * p.V;
-            for (int idx = tid; idx < KD * VS; idx += blockDim.x) {
-                const int r = idx / VS, j = idx % VS;
-                sm.S[r * LDB + j] = Sg[(int64_t)r * p.V + v0 + j];
-                sm.dS[r * LDB + j] = dSg[(int64_t)r * p.V + v0 + j];
-            }
-            for (int idx = tid; idx < C * VS; idx += blockDim.x) {
-                const int i = idx / VS, j = idx % VS;
-                const bool ok = i < nvalid;
-                sm.u.s.X[i * LDV + j] =
-                    ok ? bwd_ld<T>((const T *)p.v, batch * p.v_sb + (t0 + i) * p.v_st + (int64_t)hv * p.v_sh + v0 + j)
-                       : 0.f;
-                sm.u.s.dO[i * LDV + j] =
-                    ok ? bwd_ld<T>((const T *)bp.d_o,
-                                   batch * bp.do_sb + (t0 + i) * bp.do_st + (int64_t)hv * bp.do_sh + v0 + j)
-                       : 0.f;
-            }
+            bwd_copy(KD * VS, [&](int idx) { return __bfloat162float(Sg[(int64_t)(idx / VS) * p.V + v0 + idx % VS]); },
+                     [&](int idx, float v) { sm.S[(idx / VS) * LDB + idx % VS] = __float2bfloat16_rn(v); });
+            bwd_copy(KD * VS, [&](int idx) { return __bfloat162float(dSg[(int64_t)(idx / VS) * p.V + v0 + idx % VS]); },
+                     [&](int idx, float v) { sm.dS[(idx / VS) * LDB + idx % VS] = __float2bfloat16_rn(v); });
+            bwd_copy(C * VS,
+                     [&](int idx) {
+                         const int i = idx / VS, j = idx % VS;
+                         return i < nvalid ? bwd_ld<T>((const T *)p.v, batch * p.v_sb + (t0 + i) * p.v_st +
+                                                                            (int64_t)hv * p.v_sh + v0 + j)
+                                           : 0.f;
+                     },
+                     [&](int idx, float v) { sm.u.s.X[(idx / VS) * LDV + idx % VS] = v; });
+            bwd_copy(C * VS,
+                     [&](int idx) {
+                         const int i = idx / VS, j = idx % VS;
+                         return i < nvalid ? bwd_ld<T>((const T *)bp.d_o, batch * bp.do_sb + (t0 + i) * bp.do_st +
+                                                                              (int64_t)hv * bp.do_sh + v0 + j)
+                                           : 0.f;
+                     },
+                     [&](int idx, float v) { sm.u.s.dO[(idx / VS) * LDV + idx % VS] = v; });
             __syncthreads();
             float *X = sm.u.s.X, *KS = sm.u.s.KS, *dO = sm.u.s.dO, *U = sm.u.s.U, *dU = sm.u.s.dU, *dY = sm.u.s.dY;
             { /* K S, K dS' */

@@ -67,6 +67,9 @@ def check(name, B, T, H, HV, K, V, h0=True, gate=None, dtype=torch.bfloat16, cu=
     gate = gate or (lambda *s: torch.nn.functional.logsigmoid(torch.randn(*s)) / 16)
     kwx = {k: opt.pop(k) for k in ("beta_range", "l2", "gik", "bsig") if k in opt}
     x = inputs(B, T, H, HV, K, V, h0, gate, **kwx)
+    # both sides see the same (rounded) q, k, v: the input rounding is not the kernels' error
+    for n in ("q", "k", "v"):
+        x[n] = x[n].to(dtype).float()
     kw = dict(opt)
     if kwx.get("l2"):
         kw["use_qk_l2norm_in_kernel"] = True
@@ -140,7 +143,9 @@ def timing(H, HV, T, N, K=128, V=128, reps=10):
     per = {}
     for ev in prof.events():
         if ev.device_type.name == "CUDA":
-            name = ev.name.split("(")[0].split("<")[0][-40:]
+            import re
+            m = re.search(r"(\w+_kernel)", ev.name)
+            name = m.group(1) if m else ev.name[:40]
             per[name] = per.get(name, 0.0) + ev.device_time_total / 1e3
     print("   kernels (ms): " + ", ".join(f"{n}={t:.3f}" for n, t in sorted(per.items(), key=lambda x: -x[1])[:8]))
 
@@ -165,7 +170,7 @@ def main():
     ok &= check("g8 V256", 1, 100, 1, 8, 128, 256)
     print("ALL OK" if ok else "SOME FAILED")
     if not a.no_time:
-        for H, HV, T, N in ((16, 32, 32768, 1), (16, 32, 32768, 8), (2, 4, 8192, 1), (4, 8, 32768, 4)):
+        for H, HV, T, N in ((16, 32, 32768, 1), (2, 4, 8192, 1)):
             timing(H, HV, T, N)
     return 0 if ok else 1
 

@@ -1,6 +1,6 @@
 /*
  * bwd_chain.cu - the backward's two sequential passes over each sequence
- * (bwd_common.cuh), one CTA of 128 threads per (sequence, value head, slice
+ * (bwd_common.cuh), one CTA of 256 threads per (sequence, value head, slice
  * of FQLA_BWD_VS value columns): value columns never mix in either chain,
  * so the slices run independently, as the forward's chunk kernels do.
  *
@@ -16,8 +16,8 @@
  * l2norm factors come from bwd_prepare.cu.
  *
  * Each product is one call of bwd_mma (tf32 operands, fp32 accumulate); the
- * state is kept in fp32 in shared memory. Warp w takes rows 16 w of the
- * 64-row products and rows K/4 w of the K-row state update. The products
+ * state is kept in fp32 in shared memory. 256 threads: the eight warps
+ * split each product's output tiles (halving the per-chunk latency of four). The products
  * with T~ and P~ skip their zero triangles.
  */
 #include "cuda/bwd_common.cuh"
@@ -82,6 +82,31 @@ __device__ __forceinline__ void load_tile64(const float *src, float *dst)
     bwd_copy(C * C, [&](int idx) { return src[idx]; }, [&](int idx, float v) { dst[(idx >> 6) * LDM + (idx & 63)] = v; });
 }
 
+/* Hints the next chunk's tiles into L2 (prefetch.global.L2) while this one
+ * runs: the chains wait on each chunk's copies, and from L2 they come at a
+ * fraction of the DRAM latency. */
+template <typename T, int KD>
+__device__ __forceinline__ void prefetch_chunk(const fqla_bwd_params &bp, const T *x, int64_t sb, int64_t st, int64_t sh,
+                                               const T *y, int64_t yb, int64_t yt, int64_t yh, int64_t batch, int64_t t0,
+                                               int nvalid, int hk, int hv, int v0, size_t tile, bool with_q)
+{
+    const fqla_fwd_params &p = bp.f;
+    for (int idx = threadIdx.x; idx < C * (KD / 64); idx += blockDim.x) {
+        const int i = idx / (KD / 64), part = idx % (KD / 64);
+        if (i >= nvalid) continue;
+        fqla_prefetch_l2((const T *)p.k + batch * p.k_sb + (t0 + i) * p.k_st + (int64_t)hk * p.k_sh + 64 * part);
+        if (with_q)
+            fqla_prefetch_l2((const T *)p.q + batch * p.q_sb + (t0 + i) * p.q_st + (int64_t)hk * p.q_sh + 64 * part);
+    }
+    for (int i = threadIdx.x; i < nvalid; i += blockDim.x)
+        fqla_prefetch_l2(y + batch * yb + (t0 + i) * yt + (int64_t)hv * yh + v0);
+    for (int idx = threadIdx.x; idx < 128; idx += blockDim.x) {
+        fqla_prefetch_l2(bp.Tt + tile * C * C + 32 * idx);
+        if (with_q) fqla_prefetch_l2(bp.Pt + tile * C * C + 32 * idx);
+    }
+    (void)x; (void)sb; (void)st; (void)sh;
+}
+
 /* gamma, beta of the tile and the factors e, f; returns e_C. */
 __device__ __forceinline__ void load_gates(const fqla_bwd_params &bp, size_t tile, float *gam, float *bet, float *e,
                                            float *f)
@@ -116,7 +141,7 @@ __device__ __forceinline__ int64_t state_off(int64_t n, int hv, int r, int v, in
 }
 
 template <typename T, int KD>
-__global__ void __launch_bounds__(128) bwd_states_kernel(const fqla_bwd_params bp)
+__global__ void __launch_bounds__(256) bwd_states_kernel(const fqla_bwd_params bp)
 {
     const fqla_fwd_params &p = bp.f;
     extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -125,6 +150,11 @@ __global__ void __launch_bounds__(128) bwd_states_kernel(const fqla_bwd_params b
     const int64_t n = blockIdx.x;
     const int hv = blockIdx.y, hk = hv / p.group, v0 = blockIdx.z * VS;
     const int warp = threadIdx.x >> 5;
+    /* 64-row products: warp w rows 16 (w % 4), columns 16 (w / 4); the K-row
+     * state update: KD / 16 row tiles, the rest of the warps across columns */
+    constexpr int RT = KD / 16, CW = 8 / RT, SNT = VS / CW / 8;
+    const int m0 = 16 * (warp & 3), n0 = 16 * (warp >> 2);
+    const int r0 = 16 * (warp % RT), c0 = (VS / CW) * (warp / RT);
     int64_t batch, start, len, slot0;
     seq_of(p, n, batch, start, len, slot0);
     const int64_t chunks = (len + C - 1) / C;
@@ -150,38 +180,41 @@ __global__ void __launch_bounds__(128) bwd_states_kernel(const fqla_bwd_params b
         load_tile64(bp.Tt + tile * C * C, sm.T);
         load_gates(bp, tile, sm.gam, sm.bet, sm.e, sm.f);
         store_state<KD>(sm.S, bp.S + tile * KD * p.V, p.V, v0);
+        if (c + 1 < chunks) {
+            const int nv = (int)(len - (c + 1) * C < C ? len - (c + 1) * C : C);
+            prefetch_chunk<T, KD>(bp, (const T *)p.k, 0, 0, 0, (const T *)p.v, p.v_sb, p.v_st, p.v_sh, batch,
+                                  t0 + C, nv, hk, hv, v0, tile + p.HV, false);
+        }
         __syncthreads();
         { /* X = V - diag(e) K S */
-            float acc[1][VS / 8][4];
+            float acc[1][2][4];
             bwd_zero(acc);
-            bwd_mma<true>(acc, 16 * warp, 0, 0, KD, [&](int i, int k) { return sm.k[i * LDK + k]; },
+            bwd_mma<true>(acc, m0, n0, 0, KD, [&](int i, int k) { return sm.k[i * LDK + k]; },
                     [&](int k, int j) { return sm.S[k * LDV + j]; });
-            bwd_each(acc, 16 * warp, 0, [&](int i, int j, float v) { X[i * LDV + j] -= sm.e[i] * v; });
+            bwd_each(acc, m0, n0, [&](int i, int j, float v) { X[i * LDV + j] -= sm.e[i] * v; });
         }
         __syncthreads();
         { /* U = T~ diag(beta) X */
-            float acc[1][VS / 8][4];
+            float acc[1][2][4];
             bwd_zero(acc);
-            bwd_mma<true>(acc, 16 * warp, 0, 0, 16 * (warp + 1), [&](int i, int k) { return sm.T[i * LDM + k]; },
+            bwd_mma<true>(acc, m0, n0, 0, m0 + 16, [&](int i, int k) { return sm.T[i * LDM + k]; },
                     [&](int k, int j) { return sm.bet[k] * X[k * LDV + j]; });
-            bwd_each(acc, 16 * warp, 0, [&](int i, int j, float v) { U[i * LDV + j] = v; });
+            bwd_each(acc, m0, n0, [&](int i, int j, float v) { U[i * LDV + j] = v; });
         }
         __syncthreads();
         { /* S = e_C S + K^T diag(f) U */
-            constexpr int MT = KD / 64;
-            float acc[MT][VS / 8][4];
+            float acc[1][SNT][4];
             bwd_zero(acc);
-            const int r0 = (KD / 4) * warp;
-            bwd_mma<true>(acc, r0, 0, 0, C, [&](int i, int k) { return sm.k[k * LDK + i]; },
+            bwd_mma<true>(acc, r0, c0, 0, C, [&](int i, int k) { return sm.k[k * LDK + i]; },
                     [&](int k, int j) { return sm.f[k] * U[k * LDV + j]; });
             const float eC = __expf(sm.gam[C - 1]);
-            bwd_each(acc, r0, 0, [&](int i, int j, float v) { sm.S[i * LDV + j] = eC * sm.S[i * LDV + j] + v; });
+            bwd_each(acc, r0, c0, [&](int i, int j, float v) { sm.S[i * LDV + j] = eC * sm.S[i * LDV + j] + v; });
         }
     }
 }
 
 template <typename T, int KD>
-__global__ void __launch_bounds__(128) bwd_dstates_kernel(const fqla_bwd_params bp)
+__global__ void __launch_bounds__(256) bwd_dstates_kernel(const fqla_bwd_params bp)
 {
     const fqla_fwd_params &p = bp.f;
     extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -190,6 +223,11 @@ __global__ void __launch_bounds__(128) bwd_dstates_kernel(const fqla_bwd_params 
     const int64_t n = blockIdx.x;
     const int hv = blockIdx.y, hk = hv / p.group, v0 = blockIdx.z * VS;
     const int warp = threadIdx.x >> 5;
+    /* 64-row products: warp w rows 16 (w % 4), columns 16 (w / 4); the K-row
+     * state update: KD / 16 row tiles, the rest of the warps across columns */
+    constexpr int RT = KD / 16, CW = 8 / RT, SNT = VS / CW / 8;
+    const int m0 = 16 * (warp & 3), n0 = 16 * (warp >> 2);
+    const int r0 = 16 * (warp % RT), c0 = (VS / CW) * (warp / RT);
     int64_t batch, start, len, slot0;
     seq_of(p, n, batch, start, len, slot0);
     const int64_t chunks = (len + C - 1) / C;
@@ -216,42 +254,43 @@ __global__ void __launch_bounds__(128) bwd_dstates_kernel(const fqla_bwd_params 
         load_tile64(bp.Pt + tile * C * C, sm.P);
         load_gates(bp, tile, sm.gam, sm.bet, sm.e, sm.f);
         store_state<KD>(sm.S, bp.dS + tile * KD * p.V, p.V, v0);
+        if (c > 0)
+            prefetch_chunk<T, KD>(bp, (const T *)p.k, 0, 0, 0, (const T *)bp.d_o, bp.do_sb, bp.do_st, bp.do_sh, batch,
+                                  t0 - C, C, hk, hv, v0, tile - p.HV, true);
         __syncthreads();
         { /* K dS */
-            float acc[1][VS / 8][4];
+            float acc[1][2][4];
             bwd_zero(acc);
-            bwd_mma<true>(acc, 16 * warp, 0, 0, KD, [&](int i, int k) { return sm.k[i * LDK + k]; },
+            bwd_mma<true>(acc, m0, n0, 0, KD, [&](int i, int k) { return sm.k[i * LDK + k]; },
                     [&](int k, int j) { return sm.S[k * LDV + j]; });
-            bwd_each(acc, 16 * warp, 0, [&](int i, int j, float v) { dU[i * LDV + j] = sm.f[i] * v; });
+            bwd_each(acc, m0, n0, [&](int i, int j, float v) { dU[i * LDV + j] = sm.f[i] * v; });
         }
         __syncthreads();
         { /* dU = P~^T dO + diag(f) K dS (P~^T is upper triangular) */
-            float acc[1][VS / 8][4];
+            float acc[1][2][4];
             bwd_zero(acc);
-            bwd_mma<true>(acc, 16 * warp, 0, 16 * warp, C, [&](int i, int k) { return sm.P[k * LDM + i]; },
+            bwd_mma<true>(acc, m0, n0, m0, C, [&](int i, int k) { return sm.P[k * LDM + i]; },
                     [&](int k, int j) { return dO[k * LDV + j]; });
-            bwd_each(acc, 16 * warp, 0, [&](int i, int j, float v) { dU[i * LDV + j] += v; });
+            bwd_each(acc, m0, n0, [&](int i, int j, float v) { dU[i * LDV + j] += v; });
         }
         __syncthreads();
         { /* dY = T~^T dU */
-            float acc[1][VS / 8][4];
+            float acc[1][2][4];
             bwd_zero(acc);
-            bwd_mma<true>(acc, 16 * warp, 0, 16 * warp, C, [&](int i, int k) { return sm.T[k * LDM + i]; },
+            bwd_mma<true>(acc, m0, n0, m0, C, [&](int i, int k) { return sm.T[k * LDM + i]; },
                     [&](int k, int j) { return dU[k * LDV + j]; });
-            bwd_each(acc, 16 * warp, 0, [&](int i, int j, float v) { dY[i * LDV + j] = v; });
+            bwd_each(acc, m0, n0, [&](int i, int j, float v) { dY[i * LDV + j] = v; });
         }
         __syncthreads();
         { /* dS = e_C dS + Q^T (scale diag(e) dO) - K^T (diag(e beta) dY) */
-            constexpr int MT = KD / 64;
-            float acc[MT][VS / 8][4];
+            float acc[1][SNT][4];
             bwd_zero(acc);
-            const int r0 = (KD / 4) * warp;
-            bwd_mma<true>(acc, r0, 0, 0, C, [&](int i, int k) { return sm.q[k * LDK + i]; },
+            bwd_mma<true>(acc, r0, c0, 0, C, [&](int i, int k) { return sm.q[k * LDK + i]; },
                     [&](int k, int j) { return scale * sm.e[k] * dO[k * LDV + j]; });
-            bwd_mma<true>(acc, r0, 0, 0, C, [&](int i, int k) { return sm.k[k * LDK + i]; },
+            bwd_mma<true>(acc, r0, c0, 0, C, [&](int i, int k) { return sm.k[k * LDK + i]; },
                     [&](int k, int j) { return -sm.e[k] * sm.bet[k] * dY[k * LDV + j]; });
             const float eC = __expf(sm.gam[C - 1]);
-            bwd_each(acc, r0, 0, [&](int i, int j, float v) { sm.S[i * LDV + j] = eC * sm.S[i * LDV + j] + v; });
+            bwd_each(acc, r0, c0, [&](int i, int j, float v) { sm.S[i * LDV + j] = eC * sm.S[i * LDV + j] + v; });
         }
     }
     if (bp.dh0) {
@@ -270,7 +309,7 @@ template <typename T, int KD, bool REVERSE> cudaError_t launch(const fqla_bwd_pa
     const size_t smem = sizeof(chain_smem<KD>);
     cudaError_t e = fqla_smem_limit(cache, kernel, smem);
     if (e != cudaSuccess) return e;
-    return fqla_launch(kernel, dim3((unsigned)p.f.N, (unsigned)p.f.HV, (unsigned)(p.f.V / VS)), dim3(128), smem,
+    return fqla_launch(kernel, dim3((unsigned)p.f.N, (unsigned)p.f.HV, (unsigned)(p.f.V / VS)), dim3(256), smem,
                        stream, 0, p);
 }
 

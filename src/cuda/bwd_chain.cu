@@ -5,11 +5,11 @@
  * so the slices run independently, as the forward's chunk kernels do.
  *
  * states (forward, chunk by chunk; S the state entering the chunk):
- *   store S (bf16);  X = V - diag(e) K S;  U = T~ diag(beta) X;
+ *   store S;  X = V - diag(e) K S;  U = T~ diag(beta) X;
  *   S <- e_C S + K^T diag(f) U
  * dstates (reverse; dS the gradient w.r.t. the state leaving the chunk,
  * starting from d_final_state):
- *   store dS (bf16);  dU = P~^T dO + diag(f) K dS;  dY = T~^T dU;
+ *   store dS;  dU = P~^T dO + diag(f) K dS;  dY = T~^T dU;
  *   dS <- e_C dS + Q^T (scale diag(e) dO) - K^T (diag(e beta) dY)
  * and dh0 = dS after the first chunk. e_i = exp(gamma_i), f_i =
  * exp(gamma_C - gamma_i), e_C = exp(gamma_C); gamma, beta, T~, P~ and the
@@ -123,13 +123,13 @@ __device__ __forceinline__ void load_gates(const fqla_bwd_params &bp, size_t til
     }
 }
 
-/* The K x VS state slice to bf16 in the workspace tile. */
+/* The K x VS state slice to the workspace tile. */
 template <int KD>
-__device__ __forceinline__ void store_state(const float *S, __nv_bfloat16 *dst, int V, int v0)
+__device__ __forceinline__ void store_state(const float *S, float *dst, int V, int v0)
 {
     for (int idx = threadIdx.x; idx < KD * VS; idx += blockDim.x) {
         const int r = idx / VS, j = idx % VS;
-        dst[(int64_t)r * V + v0 + j] = __float2bfloat16_rn(S[r * LDV + j]);
+        dst[(int64_t)r * V + v0 + j] = S[r * LDV + j];
     }
 }
 

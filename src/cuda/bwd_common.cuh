@@ -20,10 +20,13 @@
  *
  * Precision (the numerics model dev/models/bwd_chunked.py and its results in
  * bench/results/bwd-model.md): every product is fp32 data through tf32
- * tensor cores (operands rounded to nearest), fp32 accumulation; T~ is
- * solved in fp32 on CUDA cores; the stored states are bf16, which the model
- * shows costs nothing measurable; dg is assembled from per-term products,
- * never from differences of cumulative sums.
+ * tensor cores in 3xTF32 (each operand split into two tf32 parts, three
+ * products: ~fp32 accuracy), fp32 accumulation; T~ is solved in fp32 on
+ * CUDA cores; the per-chunk states are stored in fp32; dg is assembled from
+ * per-term products, never from differences of cumulative sums. Plain tf32
+ * products or bf16 states held the thresholds on long sequences but not on
+ * the short ones of tests/test_gpu_bwd.c, where a gradient of one token is
+ * a single sum whose terms cancel (e.g. de_C = <S, dS'> against sum e_i de_i).
  */
 #ifndef FQLA_CUDA_BWD_COMMON_CUH
 #define FQLA_CUDA_BWD_COMMON_CUH
@@ -59,7 +62,7 @@ struct fqla_bwd_params {
     float *gam, *bet;         /* [slots][HV][64] chunk-local cumsum of the log decay; beta */
     float *rq, *rk;           /* [slots][H][64] l2norm row factors (l2norm only) */
     float *Tt, *Pt;           /* [slots][HV][64][64] T~ and P~ */
-    __nv_bfloat16 *S, *dS;    /* [slots][HV][K][V] entering state; gradient w.r.t. the leaving state */
+    float *S, *dS;            /* [slots][HV][K][V] entering state; gradient w.r.t. the leaving state */
     float *gate_part;         /* [slots][HV][2] per-chunk dA_log, ddt_bias (gate in kernel) */
 };
 
@@ -79,8 +82,8 @@ static inline fqla_bwd_ws_layout fqla_bwd_ws(int64_t slots, int64_t H, int64_t H
     L.rk = off;  off += l2norm ? fqla_fwd_align256((size_t)slots * H * 64 * sizeof(float)) : 0;
     L.Tt = off;  off += fqla_fwd_align256(tiles * 64 * 64 * sizeof(float));
     L.Pt = off;  off += fqla_fwd_align256(tiles * 64 * 64 * sizeof(float));
-    L.S = off;   off += fqla_fwd_align256(tiles * K * V * sizeof(__nv_bfloat16));
-    L.dS = off;  off += fqla_fwd_align256(tiles * K * V * sizeof(__nv_bfloat16));
+    L.S = off;   off += fqla_fwd_align256(tiles * K * V * sizeof(float));
+    L.dS = off;  off += fqla_fwd_align256(tiles * K * V * sizeof(float));
     L.gate_part = off; off += gate_in_kernel ? fqla_fwd_align256(tiles * 2 * sizeof(float)) : 0;
     L.total = off;
     return L;

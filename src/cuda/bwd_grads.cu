@@ -36,7 +36,7 @@ namespace {
 constexpr int C = FQLA_BWD_C;
 constexpr int VS = FQLA_BWD_VS;
 constexpr int LDV = VS + 4;  /* 64 x VS fp32 slices */
-constexpr int LDB = VS + 8;  /* K x VS bf16 state slices */
+constexpr int LDB = VS + 4;  /* K x VS state slices */
 constexpr int LDM = C + 4;   /* 64 x 64 tiles */
 
 template <int KD> struct grads_smem {
@@ -50,14 +50,13 @@ template <int KD> struct grads_smem {
         } s;
         float w[3][C * LDM];
     } u;
-    __nv_bfloat16 S[KD * LDB], dS[KD * LDB];
+    float S[KD * LDB], dS[KD * LDB];
     float gam[C], bet[C], e[C], f[C];
-    float df[C], dek[C], db[C], de[C];
+    float df[C], db[C], de[C]; /* de collects -(K S)_i . dx_i over the slices first */
     float red[4][C];   /* per-warp-column partial row sums */
-    float scal[8];
 };
 
-__device__ __forceinline__ float bf(const __nv_bfloat16 &x) { return __bfloat162float(x); }
+__device__ __forceinline__ float bf(float x) { return x; }
 
 /* Sums v over the 4 lanes t of a quad (the lanes that hold one row of an
  * mma accumulator tile), in a fixed order. */
@@ -178,7 +177,7 @@ __global__ void __launch_bounds__(256, 1) bwd_grads_kernel(const fqla_bwd_params
         if (tid < C) {
             sm.gam[tid] = bp.gam[tile * C + tid];
             sm.bet[tid] = bp.bet[tile * C + tid];
-            sm.df[tid] = sm.dek[tid] = sm.db[tid] = 0.f;
+            sm.df[tid] = sm.de[tid] = sm.db[tid] = 0.f;
         }
         __syncthreads();
         if (tid < C) {
@@ -190,11 +189,11 @@ __global__ void __launch_bounds__(256, 1) bwd_grads_kernel(const fqla_bwd_params
 
         for (int v0 = 0; v0 < p.V; v0 += VS) {
             __syncthreads(); /* the previous slice's reads are done */
-            const __nv_bfloat16 *Sg = bp.S + tile * KD * p.V, *dSg = bp.dS + tile * KD * p.V;
-            bwd_copy(KD * VS, [&](int idx) { return __bfloat162float(Sg[(int64_t)(idx / VS) * p.V + v0 + idx % VS]); },
-                     [&](int idx, float v) { sm.S[(idx / VS) * LDB + idx % VS] = __float2bfloat16_rn(v); });
-            bwd_copy(KD * VS, [&](int idx) { return __bfloat162float(dSg[(int64_t)(idx / VS) * p.V + v0 + idx % VS]); },
-                     [&](int idx, float v) { sm.dS[(idx / VS) * LDB + idx % VS] = __float2bfloat16_rn(v); });
+            const float *Sg = bp.S + tile * KD * p.V, *dSg = bp.dS + tile * KD * p.V;
+            bwd_copy(KD * VS, [&](int idx) { return Sg[(int64_t)(idx / VS) * p.V + v0 + idx % VS]; },
+                     [&](int idx, float v) { sm.S[(idx / VS) * LDB + idx % VS] = v; });
+            bwd_copy(KD * VS, [&](int idx) { return dSg[(int64_t)(idx / VS) * p.V + v0 + idx % VS]; },
+                     [&](int idx, float v) { sm.dS[(idx / VS) * LDB + idx % VS] = v; });
             bwd_copy(C * VS,
                      [&](int idx) {
                          const int i = idx / VS, j = idx % VS;
@@ -218,8 +217,8 @@ __global__ void __launch_bounds__(256, 1) bwd_grads_kernel(const fqla_bwd_params
                 bwd_zero(a1);
                 bwd_zero(a2);
                 auto Kr = [&](int i, int k) { return sm.k[i * LDK + k]; };
-                bwd_mma(a1, sm0, sn0, 0, KD, Kr, [&](int k, int j) { return bf(sm.S[k * LDB + j]); });
-                bwd_mma(a2, sm0, sn0, 0, KD, Kr, [&](int k, int j) { return bf(sm.dS[k * LDB + j]); });
+                bwd_mma<true>(a1, sm0, sn0, 0, KD, Kr, [&](int k, int j) { return bf(sm.S[k * LDB + j]); });
+                bwd_mma<true>(a2, sm0, sn0, 0, KD, Kr, [&](int k, int j) { return bf(sm.dS[k * LDB + j]); });
                 bwd_each(a1, sm0, sn0, [&](int i, int j, float v) {
                     KS[i * LDV + j] = v;
                     X[i * LDV + j] -= sm.e[i] * v;
@@ -230,7 +229,7 @@ __global__ void __launch_bounds__(256, 1) bwd_grads_kernel(const fqla_bwd_params
             { /* U = T~ diag(beta) X */
                 float a1[1][2][4];
                 bwd_zero(a1);
-                bwd_mma(a1, sm0, sn0, 0, sm0 + 16, [&](int i, int k) { return sm.T[i * LDM + k]; },
+                bwd_mma<true>(a1, sm0, sn0, 0, sm0 + 16, [&](int i, int k) { return sm.T[i * LDM + k]; },
                         [&](int k, int j) { return sm.bet[k] * X[k * LDV + j]; });
                 bwd_each(a1, sm0, sn0, [&](int i, int j, float v) { U[i * LDV + j] = v; });
             }
@@ -242,7 +241,7 @@ __global__ void __launch_bounds__(256, 1) bwd_grads_kernel(const fqla_bwd_params
             { /* dU = P~^T dO + diag(f) K dS' */
                 float a1[1][2][4];
                 bwd_zero(a1);
-                bwd_mma(a1, sm0, sn0, sm0, C, [&](int i, int k) { return sm.P[k * LDM + i]; },
+                bwd_mma<true>(a1, sm0, sn0, sm0, C, [&](int i, int k) { return sm.P[k * LDM + i]; },
                         [&](int k, int j) { return dO[k * LDV + j]; });
                 bwd_each(a1, sm0, sn0, [&](int i, int j, float v) { dU[i * LDV + j] = v + sm.f[i] * dU[i * LDV + j]; });
             }
@@ -250,15 +249,15 @@ __global__ void __launch_bounds__(256, 1) bwd_grads_kernel(const fqla_bwd_params
             { /* dY = T~^T dU;  dP~ += dO U^T;  dT~ += dU Y^T */
                 float a1[1][2][4];
                 bwd_zero(a1);
-                bwd_mma(a1, sm0, sn0, sm0, C, [&](int i, int k) { return sm.T[k * LDM + i]; },
+                bwd_mma<true>(a1, sm0, sn0, sm0, C, [&](int i, int k) { return sm.T[k * LDM + i]; },
                         [&](int k, int j) { return dU[k * LDV + j]; });
                 bwd_each(a1, sm0, sn0, [&](int i, int j, float v) { dY[i * LDV + j] = v; });
                 float a2[1][4][4], a3[1][4][4];
                 bwd_zero(a2);
                 bwd_zero(a3);
-                bwd_mma(a2, cm0, cn0, 0, VS, [&](int i, int k) { return dO[i * LDV + k]; },
+                bwd_mma<true>(a2, cm0, cn0, 0, VS, [&](int i, int k) { return dO[i * LDV + k]; },
                         [&](int k, int j) { return U[j * LDV + k]; });
-                bwd_mma(a3, cm0, cn0, 0, VS, [&](int i, int k) { return dU[i * LDV + k]; },
+                bwd_mma<true>(a3, cm0, cn0, 0, VS, [&](int i, int k) { return dU[i * LDV + k]; },
                         [&](int k, int j) { return sm.bet[j] * X[j * LDV + k]; });
                 bwd_each(a2, cm0, cn0, [&](int i, int j, float v) { sm.dP[i * LDM + j] += v; });
                 bwd_each(a3, cm0, cn0, [&](int i, int j, float v) { sm.dT[i * LDM + j] += v; });
@@ -273,17 +272,17 @@ __global__ void __launch_bounds__(256, 1) bwd_grads_kernel(const fqla_bwd_params
             row_dots([&](int i, int j) { return X[i * LDV + j]; }, [&](int i, int j) { return dY[i * LDV + j]; },
                      sm.db);
             row_dots([&](int i, int j) { return KS[i * LDV + j]; },
-                     [&](int i, int j) { return sm.bet[i] * dY[i * LDV + j]; }, sm.dek);
+                     [&](int i, int j) { return -sm.bet[i] * dY[i * LDV + j]; }, sm.de);
             for (int idx = tid; idx < KD * VS; idx += blockDim.x) {
                 const int r = idx / VS, j = idx % VS;
                 deC += bf(sm.S[r * LDB + j]) * bf(sm.dS[r * LDB + j]);
             }
             /* G2q += dO S^T;  dK += -diag(e beta) dY S^T + diag(f) U dS'^T */
-            bwd_mma(G2q, gm0, gn0, 0, VS, [&](int i, int k) { return dO[i * LDV + k]; },
+            bwd_mma<true>(G2q, gm0, gn0, 0, VS, [&](int i, int k) { return dO[i * LDV + k]; },
                     [&](int k, int j) { return bf(sm.S[j * LDB + k]); });
-            bwd_mma(dK, gm0, gn0, 0, VS, [&](int i, int k) { return -sm.e[i] * sm.bet[i] * dY[i * LDV + k]; },
+            bwd_mma<true>(dK, gm0, gn0, 0, VS, [&](int i, int k) { return -sm.e[i] * sm.bet[i] * dY[i * LDV + k]; },
                     [&](int k, int j) { return bf(sm.S[j * LDB + k]); });
-            bwd_mma(dK, gm0, gn0, 0, VS, [&](int i, int k) { return sm.f[i] * U[i * LDV + k]; },
+            bwd_mma<true>(dK, gm0, gn0, 0, VS, [&](int i, int k) { return sm.f[i] * U[i * LDV + k]; },
                     [&](int k, int j) { return bf(sm.dS[j * LDB + k]); });
         }
 
@@ -298,15 +297,17 @@ __global__ void __launch_bounds__(256, 1) bwd_grads_kernel(const fqla_bwd_params
             if (tid == 0) {
                 float t = 0.f;
                 for (int w = 0; w < 8; w++) t += sm.red[0][w];
-                sm.scal[0] = t;
+                sm.red[3][0] = t; /* read before tile_row_dots reuses red */
             }
         }
+        __syncthreads();
+        const float deC_all = sm.red[3][0];
         __syncthreads();
         /* de_i = scale q_i . (dO S^T)_i - (K S)_i . dx_i */
         tile_row_dots(G2q, gm0, gn0, [&](int i, int j) { return sm.q[i * LDK + j]; }, sm.red);
         __syncthreads();
         if (tid < C)
-            sm.de[tid] = scale * (sm.red[0][tid] + sm.red[1][tid] + sm.red[2][tid] + sm.red[3][tid]) - sm.dek[tid];
+            sm.de[tid] += scale * (sm.red[0][tid] + sm.red[1][tid] + sm.red[2][tid] + sm.red[3][tid]);
         /* dQ += scale diag(e) dO S^T */
         bwd_each(G2q, gm0, gn0, [&](int i, int j, float &v) { (void)j; v *= scale * sm.e[i]; });
 #pragma unroll
@@ -321,9 +322,9 @@ __global__ void __launch_bounds__(256, 1) bwd_grads_kernel(const fqla_bwd_params
             float a1[1][4][4], a2[1][4][4];
             bwd_zero(a1);
             bwd_zero(a2);
-            bwd_mma(a1, cm0, cn0, cm0, C, [&](int i, int k) { return sm.T[k * LDM + i]; },
+            bwd_mma<true>(a1, cm0, cn0, cm0, C, [&](int i, int k) { return sm.T[k * LDM + i]; },
                     [&](int k, int j) { return j < k ? sm.dT[k * LDM + j] : 0.f; });
-            bwd_mma(a2, cm0, cn0, 0, KD, [&](int i, int k) { return sm.k[i * LDK + k]; },
+            bwd_mma<true>(a2, cm0, cn0, 0, KD, [&](int i, int k) { return sm.k[i * LDK + k]; },
                     [&](int k, int j) { return sm.k[j * LDK + k]; });
             bwd_each(a1, cm0, cn0, [&](int i, int j, float v) { M1[i * LDM + j] = v; });
             bwd_each(a2, cm0, cn0, [&](int i, int j, float v) { KK[i * LDM + j] = v; });
@@ -332,7 +333,7 @@ __global__ void __launch_bounds__(256, 1) bwd_grads_kernel(const fqla_bwd_params
         { /* dL = -M1 T~^T (strict lower) */
             float a1[1][4][4];
             bwd_zero(a1);
-            bwd_mma(a1, cm0, cn0, 0, C, [&](int i, int k) { return M1[i * LDM + k]; },
+            bwd_mma<true>(a1, cm0, cn0, 0, C, [&](int i, int k) { return M1[i * LDM + k]; },
                     [&](int k, int j) { return sm.T[j * LDM + k]; });
             bwd_each(a1, cm0, cn0, [&](int i, int j, float v) { dL[i * LDM + j] = j < i ? -v : 0.f; });
         }
@@ -359,11 +360,11 @@ __global__ void __launch_bounds__(256, 1) bwd_grads_kernel(const fqla_bwd_params
         }
         __syncthreads();
         { /* dQ += dQ~ K;  dK += dQ~^T Q + (M + M^T) K */
-            bwd_mma(dQ, gm0, gn0, 0, C, [&](int i, int k) { return sm.dP[i * LDM + k]; },
+            bwd_mma<true>(dQ, gm0, gn0, 0, C, [&](int i, int k) { return sm.dP[i * LDM + k]; },
                     [&](int k, int j) { return sm.k[k * LDK + j]; });
-            bwd_mma(dK, gm0, gn0, 0, C, [&](int i, int k) { return sm.dP[k * LDM + i]; },
+            bwd_mma<true>(dK, gm0, gn0, 0, C, [&](int i, int k) { return sm.dP[k * LDM + i]; },
                     [&](int k, int j) { return sm.q[k * LDK + j]; });
-            bwd_mma(dK, gm0, gn0, 0, C,
+            bwd_mma<true>(dK, gm0, gn0, 0, C,
                     [&](int i, int k) { return k < i ? M1[i * LDM + k] : (k > i ? M1[k * LDM + i] : 0.f); },
                     [&](int k, int j) { return sm.k[k * LDK + j]; });
         }
@@ -377,7 +378,7 @@ __global__ void __launch_bounds__(256, 1) bwd_grads_kernel(const fqla_bwd_params
             }
             for (int j = q; j < t; j += 4) s += sm.df[j] * sm.f[j];
             s = quad_sum(s);
-            float dgv = s + sm.scal[0] * __expf(sm.gam[C - 1]);
+            float dgv = s + deC_all * __expf(sm.gam[C - 1]);
             float dbv = sm.db[t];
             const bool ok = t < nvalid && q == 0;
             float part_a = 0.f, part_d = 0.f;

@@ -156,8 +156,8 @@ fqla_status fqla_cuda_bwd_run(fqla_context *ctx, const fqla_problem *p, const fq
     k.rk = b.rk;
     b.Tt = (float *)(ws + L.Tt);
     b.Pt = (float *)(ws + L.Pt);
-    b.S = (__nv_bfloat16 *)(ws + L.S);
-    b.dS = (__nv_bfloat16 *)(ws + L.dS);
+    b.S = (float *)(ws + L.S);
+    b.dS = (float *)(ws + L.dS);
     b.gate_part = p->opt.use_gate_in_kernel ? (float *)(ws + L.gate_part) : NULL;
 
     const int io_bf16 = p->io_dtype == FQLA_DTYPE_BF16;

@@ -25,9 +25,6 @@
 
 namespace {
 
-#ifndef FQLA_BWD_CHAIN_SPLIT
-#define FQLA_BWD_CHAIN_SPLIT true
-#endif
 constexpr int C = FQLA_BWD_C;
 constexpr int VS = FQLA_BWD_VS;
 constexpr int LDV = VS + 8; /* 64 x VS and K x VS tiles */
@@ -192,7 +189,7 @@ __global__ void __launch_bounds__(256) bwd_states_kernel(const fqla_bwd_params b
         { /* X = V - diag(e) K S */
             float acc[1][2][4];
             bwd_zero(acc);
-            bwd_mma<FQLA_BWD_CHAIN_SPLIT>(acc, m0, n0, 0, KD, [&](int i, int k) { return sm.k[i * LDK + k]; },
+            bwd_mma<true>(acc, m0, n0, 0, KD, [&](int i, int k) { return sm.k[i * LDK + k]; },
                     [&](int k, int j) { return sm.S[k * LDV + j]; });
             bwd_each(acc, m0, n0, [&](int i, int j, float v) { X[i * LDV + j] -= sm.e[i] * v; });
         }
@@ -200,7 +197,7 @@ __global__ void __launch_bounds__(256) bwd_states_kernel(const fqla_bwd_params b
         { /* U = T~ diag(beta) X */
             float acc[1][2][4];
             bwd_zero(acc);
-            bwd_mma<FQLA_BWD_CHAIN_SPLIT>(acc, m0, n0, 0, m0 + 16, [&](int i, int k) { return sm.T[i * LDM + k]; },
+            bwd_mma<true>(acc, m0, n0, 0, m0 + 16, [&](int i, int k) { return sm.T[i * LDM + k]; },
                     [&](int k, int j) { return sm.bet[k] * X[k * LDV + j]; });
             bwd_each(acc, m0, n0, [&](int i, int j, float v) { U[i * LDV + j] = v; });
         }
@@ -208,7 +205,7 @@ __global__ void __launch_bounds__(256) bwd_states_kernel(const fqla_bwd_params b
         { /* S = e_C S + K^T diag(f) U */
             float acc[1][SNT][4];
             bwd_zero(acc);
-            bwd_mma<FQLA_BWD_CHAIN_SPLIT>(acc, r0, c0, 0, C, [&](int i, int k) { return sm.k[k * LDK + i]; },
+            bwd_mma<true>(acc, r0, c0, 0, C, [&](int i, int k) { return sm.k[k * LDK + i]; },
                     [&](int k, int j) { return sm.f[k] * U[k * LDV + j]; });
             const float eC = __expf(sm.gam[C - 1]);
             bwd_each(acc, r0, c0, [&](int i, int j, float v) { sm.S[i * LDV + j] = eC * sm.S[i * LDV + j] + v; });
@@ -264,7 +261,7 @@ __global__ void __launch_bounds__(256) bwd_dstates_kernel(const fqla_bwd_params 
         { /* K dS */
             float acc[1][2][4];
             bwd_zero(acc);
-            bwd_mma<FQLA_BWD_CHAIN_SPLIT>(acc, m0, n0, 0, KD, [&](int i, int k) { return sm.k[i * LDK + k]; },
+            bwd_mma<true>(acc, m0, n0, 0, KD, [&](int i, int k) { return sm.k[i * LDK + k]; },
                     [&](int k, int j) { return sm.S[k * LDV + j]; });
             bwd_each(acc, m0, n0, [&](int i, int j, float v) { dU[i * LDV + j] = sm.f[i] * v; });
         }
@@ -272,7 +269,7 @@ __global__ void __launch_bounds__(256) bwd_dstates_kernel(const fqla_bwd_params 
         { /* dU = P~^T dO + diag(f) K dS (P~^T is upper triangular) */
             float acc[1][2][4];
             bwd_zero(acc);
-            bwd_mma<FQLA_BWD_CHAIN_SPLIT>(acc, m0, n0, m0, C, [&](int i, int k) { return sm.P[k * LDM + i]; },
+            bwd_mma<true>(acc, m0, n0, m0, C, [&](int i, int k) { return sm.P[k * LDM + i]; },
                     [&](int k, int j) { return dO[k * LDV + j]; });
             bwd_each(acc, m0, n0, [&](int i, int j, float v) { dU[i * LDV + j] += v; });
         }
@@ -280,7 +277,7 @@ __global__ void __launch_bounds__(256) bwd_dstates_kernel(const fqla_bwd_params 
         { /* dY = T~^T dU */
             float acc[1][2][4];
             bwd_zero(acc);
-            bwd_mma<FQLA_BWD_CHAIN_SPLIT>(acc, m0, n0, m0, C, [&](int i, int k) { return sm.T[k * LDM + i]; },
+            bwd_mma<true>(acc, m0, n0, m0, C, [&](int i, int k) { return sm.T[k * LDM + i]; },
                     [&](int k, int j) { return dU[k * LDV + j]; });
             bwd_each(acc, m0, n0, [&](int i, int j, float v) { dY[i * LDV + j] = v; });
         }
@@ -288,9 +285,9 @@ __global__ void __launch_bounds__(256) bwd_dstates_kernel(const fqla_bwd_params 
         { /* dS = e_C dS + Q^T (scale diag(e) dO) - K^T (diag(e beta) dY) */
             float acc[1][SNT][4];
             bwd_zero(acc);
-            bwd_mma<FQLA_BWD_CHAIN_SPLIT>(acc, r0, c0, 0, C, [&](int i, int k) { return sm.q[k * LDK + i]; },
+            bwd_mma<true>(acc, r0, c0, 0, C, [&](int i, int k) { return sm.q[k * LDK + i]; },
                     [&](int k, int j) { return scale * sm.e[k] * dO[k * LDV + j]; });
-            bwd_mma<FQLA_BWD_CHAIN_SPLIT>(acc, r0, c0, 0, C, [&](int i, int k) { return sm.k[k * LDK + i]; },
+            bwd_mma<true>(acc, r0, c0, 0, C, [&](int i, int k) { return sm.k[k * LDK + i]; },
                     [&](int k, int j) { return -sm.e[k] * sm.bet[k] * dY[k * LDV + j]; });
             const float eC = __expf(sm.gam[C - 1]);
             bwd_each(acc, r0, c0, [&](int i, int j, float v) { sm.S[i * LDV + j] = eC * sm.S[i * LDV + j] + v; });

@@ -19,12 +19,12 @@
  * dg from the terms that contain g_t, so a tiny dg under a strong decay
  * keeps its relative accuracy.
  *
- * Grid (slots, H): one CTA of 256 threads per chunk and q/k head runs the
+ * Grid (slots, H): one CTA of 512 threads per chunk and q/k head runs the
  * value heads of its GVA group in order, so dq and dk are summed over the
  * group in registers (no atomics, bit-identical reruns). Per value head the
  * value columns go in slices of FQLA_BWD_VS: the slice products (64 x VS
- * outputs: warp w rows 16 (w % 4), columns 16 (w / 4)) land in shared
- * memory; the 64 x K gradients (warp w rows 32 (w % 2), columns K/4 (w / 2))
+ * outputs: warp w rows 16 (w % 4), columns 8 (w / 4)) land in shared
+ * memory; the 64 x K gradients (warp w rows 16 (w % 4), columns K/4 (w / 4))
  * stay in registers across slices and heads: dO S^T of the head, and the
  * group's dQ, dK.
  */
@@ -58,6 +58,9 @@ template <int KD> struct grads_smem {
 
 __device__ __forceinline__ float bf(float x) { return x; }
 
+constexpr int THREADS = 512;
+constexpr int RG = THREADS / C; /* threads per row in the row-wise passes */
+
 /* Sums v over the 4 lanes t of a quad (the lanes that hold one row of an
  * mma accumulator tile), in a fixed order. */
 __device__ __forceinline__ float quad_sum(float v)
@@ -67,21 +70,29 @@ __device__ __forceinline__ float quad_sum(float v)
     return v;
 }
 
+/* Sums v over the RG adjacent lanes that share a row, in a fixed order. */
+__device__ __forceinline__ float row_sum(float v)
+{
+#pragma unroll
+    for (int o = 1; o < RG; o <<= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
 /* Row dots sum_j a(i, j) b(i, j) over a 64 x VS slice, added to out[i]:
- * four threads per row, eight columns each, then a fixed-order quad sum. */
+ * RG threads per row, VS / RG columns each, then a fixed-order sum. */
 template <typename FA, typename FB>
 __device__ __forceinline__ void row_dots(FA a, FB b, float *out)
 {
-    const int i = threadIdx.x >> 2, q = threadIdx.x & 3;
+    const int i = threadIdx.x / RG, q = threadIdx.x % RG;
     float s = 0.f;
 #pragma unroll
-    for (int j = 0; j < VS / 4; j++) s += a(i, q * (VS / 4) + j) * b(i, q * (VS / 4) + j);
-    s = quad_sum(s);
+    for (int j = 0; j < VS / RG; j++) s += a(i, q * (VS / RG) + j) * b(i, q * (VS / RG) + j);
+    s = row_sum(s);
     if (q == 0) out[i] += s;
 }
 
 /* sum over rows of the register tile's r(i, j) * x(i, j), per row, into
- * red[warp column][row]; then out[i] = sum of the four columns in order. */
+ * red[warp column group][row]; then out[i] = sum of the four in order. */
 template <int MT, int NT, typename F>
 __device__ __forceinline__ void tile_row_dots(float (&acc)[MT][NT][4], int m0, int n0, F x, float (*red)[C])
 {
@@ -97,18 +108,19 @@ __device__ __forceinline__ void tile_row_dots(float (&acc)[MT][NT][4], int m0, i
 #pragma unroll
                 for (int e = 0; e < 2; e++) s += acc[mt][nt][2 * h + e] * x(i, n0 + 8 * nt + 2 * t + e);
             s = quad_sum(s);
-            if (t == 0) red[warp >> 1][i] = s;
+            if (t == 0) red[warp >> 2][i] = s;
         }
 }
 
 template <typename T, int KD>
-__global__ void __launch_bounds__(256, 1) bwd_grads_kernel(const fqla_bwd_params bp)
+__global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_params bp)
 {
     const fqla_fwd_params &p = bp.f;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     grads_smem<KD> &sm = *reinterpret_cast<grads_smem<KD> *>(smem_raw);
     constexpr int LDK = grads_smem<KD>::LDK;
     constexpr int NTK = KD / 32; /* n-tiles of a warp's K/4 columns */
+    static_assert(THREADS == 512, "the warp tilings below are for sixteen warps");
     const int64_t slot = blockIdx.x;
     const int hk = blockIdx.y;
     const int tid = threadIdx.x, warp = tid >> 5;
@@ -152,15 +164,15 @@ __global__ void __launch_bounds__(256, 1) bwd_grads_kernel(const fqla_bwd_params
             [&](int idx, float v) { dst[(idx / KD) * LDK + idx % KD] = v; });
     }
 
-    /* the 64 x K register tiles: warp w rows 32 (w % 2), columns K/4 (w / 2) */
-    const int gm0 = 32 * (warp & 1), gn0 = (KD / 4) * (warp >> 1);
-    float dQ[2][NTK][4], dK[2][NTK][4], G2q[2][NTK][4];
+    /* the 64 x K register tiles: warp w rows 16 (w % 4), columns K/4 (w / 4) */
+    const int gm0 = 16 * (warp & 3), gn0 = (KD / 4) * (warp >> 2);
+    float dQ[1][NTK][4], dK[1][NTK][4], G2q[1][NTK][4];
     bwd_zero(dQ);
     bwd_zero(dK);
-    /* the slice tiles: warp w rows 16 (w % 4), columns 16 (w / 4) */
-    const int sm0 = 16 * (warp & 3), sn0 = 16 * (warp >> 2);
-    /* the 64 x 64 tiles: warp w rows 16 (w % 4), columns 32 (w / 4) */
-    const int cm0 = 16 * (warp & 3), cn0 = 32 * (warp >> 2);
+    /* the slice tiles: warp w rows 16 (w % 4), columns 8 (w / 4) */
+    const int sm0 = 16 * (warp & 3), sn0 = 8 * (warp >> 2);
+    /* the 64 x 64 tiles: warp w rows 16 (w % 4), columns 16 (w / 4) */
+    const int cm0 = 16 * (warp & 3), cn0 = 16 * (warp >> 2);
 
     for (int h = 0; h < p.group; h++) {
         const int hv = hk * p.group + h;
@@ -213,7 +225,7 @@ __global__ void __launch_bounds__(256, 1) bwd_grads_kernel(const fqla_bwd_params
             __syncthreads();
             float *X = sm.u.s.X, *KS = sm.u.s.KS, *dO = sm.u.s.dO, *U = sm.u.s.U, *dU = sm.u.s.dU, *dY = sm.u.s.dY;
             { /* K S, K dS' */
-                float a1[1][2][4], a2[1][2][4];
+                float a1[1][1][4], a2[1][1][4];
                 bwd_zero(a1);
                 bwd_zero(a2);
                 auto Kr = [&](int i, int k) { return sm.k[i * LDK + k]; };
@@ -227,7 +239,7 @@ __global__ void __launch_bounds__(256, 1) bwd_grads_kernel(const fqla_bwd_params
             }
             __syncthreads();
             { /* U = T~ diag(beta) X */
-                float a1[1][2][4];
+                float a1[1][1][4];
                 bwd_zero(a1);
                 bwd_mma<true>(a1, sm0, sn0, 0, sm0 + 16, [&](int i, int k) { return sm.T[i * LDM + k]; },
                         [&](int k, int j) { return sm.bet[k] * X[k * LDV + j]; });
@@ -239,7 +251,7 @@ __global__ void __launch_bounds__(256, 1) bwd_grads_kernel(const fqla_bwd_params
                      sm.df);
             __syncthreads();
             { /* dU = P~^T dO + diag(f) K dS' */
-                float a1[1][2][4];
+                float a1[1][1][4];
                 bwd_zero(a1);
                 bwd_mma<true>(a1, sm0, sn0, sm0, C, [&](int i, int k) { return sm.P[k * LDM + i]; },
                         [&](int k, int j) { return dO[k * LDV + j]; });
@@ -247,12 +259,12 @@ __global__ void __launch_bounds__(256, 1) bwd_grads_kernel(const fqla_bwd_params
             }
             __syncthreads();
             { /* dY = T~^T dU;  dP~ += dO U^T;  dT~ += dU Y^T */
-                float a1[1][2][4];
+                float a1[1][1][4];
                 bwd_zero(a1);
                 bwd_mma<true>(a1, sm0, sn0, sm0, C, [&](int i, int k) { return sm.T[k * LDM + i]; },
                         [&](int k, int j) { return dU[k * LDV + j]; });
                 bwd_each(a1, sm0, sn0, [&](int i, int j, float v) { dY[i * LDV + j] = v; });
-                float a2[1][4][4], a3[1][4][4];
+                float a2[1][2][4], a3[1][2][4];
                 bwd_zero(a2);
                 bwd_zero(a3);
                 bwd_mma<true>(a2, cm0, cn0, 0, VS, [&](int i, int k) { return dO[i * LDV + k]; },
@@ -296,7 +308,7 @@ __global__ void __launch_bounds__(256, 1) bwd_grads_kernel(const fqla_bwd_params
             __syncthreads();
             if (tid == 0) {
                 float t = 0.f;
-                for (int w = 0; w < 8; w++) t += sm.red[0][w];
+                for (int w = 0; w < THREADS / 32; w++) t += sm.red[0][w];
                 sm.red[3][0] = t; /* read before tile_row_dots reuses red */
             }
         }
@@ -311,7 +323,7 @@ __global__ void __launch_bounds__(256, 1) bwd_grads_kernel(const fqla_bwd_params
         /* dQ += scale diag(e) dO S^T */
         bwd_each(G2q, gm0, gn0, [&](int i, int j, float &v) { (void)j; v *= scale * sm.e[i]; });
 #pragma unroll
-        for (int a = 0; a < 2; a++)
+        for (int a = 0; a < 1; a++)
 #pragma unroll
             for (int b = 0; b < NTK; b++)
 #pragma unroll
@@ -319,7 +331,7 @@ __global__ void __launch_bounds__(256, 1) bwd_grads_kernel(const fqla_bwd_params
 
         float *M1 = sm.u.w[0], *dL = sm.u.w[1], *KK = sm.u.w[2];
         { /* M1 = T~^T (strict lower dT~);  K K^T */
-            float a1[1][4][4], a2[1][4][4];
+            float a1[1][2][4], a2[1][2][4];
             bwd_zero(a1);
             bwd_zero(a2);
             bwd_mma<true>(a1, cm0, cn0, cm0, C, [&](int i, int k) { return sm.T[k * LDM + i]; },
@@ -331,7 +343,7 @@ __global__ void __launch_bounds__(256, 1) bwd_grads_kernel(const fqla_bwd_params
         }
         __syncthreads();
         { /* dL = -M1 T~^T (strict lower) */
-            float a1[1][4][4];
+            float a1[1][2][4];
             bwd_zero(a1);
             bwd_mma<true>(a1, cm0, cn0, 0, C, [&](int i, int k) { return M1[i * LDM + k]; },
                     [&](int k, int j) { return sm.T[j * LDM + k]; });
@@ -342,10 +354,10 @@ __global__ void __launch_bounds__(256, 1) bwd_grads_kernel(const fqla_bwd_params
          * M = diag(beta) gdl into M1; R_ij = beta_i gdl KK + dP~ P~ into dL;
          * dQ~ = scale Gamma dP~ (lower) into dP */
         {
-            const int i = tid >> 2, q = tid & 3;
+            const int i = tid / RG, q = tid % RG;
             float s = 0.f;
-            for (int jj = 0; jj < 16; jj++) {
-                const int j = q * 16 + jj;
+            for (int jj = 0; jj < C / RG; jj++) {
+                const int j = q * (C / RG) + jj;
                 const float G = j <= i ? __expf(sm.gam[i] - sm.gam[j]) : 0.f;
                 const float gdl = j < i ? dL[i * LDM + j] * G : 0.f;
                 const float kk = KK[i * LDM + j];
@@ -355,7 +367,7 @@ __global__ void __launch_bounds__(256, 1) bwd_grads_kernel(const fqla_bwd_params
                 dL[i * LDM + j] = j < i ? sm.bet[i] * gdl * kk + dp * sm.P[i * LDM + j] : 0.f;
                 sm.dP[i * LDM + j] = scale * G * dp;
             }
-            s = quad_sum(s);
+            s = row_sum(s);
             if (q == 0) sm.db[i] += s;
         }
         __syncthreads();
@@ -370,14 +382,14 @@ __global__ void __launch_bounds__(256, 1) bwd_grads_kernel(const fqla_bwd_params
         }
         /* dg_t = sum_{i >= t} (de_i e_i + sum_{j < t} R_ij) + sum_{j < t} df_j f_j + de_C e_C */
         {
-            const int t = tid >> 2, q = tid & 3;
+            const int t = tid / RG, q = tid % RG;
             float s = 0.f;
-            for (int i = t + q; i < C; i += 4) {
+            for (int i = t + q; i < C; i += RG) {
                 s += sm.de[i] * sm.e[i];
                 for (int j = 0; j < t; j++) s += dL[i * LDM + j];
             }
-            for (int j = q; j < t; j += 4) s += sm.df[j] * sm.f[j];
-            s = quad_sum(s);
+            for (int j = q; j < t; j += RG) s += sm.df[j] * sm.f[j];
+            s = row_sum(s);
             float dgv = s + deC_all * __expf(sm.gam[C - 1]);
             float dbv = sm.db[t];
             const bool ok = t < nvalid && q == 0;
@@ -423,7 +435,7 @@ __global__ void __launch_bounds__(256, 1) bwd_grads_kernel(const fqla_bwd_params
     }
 
     /* dq, dk rows: through the l2norm backward dx = r (dxhat - xhat <xhat, dxhat>) */
-    auto store = [&](float(&acc)[2][NTK][4], const float *xs, T *out, int64_t sb, int64_t st, int64_t sh,
+    auto store = [&](float(&acc)[1][NTK][4], const float *xs, T *out, int64_t sb, int64_t st, int64_t sh,
                      const float *r) {
         __syncthreads();
         if (p.l2norm) {
@@ -448,7 +460,7 @@ template <typename T, int KD> cudaError_t launch(const fqla_bwd_params &p, cudaS
     const size_t smem = sizeof(grads_smem<KD>);
     cudaError_t e = fqla_smem_limit(cache, bwd_grads_kernel<T, KD>, smem);
     if (e != cudaSuccess) return e;
-    return fqla_launch(bwd_grads_kernel<T, KD>, dim3((unsigned)p.f.slots, (unsigned)p.f.H), dim3(256), smem, stream,
+    return fqla_launch(bwd_grads_kernel<T, KD>, dim3((unsigned)p.f.slots, (unsigned)p.f.H), dim3(THREADS), smem, stream,
                        0, p);
 }
 

@@ -987,10 +987,10 @@ static void bwd_graph_replay(void)
  * a NULL one with INVALID_VALUE, nothing written; the queried size runs. */
 static void bwd_workspace(void)
 {
-    const int64_t cu[] = {0, 300, 1000};
+    const int64_t cu[] = {0, 300, 1000}, cu_quick[] = {0, 100, 300};
     spec specs[2];
-    specs[0] = base_spec(1, 1000, 2, 4, 128);
-    set_cu(&specs[0], cu, 3);
+    specs[0] = base_spec(1, check_quick() ? 300 : 1000, 2, 4, 128);
+    set_cu(&specs[0], check_quick() ? cu_quick : cu, 3);
     specs[0].cu_host = 1;
     specs[1] = base_spec(4, 256, 4, 16, 128);
     specs[1].gate_in = 1;

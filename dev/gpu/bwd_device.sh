@@ -9,7 +9,10 @@
 # (default 520: under the device tool's 9-minute budget for one call).
 #
 #   dev/gpu/bwd_device.sh [build] [tests] [sanitize] [pytest] [bench]
-#   (default: all five, in this order)
+#   (default: all five, in this order; the later steps get what the deadline
+#   leaves, so for a full benchmark split the work over two calls on the warm
+#   machine, whose build/ stays: `build tests sanitize`, then `build pytest bench`
+#   with BWD_ARGS='' for all 32 rows, or BWD_ROWS=...)
 #
 # Python packages come from the carried, git-ignored folder .whl/ (no network
 # on the device): every .whl/*.whl is installed with
@@ -26,9 +29,10 @@
 #   TEST_FILTER=a,b     FQLA_TEST_FILTER for the GPU test (default: every case)
 #   SANITIZE_TOOLS      default "memcheck racecheck synccheck"
 #   SANITIZE_FILTER     cases under the sanitizers (FQLA_TEST_QUICK=1 sizes), default
-#                       "bwd_varlen_edges,bwd_trailing,bwd_gva,bwd_workspace"
-#   SANITIZE_TIMEOUT=S  per tool (default 90)
-#   PYTEST_K            pytest -k expression (default: the backward tests)
+#                       "bwd_varlen_edges,bwd_trailing,bwd_gva"
+#   SANITIZE_TIMEOUT=S  per tool (default 80)
+#   PYTEST_K            pytest -k expression (default: the training tests of test_gpu.py,
+#                       "backward or gradcheck or train")
 #   PYTEST_TIMEOUT=S    default 150
 #   BWD_ROWS            bench_bwd.py --rows (e.g. hk16_hv32:32k_1seq,hk2_hv4:8k_8seq)
 #   BWD_ARGS            other bench_bwd.py options (default --quick when BWD_ROWS is unset)
@@ -96,13 +100,14 @@ for s in $steps; do
     FQLA_TEST_FILTER=${TEST_FILTER:-} timeout "$(left "${TEST_TIMEOUT:-200}")" "$BIN/test_gpu_bwd" \
       > "$LOG/test.log" 2>&1; tests_rc=$?
     stamp "tests rc=$tests_rc: $(tail -n 1 "$LOG/test.log")"
-    grep -E "FAIL|SKIP|skip|differs" "$LOG/test.log" | head -40 | tee -a "$OUT/summary.txt"
+    # failures, and the parts outside the coverage contract the library declined
+    grep -E "FAIL|  SKIP|differs" "$LOG/test.log" | head -40 | tee -a "$OUT/summary.txt"
     ;;
   sanitize)
     for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck}; do
       stamp "$tool"
-      FQLA_TEST_QUICK=1 FQLA_TEST_FILTER=${SANITIZE_FILTER:-bwd_varlen_edges,bwd_trailing,bwd_gva,bwd_workspace} \
-        timeout "$(left "${SANITIZE_TIMEOUT:-90}")" compute-sanitizer --tool "$tool" --error-exitcode 9 \
+      FQLA_TEST_QUICK=1 FQLA_TEST_FILTER=${SANITIZE_FILTER:-bwd_varlen_edges,bwd_trailing,bwd_gva} \
+        timeout "$(left "${SANITIZE_TIMEOUT:-80}")" compute-sanitizer --tool "$tool" --error-exitcode 9 \
         "$BIN/test_gpu_bwd" > "$LOG/$tool.log" 2>&1; rc=$?
       stamp "$tool rc=$rc: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOG/$tool.log" | tail -n 1)" \
         "$(tail -n 1 "$LOG/$tool.log")"
@@ -114,7 +119,7 @@ for s in $steps; do
     FLASHQLA_LIB=$(cd "$BIN" && pwd)/libflashqla.so
     FLASHQLA_LIB=$FLASHQLA_LIB PYTHONPATH=python:/tmp/site timeout "$(left "${PYTEST_TIMEOUT:-150}")" \
       python3 -m pytest -q -rs python/tests/test_gpu.py \
-      -k "${PYTEST_K:-backward or gradcheck or train or bwd or fla}" > "$LOG/pytest.log" 2>&1; rc=$?
+      -k "${PYTEST_K:-backward or gradcheck or train}" > "$LOG/pytest.log" 2>&1; rc=$?
     stamp "pytest rc=$rc: $(tail -n 1 "$LOG/pytest.log")"
     grep -E "FAILED|ERROR|SKIPPED" "$LOG/pytest.log" | head -20 | tee -a "$OUT/summary.txt"
     ;;

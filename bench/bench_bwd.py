@@ -9,9 +9,9 @@ sequences with the lengths of BWD_SPLITS below. For every row: docs/benchmarks.m
 inputs (those of bench_fwd.py, plus dO = randn bf16 and d(final state) = randn / 8),
 one forward of each library outside any timing (FLA's and FlashQLA's save what
 their backward reads; flashqla's backward reads the forward's inputs), one untimed
-backward of each with flashqla's gradients compared with FLA's (a loose sanity
-bound, not the correctness test: that is tests/test_gpu_bwd.c against the fp64
-reference), then each backward alone timed with CUDA-graph replay (several calls
+backward of each with flashqla's gradients compared with FlashQLA's where it runs,
+else FLA's (a loose sanity bound, not the correctness test: that is
+tests/test_gpu_bwd.c against the fp64 reference), then each backward alone timed with CUDA-graph replay (several calls
 per graph, L2 flushed by a 256 MB write before each replay, median of the replays).
 One CSV row per (row, build) in bench/results/bwd-<gpu>.csv with fwd-h200.csv's
 columns; what the CSV's columns cannot hold (FLA's backend, whether its guard was
@@ -176,6 +176,10 @@ class FlashQlaBwd:
         self.fn = lambda: flash_qla.chunk_gated_delta_rule_bwd(q, k, v, g_c, beta, A, do, dht, scale, h0, cu,
                                                                cp_cache=cache, cp_context=ctx)
 
+    def grads(self):
+        dq, dk, dv, db, dg, dh0 = self.fn()
+        return dict(dq=dq, dk=dk, dv=dv, dg=dg, dbeta=db, dh0=dh0)
+
 
 def fla_setup(backend):
     """Imports FLA for its backward; returns (notes label, tilelang call counter)."""
@@ -282,8 +286,8 @@ def main():
                              "date"])
     notes_path = os.path.splitext(a.out)[0] + "-notes.csv"
     fnotes, wn = opened(notes_path, ["model", "seqlens", "commit", "fla_backend", "fla_timing", "flash_qla_ms",
-                                     "flash_qla_timing", "fqla_timing", "dq_rel", "dk_rel", "dv_rel", "dg_rel",
-                                     "dbeta_rel", "dh0_rel", "sanity", "date"])
+                                     "flash_qla_timing", "fqla_timing", "sanity_ref", "dq_rel", "dk_rel", "dv_rel",
+                                     "dg_rel", "dbeta_rel", "dh0_rel", "sanity", "date"])
 
     adv, x_fla, adv_pkg = {}, {}, []
     print("%-10s %-9s %9s %9s %9s %7s %7s %7s  %s" % ("model", "seqlens", "fqla_ms", "fla_ms", "fqpkg_ms", "x_fla",
@@ -296,7 +300,7 @@ def main():
         do = torch.randn(v.shape, device="cuda", generator=gen).to(v.dtype)
         dht = (torch.randn(h0.shape, device="cuda", generator=gen) / 8).float()
         scale = q.shape[-1] ** -0.5
-        fla_ms, fla_how, ref = float("nan"), "", None
+        fla_ms, fla_how, ref, ref_name = float("nan"), "", None, ""
         if not a.no_fla:
             if model not in tuned and first_row.get(model, sl) != sl:
                 # FLA autotunes per head config: on the table's first row of it, as bench_fwd.py does
@@ -310,7 +314,7 @@ def main():
             tuned.add(model)
             before = tl_calls[0]
             fla = FlaBwd(q, k, v, g, beta, h0, cu, cu_host, do, dht, scale)
-            ref = {n: x.clone() for n, x in fla.grads().items() if x is not None}
+            ref, ref_name = {n: x.clone() for n, x in fla.grads().items() if x is not None}, "fla"
             torch.cuda.synchronize()
             fla_ms, fla_how = time_any(fla.fn, flush, a.calls, a.replays)
             backend = fla_label if tl_calls[0] == before else "tilelang-dqkwg"
@@ -319,12 +323,14 @@ def main():
         if have_fq:
             try:
                 fq = FlashQlaBwd(q, k, v, g, beta, h0, cu, do, dht, scale)
-                fq.fn()
+                # FlashQLA's gradients are the sanity reference where it runs: FLA's
+                # Triton dqkwg kernel, guard lifted, may be wrong on this Triton
+                ref, ref_name = {n: x.clone() for n, x in fq.grads().items() if x is not None}, "flash_qla"
                 torch.cuda.synchronize()
                 pkg_ms, pkg_how = time_any(fq.fn, flush, a.calls, a.replays)
                 del fq
             except Exception as e:  # noqa: BLE001
-                print("    FlashQLA failed: %s" % str(e).splitlines()[0][:160], flush=True)
+                print("    FlashQLA failed: %s" % (str(e).splitlines() or [repr(e)])[0][:160], flush=True)
         an = anchors.get((model, sl))
         for lib in (libs if ri % 2 == 0 else libs[::-1]):
             tag = lib.label
@@ -351,7 +357,7 @@ def main():
                 ccol = tag if tag else commit
                 w.writerow(["bwd", model, hq, hv, sl, "%.4f" % ms, "%.4f" % fla_ms, gpu_tag, ccol, date])
                 wn.writerow([model, sl, ccol, backend if not a.no_fla else "", fla_how,
-                             "%.4f" % pkg_ms, pkg_how, how] + ["%.2e" % errs[n] for n in
+                             "%.4f" % pkg_ms, pkg_how, how, ref_name] + ["%.2e" % errs[n] for n in
                                                                ("dq", "dk", "dv", "dg", "dbeta", "dh0")] +
                             ["failed:" + "+".join(bad) if bad else ("ok" if ref else ""), date])
                 fout.flush()

@@ -121,7 +121,7 @@ def time_any(fn, flush, calls, replays):
     try:
         return bf.time_graph(fn, flush, calls, replays), "graph"
     except Exception as e:  # noqa: BLE001  (capture refused: a sync or an allocation inside)
-        print("    (graph capture failed: %s; timed eagerly)" % str(e).splitlines()[0][:120], flush=True)
+        print("    (graph capture failed: %s; timed eagerly)" % first_line(e), flush=True)
         torch.cuda.synchronize()
     times = []
     for _ in range(replays):
@@ -210,6 +210,10 @@ def fla_setup(backend):
     return "triton%s" % guard + ("(triton %s)" % triton.__version__), calls
 
 
+def first_line(e):
+    return (str(e).splitlines() or [repr(e)])[0][:200]
+
+
 def rel(x, ref):
     """bench_fwd.rel, or NaN where the shapes differ (a library returning
     another layout is reported, not a crash)."""
@@ -256,7 +260,7 @@ def main():
             import flash_qla  # noqa: F401
             have_fq = True
         except Exception as e:  # noqa: BLE001  (not installed, or tilelang failing to start)
-            print("FlashQLA not timed: %s" % str(e).splitlines()[0][:160], flush=True)
+            print("FlashQLA not timed: %s" % first_line(e), flush=True)
 
     libs = []
     for ent in a.lib.split(","):
@@ -291,7 +295,7 @@ def main():
 
     adv, x_fla, adv_pkg = {}, {}, []
     print("%-10s %-9s %9s %9s %9s %7s %7s %7s  %s" % ("model", "seqlens", "fqla_ms", "fla_ms", "fqpkg_ms", "x_fla",
-                                                    "adv_fq", "adv_pkg", "grad rel vs FLA"), flush=True)
+                                                    "adv_fq", "adv_pkg", "grad rel vs the sanity reference"), flush=True)
     tuned = set()
     for ri, (model, hq, hv, sl) in enumerate(rows):
         lens = BWD_SPLITS[sl]
@@ -313,12 +317,15 @@ def main():
                 torch.cuda.empty_cache()
             tuned.add(model)
             before = tl_calls[0]
-            fla = FlaBwd(q, k, v, g, beta, h0, cu, cu_host, do, dht, scale)
-            ref, ref_name = {n: x.clone() for n, x in fla.grads().items() if x is not None}, "fla"
-            torch.cuda.synchronize()
-            fla_ms, fla_how = time_any(fla.fn, flush, a.calls, a.replays)
+            try:
+                fla = FlaBwd(q, k, v, g, beta, h0, cu, cu_host, do, dht, scale)
+                ref, ref_name = {n: x.clone() for n, x in fla.grads().items() if x is not None}, "fla"
+                torch.cuda.synchronize()
+                fla_ms, fla_how = time_any(fla.fn, flush, a.calls, a.replays)
+                del fla
+            except Exception as e:  # noqa: BLE001  (FLA failing must not end the run)
+                print("    FLA failed: %s" % first_line(e), flush=True)
             backend = fla_label if tl_calls[0] == before else "tilelang-dqkwg"
-            del fla
         pkg_ms, pkg_how = float("nan"), ""
         if have_fq:
             try:
@@ -330,7 +337,7 @@ def main():
                 pkg_ms, pkg_how = time_any(fq.fn, flush, a.calls, a.replays)
                 del fq
             except Exception as e:  # noqa: BLE001
-                print("    FlashQLA failed: %s" % (str(e).splitlines() or [repr(e)])[0][:160], flush=True)
+                print("    FlashQLA failed: %s" % first_line(e), flush=True)
         an = anchors.get((model, sl))
         for lib in (libs if ri % 2 == 0 else libs[::-1]):
             tag = lib.label
@@ -364,7 +371,7 @@ def main():
                 fnotes.flush()
                 del ours
             except Exception as e:  # noqa: BLE001  (one failing build must not end the run)
-                print("%-10s %-9s FAILED %s: %s" % (model, sl, tag, str(e).splitlines()[0][:200]), flush=True)
+                print("%-10s %-9s FAILED %s: %s" % (model, sl, tag, first_line(e)), flush=True)
         del q, k, v, g, beta, h0, do, dht, ref
         torch.cuda.empty_cache()
     fout.close()
@@ -372,9 +379,8 @@ def main():
     gm = lambda xs: math.exp(sum(math.log(x) for x in xs) / len(xs))
     if adv_pkg:
         print("bwd in-process x_flash_qla: rows=%d geomean=%.2f min=%.2f" % (len(adv_pkg), gm(adv_pkg), min(adv_pkg)))
-    if not adv:  # no FLA: flashqla's times only
-        for lib in libs:
-            print("bwd rows=%d (no FLA: no advantage) %s" % (len(rows), lib.label))
+    if not adv:  # no FLA, or no row measured: no advantage
+        print("bwd rows=0 of %d with an advantage (FLA not run, or no flashqla row measured)" % len(rows))
     for tag in adv:
         print("bwd rows=%d geomean_adv_flashqla=%.2f min_adv_flashqla=%.2f geomean_x_fla=%.2f %s" %
               (len(adv[tag]), gm(adv[tag]), min(adv[tag]), gm(x_fla[tag]), tag))

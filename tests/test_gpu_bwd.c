@@ -13,7 +13,8 @@
  * call runs twice on gradients poisoned with NaN and must give bit-identical
  * results; guard bands around every gradient stay untouched; CUDA-graph
  * capture and replay with new data; the workspace query and a workspace one
- * byte too small; NOT_SUPPORTED for fp64.
+ * byte too small; d_initial_state given without initial_state or missing
+ * with it (INVALID_VALUE, nothing written); NOT_SUPPORTED for fp64.
  *
  * Coverage contract: K = V = 128 with bf16 and fp16 q/k/v must be supported
  * (a NOT_SUPPORTED there fails the case). K = V = 64 / 256 and fp32 q/k/v
@@ -42,7 +43,7 @@
     X(bwd_contract) X(bwd_lengths) X(bwd_varlen) X(bwd_varlen_edges) X(bwd_trailing_rows) X(bwd_gva)     \
     X(bwd_states) X(bwd_v_first) X(bwd_fp16) X(bwd_bf16_gates) X(bwd_options) X(bwd_neg_eigval)          \
     X(bwd_strong_decay) X(bwd_no_decay) X(bwd_head_dims) X(bwd_fp32) X(bwd_robustness)                   \
-    X(bwd_graph_replay) X(bwd_workspace) X(bwd_not_supported)
+    X(bwd_graph_replay) X(bwd_workspace) X(bwd_state_args) X(bwd_not_supported)
 
 #ifdef FQLA_HAVE_CUDA
 
@@ -1041,6 +1042,43 @@ static void bwd_workspace(void)
             CHECK(st == FQLA_STATUS_SUCCESS, "no workspace needed, NULL given: %s", fqla_last_error(gpu));
             CU(cudaDeviceSynchronize());
         }
+        prob_free(&p);
+    }
+}
+
+/* d_initial_state is required iff initial_state is given: either mismatch
+ * is INVALID_VALUE naming d_initial_state, with nothing written. */
+static void check_state_mismatch(prob *p, const char *what)
+{
+    fqla_bwd_args a;
+    unsigned char *b0[NGRAD], *b1[NGRAD];
+    poison(p);
+    download(p, b0);
+    make_args(p, 1, &a);
+    if (p->s.h0) a.d_initial_state.data = NULL;
+    else a.d_initial_state = fqla_tensor_contiguous(p->gr[G_DH0].dev + GUARD, FQLA_DTYPE_F32, a.d_final_state.ndim,
+                                                    a.d_final_state.shape);
+    fqla_status st = fqla_bwd(gpu, &a, p->ws, p->ws_bytes, NULL);
+    CHECK(st == FQLA_STATUS_INVALID_VALUE, "%s: %s", what, fqla_status_string(st));
+    CHECK(strstr(fqla_last_error(gpu), "d_initial_state") != NULL, "%s: message should name d_initial_state: %s",
+          what, fqla_last_error(gpu));
+    download(p, b1);
+    for (int j = 0; j < NGRAD; j++)
+        CHECK(memcmp(b0[j], b1[j], grad_bytes(&p->gr[j]) + 2 * GUARD) == 0, "%s: %s written by a refused call",
+              what, p->gr[j].name);
+    free_bytes(b0);
+    free_bytes(b1);
+}
+
+static void bwd_state_args(void)
+{
+    for (int h0 = 0; h0 < 2; h0++) {
+        spec s = base_spec(1, 64, 1, 2, 128);
+        s.h0 = h0;
+        prob p;
+        prob_init(&p, &s);
+        upload_all(&p);
+        check_state_mismatch(&p, h0 ? "initial_state without d_initial_state" : "d_initial_state without initial_state");
         prob_free(&p);
     }
 }

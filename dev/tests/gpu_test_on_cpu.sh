@@ -19,5 +19,5 @@ cc $cflags -DFQLA_HAVE_CUDA -Dfqla_backend_available=cpu_standin_backend_availab
   -Dfqla_context_create=cpu_standin_context_create -c "$src" -o "$out/test.o"
 cc $cflags -c dev/tests/cuda_on_cpu.c -o "$out/cuda_on_cpu.o"
 cc "$out/test.o" "$out/cuda_on_cpu.o" tests/common/check.c $cflags -o "$out/test" build/libflashqla.a -lm
-FQLA_TEST_FILTER=${FQLA_TEST_FILTER:-bwd_contract,bwd_lengths,bwd_varlen,bwd_trailing,bwd_gva,bwd_states,bwd_v_first,bwd_fp16,bwd_bf16,bwd_options,bwd_neg,bwd_strong,bwd_no_decay,bwd_head,bwd_fp32,bwd_robust,bwd_workspace,bwd_not} \
+FQLA_TEST_FILTER=${FQLA_TEST_FILTER:-bwd_contract,bwd_lengths,bwd_varlen,bwd_trailing,bwd_gva,bwd_states,bwd_v_first,bwd_fp16,bwd_bf16,bwd_options,bwd_neg,bwd_strong,bwd_no_decay,bwd_head,bwd_fp32,bwd_robust,bwd_workspace,bwd_state,bwd_not} \
   "$out/test"

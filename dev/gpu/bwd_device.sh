@@ -20,8 +20,14 @@
 # .whl/*.tar.xz (a site folder packed with xz, e.g. flash_qla + tilelang +
 # apache-tvm-ffi + torch-c-dlpack-ext + z3, which are too large as wheels) is
 # unpacked into /tmp/site; /tmp/site goes on PYTHONPATH. Binaries: carried
-# ones in $BWD_BIN (test_gpu_bwd, libflashqla.so, COMMIT; packed by
-# dev/gpu/pack.sh or not) when they run, else `make -j16` here.
+# ones in $BWD_BIN (default .bwdbin: test_gpu_bwd, libflashqla.so, COMMIT;
+# packed by dev/gpu/pack.sh or not) when they run there, else `make -j16` here
+# (a minute or two of device time). To carry them, on the dev machine:
+#   make build/libflashqla.so build/tests/test_gpu_bwd && mkdir -p .bwdbin &&
+#   cp build/libflashqla.so build/tests/test_gpu_bwd .bwdbin/ &&
+#   git rev-parse --short HEAD > .bwdbin/COMMIT && dev/gpu/pack.sh .bwdbin
+# and name .bwdbin and .whl in the run tool's carry list (.whl is ~45 MiB of
+# the 64 MiB a call may carry).
 #
 # Environment:
 #   DEADLINE=S          the whole call's budget in seconds (default 520)

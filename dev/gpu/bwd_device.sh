@@ -83,6 +83,15 @@ nvcc --version | tail -n 2 >> "$OUT/versions.txt" 2>&1
 site_pid=$!
 export PYTHONPATH=/tmp/site
 . "$(dirname "$0")/triton_cache.sh" # FLA's compiled kernels from earlier sessions, if carried
+# FlashQLA's TileLang kernels compile on the first call of a head configuration
+# (~50 s each): kept between sessions as Triton's are, in
+# .tilelangcache/tilelang_cache.tar.xz (git-ignored; put back the
+# $OUT/tilelang_cache.tar.xz a call returns, and carry .tilelangcache)
+export TILELANG_CACHE_DIR=${TILELANG_CACHE_DIR:-/tmp/tilelang_cache}
+mkdir -p "$TILELANG_CACHE_DIR"
+[ -f .tilelangcache/tilelang_cache.tar.xz ] &&
+  { xz -dc .tilelangcache/tilelang_cache.tar.xz | tar xf - -C "$TILELANG_CACHE_DIR" 2>/dev/null ||
+    echo "tilelang cache did not unpack; starting cold" >> "$OUT/summary.txt"; }
 
 . "$(dirname "$0")/unpack.sh" # $BIN packed by dev/gpu/pack.sh
 export FQLA_COMMIT=${FQLA_COMMIT:-$(cat "$BIN/COMMIT" 2>/dev/null || git rev-parse --short HEAD 2>/dev/null)}
@@ -153,5 +162,7 @@ for s in $steps; do
   esac
 done
 triton_cache_save "$OUT"
+[ -n "$(ls -A "$TILELANG_CACHE_DIR" 2>/dev/null)" ] &&
+  tar cf - -C "$TILELANG_CACHE_DIR" . | xz -T0 -6 > "$OUT/tilelang_cache.tar.xz"
 stamp "done"
 tar czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$LOG"

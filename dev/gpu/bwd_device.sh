@@ -4,7 +4,9 @@
 # compute-sanitizer memcheck / racecheck / synccheck on its small cases, the
 # Python GPU tests of the backward, and the backward benchmark
 # (bench/bench_bwd.py against FLA and, when it imports, FlashQLA).
-# Everything is logged under $OUT (summary.txt, logs.tgz, the benchmark CSVs);
+# Everything is logged under $OUT, in at most 7 files: summary.txt, gpu.txt
+# (GPU, python, torch, triton, nvcc), logs.tgz, the benchmark's two CSVs, the
+# Triton and TileLang caches;
 # each step is time-boxed and the whole call ends within $DEADLINE seconds
 # (default 520: under the device tool's 9-minute budget for one call).
 #
@@ -62,9 +64,10 @@ left() {
 }
 
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv > "$OUT/gpu.txt" 2>&1
-python3 -c 'import sys, torch, triton; print(sys.version.split()[0], torch.__version__, triton.__version__)' \
-  > "$OUT/versions.txt" 2>&1
-nvcc --version | tail -n 2 >> "$OUT/versions.txt" 2>&1
+# (one file: the run tool returns at most 8 from $OUT)
+python3 -c 'import sys, torch, triton; print("python", sys.version.split()[0], "torch", torch.__version__,
+  "triton", triton.__version__)' >> "$OUT/gpu.txt" 2>&1
+nvcc --version | tail -n 2 >> "$OUT/gpu.txt" 2>&1
 
 # Python packages into /tmp/site, in the background while the build runs
 (

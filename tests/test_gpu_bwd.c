@@ -7,7 +7,7 @@
  * cu_seqlens, empty and one-token sequences, rows after the last sequence,
  * whose gradients must come back as zeros); GVA groups 1, 2, 4, 8; h0 and
  * d_final_state present or absent; state_v_first; bf16 and fp16 (and bf16
- * g / beta); the in-kernel l2norm, gate (dA_log, ddt_bias) and beta sigmoid
+ * g / beta, bf16 h0); the in-kernel l2norm, gate (dA_log, ddt_bias) and beta sigmoid
  * with allow_neg_eigval (beta in [1.9, 2)); strong decay (g = -20 on every
  * token, T = 3000: dg must hold too); heads without decay. Robustness: every
  * call runs twice on gradients poisoned with NaN and must give bit-identical
@@ -79,7 +79,7 @@ typedef struct spec {
     int64_t cu[64];
     int cu64;
     int cu_host;         /* also pass cu_seqlens_host */
-    fqla_dtype io, gate;
+    fqla_dtype io, gate, h0_dtype; /* h0_dtype: f32, or bf16 (the header allows both) */
     int h0, dht, v_first, l2norm, gate_in, beta_sig, neg_eig;
     int decay;           /* 0 normal (g = 0 on every fourth head), 1 g = -20 everywhere, 2 g = 0 everywhere */
     int beta_high;       /* beta in [1.9, 2) (with neg_eig: raw b in [2.95, 4.95)) */
@@ -199,7 +199,7 @@ static void draw(prob *p)
         p->beta[i] = round_to(s->gate, b);
     }
     for (int64_t i = 0; i < p->ns; i++) {
-        p->h0[i] = round_to(FQLA_DTYPE_F32, check_normal());
+        p->h0[i] = round_to(s->h0_dtype, check_normal());
         p->dht[i] = round_to(FQLA_DTYPE_F32, check_normal() / 8);
     }
     for (int h = 0; h < s->HV; h++) {
@@ -299,7 +299,7 @@ static void make_args(prob *p, int on_gpu, fqla_bwd_args *a)
         a->ddt_bias = fqla_tensor_contiguous(OUT(G_DDT), wide, 1, sh);
     }
     if (s->h0) {
-        a->initial_state = fqla_tensor_contiguous(on_gpu ? p->xh0 : (void *)p->h0, wide, 4, ss);
+        a->initial_state = fqla_tensor_contiguous(on_gpu ? p->xh0 : (void *)p->h0, on_gpu ? s->h0_dtype : F64, 4, ss);
         a->d_initial_state = fqla_tensor_contiguous(OUT(G_DH0), wide, 4, ss);
     }
     if (s->dht) a->d_final_state = fqla_tensor_contiguous(on_gpu ? p->xdht : (void *)p->dht, wide, 4, ss);
@@ -334,7 +334,7 @@ static void upload_all(prob *p)
     p->xdo = upload(s->io, p->d_o, p->nv);
     p->xg = upload(s->gate, p->g, p->ng);
     p->xbeta = upload(s->gate, p->beta, p->ng);
-    p->xh0 = upload(FQLA_DTYPE_F32, p->h0, p->ns);
+    p->xh0 = upload(s->h0_dtype, p->h0, p->ns);
     p->xdht = upload(FQLA_DTYPE_F32, p->dht, p->ns);
     p->xA = upload(FQLA_DTYPE_F32, p->A_log, s->HV);
     p->xdt = upload(FQLA_DTYPE_F32, p->dt_bias, s->HV);
@@ -357,7 +357,7 @@ static void reupload(prob *p)
     struct { void *dev; fqla_dtype d; const double *x; int64_t n; } t[] = {
         {p->xq, s->io, p->q, p->nq}, {p->xk, s->io, p->k, p->nq}, {p->xv, s->io, p->v, p->nv},
         {p->xdo, s->io, p->d_o, p->nv}, {p->xg, s->gate, p->g, p->ng}, {p->xbeta, s->gate, p->beta, p->ng},
-        {p->xh0, FQLA_DTYPE_F32, p->h0, p->ns}, {p->xdht, FQLA_DTYPE_F32, p->dht, p->ns},
+        {p->xh0, s->h0_dtype, p->h0, p->ns}, {p->xdht, FQLA_DTYPE_F32, p->dht, p->ns},
         {p->xA, FQLA_DTYPE_F32, p->A_log, s->HV}, {p->xdt, FQLA_DTYPE_F32, p->dt_bias, s->HV}};
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
         if (t[i].n == 0) continue;
@@ -598,6 +598,7 @@ static spec base_spec(int B, int T, int H, int HV, int D)
     s.B = B; s.T = T; s.H = H; s.HV = HV; s.K = D; s.V = D;
     s.io = FQLA_DTYPE_BF16;
     s.gate = FQLA_DTYPE_F32;
+    s.h0_dtype = FQLA_DTYPE_F32;
     s.h0 = 1;
     s.dht = 1;
     return s;
@@ -773,13 +774,20 @@ static void bwd_fp16(void)
     check_spec(&s2, "fp16 varlen [0,1,65,200] T=210 + every option");
 }
 
-/* bf16 g and beta (the header allows them; outside the contract). */
+/* bf16 g and beta, and a bf16 h0 (the header allows them; outside the
+ * contract). */
 static void bwd_bf16_gates(void)
 {
     spec s = base_spec(2, 200, 2, 4, 128);
     s.gate = FQLA_DTYPE_BF16;
     s.optional = 1;
     check_spec(&s, "bf16 g and beta B=2 T=200");
+    s = base_spec(2, 200, 2, 4, 128);
+    s.h0_dtype = FQLA_DTYPE_BF16;
+    s.optional = 1;
+    check_spec(&s, "bf16 h0 B=2 T=200");
+    s.v_first = 1;
+    check_spec(&s, "bf16 h0 state_v_first B=2 T=200");
 }
 
 /* The in-kernel transforms, one at a time and together. */

@@ -864,7 +864,8 @@ static void bwd_no_decay(void)
     check_spec(&s, "g = 0 on every fourth head T=200 HV=8");
 }
 
-/* K = V = 64 and 256: checked where supported, else reported as skipped. */
+/* K = V = 64 and 256, and V = 96 at K = 128: checked where supported, else
+ * reported as skipped. */
 static void bwd_head_dims(void)
 {
     const int D[2] = {64, 256};
@@ -882,6 +883,11 @@ static void bwd_head_dims(void)
         snprintf(what, sizeof what, "K=V=%d varlen + every option", D[i]);
         check_spec(&s, what);
     }
+    /* V apart from K: a multiple of 32 that is not one of 64 */
+    spec s = base_spec(1, 200, 2, 4, 128);
+    s.V = 96;
+    s.optional = 1;
+    check_spec(&s, "K=128 V=96 T=200");
 }
 
 /* fp32 q/k/v: checked against 1e-4 where supported, else reported as skipped. */

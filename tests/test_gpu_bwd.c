@@ -1,0 +1,1163 @@
+/*
+ * test_gpu_bwd.c - the CUDA backward (fqla_bwd on a CUDA context) against
+ * the fp64 reference backward (FQLA_BACKEND_CPU_REFERENCE) on the same input
+ * values.
+ *
+ * Covered: T in {1, 63, 64, 65, 1000}; batches and varlen (int32 / int64
+ * cu_seqlens, empty and one-token sequences, rows after the last sequence,
+ * whose gradients must come back as zeros); GVA groups 1, 2, 4, 8; h0 and
+ * d_final_state present or absent; state_v_first; bf16 and fp16 (and bf16
+ * g / beta, bf16 h0); the in-kernel l2norm, gate (dA_log, ddt_bias) and beta sigmoid
+ * with allow_neg_eigval (beta in [1.9, 2)); strong decay (g = -20 on every
+ * token, T = 3000: dg must hold too); heads without decay. Robustness: every
+ * call runs twice on gradients poisoned with NaN and must give bit-identical
+ * results; guard bands around every gradient stay untouched; CUDA-graph
+ * capture and replay with new data; the workspace query and a workspace one
+ * byte too small; d_initial_state given without initial_state or missing
+ * with it (INVALID_VALUE, nothing written); NOT_SUPPORTED for fp64.
+ *
+ * Coverage contract: K = V = 128 with bf16 and fp16 q/k/v must be supported
+ * (a NOT_SUPPORTED there fails the case). K = V = 64 / 256 and fp32 q/k/v
+ * are checked where the library supports them and otherwise reported as
+ * skipped with the library's message.
+ *
+ * Thresholds (docs/testing.md): rel L2 per (sequence, value head) for dv,
+ * dg, dbeta and dh0, per (sequence, q/k head) for dq and dk (summed over the
+ * GVA group), over the whole [HV] vector for dA_log and ddt_bias:
+ * dq, dk, dv, dh0 <= 8e-3; dg, dbeta, dA_log, ddt_bias <= 2e-2; every
+ * gradient <= 1e-4 with fp32 q/k/v. NaN or Inf where the reference is finite
+ * fails. Without a CUDA device every case is skipped.
+ *
+ * FQLA_TEST_FILTER=a,b runs only the cases whose names contain a or b;
+ * FQLA_TEST_QUICK=1 shrinks the long sequences (for compute-sanitizer).
+ */
+#include "common/check.h"
+#include "flashqla.h"
+#include "internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CASES(X)                                                                                        \
+    X(bwd_contract) X(bwd_lengths) X(bwd_varlen) X(bwd_varlen_edges) X(bwd_trailing_rows) X(bwd_gva)     \
+    X(bwd_states) X(bwd_v_first) X(bwd_fp16) X(bwd_bf16_gates) X(bwd_options) X(bwd_neg_eigval)          \
+    X(bwd_strong_decay) X(bwd_no_decay) X(bwd_head_dims) X(bwd_fp32) X(bwd_robustness)                   \
+    X(bwd_graph_replay) X(bwd_workspace) X(bwd_state_args) X(bwd_not_supported)
+
+#ifdef FQLA_HAVE_CUDA
+
+/* The CUDA runtime entry points (C ABI of libcudart; handles are void *). */
+#include "cudart_c.h"
+typedef int cuda_err;
+typedef void *cuda_stream;
+#define H2D CUDART_MEMCPY_H2D
+#define D2H CUDART_MEMCPY_D2H
+
+#define CU(call)                                                                \
+    do {                                                                        \
+        cuda_err e_ = (call);                                                   \
+        CHECK(e_ == 0, "%s: %s", #call, cudaGetErrorString(e_));                \
+    } while (0)
+
+#define GUARD 4096 /* bytes of guard band on each side of every gradient */
+#define GUARD_BYTE 0xa5
+
+static fqla_context *gpu, *ref;
+
+/* docs/testing.md */
+#define TOL_D 8e-3   /* dq, dk, dv, dh0 */
+#define TOL_G 2e-2   /* dg, dbeta, dA_log, ddt_bias */
+#define TOL_F32 1e-4 /* any gradient with fp32 q/k/v */
+
+/* ------------------------------------------------------------------------ */
+/* A backward problem: exact input values in fp64, stored in the GPU dtypes   */
+
+typedef struct spec {
+    int B, T, H, HV, K, V;
+    int ncu;             /* varlen: N + 1 entries in cu[] (0 = padded batch) */
+    int64_t cu[64];
+    int cu64;
+    int cu_host;         /* also pass cu_seqlens_host */
+    fqla_dtype io, gate, h0_dtype; /* h0_dtype: f32, or bf16 (the header allows both) */
+    int h0, dht, v_first, l2norm, gate_in, beta_sig, neg_eig;
+    int decay;           /* 0 normal (g = 0 on every fourth head), 1 g = -20 everywhere, 2 g = 0 everywhere */
+    int beta_high;       /* beta in [1.9, 2) (with neg_eig: raw b in [2.95, 4.95)) */
+    int optional;        /* outside the coverage contract: NOT_SUPPORTED is reported as skipped */
+} spec;
+
+/* One gradient output: its device buffer (with guard bands), the GPU result
+ * converted to fp64 and the reference's. */
+typedef struct grad {
+    const char *name;
+    fqla_dtype dtype; /* on the GPU */
+    int64_t n;
+    unsigned char *dev; /* n elements + 2 GUARD bytes; data at dev + GUARD */
+    double *got, *want;
+    int present;
+} grad;
+
+enum { G_DQ, G_DK, G_DV, G_DG, G_DBETA, G_DH0, G_DA, G_DDT, NGRAD };
+
+typedef struct prob {
+    spec s;
+    int N;
+    int64_t nq, nv, ng, ns; /* element counts */
+    double *q, *k, *v, *g, *beta, *h0, *A_log, *dt_bias, *d_o, *dht;
+    void *xq, *xk, *xv, *xg, *xbeta, *xh0, *xA, *xdt, *xcu, *xdo, *xdht; /* device inputs */
+    grad gr[NGRAD];
+    void *ws;
+    size_t ws_bytes;
+} prob;
+
+static size_t dsize(fqla_dtype d) { return fqla_dtype_size(d); }
+
+/* Rounds x to dtype d and back (the value the GPU will see). */
+static double round_to(fqla_dtype d, double x)
+{
+    switch (d) {
+    case FQLA_DTYPE_BF16: return fqla_bf16_to_f32(fqla_f32_to_bf16((float)x));
+    case FQLA_DTYPE_F16: return fqla_f16_to_f32(fqla_f32_to_f16((float)x));
+    case FQLA_DTYPE_F32: return (float)x;
+    default: return x;
+    }
+}
+
+static void *to_dtype(fqla_dtype d, const double *x, int64_t n)
+{
+    void *out = malloc((size_t)(n > 0 ? n : 1) * dsize(d));
+    for (int64_t i = 0; i < n; i++) {
+        if (d == FQLA_DTYPE_BF16) ((uint16_t *)out)[i] = fqla_f32_to_bf16((float)x[i]);
+        else if (d == FQLA_DTYPE_F16) ((uint16_t *)out)[i] = fqla_f32_to_f16((float)x[i]);
+        else if (d == FQLA_DTYPE_F32) ((float *)out)[i] = (float)x[i];
+        else if (d == FQLA_DTYPE_I32) ((int32_t *)out)[i] = (int32_t)x[i];
+        else if (d == FQLA_DTYPE_I64) ((int64_t *)out)[i] = (int64_t)x[i];
+        else ((double *)out)[i] = x[i];
+    }
+    return out;
+}
+
+static void from_dtype(fqla_dtype d, const void *src, double *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        if (d == FQLA_DTYPE_BF16) x[i] = fqla_bf16_to_f32(((const uint16_t *)src)[i]);
+        else if (d == FQLA_DTYPE_F16) x[i] = fqla_f16_to_f32(((const uint16_t *)src)[i]);
+        else if (d == FQLA_DTYPE_F32) x[i] = ((const float *)src)[i];
+        else x[i] = ((const double *)src)[i];
+    }
+}
+
+static void *upload(fqla_dtype d, const double *x, int64_t n)
+{
+    void *dev = NULL, *h = to_dtype(d, x, n);
+    CU(cudaMalloc(&dev, (size_t)(n > 0 ? n : 1) * dsize(d)));
+    if (n > 0) CU(cudaMemcpy(dev, h, (size_t)n * dsize(d), H2D));
+    free(h);
+    return dev;
+}
+
+static double sigm(double x) { return 1.0 / (1.0 + exp(-x)); }
+
+/* Fresh random inputs for p->s (never zeros). */
+static void draw(prob *p)
+{
+    const spec *s = &p->s;
+    int64_t rows = (int64_t)s->B * s->T;
+    for (int64_t i = 0; i < rows * s->H; i++) {
+        double nq = 0, nk = 0;
+        double *q = p->q + i * s->K, *k = p->k + i * s->K;
+        for (int j = 0; j < s->K; j++) {
+            q[j] = check_normal();
+            k[j] = check_normal();
+            nq += q[j] * q[j];
+            nk += k[j] * k[j];
+        }
+        /* without the in-kernel l2norm the caller passes unit keys and queries */
+        for (int j = 0; j < s->K; j++) {
+            if (!s->l2norm) {
+                q[j] /= sqrt(nq);
+                k[j] /= sqrt(nk);
+            }
+            q[j] = round_to(s->io, q[j]);
+            k[j] = round_to(s->io, k[j]);
+        }
+    }
+    for (int64_t i = 0; i < p->nv; i++) {
+        p->v[i] = round_to(s->io, check_normal());
+        p->d_o[i] = round_to(s->io, check_normal());
+    }
+    for (int64_t i = 0; i < p->ng; i++) {
+        int hv = (int)(i % s->HV);
+        double x = check_normal(), gv, b;
+        if (s->gate_in) gv = x; /* raw a */
+        else if (s->decay == 1) gv = -20.0;
+        else if (s->decay == 2) gv = 0.0;
+        else gv = (hv % 4 == 3) ? 0.0 : -log1p(exp(-x)) / 16.0 * (1 + hv % 3);
+        p->g[i] = round_to(s->gate, gv);
+        if (s->beta_sig) b = s->beta_high ? 2.95 + 2.0 * check_uniform() : 2.0 * check_normal();
+        else b = s->beta_high ? 1.9 + 0.099 * check_uniform() : sigm(check_normal());
+        p->beta[i] = round_to(s->gate, b);
+    }
+    for (int64_t i = 0; i < p->ns; i++) {
+        p->h0[i] = round_to(s->h0_dtype, check_normal());
+        p->dht[i] = round_to(FQLA_DTYPE_F32, check_normal() / 8);
+    }
+    for (int h = 0; h < s->HV; h++) {
+        p->A_log[h] = (float)(log(0.5 + 8 * check_uniform()));
+        p->dt_bias[h] = (float)(0.5 * check_normal());
+    }
+}
+
+static void grad_init(grad *g, const char *name, fqla_dtype dtype, int64_t n, int present)
+{
+    g->name = name;
+    g->dtype = dtype;
+    g->n = n;
+    g->present = present;
+    g->dev = NULL;
+    g->got = calloc((size_t)n + 1, 8);
+    g->want = calloc((size_t)n + 1, 8);
+}
+
+static void prob_init(prob *p, const spec *s)
+{
+    memset(p, 0, sizeof *p);
+    p->s = *s;
+    p->N = s->ncu ? s->ncu - 1 : s->B;
+    p->nq = (int64_t)s->B * s->T * s->H * s->K;
+    p->nv = (int64_t)s->B * s->T * s->HV * s->V;
+    p->ng = (int64_t)s->B * s->T * s->HV;
+    p->ns = (int64_t)p->N * s->HV * s->K * s->V;
+    p->q = calloc((size_t)p->nq + 1, 8);
+    p->k = calloc((size_t)p->nq + 1, 8);
+    p->v = calloc((size_t)p->nv + 1, 8);
+    p->d_o = calloc((size_t)p->nv + 1, 8);
+    p->g = calloc((size_t)p->ng + 1, 8);
+    p->beta = calloc((size_t)p->ng + 1, 8);
+    p->h0 = calloc((size_t)p->ns + 1, 8);
+    p->dht = calloc((size_t)p->ns + 1, 8);
+    p->A_log = calloc((size_t)s->HV, 8);
+    p->dt_bias = calloc((size_t)s->HV, 8);
+    grad_init(&p->gr[G_DQ], "dq", s->io, p->nq, 1);
+    grad_init(&p->gr[G_DK], "dk", s->io, p->nq, 1);
+    grad_init(&p->gr[G_DV], "dv", s->io, p->nv, 1);
+    grad_init(&p->gr[G_DG], "dg", FQLA_DTYPE_F32, p->ng, 1);
+    grad_init(&p->gr[G_DBETA], "dbeta", FQLA_DTYPE_F32, p->ng, 1);
+    grad_init(&p->gr[G_DH0], "dh0", FQLA_DTYPE_F32, p->ns, s->h0);
+    grad_init(&p->gr[G_DA], "dA_log", FQLA_DTYPE_F32, s->HV, s->gate_in);
+    grad_init(&p->gr[G_DDT], "ddt_bias", FQLA_DTYPE_F32, s->HV, s->gate_in);
+    draw(p);
+}
+
+static void prob_free(prob *p)
+{
+    free(p->q); free(p->k); free(p->v); free(p->d_o); free(p->g); free(p->beta);
+    free(p->h0); free(p->dht); free(p->A_log); free(p->dt_bias);
+    void *bufs[] = {p->xq, p->xk, p->xv, p->xg, p->xbeta, p->xh0, p->xA, p->xdt, p->xcu, p->xdo, p->xdht, p->ws};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]) cudaFree(bufs[i]);
+    for (int i = 0; i < NGRAD; i++) {
+        free(p->gr[i].got);
+        free(p->gr[i].want);
+        if (p->gr[i].dev) cudaFree(p->gr[i].dev);
+    }
+}
+
+static void shape4(int64_t *sh, int64_t a, int64_t b, int64_t c, int64_t d)
+{
+    sh[0] = a; sh[1] = b; sh[2] = c; sh[3] = d;
+}
+
+/* Arguments over either host fp64 arrays (ref) or device buffers (gpu). */
+static void make_args(prob *p, int on_gpu, fqla_bwd_args *a)
+{
+    const spec *s = &p->s;
+    int64_t sq[4], sv[4], sg[3] = {s->B, s->T, s->HV}, ss[4], sc[1] = {p->N + 1}, sh[1] = {s->HV};
+    shape4(sq, s->B, s->T, s->H, s->K);
+    shape4(sv, s->B, s->T, s->HV, s->V);
+    if (s->v_first) shape4(ss, p->N, s->HV, s->V, s->K);
+    else shape4(ss, p->N, s->HV, s->K, s->V);
+    const fqla_dtype F64 = FQLA_DTYPE_F64, F32 = FQLA_DTYPE_F32;
+    fqla_dtype io = on_gpu ? s->io : F64, gd = on_gpu ? s->gate : F64, wide = on_gpu ? F32 : F64;
+#define OUT(i) (on_gpu ? (void *)(p->gr[i].dev + GUARD) : (void *)p->gr[i].want)
+    fqla_bwd_args_init(a);
+    a->q = fqla_tensor_contiguous(on_gpu ? p->xq : (void *)p->q, io, 4, sq);
+    a->k = fqla_tensor_contiguous(on_gpu ? p->xk : (void *)p->k, io, 4, sq);
+    a->v = fqla_tensor_contiguous(on_gpu ? p->xv : (void *)p->v, io, 4, sv);
+    a->g = fqla_tensor_contiguous(on_gpu ? p->xg : (void *)p->g, gd, 3, sg);
+    a->beta = fqla_tensor_contiguous(on_gpu ? p->xbeta : (void *)p->beta, gd, 3, sg);
+    a->d_o = fqla_tensor_contiguous(on_gpu ? p->xdo : (void *)p->d_o, io, 4, sv);
+    a->dq = fqla_tensor_contiguous(OUT(G_DQ), io, 4, sq);
+    a->dk = fqla_tensor_contiguous(OUT(G_DK), io, 4, sq);
+    a->dv = fqla_tensor_contiguous(OUT(G_DV), io, 4, sv);
+    a->dg = fqla_tensor_contiguous(OUT(G_DG), wide, 3, sg);
+    a->dbeta = fqla_tensor_contiguous(OUT(G_DBETA), wide, 3, sg);
+    if (s->gate_in) {
+        a->A_log = fqla_tensor_contiguous(on_gpu ? p->xA : (void *)p->A_log, wide, 1, sh);
+        a->dt_bias = fqla_tensor_contiguous(on_gpu ? p->xdt : (void *)p->dt_bias, wide, 1, sh);
+        a->dA_log = fqla_tensor_contiguous(OUT(G_DA), wide, 1, sh);
+        a->ddt_bias = fqla_tensor_contiguous(OUT(G_DDT), wide, 1, sh);
+    }
+    if (s->h0) {
+        a->initial_state = fqla_tensor_contiguous(on_gpu ? p->xh0 : (void *)p->h0, on_gpu ? s->h0_dtype : F64, 4, ss);
+        a->d_initial_state = fqla_tensor_contiguous(OUT(G_DH0), wide, 4, ss);
+    }
+    if (s->dht) a->d_final_state = fqla_tensor_contiguous(on_gpu ? p->xdht : (void *)p->dht, wide, 4, ss);
+#undef OUT
+    if (s->ncu) {
+        a->cu_seqlens = fqla_tensor_contiguous(on_gpu ? p->xcu : (void *)p->s.cu,
+                                               s->cu64 || !on_gpu ? FQLA_DTYPE_I64 : FQLA_DTYPE_I32, 1, sc);
+        if (s->cu_host || !on_gpu) a->cu_seqlens_host = p->s.cu;
+    }
+    a->opt.use_qk_l2norm = s->l2norm;
+    a->opt.use_gate_in_kernel = s->gate_in;
+    a->opt.use_beta_sigmoid = s->beta_sig;
+    a->opt.allow_neg_eigval = s->neg_eig;
+    a->opt.state_v_first = s->v_first;
+}
+
+static void run_ref(prob *p)
+{
+    fqla_bwd_args a;
+    make_args(p, 0, &a);
+    fqla_status st = fqla_bwd(ref, &a, NULL, 0, NULL);
+    CHECK(st == FQLA_STATUS_SUCCESS, "reference bwd: %s: %s", fqla_status_string(st), fqla_last_error(ref));
+}
+
+/* Allocates device inputs and gradients and uploads the current host inputs. */
+static void upload_all(prob *p)
+{
+    const spec *s = &p->s;
+    p->xq = upload(s->io, p->q, p->nq);
+    p->xk = upload(s->io, p->k, p->nq);
+    p->xv = upload(s->io, p->v, p->nv);
+    p->xdo = upload(s->io, p->d_o, p->nv);
+    p->xg = upload(s->gate, p->g, p->ng);
+    p->xbeta = upload(s->gate, p->beta, p->ng);
+    p->xh0 = upload(s->h0_dtype, p->h0, p->ns);
+    p->xdht = upload(FQLA_DTYPE_F32, p->dht, p->ns);
+    p->xA = upload(FQLA_DTYPE_F32, p->A_log, s->HV);
+    p->xdt = upload(FQLA_DTYPE_F32, p->dt_bias, s->HV);
+    if (s->ncu) {
+        double cud[sizeof s->cu / sizeof s->cu[0]];
+        for (int i = 0; i < s->ncu; i++) cud[i] = (double)s->cu[i];
+        p->xcu = upload(s->cu64 ? FQLA_DTYPE_I64 : FQLA_DTYPE_I32, cud, s->ncu);
+    }
+    for (int i = 0; i < NGRAD; i++) {
+        void *d = NULL;
+        CU(cudaMalloc(&d, (size_t)p->gr[i].n * dsize(p->gr[i].dtype) + 2 * GUARD));
+        p->gr[i].dev = d;
+    }
+}
+
+/* Re-uploads inputs into the existing buffers (graph replay with new data). */
+static void reupload(prob *p)
+{
+    const spec *s = &p->s;
+    struct { void *dev; fqla_dtype d; const double *x; int64_t n; } t[] = {
+        {p->xq, s->io, p->q, p->nq}, {p->xk, s->io, p->k, p->nq}, {p->xv, s->io, p->v, p->nv},
+        {p->xdo, s->io, p->d_o, p->nv}, {p->xg, s->gate, p->g, p->ng}, {p->xbeta, s->gate, p->beta, p->ng},
+        {p->xh0, s->h0_dtype, p->h0, p->ns}, {p->xdht, FQLA_DTYPE_F32, p->dht, p->ns},
+        {p->xA, FQLA_DTYPE_F32, p->A_log, s->HV}, {p->xdt, FQLA_DTYPE_F32, p->dt_bias, s->HV}};
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        if (t[i].n == 0) continue;
+        void *h = to_dtype(t[i].d, t[i].x, t[i].n);
+        CU(cudaMemcpy(t[i].dev, h, (size_t)t[i].n * dsize(t[i].d), H2D));
+        free(h);
+    }
+}
+
+static size_t grad_bytes(const grad *g) { return (size_t)g->n * dsize(g->dtype); }
+
+/* What poison() writes into a gradient's buffer: NaN inside, GUARD_BYTE
+ * in the bands (malloc'd; the caller frees it). */
+static unsigned char *poison_image(const grad *g)
+{
+    static const uint16_t NAN16 = 0x7fc0; /* a quiet NaN as bf16 and as fp16 */
+    const float nanf_ = NAN;
+    size_t b = grad_bytes(g);
+    unsigned char *h = malloc(b + 2 * GUARD);
+    memset(h, GUARD_BYTE, b + 2 * GUARD);
+    if (dsize(g->dtype) == 2)
+        for (size_t j = 0; j < b / 2; j++) memcpy(h + GUARD + 2 * j, &NAN16, 2);
+    else
+        for (size_t j = 0; j < b / 4; j++) memcpy(h + GUARD + 4 * j, &nanf_, 4);
+    return h;
+}
+
+/* Fills every gradient buffer with its poison image. */
+static void poison(prob *p)
+{
+    for (int i = 0; i < NGRAD; i++) {
+        unsigned char *h = poison_image(&p->gr[i]);
+        CU(cudaMemcpy(p->gr[i].dev, h, grad_bytes(&p->gr[i]) + 2 * GUARD, H2D));
+        free(h);
+    }
+}
+
+/* fqla_bwd_supported on the GPU arguments of p. */
+static fqla_status supported(prob *p)
+{
+    fqla_bwd_args a;
+    make_args(p, 1, &a);
+    return fqla_bwd_supported(gpu, &a);
+}
+
+static fqla_status run_gpu(prob *p, void *stream)
+{
+    fqla_bwd_args a;
+    size_t need = 0;
+    make_args(p, 1, &a);
+    fqla_status st = fqla_bwd_workspace_size(gpu, &a, &need);
+    if (st != FQLA_STATUS_SUCCESS) return st;
+    if (need > p->ws_bytes) {
+        if (p->ws) cudaFree(p->ws);
+        p->ws = NULL;
+        CU(cudaMalloc(&p->ws, need));
+        p->ws_bytes = need;
+    }
+    return fqla_bwd(gpu, &a, p->ws, p->ws_bytes, stream);
+}
+
+/* Downloads every gradient buffer with its guard bands (checked; the
+ * buffers of absent gradients, never passed to the call, must still hold
+ * the poison of the last poison()).
+ * bytes[i] keeps the raw buffer when bytes is given (for memcmp). */
+static void download(prob *p, unsigned char **bytes)
+{
+    CU(cudaDeviceSynchronize());
+    int bad = 0;
+    for (int i = 0; i < NGRAD; i++) {
+        grad *g = &p->gr[i];
+        size_t b = grad_bytes(g);
+        unsigned char *h = malloc(b + 2 * GUARD);
+        CU(cudaMemcpy(h, g->dev, b + 2 * GUARD, D2H));
+        for (size_t j = 0; j < GUARD; j++) bad += h[j] != GUARD_BYTE || h[GUARD + b + j] != GUARD_BYTE;
+        if (!g->present) { /* never passed to the call: still the poison */
+            unsigned char *img = poison_image(g);
+            CHECK(memcmp(h, img, b + 2 * GUARD) == 0, "%s (not passed) was written", g->name);
+            free(img);
+        }
+        from_dtype(g->dtype, h + GUARD, g->got, g->n);
+        if (bytes) bytes[i] = h;
+        else free(h);
+    }
+    CHECK(bad == 0, "%d guard-band bytes around the gradients changed", bad);
+}
+
+static void free_bytes(unsigned char **bytes)
+{
+    for (int i = 0; i < NGRAD; i++) free(bytes[i]);
+}
+
+/* Sequence n's token range in the (B, T) rows. */
+static void seq_range(const prob *p, int n, int64_t *row0, int64_t *len)
+{
+    if (p->s.ncu) {
+        *row0 = p->s.cu[n];
+        *len = p->s.cu[n + 1] - p->s.cu[n];
+    } else {
+        *row0 = (int64_t)n * p->s.T;
+        *len = p->s.T;
+    }
+}
+
+/* rel L2 of got against want over the elements base + t * stride + j,
+ * t < rows, j < width; +inf when a got value is not finite where want is. */
+static double rel_block(const grad *g, int64_t base, int64_t rows, int64_t stride, int64_t width)
+{
+    double num = 0, den = 0;
+    for (int64_t t = 0; t < rows; t++)
+        for (int64_t j = 0; j < width; j++) {
+            int64_t i = base + t * stride + j;
+            if (!isfinite(g->got[i]) && isfinite(g->want[i])) return INFINITY;
+            double d = g->got[i] - g->want[i];
+            num += d * d;
+            den += g->want[i] * g->want[i];
+        }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* Compares every present gradient with the reference (run_ref done). */
+static void compare(prob *p, const char *what)
+{
+    const spec *s = &p->s;
+    const int f32 = s->io == FQLA_DTYPE_F32;
+    double worst[NGRAD] = {0};
+    int wn[NGRAD], wh[NGRAD];
+    for (int i = 0; i < NGRAD; i++) wn[i] = wh[i] = -1;
+#define WORST(i, r, n, h)                                           \
+    do {                                                            \
+        double r_ = (r);                                            \
+        if (!(r_ <= worst[i])) { worst[i] = r_; wn[i] = (n); wh[i] = (h); } \
+    } while (0)
+    for (int n = 0; n < p->N; n++) {
+        int64_t row0, len;
+        seq_range(p, n, &row0, &len);
+        for (int h = 0; h < s->H; h++) {
+            int64_t base = (row0 * s->H + h) * s->K;
+            WORST(G_DQ, rel_block(&p->gr[G_DQ], base, len, (int64_t)s->H * s->K, s->K), n, h);
+            WORST(G_DK, rel_block(&p->gr[G_DK], base, len, (int64_t)s->H * s->K, s->K), n, h);
+        }
+        for (int h = 0; h < s->HV; h++) {
+            WORST(G_DV, rel_block(&p->gr[G_DV], (row0 * s->HV + h) * s->V, len, (int64_t)s->HV * s->V, s->V), n, h);
+            WORST(G_DG, rel_block(&p->gr[G_DG], row0 * s->HV + h, len, s->HV, 1), n, h);
+            WORST(G_DBETA, rel_block(&p->gr[G_DBETA], row0 * s->HV + h, len, s->HV, 1), n, h);
+            if (s->h0)
+                WORST(G_DH0, rel_block(&p->gr[G_DH0], ((int64_t)n * s->HV + h) * s->K * s->V, 1, 0,
+                                       (int64_t)s->K * s->V), n, h);
+        }
+    }
+    if (s->gate_in) {
+        WORST(G_DA, rel_block(&p->gr[G_DA], 0, 1, 0, s->HV), -1, -1);
+        WORST(G_DDT, rel_block(&p->gr[G_DDT], 0, 1, 0, s->HV), -1, -1);
+    }
+#undef WORST
+    for (int i = 0; i < NGRAD; i++) {
+        if (!p->gr[i].present) continue;
+        double tol = f32 ? TOL_F32 : (i == G_DQ || i == G_DK || i == G_DV || i == G_DH0) ? TOL_D : TOL_G;
+        CHECK(worst[i] <= tol, "%s: %s rel error %.3g > %.1g (sequence %d, head %d)", what, p->gr[i].name,
+              worst[i], tol, wn[i], wh[i]);
+    }
+    /* rows after the last sequence: exact zeros in every per-token gradient */
+    if (s->ncu) {
+        const int64_t tail = s->cu[s->ncu - 1];
+        const int64_t width[5] = {(int64_t)s->H * s->K, (int64_t)s->H * s->K, (int64_t)s->HV * s->V, s->HV, s->HV};
+        for (int i = G_DQ; i <= G_DBETA; i++) {
+            int64_t bad = 0;
+            for (int64_t j = tail * width[i]; j < p->gr[i].n; j++) bad += p->gr[i].got[j] != 0.0;
+            CHECK(bad == 0, "%s: %lld %s values after the last sequence not zero", what, (long long)bad,
+                  p->gr[i].name);
+        }
+    }
+    printf("  %-52s dq %.2e dk %.2e dv %.2e dg %.2e dbeta %.2e", what, worst[G_DQ], worst[G_DK], worst[G_DV],
+           worst[G_DG], worst[G_DBETA]);
+    if (s->h0) printf(" dh0 %.2e", worst[G_DH0]);
+    if (s->gate_in) printf(" dA %.2e ddt %.2e", worst[G_DA], worst[G_DDT]);
+    printf("\n");
+}
+
+/* Poisons the gradients, runs the GPU backward twice (bit-identical, every
+ * byte of every buffer with its guard bands) and compares with the
+ * reference (run_ref done). */
+static void check_prob(prob *p, const char *what)
+{
+    unsigned char *b1[NGRAD], *b2[NGRAD];
+    poison(p);
+    fqla_status st = run_gpu(p, NULL);
+    CHECK(st == FQLA_STATUS_SUCCESS, "%s: fqla_bwd: %s: %s", what, fqla_status_string(st), fqla_last_error(gpu));
+    if (st != FQLA_STATUS_SUCCESS) return;
+    download(p, b1);
+    poison(p);
+    st = run_gpu(p, NULL);
+    CHECK(st == FQLA_STATUS_SUCCESS, "%s: second fqla_bwd: %s", what, fqla_last_error(gpu));
+    download(p, b2);
+    for (int i = 0; i < NGRAD; i++)
+        CHECK(memcmp(b1[i], b2[i], grad_bytes(&p->gr[i]) + 2 * GUARD) == 0,
+              "%s: %s differs between two identical calls", what, p->gr[i].name);
+    free_bytes(b1);
+    free_bytes(b2);
+    compare(p, what);
+}
+
+/* 1 when the CUDA backend covers p; otherwise the case fails (inside the
+ * coverage contract) or reports the part as skipped with the library's
+ * message (spec.optional). */
+static int covered(prob *p, const char *what)
+{
+    fqla_status st = supported(p);
+    if (st == FQLA_STATUS_SUCCESS) return 1;
+    char why[512];
+    snprintf(why, sizeof why, "%s: %s", fqla_status_string(st), fqla_last_error(gpu));
+    if (p->s.optional && st == FQLA_STATUS_NOT_SUPPORTED) {
+        printf("  SKIP %s: %s\n", what, why);
+        check_skip(what, why);
+    } else {
+        CHECK(0, "%s: fqla_bwd_supported: %s (inside the coverage contract)", what, why);
+    }
+    return 0;
+}
+
+/* One full check of a spec: supported, poison, run twice, compare with the reference. */
+static void check_spec(const spec *s, const char *what)
+{
+    prob p;
+    prob_init(&p, s);
+    upload_all(&p);
+    if (covered(&p, what)) {
+        run_ref(&p);
+        check_prob(&p, what);
+    }
+    prob_free(&p);
+}
+
+static spec base_spec(int B, int T, int H, int HV, int D)
+{
+    spec s;
+    memset(&s, 0, sizeof s);
+    s.B = B; s.T = T; s.H = H; s.HV = HV; s.K = D; s.V = D;
+    s.io = FQLA_DTYPE_BF16;
+    s.gate = FQLA_DTYPE_F32;
+    s.h0_dtype = FQLA_DTYPE_F32;
+    s.h0 = 1;
+    s.dht = 1;
+    return s;
+}
+
+static void set_cu(spec *s, const int64_t *cu, int n)
+{
+    s->ncu = n;
+    for (int i = 0; i < n; i++) s->cu[i] = cu[i];
+}
+
+/* ------------------------------------------------------------------------ */
+
+/* K = V = 128 with bf16 and fp16 q/k/v, with and without every option, must
+ * be supported (fqla_bwd_supported), whatever else the backend declines. */
+static void bwd_contract(void)
+{
+    const fqla_dtype io[2] = {FQLA_DTYPE_BF16, FQLA_DTYPE_F16};
+    for (int d = 0; d < 2; d++)
+        for (int opt = 0; opt < 4; opt++) {
+            spec s = base_spec(1, 130, 2, 4, 128);
+            s.io = io[d];
+            s.l2norm = opt & 1;
+            s.gate_in = s.beta_sig = (opt >> 1) & 1;
+            s.v_first = opt == 3;
+            prob p;
+            prob_init(&p, &s);
+            upload_all(&p);
+            fqla_status st = supported(&p);
+            CHECK(st == FQLA_STATUS_SUCCESS, "K = V = 128 %s, options %d: fqla_bwd_supported: %s: %s",
+                  fqla_dtype_string(io[d]), opt, fqla_status_string(st), fqla_last_error(gpu));
+            prob_free(&p);
+        }
+}
+
+static void bwd_lengths(void)
+{
+    const int Ts[] = {1, 2, 63, 64, 65, 127, 129, 1000};
+    for (int i = 0; i < 8; i++) {
+        if (check_quick() && Ts[i] > 130) continue;
+        spec s = base_spec(2, Ts[i], 2, 4, 128);
+        char what[64];
+        snprintf(what, sizeof what, "B=2 T=%d H=2 HV=4", Ts[i]);
+        check_spec(&s, what);
+    }
+}
+
+static void bwd_varlen(void)
+{
+    const int64_t cu[] = {0, 1, 100, 300, 1000};
+    spec s = base_spec(1, 1000, 2, 4, 128);
+    set_cu(&s, cu, 5);
+    if (!check_quick()) check_spec(&s, "varlen [0,1,100,300,1000] i32");
+    s.cu_host = 1;
+    s.cu64 = 1;
+    if (!check_quick()) check_spec(&s, "varlen [0,1,100,300,1000] i64 + host copy");
+    const int64_t cu2[] = {0, 15};
+    spec s2 = base_spec(1, 15, 1, 1, 128);
+    set_cu(&s2, cu2, 2);
+    s2.h0 = 0;
+    check_spec(&s2, "varlen [0,15] no h0");
+    /* equal lengths with a host copy (may run as a padded batch) */
+    const int64_t cu3[] = {0, 200, 400, 600};
+    spec s3 = base_spec(1, 600, 2, 4, 128);
+    set_cu(&s3, cu3, 4);
+    s3.cu_host = 1;
+    check_spec(&s3, "varlen 3 x 200 + host copy");
+}
+
+/* Empty and one-token sequences, at chunk edges, with both dtypes of
+ * cu_seqlens, with and without the host copy. */
+static void bwd_varlen_edges(void)
+{
+    const int64_t cu1[] = {0, 64, 64, 128};
+    spec s = base_spec(1, 128, 2, 4, 128);
+    set_cu(&s, cu1, 4);
+    s.cu64 = 1;
+    s.cu_host = 1;
+    check_spec(&s, "varlen [0,64,64,128] i64 + host copy");
+    s.cu64 = 0;
+    s.cu_host = 0;
+    check_spec(&s, "varlen [0,64,64,128] i32");
+    const int64_t cu2[] = {0, 0, 1, 2, 3, 67, 67, 131, 132};
+    spec s2 = base_spec(1, 132, 2, 4, 128);
+    set_cu(&s2, cu2, 9);
+    check_spec(&s2, "varlen [0,0,1,2,3,67,67,131,132] i32");
+    s2.cu64 = 1;
+    s2.cu_host = 1;
+    s2.h0 = 0;
+    check_spec(&s2, "varlen [0,0,1,2,3,67,67,131,132] i64 + host, no h0");
+    /* 40 sequences of 0, 1, 63, 64, 65 and 130 tokens in turn */
+    const int lens[] = {0, 1, 63, 64, 65, 130};
+    int64_t cu3[41];
+    cu3[0] = 0;
+    for (int i = 0; i < 40; i++) cu3[i + 1] = cu3[i] + lens[(i * 5) % 6];
+    spec s3 = base_spec(1, (int)cu3[40] + 20, 1, 2, 128);
+    set_cu(&s3, cu3, 41);
+    if (!check_quick()) check_spec(&s3, "varlen 40 sequences (0..130 tokens) + 20 rows after");
+}
+
+/* Rows after the last sequence: their gradients come back as zeros (the
+ * poison must be gone), whatever their inputs. */
+static void bwd_trailing_rows(void)
+{
+    const int64_t cu[] = {0, 211, 385};
+    spec s = base_spec(1, 400, 2, 4, 128);
+    set_cu(&s, cu, 3);
+    check_spec(&s, "varlen [0,211,385] T=400 i32");
+    s.cu64 = 1;
+    s.cu_host = 1;
+    check_spec(&s, "varlen [0,211,385] T=400 i64 + host copy");
+}
+
+/* GVA groups 1, 2, 4, 8: dq and dk summed over each group. */
+static void bwd_gva(void)
+{
+    const int hh[][2] = {{2, 2}, {1, 2}, {2, 4}, {1, 4}, {2, 8}, {1, 8}, {2, 16}};
+    for (int i = 0; i < 7; i++) {
+        spec s = base_spec(1, check_quick() ? 100 : 300, hh[i][0], hh[i][1], 128);
+        char what[64];
+        snprintf(what, sizeof what, "GVA group %d: H=%d HV=%d T=%d", hh[i][1] / hh[i][0], hh[i][0], hh[i][1], s.T);
+        check_spec(&s, what);
+    }
+    /* a group with varlen */
+    const int64_t cu[] = {0, 70, 75, 260};
+    spec s = base_spec(1, 260, 2, 16, 128);
+    set_cu(&s, cu, 4);
+    check_spec(&s, "GVA group 8 varlen [0,70,75,260]");
+}
+
+/* h0 and d_final_state present or absent (d_initial_state iff h0). */
+static void bwd_states(void)
+{
+    for (int h0 = 0; h0 < 2; h0++)
+        for (int dht = 0; dht < 2; dht++) {
+            spec s = base_spec(2, 150, 2, 4, 128);
+            s.h0 = h0;
+            s.dht = dht;
+            char what[64];
+            snprintf(what, sizeof what, "B=2 T=150 h0 %s, d_final_state %s", h0 ? "yes" : "no", dht ? "yes" : "no");
+            check_spec(&s, what);
+        }
+    /* an empty sequence: its dh0 is its d_final_state, passed through */
+    const int64_t cu[] = {0, 100, 100, 170};
+    spec s = base_spec(1, 170, 2, 4, 128);
+    set_cu(&s, cu, 4);
+    check_spec(&s, "varlen [0,100,100,170] h0 + d_final_state (empty: dh0 = dht)");
+}
+
+static void bwd_v_first(void)
+{
+    spec s = base_spec(2, 200, 2, 4, 128);
+    s.v_first = 1;
+    check_spec(&s, "state_v_first B=2 T=200");
+    const int64_t cu[] = {0, 64, 64, 190};
+    spec s2 = base_spec(1, 190, 1, 4, 128);
+    set_cu(&s2, cu, 4);
+    s2.v_first = 1;
+    s2.l2norm = 1;
+    check_spec(&s2, "state_v_first varlen [0,64,64,190] + l2norm");
+}
+
+static void bwd_fp16(void)
+{
+    spec s = base_spec(2, 300, 2, 4, 128);
+    s.io = FQLA_DTYPE_F16;
+    check_spec(&s, "fp16 B=2 T=300");
+    const int64_t cu[] = {0, 1, 65, 200};
+    spec s2 = base_spec(1, 210, 2, 8, 128);
+    set_cu(&s2, cu, 4);
+    s2.io = FQLA_DTYPE_F16;
+    s2.gate_in = s2.beta_sig = s2.l2norm = 1;
+    check_spec(&s2, "fp16 varlen [0,1,65,200] T=210 + every option");
+}
+
+/* bf16 g and beta, and a bf16 h0 (the header allows them; outside the
+ * contract). */
+static void bwd_bf16_gates(void)
+{
+    spec s = base_spec(2, 200, 2, 4, 128);
+    s.gate = FQLA_DTYPE_BF16;
+    s.optional = 1;
+    check_spec(&s, "bf16 g and beta B=2 T=200");
+    s = base_spec(2, 200, 2, 4, 128);
+    s.h0_dtype = FQLA_DTYPE_BF16;
+    s.optional = 1;
+    check_spec(&s, "bf16 h0 B=2 T=200");
+    s.v_first = 1;
+    check_spec(&s, "bf16 h0 state_v_first B=2 T=200");
+}
+
+/* The in-kernel transforms, one at a time and together. */
+static void bwd_options(void)
+{
+    const int T = check_quick() ? 100 : 260;
+    spec s = base_spec(1, T, 2, 4, 128);
+    s.l2norm = 1;
+    check_spec(&s, "use_qk_l2norm (raw q, k)");
+    s = base_spec(1, T, 2, 4, 128);
+    s.gate_in = 1;
+    check_spec(&s, "use_gate_in_kernel (dA_log, ddt_bias)");
+    s = base_spec(1, T, 2, 4, 128);
+    s.beta_sig = 1;
+    check_spec(&s, "use_beta_sigmoid");
+    s = base_spec(2, T, 2, 8, 128);
+    s.l2norm = s.gate_in = s.beta_sig = 1;
+    s.v_first = 1;
+    check_spec(&s, "B=2 every option + state_v_first");
+    const int64_t cu[] = {0, 1, 100, 100, 250};
+    s = base_spec(1, 260, 1, 4, 128);
+    set_cu(&s, cu, 5);
+    s.l2norm = s.gate_in = s.beta_sig = 1;
+    check_spec(&s, "varlen [0,1,100,100,250] T=260 every option");
+}
+
+/* allow_neg_eigval with beta in [1.9, 2): the sigmoid of raw b in
+ * [2.95, 4.95), doubled. At T = 130 (docs/testing.md: without decay the bf16
+ * error grows with T for every implementation; with decay it does not). */
+static void bwd_neg_eigval(void)
+{
+    spec s = base_spec(1, 130, 2, 4, 128);
+    s.beta_sig = s.neg_eig = 1;
+    s.beta_high = 1;
+    check_spec(&s, "allow_neg_eigval beta in [1.9, 2) T=130");
+    s.l2norm = s.gate_in = 1;
+    check_spec(&s, "allow_neg_eigval beta in [1.9, 2) + l2norm + gate T=130");
+    /* beta near 2 given directly (no sigmoid) */
+    s = base_spec(1, 130, 2, 4, 128);
+    s.beta_high = 1;
+    check_spec(&s, "beta in [1.9, 2) given directly T=130");
+}
+
+/* g = -20 on every token, one head, T = 3000: the true dg is ~e^-20 of the
+ * other gradients' scale, and must hold 2e-2 like the others (issue 41,
+ * item 5: FLA's and FlashQLA 0.1.3's dg fail this). */
+static void bwd_strong_decay(void)
+{
+    spec s = base_spec(1, check_quick() ? 200 : 3000, 1, 1, 128);
+    s.decay = 1;
+    char what[64];
+    snprintf(what, sizeof what, "strong decay g=-20 T=%d H=HV=1", s.T);
+    check_spec(&s, what);
+    s = base_spec(1, check_quick() ? 130 : 600, 2, 4, 128);
+    s.decay = 1;
+    s.l2norm = 1;
+    snprintf(what, sizeof what, "strong decay g=-20 T=%d + l2norm", s.T);
+    check_spec(&s, what);
+    const int64_t cu[] = {0, 130, 195, 400};
+    s = base_spec(1, 400, 2, 4, 128);
+    set_cu(&s, cu, 4);
+    s.decay = 1;
+    check_spec(&s, "strong decay varlen [0,130,195,400]");
+}
+
+/* g = 0: every head without decay (the default draw also leaves every
+ * fourth head ungated beside decaying ones). */
+static void bwd_no_decay(void)
+{
+    spec s = base_spec(1, 200, 2, 4, 128);
+    s.decay = 2;
+    check_spec(&s, "g = 0 everywhere T=200");
+    s = base_spec(1, 200, 2, 8, 128);
+    check_spec(&s, "g = 0 on every fourth head T=200 HV=8");
+}
+
+/* K = V = 64 and 256, and V = 96 at K = 128: checked where supported, else
+ * reported as skipped. */
+static void bwd_head_dims(void)
+{
+    const int D[2] = {64, 256};
+    for (int i = 0; i < 2; i++) {
+        spec s = base_spec(2, 200, 2, 4, D[i]);
+        s.optional = 1;
+        char what[64];
+        snprintf(what, sizeof what, "K=V=%d B=2 T=200", D[i]);
+        check_spec(&s, what);
+        const int64_t cu[] = {0, 1, 64, 64, 190};
+        s = base_spec(1, 200, 1, 4, D[i]);
+        set_cu(&s, cu, 5);
+        s.optional = 1;
+        s.l2norm = s.gate_in = s.beta_sig = 1;
+        snprintf(what, sizeof what, "K=V=%d varlen + every option", D[i]);
+        check_spec(&s, what);
+    }
+    /* V apart from K: a multiple of 32 that is not one of 64 */
+    spec s = base_spec(1, 200, 2, 4, 128);
+    s.V = 96;
+    s.optional = 1;
+    check_spec(&s, "K=128 V=96 T=200");
+}
+
+/* fp32 q/k/v: checked against 1e-4 where supported, else reported as skipped. */
+static void bwd_fp32(void)
+{
+    spec s = base_spec(2, 150, 2, 4, 128);
+    s.io = FQLA_DTYPE_F32;
+    s.optional = 1;
+    check_spec(&s, "fp32 q/k/v B=2 T=150");
+}
+
+/* Three calls on one problem, each on poisoned gradients: bit-identical
+ * results (every byte, guard bands included), a GVA group and the gate's
+ * per-head reductions, where a race or an order-dependent atomic would
+ * show. */
+static void bwd_robustness(void)
+{
+    const int64_t cu[] = {0, 70, 75, 333};
+    spec s = base_spec(1, 400, 2, 8, 128);
+    set_cu(&s, cu, 4);
+    s.gate_in = s.l2norm = s.beta_sig = 1;
+    prob p;
+    prob_init(&p, &s);
+    upload_all(&p);
+    if (covered(&p, "robustness")) {
+        unsigned char *b1[NGRAD], *b2[NGRAD];
+        poison(&p);
+        CHECK(run_gpu(&p, NULL) == FQLA_STATUS_SUCCESS, "first run: %s", fqla_last_error(gpu));
+        download(&p, b1);
+        for (int r = 0; r < 3; r++) {
+            poison(&p);
+            CHECK(run_gpu(&p, NULL) == FQLA_STATUS_SUCCESS, "run %d: %s", r + 2, fqla_last_error(gpu));
+            download(&p, b2);
+            for (int i = 0; i < NGRAD; i++)
+                CHECK(memcmp(b1[i], b2[i], grad_bytes(&p.gr[i]) + 2 * GUARD) == 0, "%s differs in run %d",
+                      p.gr[i].name, r + 2);
+            free_bytes(b2);
+        }
+        free_bytes(b1);
+        run_ref(&p);
+        compare(&p, "robustness varlen [0,70,75,333] T=400 group 4 + options");
+    }
+    prob_free(&p);
+}
+
+/* CUDA-graph capture and replay on new data in the same buffers: the call
+ * allocates and synchronises nothing (capture would fail), the replay
+ * matches the reference and, bit for bit, an eager call. */
+static void bwd_graph_replay(void)
+{
+    enum { NG = 3 };
+    const int64_t cu[] = {0, 100, 500};
+    spec s[NG];
+    s[0] = base_spec(1, 520, 2, 4, 128);
+    set_cu(&s[0], cu, 3);
+    s[0].cu_host = 1;
+    s[1] = base_spec(2, 200, 4, 16, 128);
+    s[1].gate_in = s[1].l2norm = 1;
+    s[2] = base_spec(1, check_quick() ? 300 : 4096, 1, 2, 128); /* few heads, one long sequence */
+    const char *names[NG] = {"varlen [0,100,500] + host copy", "B=2 H=4 HV=16 + gate + l2norm",
+                             "one long sequence H=1 HV=2"};
+    for (int v = 0; v < NG; v++) {
+        prob p;
+        prob_init(&p, &s[v]);
+        upload_all(&p);
+        char what[128];
+        snprintf(what, sizeof what, "graph replay on new data [%s]", names[v]);
+        if (!covered(&p, what)) {
+            prob_free(&p);
+            continue;
+        }
+        cuda_stream st = NULL;
+        void *g = NULL, *ge = NULL;
+        CU(cudaStreamCreate(&st));
+        /* an eager call first sizes the workspace, so capture allocates nothing */
+        CHECK(run_gpu(&p, st) == FQLA_STATUS_SUCCESS, "[%s] eager run: %s", names[v], fqla_last_error(gpu));
+        CU(cudaStreamSynchronize(st));
+        CU(cudaStreamBeginCapture(st, 0 /* global */));
+        fqla_status fs = run_gpu(&p, st);
+        CU(cudaStreamEndCapture(st, &g));
+        CHECK(fs == FQLA_STATUS_SUCCESS, "[%s] captured call: %s", names[v], fqla_last_error(gpu));
+        if (fs == FQLA_STATUS_SUCCESS && g) {
+            CU(cudaGraphInstantiate(&ge, g, 0));
+            draw(&p);
+            reupload(&p);
+            poison(&p);
+            CU(cudaGraphLaunch(ge, st));
+            CU(cudaStreamSynchronize(st));
+            unsigned char *b1[NGRAD], *b2[NGRAD];
+            download(&p, b1);
+            run_ref(&p);
+            compare(&p, what);
+            poison(&p);
+            CHECK(run_gpu(&p, st) == FQLA_STATUS_SUCCESS, "[%s] eager rerun: %s", names[v], fqla_last_error(gpu));
+            CU(cudaStreamSynchronize(st));
+            download(&p, b2);
+            for (int i = 0; i < NGRAD; i++)
+                CHECK(memcmp(b1[i], b2[i], grad_bytes(&p.gr[i]) + 2 * GUARD) == 0,
+                      "[%s] graph replay and eager run differ (%s)", names[v], p.gr[i].name);
+            free_bytes(b1);
+            free_bytes(b2);
+        }
+        if (ge) cudaGraphExecDestroy(ge);
+        if (g) cudaGraphDestroy(g);
+        cudaStreamDestroy(st);
+        prob_free(&p);
+    }
+}
+
+/* The workspace query: stable; a workspace one byte smaller than it is
+ * refused with WORKSPACE_TOO_SMALL (the message giving the size needed) and
+ * a NULL one with INVALID_VALUE, nothing written; the queried size runs. */
+static void bwd_workspace(void)
+{
+    const int64_t cu[] = {0, 300, 1000}, cu_quick[] = {0, 100, 300};
+    spec specs[2];
+    specs[0] = base_spec(1, check_quick() ? 300 : 1000, 2, 4, 128);
+    set_cu(&specs[0], check_quick() ? cu_quick : cu, 3);
+    specs[0].cu_host = 1;
+    specs[1] = base_spec(4, 256, 4, 16, 128);
+    specs[1].gate_in = 1;
+    for (int i = 0; i < 2; i++) {
+        prob p;
+        prob_init(&p, &specs[i]);
+        upload_all(&p);
+        if (!covered(&p, "workspace")) {
+            prob_free(&p);
+            continue;
+        }
+        fqla_bwd_args a;
+        make_args(&p, 1, &a);
+        size_t n1 = 0, n2 = 1;
+        fqla_status st = fqla_bwd_workspace_size(gpu, &a, &n1);
+        CHECK(st == FQLA_STATUS_SUCCESS, "query: %s", fqla_last_error(gpu));
+        CHECK(fqla_bwd_workspace_size(gpu, &a, &n2) == FQLA_STATUS_SUCCESS && n1 == n2,
+              "two queries differ: %zu, %zu", n1, n2);
+        printf("  workspace %d: %zu bytes\n", i, n1);
+        if (n1 > 0) {
+            void *ws = NULL;
+            unsigned char *b0[NGRAD], *b1[NGRAD];
+            CU(cudaMalloc(&ws, n1));
+            poison(&p);
+            download(&p, b0);
+            st = fqla_bwd(gpu, &a, ws, n1 - 1, NULL);
+            CHECK(st == FQLA_STATUS_WORKSPACE_TOO_SMALL, "workspace %zu of %zu: %s", n1 - 1, n1,
+                  fqla_status_string(st));
+            char want[32];
+            snprintf(want, sizeof want, "%zu", n1);
+            CHECK(strstr(fqla_last_error(gpu), want) != NULL, "message should give the size needed (%zu): %s", n1,
+                  fqla_last_error(gpu));
+            /* NULL when a workspace is needed (src/api.c: INVALID_VALUE) */
+            st = fqla_bwd(gpu, &a, NULL, 0, NULL);
+            CHECK(st == FQLA_STATUS_INVALID_VALUE, "NULL workspace, %zu needed: %s", n1, fqla_status_string(st));
+            download(&p, b1);
+            for (int j = 0; j < NGRAD; j++)
+                CHECK(memcmp(b0[j], b1[j], grad_bytes(&p.gr[j]) + 2 * GUARD) == 0,
+                      "%s written by a refused call", p.gr[j].name);
+            free_bytes(b0);
+            free_bytes(b1);
+            st = fqla_bwd(gpu, &a, ws, n1, NULL);
+            CHECK(st == FQLA_STATUS_SUCCESS, "workspace of the queried size: %s", fqla_last_error(gpu));
+            CU(cudaDeviceSynchronize());
+            cudaFree(ws);
+        } else {
+            st = fqla_bwd(gpu, &a, NULL, 0, NULL);
+            CHECK(st == FQLA_STATUS_SUCCESS, "no workspace needed, NULL given: %s", fqla_last_error(gpu));
+            CU(cudaDeviceSynchronize());
+        }
+        prob_free(&p);
+    }
+}
+
+/* d_initial_state is required iff initial_state is given: either mismatch
+ * is INVALID_VALUE naming d_initial_state, with nothing written. */
+static void check_state_mismatch(prob *p, const char *what)
+{
+    fqla_bwd_args a;
+    unsigned char *b0[NGRAD], *b1[NGRAD];
+    poison(p);
+    download(p, b0);
+    make_args(p, 1, &a);
+    if (p->s.h0) a.d_initial_state.data = NULL;
+    else a.d_initial_state = fqla_tensor_contiguous(p->gr[G_DH0].dev + GUARD, FQLA_DTYPE_F32, a.d_final_state.ndim,
+                                                    a.d_final_state.shape);
+    fqla_status st = fqla_bwd(gpu, &a, p->ws, p->ws_bytes, NULL);
+    CHECK(st == FQLA_STATUS_INVALID_VALUE, "%s: %s", what, fqla_status_string(st));
+    CHECK(strstr(fqla_last_error(gpu), "d_initial_state") != NULL, "%s: message should name d_initial_state: %s",
+          what, fqla_last_error(gpu));
+    download(p, b1);
+    for (int j = 0; j < NGRAD; j++)
+        CHECK(memcmp(b0[j], b1[j], grad_bytes(&p->gr[j]) + 2 * GUARD) == 0, "%s: %s written by a refused call",
+              what, p->gr[j].name);
+    free_bytes(b0);
+    free_bytes(b1);
+}
+
+static void bwd_state_args(void)
+{
+    for (int h0 = 0; h0 < 2; h0++) {
+        spec s = base_spec(1, 64, 1, 2, 128);
+        s.h0 = h0;
+        prob p;
+        prob_init(&p, &s);
+        upload_all(&p);
+        check_state_mismatch(&p, h0 ? "initial_state without d_initial_state" : "d_initial_state without initial_state");
+        prob_free(&p);
+    }
+}
+
+static void bwd_not_supported(void)
+{
+    spec s = base_spec(1, 64, 1, 1, 128);
+    s.io = FQLA_DTYPE_F64;
+    prob p;
+    prob_init(&p, &s);
+    upload_all(&p);
+    fqla_status st = supported(&p);
+    CHECK(st == FQLA_STATUS_NOT_SUPPORTED, "fp64 q/k/v on CUDA: %s", fqla_status_string(st));
+    CHECK(strstr(fqla_last_error(gpu), "F64") != NULL || strstr(fqla_last_error(gpu), "f64") != NULL,
+          "message should name the dtype: %s", fqla_last_error(gpu));
+    prob_free(&p);
+}
+
+static int wanted(const char *filter, const char *name)
+{
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", filter);
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ","))
+        if (strstr(name, tok)) return 1;
+    return 0;
+}
+
+int main(void)
+{
+    char why[256] = "";
+    check_rng_seed(check_seed());
+    if (fqla_backend_available(FQLA_BACKEND_CUDA, why, sizeof why) != FQLA_STATUS_SUCCESS ||
+        fqla_context_create(&gpu, FQLA_BACKEND_CUDA, 0) != FQLA_STATUS_SUCCESS) {
+        char msg[400];
+        snprintf(msg, sizeof msg, "no usable CUDA device: %s %s", why, fqla_last_error(NULL));
+#define SKIP(name) check_skip(#name, msg);
+        CASES(SKIP)
+        return check_summary();
+    }
+    if (fqla_context_create(&ref, FQLA_BACKEND_CPU_REFERENCE, 0) != FQLA_STATUS_SUCCESS) {
+        fprintf(stderr, "cannot create the reference context: %s\n", fqla_last_error(NULL));
+        return 1;
+    }
+    fqla_context_set_threads(ref, 0); /* every core: the reference is the slow side */
+    const char *filter = getenv("FQLA_TEST_FILTER");
+#define RUN(name)                                                   \
+    if (!filter || wanted(filter, #name)) CHECK_RUN(name);          \
+    else check_skip(#name, "not selected by FQLA_TEST_FILTER");
+    CASES(RUN)
+    fqla_context_destroy(ref);
+    fqla_context_destroy(gpu);
+    return check_summary();
+}
+
+#else /* no CUDA in this build */
+
+#ifndef FQLA_TEST_NO_CUDA_REASON
+#define FQLA_TEST_NO_CUDA_REASON "built without CUDA (no nvcc, or CUDA=0)"
+#endif
+
+int main(void)
+{
+#define SKIP_NOCUDA(name) check_skip(#name, FQLA_TEST_NO_CUDA_REASON);
+    CASES(SKIP_NOCUDA)
+    return check_summary();
+}
+
+#endif

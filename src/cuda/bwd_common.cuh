@@ -211,14 +211,5 @@ __device__ __forceinline__ void bwd_each(float (&acc)[MT][NT][4], int m0, int n0
                 f(m0 + 16 * mt + g + 8 * (e >> 1), n0 + 8 * nt + 2 * t + (e & 1), acc[mt][nt][e]);
 }
 
-/* The chunk of slot s of (sequence, value head) work: which sequence, its
- * batch row, the chunk's first token and its valid rows. False where the
- * slot holds no chunk. */
-struct bwd_chunk {
-    int64_t n, batch, t0;
-    int nvalid;
-    bool first, last; /* the sequence's first / last chunk */
-};
-
 #endif /* __CUDACC__ */
 #endif

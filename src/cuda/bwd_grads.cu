@@ -56,8 +56,6 @@ template <int KD> struct grads_smem {
     float red[4][C];   /* per-warp-column partial row sums */
 };
 
-__device__ __forceinline__ float bf(float x) { return x; }
-
 constexpr int THREADS = 512;
 constexpr int RG = THREADS / C; /* threads per row in the row-wise passes */
 
@@ -229,8 +227,8 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
                 bwd_zero(a1);
                 bwd_zero(a2);
                 auto Kr = [&](int i, int k) { return sm.k[i * LDK + k]; };
-                bwd_mma<true>(a1, sm0, sn0, 0, KD, Kr, [&](int k, int j) { return bf(sm.S[k * LDB + j]); });
-                bwd_mma<true>(a2, sm0, sn0, 0, KD, Kr, [&](int k, int j) { return bf(sm.dS[k * LDB + j]); });
+                bwd_mma<true>(a1, sm0, sn0, 0, KD, Kr, [&](int k, int j) { return sm.S[k * LDB + j]; });
+                bwd_mma<true>(a2, sm0, sn0, 0, KD, Kr, [&](int k, int j) { return sm.dS[k * LDB + j]; });
                 bwd_each(a1, sm0, sn0, [&](int i, int j, float v) {
                     KS[i * LDV + j] = v;
                     X[i * LDV + j] -= sm.e[i] * v;
@@ -287,15 +285,15 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
                      [&](int i, int j) { return -sm.bet[i] * dY[i * LDV + j]; }, sm.de);
             for (int idx = tid; idx < KD * VS; idx += blockDim.x) {
                 const int r = idx / VS, j = idx % VS;
-                deC += bf(sm.S[r * LDB + j]) * bf(sm.dS[r * LDB + j]);
+                deC += sm.S[r * LDB + j] * sm.dS[r * LDB + j];
             }
             /* G2q += dO S^T;  dK += -diag(e beta) dY S^T + diag(f) U dS'^T */
             bwd_mma<true>(G2q, gm0, gn0, 0, VS, [&](int i, int k) { return dO[i * LDV + k]; },
-                    [&](int k, int j) { return bf(sm.S[j * LDB + k]); });
+                    [&](int k, int j) { return sm.S[j * LDB + k]; });
             bwd_mma<true>(dK, gm0, gn0, 0, VS, [&](int i, int k) { return -sm.e[i] * sm.bet[i] * dY[i * LDV + k]; },
-                    [&](int k, int j) { return bf(sm.S[j * LDB + k]); });
+                    [&](int k, int j) { return sm.S[j * LDB + k]; });
             bwd_mma<true>(dK, gm0, gn0, 0, VS, [&](int i, int k) { return sm.f[i] * U[i * LDV + k]; },
-                    [&](int k, int j) { return bf(sm.dS[j * LDB + k]); });
+                    [&](int k, int j) { return sm.dS[j * LDB + k]; });
         }
 
         /* de_C: a fixed-order block sum of the threads' shares */

@@ -260,6 +260,12 @@ def chunk_gated_delta_rule(
     if compiling:
         o, ht = ops.fwd_op(*args)
     elif key is None and _needs_grad(*args[:8]):
+        if args[0].is_cuda:
+            # what the CUDA backward does not cover (e.g. fp32 q/k/v, K = 256)
+            # fails here, before the forward runs, not in loss.backward()
+            err = ops.fwd_supported(*args, backward=True)
+            if err is not None:
+                raise err
         o, ht = ChunkFunction.apply(*args)
     else:
         o, ht, described = ops.fwd_run(*args)

@@ -64,10 +64,11 @@ THROUGH = 2    # S_end = M S_start + H
 
 
 @dataclass(frozen=True)
-class RankLayout:
-    """A rank's share of the packed batch: its pieces (local token ranges of
-    one sequence each, non-empty, in order) and whether the first continues
-    a sequence from an earlier rank and the last one into a later rank."""
+class Layout:
+    """A part's share of the packed batch: its pieces (token ranges of one
+    sequence each, relative to the part, non-empty, in order) and whether the
+    first continues a sequence from the part before it in the chain and the
+    last one into the part after it."""
     pieces: tuple
     cont_prev: bool
     cont_next: bool
@@ -77,34 +78,64 @@ class RankLayout:
         return len(self.pieces) == 1 and self.cont_prev and self.cont_next
 
 
-def layout_from_global(cu: Sequence[int], offsets: Sequence[int], rank: int) -> RankLayout:
-    """The layout of rank `rank` holding global tokens [offsets[rank], offsets[rank + 1])."""
-    a, b = offsets[rank], offsets[rank + 1]
+@dataclass(frozen=True)
+class Part:
+    """Consecutive tokens of a rank's buffer, [offset, offset + length), that
+    hold chain position `slot` of the batch. A rank holds one part (its
+    contiguous slice; slot = rank) or, in FLA's zigzag layout, two."""
+    offset: int
+    length: int
+    layout: Layout
+    slot: int
+
+
+def layout_from_global(cu: Sequence[int], start: int, end: int) -> Layout:
+    """The layout of the global tokens [start, end) of a batch with offsets cu."""
     pieces, first_start, last_end = [], None, None
     for n in range(len(cu) - 1):
-        lo, hi = max(cu[n], a), min(cu[n + 1], b)
+        lo, hi = max(cu[n], start), min(cu[n + 1], end)
         if hi > lo:
             if not pieces:
                 first_start = cu[n]
-            pieces.append((lo - a, hi - a))
+            pieces.append((lo - start, hi - start))
             last_end = cu[n + 1]
     if not pieces:
-        return RankLayout((), False, False)
-    return RankLayout(tuple(pieces), first_start < a, last_end > b)
+        return Layout((), False, False)
+    return Layout(tuple(pieces), first_start < start, last_end > end)
 
 
-def layout_from_fla(cp_context) -> RankLayout:
-    """The layout FLA's cp_context (fla.ops.cp.build_cp_context) describes:
-    its cu_seqlens are the rank's local ones; is_first_rank / is_last_rank say
-    whether the first / last local sequence starts / ends on this rank."""
+def parts_from_global(cu: Sequence[int], offsets: Sequence[int], rank: int) -> list:
+    """The part of rank `rank` holding global tokens [offsets[rank], offsets[rank + 1])."""
+    a, b = offsets[rank], offsets[rank + 1]
+    return [Part(0, b - a, layout_from_global(cu, a, b), rank)]
+
+
+def _local_layout(cu, is_first, is_last):
+    pieces = tuple((cu[i], cu[i + 1]) for i in range(len(cu) - 1) if cu[i + 1] > cu[i])
+    if not pieces:
+        return Layout((), False, False)
+    return Layout(pieces, not is_first, not is_last)
+
+
+def parts_from_fla(cp_context, T: int) -> list:
+    """The parts FLA's cp_context (fla.ops.cp.build_cp_context) describes:
+    its cu_seqlens are the rank's local ones; is_first_rank / is_last_rank
+    say whether the first / last local sequence starts / ends on this rank.
+    FLA 0.6's zigzag layout gives rank r chain positions r and 2W - 1 - r,
+    concatenated, with those flags per part."""
     cu = cp_context.cu_seqlens_cpu
     if cu is None:
         cu = cp_context.cu_seqlens.cpu()
     cu = [int(x) for x in cu]
-    pieces = tuple((cu[i], cu[i + 1]) for i in range(len(cu) - 1) if cu[i + 1] > cu[i])
-    if not pieces:
-        return RankLayout((), False, False)
-    return RankLayout(pieces, not cp_context.is_first_rank, not cp_context.is_last_rank)
+    group = cp_context.group
+    rank, world = dist.get_rank(group), dist.get_world_size(group)
+    if getattr(cp_context, "layout", "contiguous") == "zigzag":
+        part, nf = cp_context.part_len, cp_context.front_num_seqs
+        first, last = cp_context.is_first_by_part, cp_context.is_last_by_part
+        return [Part(0, part, _local_layout(cu[:nf + 1], first[0], last[0]), rank),
+                Part(part, T - part, _local_layout([c - part for c in cu[nf:]], first[1], last[1]),
+                     2 * world - 1 - rank)]
+    return [Part(0, T, _local_layout(cu, cp_context.is_first_rank, cp_context.is_last_rank), rank)]
 
 
 # --------------------------------------------------------------------------
@@ -128,6 +159,13 @@ class _Problem:
     def state_dtype(self):
         return ops.state_dtype_for(self.q, None)
 
+    def part(self, p):
+        """The same problem on the tokens of part p (views)."""
+        a, b = p.offset, p.offset + p.length
+        return _Problem(self.q[:, a:b], self.k[:, a:b], self.v[:, a:b], self.g[:, a:b],
+                        self.beta[:, a:b], self.A_log, self.dt_bias, self.scale, self.flags,
+                        self.backend)
+
 
 def _tok(x, lo, hi):
     """Tokens [lo, hi) of a [1, T, ...] tensor; a copy where the slice's start
@@ -139,7 +177,7 @@ def _tok(x, lo, hi):
 
 
 def _span(pieces):
-    """(lo, hi, local cu_seqlens as a list) of consecutive pieces."""
+    """(lo, hi, cu_seqlens as a list) of consecutive pieces."""
     lo, hi = pieces[0][0], pieces[-1][1]
     return lo, hi, [p[0] - lo for p in pieces] + [hi - lo]
 
@@ -213,103 +251,137 @@ def carry_prefix(g, beta, k, flags, A_log=None, dt_bias=None):
     return int(first.max()) + 1
 
 
-def _gather(rec, group, async_op=False):
+def _gather(rec, group):
+    """All-gather of every rank's rows, asynchronously: (rows of all ranks, work)."""
     parts = [torch.empty_like(rec) for _ in range(dist.get_world_size(group))]
-    work = dist.all_gather(parts, rec, group=group, async_op=async_op)
+    work = dist.all_gather(parts, rec, group=group, async_op=True)
     return parts, work
 
 
-def _start_state(parts, kinds, rank, HV, K, V):
-    """The start state of this rank's first piece: the records of the ranks
-    before it composed in rank order (fp64, the same on every rank)."""
-    chain = []
-    j = rank - 1
-    while j >= 0 and kinds[j] != STARTS:
-        if kinds[j] == THROUGH:
-            chain.append(j)
+class _Chain:
+    """The gathered records by chain position: kinds[s] and rows[s] of every
+    slot s (the headers read in one device-to-host copy)."""
+
+    def __init__(self, gathered):
+        heads = torch.cat([part[:, :2] for part in gathered]).tolist()
+        rows = [r for part in gathered for r in part.unbind(0)]
+        self.kinds = {int(s): int(kind) for kind, s in heads}
+        self.rows = {int(s): r for (_, s), r in zip(heads, rows)}
+        self.n = max(self.kinds) + 1 if self.kinds else 0
+
+    def kind(self, s):
+        return self.kinds.get(s, EMPTY)
+
+
+def _start_state(chain, slot, HV, K, V):
+    """The start state of the part at `slot`: the records of the parts before
+    it composed in chain order (fp64, the same arithmetic on every rank)."""
+    through = []
+    j = slot - 1
+    while j >= 0 and chain.kind(j) != STARTS:
+        if chain.kind(j) == THROUGH:
+            through.append(j)
         j -= 1
     if j < 0:
-        raise RuntimeError(f"flashqla.distributed: rank {rank} continues a sequence that no earlier "
-                           "rank starts (the ranks' layouts disagree)")
+        raise RuntimeError(f"flashqla.distributed: chain position {slot} continues a sequence that no "
+                           "earlier position starts (the ranks' layouts disagree)")
     n = HV * K * V
-    S = parts[j][4:4 + n].view(HV, K, V).double()
-    for i in reversed(chain):
-        M = parts[i][4 + n:].view(HV, K, K).double()
-        S = torch.matmul(M, S) + parts[i][4:4 + n].view(HV, K, V).double()
+    S = chain.rows[j][4:4 + n].view(HV, K, V).double()
+    for i in reversed(through):
+        row = chain.rows[i]
+        S = torch.matmul(row[4 + n:].view(HV, K, K).double(), S) + row[4:4 + n].view(HV, K, V).double()
     return S
 
 
-def _end_grad(gparts, kinds, Ms, rank, HV, K, V):
-    """d(end state) of this rank's last piece: the start-state gradients of the
-    ranks after it, composed back to front (D = G_j + M_j^T D, fp64)."""
-    chain = []
-    j = rank + 1
-    while j < len(kinds):
-        if kinds[j] != EMPTY:
-            chain.append(j)
-            if kinds[j] != THROUGH:
+def _end_grad(gchain, kinds, Ms, slot, HV, K, V):
+    """d(end state) of the part at `slot`: the start-state gradients of the
+    parts after it, composed back to front (D = G_j + M_j^T D, fp64)."""
+    after = []
+    j = slot + 1
+    while j < gchain.n:
+        kind = kinds.get(j, EMPTY)
+        if kind != EMPTY:
+            after.append(j)
+            if kind != THROUGH:
                 break
         j += 1
-    D = torch.zeros((HV, K, V), dtype=torch.float64, device=gparts[0].device)
-    for i in reversed(chain):
-        G = gparts[i].view(HV, K, V).double()
-        D = G + torch.matmul(Ms[i].double().transpose(1, 2), D) if kinds[i] == THROUGH and i in Ms \
-            else G
+    D = None
+    for i in reversed(after):
+        G = gchain.rows[i][2:].view(HV, K, V).double()
+        D = G if D is None or kinds[i] != THROUGH else \
+            G + torch.matmul(Ms[i].double().transpose(1, 2), D)
+    if D is None:
+        raise RuntimeError(f"flashqla.distributed: chain position {slot} continues a sequence into "
+                           "no later position (the ranks' layouts disagree)")
     return D
 
 
-def _forward(P, L, group):
+def _split(L):
+    """(the first piece when it continues from before, the other pieces)."""
+    return (L.pieces[:1], L.pieces[1:]) if L.cont_prev else ((), L.pieces)
+
+
+def _forward(P, parts, group):
     """o of this rank's tokens and what the backward needs."""
     _, T, HV, V = P.v.shape
     K = P.q.shape[3]
-    sd = P.state_dtype
-    dev = P.q.device
-    o = P.q.new_zeros((1, T, HV, V))
     n = HV * K * V
-    rec = torch.zeros(4 + n + HV * K * K, dtype=sd, device=dev)
-    H = rec[4:4 + n].view(HV, K, V)
-    kind = STARTS if L.pieces else EMPTY
-    prefix = None
-    first, rest = (L.pieces[:1], L.pieces[1:]) if L.cont_prev else ((), L.pieces)
-    if L.through:
-        lo, hi = first[0]
-        prefix = carry_prefix(_tok(P.g, lo, hi), _tok(P.beta, lo, hi), _tok(P.k, lo, hi),
-                              P.flags, P.A_log, P.dt_bias)
-        if prefix is None:
-            kind = THROUGH
-            h, m = _transition(P, first[0])
-            H.copy_(h)
-            rec[4 + n:].view(HV, K, K).copy_(m)
-        else:  # the carried state fades within the prefix: run from zero now
-            H.copy_(_fwd(P, first, o, final=True)[0])
-    rec[0] = kind
-    if rest and L.cont_next:
-        H.copy_(_fwd(P, rest, o, final=True)[-1])
-        parts, _ = _gather(rec, group)
-    else:  # nobody needs this rank's end state: run its pieces under the all-gather
-        parts, work = _gather(rec, group, async_op=True)
-        if rest:
-            _fwd(P, rest, o)
-        work.wait()
-    kinds = [int(x) for x in torch.stack([p[0] for p in parts]).tolist()]
-    rank = dist.get_rank(group)
-    S = None
-    if L.cont_prev:
-        S = _start_state(parts, kinds, rank, HV, K, V).to(sd).unsqueeze(0)
-        lo, hi = first[0]
-        run = [(lo, lo + prefix)] if prefix is not None else list(first)
-        _fwd(P, run, o, h0=S)
-    # the transitions the reverse scan reads (those of the ranks after this one)
-    Ms = {i: parts[i][4 + n:].view(HV, K, K) for i in range(rank + 1, len(parts))
-          if kinds[i] == THROUGH} if L.cont_next else {}
-    return o, (S, prefix, kinds, Ms)
+    o = P.q.new_zeros((1, T, HV, V))
+    recs = torch.zeros((len(parts), 4 + n + HV * K * K), dtype=P.state_dtype, device=P.q.device)
+    subs = [(P.part(p), o[:, p.offset:p.offset + p.length]) for p in parts]
+    prefixes = []
+    for p, (Pp, op), rec in zip(parts, subs, recs.unbind(0)):
+        L = p.layout
+        H = rec[4:4 + n].view(HV, K, V)
+        kind = STARTS if L.pieces else EMPTY
+        prefix = None
+        first, rest = _split(L)
+        if L.through:
+            lo, hi = first[0]
+            prefix = carry_prefix(_tok(Pp.g, lo, hi), _tok(Pp.beta, lo, hi), _tok(Pp.k, lo, hi),
+                                  Pp.flags, Pp.A_log, Pp.dt_bias)
+            if prefix is None:
+                kind = THROUGH
+                h, m = _transition(Pp, first[0])
+                H.copy_(h)
+                rec[4 + n:].view(HV, K, K).copy_(m)
+            else:  # the carried state fades within the prefix: run from zero now
+                H.copy_(_fwd(Pp, first, op, final=True)[0])
+        if rest and L.cont_next:
+            H.copy_(_fwd(Pp, rest, op, final=True)[-1])
+        rec[0] = kind
+        rec[1] = p.slot
+        prefixes.append(prefix)
+    gathered, work = _gather(recs, group)
+    # pieces nobody else needs run under the all-gather
+    for p, (Pp, op) in zip(parts, subs):
+        rest = _split(p.layout)[1]
+        if rest and not p.layout.cont_next:
+            _fwd(Pp, rest, op)
+    work.wait()
+    chain = _Chain(gathered)
+    starts = []
+    for p, (Pp, op), prefix in zip(parts, subs, prefixes):
+        S = None
+        if p.layout.cont_prev:
+            S = _start_state(chain, p.slot, HV, K, V).to(P.state_dtype).unsqueeze(0)
+            lo, hi = p.layout.pieces[0]
+            _fwd(Pp, [(lo, lo + prefix)] if prefix is not None else [(lo, hi)], op, h0=S)
+        starts.append(S)
+    # what the reverse scan reads: the kinds, and the transitions of later parts
+    Ms = {}
+    if any(p.layout.cont_next for p in parts):
+        first_slot = min(p.slot for p in parts)
+        Ms = {s: chain.rows[s][4 + n:].view(HV, K, K).clone() for s, kind in chain.kinds.items()
+              if kind == THROUGH and s > first_slot}
+    return o, (starts, prefixes, dict(chain.kinds), Ms)
 
 
-def _backward(P, L, group, saved, d_o):
-    S, prefix, kinds, Ms = saved
+def _backward(P, parts, group, saved, d_o):
+    starts, prefixes, kinds, Ms = saved
     _, T, HV, V = P.v.shape
     K = P.q.shape[3]
-    sd = P.state_dtype
+    n = HV * K * V
     dev = P.q.device
     gd = torch.float64 if P.q.dtype == torch.float64 else torch.float32
     if d_o is None:
@@ -323,8 +395,10 @@ def _backward(P, L, group, saved, d_o):
     dA = torch.zeros((HV,), dtype=gd, device=dev) if gate else None
     ddt = torch.zeros((HV,), dtype=gd, device=dev) if gate else None
 
-    def bwd(pieces, h0=None, d_final=None, keep=True):
+    def bwd(p, pieces, h0=None, d_final=None, keep=True):
+        """fqla_bwd on pieces of part p; adds the gradients (keep) and returns dh0."""
         lo, hi, cu = _span(pieces)
+        lo, hi = lo + p.offset, hi + p.offset
         cu_d, cu_h = _cu(cu, dev)
         out = ops.bwd_impl(_tok(P.q, lo, hi), _tok(P.k, lo, hi), _tok(P.v, lo, hi),
                            _tok(P.g, lo, hi), _tok(P.beta, lo, hi), P.A_log, P.dt_bias, h0,
@@ -338,58 +412,74 @@ def _backward(P, L, group, saved, d_o):
                 ddt.add_(out[7])
         return out[5]
 
-    G = torch.zeros((HV, K, V), dtype=sd, device=dev)
-    first, rest = (L.pieces[:1], L.pieces[1:]) if L.cont_prev else ((), L.pieces)
-    if L.through:   # d(start) from this rank's own outputs; the full pass comes later
-        lo, hi = first[0]
-        run = [(lo, lo + prefix)] if prefix is not None else list(first)
-        G.copy_(bwd(run, h0=S, keep=False)[0])
-    elif L.cont_prev:
-        G.copy_(bwd(first, h0=S)[0])
-    if L.cont_next:
-        gparts, _ = _gather(G, group)
-        D = _end_grad(gparts, kinds, Ms, dist.get_rank(group), HV, K, V).to(gd)
+    recs = torch.zeros((len(parts), 2 + n), dtype=P.state_dtype, device=dev)
+    for p, S, prefix, rec in zip(parts, starts, prefixes, recs.unbind(0)):
+        L = p.layout
+        rec[0] = kinds.get(p.slot, EMPTY)
+        rec[1] = p.slot
+        G = rec[2:].view(HV, K, V)
+        first = _split(L)[0]
+        if L.through:   # d(start) from this part's own outputs; its full pass comes later
+            lo, hi = first[0]
+            G.copy_(bwd(p, [(lo, lo + prefix)] if prefix is not None else [(lo, hi)], h0=S,
+                        keep=False)[0])
+        elif L.cont_prev:
+            G.copy_(bwd(p, first, h0=S)[0])
+    gathered, work = _gather(recs, group)
+    for p in parts:   # no gradient comes from later parts: run under the all-gather
+        rest = _split(p.layout)[1]
+        if rest and not p.layout.cont_next:
+            bwd(p, rest)
+    work.wait()
+    gchain = _Chain(gathered)
+    for p, S in zip(parts, starts):
+        L = p.layout
+        if not L.cont_next:
+            continue
+        D = _end_grad(gchain, kinds, Ms, p.slot, HV, K, V).to(gd)
         if L.through:
-            bwd(first, h0=S, d_final=D.unsqueeze(0))
+            bwd(p, L.pieces, h0=S, d_final=D.unsqueeze(0))
         else:
+            rest = _split(L)[1]
             d_final = torch.zeros((len(rest), HV, K, V), dtype=gd, device=dev)
             d_final[-1] = D
-            bwd(rest, d_final=d_final)
-    else:  # no gradient comes from later ranks: run the pieces under the all-gather
-        gparts, work = _gather(G, group, async_op=True)
-        if rest:
-            bwd(rest)
-        work.wait()
+            bwd(p, rest, d_final=d_final)
     return grads, dA, ddt
 
 
 class _ContextParallel(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, layout, group, scale, flags, backend, q, k, v, g, beta, A_log, dt_bias):
+    def forward(ctx, parts, group, scale, flags, backend, q, k, v, g, beta, A_log, dt_bias):
         P = _Problem(q, k, v, g, beta, A_log, dt_bias, scale, flags, backend)
-        o, saved = _forward(P, layout, group)
+        o, saved = _forward(P, parts, group)
         ctx.save_for_backward(q, k, v, g, beta, A_log, dt_bias)
-        ctx.cp = (layout, group, scale, flags, backend, saved)
+        ctx.cp = (parts, group, scale, flags, backend, saved)
         ctx.set_materialize_grads(False)
         return o
 
     @staticmethod
     def backward(ctx, d_o):
-        layout, group, scale, flags, backend, saved = ctx.cp
+        parts, group, scale, flags, backend, saved = ctx.cp
         q, k, v, g, beta, A_log, dt_bias = ctx.saved_tensors
         P = _Problem(q, k, v, g, beta, A_log, dt_bias, scale, flags, backend)
-        (dq, dk, dv, dg, dbeta), dA, ddt = _backward(P, layout, group, saved, d_o)
-        cast = (lambda x, like: None if x is None or like is None else x.to(like.dtype))
+        (dq, dk, dv, dg, dbeta), dA, ddt = _backward(P, parts, group, saved, d_o)
+
+        def cast(x, like):
+            return None if x is None or like is None else x.to(like.dtype)
         return (None, None, None, None, None, dq, dk, dv, cast(dg, g), cast(dbeta, beta),
                 cast(dA, A_log), cast(ddt, dt_bias))
 
 
-def run(layout, q, k, v, g, beta, scale=None, use_qk_l2norm_in_kernel=False, *,
+def run(parts, q, k, v, g, beta, scale=None, use_qk_l2norm_in_kernel=False, *,
         use_gate_in_kernel=False, A_log=None, dt_bias=None, use_beta_sigmoid_in_kernel=False,
         allow_neg_eigval=False, group=None, backend=None):
-    """o of this rank's tokens, laid out by `layout` (a RankLayout)."""
+    """o of this rank's tokens, laid out as `parts` (a list of Part; every
+    rank of the group passes as many)."""
     if q.dim() != 4 or q.shape[0] != 1:
         raise ValueError("flashqla.distributed: q must be [1, T_rank, H, K] (one packed batch per group)")
+    if sum(p.length for p in parts) != q.shape[1]:
+        raise ValueError(f"flashqla.distributed: the parts cover {sum(p.length for p in parts)} tokens, "
+                         f"q has {q.shape[1]}")
     if group is None:
         group = dist.group.WORLD
     (q, k, v, g, beta, A_log, dt_bias, _, _, _, scale, flags, _, be) = prepare(
@@ -398,10 +488,10 @@ def run(layout, q, k, v, g, beta, scale=None, use_qk_l2norm_in_kernel=False, *,
         backend)
     if torch.is_grad_enabled() and any(x is not None and x.requires_grad
                                        for x in (q, k, v, g, beta, A_log, dt_bias)):
-        return _ContextParallel.apply(layout, group, scale, flags, be, q, k, v, g, beta, A_log,
+        return _ContextParallel.apply(parts, group, scale, flags, be, q, k, v, g, beta, A_log,
                                       dt_bias)
     P = _Problem(q, k, v, g, beta, A_log, dt_bias, scale, flags, be)
-    return _forward(P, layout, group)[0]
+    return _forward(P, parts, group)[0]
 
 
 def token_offsets(T_rank, device, group=None):
@@ -443,10 +533,9 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, use_qk_l2norm_in_kernel
         cu = [int(x) for x in cu_seqlens.tolist()]
     else:
         cu = [0, offsets[-1]]
-    layout = layout_from_global(cu, offsets, rank)
-    o = run(layout, q, k, v, g, beta, scale, use_qk_l2norm_in_kernel,
-            use_gate_in_kernel=use_gate_in_kernel, A_log=A_log, dt_bias=dt_bias,
-            use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel,
+    o = run(parts_from_global(cu, offsets, rank), q, k, v, g, beta, scale,
+            use_qk_l2norm_in_kernel, use_gate_in_kernel=use_gate_in_kernel, A_log=A_log,
+            dt_bias=dt_bias, use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel,
             allow_neg_eigval=allow_neg_eigval, group=group, backend=backend)
     return o, None
 
@@ -455,11 +544,11 @@ def chunk_gated_delta_rule_fla(q, k, v, g, beta, cp_context, scale=None,
                                use_qk_l2norm_in_kernel=False, **options):
     """The same with the layout of FLA's cp_context (flashqla.fla routes FLA
     calls that carry one here)."""
-    o = run(layout_from_fla(cp_context), q, k, v, g, beta, scale, use_qk_l2norm_in_kernel,
-            group=cp_context.group, **options)
+    o = run(parts_from_fla(cp_context, q.shape[1]), q, k, v, g, beta, scale,
+            use_qk_l2norm_in_kernel, group=cp_context.group, **options)
     return o, None
 
 
-__all__ = ["chunk_gated_delta_rule", "chunk_gated_delta_rule_fla", "RankLayout",
-           "layout_from_global", "layout_from_fla", "carry_prefix", "token_offsets", "run",
-           "NEGLIGIBLE_LOG_DECAY"]
+__all__ = ["chunk_gated_delta_rule", "chunk_gated_delta_rule_fla", "Layout", "Part",
+           "layout_from_global", "parts_from_global", "parts_from_fla", "carry_prefix",
+           "token_offsets", "run", "NEGLIGIBLE_LOG_DECAY"]

@@ -28,29 +28,33 @@ import flashqla.distributed as fcp
 from flashqla import fla as qfla
 
 # name -> (global cu_seqlens, offsets per world size, options)
-T_ALL = 260
+T_ALL = 264
+EVEN = {2: [0, 132, 264], 4: [0, 66, 132, 198, 264]}
 CASES = {
     # one sequence through every rank, equal shares: the middle ranks carry M
-    "one_seq_even": ([0, T_ALL], {2: [0, 130, 260], 4: [0, 65, 130, 195, 260]},
+    "one_seq_even": ([0, T_ALL], EVEN,
                      dict(gate=0.05)),
     # several sequences (one of them empty) across unequal shares, one rank empty
-    "varlen_uneven": ([0, 30, 31, 150, 150, 260], {2: [0, 100, 260], 4: [0, 20, 20, 200, 260]},
+    "varlen_uneven": ([0, 30, 31, 150, 150, 264], {2: [0, 100, 264], 4: [0, 20, 20, 200, 264]},
                       dict(gate=0.2)),
     # no decay at all: the carried state never fades; a rank of one token
-    "zero_decay": ([0, T_ALL], {2: [0, 70, 260], 4: [0, 10, 150, 151, 260]}, dict(gate=0.0)),
+    "zero_decay": ([0, T_ALL], {2: [0, 70, 264], 4: [0, 10, 150, 151, 264]}, dict(gate=0.0)),
     # strong decay: the through ranks take the gate-driven shortcut
-    "strong_decay": ([0, T_ALL], {2: [0, 130, 260], 4: [0, 65, 130, 195, 260]},
+    "strong_decay": ([0, T_ALL], EVEN,
                      dict(gate=4.0)),
     # empty first and last ranks
-    "empty_ranks": ([0, 90, T_ALL], {2: [0, 0, 260], 4: [0, 0, 140, 260, 260]}, dict(gate=0.1)),
+    "empty_ranks": ([0, 90, T_ALL], {2: [0, 0, 264], 4: [0, 0, 140, 264, 264]}, dict(gate=0.1)),
     # in-kernel gate, beta sigmoid with negative eigenvalues, l2norm of raw keys
-    "options": ([0, 100, T_ALL], {2: [0, 180, 260], 4: [0, 40, 120, 200, 260]},
+    "options": ([0, 100, T_ALL], {2: [0, 180, 264], 4: [0, 40, 120, 200, 264]},
                 dict(gate=1.0, options=True)),
-    "bf16": ([0, T_ALL], {2: [0, 130, 260], 4: [0, 65, 130, 195, 260]},
+    "bf16": ([0, T_ALL], EVEN,
              dict(gate=0.05, dtype="bfloat16")),
-    # through flashqla.fla with an FLA cp_context (equal shares, FLA's partition)
-    "fla_cp_context": ([0, 50, T_ALL], {2: [0, 130, 260], 4: [0, 65, 130, 195, 260]},
-                       dict(gate=0.1, fla=True)),
+    # through flashqla.fla with an FLA cp_context: a stand-in of FLA's fields
+    # (always), FLA's own build_cp_context and public function (where FLA
+    # imports), contiguous and zigzag (FLA 0.6: rank r holds positions r and 2W-1-r)
+    "fla_cp_context": ([0, 50, T_ALL], EVEN, dict(gate=0.1, fla="stand-in")),
+    "fla_real": ([0, 50, 52, 200, T_ALL], EVEN, dict(gate=0.1, fla="real")),
+    "fla_real_zigzag": ([0, 50, 52, 200, T_ALL], EVEN, dict(gate=0.1, fla="zigzag")),
 }
 H, HV, K, V = 2, 4, 16, 16
 GRADS = ("q", "k", "v", "g", "beta", "A_log", "dt_bias")
@@ -115,39 +119,93 @@ def _rel(x, ref):
     return (x - ref).norm().item() / n if n > 0 else (x - ref).norm().item()
 
 
+def _fla_real():
+    """(FLA's build_cp_context, FLA's public chunk_gated_delta_rule), or the
+    reason they cannot be used here."""
+    try:
+        from fla.ops.cp import build_cp_context
+        from fla.ops.gated_delta_rule import chunk_gated_delta_rule
+    except Exception as e:  # not installed, or needs what this machine lacks
+        return None, f"FLA (fla-core) is not importable here ({type(e).__name__}: {e})"
+    return (build_cp_context, chunk_gated_delta_rule), None
+
+
+def _segments(name, rank, world, cu):
+    """[(global start, local start, length)] of this rank's tokens."""
+    offsets, fla = CASES[name][1][world], CASES[name][2].get("fla")
+    if fla == "zigzag":
+        part = T_ALL // (2 * world)
+        back = 2 * world - 1 - rank
+        return [(rank * part, 0, part), (back * part, part, part)]
+    return [(offsets[rank], 0, offsets[rank + 1] - offsets[rank])]
+
+
 def _run_case(name, rank, world, group, device, seed):
     cu, offsets, opt = CASES[name]
     offsets = offsets[world]
+    fla = opt.get("fla")
+    if fla in ("real", "zigzag"):
+        real, why = _fla_real()
+        if real is None:
+            return {"skipped": why}
     dtype = getattr(torch, opt.get("dtype", "float32"))
     x, d_o = _inputs(opt["gate"], seed, opt.get("options"), dtype)
     kw = _kw(opt.get("options"))
-    a, b = offsets[rank], offsets[rank + 1]
-    local = {n: t[:, a:b].clone() if t.dim() > 1 else t.clone() for n, t in x.items()}
-    local = {n: t.to(device).requires_grad_() for n, t in local.items()}
-    if opt.get("fla"):
+    segs = _segments(name, rank, world, cu)
+
+    def mine_of(t):
+        if t.dim() == 1:
+            return t.clone()
+        return torch.cat([t[:, a:a + n] for a, _, n in segs], dim=1)
+    local = {n: mine_of(t).to(device).requires_grad_() for n, t in x.items()}
+    if fla == "stand-in":
         cp = _CPContext(cu, group, device)
         ok, why = qfla.verify_call(**local, cp_context=cp, **kw)
         assert ok, why
         o, _ = qfla.run_call(**local, cp_context=cp, **kw)
+    elif fla:
+        build_cp_context, fla_gdr = real
+        cp = build_cp_context(torch.tensor(cu, device=device), group=group,
+                              cu_seqlens_cpu=torch.tensor(cu),
+                              **({"layout": "zigzag"} if fla == "zigzag" else {}))
+        calls, real_run = [], qfla.run_call
+
+        def counted(*args, **kwargs):
+            calls.append(1)
+            return real_run(*args, **kwargs)
+        qfla.run_call = counted   # the registered backend looks it up per call
+        qfla.enable()
+        try:
+            ok, why = qfla.verify_call(**local, cp_context=cp, **kw)
+            assert ok, why
+            o, _ = fla_gdr(**local, cp_context=cp, **kw)
+        finally:
+            qfla.disable()
+            qfla.run_call = real_run
+        assert calls == [1], "FLA did not dispatch the call to flashqla"
     else:
         o, _ = fcp.chunk_gated_delta_rule(**local, **kw, group=group,
                                           cu_seqlens=torch.tensor(cu, device=device),
                                           offsets=offsets if name != "varlen_uneven" else None)
-    (o.double() * d_o[:, a:b].to(device).double()).sum().backward()
+    (o.double() * mine_of(d_o).to(device).double()).sum().backward()
     mine = {"o": o.detach().cpu()}
     for n in GRADS:
         if n in local:
             mine["d" + n] = local[n].grad.detach().cpu()
     everyone = [None] * world
-    torch.distributed.all_gather_object(everyone, mine, group=group)
+    torch.distributed.all_gather_object(everyone, (segs, mine), group=group)
     if rank != 0:
         return None
     full = {}
     for key in mine:
         if key in ("dA_log", "ddt_bias"):  # each rank's share of a replicated parameter
-            full[key] = sum(e[key].double() for e in everyone)
-        else:
-            full[key] = torch.cat([e[key] for e in everyone], dim=1)
+            full[key] = sum(e[key].double() for _, e in everyone)
+            continue
+        t = torch.zeros((1, T_ALL) + tuple(mine[key].shape[2:]), dtype=torch.float64)
+        for rsegs, e in everyone:
+            for a, b, n in rsegs:
+                t[:, a:a + n] = e[key][:, b:b + n].double()
+        full[key] = t
     ref_in = {n: t.clone().requires_grad_() for n, t in x.items()}
     ro, _ = flashqla.chunk_gated_delta_rule(**ref_in, **kw,
                                             cu_seqlens=torch.tensor(cu, dtype=torch.int64))
@@ -240,6 +298,8 @@ def _bound(case, output):
 @pytest.mark.parametrize("case", list(CASES))
 def test_equals_single_process(case, backend, world):
     errs = _results(backend, world)[case]
+    if "skipped" in errs:
+        pytest.skip(errs["skipped"])
     assert set(errs) >= {"o", "dq", "dk", "dv", "dg", "dbeta"}
     bad = {n: e for n, e in errs.items() if not e <= _bound(case, n)}
     assert not bad, f"{case} on {world} {backend} ranks: rel errors over the bound: {bad} (all: {errs})"
@@ -256,26 +316,26 @@ def test_deterministic_and_shortcut(backend, world):
 # In one process: the layouts and the shortcut's decision
 
 
-def test_layouts_from_global_and_from_fla_agree():
-    cu = [0, 50, 260]
-    offsets = [0, 65, 130, 195, 260]
+def test_parts_from_global_and_from_fla_agree():
+    cu = [0, 50, 264]
+    offsets = EVEN[4]
 
     class G:  # the stand-in reads only rank and world of its group
         pass
 
-    for rank in range(4):
-        want = fcp.layout_from_global(cu, offsets, rank)
-        orig = torch.distributed.get_world_size, torch.distributed.get_rank
-        try:
-            torch.distributed.get_world_size = lambda group=None: 4
+    orig = torch.distributed.get_world_size, torch.distributed.get_rank
+    try:
+        torch.distributed.get_world_size = lambda group=None: 4
+        for rank in range(4):
             torch.distributed.get_rank = lambda group=None, r=rank: r
-            got = fcp.layout_from_fla(_CPContext(cu, G(), "cpu"))
-        finally:
-            torch.distributed.get_world_size, torch.distributed.get_rank = orig
-        assert got == want, (rank, got, want)
-    assert fcp.layout_from_global(cu, offsets, 0) == fcp.RankLayout(((0, 50), (50, 65)), False, True)
-    assert fcp.layout_from_global(cu, offsets, 1).through
-    assert fcp.layout_from_global(cu, [0, 0, 260, 260, 260], 0) == fcp.RankLayout((), False, False)
+            want = fcp.parts_from_global(cu, offsets, rank)
+            got = fcp.parts_from_fla(_CPContext(cu, G(), "cpu"), 66)
+            assert got == want, (rank, got, want)
+    finally:
+        torch.distributed.get_world_size, torch.distributed.get_rank = orig
+    assert fcp.layout_from_global(cu, 0, 66) == fcp.Layout(((0, 50), (50, 66)), False, True)
+    assert fcp.layout_from_global(cu, 66, 132).through
+    assert fcp.parts_from_global(cu, [0, 0, 264, 264, 264], 0)[0].layout == fcp.Layout((), False, False)
 
 
 def test_carry_prefix():
@@ -299,16 +359,6 @@ def test_fla_cp_context_without_group_is_refused():
         cu_seqlens_cpu = None
     ok, why = qfla.verify_call(**x, cp_context=NoGroup())
     assert not ok and "group" in why
-
-
-def test_real_fla_cp_context():
-    try:
-        from fla.ops.cp import build_cp_context  # noqa: F401
-    except Exception as e:
-        pytest.skip(f"FLA (fla-core) is not importable here ({type(e).__name__}: {e}); "
-                    "the stand-in context of the same fields is tested above")
-    pytest.skip("FLA is installed, but its CP path needs a multi-process run on GPUs; "
-                "run the fla_cp_context case with NCCL (python/tests/test_distributed.py -k nccl)")
 
 
 if __name__ == "__main__":

@@ -470,6 +470,18 @@ class _ContextParallel(torch.autograd.Function):
                 cast(dA, A_log), cast(ddt, dt_bias))
 
 
+def _check_supported(q, k, v, g, beta, A_log, dt_bias, scale, flags, be, backward):
+    """Raises what the library would raise on this rank's calls, before any
+    collective: every rank of the group decides alike (same shapes but T,
+    dtypes, backend), so none is left waiting in an all-gather. The check
+    reads shapes only, on one token."""
+    one = [x.new_empty((1, 1) + tuple(x.shape[2:])) for x in (q, k, v, g, beta)]
+    err = ops.fwd_supported(*one, A_log, dt_bias, None, None, None, scale, flags, False, be,
+                            backward=backward)
+    if err is not None:
+        raise err
+
+
 def run(parts, q, k, v, g, beta, scale=None, use_qk_l2norm_in_kernel=False, *,
         use_gate_in_kernel=False, A_log=None, dt_bias=None, use_beta_sigmoid_in_kernel=False,
         allow_neg_eigval=False, group=None, backend=None):
@@ -486,8 +498,10 @@ def run(parts, q, k, v, g, beta, scale=None, use_qk_l2norm_in_kernel=False, *,
         q, k, v, g, beta, scale, None, False, use_qk_l2norm_in_kernel, use_gate_in_kernel,
         A_log, dt_bias, use_beta_sigmoid_in_kernel, allow_neg_eigval, False, None, None, None,
         backend)
-    if torch.is_grad_enabled() and any(x is not None and x.requires_grad
-                                       for x in (q, k, v, g, beta, A_log, dt_bias)):
+    grad = torch.is_grad_enabled() and any(x is not None and x.requires_grad
+                                           for x in (q, k, v, g, beta, A_log, dt_bias))
+    _check_supported(q, k, v, g, beta, A_log, dt_bias, scale, flags, be, grad)
+    if grad:
         return _ContextParallel.apply(parts, group, scale, flags, be, q, k, v, g, beta, A_log,
                                       dt_bias)
     P = _Problem(q, k, v, g, beta, A_log, dt_bias, scale, flags, be)

@@ -276,6 +276,16 @@ def _worker(rank, world, backend, init_file, out_file, seed):
         results["_prefix"] = fcp.carry_prefix(x["g"][:, lo:hi], x["beta"][:, lo:hi],
                                               x["k"][:, lo:hi], 0)
         results["_through_len"] = hi - lo
+        # a call the library cannot run fails on every rank before any
+        # collective (a rank left waiting in an all-gather would hang)
+        x = {n: torch.randn(1, 8, 1, 300, device=device) for n in ("q", "k", "v")}
+        x.update(g=torch.zeros(1, 8, 1, device=device), beta=torch.zeros(1, 8, 1, device=device))
+        try:
+            fcp.chunk_gated_delta_rule(**x, group=group, offsets=[8 * r for r in range(world + 1)])
+            results["_unsupported"] = "ran"
+        except NotImplementedError as e:
+            results["_unsupported"] = str(e)
+        torch.distributed.barrier()
     finally:
         torch.distributed.destroy_process_group()
     if rank == 0:
@@ -361,6 +371,7 @@ def test_deterministic_and_shortcut(backend, world):
     r = _results(backend, world)
     assert r["_deterministic"], "two identical distributed calls differ"
     assert r["_prefix"] is not None and r["_prefix"] < r["_through_len"], r
+    assert r["_unsupported"] != "ran" and "300" in r["_unsupported"], r["_unsupported"]
 
 
 # --------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from datetime import timedelta
 import pytest
 import torch
 
-from conftest import SEED, cuda_skip_reason
+from conftest import SEED, cuda_skip_reason, rel
 
 import flashqla
 import flashqla.distributed as fcp
@@ -409,6 +409,29 @@ def test_carry_prefix():
     g[..., 1] = -2.0
     assert fcp.carry_prefix(g, beta, k, 0) == 17   # head 0 reaches -17 at token 16
     assert fcp.carry_prefix(g, beta * 3, k, 0) is None  # beta ||k||^2 > 2: not contractive
+
+
+@pytest.mark.parametrize("wide", [True, False], ids=["one-call", "two-calls"])
+def test_transition_is_the_affine_map(monkeypatch, wide):
+    # S_end = M S_start + H, with [H | M] from one call with V + K columns or,
+    # where the library does not take them, from two
+    from flashqla import ops
+    from flashqla.chunk import prepare
+    x, _ = _inputs(0.1, 7, False, torch.float32, DIMS["gloo"])
+    x = {n: t[:, :100] for n, t in x.items()}
+    args = prepare(*x.values(), None, None, False, False, False, None, None, False, False, False,
+                   None, None, None, None)
+    P = fcp._Problem(*args[:7], args[10], args[11], args[13])
+    if not wide:
+        real = ops.fwd_supported
+        monkeypatch.setattr(ops, "fwd_supported",
+                            lambda *a, **k: NotImplementedError("no") if a[2].shape[3] == 32 else real(*a, **k))
+    H, M = fcp._transition(P, (10, 90))
+    _, HV, K, V = DIMS["gloo"]
+    S0 = torch.randn(1, HV, K, V)
+    _, S1 = flashqla.chunk_gated_delta_rule(**{n: t[:, 10:90] for n, t in x.items()},
+                                            initial_state=S0, output_final_state=True)
+    assert rel(torch.matmul(M, S0[0]) + H, S1[0]) < 1e-5
 
 
 def test_fla_cp_context_without_group_is_refused():

@@ -38,6 +38,11 @@ after it (the M_j kept from the forward) and runs fqla_bwd with it as
 d_final_state. Gradients of A_log / dt_bias are each rank's own share (a
 data-parallel reduction sums them, as for any replicated parameter).
 
+FLA 0.6's zigzag layout gives a rank two separate token ranges (chain
+positions r and 2W - 1 - r); the code therefore works on parts (a token
+range at one chain position: one per rank, or two), and the records, the
+scans and the "rank before / after" above are per part, in chain order.
+
 Every rank of the group must call the forward and, when gradients are
 needed, the backward (they are collectives). initial_state and
 output_final_state are not offered (as in FLA's context parallelism).
@@ -51,7 +56,7 @@ from typing import Optional, Sequence
 import torch
 import torch.distributed as dist
 
-from . import _lib, ops
+from . import ops
 from .chunk import prepare
 
 # log of the bound on ||M|| below which the carried state is dropped (e^-17 ~ 4e-8)

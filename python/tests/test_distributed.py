@@ -34,8 +34,9 @@ CASES = {
     # one sequence through every rank, equal shares: the middle ranks carry M
     "one_seq_even": ([0, T_ALL], EVEN,
                      dict(gate=0.05)),
-    # several sequences (one of them empty) across unequal shares, one rank empty
-    "varlen_uneven": ([0, 30, 31, 150, 150, 264], {2: [0, 100, 264], 4: [0, 20, 20, 200, 264]},
+    # several sequences (one of them empty) across unequal shares, one rank
+    # empty, rows after the last sequence (zero outputs and gradients)
+    "varlen_uneven": ([0, 30, 31, 150, 150, 240], {2: [0, 100, 264], 4: [0, 20, 20, 200, 264]},
                       dict(gate=0.2)),
     # no decay at all: the carried state never fades; a rank of one token
     "zero_decay": ([0, T_ALL], {2: [0, 70, 264], 4: [0, 10, 150, 151, 264]}, dict(gate=0.0)),

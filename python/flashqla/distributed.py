@@ -487,6 +487,7 @@ def _check_supported(q, k, v, g, beta, A_log, dt_bias, scale, flags, be, backwar
         raise err
 
 
+@torch.compiler.disable   # collectives and host-side planning: a graph break, as FLA's CP
 def run(parts, q, k, v, g, beta, scale=None, use_qk_l2norm_in_kernel=False, *,
         use_gate_in_kernel=False, A_log=None, dt_bias=None, use_beta_sigmoid_in_kernel=False,
         allow_neg_eigval=False, group=None, backend=None):

@@ -168,6 +168,9 @@ def _cp_unsupported(bound, cp):
         return "initial_state / output_final_state with cp_context (FLA raises the error)"
     if getattr(cp, "cu_seqlens", None) is None:
         return "cp_context without cu_seqlens (FLA raises the error)"
+    layout = getattr(cp, "layout", "contiguous")
+    if layout not in ("contiguous", "zigzag"):
+        return f"flashqla: cp_context layout {layout!r} (flashqla knows 'contiguous' and 'zigzag')"
     return None
 
 

@@ -10,11 +10,14 @@ chunk_gated_delta_rule to flashqla first (priority 1 by default; lower runs
 earlier; FLA's own FlashQLA/TileLang backend has 3). The verifier accepts a
 call only when flashqla's library says it can run it (fqla_fwd_supported,
 and fqla_bwd_supported when an input requires grad, both answered without
-launching anything), the call uses nothing flashqla lacks (cp_context,
-deprecated arguments) and flashqla's path is not the slower one (fp32 CUDA
-tensors: slower_than_fla); everything else falls back to the next backend
+launching anything), the call uses nothing flashqla lacks (deprecated
+arguments; initial_state or output_final_state together with cp_context)
+and flashqla's path is not the slower one (fp32 CUDA tensors:
+slower_than_fla); everything else falls back to the next backend
 and finally to FLA's Triton code. Set FLA_FLASHQLA=0 to switch it off without
-code changes.
+code changes. A call with FLA's cp_context (fla.ops.cp.build_cp_context:
+one sequence split across the ranks of a process group) runs on
+flashqla.distributed with the rank layout that context describes.
 
 Two registry APIs exist: FLA releases on PyPI (0.6: fla.backends with
 register()/_get_operation_registry) and the development tree of mid-2026
@@ -126,8 +129,14 @@ def verify_call(*args, **kwargs):
         bound = _bind(args, kwargs)
     except TypeError as e:
         return False, f"flashqla: {e}"
-    if bound.get("cp_context") is not None:
-        return False, "flashqla does not support inter-card context parallel (cp_context)"
+    cp = bound.get("cp_context")
+    if cp is not None:
+        why = _cp_unsupported(bound, cp)
+        if why:
+            return False, why
+        # the library's own check below is of this rank's share of the tokens
+        bound = dict(bound, cu_seqlens=cp.cu_seqlens, cu_seqlens_cpu=cp.cu_seqlens_cpu,
+                     cp_context=None)
     if bound.get("chunk_size", 64) not in (16, 32, 64):
         return False, "chunk_size must be 16, 32 or 64 (FLA raises the error)"
     if bound.get("cu_seqlens") is not None and bound["q"].shape[0] != 1:
@@ -148,8 +157,39 @@ def verify_call(*args, **kwargs):
     return True, None
 
 
+def _cp_unsupported(bound, cp):
+    """Why flashqla cannot run this call with FLA's cp_context (context
+    parallelism across ranks, flashqla.distributed), or None."""
+    if getattr(cp, "group", None) is None:
+        return "flashqla: cp_context without a process group"
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return "flashqla: cp_context needs an initialised torch.distributed"
+    if bound.get("initial_state") is not None or bound.get("output_final_state", False):
+        return "initial_state / output_final_state with cp_context (FLA raises the error)"
+    if getattr(cp, "cu_seqlens", None) is None:
+        return "cp_context without cu_seqlens (FLA raises the error)"
+    layout = getattr(cp, "layout", "contiguous")
+    if layout not in ("contiguous", "zigzag"):
+        return f"flashqla: cp_context layout {layout!r} (flashqla knows 'contiguous' and 'zigzag')"
+    return None
+
+
+def _run_cp(bound):
+    from .distributed import chunk_gated_delta_rule_fla
+    gate = bound.get("use_gate_in_kernel", False)
+    return chunk_gated_delta_rule_fla(
+        bound["q"], bound["k"], bound["v"], bound["g"], bound["beta"], bound["cp_context"],
+        bound.get("scale"), bound.get("use_qk_l2norm_in_kernel", False),
+        use_gate_in_kernel=gate, A_log=bound.get("A_log") if gate else None,
+        dt_bias=bound.get("dt_bias") if gate else None,
+        use_beta_sigmoid_in_kernel=bound.get("use_beta_sigmoid_in_kernel", False),
+        allow_neg_eigval=bound.get("allow_neg_eigval", False))
+
+
 def run_call(*args, **kwargs):
     bound = _bind(args, kwargs)
+    if bound.get("cp_context") is not None:
+        return _run_cp(bound)
     bound.pop("chunk_indices", None)
     bound.pop("chunk_size", None)
     if not bound.get("use_gate_in_kernel", False):

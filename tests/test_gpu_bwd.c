@@ -600,8 +600,9 @@ static void bwd_contract(void)
 
 static void bwd_lengths(void)
 {
-    const int Ts[] = {1, 2, 63, 64, 65, 127, 129, 1000};
-    for (int i = 0; i < 8; i++) {
+    /* T = 0: no token, but every sequence's dh0 = d_final_state */
+    const int Ts[] = {0, 1, 2, 63, 64, 65, 127, 129, 1000};
+    for (int i = 0; i < 9; i++) {
         if (check_quick() && Ts[i] > 130) continue;
         spec s = base_spec(2, Ts[i], 2, 4, 128);
         char what[64];

@@ -187,7 +187,7 @@ void fqla_gemm(int flags, int64_t m, int64_t n, int64_t k,
                float *C, int64_t ldc)
 {
 #ifdef FQLA_HAVE_AVX2_GEMM
-    if (fqla_cpu_isa() == FQLA_CPU_ISA_AVX2) {
+    if (fqla_cpu_isa() >= FQLA_CPU_ISA_AVX2) {
         gemm_avx2(flags, m, n, k, A, lda, B, ldb, C, ldc);
         return;
     }

@@ -1,0 +1,318 @@
+/*
+ * decode_step.c - one decode token on a tile of the state, portable C plus
+ * AVX2 + FMA and AVX-512F bodies chosen at run time (see decode_step.h).
+ *
+ * Every body computes the same sums in the same association within itself
+ * (fixed partial accumulators, combined in a fixed order), so a path's
+ * results never depend on the thread count; the paths round differently
+ * from each other (FMA, lane order) and are each held to the fp64 oracle.
+ */
+#include "cpu/decode_step.h"
+
+#include "cpu/cpu_isa.h"
+
+/* ---- portable C ---- */
+
+#if defined(__GNUC__)
+#define FQLA_INLINE __attribute__((always_inline)) inline
+#else
+#define FQLA_INLINE inline
+#endif
+
+/* Written for a constant w (16) after inlining so gcc -O2 vectorises the
+ * j loops; any w <= 16 is correct. */
+static FQLA_INLINE void kv_c(int64_t K, int64_t w, float *S, int64_t ld, const fqla_decode_token *t,
+                             float *o)
+{
+    float wv[16] = {0}, rv[16] = {0}, u[16];
+    for (int64_t i = 0; i < K; i++) {
+        const float *row = S + i * ld;
+        float ki = t->k[i], qi = t->q[i];
+        for (int64_t j = 0; j < w; j++) {
+            wv[j] += ki * row[j];
+            rv[j] += qi * row[j];
+        }
+    }
+    for (int64_t j = 0; j < w; j++) {
+        u[j] = t->beta * (t->v[j] - t->a * wv[j]);
+        o[j] = t->ca * rv[j] + t->cu * u[j];
+    }
+    for (int64_t i = 0; i < K; i++) {
+        float *row = S + i * ld, ki = t->k[i];
+        for (int64_t j = 0; j < w; j++)
+            row[j] = t->a * row[j] + ki * u[j];
+    }
+}
+
+static void kv_c16(int64_t K, float *S, int64_t ld, const fqla_decode_token *t, float *o)
+{
+    kv_c(K, 16, S, ld, t, o);
+}
+
+static void kv_cw(int64_t K, int64_t w, float *S, int64_t ld, const fqla_decode_token *t, float *o)
+{
+    kv_c(K, w, S, ld, t, o);
+}
+
+static void vk_c(int64_t K, int64_t n, float *S, int64_t ld, const fqla_decode_token *t, float *o)
+{
+    for (int64_t j = 0; j < n; j++) {
+        float *row = S + j * ld;
+        /* two partial sums each: half the dependency chain */
+        float w0 = 0, w1 = 0, r0 = 0, r1 = 0;
+        int64_t i = 0;
+        for (; i + 2 <= K; i += 2) {
+            w0 += row[i] * t->k[i];
+            r0 += row[i] * t->q[i];
+            w1 += row[i + 1] * t->k[i + 1];
+            r1 += row[i + 1] * t->q[i + 1];
+        }
+        if (i < K) {
+            w0 += row[i] * t->k[i];
+            r0 += row[i] * t->q[i];
+        }
+        float u = t->beta * (t->v[j] - t->a * (w0 + w1));
+        o[j] = t->ca * (r0 + r1) + t->cu * u;
+        for (i = 0; i < K; i++)
+            row[i] = t->a * row[i] + u * t->k[i];
+    }
+}
+
+/* ---- x86 SIMD bodies ---- */
+
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#define FQLA_HAVE_X86_DECODE 1
+#include <immintrin.h>
+
+#define FQLA_AVX2 __attribute__((target("avx2,fma")))
+#define FQLA_AVX512 __attribute__((target("avx512f,avx2,fma")))
+
+/* 16 columns as two ymm; rows in pairs (eight accumulators). */
+FQLA_AVX2 static void kv_avx2(int64_t K, float *S, int64_t ld, const fqla_decode_token *t, float *o)
+{
+    __m256 w0a = _mm256_setzero_ps(), w0b = w0a, w1a = w0a, w1b = w0a;
+    __m256 r0a = w0a, r0b = w0a, r1a = w0a, r1b = w0a;
+    int64_t i = 0;
+    for (; i + 2 <= K; i += 2) {
+        const float *s0 = S + i * ld, *s1 = s0 + ld;
+        __m256 k0 = _mm256_broadcast_ss(t->k + i), q0 = _mm256_broadcast_ss(t->q + i);
+        __m256 k1 = _mm256_broadcast_ss(t->k + i + 1), q1 = _mm256_broadcast_ss(t->q + i + 1);
+        __m256 a0 = _mm256_loadu_ps(s0), b0 = _mm256_loadu_ps(s0 + 8);
+        __m256 a1 = _mm256_loadu_ps(s1), b1 = _mm256_loadu_ps(s1 + 8);
+        w0a = _mm256_fmadd_ps(k0, a0, w0a);
+        w0b = _mm256_fmadd_ps(k0, b0, w0b);
+        r0a = _mm256_fmadd_ps(q0, a0, r0a);
+        r0b = _mm256_fmadd_ps(q0, b0, r0b);
+        w1a = _mm256_fmadd_ps(k1, a1, w1a);
+        w1b = _mm256_fmadd_ps(k1, b1, w1b);
+        r1a = _mm256_fmadd_ps(q1, a1, r1a);
+        r1b = _mm256_fmadd_ps(q1, b1, r1b);
+    }
+    if (i < K) {
+        const float *s0 = S + i * ld;
+        __m256 k0 = _mm256_broadcast_ss(t->k + i), q0 = _mm256_broadcast_ss(t->q + i);
+        __m256 a0 = _mm256_loadu_ps(s0), b0 = _mm256_loadu_ps(s0 + 8);
+        w0a = _mm256_fmadd_ps(k0, a0, w0a);
+        w0b = _mm256_fmadd_ps(k0, b0, w0b);
+        r0a = _mm256_fmadd_ps(q0, a0, r0a);
+        r0b = _mm256_fmadd_ps(q0, b0, r0b);
+    }
+    __m256 av = _mm256_set1_ps(t->a), bv = _mm256_set1_ps(t->beta);
+    __m256 cav = _mm256_set1_ps(t->ca), cuv = _mm256_set1_ps(t->cu);
+    __m256 ua = _mm256_mul_ps(bv, _mm256_fnmadd_ps(av, _mm256_add_ps(w0a, w1a), _mm256_loadu_ps(t->v)));
+    __m256 ub = _mm256_mul_ps(bv, _mm256_fnmadd_ps(av, _mm256_add_ps(w0b, w1b), _mm256_loadu_ps(t->v + 8)));
+    _mm256_storeu_ps(o, _mm256_fmadd_ps(cav, _mm256_add_ps(r0a, r1a), _mm256_mul_ps(cuv, ua)));
+    _mm256_storeu_ps(o + 8, _mm256_fmadd_ps(cav, _mm256_add_ps(r0b, r1b), _mm256_mul_ps(cuv, ub)));
+    for (i = 0; i < K; i++) {
+        float *row = S + i * ld;
+        __m256 ki = _mm256_broadcast_ss(t->k + i);
+        _mm256_storeu_ps(row, _mm256_fmadd_ps(ki, ua, _mm256_mul_ps(av, _mm256_loadu_ps(row))));
+        _mm256_storeu_ps(row + 8, _mm256_fmadd_ps(ki, ub, _mm256_mul_ps(av, _mm256_loadu_ps(row + 8))));
+    }
+}
+
+/* 16 columns as one zmm; rows in fours (eight accumulators). */
+FQLA_AVX512 static void kv_avx512(int64_t K, float *S, int64_t ld, const fqla_decode_token *t, float *o)
+{
+    __m512 w0 = _mm512_setzero_ps(), w1 = w0, w2 = w0, w3 = w0;
+    __m512 r0 = w0, r1 = w0, r2 = w0, r3 = w0;
+    int64_t i = 0;
+    for (; i + 4 <= K; i += 4) {
+        const float *s = S + i * ld;
+        __m512 a0 = _mm512_loadu_ps(s), a1 = _mm512_loadu_ps(s + ld);
+        __m512 a2 = _mm512_loadu_ps(s + 2 * ld), a3 = _mm512_loadu_ps(s + 3 * ld);
+        w0 = _mm512_fmadd_ps(_mm512_set1_ps(t->k[i]), a0, w0);
+        r0 = _mm512_fmadd_ps(_mm512_set1_ps(t->q[i]), a0, r0);
+        w1 = _mm512_fmadd_ps(_mm512_set1_ps(t->k[i + 1]), a1, w1);
+        r1 = _mm512_fmadd_ps(_mm512_set1_ps(t->q[i + 1]), a1, r1);
+        w2 = _mm512_fmadd_ps(_mm512_set1_ps(t->k[i + 2]), a2, w2);
+        r2 = _mm512_fmadd_ps(_mm512_set1_ps(t->q[i + 2]), a2, r2);
+        w3 = _mm512_fmadd_ps(_mm512_set1_ps(t->k[i + 3]), a3, w3);
+        r3 = _mm512_fmadd_ps(_mm512_set1_ps(t->q[i + 3]), a3, r3);
+    }
+    for (; i < K; i++) {
+        __m512 a0 = _mm512_loadu_ps(S + i * ld);
+        w0 = _mm512_fmadd_ps(_mm512_set1_ps(t->k[i]), a0, w0);
+        r0 = _mm512_fmadd_ps(_mm512_set1_ps(t->q[i]), a0, r0);
+    }
+    __m512 w = _mm512_add_ps(_mm512_add_ps(w0, w1), _mm512_add_ps(w2, w3));
+    __m512 r = _mm512_add_ps(_mm512_add_ps(r0, r1), _mm512_add_ps(r2, r3));
+    __m512 av = _mm512_set1_ps(t->a);
+    __m512 u = _mm512_mul_ps(_mm512_set1_ps(t->beta), _mm512_fnmadd_ps(av, w, _mm512_loadu_ps(t->v)));
+    _mm512_storeu_ps(o, _mm512_fmadd_ps(_mm512_set1_ps(t->ca), r, _mm512_mul_ps(_mm512_set1_ps(t->cu), u)));
+    for (i = 0; i < K; i++) {
+        float *row = S + i * ld;
+        _mm512_storeu_ps(row, _mm512_fmadd_ps(_mm512_set1_ps(t->k[i]), u, _mm512_mul_ps(av, _mm512_loadu_ps(row))));
+    }
+}
+
+/* Horizontal sum of a ymm in a fixed order. */
+FQLA_AVX2 static float hsum256(__m256 x)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* Rows of K floats (K % 8 == 0), two rows at a time. */
+FQLA_AVX2 static void vk_avx2(int64_t K, int64_t n, float *S, int64_t ld, const fqla_decode_token *t,
+                              float *o)
+{
+    __m256 av = _mm256_set1_ps(t->a);
+    int64_t j = 0;
+    for (; j + 2 <= n; j += 2) {
+        float *s0 = S + j * ld, *s1 = s0 + ld;
+        __m256 w0 = _mm256_setzero_ps(), r0 = w0, w1 = w0, r1 = w0;
+        for (int64_t c = 0; c < K; c += 8) {
+            __m256 kk = _mm256_loadu_ps(t->k + c), qq = _mm256_loadu_ps(t->q + c);
+            __m256 a0 = _mm256_loadu_ps(s0 + c), a1 = _mm256_loadu_ps(s1 + c);
+            w0 = _mm256_fmadd_ps(a0, kk, w0);
+            r0 = _mm256_fmadd_ps(a0, qq, r0);
+            w1 = _mm256_fmadd_ps(a1, kk, w1);
+            r1 = _mm256_fmadd_ps(a1, qq, r1);
+        }
+        float u0 = t->beta * (t->v[j] - t->a * hsum256(w0));
+        float u1 = t->beta * (t->v[j + 1] - t->a * hsum256(w1));
+        o[j] = t->ca * hsum256(r0) + t->cu * u0;
+        o[j + 1] = t->ca * hsum256(r1) + t->cu * u1;
+        __m256 u0v = _mm256_set1_ps(u0), u1v = _mm256_set1_ps(u1);
+        for (int64_t c = 0; c < K; c += 8) {
+            __m256 kk = _mm256_loadu_ps(t->k + c);
+            _mm256_storeu_ps(s0 + c, _mm256_fmadd_ps(u0v, kk, _mm256_mul_ps(av, _mm256_loadu_ps(s0 + c))));
+            _mm256_storeu_ps(s1 + c, _mm256_fmadd_ps(u1v, kk, _mm256_mul_ps(av, _mm256_loadu_ps(s1 + c))));
+        }
+    }
+    if (j < n) {
+        float *s0 = S + j * ld;
+        __m256 w0 = _mm256_setzero_ps(), r0 = w0;
+        for (int64_t c = 0; c < K; c += 8) {
+            __m256 a0 = _mm256_loadu_ps(s0 + c);
+            w0 = _mm256_fmadd_ps(a0, _mm256_loadu_ps(t->k + c), w0);
+            r0 = _mm256_fmadd_ps(a0, _mm256_loadu_ps(t->q + c), r0);
+        }
+        float u0 = t->beta * (t->v[j] - t->a * hsum256(w0));
+        o[j] = t->ca * hsum256(r0) + t->cu * u0;
+        __m256 u0v = _mm256_set1_ps(u0);
+        for (int64_t c = 0; c < K; c += 8)
+            _mm256_storeu_ps(s0 + c, _mm256_fmadd_ps(u0v, _mm256_loadu_ps(t->k + c),
+                                                     _mm256_mul_ps(av, _mm256_loadu_ps(s0 + c))));
+    }
+}
+
+/* Rows of K floats (K % 16 == 0), four rows at a time (eight accumulators). */
+FQLA_AVX512 static void vk_avx512(int64_t K, int64_t n, float *S, int64_t ld, const fqla_decode_token *t,
+                                  float *o)
+{
+    __m512 av = _mm512_set1_ps(t->a);
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+        float *s0 = S + j * ld, *s1 = s0 + ld, *s2 = s1 + ld, *s3 = s2 + ld;
+        __m512 w0 = _mm512_setzero_ps(), w1 = w0, w2 = w0, w3 = w0, r0 = w0, r1 = w0, r2 = w0, r3 = w0;
+        for (int64_t c = 0; c < K; c += 16) {
+            __m512 kk = _mm512_loadu_ps(t->k + c), qq = _mm512_loadu_ps(t->q + c);
+            __m512 a0 = _mm512_loadu_ps(s0 + c), a1 = _mm512_loadu_ps(s1 + c);
+            __m512 a2 = _mm512_loadu_ps(s2 + c), a3 = _mm512_loadu_ps(s3 + c);
+            w0 = _mm512_fmadd_ps(a0, kk, w0);
+            r0 = _mm512_fmadd_ps(a0, qq, r0);
+            w1 = _mm512_fmadd_ps(a1, kk, w1);
+            r1 = _mm512_fmadd_ps(a1, qq, r1);
+            w2 = _mm512_fmadd_ps(a2, kk, w2);
+            r2 = _mm512_fmadd_ps(a2, qq, r2);
+            w3 = _mm512_fmadd_ps(a3, kk, w3);
+            r3 = _mm512_fmadd_ps(a3, qq, r3);
+        }
+        float u[4];
+        u[0] = t->beta * (t->v[j] - t->a * _mm512_reduce_add_ps(w0));
+        u[1] = t->beta * (t->v[j + 1] - t->a * _mm512_reduce_add_ps(w1));
+        u[2] = t->beta * (t->v[j + 2] - t->a * _mm512_reduce_add_ps(w2));
+        u[3] = t->beta * (t->v[j + 3] - t->a * _mm512_reduce_add_ps(w3));
+        o[j] = t->ca * _mm512_reduce_add_ps(r0) + t->cu * u[0];
+        o[j + 1] = t->ca * _mm512_reduce_add_ps(r1) + t->cu * u[1];
+        o[j + 2] = t->ca * _mm512_reduce_add_ps(r2) + t->cu * u[2];
+        o[j + 3] = t->ca * _mm512_reduce_add_ps(r3) + t->cu * u[3];
+        __m512 u0 = _mm512_set1_ps(u[0]), u1 = _mm512_set1_ps(u[1]);
+        __m512 u2 = _mm512_set1_ps(u[2]), u3 = _mm512_set1_ps(u[3]);
+        for (int64_t c = 0; c < K; c += 16) {
+            __m512 kk = _mm512_loadu_ps(t->k + c);
+            _mm512_storeu_ps(s0 + c, _mm512_fmadd_ps(u0, kk, _mm512_mul_ps(av, _mm512_loadu_ps(s0 + c))));
+            _mm512_storeu_ps(s1 + c, _mm512_fmadd_ps(u1, kk, _mm512_mul_ps(av, _mm512_loadu_ps(s1 + c))));
+            _mm512_storeu_ps(s2 + c, _mm512_fmadd_ps(u2, kk, _mm512_mul_ps(av, _mm512_loadu_ps(s2 + c))));
+            _mm512_storeu_ps(s3 + c, _mm512_fmadd_ps(u3, kk, _mm512_mul_ps(av, _mm512_loadu_ps(s3 + c))));
+        }
+    }
+    for (; j < n; j++) {
+        float *s0 = S + j * ld;
+        __m512 w0 = _mm512_setzero_ps(), r0 = w0;
+        for (int64_t c = 0; c < K; c += 16) {
+            __m512 a0 = _mm512_loadu_ps(s0 + c);
+            w0 = _mm512_fmadd_ps(a0, _mm512_loadu_ps(t->k + c), w0);
+            r0 = _mm512_fmadd_ps(a0, _mm512_loadu_ps(t->q + c), r0);
+        }
+        float u0 = t->beta * (t->v[j] - t->a * _mm512_reduce_add_ps(w0));
+        o[j] = t->ca * _mm512_reduce_add_ps(r0) + t->cu * u0;
+        __m512 u0v = _mm512_set1_ps(u0);
+        for (int64_t c = 0; c < K; c += 16)
+            _mm512_storeu_ps(s0 + c, _mm512_fmadd_ps(u0v, _mm512_loadu_ps(t->k + c),
+                                                     _mm512_mul_ps(av, _mm512_loadu_ps(s0 + c))));
+    }
+}
+#endif
+
+void fqla_decode_step_kv(int64_t K, int64_t w, float *S, int64_t ld, const fqla_decode_token *t,
+                         float *o)
+{
+    if (w == 16) {
+#ifdef FQLA_HAVE_X86_DECODE
+        int isa = fqla_cpu_isa();
+        if (isa >= FQLA_CPU_ISA_AVX512) {
+            kv_avx512(K, S, ld, t, o);
+            return;
+        }
+        if (isa >= FQLA_CPU_ISA_AVX2) {
+            kv_avx2(K, S, ld, t, o);
+            return;
+        }
+#endif
+        kv_c16(K, S, ld, t, o);
+        return;
+    }
+    kv_cw(K, w, S, ld, t, o);
+}
+
+void fqla_decode_step_vk(int64_t K, int64_t n, float *S, int64_t ld, const fqla_decode_token *t,
+                         float *o)
+{
+#ifdef FQLA_HAVE_X86_DECODE
+    int isa = fqla_cpu_isa();
+    if (isa >= FQLA_CPU_ISA_AVX512 && K % 16 == 0) {
+        vk_avx512(K, n, S, ld, t, o);
+        return;
+    }
+    if (isa >= FQLA_CPU_ISA_AVX2 && K % 8 == 0) {
+        vk_avx2(K, n, S, ld, t, o);
+        return;
+    }
+#endif
+    vk_c(K, n, S, ld, t, o);
+}

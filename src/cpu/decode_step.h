@@ -1,0 +1,42 @@
+/*
+ * decode_step.h - one token of the GDN recurrence (docs/design.md §1) on a
+ * tile of an fp32 state, for the decode / verify path (cpu_decode.c).
+ *
+ * With a = exp(g), the token's update and output split by value column j:
+ *     w_j = sum_i k_i S_ij      r_j = sum_i q_i S_ij      (one read of S)
+ *     u_j = beta (v_j - a w_j)
+ *     S_ij <- a S_ij + k_i u_j                             (one write of S)
+ *     o_j = scale sum_i q_i S'_ij = scale (a r_j + (q.k) u_j)
+ * so a tile of value columns (a strip of a [K, V] state, a few rows of a
+ * [V, K] one) is a whole problem on its own: it is read, updated and
+ * written while it sits in L1, and the state crosses the memory hierarchy
+ * once per token block instead of twice per token.
+ *
+ * The bodies: portable C (any size), AVX2 + FMA and AVX-512F (x86 with GCC
+ * or clang; target attributes, so one build runs anywhere), chosen per call
+ * from fqla_cpu_isa(). The SIMD bodies need the tile's vector length to be
+ * a multiple of their width and take the portable body otherwise.
+ */
+#ifndef FQLA_CPU_DECODE_STEP_H
+#define FQLA_CPU_DECODE_STEP_H
+
+#include <stdint.h>
+
+/* One token: q, k [K], v the tile's own value entries, the gate a = exp(g),
+ * beta, and the output factors ca = scale a, cu = scale (q.k). */
+typedef struct fqla_decode_token {
+    const float *q, *k, *v;
+    float a, beta, ca, cu;
+} fqla_decode_token;
+
+/* A [K, V] state: columns [0, w) of K rows of ld floats (w <= 16), S
+ * updated in place; o[0..w) receives the outputs. */
+void fqla_decode_step_kv(int64_t K, int64_t w, float *S, int64_t ld, const fqla_decode_token *t,
+                         float *o);
+
+/* A [V, K] state: rows [0, n) of K floats each, ld floats apart, S updated
+ * in place; o[0..n) receives the outputs (row j is value column j). */
+void fqla_decode_step_vk(int64_t K, int64_t n, float *S, int64_t ld, const fqla_decode_token *t,
+                         float *o);
+
+#endif

@@ -4,8 +4,8 @@
  * pool's storage (F32 or BF16, [K, V] or [V, K] per head).
  *
  * One work item per (batch row b, value head h). The state is worked on in
- * tiles of 16 value columns (a 16-column strip of a [K, V] state, 16 rows of
- * a [V, K] one), each a problem of its own (decode_step.h): a tile is taken
+ * tiles of value columns (a 32-column strip of a [K, V] state, 16 rows of a
+ * [V, K] one), each a problem of its own (decode_step.h): a tile is taken
  * into L1 once and every token of the call (in blocks of TOKEN_BLOCK) runs
  * on it there, so the state crosses memory once per token block.
  *
@@ -28,7 +28,8 @@
 #include <math.h>
 #include <string.h>
 
-#define TILE 16
+#define TILE_KV FQLA_DECODE_KV_TILE
+#define TILE_VK 16
 #define TOKEN_BLOCK 8
 #define MAX_DIM FQLA_CPU_MAX_HEAD_DIM
 
@@ -75,28 +76,44 @@ static void load_tokens(token_block *tb, const decode_job *job, int64_t b, int64
 }
 
 /* A tile (value columns [j0, j0 + w)) of the state at `base` in tensor x,
- * to / from fp32 tile memory: [K, V] strips are K rows of w (ld TILE), [V, K]
- * rows are w rows of K (ld K). */
+ * to / from fp32 tile memory: [K, V] strips are K rows of w (ld TILE_KV),
+ * [V, K] rows are w rows of K (ld K). */
 static void tile_load(const fqla_tensor *x, int64_t base, int64_t rs, int v_first, int64_t K,
                       int64_t j0, int64_t w, float *tile)
 {
+    if (x->dtype == FQLA_DTYPE_F32) {
+        const float *src = (const float *)x->data + base;
+        if (v_first)
+            fqla_decode_copy_rows(w, K, src + j0 * rs, rs, tile, K, 0);
+        else
+            fqla_decode_copy_rows(K, w, src + j0, rs, tile, TILE_KV, 0);
+        return;
+    }
     if (v_first)
         for (int64_t r = 0; r < w; r++)
             fqla_load_row_f32(x, base + (j0 + r) * rs, K, tile + r * K);
     else
         for (int64_t i = 0; i < K; i++)
-            fqla_load_row_f32(x, base + i * rs + j0, w, tile + i * TILE);
+            fqla_load_row_f32(x, base + i * rs + j0, w, tile + i * TILE_KV);
 }
 
 static void tile_store(const fqla_tensor *x, int64_t base, int64_t rs, int v_first, int64_t K,
-                       int64_t j0, int64_t w, const float *tile)
+                       int64_t j0, int64_t w, const float *tile, int stream)
 {
+    if (x->dtype == FQLA_DTYPE_F32) {
+        float *dst = (float *)x->data + base;
+        if (v_first)
+            fqla_decode_copy_rows(w, K, tile, K, dst + j0 * rs, rs, stream);
+        else
+            fqla_decode_copy_rows(K, w, tile, TILE_KV, dst + j0, rs, stream);
+        return;
+    }
     if (v_first)
         for (int64_t r = 0; r < w; r++)
             fqla_store_row_f32(x, base + (j0 + r) * rs, K, tile + r * K);
     else
         for (int64_t i = 0; i < K; i++)
-            fqla_store_row_f32(x, base + i * rs + j0, w, tile + i * TILE);
+            fqla_store_row_f32(x, base + i * rs + j0, w, tile + i * TILE_KV);
 }
 
 static void zero_o(const fqla_problem *p, const fqla_decode_args *a, int64_t b, int64_t h)
@@ -117,13 +134,13 @@ static void store_step(const decode_job *job, int64_t b, int64_t t, int64_t h, i
     if (a->step_states.data) {
         const fqla_tensor *x = &a->step_states;
         int64_t lead[3] = {b, t, h};
-        tile_store(x, fqla_cpu_state_base(x, lead), x->strides[x->ndim - 2], v_first, p->K, j0, w, tile);
+        tile_store(x, fqla_cpu_state_base(x, lead), x->strides[x->ndim - 2], v_first, p->K, j0, w, tile, 1);
     } else if (a->step_slots.data) {
         int64_t ss = fqla_cpu_load_index(&a->step_slots, b * a->step_slots.strides[0] + t * a->step_slots.strides[1]);
         if (ss >= 0) {
             const fqla_tensor *x = &a->state_pool;
             int64_t lead[2] = {ss, h};
-            tile_store(x, fqla_cpu_state_base(x, lead), x->strides[x->ndim - 2], v_first, p->K, j0, w, tile);
+            tile_store(x, fqla_cpu_state_base(x, lead), x->strides[x->ndim - 2], v_first, p->K, j0, w, tile, 0);
         }
     }
 }
@@ -144,7 +161,7 @@ static void decode_task(void *arg, int64_t item, int worker)
     }
 
     token_block tb;
-    float local[MAX_DIM * TILE], o[TILE];
+    float local[MAX_DIM * TILE_KV], o[TILE_KV];
     int64_t lead[2] = {slot, h};
     int64_t base = fqla_cpu_state_base(pool, lead), rs = pool->strides[pool->ndim - 2];
     int in_place = !job->verify && pool->dtype == FQLA_DTYPE_F32;
@@ -152,8 +169,9 @@ static void decode_task(void *arg, int64_t item, int worker)
     if (one_block)
         load_tokens(&tb, job, b, h, 0, T);
 
-    for (int64_t j0 = 0; j0 < V; j0 += TILE) {
-        int64_t w = V - j0 < TILE ? V - j0 : TILE;
+    int64_t tile = v_first ? TILE_VK : TILE_KV;
+    for (int64_t j0 = 0; j0 < V; j0 += tile) {
+        int64_t w = V - j0 < tile ? V - j0 : tile;
         float *S;
         int64_t ld;
         if (in_place) {
@@ -162,7 +180,7 @@ static void decode_task(void *arg, int64_t item, int worker)
         } else {
             tile_load(pool, base, rs, v_first, K, j0, w, local);
             S = local;
-            ld = v_first ? K : TILE;
+            ld = v_first ? K : TILE_KV;
         }
         for (int64_t t0 = 0; t0 < T; t0 += TOKEN_BLOCK) {
             int64_t nt = T - t0 < TOKEN_BLOCK ? T - t0 : TOKEN_BLOCK;
@@ -181,7 +199,7 @@ static void decode_task(void *arg, int64_t item, int worker)
             }
         }
         if (!in_place && !job->verify)
-            tile_store(pool, base, rs, v_first, K, j0, w, local);
+            tile_store(pool, base, rs, v_first, K, j0, w, local, 0);
     }
 }
 

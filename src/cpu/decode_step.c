@@ -11,6 +11,8 @@
 
 #include "cpu/cpu_isa.h"
 
+#include <string.h>
+
 /* ---- portable C ---- */
 
 #if defined(__GNUC__)
@@ -19,12 +21,12 @@
 #define FQLA_INLINE inline
 #endif
 
-/* Written for a constant w (16) after inlining so gcc -O2 vectorises the
- * j loops; any w <= 16 is correct. */
+/* Written for a constant w (32) after inlining so gcc -O2 vectorises the
+ * j loops; any w <= FQLA_DECODE_KV_TILE is correct. */
 static FQLA_INLINE void kv_c(int64_t K, int64_t w, float *S, int64_t ld, const fqla_decode_token *t,
                              float *o)
 {
-    float wv[16] = {0}, rv[16] = {0}, u[16];
+    float wv[FQLA_DECODE_KV_TILE] = {0}, rv[FQLA_DECODE_KV_TILE] = {0}, u[FQLA_DECODE_KV_TILE];
     for (int64_t i = 0; i < K; i++) {
         const float *row = S + i * ld;
         float ki = t->k[i], qi = t->q[i];
@@ -44,9 +46,9 @@ static FQLA_INLINE void kv_c(int64_t K, int64_t w, float *S, int64_t ld, const f
     }
 }
 
-static void kv_c16(int64_t K, float *S, int64_t ld, const fqla_decode_token *t, float *o)
+static void kv_c32(int64_t K, float *S, int64_t ld, const fqla_decode_token *t, float *o)
 {
-    kv_c(K, 16, S, ld, t, o);
+    kv_c(K, 32, S, ld, t, o);
 }
 
 static void kv_cw(int64_t K, int64_t w, float *S, int64_t ld, const fqla_decode_token *t, float *o)
@@ -166,6 +168,52 @@ FQLA_AVX512 static void kv_avx512(int64_t K, float *S, int64_t ld, const fqla_de
     }
 }
 
+/* 32 columns as two zmm (two cache lines per row, which the prefetchers
+ * follow better than one line per 512-byte row); rows in pairs (eight
+ * accumulators). */
+FQLA_AVX512 static void kv_avx512_32(int64_t K, float *S, int64_t ld, const fqla_decode_token *t, float *o)
+{
+    __m512 w0a = _mm512_setzero_ps(), w0b = w0a, w1a = w0a, w1b = w0a;
+    __m512 r0a = w0a, r0b = w0a, r1a = w0a, r1b = w0a;
+    int64_t i = 0;
+    for (; i + 2 <= K; i += 2) {
+        const float *s0 = S + i * ld, *s1 = s0 + ld;
+        __m512 k0 = _mm512_set1_ps(t->k[i]), q0 = _mm512_set1_ps(t->q[i]);
+        __m512 k1 = _mm512_set1_ps(t->k[i + 1]), q1 = _mm512_set1_ps(t->q[i + 1]);
+        __m512 a0 = _mm512_loadu_ps(s0), b0 = _mm512_loadu_ps(s0 + 16);
+        __m512 a1 = _mm512_loadu_ps(s1), b1 = _mm512_loadu_ps(s1 + 16);
+        w0a = _mm512_fmadd_ps(k0, a0, w0a);
+        w0b = _mm512_fmadd_ps(k0, b0, w0b);
+        r0a = _mm512_fmadd_ps(q0, a0, r0a);
+        r0b = _mm512_fmadd_ps(q0, b0, r0b);
+        w1a = _mm512_fmadd_ps(k1, a1, w1a);
+        w1b = _mm512_fmadd_ps(k1, b1, w1b);
+        r1a = _mm512_fmadd_ps(q1, a1, r1a);
+        r1b = _mm512_fmadd_ps(q1, b1, r1b);
+    }
+    if (i < K) {
+        const float *s0 = S + i * ld;
+        __m512 k0 = _mm512_set1_ps(t->k[i]), q0 = _mm512_set1_ps(t->q[i]);
+        __m512 a0 = _mm512_loadu_ps(s0), b0 = _mm512_loadu_ps(s0 + 16);
+        w0a = _mm512_fmadd_ps(k0, a0, w0a);
+        w0b = _mm512_fmadd_ps(k0, b0, w0b);
+        r0a = _mm512_fmadd_ps(q0, a0, r0a);
+        r0b = _mm512_fmadd_ps(q0, b0, r0b);
+    }
+    __m512 av = _mm512_set1_ps(t->a), bv = _mm512_set1_ps(t->beta);
+    __m512 cav = _mm512_set1_ps(t->ca), cuv = _mm512_set1_ps(t->cu);
+    __m512 ua = _mm512_mul_ps(bv, _mm512_fnmadd_ps(av, _mm512_add_ps(w0a, w1a), _mm512_loadu_ps(t->v)));
+    __m512 ub = _mm512_mul_ps(bv, _mm512_fnmadd_ps(av, _mm512_add_ps(w0b, w1b), _mm512_loadu_ps(t->v + 16)));
+    _mm512_storeu_ps(o, _mm512_fmadd_ps(cav, _mm512_add_ps(r0a, r1a), _mm512_mul_ps(cuv, ua)));
+    _mm512_storeu_ps(o + 16, _mm512_fmadd_ps(cav, _mm512_add_ps(r0b, r1b), _mm512_mul_ps(cuv, ub)));
+    for (i = 0; i < K; i++) {
+        float *row = S + i * ld;
+        __m512 ki = _mm512_set1_ps(t->k[i]);
+        _mm512_storeu_ps(row, _mm512_fmadd_ps(ki, ua, _mm512_mul_ps(av, _mm512_loadu_ps(row))));
+        _mm512_storeu_ps(row + 16, _mm512_fmadd_ps(ki, ub, _mm512_mul_ps(av, _mm512_loadu_ps(row + 16))));
+    }
+}
+
 /* Horizontal sum of a ymm in a fixed order. */
 FQLA_AVX2 static float hsum256(__m256 x)
 {
@@ -282,22 +330,63 @@ FQLA_AVX512 static void vk_avx512(int64_t K, int64_t n, float *S, int64_t ld, co
 void fqla_decode_step_kv(int64_t K, int64_t w, float *S, int64_t ld, const fqla_decode_token *t,
                          float *o)
 {
-    if (w == 16) {
 #ifdef FQLA_HAVE_X86_DECODE
-        int isa = fqla_cpu_isa();
-        if (isa >= FQLA_CPU_ISA_AVX512) {
-            kv_avx512(K, S, ld, t, o);
-            return;
-        }
-        if (isa >= FQLA_CPU_ISA_AVX2) {
-            kv_avx2(K, S, ld, t, o);
-            return;
-        }
-#endif
-        kv_c16(K, S, ld, t, o);
+    int isa = fqla_cpu_isa();
+    if (isa >= FQLA_CPU_ISA_AVX512 && w == 32) {
+        kv_avx512_32(K, S, ld, t, o);
         return;
     }
-    kv_cw(K, w, S, ld, t, o);
+    if (isa >= FQLA_CPU_ISA_AVX512 && w == 16) {
+        kv_avx512(K, S, ld, t, o);
+        return;
+    }
+    if (isa >= FQLA_CPU_ISA_AVX2 && w % 16 == 0) {
+        /* two independent 16-column halves */
+        for (int64_t j = 0; j < w; j += 16) {
+            fqla_decode_token h = *t;
+            h.v += j;
+            kv_avx2(K, S + j, ld, &h, o + j);
+        }
+        return;
+    }
+#endif
+    if (w == 32)
+        kv_c32(K, S, ld, t, o);
+    else
+        kv_cw(K, w, S, ld, t, o);
+}
+
+#ifdef FQLA_HAVE_X86_DECODE
+/* w % 16 == 0. Streaming stores (no read for ownership of lines that are
+ * wholly overwritten) when asked and every row start is 64-byte aligned. */
+FQLA_AVX512 static void copy_rows_avx512(int64_t rows, int64_t w, const float *src, int64_t lds, float *dst,
+                                         int64_t ldd, int stream)
+{
+    if (stream && ((uintptr_t)dst % 64 == 0) && (ldd % 16 == 0)) {
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t c = 0; c < w; c += 16)
+                _mm512_stream_ps(dst + r * ldd + c, _mm512_loadu_ps(src + r * lds + c));
+        _mm_sfence(); /* the data is visible to other threads when the call returns */
+        return;
+    }
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < w; c += 16)
+            _mm512_storeu_ps(dst + r * ldd + c, _mm512_loadu_ps(src + r * lds + c));
+}
+#endif
+
+void fqla_decode_copy_rows(int64_t rows, int64_t w, const float *src, int64_t lds, float *dst, int64_t ldd,
+                           int stream)
+{
+#ifdef FQLA_HAVE_X86_DECODE
+    if (w % 16 == 0 && fqla_cpu_isa() >= FQLA_CPU_ISA_AVX512) {
+        copy_rows_avx512(rows, w, src, lds, dst, ldd, stream);
+        return;
+    }
+#endif
+    (void)stream;
+    for (int64_t r = 0; r < rows; r++)
+        memcpy(dst + r * ldd, src + r * lds, (size_t)w * sizeof(float));
 }
 
 void fqla_decode_step_vk(int64_t K, int64_t n, float *S, int64_t ld, const fqla_decode_token *t,

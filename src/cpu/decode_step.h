@@ -29,7 +29,11 @@ typedef struct fqla_decode_token {
     float a, beta, ca, cu;
 } fqla_decode_token;
 
-/* A [K, V] state: columns [0, w) of K rows of ld floats (w <= 16), S
+/* The widest value-column tile of a [K, V] state (32 floats: two cache
+ * lines per row); a [V, K] tile is any number of rows. */
+#define FQLA_DECODE_KV_TILE 32
+
+/* A [K, V] state: columns [0, w) of K rows of ld floats (w <= FQLA_DECODE_KV_TILE), S
  * updated in place; o[0..w) receives the outputs. */
 void fqla_decode_step_kv(int64_t K, int64_t w, float *S, int64_t ld, const fqla_decode_token *t,
                          float *o);
@@ -38,5 +42,11 @@ void fqla_decode_step_kv(int64_t K, int64_t w, float *S, int64_t ld, const fqla_
  * in place; o[0..n) receives the outputs (row j is value column j). */
 void fqla_decode_step_vk(int64_t K, int64_t n, float *S, int64_t ld, const fqla_decode_token *t,
                          float *o);
+
+/* dst[r][0..w) = src[r][0..w) for r < rows (fp32 tile in / out of an F32
+ * tensor). stream: dst is written once and not read soon (verify's step
+ * states): bypass the caches where the rows are aligned for it. */
+void fqla_decode_copy_rows(int64_t rows, int64_t w, const float *src, int64_t lds, float *dst, int64_t ldd,
+                           int stream);
 
 #endif

@@ -13,8 +13,8 @@ LIB=${2:?usage: bench_cpu.sh GGML_SRC GGML_LIBDIR [options]}
 shift 2
 cd "$(dirname "$0")/../.."
 make CUDA=0 build/libflashqla.a >&2
-cc -O2 -march=x86-64-v2 -std=c99 -D_POSIX_C_SOURCE=200809L -DFQLA_BENCH_GGML -Iinclude -I"$SRC/include" \
-   -pthread bench/bench_cpu.c build/libflashqla.a -L"$LIB" -Wl,-rpath,"$LIB" -lggml-cpu -lggml-base -lm \
+cc -O2 -march=x86-64-v2 -std=c99 -Wall -Wextra -D_POSIX_C_SOURCE=200809L -DFQLA_BENCH_GGML -Iinclude -I"$SRC/include" \
+   -pthread bench/bench_cpu.c cli/cpu_edge.c build/libflashqla.a -L"$LIB" -Wl,-rpath,"$LIB" -lggml-cpu -lggml-base -lm \
    -o build/bench_cpu_ggml
 COMMIT=$(git describe --always --dirty --abbrev=7 2>/dev/null || echo unknown)
 MACHINE=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo 2>/dev/null | head -1 | tr -d ',' )

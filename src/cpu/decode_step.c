@@ -268,66 +268,49 @@ FQLA_AVX2 static void vk_avx2(int64_t K, int64_t n, float *S, int64_t ld, const 
     }
 }
 
-/* Rows of K floats (K % 16 == 0), four rows at a time (eight accumulators). */
+/* Rows of K floats (K % 16 == 0). Two passes, like the [K, V] strips: the
+ * dot products of every row first (loads that depend on nothing, so out of
+ * cache many lines are in flight), then the updates, which find the rows
+ * in L1. n <= 16 per
+ * call keeps the rows there (decode_step.h's [V, K] tiles are 16 rows). */
 FQLA_AVX512 static void vk_avx512(int64_t K, int64_t n, float *S, int64_t ld, const fqla_decode_token *t,
                                   float *o)
 {
+    float u[16];
     __m512 av = _mm512_set1_ps(t->a);
-    int64_t j = 0;
-    for (; j + 4 <= n; j += 4) {
-        float *s0 = S + j * ld, *s1 = s0 + ld, *s2 = s1 + ld, *s3 = s2 + ld;
-        __m512 w0 = _mm512_setzero_ps(), w1 = w0, w2 = w0, w3 = w0, r0 = w0, r1 = w0, r2 = w0, r3 = w0;
-        for (int64_t c = 0; c < K; c += 16) {
-            /* the rows eight groups (~200 ns) ahead: out of cache (a large batch) the
-             * hardware prefetchers alone leave this loop waiting on memory */
-            _mm_prefetch((const char *)(s0 + 32 * ld + c), _MM_HINT_T0);
-            _mm_prefetch((const char *)(s1 + 32 * ld + c), _MM_HINT_T0);
-            _mm_prefetch((const char *)(s2 + 32 * ld + c), _MM_HINT_T0);
-            _mm_prefetch((const char *)(s3 + 32 * ld + c), _MM_HINT_T0);
-            __m512 kk = _mm512_loadu_ps(t->k + c), qq = _mm512_loadu_ps(t->q + c);
-            __m512 a0 = _mm512_loadu_ps(s0 + c), a1 = _mm512_loadu_ps(s1 + c);
-            __m512 a2 = _mm512_loadu_ps(s2 + c), a3 = _mm512_loadu_ps(s3 + c);
-            w0 = _mm512_fmadd_ps(a0, kk, w0);
-            r0 = _mm512_fmadd_ps(a0, qq, r0);
-            w1 = _mm512_fmadd_ps(a1, kk, w1);
-            r1 = _mm512_fmadd_ps(a1, qq, r1);
-            w2 = _mm512_fmadd_ps(a2, kk, w2);
-            r2 = _mm512_fmadd_ps(a2, qq, r2);
-            w3 = _mm512_fmadd_ps(a3, kk, w3);
-            r3 = _mm512_fmadd_ps(a3, qq, r3);
-        }
-        float u[4];
-        u[0] = t->beta * (t->v[j] - t->a * _mm512_reduce_add_ps(w0));
-        u[1] = t->beta * (t->v[j + 1] - t->a * _mm512_reduce_add_ps(w1));
-        u[2] = t->beta * (t->v[j + 2] - t->a * _mm512_reduce_add_ps(w2));
-        u[3] = t->beta * (t->v[j + 3] - t->a * _mm512_reduce_add_ps(w3));
-        o[j] = t->ca * _mm512_reduce_add_ps(r0) + t->cu * u[0];
-        o[j + 1] = t->ca * _mm512_reduce_add_ps(r1) + t->cu * u[1];
-        o[j + 2] = t->ca * _mm512_reduce_add_ps(r2) + t->cu * u[2];
-        o[j + 3] = t->ca * _mm512_reduce_add_ps(r3) + t->cu * u[3];
-        __m512 u0 = _mm512_set1_ps(u[0]), u1 = _mm512_set1_ps(u[1]);
-        __m512 u2 = _mm512_set1_ps(u[2]), u3 = _mm512_set1_ps(u[3]);
-        for (int64_t c = 0; c < K; c += 16) {
-            __m512 kk = _mm512_loadu_ps(t->k + c);
-            _mm512_storeu_ps(s0 + c, _mm512_fmadd_ps(u0, kk, _mm512_mul_ps(av, _mm512_loadu_ps(s0 + c))));
-            _mm512_storeu_ps(s1 + c, _mm512_fmadd_ps(u1, kk, _mm512_mul_ps(av, _mm512_loadu_ps(s1 + c))));
-            _mm512_storeu_ps(s2 + c, _mm512_fmadd_ps(u2, kk, _mm512_mul_ps(av, _mm512_loadu_ps(s2 + c))));
-            _mm512_storeu_ps(s3 + c, _mm512_fmadd_ps(u3, kk, _mm512_mul_ps(av, _mm512_loadu_ps(s3 + c))));
-        }
+    if (n > 16) {
+        vk_avx512(K, 16, S, ld, t, o);
+        vk_avx512(K, n - 16, S + 16 * ld, ld, t, o + 16);
+        return;
     }
-    for (; j < n; j++) {
-        float *s0 = S + j * ld;
-        __m512 w0 = _mm512_setzero_ps(), r0 = w0;
-        for (int64_t c = 0; c < K; c += 16) {
+    /* one row after another: the loads walk memory in order, which the
+     * hardware prefetchers follow (rows in interleaved fours they did not);
+     * rows do not depend on each other, so out-of-order execution overlaps
+     * them */
+    for (int64_t j = 0; j < n; j++) {
+        const float *s0 = S + j * ld;
+        __m512 w0 = _mm512_setzero_ps(), w1 = w0, r0 = w0, r1 = w0;
+        int64_t c = 0;
+        for (; c + 32 <= K; c += 32) {
+            __m512 a0 = _mm512_loadu_ps(s0 + c), a1 = _mm512_loadu_ps(s0 + c + 16);
+            w0 = _mm512_fmadd_ps(a0, _mm512_loadu_ps(t->k + c), w0);
+            r0 = _mm512_fmadd_ps(a0, _mm512_loadu_ps(t->q + c), r0);
+            w1 = _mm512_fmadd_ps(a1, _mm512_loadu_ps(t->k + c + 16), w1);
+            r1 = _mm512_fmadd_ps(a1, _mm512_loadu_ps(t->q + c + 16), r1);
+        }
+        if (c < K) {
             __m512 a0 = _mm512_loadu_ps(s0 + c);
             w0 = _mm512_fmadd_ps(a0, _mm512_loadu_ps(t->k + c), w0);
             r0 = _mm512_fmadd_ps(a0, _mm512_loadu_ps(t->q + c), r0);
         }
-        float u0 = t->beta * (t->v[j] - t->a * _mm512_reduce_add_ps(w0));
-        o[j] = t->ca * _mm512_reduce_add_ps(r0) + t->cu * u0;
-        __m512 u0v = _mm512_set1_ps(u0);
+        u[j] = t->beta * (t->v[j] - t->a * _mm512_reduce_add_ps(_mm512_add_ps(w0, w1)));
+        o[j] = t->ca * _mm512_reduce_add_ps(_mm512_add_ps(r0, r1)) + t->cu * u[j];
+    }
+    for (int64_t j = 0; j < n; j++) {
+        float *s0 = S + j * ld;
+        __m512 uj = _mm512_set1_ps(u[j]);
         for (int64_t c = 0; c < K; c += 16)
-            _mm512_storeu_ps(s0 + c, _mm512_fmadd_ps(u0v, _mm512_loadu_ps(t->k + c),
+            _mm512_storeu_ps(s0 + c, _mm512_fmadd_ps(uj, _mm512_loadu_ps(t->k + c),
                                                      _mm512_mul_ps(av, _mm512_loadu_ps(s0 + c))));
     }
 }

@@ -411,18 +411,19 @@ static void verify_equals_prefill(void) { verify_equals_prefill_kv(0, QUICK(128,
  * partial last one (V = 72, 20), [V, K] rows of K = 48 (AVX-512), 40 (AVX2)
  * and 36 (portable), in both layouts; verify of 11 tokens crosses the token
  * block of 8. Every path available on this CPU runs, each against the fp64
- * reference; the path in use before is restored. */
+ * reference (and V = 128, a whole row per tile in place); the path in use
+ * before is restored. */
 #include "cpu/cpu_isa.h"
 
 static void decode_paths_and_shapes(void)
 {
-    static const int64_t kv[4][2] = {{48, 72}, {40, 20}, {36, 48}, {16, 16}};
+    static const int64_t kv[5][2] = {{48, 72}, {40, 20}, {36, 48}, {16, 16}, {128, 128}};
     int before = fqla_cpu_isa(), best = fqla_cpu_isa_available();
     if (best < FQLA_CPU_ISA_AVX512)
         check_skip("decode_paths_and_shapes AVX-512", "this CPU (or build) has no AVX-512 path: the others run");
     for (int isa = FQLA_CPU_ISA_BASE; isa <= best; isa++) {
         fqla_cpu_isa_force(isa);
-        for (int s = 0; s < 4; s++)
+        for (int s = 0; s < 5; s++)
             for (int v_first = 0; v_first < 2; v_first++) {
                 decode_chain_equals_prefill_kv(v_first, kv[s][0], kv[s][1]);
                 verify_equals_prefill_kv(v_first, kv[s][0], kv[s][1], 11);

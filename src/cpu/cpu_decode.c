@@ -161,7 +161,7 @@ static void decode_task(void *arg, int64_t item, int worker)
     }
 
     token_block tb;
-    float local[MAX_DIM * TILE_KV], o[TILE_KV];
+    float local[MAX_DIM * TILE_KV], o[FQLA_DECODE_KV_WIDE];
     int64_t lead[2] = {slot, h};
     int64_t base = fqla_cpu_state_base(pool, lead), rs = pool->strides[pool->ndim - 2];
     int in_place = !job->verify && pool->dtype == FQLA_DTYPE_F32;
@@ -169,7 +169,7 @@ static void decode_task(void *arg, int64_t item, int worker)
     if (one_block)
         load_tokens(&tb, job, b, h, 0, T);
 
-    int64_t tile = v_first ? TILE_VK : TILE_KV;
+    int64_t tile = v_first ? TILE_VK : in_place ? FQLA_DECODE_KV_WIDE : TILE_KV;
     for (int64_t j0 = 0; j0 < V; j0 += tile) {
         int64_t w = V - j0 < tile ? V - j0 : tile;
         float *S;

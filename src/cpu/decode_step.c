@@ -214,6 +214,43 @@ FQLA_AVX512 static void kv_avx512_32(int64_t K, float *S, int64_t ld, const fqla
     }
 }
 
+/* 128 columns, whole rows of a V = 128 state in place: the first pass walks
+ * memory in order (the prefetchers follow it; 32-column strips read one
+ * line in four of each row), the second finds the state in L2. Sixteen
+ * accumulators, each updated once per row. */
+FQLA_AVX512 static void kv_avx512_128(int64_t K, float *S, int64_t ld, const fqla_decode_token *t, float *o)
+{
+    __m512 w[8], r[8], u[8];
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; c++)
+        w[c] = r[c] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < K; i++) {
+        const float *row = S + i * ld;
+        __m512 kb = _mm512_set1_ps(t->k[i]), qb = _mm512_set1_ps(t->q[i]);
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; c++) {
+            __m512 a = _mm512_loadu_ps(row + 16 * c);
+            w[c] = _mm512_fmadd_ps(kb, a, w[c]);
+            r[c] = _mm512_fmadd_ps(qb, a, r[c]);
+        }
+    }
+    __m512 av = _mm512_set1_ps(t->a), bv = _mm512_set1_ps(t->beta);
+    __m512 cav = _mm512_set1_ps(t->ca), cuv = _mm512_set1_ps(t->cu);
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; c++) {
+        u[c] = _mm512_mul_ps(bv, _mm512_fnmadd_ps(av, w[c], _mm512_loadu_ps(t->v + 16 * c)));
+        _mm512_storeu_ps(o + 16 * c, _mm512_fmadd_ps(cav, r[c], _mm512_mul_ps(cuv, u[c])));
+    }
+    for (int64_t i = 0; i < K; i++) {
+        float *row = S + i * ld;
+        __m512 kb = _mm512_set1_ps(t->k[i]);
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; c++)
+            _mm512_storeu_ps(row + 16 * c,
+                             _mm512_fmadd_ps(kb, u[c], _mm512_mul_ps(av, _mm512_loadu_ps(row + 16 * c))));
+    }
+}
+
 /* Horizontal sum of a ymm in a fixed order. */
 FQLA_AVX2 static float hsum256(__m256 x)
 {
@@ -321,6 +358,20 @@ void fqla_decode_step_kv(int64_t K, int64_t w, float *S, int64_t ld, const fqla_
 {
 #ifdef FQLA_HAVE_X86_DECODE
     int isa = fqla_cpu_isa();
+    if (isa >= FQLA_CPU_ISA_AVX512 && w == 128) {
+        kv_avx512_128(K, S, ld, t, o);
+        return;
+    }
+#endif
+    if (w > FQLA_DECODE_KV_TILE) {
+        for (int64_t j = 0; j < w; j += FQLA_DECODE_KV_TILE) {
+            fqla_decode_token h = *t;
+            h.v += j;
+            fqla_decode_step_kv(K, w - j < FQLA_DECODE_KV_TILE ? w - j : FQLA_DECODE_KV_TILE, S + j, ld, &h, o + j);
+        }
+        return;
+    }
+#ifdef FQLA_HAVE_X86_DECODE
     if (isa >= FQLA_CPU_ISA_AVX512 && w == 32) {
         kv_avx512_32(K, S, ld, t, o);
         return;

@@ -29,11 +29,14 @@ typedef struct fqla_decode_token {
     float a, beta, ca, cu;
 } fqla_decode_token;
 
-/* The widest value-column tile of a [K, V] state (32 floats: two cache
- * lines per row); a [V, K] tile is any number of rows. */
+/* The value-column tile of a [K, V] state copied into a local buffer (32
+ * floats: K x 32 stays in L1); a [V, K] tile is any number of rows. In
+ * place, a [K, V] tile may be whole rows (FQLA_DECODE_KV_WIDE columns, the
+ * state then in L2 between the two passes, read in memory order). */
 #define FQLA_DECODE_KV_TILE 32
+#define FQLA_DECODE_KV_WIDE 128
 
-/* A [K, V] state: columns [0, w) of K rows of ld floats (w <= FQLA_DECODE_KV_TILE), S
+/* A [K, V] state: columns [0, w) of K rows of ld floats (w <= FQLA_DECODE_KV_WIDE), S
  * updated in place; o[0..w) receives the outputs. */
 void fqla_decode_step_kv(int64_t K, int64_t w, float *S, int64_t ld, const fqla_decode_token *t,
                          float *o);

@@ -193,8 +193,7 @@ FQLA_AVX2 static void gemm_avx2(int flags, int64_t m, int64_t n, int64_t k,
  * flags' 4-row granularity read terms those flags would skip; the flags
  * promise that they are exact zeros and FMA with a zero leaves the sum
  * unchanged (up to the sign of a zero sum). FQLA_GEMM_C_LOWER products
- * (the small chunk-local Gram matrices) stay on the AVX2 walk, which
- * writes no block wholly above the diagonal.
+ * have their own walk (gemm_lower_avx512).
  */
 #define FQLA_AVX512 __attribute__((target("avx512f,avx2,fma")))
 
@@ -297,6 +296,28 @@ FQLA_AVX512 static void kernel_4x16_avx512(int acc, int64_t p0, int64_t p1, cons
     ROW_STORE1(0); ROW_STORE1(1); ROW_STORE1(2); ROW_STORE1(3);
 }
 
+/* FQLA_GEMM_C_LOWER (the chunk-local Gram matrices): 8 x 16 tiles wholly
+ * on or below the diagonal, and the AVX2 walk's 4 x 8 blocks in the tiles
+ * the diagonal crosses, so exactly the blocks the AVX2 walk writes are
+ * written (none wholly above the diagonal), with the same sums. */
+FQLA_AVX512 static void gemm_lower_avx512(int acc, int64_t m, int64_t n, int64_t k, const float *A, int64_t lda,
+                                          const float *B, int64_t ldb, float *C, int64_t ldc)
+{
+    for (int64_t j = 0; j < n; j += 16) {
+        int64_t w = n - j >= 16 ? 16 : 8;
+        for (int64_t i = (j / 4) * 4; i < m; i += 8) {
+            if (i + 8 <= m && w == 16 && i >= j + 15) {
+                kernel_8x16_avx512(acc, 0, k, A + i * lda, lda, B + j, ldb, C + i * ldc + j, ldc);
+                continue;
+            }
+            for (int64_t ih = i; ih < i + 8 && ih < m; ih += 4)
+                for (int64_t jh = j; jh < j + w; jh += 8)
+                    if (ih + 3 >= jh)
+                        kernel_4x8_avx2(acc, 0, k, A + ih * lda, lda, B + jh, ldb, C + ih * ldc + jh, ldc);
+        }
+    }
+}
+
 /* Column panels of 32 (then 16, then a last 8 on the AVX2 4 x 8 tile),
  * row blocks of 8 (then 4). */
 FQLA_AVX512 static void gemm_avx512(int flags, int64_t m, int64_t n, int64_t k, const float *A, int64_t lda,
@@ -338,6 +359,11 @@ void fqla_gemm(int flags, int64_t m, int64_t n, int64_t k,
 {
 #ifdef FQLA_HAVE_AVX2_GEMM
     int isa = fqla_cpu_isa();
+    if (isa >= FQLA_CPU_ISA_AVX512 && (flags & FQLA_GEMM_C_LOWER) &&
+        !(flags & (FQLA_GEMM_A_LOWER | FQLA_GEMM_A_UPPER))) {
+        gemm_lower_avx512((flags & FQLA_GEMM_ACC) != 0, m, n, k, A, lda, B, ldb, C, ldc);
+        return;
+    }
     if (isa >= FQLA_CPU_ISA_AVX512 && !(flags & FQLA_GEMM_C_LOWER)) {
         gemm_avx512(flags, m, n, k, A, lda, B, ldb, C, ldc);
         return;

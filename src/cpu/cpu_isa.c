@@ -28,12 +28,8 @@ int fqla_cpu_isa_available(void)
 static void isa_init(void)
 {
     const char *env = getenv("FQLA_CPU_ISA");
-    int best = fqla_cpu_isa_available();
-    if (env && (strcmp(env, "sse") == 0 || strcmp(env, "base") == 0))
-        best = FQLA_CPU_ISA_BASE;
-    else if (env && strcmp(env, "avx2") == 0 && best > FQLA_CPU_ISA_AVX2)
-        best = FQLA_CPU_ISA_AVX2;
-    isa_current = best;
+    int want_base = env && (strcmp(env, "sse") == 0 || strcmp(env, "base") == 0);
+    isa_current = want_base ? FQLA_CPU_ISA_BASE : fqla_cpu_isa_available();
 }
 
 int fqla_cpu_isa(void)

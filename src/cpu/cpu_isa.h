@@ -6,7 +6,7 @@
  * with GCC or clang the hot loops also have bodies compiled (with target
  * attributes) for AVX2 + FMA and for AVX-512F, used when the CPU has them,
  * unless the environment variable FQLA_CPU_ISA=sse (read once, at the first
- * use) forces the baseline or FQLA_CPU_ISA=avx2 caps the choice at AVX2.
+ * use) forces the baseline.
  * Every thread of every call reads the same cached choice, so results stay
  * bit-identical run to run and across thread counts; the two paths round
  * differently (FMA), so they are not bit-identical to each other.
@@ -20,8 +20,8 @@ enum {
     FQLA_CPU_ISA_AVX512 = 2 /* AVX-512F kernels where there are any (else AVX2's) */
 };
 
-/* The path in use: the best one compiled in and supported by the CPU,
- * lowered by FQLA_CPU_ISA ("sse" / "base", "avx2"). Paths are ordered:
+/* The path in use: the best one compiled in and supported by the CPU, or
+ * the baseline when FQLA_CPU_ISA is "sse" (or "base"). Paths are ordered:
  * isa >= FQLA_CPU_ISA_AVX2 means AVX2 + FMA may be used. */
 int fqla_cpu_isa(void);
 

@@ -12,9 +12,11 @@
  * Decode on an F32 pool updates pool[slots[b], h] in place; a BF16 pool's
  * tile goes through a local fp32 tile (rounded once, at the store, as the
  * token recurrence of the reference rounds a bf16 pool per call). Verify
- * leaves pool[slots[b]] alone: its tile is a local copy, stored after every
- * token to step_states[b, t, h] or to pool[step_slots[b, t], h] (negative:
- * skipped). A negative slot is padding: that row's o is zeroed and nothing
+ * leaves pool[slots[b]] alone: with an F32 pool and F32 step_states (and an
+ * AVX-512 body for the layout) each token reads the previous state and
+ * writes its own straight into step_states[b, t, h]; otherwise its tile is a
+ * local copy, stored after every token to step_states[b, t, h] or to
+ * pool[step_slots[b, t], h] (negative: skipped). A negative slot is padding: that row's o is zeroed and nothing
  * else is read or written. Validation guarantees that no two sequences or
  * steps share a pool entry, so items never touch each other's data and may
  * run in any order. Nothing is allocated: every buffer is on the stack
@@ -84,9 +86,9 @@ static void tile_load(const fqla_tensor *x, int64_t base, int64_t rs, int v_firs
     if (x->dtype == FQLA_DTYPE_F32) {
         const float *src = (const float *)x->data + base;
         if (v_first)
-            fqla_decode_copy_rows(w, K, src + j0 * rs, rs, tile, K, 0);
+            fqla_decode_copy_rows(w, K, src + j0 * rs, rs, tile, K);
         else
-            fqla_decode_copy_rows(K, w, src + j0, rs, tile, TILE_KV, 0);
+            fqla_decode_copy_rows(K, w, src + j0, rs, tile, TILE_KV);
         return;
     }
     if (v_first)
@@ -98,14 +100,14 @@ static void tile_load(const fqla_tensor *x, int64_t base, int64_t rs, int v_firs
 }
 
 static void tile_store(const fqla_tensor *x, int64_t base, int64_t rs, int v_first, int64_t K,
-                       int64_t j0, int64_t w, const float *tile, int stream)
+                       int64_t j0, int64_t w, const float *tile)
 {
     if (x->dtype == FQLA_DTYPE_F32) {
         float *dst = (float *)x->data + base;
         if (v_first)
-            fqla_decode_copy_rows(w, K, tile, K, dst + j0 * rs, rs, stream);
+            fqla_decode_copy_rows(w, K, tile, K, dst + j0 * rs, rs);
         else
-            fqla_decode_copy_rows(K, w, tile, TILE_KV, dst + j0, rs, stream);
+            fqla_decode_copy_rows(K, w, tile, TILE_KV, dst + j0, rs);
         return;
     }
     if (v_first)
@@ -134,13 +136,43 @@ static void store_step(const decode_job *job, int64_t b, int64_t t, int64_t h, i
     if (a->step_states.data) {
         const fqla_tensor *x = &a->step_states;
         int64_t lead[3] = {b, t, h};
-        tile_store(x, fqla_cpu_state_base(x, lead), x->strides[x->ndim - 2], v_first, p->K, j0, w, tile, 1);
+        tile_store(x, fqla_cpu_state_base(x, lead), x->strides[x->ndim - 2], v_first, p->K, j0, w, tile);
     } else if (a->step_slots.data) {
         int64_t ss = fqla_cpu_load_index(&a->step_slots, b * a->step_slots.strides[0] + t * a->step_slots.strides[1]);
         if (ss >= 0) {
             const fqla_tensor *x = &a->state_pool;
             int64_t lead[2] = {ss, h};
-            tile_store(x, fqla_cpu_state_base(x, lead), x->strides[x->ndim - 2], v_first, p->K, j0, w, tile, 0);
+            tile_store(x, fqla_cpu_state_base(x, lead), x->strides[x->ndim - 2], v_first, p->K, j0, w, tile);
+        }
+    }
+}
+
+/* Verify of one tile straight into F32 step_states (see decode_task). */
+static void verify_direct(const decode_job *job, int64_t b, int64_t h, int64_t base, int64_t rs, int64_t j0,
+                          int64_t w, token_block *tb, int one_block)
+{
+    const fqla_problem *p = job->p;
+    const fqla_decode_args *a = job->a;
+    const fqla_tensor *steps = &a->step_states;
+    int v_first = p->opt.state_v_first;
+    int64_t col = v_first ? j0 * rs : j0, srs = steps->strides[steps->ndim - 2];
+    int64_t scol = v_first ? j0 * srs : j0;
+    const float *S = (const float *)a->state_pool.data + base + col;
+    int64_t ld = rs;
+    float o[FQLA_DECODE_KV_WIDE];
+    for (int64_t t0 = 0; t0 < p->T; t0 += TOKEN_BLOCK) {
+        int64_t nt = p->T - t0 < TOKEN_BLOCK ? p->T - t0 : TOKEN_BLOCK;
+        if (!one_block)
+            load_tokens(tb, job, b, h, t0, nt);
+        for (int64_t i = 0; i < nt; i++) {
+            int64_t lead[3] = {b, t0 + i, h};
+            float *D = (float *)steps->data + fqla_cpu_state_base(steps, lead) + scol;
+            fqla_decode_token tk = tb->tok[i];
+            tk.v += j0;
+            fqla_decode_step_to(v_first, p->K, w, S, ld, D, srs, &tk, o);
+            fqla_store_row_f32(&a->o, fqla_cpu_row_offset(&a->o, b, t0 + i, h) + j0, w, o);
+            S = D;
+            ld = srs;
         }
     }
 }
@@ -165,15 +197,25 @@ static void decode_task(void *arg, int64_t item, int worker)
     int64_t lead[2] = {slot, h};
     int64_t base = fqla_cpu_state_base(pool, lead), rs = pool->strides[pool->ndim - 2];
     int in_place = !job->verify && pool->dtype == FQLA_DTYPE_F32;
+    /* verify into F32 step_states from an F32 pool: each token reads the
+     * previous state (the pool's, then its own last step's, still in cache)
+     * and writes the step's state where it belongs, whole rows in order */
+    const fqla_tensor *steps = &a->step_states;
+    int direct = job->verify && steps->data && steps->dtype == FQLA_DTYPE_F32 && pool->dtype == FQLA_DTYPE_F32 &&
+                 fqla_decode_step_to_ok(K, V, v_first);
     int one_block = T <= TOKEN_BLOCK; /* the common case: load the tokens once for all tiles */
     if (one_block)
         load_tokens(&tb, job, b, h, 0, T);
 
-    int64_t tile = v_first ? TILE_VK : in_place ? FQLA_DECODE_KV_WIDE : TILE_KV;
+    int64_t tile = v_first ? TILE_VK : (in_place || direct) ? FQLA_DECODE_KV_WIDE : TILE_KV;
     for (int64_t j0 = 0; j0 < V; j0 += tile) {
         int64_t w = V - j0 < tile ? V - j0 : tile;
         float *S;
         int64_t ld;
+        if (direct) {
+            verify_direct(job, b, h, base, rs, j0, w, &tb, one_block);
+            continue;
+        }
         if (in_place) {
             S = (float *)pool->data + base + (v_first ? j0 * rs : j0);
             ld = rs;
@@ -199,7 +241,7 @@ static void decode_task(void *arg, int64_t item, int worker)
             }
         }
         if (!in_place && !job->verify)
-            tile_store(pool, base, rs, v_first, K, j0, w, local, 0);
+            tile_store(pool, base, rs, v_first, K, j0, w, local);
     }
 }
 

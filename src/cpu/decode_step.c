@@ -214,11 +214,13 @@ FQLA_AVX512 static void kv_avx512_32(int64_t K, float *S, int64_t ld, const fqla
     }
 }
 
-/* 128 columns, whole rows of a V = 128 state in place: the first pass walks
+/* 128 columns, whole rows of a V = 128 state, read from S and written to D
+ * (the same memory in place, the next step's state in verify): the first pass walks
  * memory in order (the prefetchers follow it; 32-column strips read one
  * line in four of each row), the second finds the state in L2. Sixteen
  * accumulators, each updated once per row. */
-FQLA_AVX512 static void kv_avx512_128(int64_t K, float *S, int64_t ld, const fqla_decode_token *t, float *o)
+FQLA_AVX512 static void kv_avx512_128(int64_t K, const float *S, int64_t ld, float *D, int64_t ldd,
+                                      const fqla_decode_token *t, float *o)
 {
     __m512 w[8], r[8], u[8];
 #pragma GCC unroll 8
@@ -242,11 +244,12 @@ FQLA_AVX512 static void kv_avx512_128(int64_t K, float *S, int64_t ld, const fql
         _mm512_storeu_ps(o + 16 * c, _mm512_fmadd_ps(cav, r[c], _mm512_mul_ps(cuv, u[c])));
     }
     for (int64_t i = 0; i < K; i++) {
-        float *row = S + i * ld;
+        const float *row = S + i * ld;
+        float *out = D + i * ldd;
         __m512 kb = _mm512_set1_ps(t->k[i]);
 #pragma GCC unroll 8
         for (int c = 0; c < 8; c++)
-            _mm512_storeu_ps(row + 16 * c,
+            _mm512_storeu_ps(out + 16 * c,
                              _mm512_fmadd_ps(kb, u[c], _mm512_mul_ps(av, _mm512_loadu_ps(row + 16 * c))));
     }
 }
@@ -306,14 +309,14 @@ FQLA_AVX2 static void vk_avx2(int64_t K, int64_t n, float *S, int64_t ld, const 
  * cache many lines are in flight), then the updates, which find the rows
  * in L1. n <= 16 per
  * call keeps the rows there (decode_step.h's [V, K] tiles are 16 rows). */
-FQLA_AVX512 static void vk_avx512(int64_t K, int64_t n, float *S, int64_t ld, const fqla_decode_token *t,
-                                  float *o)
+FQLA_AVX512 static void vk_avx512(int64_t K, int64_t n, const float *S, int64_t ld, float *D, int64_t ldd,
+                                  const fqla_decode_token *t, float *o)
 {
     float u[16];
     __m512 av = _mm512_set1_ps(t->a);
     if (n > 16) {
-        vk_avx512(K, 16, S, ld, t, o);
-        vk_avx512(K, n - 16, S + 16 * ld, ld, t, o + 16);
+        vk_avx512(K, 16, S, ld, D, ldd, t, o);
+        vk_avx512(K, n - 16, S + 16 * ld, ld, D + 16 * ldd, ldd, t, o + 16);
         return;
     }
     /* one row after another: the loads walk memory in order, which the
@@ -340,10 +343,11 @@ FQLA_AVX512 static void vk_avx512(int64_t K, int64_t n, float *S, int64_t ld, co
         o[j] = t->ca * _mm512_reduce_add_ps(_mm512_add_ps(r0, r1)) + t->cu * u[j];
     }
     for (int64_t j = 0; j < n; j++) {
-        float *s0 = S + j * ld;
+        const float *s0 = S + j * ld;
+        float *d0 = D + j * ldd;
         __m512 uj = _mm512_set1_ps(u[j]);
         for (int64_t c = 0; c < K; c += 16)
-            _mm512_storeu_ps(s0 + c, _mm512_fmadd_ps(uj, _mm512_loadu_ps(t->k + c),
+            _mm512_storeu_ps(d0 + c, _mm512_fmadd_ps(uj, _mm512_loadu_ps(t->k + c),
                                                      _mm512_mul_ps(av, _mm512_loadu_ps(s0 + c))));
     }
 }
@@ -355,7 +359,7 @@ void fqla_decode_step_kv(int64_t K, int64_t w, float *S, int64_t ld, const fqla_
 #ifdef FQLA_HAVE_X86_DECODE
     int isa = fqla_cpu_isa();
     if (isa >= FQLA_CPU_ISA_AVX512 && w == 128) {
-        kv_avx512_128(K, S, ld, t, o);
+        kv_avx512_128(K, S, ld, S, ld, t, o);
         return;
     }
 #endif
@@ -393,34 +397,24 @@ void fqla_decode_step_kv(int64_t K, int64_t w, float *S, int64_t ld, const fqla_
 }
 
 #ifdef FQLA_HAVE_X86_DECODE
-/* w % 16 == 0. Streaming stores (no read for ownership of lines that are
- * wholly overwritten) when asked and every row start is 64-byte aligned. */
+/* w % 16 == 0 */
 FQLA_AVX512 static void copy_rows_avx512(int64_t rows, int64_t w, const float *src, int64_t lds, float *dst,
-                                         int64_t ldd, int stream)
+                                         int64_t ldd)
 {
-    if (stream && ((uintptr_t)dst % 64 == 0) && (ldd % 16 == 0)) {
-        for (int64_t r = 0; r < rows; r++)
-            for (int64_t c = 0; c < w; c += 16)
-                _mm512_stream_ps(dst + r * ldd + c, _mm512_loadu_ps(src + r * lds + c));
-        _mm_sfence(); /* the data is visible to other threads when the call returns */
-        return;
-    }
     for (int64_t r = 0; r < rows; r++)
         for (int64_t c = 0; c < w; c += 16)
             _mm512_storeu_ps(dst + r * ldd + c, _mm512_loadu_ps(src + r * lds + c));
 }
 #endif
 
-void fqla_decode_copy_rows(int64_t rows, int64_t w, const float *src, int64_t lds, float *dst, int64_t ldd,
-                           int stream)
+void fqla_decode_copy_rows(int64_t rows, int64_t w, const float *src, int64_t lds, float *dst, int64_t ldd)
 {
 #ifdef FQLA_HAVE_X86_DECODE
     if (w % 16 == 0 && fqla_cpu_isa() >= FQLA_CPU_ISA_AVX512) {
-        copy_rows_avx512(rows, w, src, lds, dst, ldd, stream);
+        copy_rows_avx512(rows, w, src, lds, dst, ldd);
         return;
     }
 #endif
-    (void)stream;
     for (int64_t r = 0; r < rows; r++)
         memcpy(dst + r * ldd, src + r * lds, (size_t)w * sizeof(float));
 }
@@ -431,7 +425,7 @@ void fqla_decode_step_vk(int64_t K, int64_t n, float *S, int64_t ld, const fqla_
 #ifdef FQLA_HAVE_X86_DECODE
     int isa = fqla_cpu_isa();
     if (isa >= FQLA_CPU_ISA_AVX512 && K % 16 == 0) {
-        vk_avx512(K, n, S, ld, t, o);
+        vk_avx512(K, n, S, ld, S, ld, t, o);
         return;
     }
     if (isa >= FQLA_CPU_ISA_AVX2 && K % 8 == 0) {
@@ -440,4 +434,29 @@ void fqla_decode_step_vk(int64_t K, int64_t n, float *S, int64_t ld, const fqla_
     }
 #endif
     vk_c(K, n, S, ld, t, o);
+}
+
+int fqla_decode_step_to_ok(int64_t K, int64_t V, int v_first)
+{
+#ifdef FQLA_HAVE_X86_DECODE
+    if (fqla_cpu_isa() >= FQLA_CPU_ISA_AVX512)
+        return v_first ? K % 16 == 0 : V == FQLA_DECODE_KV_WIDE;
+#endif
+    (void)K;
+    (void)V;
+    (void)v_first;
+    return 0;
+}
+
+void fqla_decode_step_to(int v_first, int64_t K, int64_t w, const float *S, int64_t ld, float *D, int64_t ldd,
+                         const fqla_decode_token *t, float *o)
+{
+#ifdef FQLA_HAVE_X86_DECODE
+    if (v_first)
+        vk_avx512(K, w, S, ld, D, ldd, t, o);
+    else
+        kv_avx512_128(K, S, ld, D, ldd, t, o);
+#else
+    (void)v_first, (void)K, (void)w, (void)S, (void)ld, (void)D, (void)ldd, (void)t, (void)o;
+#endif
 }

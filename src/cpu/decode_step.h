@@ -46,10 +46,19 @@ void fqla_decode_step_kv(int64_t K, int64_t w, float *S, int64_t ld, const fqla_
 void fqla_decode_step_vk(int64_t K, int64_t n, float *S, int64_t ld, const fqla_decode_token *t,
                          float *o);
 
+/* Out of place: the token read from S and the new state written to D
+ * (verify writes each step's state straight into step_states, the next
+ * token reading it back from cache). Only where fqla_decode_step_to_ok says
+ * (AVX-512; [V, K] with K % 16 == 0, any w; [K, V] with V = w =
+ * FQLA_DECODE_KV_WIDE). */
+int fqla_decode_step_to_ok(int64_t K, int64_t V, int v_first);
+void fqla_decode_step_to(int v_first, int64_t K, int64_t w, const float *S, int64_t ld, float *D, int64_t ldd,
+                         const fqla_decode_token *t, float *o);
+
 /* dst[r][0..w) = src[r][0..w) for r < rows (fp32 tile in / out of an F32
- * tensor). stream: dst is written once and not read soon (verify's step
- * states): bypass the caches where the rows are aligned for it. */
-void fqla_decode_copy_rows(int64_t rows, int64_t w, const float *src, int64_t lds, float *dst, int64_t ldd,
-                           int stream);
+ * tensor). Plain stores, not streaming ones: step states are read again
+ * soon (the accepted one), and a few MB of them stay in L3, where storing
+ * 8 MB took 83 us against 294 us streamed to memory on the CI guest. */
+void fqla_decode_copy_rows(int64_t rows, int64_t w, const float *src, int64_t lds, float *dst, int64_t ldd);
 
 #endif

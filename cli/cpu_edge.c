@@ -269,6 +269,8 @@ static int bench_case(const edge_case *c, const edge_opts *o, row_result *res)
         o->other->drop(other);
         other = NULL;
     }
+    if (other && o->other->idle)
+        o->other->idle(other);
     for (int r = 0; r < o->repeat; r++) {
         t0 = now();
         for (int i = 0; i < calls; i++)
@@ -281,6 +283,8 @@ static int bench_case(const edge_case *c, const edge_opts *o, row_result *res)
             for (int i = 0; i < calls; i++)
                 o->other->run(other);
             us = (now() - t0) / calls * 1e6;
+            if (o->other->idle)
+                o->other->idle(other);
             if (res->other_us < 0 || us < res->other_us)
                 res->other_us = us;
         }

@@ -52,6 +52,8 @@ typedef struct edge_other {
     const char *name;
     void *(*make)(const edge_case *c, const edge_inputs *in); /* NULL: cannot run this case */
     int (*run)(void *h);                                        /* 0 on success */
+    void (*idle)(void *h); /* after each timed batch, untimed (NULL: nothing): e.g. park
+                              threads that would otherwise spin through flashqla's turn */
     void (*drop)(void *h);
 } edge_other;
 

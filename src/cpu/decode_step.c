@@ -304,6 +304,19 @@ FQLA_AVX2 static void vk_avx2(int64_t K, int64_t n, float *S, int64_t ld, const 
     }
 }
 
+/* The lane sums of four zmm, in a fixed order: halves added, then two
+ * rounds of pairwise horizontal adds, then the 128-bit halves. */
+#define HI256(x) _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)) /* AVX-512F only */
+FQLA_AVX512 static void reduce4(__m512 a, __m512 b, __m512 c, __m512 d, float *out)
+{
+    __m256 ya = _mm256_add_ps(_mm512_castps512_ps256(a), HI256(a));
+    __m256 yb = _mm256_add_ps(_mm512_castps512_ps256(b), HI256(b));
+    __m256 yc = _mm256_add_ps(_mm512_castps512_ps256(c), HI256(c));
+    __m256 yd = _mm256_add_ps(_mm512_castps512_ps256(d), HI256(d));
+    __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(ya, yb), _mm256_hadd_ps(yc, yd));
+    _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+}
+
 /* Rows of K floats (K % 16 == 0). Two passes, like the [K, V] strips: the
  * dot products of every row first (loads that depend on nothing, so out of
  * cache many lines are in flight), then the updates, which find the rows
@@ -319,36 +332,65 @@ FQLA_AVX512 static void vk_avx512(int64_t K, int64_t n, const float *S, int64_t 
         vk_avx512(K, n - 16, S + 16 * ld, ld, D + 16 * ldd, ldd, t, o + 16);
         return;
     }
-    /* one row after another: the loads walk memory in order, which the
-     * hardware prefetchers follow (rows in interleaved fours they did not);
-     * rows do not depend on each other, so out-of-order execution overlaps
-     * them */
-    for (int64_t j = 0; j < n; j++) {
-        const float *s0 = S + j * ld;
-        __m512 w0 = _mm512_setzero_ps(), w1 = w0, r0 = w0, r1 = w0;
+    /* rows in order, two at a time: the loads walk memory in order, which
+     * the hardware prefetchers follow (rows in interleaved fours they did
+     * not); rows do not depend on each other, so out-of-order execution
+     * overlaps them. The four dot products of a pair are summed across
+     * lanes together (reduce4). */
+    int64_t j = 0;
+    for (; j + 2 <= n; j += 2) {
+        const float *s0 = S + j * ld, *s1 = s0 + ld;
+        __m512 w0a = _mm512_setzero_ps(), w0b = w0a, r0a = w0a, r0b = w0a;
+        __m512 w1a = w0a, w1b = w0a, r1a = w0a, r1b = w0a;
         int64_t c = 0;
         for (; c + 32 <= K; c += 32) {
-            __m512 a0 = _mm512_loadu_ps(s0 + c), a1 = _mm512_loadu_ps(s0 + c + 16);
-            w0 = _mm512_fmadd_ps(a0, _mm512_loadu_ps(t->k + c), w0);
-            r0 = _mm512_fmadd_ps(a0, _mm512_loadu_ps(t->q + c), r0);
-            w1 = _mm512_fmadd_ps(a1, _mm512_loadu_ps(t->k + c + 16), w1);
-            r1 = _mm512_fmadd_ps(a1, _mm512_loadu_ps(t->q + c + 16), r1);
+            __m512 ka = _mm512_loadu_ps(t->k + c), kb = _mm512_loadu_ps(t->k + c + 16);
+            __m512 qa = _mm512_loadu_ps(t->q + c), qb = _mm512_loadu_ps(t->q + c + 16);
+            __m512 a0 = _mm512_loadu_ps(s0 + c), b0 = _mm512_loadu_ps(s0 + c + 16);
+            __m512 a1 = _mm512_loadu_ps(s1 + c), b1 = _mm512_loadu_ps(s1 + c + 16);
+            w0a = _mm512_fmadd_ps(a0, ka, w0a);
+            r0a = _mm512_fmadd_ps(a0, qa, r0a);
+            w0b = _mm512_fmadd_ps(b0, kb, w0b);
+            r0b = _mm512_fmadd_ps(b0, qb, r0b);
+            w1a = _mm512_fmadd_ps(a1, ka, w1a);
+            r1a = _mm512_fmadd_ps(a1, qa, r1a);
+            w1b = _mm512_fmadd_ps(b1, kb, w1b);
+            r1b = _mm512_fmadd_ps(b1, qb, r1b);
         }
         if (c < K) {
+            __m512 ka = _mm512_loadu_ps(t->k + c), qa = _mm512_loadu_ps(t->q + c);
+            __m512 a0 = _mm512_loadu_ps(s0 + c), a1 = _mm512_loadu_ps(s1 + c);
+            w0a = _mm512_fmadd_ps(a0, ka, w0a);
+            r0a = _mm512_fmadd_ps(a0, qa, r0a);
+            w1a = _mm512_fmadd_ps(a1, ka, w1a);
+            r1a = _mm512_fmadd_ps(a1, qa, r1a);
+        }
+        float sum[4]; /* w0, r0, w1, r1 */
+        reduce4(_mm512_add_ps(w0a, w0b), _mm512_add_ps(r0a, r0b), _mm512_add_ps(w1a, w1b),
+                _mm512_add_ps(r1a, r1b), sum);
+        u[j] = t->beta * (t->v[j] - t->a * sum[0]);
+        o[j] = t->ca * sum[1] + t->cu * u[j];
+        u[j + 1] = t->beta * (t->v[j + 1] - t->a * sum[2]);
+        o[j + 1] = t->ca * sum[3] + t->cu * u[j + 1];
+    }
+    for (; j < n; j++) {
+        const float *s0 = S + j * ld;
+        __m512 w0 = _mm512_setzero_ps(), r0 = w0;
+        for (int64_t c = 0; c < K; c += 16) {
             __m512 a0 = _mm512_loadu_ps(s0 + c);
             w0 = _mm512_fmadd_ps(a0, _mm512_loadu_ps(t->k + c), w0);
             r0 = _mm512_fmadd_ps(a0, _mm512_loadu_ps(t->q + c), r0);
         }
-        u[j] = t->beta * (t->v[j] - t->a * _mm512_reduce_add_ps(_mm512_add_ps(w0, w1)));
-        o[j] = t->ca * _mm512_reduce_add_ps(_mm512_add_ps(r0, r1)) + t->cu * u[j];
+        u[j] = t->beta * (t->v[j] - t->a * _mm512_reduce_add_ps(w0));
+        o[j] = t->ca * _mm512_reduce_add_ps(r0) + t->cu * u[j];
     }
-    for (int64_t j = 0; j < n; j++) {
-        const float *s0 = S + j * ld;
-        float *d0 = D + j * ldd;
-        __m512 uj = _mm512_set1_ps(u[j]);
-        for (int64_t c = 0; c < K; c += 16)
-            _mm512_storeu_ps(d0 + c, _mm512_fmadd_ps(uj, _mm512_loadu_ps(t->k + c),
-                                                     _mm512_mul_ps(av, _mm512_loadu_ps(s0 + c))));
+    /* the updates column block by column block, k's block held in a
+     * register: loading k next to the row stores stalled on 4K aliasing */
+    for (int64_t c = 0; c < K; c += 16) {
+        __m512 kk = _mm512_loadu_ps(t->k + c);
+        for (j = 0; j < n; j++)
+            _mm512_storeu_ps(D + j * ldd + c, _mm512_fmadd_ps(_mm512_set1_ps(u[j]), kk,
+                                                              _mm512_mul_ps(av, _mm512_loadu_ps(S + j * ld + c))));
     }
 }
 #endif

@@ -12,6 +12,7 @@
  * how a batch of calls is timed (cudaEvents after an L2 flush, or the wall
  * clock): see time_batch().
  */
+#include "cpu_edge.h"
 #include "layer.h"
 
 #include <errno.h>
@@ -41,6 +42,7 @@ typedef struct bench_opts {
     int scale_given;
     int threads, device;
     uint64_t seed;
+    int edge;               /* --edge: issue 43's CPU rows (cli/cpu_edge.h) instead of the fwd rows */
 } bench_opts;
 
 typedef struct bench_row {
@@ -83,6 +85,14 @@ static void bench_usage(FILE *f)
         "\n"
         "The CPU backend is far too slow for the full rows: with --backend cpu (or auto without a\n"
         "GPU) one of --quick, --filter or --scale-tokens is required.\n"
+        "\n"
+        "  --edge             instead of the forward rows, the CPU backend's decode, verify and\n"
+        "                     prefill rows of bench/results/cpu.csv (fp32, H=16, HV=32, K=V=128;\n"
+        "                     decode T=1 B=1,16 and verify T=4 in both pool layouts, prefill T=4096\n"
+        "                     on 1 and 2 threads) with the machine's FMA peak measured in the same\n"
+        "                     run; --repeat (default 5), --out (default build/bench/cpu.csv) and\n"
+        "                     --scale-tokens (of the prefill T) apply. The ggml column is filled\n"
+        "                     by bench/bench_cpu.c built with ggml (dev/cpu/bench_cpu.sh), not here.\n"
         "Summary ratios are against the published numbers in the rows file, not same-process.\n"
         "Exit status: 0 pass, 1 a failed call or check, 2 bad options.\n", GPU_CALLS);
 }
@@ -111,6 +121,12 @@ static int parse_bench_opts(int argc, char **argv, bench_opts *o)
                 return -1;
             }
             o->quick = 1;
+        } else if (cli_args_is(&a, "--edge")) {
+            if (a.inline_value) {
+                fprintf(stderr, "flashqla bench: option --edge takes no value\n");
+                return -1;
+            }
+            o->edge = 1;
         } else if (cli_args_is(&a, "--rows")) {
             if (cli_args_value(&a, &o->rows_path) != 0) return -1;
         } else if (cli_args_is(&a, "--filter")) {
@@ -587,10 +603,77 @@ static FILE *open_records(const char *path, int make_dir)
     return f;
 }
 
+/* A records file opened for appending (its folder made under build/ when
+ * make_dir), with no header: the caller writes its own. */
+static FILE *open_records_plain(const char *path, int make_dir)
+{
+    if (make_dir) {
+        mkdir("build", 0777);
+        mkdir("build/bench", 0777);
+    }
+    return fopen(path, "a");
+}
+
 /* The field without commas (the records file has no quoting). */
 static void csv_field(FILE *f, const char *s)
 {
     for (; *s; s++) fputc(*s == ',' ? ';' : *s, f);
+}
+
+/* The CPU model name and core count, for the records' machine field. */
+static void machine_name(char *buf, size_t size)
+{
+    char line[256], model[160] = "cpu";
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    while (f && fgets(line, sizeof line, f)) {
+        char *c = strchr(line, ':');
+        if (!strncmp(line, "model name", 10) && c) {
+            snprintf(model, sizeof model, "%s", c + 2);
+            model[strcspn(model, "\n")] = 0;
+            break;
+        }
+    }
+    if (f) fclose(f);
+    fqla_device_info info;
+    fqla_context *ctx = NULL;
+    memset(&info, 0, sizeof info);
+    if (fqla_context_create(&ctx, FQLA_BACKEND_CPU, 0) == FQLA_STATUS_SUCCESS) fqla_context_info(ctx, &info);
+    fqla_context_destroy(ctx);
+    snprintf(buf, size, "%s x%d", model, info.threads);
+}
+
+/* --edge: issue 43's CPU rows (cli/cpu_edge.h). */
+static int bench_edge(const bench_opts *bo)
+{
+    if (bo->backend == FQLA_BACKEND_CUDA) {
+        fprintf(stderr, "flashqla bench: --edge times the CPU backend; give --backend cpu (or none)\n");
+        return CLI_EXIT_USAGE;
+    }
+    const char *path = bo->out_path ? bo->out_path : "build/bench/cpu.csv";
+    FILE *f = open_records_plain(path, bo->out_path == NULL);
+    if (!f) {
+        fprintf(stderr, "flashqla bench: option --out: cannot append to '%s': %s\n", path, strerror(errno));
+        return CLI_EXIT_USAGE;
+    }
+    const char *commit = getenv("FQLA_COMMIT");
+#ifdef FQLA_BUILD_COMMIT
+    if (!commit || !*commit) commit = FQLA_BUILD_COMMIT;
+#endif
+    if (!commit || !*commit) commit = "unknown";
+    char machine[200];
+    machine_name(machine, sizeof machine);
+    edge_opts o;
+    memset(&o, 0, sizeof o);
+    o.repeat = bo->repeat > 0 ? bo->repeat : 5;
+    o.prefill_T = (int64_t)(4096 * bo->scale + 0.5);
+    if (o.prefill_T < 1) o.prefill_T = 1;
+    o.decode = o.prefill = 1;
+    o.machine = machine;
+    o.commit = commit;
+    o.csv = f;
+    int rc = edge_run(&o);
+    fclose(f);
+    return rc == 0 ? CLI_EXIT_OK : CLI_EXIT_FAIL;
 }
 
 int cli_bench(int argc, char **argv)
@@ -603,6 +686,7 @@ int cli_bench(int argc, char **argv)
     char why[512] = "";
 
     if (parse_bench_opts(argc, argv, &o) != 0) return CLI_EXIT_USAGE;
+    if (o.edge) return bench_edge(&o);
     memset(&bs, 0, sizeof bs);
     int nrows = read_rows(o.rows_path, &rows);
     if (nrows < 0) return CLI_EXIT_USAGE;

@@ -9,6 +9,7 @@
  * thread-local buffer, read by fqla_last_error(NULL).
  */
 #include "internal.h"
+#include "cpu/threads.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -99,6 +100,7 @@ fqla_context *fqla_context_acquire(const fqla_context *handle)
 
 static void context_free(fqla_context *ctx)
 {
+    fqla_cpu_pool_destroy(ctx->cpu_pool);
     pthread_mutex_destroy(&ctx->lock);
     free(ctx);
 }

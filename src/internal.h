@@ -33,6 +33,8 @@ struct fqla_context {
     int refs;                /* the handle + running calls (atomic; context.c) */
     pthread_mutex_t lock;    /* guards error and info.threads: calls on one context run concurrently */
     char error[FQLA_ERROR_LEN];
+    struct fqla_cpu_pool *cpu_pool; /* the fast CPU path's worker threads (src/cpu/threads.h):
+                                       created by its first parallel call, under lock */
 };
 
 /* The live context a handle names, held until fqla_context_release; NULL

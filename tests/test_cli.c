@@ -394,6 +394,44 @@ static void bench_bad_options_exit_2(void)
     remove(recs_path);
 }
 
+/* --edge: issue 43's CPU rows, eight records of the cpu.csv columns (the
+ * ggml field empty: the CLI does not link ggml), a positive FMA peak and
+ * times; the prefill rows scaled down to 128 tokens. */
+static void bench_cpu_edge_rows(void)
+{
+    char path[64], args[256], first[512];
+    if (make_temp(path, sizeof path, "") != 0) {
+        CHECK(0, "cannot make a temporary file");
+        return;
+    }
+    snprintf(args, sizeof args, "bench --backend cpu --edge --repeat 1 --scale-tokens 0.03125 --out %s", path);
+    setenv("FQLA_COMMIT", "testcommit", 1);
+    int rc = run_cli(args);
+    unsetenv("FQLA_COMMIT");
+    CHECK(rc == 0, "%s: exit status %d\n%s", args, rc, out);
+    CHECK(count_lines(path, first) == 9, "--edge: expected a header and 8 records");
+    const char *header = "op,threads,T,batch,h_qk,h_v,dtype,layout,flashqla_us,ggml_us,peak_gflops,"
+                         "achieved_gflops,machine,commit,date\n";
+    CHECK(!strcmp(first, header), "--edge: header '%s'", first);
+    FILE *f = fopen(path, "r");
+    char line[512];
+    int good = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        char op[16], layout[8];
+        int threads;
+        long long T, batch;
+        double fq, peak, gf;
+        /* op,threads,T,batch,16,32,fp32,layout,flashqla_us,(empty ggml_us),peak,achieved,... */
+        if (sscanf(line, "%15[a-z],%d,%lld,%lld,16,32,fp32,%7[a-z],%lf,,%lf,%lf,", op, &threads, &T, &batch,
+                   layout, &fq, &peak, &gf) == 8)
+            good += fq > 0 && peak > 0 && gf > 0 && strstr(line, ",testcommit,20") != NULL &&
+                    (strcmp(op, "prefill") || T == 128);
+    }
+    if (f) fclose(f);
+    CHECK(good == 8, "--edge: %d well-formed records, expected 8", good);
+    remove(path);
+}
+
 int main(int argc, char **argv)
 {
     (void)argc;
@@ -414,6 +452,7 @@ int main(int argc, char **argv)
     CHECK_RUN(bench_appends_on_a_line_of_its_own);
     CHECK_RUN(bench_failed_check_exits_1);
     CHECK_RUN(bench_bad_options_exit_2);
+    CHECK_RUN(bench_cpu_edge_rows);
     /* ask the binary, not this test's library: the sanitizer build of the
      * tests has CUDA stubbed out even on a GPU machine */
     run_cli("info");

@@ -174,14 +174,19 @@ static double *rows_of(const double *x, int64_t b, int64_t T, int64_t t0, int64_
 }
 
 /* The case every chain test uses: B = 3 rows, row 1 padded (slot -1). */
-static gdn_case chain_case(int64_t T, fqla_dtype pool_dtype, int v_first)
+static gdn_case chain_case_kv(int64_t T, fqla_dtype pool_dtype, int v_first, int64_t K, int64_t V)
 {
-    gdn_case c = gdn_case_make(3, T, 2, 4, QUICK(128, 32), QUICK(128, 32));
+    gdn_case c = gdn_case_make(3, T, 2, 4, K, V);
     c.opt.use_qk_l2norm = c.opt.use_gate_in_kernel = c.opt.use_beta_sigmoid = 1;
     c.opt.state_v_first = v_first;
     c.state = pool_dtype;
     c.h0 = c.final = 1;
     return c;
+}
+
+static gdn_case chain_case(int64_t T, fqla_dtype pool_dtype, int v_first)
+{
+    return chain_case_kv(T, pool_dtype, v_first, QUICK(128, 32), QUICK(128, 32));
 }
 
 static const int64_t chain_slots[3] = {3, -1, 0};
@@ -229,10 +234,10 @@ static void check_padded_zero(const double *o, int64_t T, int64_t rowv)
     CHECK(bad == 0, "padded row: %lld o values are not zero", (long long)bad);
 }
 
-static void decode_chain_equals_prefill(int v_first)
+static void decode_chain_equals_prefill_kv(int v_first, int64_t K, int64_t V)
 {
     int64_t L = QUICK(70, 9), N = QUICK(5, 3);
-    gdn_case c = chain_case(L + N, FQLA_DTYPE_F32, v_first);
+    gdn_case c = chain_case_kv(L + N, FQLA_DTYPE_F32, v_first, K, V);
     int64_t ns = c.HV * c.K * c.V, rowv = c.HV * c.V;
     gdn_data d = gdn_data_make(&c);
     gdn_out full = gdn_run_fwd(ref, &c, &d, 1);
@@ -264,6 +269,11 @@ static void decode_chain_equals_prefill(int v_first)
     pool_free(&pl);
     gdn_out_free(&full);
     gdn_data_free(&d);
+}
+
+static void decode_chain_equals_prefill(int v_first)
+{
+    decode_chain_equals_prefill_kv(v_first, QUICK(128, 32), QUICK(128, 32));
 }
 
 static void decode_chain_f32(void) { decode_chain_equals_prefill(0); }
@@ -345,10 +355,10 @@ static void verify_after_prefill(const gdn_case *c, const gdn_data *d, int64_t L
     gdn_data_free(&dv);
 }
 
-static void verify_equals_prefill(void)
+static void verify_equals_prefill_kv(int v_first, int64_t K, int64_t V, int64_t N)
 {
-    int64_t L = QUICK(66, 9), N = 4;
-    gdn_case c = chain_case(L + N, FQLA_DTYPE_F32, 0);
+    int64_t L = QUICK(66, 9);
+    gdn_case c = chain_case_kv(L + N, FQLA_DTYPE_F32, v_first, K, V);
     int64_t ns = c.HV * c.K * c.V, rowv = c.HV * c.V;
     gdn_data d = gdn_data_make(&c);
     pool pl = pool_make(FQLA_DTYPE_F32, 5, c.HV, c.K, c.V);
@@ -392,6 +402,34 @@ static void verify_equals_prefill(void)
     free(steps);
     pool_free(&pl);
     gdn_data_free(&d);
+}
+
+static void verify_equals_prefill(void) { verify_equals_prefill_kv(0, QUICK(128, 32), QUICK(128, 32), 4); }
+
+/* The decode path's bodies (portable, AVX2 + FMA, AVX-512; src/cpu/decode_step.c)
+ * on head dims that take each one and its tails: 16-column tiles with a
+ * partial last one (V = 72, 20), [V, K] rows of K = 48 (AVX-512), 40 (AVX2)
+ * and 36 (portable), in both layouts; verify of 11 tokens crosses the token
+ * block of 8. Every path available on this CPU runs, each against the fp64
+ * reference (and V = 128, a whole row per tile in place); the path in use
+ * before is restored. */
+#include "cpu/cpu_isa.h"
+
+static void decode_paths_and_shapes(void)
+{
+    static const int64_t kv[5][2] = {{48, 72}, {40, 20}, {36, 48}, {16, 16}, {128, 128}};
+    int before = fqla_cpu_isa(), best = fqla_cpu_isa_available();
+    if (best < FQLA_CPU_ISA_AVX512)
+        check_skip("decode_paths_and_shapes AVX-512", "this CPU (or build) has no AVX-512 path: the others run");
+    for (int isa = FQLA_CPU_ISA_BASE; isa <= best; isa++) {
+        fqla_cpu_isa_force(isa);
+        for (int s = 0; s < 5; s++)
+            for (int v_first = 0; v_first < 2; v_first++) {
+                decode_chain_equals_prefill_kv(v_first, kv[s][0], kv[s][1]);
+                verify_equals_prefill_kv(v_first, kv[s][0], kv[s][1], 11);
+            }
+    }
+    fqla_cpu_isa_force(before);
 }
 
 static void verify_step_slots(void)
@@ -485,6 +523,7 @@ int main(void)
     CHECK_RUN(verify_equals_prefill);
     CHECK_RUN(verify_step_slots);
     CHECK_RUN(decode_raw_gate_plain_options);
+    CHECK_RUN(decode_paths_and_shapes);
     fqla_context_destroy(cpu);
     fqla_context_destroy(ref);
     return check_summary();

@@ -473,7 +473,7 @@ fqla_status fqla_cpu_bwd(fqla_context *ctx, const fqla_problem *p, const fqla_bw
     const fqla_tensor *rows[5] = {&a->dq, &a->dk, &a->dv, &a->dg, &a->dbeta};
     for (int i = 0; i < 5; i++)
         fqla_cpu_zero_uncovered(p, rows[i]);
-    fqla_cpu_parallel_for(workers, items, bwd_task, &job);
+    fqla_cpu_run(ctx, workers, items, bwd_task, &job);
 
     if (p->opt.use_gate_in_kernel)
         fqla_cpu_reduce_gate_params(p, a, job.dA_log_part, job.ddt_bias_part);

@@ -185,7 +185,7 @@ fqla_status fqla_cpu_fwd(fqla_context *ctx, const fqla_problem *p, const fqla_fw
                          "CPU forward: could not allocate %lld bytes of scratch for %d threads",
                          (long long)(job.per_worker * workers * (int64_t)sizeof(float)), workers);
     fqla_cpu_zero_uncovered(p, &a->o);
-    fqla_cpu_parallel_for(workers, items, fwd_task, &job);
+    fqla_cpu_run(ctx, workers, items, fwd_task, &job);
     free(job.scratch);
     return FQLA_STATUS_SUCCESS;
 }

@@ -12,6 +12,10 @@
 
 #include "internal.h"
 
+/* The largest head dim (K, V) the fast fp32 CPU backend takes
+ * (cpu_supported.c); its decode keeps per-token rows on the stack. */
+#define FQLA_CPU_MAX_HEAD_DIM 256
+
 /* The raw input tensors of an operation and the problem. */
 typedef struct fqla_cpu_inputs {
     const fqla_problem *p;

@@ -1,6 +1,6 @@
 /*
- * cpu_isa.c - the run-time choice between the baseline and the AVX2 + FMA
- * matrix kernels (see cpu_isa.h). The choice is made under pthread_once, so
+ * cpu_isa.c - the run-time choice between the baseline, AVX2 + FMA and
+ * AVX-512 kernels (see cpu_isa.h). The choice is made under pthread_once, so
  * concurrent first calls agree, and cached for the life of the process.
  */
 #include "cpu/cpu_isa.h"
@@ -16,8 +16,11 @@ int fqla_cpu_isa_available(void)
 {
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
     __builtin_cpu_init(); /* needed when called before constructors have run */
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-        return FQLA_CPU_ISA_AVX2;
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
+        return FQLA_CPU_ISA_BASE;
+    if (__builtin_cpu_supports("avx512f"))
+        return FQLA_CPU_ISA_AVX512;
+    return FQLA_CPU_ISA_AVX2;
 #endif
     return FQLA_CPU_ISA_BASE;
 }
@@ -38,6 +41,7 @@ int fqla_cpu_isa(void)
 int fqla_cpu_isa_force(int isa)
 {
     pthread_once(&isa_once, isa_init);
-    isa_current = isa == FQLA_CPU_ISA_AVX2 ? fqla_cpu_isa_available() : FQLA_CPU_ISA_BASE;
+    int best = fqla_cpu_isa_available();
+    isa_current = isa < FQLA_CPU_ISA_BASE ? FQLA_CPU_ISA_BASE : isa > best ? best : isa;
     return isa_current;
 }

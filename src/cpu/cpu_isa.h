@@ -3,9 +3,10 @@
  * chosen once per process at run time.
  *
  * The library is built for a baseline (x86-64-v2: SSE4.2, no FMA). On x86
- * with GCC or clang the matrix product is compiled a second time for
- * AVX2 + FMA and used when the CPU has both, unless the environment variable
- * FQLA_CPU_ISA=sse (read once, at the first product) forces the baseline.
+ * with GCC or clang the hot loops also have bodies compiled (with target
+ * attributes) for AVX2 + FMA and for AVX-512F, used when the CPU has them,
+ * unless the environment variable FQLA_CPU_ISA=sse (read once, at the first
+ * use) forces the baseline.
  * Every thread of every call reads the same cached choice, so results stay
  * bit-identical run to run and across thread counts; the two paths round
  * differently (FMA), so they are not bit-identical to each other.
@@ -15,18 +16,20 @@
 
 enum {
     FQLA_CPU_ISA_BASE = 0, /* the build's baseline (SSE on x86-64-v2) */
-    FQLA_CPU_ISA_AVX2 = 1  /* AVX2 + FMA kernels */
+    FQLA_CPU_ISA_AVX2 = 1, /* AVX2 + FMA kernels */
+    FQLA_CPU_ISA_AVX512 = 2 /* AVX-512F kernels where there are any (else AVX2's) */
 };
 
-/* The path in use: FQLA_CPU_ISA_AVX2 when it was compiled in, the CPU has
- * AVX2 and FMA and FQLA_CPU_ISA is not "sse"; else FQLA_CPU_ISA_BASE. */
+/* The path in use: the best one compiled in and supported by the CPU, or
+ * the baseline when FQLA_CPU_ISA is "sse" (or "base"). Paths are ordered:
+ * isa >= FQLA_CPU_ISA_AVX2 means AVX2 + FMA may be used. */
 int fqla_cpu_isa(void);
 
 /* The best path this build and CPU support, ignoring FQLA_CPU_ISA. */
 int fqla_cpu_isa_available(void);
 
-/* For tests only: use isa from now on (FQLA_CPU_ISA_AVX2 falls back to the
- * baseline where unavailable). Must not run while a product is in flight.
+/* For tests only: use isa from now on (lowered to the best available path
+ * where isa is not). Must not run while a product is in flight.
  * Returns the path now in use. */
 int fqla_cpu_isa_force(int isa);
 

@@ -5,9 +5,9 @@
  * (FQLA_BACKEND_CPU_REFERENCE). Validation (src/validate.c) has checked
  * everything else.
  */
-#include "internal.h"
+#include "cpu/cpu_io.h"
 
-#define CPU_MAX_HEAD_DIM 256
+#define CPU_MAX_HEAD_DIM FQLA_CPU_MAX_HEAD_DIM
 
 static const char *op_name(fqla_op op)
 {

@@ -140,6 +140,10 @@ static inline int64_t fqla_offset(const fqla_tensor *t, const int64_t *i)
 double fqla_load(const fqla_tensor *t, int64_t offset);
 void fqla_store(const fqla_tensor *t, int64_t offset, double value);
 /* Copies n contiguous elements starting at offset into / out of float. */
+/* n bf16 values to fp32 and back (round to nearest even, NaN kept quiet):
+ * the same bits as fqla_bf16_to_f32 / fqla_f32_to_bf16 element by element. */
+void fqla_bf16_row_to_f32(const uint16_t *src, int64_t n, float *dst);
+void fqla_f32_row_to_bf16(const float *src, int64_t n, uint16_t *dst);
 void fqla_load_row_f32(const fqla_tensor *t, int64_t offset, int64_t n, float *dst);
 void fqla_store_row_f32(const fqla_tensor *t, int64_t offset, int64_t n, const float *src);
 

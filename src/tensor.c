@@ -7,6 +7,9 @@
 
 #include <math.h>
 #include <string.h>
+#if defined(__SSE4_1__)
+#include <smmintrin.h>
+#endif
 
 const char *fqla_dtype_string(fqla_dtype dtype)
 {
@@ -157,17 +160,56 @@ void fqla_store(const fqla_tensor *t, int64_t offset, double value)
     }
 }
 
+/* bf16 rows <-> fp32, four elements a step where the build has SSE4.1
+ * (x86-64-v2, the default target): widening is a 16-bit shift, narrowing the
+ * scalar functions' round-to-nearest-even with the same NaN rule, so both
+ * paths give the same bits. The CPU backends convert every bf16 element of
+ * q, k, v and o through these; one at a time they made a bf16 prefill
+ * ~1.3x the fp32 one on the CI machine. */
+void fqla_bf16_row_to_f32(const uint16_t *s, int64_t n, float *dst)
+{
+    int64_t i = 0;
+#if defined(__SSE4_1__)
+    for (; i + 4 <= n; i += 4) {
+        __m128i h = _mm_loadl_epi64((const __m128i *)(const void *)(s + i));
+        __m128i w = _mm_slli_epi32(_mm_cvtepu16_epi32(h), 16);
+        _mm_storeu_ps(dst + i, _mm_castsi128_ps(w));
+    }
+#endif
+    for (; i < n; i++) dst[i] = fqla_bf16_to_f32(s[i]);
+}
+
+void fqla_f32_row_to_bf16(const float *src, int64_t n, uint16_t *d)
+{
+    int64_t i = 0;
+#if defined(__SSE4_1__)
+    const __m128i abs_mask = _mm_set1_epi32(0x7fffffff), inf = _mm_set1_epi32(0x7f800000);
+    const __m128i half = _mm_set1_epi32(0x7fff), one = _mm_set1_epi32(1), quiet = _mm_set1_epi32(0x40);
+    for (; i + 8 <= n; i += 8) {
+        __m128i r[2];
+        for (int h = 0; h < 2; h++) {
+            __m128i u = _mm_castps_si128(_mm_loadu_ps(src + i + 4 * h));
+            __m128i nan = _mm_cmpgt_epi32(_mm_and_si128(u, abs_mask), inf);
+            __m128i lsb = _mm_and_si128(_mm_srli_epi32(u, 16), one);
+            __m128i rounded = _mm_srli_epi32(_mm_add_epi32(u, _mm_add_epi32(half, lsb)), 16);
+            __m128i quieted = _mm_or_si128(_mm_srli_epi32(u, 16), quiet);
+            r[h] = _mm_blendv_epi8(rounded, quieted, nan);
+        }
+        _mm_storeu_si128((__m128i *)(void *)(d + i), _mm_packus_epi32(r[0], r[1]));
+    }
+#endif
+    for (; i < n; i++) d[i] = fqla_f32_to_bf16(src[i]);
+}
+
 void fqla_load_row_f32(const fqla_tensor *t, int64_t offset, int64_t n, float *dst)
 {
     switch (t->dtype) {
     case FQLA_DTYPE_F32:
         memcpy(dst, (const float *)t->data + offset, (size_t)n * sizeof(float));
         return;
-    case FQLA_DTYPE_BF16: {
-        const uint16_t *s = (const uint16_t *)t->data + offset;
-        for (int64_t i = 0; i < n; i++) dst[i] = fqla_bf16_to_f32(s[i]);
+    case FQLA_DTYPE_BF16:
+        fqla_bf16_row_to_f32((const uint16_t *)t->data + offset, n, dst);
         return;
-    }
     default:
         for (int64_t i = 0; i < n; i++) dst[i] = (float)fqla_load(t, offset + i);
         return;
@@ -180,11 +222,9 @@ void fqla_store_row_f32(const fqla_tensor *t, int64_t offset, int64_t n, const f
     case FQLA_DTYPE_F32:
         memcpy((float *)t->data + offset, src, (size_t)n * sizeof(float));
         return;
-    case FQLA_DTYPE_BF16: {
-        uint16_t *d = (uint16_t *)t->data + offset;
-        for (int64_t i = 0; i < n; i++) d[i] = fqla_f32_to_bf16(src[i]);
+    case FQLA_DTYPE_BF16:
+        fqla_f32_row_to_bf16(src, n, (uint16_t *)t->data + offset);
         return;
-    }
     default:
         for (int64_t i = 0; i < n; i++) fqla_store(t, offset + i, src[i]);
         return;

@@ -100,6 +100,14 @@ exp exact then rounded; the inverse is the fp64 inverse of the fp32 matrix round
 and beta transforms, GVA groups > 1 (dq/dk group sums are fp32 adds) and varlen are not
 modelled; MACs count dense 64-row tiles (triangular products as dense), not the SFU or
 CUDA-core work.
+6. Few-token sequences (section 6, 20 seeds; the CUDA backward's tests/test_gpu_bwd.c has
+   them): a gradient of a one- to five-token sequence is a single sum whose terms cancel, so
+   the per-(sequence, head) error is the terms' rounding over the cancelled result. S_c must
+   be fp32 (bf16: dg 0.19 at T = 2, 0.05 at T = 5) and X, K dS' and dY must be near-fp32
+   (bf16 in X alone: dbeta 0.16 at T = 1; dY 0.12; K dS' 0.065, dg 0.024 at T = 5); every
+   other product holds in plain bf16 there (the worst: G2 dg 1.3e-2 at T = 5). All tf32 is
+   not enough (dbeta 9.5e-2 at T = 1). So the recommendation above, for a backward that must
+   also hold short sequences: S_c fp32, X / K dS' / dY / dS split, the rest bf16.
 """
 import argparse
 import datetime
@@ -567,6 +575,40 @@ def length_sweep(seeds):
     return lines
 
 
+def short_configs():
+    """What a few-token sequence needs: its gradients are single sums whose terms cancel
+    (e.g. dg_0 = e_0 de_0 + e_C <S, dS'>), so the per-(sequence, head) error is the rounding
+    of the terms over their cancelled sum."""
+    split = {p: X3 for p in PRODUCTS}
+    cs = [Config("fp32 everywhere (S_c fp32, products fp32)", pass1="fp32", state="fp32", prec="fp32"),
+          rec("S_c fp32, pass 2 all split", state="fp32", prec=split),
+          rec("S_c bf16, pass 2 all split", prec=split),
+          rec("S_c fp32, pass 2 all tf32", state="fp32", prec="tf32"),
+          rec("S_c fp32, recommended", state="fp32"),
+          rec("recommended (S_c bf16)")]
+    for p in PRODUCTS:
+        cs.append(rec("S_c fp32, bf16 only in %s (rest split)" % p, state="fp32",
+                      prec=dict(split, **{p: "bf16"})))
+    return cs
+
+
+def short_sweep(seeds):
+    """Sequences of 1, 2, 5 and 64 tokens (benchmark inputs, 4 value heads, h0 and dht
+    randn): worst over heads and seeds. More seeds than elsewhere: a single token's error
+    depends on how much its terms cancel, which varies from draw to draw."""
+    cs = short_configs()
+    seeds = list(range(max(len(seeds), 1) * 10))
+    lines = ["", "### 6. Few-token sequences (bench inputs, 4 value heads, %d seeds): what a one-token "
+             "gradient needs" % len(seeds), "",
+             "| T | config | " + " | ".join(GRADS) + " |", "|---|---|" + "---|" * len(GRADS)]
+    for T in (1, 2, 5, 64):
+        res = run(["bench"], cs, seeds, T=T, H=4)
+        for c in cs:
+            r = res[("bench", c.name)]
+            lines.append("| %d | %s | " % (T, c.name) + " | ".join(fmt(r[n], LIMIT[n]) for n in GRADS) + " |")
+    return lines
+
+
 # --------------------------------------------------------------------------- bytes and MACs
 H200_BW = 4.2e12          # B/s, copy rate
 H200_BF16 = 989.5e12 / 2  # MAC/s, dense bf16 tensor peak (tf32: half)
@@ -659,7 +701,7 @@ def bytes_table():
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, default=1)
-    ap.add_argument("--only", default="storage,precision,dg,bytes,length")
+    ap.add_argument("--only", default="storage,precision,dg,bytes,length,short")
     ap.add_argument("--markdown", default=None, help="also write the output to this file")
     a = ap.parse_args()
     seeds = list(range(a.seeds))
@@ -712,6 +754,8 @@ def main():
         emit(bytes_table())
     if "length" in only:
         emit(length_sweep(seeds))
+    if "short" in only:
+        emit(short_sweep(seeds))
     emit(["", "(%.0f s)" % (time.time() - t0)])
     if a.markdown:
         with open(a.markdown, "w") as fh:

@@ -592,15 +592,20 @@ static void bf16_row_io_exact(void)
 
 #include "cpu/cpu_isa.h"
 
-/* Forward and backward on the baseline (SSE) and on the AVX2 + FMA kernels,
- * each against the reference; head dims 72 and 40 leave an 8-column panel
+/* Forward and backward on the baseline (SSE) and on the AVX2 + FMA kernels
+ * (aarch64: portable C and NEON), each against the reference; head dims 72 and 40 leave an 8-column panel
  * after the 16-column ones. On the AVX2 path, 1 and 2 threads must agree
  * bit for bit. The path in use before the test is restored after it. */
 static void isa_paths_fwd_bwd(void)
 {
+    /* on aarch64 the second path is NEON (the same level, cpu_isa.h) */
     int before = fqla_cpu_isa(), paths[2] = {FQLA_CPU_ISA_BASE, FQLA_CPU_ISA_AVX2};
+#if defined(__aarch64__)
+    CHECK(fqla_cpu_isa_available() == FQLA_CPU_ISA_NEON, "aarch64 build without its NEON path");
+#else
     if (fqla_cpu_isa_available() < FQLA_CPU_ISA_AVX2)
         check_skip("isa_paths_fwd_bwd AVX2", "no AVX2 + FMA kernels on this build or CPU: baseline path only");
+#endif
     for (int pi = 0; pi < 2; pi++) {
         if (fqla_cpu_isa_force(paths[pi]) != paths[pi])
             continue;

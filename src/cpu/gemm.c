@@ -520,11 +520,37 @@ FQLA_AVX512 static void transpose8x8_avx(const float *src, int64_t lds, float *d
 }
 #endif
 
+#ifdef FQLA_HAVE_NEON_GEMM
+/* One full 8 x 8 tile as four 4 x 4 blocks in q registers: 32-bit then
+ * 64-bit interleaves (trn1 / trn2) transpose each block, which is stored
+ * to the mirrored block. */
+static void transpose8x8_neon(const float *src, int64_t lds, float *dst, int64_t ldd)
+{
+    for (int bi = 0; bi < 8; bi += 4)
+        for (int bj = 0; bj < 8; bj += 4) {
+            const float *s = src + bi * lds + bj;
+            float32x4_t r0 = vld1q_f32(s), r1 = vld1q_f32(s + lds);
+            float32x4_t r2 = vld1q_f32(s + 2 * lds), r3 = vld1q_f32(s + 3 * lds);
+            float32x4_t t0 = vtrn1q_f32(r0, r1), t1 = vtrn2q_f32(r0, r1);
+            float32x4_t t2 = vtrn1q_f32(r2, r3), t3 = vtrn2q_f32(r2, r3);
+            float64x2_t d0 = vreinterpretq_f64_f32(t0), d1 = vreinterpretq_f64_f32(t1);
+            float64x2_t d2 = vreinterpretq_f64_f32(t2), d3 = vreinterpretq_f64_f32(t3);
+            float *d = dst + bj * ldd + bi;
+            vst1q_f32(d, vreinterpretq_f32_f64(vtrn1q_f64(d0, d2)));
+            vst1q_f32(d + ldd, vreinterpretq_f32_f64(vtrn1q_f64(d1, d3)));
+            vst1q_f32(d + 2 * ldd, vreinterpretq_f32_f64(vtrn2q_f64(d0, d2)));
+            vst1q_f32(d + 3 * ldd, vreinterpretq_f32_f64(vtrn2q_f64(d1, d3)));
+        }
+}
+#endif
+
 void fqla_transpose(int64_t rows, int64_t cols, const float *src, int64_t lds,
                     float *dst, int64_t ldd)
 {
 #ifdef FQLA_HAVE_AVX2_GEMM
     int simd = fqla_cpu_isa() >= FQLA_CPU_ISA_AVX512;
+#elif defined(FQLA_HAVE_NEON_GEMM)
+    int simd = fqla_cpu_isa() >= FQLA_CPU_ISA_NEON;
 #else
     int simd = 0;
 #endif
@@ -535,6 +561,11 @@ void fqla_transpose(int64_t rows, int64_t cols, const float *src, int64_t lds,
 #ifdef FQLA_HAVE_AVX2_GEMM
             if (simd && i1 - i0 == 8 && j1 - j0 == 8) {
                 transpose8x8_avx(src + i0 * lds + j0, lds, dst + j0 * ldd + i0, ldd);
+                continue;
+            }
+#elif defined(FQLA_HAVE_NEON_GEMM)
+            if (simd && i1 - i0 == 8 && j1 - j0 == 8) {
+                transpose8x8_neon(src + i0 * lds + j0, lds, dst + j0 * ldd + i0, ldd);
                 continue;
             }
 #endif

@@ -592,6 +592,12 @@ static void bf16_row_io_exact(void)
 
 #include "cpu/cpu_isa.h"
 
+#if defined(__aarch64__)
+#define SIMD_NAME "NEON"
+#else
+#define SIMD_NAME "AVX2"
+#endif
+
 /* Forward and backward on the baseline (SSE) and on the AVX2 + FMA kernels
  * (aarch64: portable C and NEON), each against the reference; head dims 72 and 40 leave an 8-column panel
  * after the 16-column ones. On the AVX2 path, 1 and 2 threads must agree
@@ -624,10 +630,10 @@ static void isa_paths_fwd_bwd(void)
             fqla_context *one = tu_context(FQLA_BACKEND_CPU, 1);
             gdn_data d = gdn_data_make(&c);
             gdn_out x1 = gdn_run_bwd(one, &c, &d, 0), x2 = gdn_run_bwd(cpu, &c, &d, 0);
-            CHECK(x1.status == FQLA_STATUS_SUCCESS && x2.status == FQLA_STATUS_SUCCESS, "AVX2 backward failed");
+            CHECK(x1.status == FQLA_STATUS_SUCCESS && x2.status == FQLA_STATUS_SUCCESS, "%s backward failed", SIMD_NAME);
             if (x1.status == FQLA_STATUS_SUCCESS && x2.status == FQLA_STATUS_SUCCESS) {
-                CHECK(memcmp(x1.dq, x2.dq, (size_t)d.nq * sizeof *x1.dq) == 0, "AVX2 dq: 1 and 2 threads differ");
-                CHECK(memcmp(x1.dv, x2.dv, (size_t)d.nv * sizeof *x1.dv) == 0, "AVX2 dv: 1 and 2 threads differ");
+                CHECK(memcmp(x1.dq, x2.dq, (size_t)d.nq * sizeof *x1.dq) == 0, "%s dq: 1 and 2 threads differ", SIMD_NAME);
+                CHECK(memcmp(x1.dv, x2.dv, (size_t)d.nv * sizeof *x1.dv) == 0, "%s dv: 1 and 2 threads differ", SIMD_NAME);
             }
             gdn_out_free(&x1);
             gdn_out_free(&x2);

@@ -127,7 +127,7 @@ $(BUILD)/tests/%: tests/%.cu $(CU_TEST_COMMON) $(wildcard tests/common/*.h src/c
 # a build nor skips one that is missing.
 $(CU_TESTS): $(CU_TEST_COMMON)
 
-.PHONY: all test test-fast test-asan fuzz run clean install uninstall
+.PHONY: all test test-fast test-asan test-aarch64 fuzz run clean install uninstall
 all: $(LIB_A) $(LIB_SO) $(CLI)
 
 $(BUILD)/obj/%.o: %.c $(wildcard include/*.h src/*.h src/cpu/*.h) $(DEV_HDR) $(C_STAMP)
@@ -193,6 +193,12 @@ test-fast: $(TESTS) $(CU_TESTS)
 
 test-asan: $(ASAN_TESTS)
 	FQLA_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 tests/run_tests.sh $(BUILD)/asan/tests
+
+# The CPU library and its tests cross-built for aarch64 (NEON bodies) into
+# build-aarch64/ and run under qemu-user; skipped, saying why, without the
+# cross gcc or qemu (tests/run_aarch64.sh). Also a section of `make test`.
+test-aarch64:
+	tests/run_aarch64.sh build-aarch64
 
 fuzz: $(BUILD)/fuzz/fuzz_validate
 	@mkdir -p $(BUILD)/fuzz/corpus

@@ -70,6 +70,11 @@ else
         "$here/run_tests.sh" "$tsan_dir/tests" 2>&1); printf '%s\n' "$out"; add "$(printf '%s\n' "$out" | tail -n 1)"
 fi
 
+section "aarch64: CPU build with the cross gcc, tests under qemu-aarch64 (build-aarch64/tests)"
+# The NEON bodies of the fast CPU path and the portable ones, against the fp64
+# reference (tests/run_aarch64.sh; skipped, with the reason, without the tools).
+out=$("$here/run_aarch64.sh" build-aarch64 2>&1); printf '%s\n' "$out"; add "$(printf '%s\n' "$out" | tail -n 1)"
+
 section "libFuzzer over argument validation (${fuzz_seconds}s)"
 if [ -x "$build/fuzz/fuzz_validate" ]; then
   mkdir -p "$build/fuzz/corpus"

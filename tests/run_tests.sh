@@ -2,13 +2,15 @@
 # Runs every test program in a folder and adds up their closing lines
 # ("N passed, N failed[, N skipped]"). A program that crashes or prints no
 # closing line counts as one failure. Exit status 1 when anything failed.
+# FQLA_TEST_RUNNER, when set, is put before each program (an emulator:
+# tests/run_aarch64.sh runs the aarch64 build under qemu-aarch64).
 set -u
 dir=${1:?usage: run_tests.sh DIR}
 passed=0 failed=0 skipped=0
 for t in "$dir"/test_*; do
   [ -x "$t" ] || continue
   echo "== $(basename "$t")"
-  out=$("$t" 2>&1); rc=$?
+  out=$(${FQLA_TEST_RUNNER:-} "$t" 2>&1); rc=$?
   printf '%s\n' "$out" | grep -v '^ok ' || true
   last=$(printf '%s\n' "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed' | tail -n 1)
   if [ -z "$last" ]; then

@@ -592,15 +592,26 @@ static void bf16_row_io_exact(void)
 
 #include "cpu/cpu_isa.h"
 
-/* Forward and backward on the baseline (SSE) and on the AVX2 + FMA kernels,
- * each against the reference; head dims 72 and 40 leave an 8-column panel
+#if defined(__aarch64__)
+#define SIMD_NAME "NEON"
+#else
+#define SIMD_NAME "AVX2"
+#endif
+
+/* Forward and backward on the baseline (SSE) and on the AVX2 + FMA kernels
+ * (aarch64: portable C and NEON), each against the reference; head dims 72 and 40 leave an 8-column panel
  * after the 16-column ones. On the AVX2 path, 1 and 2 threads must agree
  * bit for bit. The path in use before the test is restored after it. */
 static void isa_paths_fwd_bwd(void)
 {
+    /* on aarch64 the second path is NEON (the same level, cpu_isa.h) */
     int before = fqla_cpu_isa(), paths[2] = {FQLA_CPU_ISA_BASE, FQLA_CPU_ISA_AVX2};
+#if defined(__aarch64__)
+    CHECK(fqla_cpu_isa_available() == FQLA_CPU_ISA_NEON, "aarch64 build without its NEON path");
+#else
     if (fqla_cpu_isa_available() < FQLA_CPU_ISA_AVX2)
         check_skip("isa_paths_fwd_bwd AVX2", "no AVX2 + FMA kernels on this build or CPU: baseline path only");
+#endif
     for (int pi = 0; pi < 2; pi++) {
         if (fqla_cpu_isa_force(paths[pi]) != paths[pi])
             continue;
@@ -619,10 +630,10 @@ static void isa_paths_fwd_bwd(void)
             fqla_context *one = tu_context(FQLA_BACKEND_CPU, 1);
             gdn_data d = gdn_data_make(&c);
             gdn_out x1 = gdn_run_bwd(one, &c, &d, 0), x2 = gdn_run_bwd(cpu, &c, &d, 0);
-            CHECK(x1.status == FQLA_STATUS_SUCCESS && x2.status == FQLA_STATUS_SUCCESS, "AVX2 backward failed");
+            CHECK(x1.status == FQLA_STATUS_SUCCESS && x2.status == FQLA_STATUS_SUCCESS, "%s backward failed", SIMD_NAME);
             if (x1.status == FQLA_STATUS_SUCCESS && x2.status == FQLA_STATUS_SUCCESS) {
-                CHECK(memcmp(x1.dq, x2.dq, (size_t)d.nq * sizeof *x1.dq) == 0, "AVX2 dq: 1 and 2 threads differ");
-                CHECK(memcmp(x1.dv, x2.dv, (size_t)d.nv * sizeof *x1.dv) == 0, "AVX2 dv: 1 and 2 threads differ");
+                CHECK(memcmp(x1.dq, x2.dq, (size_t)d.nq * sizeof *x1.dq) == 0, "%s dq: 1 and 2 threads differ", SIMD_NAME);
+                CHECK(memcmp(x1.dv, x2.dv, (size_t)d.nv * sizeof *x1.dv) == 0, "%s dv: 1 and 2 threads differ", SIMD_NAME);
             }
             gdn_out_free(&x1);
             gdn_out_free(&x2);

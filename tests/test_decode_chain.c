@@ -419,8 +419,14 @@ static void decode_paths_and_shapes(void)
 {
     static const int64_t kv[5][2] = {{48, 72}, {40, 20}, {36, 48}, {16, 16}, {128, 128}};
     int before = fqla_cpu_isa(), best = fqla_cpu_isa_available();
+#if defined(__aarch64__)
+    /* the portable and NEON bodies (NEON: 16-column tiles of V = 72, 48, 16,
+     * 128; [V, K] rows of every K here, 36 through its 4-float tail) */
+    CHECK(best == FQLA_CPU_ISA_NEON, "aarch64 build without its NEON path (best %d)", best);
+#else
     if (best < FQLA_CPU_ISA_AVX512)
         check_skip("decode_paths_and_shapes AVX-512", "this CPU (or build) has no AVX-512 path: the others run");
+#endif
     for (int isa = FQLA_CPU_ISA_BASE; isa <= best; isa++) {
         fqla_cpu_isa_force(isa);
         for (int s = 0; s < 5; s++)

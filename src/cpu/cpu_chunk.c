@@ -169,11 +169,37 @@ __attribute__((target("avx512f"))) static void substitution_row_avx512(float *A,
 }
 #endif
 
+#if defined(__aarch64__)
+#include <arm_neon.h>
+#define FQLA_HAVE_NEON_SUBST 1
+/* The same sums, 8 columns per two q registers with FMA (cp % 8 == 0). */
+static void substitution_row_neon(float *A, int64_t cp, int64_t i, const float *a)
+{
+    float *ri = A + i * cp;
+    for (int64_t c0 = 0; c0 < cp; c0 += 8) {
+        float32x4_t lo = vdupq_n_f32(0.0f), hi = lo;
+        for (int64_t j = c0; j < i; j++) {
+            const float *rj = A + j * cp + c0;
+            lo = vfmsq_n_f32(lo, vld1q_f32(rj), a[j]);
+            hi = vfmsq_n_f32(hi, vld1q_f32(rj + 4), a[j]);
+        }
+        vst1q_f32(ri + c0, lo);
+        vst1q_f32(ri + c0 + 4, hi);
+    }
+}
+#endif
+
 static void substitution_row(float *A, int64_t cp, int64_t i, const float *a)
 {
 #ifdef FQLA_HAVE_AVX512_SUBST
     if (fqla_cpu_isa() >= FQLA_CPU_ISA_AVX512) {
         substitution_row_avx512(A, cp, i, a);
+        return;
+    }
+#endif
+#ifdef FQLA_HAVE_NEON_SUBST
+    if (fqla_cpu_isa() >= FQLA_CPU_ISA_NEON) {
+        substitution_row_neon(A, cp, i, a);
         return;
     }
 #endif

@@ -1,6 +1,6 @@
 /*
  * cpu_isa.c - the run-time choice between the baseline, AVX2 + FMA and
- * AVX-512 kernels (see cpu_isa.h). The choice is made under pthread_once, so
+ * AVX-512 kernels, or on aarch64 between the baseline and NEON (see cpu_isa.h). The choice is made under pthread_once, so
  * concurrent first calls agree, and cached for the life of the process.
  */
 #include "cpu/cpu_isa.h"
@@ -21,6 +21,8 @@ int fqla_cpu_isa_available(void)
     if (__builtin_cpu_supports("avx512f"))
         return FQLA_CPU_ISA_AVX512;
     return FQLA_CPU_ISA_AVX2;
+#elif defined(__aarch64__)
+    return FQLA_CPU_ISA_NEON; /* baseline on every aarch64 CPU */
 #endif
     return FQLA_CPU_ISA_BASE;
 }

@@ -7,6 +7,10 @@
  * attributes) for AVX2 + FMA and for AVX-512F, used when the CPU has them,
  * unless the environment variable FQLA_CPU_ISA=sse (read once, at the first
  * use) forces the baseline.
+ * On aarch64 NEON is part of the architecture: the NEON bodies are compiled
+ * in (no target attributes, no CPU check) and are the path above the
+ * baseline there, at the same level as AVX2 on x86 (the two never exist in
+ * one build); FQLA_CPU_ISA=base selects the portable C bodies instead.
  * Every thread of every call reads the same cached choice, so results stay
  * bit-identical run to run and across thread counts; the two paths round
  * differently (FMA), so they are not bit-identical to each other.
@@ -17,7 +21,8 @@
 enum {
     FQLA_CPU_ISA_BASE = 0, /* the build's baseline (SSE on x86-64-v2) */
     FQLA_CPU_ISA_AVX2 = 1, /* AVX2 + FMA kernels */
-    FQLA_CPU_ISA_AVX512 = 2 /* AVX-512F kernels where there are any (else AVX2's) */
+    FQLA_CPU_ISA_AVX512 = 2, /* AVX-512F kernels where there are any (else AVX2's) */
+    FQLA_CPU_ISA_NEON = 1 /* aarch64 only: the NEON kernels */
 };
 
 /* The path in use: the best one compiled in and supported by the CPU, or

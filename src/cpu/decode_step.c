@@ -1,6 +1,7 @@
 /*
  * decode_step.c - one decode token on a tile of the state, portable C plus
- * AVX2 + FMA and AVX-512F bodies chosen at run time (see decode_step.h).
+ * AVX2 + FMA and AVX-512F bodies chosen at run time on x86, NEON bodies on
+ * aarch64 (see decode_step.h).
  *
  * Every body computes the same sums in the same association within itself
  * (fixed partial accumulators, combined in a fixed order), so a path's
@@ -395,6 +396,102 @@ FQLA_AVX512 static void vk_avx512(int64_t K, int64_t n, const float *S, int64_t 
 }
 #endif
 
+
+/* ---- aarch64 NEON bodies (NEON is baseline there: no run-time check
+ * beyond fqla_cpu_isa(), which tests lower to the portable path) ---- */
+
+#if defined(__aarch64__)
+#define FQLA_HAVE_NEON_DECODE 1
+#include <arm_neon.h>
+
+/* 16 columns as four q registers; rows in fours (k and q of four rows in
+ * one register each, taken lane by lane), even and odd rows into separate
+ * accumulators (sixteen, half of the register file), as kv_avx2's pairs. */
+static void kv_neon(int64_t K, float *S, int64_t ld, const fqla_decode_token *t, float *o)
+{
+    float32x4_t we[4], wo[4], re[4], ro[4], u[4];
+    for (int c = 0; c < 4; c++)
+        we[c] = wo[c] = re[c] = ro[c] = vdupq_n_f32(0.0f);
+    int64_t i = 0;
+    for (; i + 4 <= K; i += 4) {
+        const float *s = S + i * ld;
+        float32x4_t k4 = vld1q_f32(t->k + i), q4 = vld1q_f32(t->q + i);
+        for (int c = 0; c < 4; c++) {
+            float32x4_t a0 = vld1q_f32(s + 4 * c), a1 = vld1q_f32(s + ld + 4 * c);
+            float32x4_t a2 = vld1q_f32(s + 2 * ld + 4 * c), a3 = vld1q_f32(s + 3 * ld + 4 * c);
+            we[c] = vfmaq_laneq_f32(we[c], a0, k4, 0);
+            re[c] = vfmaq_laneq_f32(re[c], a0, q4, 0);
+            wo[c] = vfmaq_laneq_f32(wo[c], a1, k4, 1);
+            ro[c] = vfmaq_laneq_f32(ro[c], a1, q4, 1);
+            we[c] = vfmaq_laneq_f32(we[c], a2, k4, 2);
+            re[c] = vfmaq_laneq_f32(re[c], a2, q4, 2);
+            wo[c] = vfmaq_laneq_f32(wo[c], a3, k4, 3);
+            ro[c] = vfmaq_laneq_f32(ro[c], a3, q4, 3);
+        }
+    }
+    for (; i < K; i++) {
+        const float *s = S + i * ld;
+        for (int c = 0; c < 4; c++) {
+            float32x4_t a0 = vld1q_f32(s + 4 * c);
+            we[c] = vfmaq_n_f32(we[c], a0, t->k[i]);
+            re[c] = vfmaq_n_f32(re[c], a0, t->q[i]);
+        }
+    }
+    for (int c = 0; c < 4; c++) {
+        float32x4_t w = vaddq_f32(we[c], wo[c]), r = vaddq_f32(re[c], ro[c]);
+        u[c] = vmulq_n_f32(vfmsq_n_f32(vld1q_f32(t->v + 4 * c), w, t->a), t->beta);
+        vst1q_f32(o + 4 * c, vfmaq_n_f32(vmulq_n_f32(u[c], t->cu), r, t->ca));
+    }
+    for (i = 0; i < K; i++) {
+        float *row = S + i * ld;
+        float ki = t->k[i];
+        for (int c = 0; c < 4; c++)
+            vst1q_f32(row + 4 * c, vfmaq_n_f32(vmulq_n_f32(vld1q_f32(row + 4 * c), t->a), u[c], ki));
+    }
+}
+
+/* Rows of K floats (K % 4 == 0): the dot products of every row first, in
+ * memory order, then the updates from L1 (at most 16 rows per pass), as
+ * vk_avx2. Four partial sums per dot product, lanes summed in a fixed
+ * order (vaddvq_f32). */
+static void vk_neon(int64_t K, int64_t n, float *S, int64_t ld, const fqla_decode_token *t, float *o)
+{
+    float u[16];
+    if (n > 16) {
+        vk_neon(K, 16, S, ld, t, o);
+        vk_neon(K, n - 16, S + 16 * ld, ld, t, o + 16);
+        return;
+    }
+    for (int64_t j = 0; j < n; j++) {
+        const float *s0 = S + j * ld;
+        float32x4_t w[4], r[4];
+        for (int c = 0; c < 4; c++)
+            w[c] = r[c] = vdupq_n_f32(0.0f);
+        int64_t c = 0;
+        for (; c + 16 <= K; c += 16)
+            for (int b = 0; b < 4; b++) {
+                float32x4_t a = vld1q_f32(s0 + c + 4 * b);
+                w[b] = vfmaq_f32(w[b], a, vld1q_f32(t->k + c + 4 * b));
+                r[b] = vfmaq_f32(r[b], a, vld1q_f32(t->q + c + 4 * b));
+            }
+        for (; c < K; c += 4) {
+            float32x4_t a = vld1q_f32(s0 + c);
+            w[0] = vfmaq_f32(w[0], a, vld1q_f32(t->k + c));
+            r[0] = vfmaq_f32(r[0], a, vld1q_f32(t->q + c));
+        }
+        float ws = vaddvq_f32(vaddq_f32(vaddq_f32(w[0], w[1]), vaddq_f32(w[2], w[3])));
+        float rs = vaddvq_f32(vaddq_f32(vaddq_f32(r[0], r[1]), vaddq_f32(r[2], r[3])));
+        u[j] = t->beta * (t->v[j] - t->a * ws);
+        o[j] = t->ca * rs + t->cu * u[j];
+    }
+    for (int64_t j = 0; j < n; j++) {
+        float *s0 = S + j * ld;
+        for (int64_t c = 0; c < K; c += 4)
+            vst1q_f32(s0 + c, vfmaq_n_f32(vmulq_n_f32(vld1q_f32(s0 + c), t->a), vld1q_f32(t->k + c), u[j]));
+    }
+}
+#endif
+
 void fqla_decode_step_kv(int64_t K, int64_t w, float *S, int64_t ld, const fqla_decode_token *t,
                          float *o)
 {
@@ -428,6 +525,16 @@ void fqla_decode_step_kv(int64_t K, int64_t w, float *S, int64_t ld, const fqla_
             fqla_decode_token h = *t;
             h.v += j;
             kv_avx2(K, S + j, ld, &h, o + j);
+        }
+        return;
+    }
+#endif
+#ifdef FQLA_HAVE_NEON_DECODE
+    if (w % 16 == 0 && fqla_cpu_isa() >= FQLA_CPU_ISA_NEON) {
+        for (int64_t j = 0; j < w; j += 16) {
+            fqla_decode_token h = *t;
+            h.v += j;
+            kv_neon(K, S + j, ld, &h, o + j);
         }
         return;
     }
@@ -472,6 +579,12 @@ void fqla_decode_step_vk(int64_t K, int64_t n, float *S, int64_t ld, const fqla_
     }
     if (isa >= FQLA_CPU_ISA_AVX2 && K % 8 == 0) {
         vk_avx2(K, n, S, ld, t, o);
+        return;
+    }
+#endif
+#ifdef FQLA_HAVE_NEON_DECODE
+    if (K % 4 == 0 && fqla_cpu_isa() >= FQLA_CPU_ISA_NEON) {
+        vk_neon(K, n, S, ld, t, o);
         return;
     }
 #endif

@@ -13,9 +13,11 @@
  * once per token block instead of twice per token.
  *
  * The bodies: portable C (any size), AVX2 + FMA and AVX-512F (x86 with GCC
- * or clang; target attributes, so one build runs anywhere), chosen per call
- * from fqla_cpu_isa(). The SIMD bodies need the tile's vector length to be
- * a multiple of their width and take the portable body otherwise.
+ * or clang; target attributes, so one build runs anywhere), NEON (aarch64,
+ * where it is baseline), chosen per call from fqla_cpu_isa(). The SIMD
+ * bodies need the tile's vector length to be a multiple of their width
+ * (NEON: 16-column [K, V] tiles, [V, K] rows of K % 4 == 0) and take the
+ * portable body otherwise.
  */
 #ifndef FQLA_CPU_DECODE_STEP_H
 #define FQLA_CPU_DECODE_STEP_H

@@ -353,6 +353,108 @@ FQLA_AVX512 static void gemm_avx512(int flags, int64_t m, int64_t n, int64_t k, 
 }
 #endif
 
+
+#if defined(__aarch64__)
+#define FQLA_HAVE_NEON_GEMM 1
+#include <arm_neon.h>
+/*
+ * The NEON product (aarch64, where NEON and FMA are baseline): the AVX2
+ * walk with 4-float registers. A 4 x 16 tile has sixteen accumulators (half
+ * of the 32 vector registers; enough independent FMA chains for the
+ * latency x throughput of big Arm cores), four B loads and four A
+ * broadcasts (fmla by element) per sixteen FMAs; a 4 x 8 tile for the last
+ * odd panel and the blocks C_LOWER needs only half of. Every C element is
+ * one FMA chain over p in increasing order in either tile, so the tile
+ * never changes a result (and the sums are those of the x86 AVX2 tiles).
+ */
+#define NEON_STORE(r, acc_v, w)                                                   \
+    do {                                                                          \
+        for (int c = 0; c < (w) / 4; c++) {                                       \
+            float32x4_t x = (acc_v)[c];                                           \
+            if (acc)                                                              \
+                x = vaddq_f32(vld1q_f32((r) + 4 * c), x);                         \
+            vst1q_f32((r) + 4 * c, x);                                            \
+        }                                                                         \
+    } while (0)
+
+/* C[4 x 16] (+)= A[4 x (p0..p1)] B[(p0..p1) x 16]. */
+static void kernel_4x16_neon(int acc, int64_t p0, int64_t p1, const float *restrict A, int64_t lda,
+                             const float *restrict B, int64_t ldb, float *restrict C, int64_t ldc)
+{
+    float32x4_t c0[4], c1[4], c2[4], c3[4];
+    for (int c = 0; c < 4; c++)
+        c0[c] = c1[c] = c2[c] = c3[c] = vdupq_n_f32(0.0f);
+    const float *a0 = A, *a1 = A + lda, *a2 = A + 2 * lda, *a3 = A + 3 * lda;
+    for (int64_t p = p0; p < p1; p++) {
+        const float *b = B + p * ldb;
+        float32x4_t b0 = vld1q_f32(b), b1 = vld1q_f32(b + 4), b2 = vld1q_f32(b + 8), b3 = vld1q_f32(b + 12);
+        float x0 = a0[p], x1 = a1[p], x2 = a2[p], x3 = a3[p];
+        c0[0] = vfmaq_n_f32(c0[0], b0, x0); c0[1] = vfmaq_n_f32(c0[1], b1, x0);
+        c0[2] = vfmaq_n_f32(c0[2], b2, x0); c0[3] = vfmaq_n_f32(c0[3], b3, x0);
+        c1[0] = vfmaq_n_f32(c1[0], b0, x1); c1[1] = vfmaq_n_f32(c1[1], b1, x1);
+        c1[2] = vfmaq_n_f32(c1[2], b2, x1); c1[3] = vfmaq_n_f32(c1[3], b3, x1);
+        c2[0] = vfmaq_n_f32(c2[0], b0, x2); c2[1] = vfmaq_n_f32(c2[1], b1, x2);
+        c2[2] = vfmaq_n_f32(c2[2], b2, x2); c2[3] = vfmaq_n_f32(c2[3], b3, x2);
+        c3[0] = vfmaq_n_f32(c3[0], b0, x3); c3[1] = vfmaq_n_f32(c3[1], b1, x3);
+        c3[2] = vfmaq_n_f32(c3[2], b2, x3); c3[3] = vfmaq_n_f32(c3[3], b3, x3);
+    }
+    NEON_STORE(C, c0, 16);
+    NEON_STORE(C + ldc, c1, 16);
+    NEON_STORE(C + 2 * ldc, c2, 16);
+    NEON_STORE(C + 3 * ldc, c3, 16);
+}
+
+/* C[4 x 8] (+)= A[4 x (p0..p1)] B[(p0..p1) x 8]. */
+static void kernel_4x8_neon(int acc, int64_t p0, int64_t p1, const float *restrict A, int64_t lda,
+                            const float *restrict B, int64_t ldb, float *restrict C, int64_t ldc)
+{
+    float32x4_t c0[2], c1[2], c2[2], c3[2];
+    for (int c = 0; c < 2; c++)
+        c0[c] = c1[c] = c2[c] = c3[c] = vdupq_n_f32(0.0f);
+    const float *a0 = A, *a1 = A + lda, *a2 = A + 2 * lda, *a3 = A + 3 * lda;
+    for (int64_t p = p0; p < p1; p++) {
+        const float *b = B + p * ldb;
+        float32x4_t b0 = vld1q_f32(b), b1 = vld1q_f32(b + 4);
+        float x0 = a0[p], x1 = a1[p], x2 = a2[p], x3 = a3[p];
+        c0[0] = vfmaq_n_f32(c0[0], b0, x0); c0[1] = vfmaq_n_f32(c0[1], b1, x0);
+        c1[0] = vfmaq_n_f32(c1[0], b0, x1); c1[1] = vfmaq_n_f32(c1[1], b1, x1);
+        c2[0] = vfmaq_n_f32(c2[0], b0, x2); c2[1] = vfmaq_n_f32(c2[1], b1, x2);
+        c3[0] = vfmaq_n_f32(c3[0], b0, x3); c3[1] = vfmaq_n_f32(c3[1], b1, x3);
+    }
+    NEON_STORE(C, c0, 8);
+    NEON_STORE(C + ldc, c1, 8);
+    NEON_STORE(C + 2 * ldc, c2, 8);
+    NEON_STORE(C + 3 * ldc, c3, 8);
+}
+
+/* gemm_avx2's walk: 16-column panels (an 8-column one last when n % 16 ==
+ * 8); under C_LOWER the 4 x 8 tile for blocks that need only the left half,
+ * so no block wholly above the diagonal is written. */
+static void gemm_neon(int flags, int64_t m, int64_t n, int64_t k, const float *A, int64_t lda,
+                      const float *B, int64_t ldb, float *C, int64_t ldc)
+{
+    int acc = (flags & FQLA_GEMM_ACC) != 0;
+    int lower = (flags & FQLA_GEMM_C_LOWER) != 0;
+    for (int64_t j = 0; j < n; j += 16) {
+        int wide = j + 16 <= n;
+        int64_t i0 = lower ? (j / 4) * 4 : 0;
+        for (int64_t i = i0; i < m; i += 4) {
+            int64_t p0 = 0, p1 = k;
+            if ((flags & FQLA_GEMM_A_LOWER) && i + 4 < p1)
+                p1 = i + 4;
+            if ((flags & FQLA_GEMM_A_UPPER) && i > p0)
+                p0 = i < k ? i : k;
+            const float *a = A + i * lda;
+            float *c = C + i * ldc + j;
+            if (wide && !(lower && i + 3 < j + 8))
+                kernel_4x16_neon(acc, p0, p1, a, lda, B + j, ldb, c, ldc);
+            else
+                kernel_4x8_neon(acc, p0, p1, a, lda, B + j, ldb, c, ldc);
+        }
+    }
+}
+#endif
+
 void fqla_gemm(int flags, int64_t m, int64_t n, int64_t k,
                const float *A, int64_t lda, const float *B, int64_t ldb,
                float *C, int64_t ldc)
@@ -370,6 +472,12 @@ void fqla_gemm(int flags, int64_t m, int64_t n, int64_t k,
     }
     if (isa >= FQLA_CPU_ISA_AVX2) {
         gemm_avx2(flags, m, n, k, A, lda, B, ldb, C, ldc);
+        return;
+    }
+#endif
+#ifdef FQLA_HAVE_NEON_GEMM
+    if (fqla_cpu_isa() >= FQLA_CPU_ISA_NEON) {
+        gemm_neon(flags, m, n, k, A, lda, B, ldb, C, ldc);
         return;
     }
 #endif
@@ -412,11 +520,37 @@ FQLA_AVX512 static void transpose8x8_avx(const float *src, int64_t lds, float *d
 }
 #endif
 
+#ifdef FQLA_HAVE_NEON_GEMM
+/* One full 8 x 8 tile as four 4 x 4 blocks in q registers: 32-bit then
+ * 64-bit interleaves (trn1 / trn2) transpose each block, which is stored
+ * to the mirrored block. */
+static void transpose8x8_neon(const float *src, int64_t lds, float *dst, int64_t ldd)
+{
+    for (int bi = 0; bi < 8; bi += 4)
+        for (int bj = 0; bj < 8; bj += 4) {
+            const float *s = src + bi * lds + bj;
+            float32x4_t r0 = vld1q_f32(s), r1 = vld1q_f32(s + lds);
+            float32x4_t r2 = vld1q_f32(s + 2 * lds), r3 = vld1q_f32(s + 3 * lds);
+            float32x4_t t0 = vtrn1q_f32(r0, r1), t1 = vtrn2q_f32(r0, r1);
+            float32x4_t t2 = vtrn1q_f32(r2, r3), t3 = vtrn2q_f32(r2, r3);
+            float64x2_t d0 = vreinterpretq_f64_f32(t0), d1 = vreinterpretq_f64_f32(t1);
+            float64x2_t d2 = vreinterpretq_f64_f32(t2), d3 = vreinterpretq_f64_f32(t3);
+            float *d = dst + bj * ldd + bi;
+            vst1q_f32(d, vreinterpretq_f32_f64(vtrn1q_f64(d0, d2)));
+            vst1q_f32(d + ldd, vreinterpretq_f32_f64(vtrn1q_f64(d1, d3)));
+            vst1q_f32(d + 2 * ldd, vreinterpretq_f32_f64(vtrn2q_f64(d0, d2)));
+            vst1q_f32(d + 3 * ldd, vreinterpretq_f32_f64(vtrn2q_f64(d1, d3)));
+        }
+}
+#endif
+
 void fqla_transpose(int64_t rows, int64_t cols, const float *src, int64_t lds,
                     float *dst, int64_t ldd)
 {
 #ifdef FQLA_HAVE_AVX2_GEMM
     int simd = fqla_cpu_isa() >= FQLA_CPU_ISA_AVX512;
+#elif defined(FQLA_HAVE_NEON_GEMM)
+    int simd = fqla_cpu_isa() >= FQLA_CPU_ISA_NEON;
 #else
     int simd = 0;
 #endif
@@ -427,6 +561,11 @@ void fqla_transpose(int64_t rows, int64_t cols, const float *src, int64_t lds,
 #ifdef FQLA_HAVE_AVX2_GEMM
             if (simd && i1 - i0 == 8 && j1 - j0 == 8) {
                 transpose8x8_avx(src + i0 * lds + j0, lds, dst + j0 * ldd + i0, ldd);
+                continue;
+            }
+#elif defined(FQLA_HAVE_NEON_GEMM)
+            if (simd && i1 - i0 == 8 && j1 - j0 == 8) {
+                transpose8x8_neon(src + i0 * lds + j0, lds, dst + j0 * ldd + i0, ldd);
                 continue;
             }
 #endif

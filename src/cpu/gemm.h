@@ -15,8 +15,11 @@
  *
  * On x86 with GCC or clang, fqla_gemm also has an AVX2 + FMA body (a 4 x 16
  * tile, compiled with a target attribute) used when the CPU has both; see
- * cpu_isa.h for the choice and gemm.c for why the tile differs. The other
- * helpers here stay on the baseline.
+ * cpu_isa.h for the choice and gemm.c for why the tile differs. On aarch64
+ * it has a NEON body (4 x 16 tiles, the AVX2 body's walk and sums), and
+ * fqla_transpose NEON 8 x 8 tiles. The
+ * other helpers here stay on the baseline (gcc vectorises them for NEON
+ * there).
  */
 #ifndef FQLA_CPU_GEMM_H
 #define FQLA_CPU_GEMM_H

@@ -76,29 +76,7 @@ fqla_status fqla_cuda_bwd_run(fqla_context *ctx, const fqla_problem *p, const fq
     fqla_bwd_params b;
     memset(&b, 0, sizeof b);
     fqla_fwd_params &k = b.f;
-    k.q = a->q.data; k.k = a->k.data; k.v = a->v.data;
-    k.q_sb = a->q.strides[0]; k.q_st = a->q.strides[1]; k.q_sh = a->q.strides[2];
-    k.k_sb = a->k.strides[0]; k.k_st = a->k.strides[1]; k.k_sh = a->k.strides[2];
-    k.v_sb = a->v.strides[0]; k.v_st = a->v.strides[1]; k.v_sh = a->v.strides[2];
-    k.g = a->g.data; k.beta = a->beta.data;
-    k.g_sb = a->g.strides[0]; k.g_st = a->g.strides[1]; k.g_sh = a->g.strides[2];
-    k.b_sb = a->beta.strides[0]; k.b_st = a->beta.strides[1]; k.b_sh = a->beta.strides[2];
-    k.g_bf16 = a->g.dtype == FQLA_DTYPE_BF16;
-    k.beta_bf16 = a->beta.dtype == FQLA_DTYPE_BF16;
-    if (p->opt.use_gate_in_kernel) {
-        k.A_log = (const float *)a->A_log.data;
-        k.dt_bias = (const float *)a->dt_bias.data;
-        k.alog_s = a->A_log.strides[0];
-        k.dtb_s = a->dt_bias.strides[0];
-    }
-    if (a->initial_state.data) {
-        k.h0 = a->initial_state.data;
-        k.h0_bf16 = a->initial_state.dtype == FQLA_DTYPE_BF16;
-        k.h0_sn = a->initial_state.strides[0];
-        k.h0_sh = a->initial_state.strides[1];
-        k.h0_s2 = a->initial_state.strides[2];
-    }
-    k.v_first = p->opt.state_v_first;
+    fqla_fwd_params_inputs(k, p, a->q, a->k, a->v, a->g, a->beta, a->A_log, a->dt_bias, a->initial_state);
     k.varlen = p->varlen;
     if (p->varlen) {
         k.cu = a->cu_seqlens.data;
@@ -108,16 +86,6 @@ fqla_status fqla_cuda_bwd_run(fqla_context *ctx, const fqla_problem *p, const fq
     k.N = p->N;
     k.slots = slots_of(p);
     k.cps = (p->T + FQLA_BWD_C - 1) / FQLA_BWD_C;
-    k.H = (int)p->H;
-    k.HV = (int)p->HV;
-    k.group = (int)p->group;
-    k.K = (int)p->K;
-    k.V = (int)p->V;
-    k.scale = (float)p->scale;
-    k.l2norm = p->opt.use_qk_l2norm;
-    k.gate_in_kernel = p->opt.use_gate_in_kernel;
-    k.beta_sigmoid = p->opt.use_beta_sigmoid;
-    k.neg_eig = p->opt.allow_neg_eigval;
 
     b.d_o = a->d_o.data;
     b.do_sb = a->d_o.strides[0]; b.do_st = a->d_o.strides[1]; b.do_sh = a->d_o.strides[2];
@@ -150,10 +118,8 @@ fqla_status fqla_cuda_bwd_run(fqla_context *ctx, const fqla_problem *p, const fq
     unsigned char *ws = (unsigned char *)workspace;
     b.gam = (float *)(ws + L.gam);
     b.bet = (float *)(ws + L.bet);
-    b.rq = p->opt.use_qk_l2norm ? (float *)(ws + L.rq) : NULL;
-    b.rk = p->opt.use_qk_l2norm ? (float *)(ws + L.rk) : NULL;
-    k.rq = b.rq;
-    k.rk = b.rk;
+    k.rq = p->opt.use_qk_l2norm ? (float *)(ws + L.rq) : NULL;
+    k.rk = p->opt.use_qk_l2norm ? (float *)(ws + L.rk) : NULL;
     b.Tt = (float *)(ws + L.Tt);
     b.Pt = (float *)(ws + L.Pt);
     b.S = (float *)(ws + L.S);

@@ -123,8 +123,8 @@ __device__ __forceinline__ void issue(const fqla_bwd_params &bp, chain_stage<KD>
         fqla_cp_async16(&s.bet[4 * t], bp.bet + tile * C + 4 * t, 16);
         if (p.l2norm) {
             const size_t rrow = ((size_t)slot * p.H + hk) * C;
-            fqla_cp_async16(&s.rk[4 * t], bp.rk + rrow + 4 * t, 16);
-            if (REVERSE) fqla_cp_async16(&s.rq[4 * t], bp.rq + rrow + 4 * t, 16);
+            fqla_cp_async16(&s.rk[4 * t], p.rk + rrow + 4 * t, 16);
+            if (REVERSE) fqla_cp_async16(&s.rq[4 * t], p.rq + rrow + 4 * t, 16);
         }
     }
 }

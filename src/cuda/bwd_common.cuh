@@ -32,6 +32,9 @@
 #define FQLA_CUDA_BWD_COMMON_CUH
 
 #include "cuda/fwd_common.cuh"
+#ifdef __CUDACC__
+#include "cuda/fwd_prepare_common.cuh" /* find_slot */
+#endif
 #include "cuda/ptx/misc.cuh"
 #include "cuda/ptx/mma_sync.cuh"
 
@@ -42,7 +45,8 @@
 #define FQLA_BWD_VS 32 /* value columns per slice (the chains' CTAs, the grads kernel's loop) */
 
 struct fqla_bwd_params {
-    fqla_fwd_params f;        /* the forward's inputs, shapes, options and slots */
+    fqla_fwd_params f;        /* the forward's inputs, shapes, options, slots; f.rq, f.rk: the
+                                 l2norm row factors [slots][H][64] (l2norm only) */
     const void *d_o;          /* [B][T][HV][V] io dtype */
     int64_t do_sb, do_st, do_sh;
     const float *dht;         /* [N][HV][K][V] (or [V][K]) f32, NULL: zero */
@@ -60,7 +64,6 @@ struct fqla_bwd_params {
     int64_t dalog_s, ddtb_s;
     /* workspace */
     float *gam, *bet;         /* [slots][HV][64] chunk-local cumsum of the log decay; beta */
-    float *rq, *rk;           /* [slots][H][64] l2norm row factors (l2norm only) */
     float *Tt, *Pt;           /* [slots][HV][64][64] T~ and P~ */
     float *S, *dS;            /* [slots][HV][K][V] entering state; gradient w.r.t. the leaving state */
     float *gate_part;         /* [slots][HV][2] per-chunk dA_log, ddt_bias (gate in kernel) */
@@ -209,6 +212,28 @@ __device__ __forceinline__ void bwd_each(float (&acc)[MT][NT][4], int m0, int n0
 #pragma unroll
             for (int e = 0; e < 4; e++)
                 f(m0 + 16 * mt + g + 8 * (e >> 1), n0 + 8 * nt + 2 * t + (e & 1), acc[mt][nt][e]);
+}
+
+/* The chunk of chunk slot `slot` (fwd_common.cuh): its batch row, first
+ * token and valid rows; false where the slot holds no chunk. Every thread of
+ * a warp calls it (find_slot votes across the warp). */
+__device__ __forceinline__ bool bwd_slot_chunk(const fqla_fwd_params &p, int64_t slot, int64_t &batch, int64_t &t0,
+                                               int &nvalid)
+{
+    int64_t c, start, len;
+    if (p.varlen) {
+        if (!find_slot(p, slot, c, start, len)) return false;
+        batch = 0;
+    } else {
+        batch = slot / p.cps;
+        c = slot % p.cps;
+        start = 0;
+        len = p.T;
+        if (batch >= p.N) return false;
+    }
+    t0 = start + c * FQLA_BWD_C;
+    nvalid = (int)(len - c * FQLA_BWD_C < FQLA_BWD_C ? len - c * FQLA_BWD_C : FQLA_BWD_C);
+    return true;
 }
 
 #endif /* __CUDACC__ */

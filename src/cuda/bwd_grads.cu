@@ -124,25 +124,16 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
     const int tid = threadIdx.x, warp = tid >> 5;
     const float scale = p.scale;
 
-    int64_t batch, c, start, len;
-    if (p.varlen) {
-        if (!find_slot(p, slot, c, start, len)) {
-            if (bp.gate_part)
-                for (int h = tid; h < p.group; h += blockDim.x) {
-                    const size_t tile = (size_t)slot * p.HV + hk * p.group + h;
-                    bp.gate_part[2 * tile] = bp.gate_part[2 * tile + 1] = 0.f;
-                }
-            return;
-        }
-        batch = 0;
-    } else {
-        batch = slot / p.cps;
-        c = slot % p.cps;
-        start = 0;
-        len = p.T;
+    int64_t batch, t0;
+    int nvalid;
+    if (!bwd_slot_chunk(p, slot, batch, t0, nvalid)) {
+        if (bp.gate_part)
+            for (int h = tid; h < p.group; h += blockDim.x) {
+                const size_t tile = (size_t)slot * p.HV + hk * p.group + h;
+                bp.gate_part[2 * tile] = bp.gate_part[2 * tile + 1] = 0.f;
+            }
+        return;
     }
-    const int64_t t0 = start + c * C;
-    const int nvalid = (int)(len - c * C < C ? len - c * C : C);
     const size_t rrow = ((size_t)slot * p.H + hk) * C;
 
     /* q, k rows (normalised), fp32 */

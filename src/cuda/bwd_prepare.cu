@@ -110,19 +110,9 @@ __global__ void __launch_bounds__(256) bwd_prepare_kernel(const fqla_bwd_params 
     const int hv = blockIdx.y, hk = hv / p.group;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
 
-    int64_t batch, t0, c, start, len;
-    if (p.varlen) {
-        if (!find_slot(p, slot, c, start, len)) return;
-        batch = 0;
-    } else {
-        batch = slot / p.cps;
-        c = slot % p.cps;
-        start = 0;
-        len = p.T;
-        if (batch >= p.N) return;
-    }
-    t0 = start + c * C;
-    const int nvalid = (int)(len - c * C < C ? len - c * C : C);
+    int64_t batch, t0;
+    int nvalid;
+    if (!bwd_slot_chunk(p, slot, batch, t0, nvalid)) return;
     const bool write_r = p.l2norm && hv % p.group == 0;
     const size_t tile = (size_t)slot * p.HV + hv;
 

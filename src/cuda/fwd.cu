@@ -264,32 +264,12 @@ fqla_status fqla_cuda_fwd_run(fqla_context *ctx, const fqla_problem *p, const fq
 
     fqla_fwd_params k;
     memset(&k, 0, sizeof k);
-    k.q = a->q.data; k.k = a->k.data; k.v = a->v.data; k.o = a->o.data;
-    k.q_sb = a->q.strides[0]; k.q_st = a->q.strides[1]; k.q_sh = a->q.strides[2];
-    k.k_sb = a->k.strides[0]; k.k_st = a->k.strides[1]; k.k_sh = a->k.strides[2];
-    k.v_sb = a->v.strides[0]; k.v_st = a->v.strides[1]; k.v_sh = a->v.strides[2];
+    fqla_fwd_params_inputs(k, p, a->q, a->k, a->v, a->g, a->beta, a->A_log, a->dt_bias, a->initial_state);
+    k.o = a->o.data;
     k.o_sb = a->o.strides[0]; k.o_st = a->o.strides[1]; k.o_sh = a->o.strides[2];
-    k.g = a->g.data; k.beta = a->beta.data;
-    k.g_sb = a->g.strides[0]; k.g_st = a->g.strides[1]; k.g_sh = a->g.strides[2];
-    k.b_sb = a->beta.strides[0]; k.b_st = a->beta.strides[1]; k.b_sh = a->beta.strides[2];
     if (uniform) { /* the padded view [N][L] of the packed tokens */
         k.q_sb = uniform * k.q_st; k.k_sb = uniform * k.k_st; k.v_sb = uniform * k.v_st;
         k.o_sb = uniform * k.o_st; k.g_sb = uniform * k.g_st; k.b_sb = uniform * k.b_st;
-    }
-    k.g_bf16 = a->g.dtype == FQLA_DTYPE_BF16;
-    k.beta_bf16 = a->beta.dtype == FQLA_DTYPE_BF16;
-    if (p->opt.use_gate_in_kernel) {
-        k.A_log = (const float *)a->A_log.data;
-        k.dt_bias = (const float *)a->dt_bias.data;
-        k.alog_s = a->A_log.strides[0];
-        k.dtb_s = a->dt_bias.strides[0];
-    }
-    if (a->initial_state.data) {
-        k.h0 = a->initial_state.data;
-        k.h0_bf16 = a->initial_state.dtype == FQLA_DTYPE_BF16;
-        k.h0_sn = a->initial_state.strides[0];
-        k.h0_sh = a->initial_state.strides[1];
-        k.h0_s2 = a->initial_state.strides[2];
     }
     if (a->final_state.data) {
         k.ht = a->final_state.data;
@@ -298,7 +278,6 @@ fqla_status fqla_cuda_fwd_run(fqla_context *ctx, const fqla_problem *p, const fq
         k.ht_sh = a->final_state.strides[1];
         k.ht_s2 = a->final_state.strides[2];
     }
-    k.v_first = p->opt.state_v_first;
     k.ht_v_first = p->opt.state_v_first;
     k.varlen = s.varlen;
     if (s.varlen) {
@@ -309,16 +288,6 @@ fqla_status fqla_cuda_fwd_run(fqla_context *ctx, const fqla_problem *p, const fq
     k.N = s.N;
     k.slots = fqla_route_slots(&s);
     k.cps = (s.T + FQLA_FWD_CHUNK - 1) / FQLA_FWD_CHUNK;
-    k.H = (int)p->H;
-    k.HV = (int)p->HV;
-    k.group = (int)p->group;
-    k.K = (int)p->K;
-    k.V = (int)p->V;
-    k.scale = (float)p->scale;
-    k.l2norm = p->opt.use_qk_l2norm;
-    k.gate_in_kernel = p->opt.use_gate_in_kernel;
-    k.beta_sigmoid = p->opt.use_beta_sigmoid;
-    k.neg_eig = p->opt.allow_neg_eigval;
     if (r.path == FQLA_FWD_RECURRENT)
         return fqla_cuda_check(ctx, fqla_fwd_launch_recurrent(k, (int)r.sms, r.rec_rows, stream),
                                "CUDA forward: fp32 recurrent kernel launch");

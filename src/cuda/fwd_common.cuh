@@ -27,6 +27,10 @@
 #include "cuda/launch.cuh"
 #include "cuda/route_plan.h"
 
+extern "C" {
+#include "internal.h" /* fqla_problem, fqla_tensor (fqla_fwd_params_inputs) */
+}
+
 #include <cuda.h> /* CUtensorMap (a type only) */
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -112,6 +116,53 @@ struct fqla_fwd_params {
     int64_t chain0;
     int64_t fused_split;
 };
+
+/* The parts of the launch parameters that come from the forward's inputs
+ * alone (fqla_fwd_args and fqla_bwd_args both carry them): q, k, v, g, beta
+ * with their element strides and dtypes, the in-kernel gate's A_log /
+ * dt_bias, the initial state, the head counts and dims, the scale and the
+ * options. The caller sets what its plan decides: the sequences' view (T, N,
+ * varlen, cu_seqlens, a padded view's batch strides), the slots and the
+ * outputs. */
+static inline void fqla_fwd_params_inputs(fqla_fwd_params &k, const fqla_problem *p, const fqla_tensor &q,
+                                          const fqla_tensor &kt, const fqla_tensor &v, const fqla_tensor &g,
+                                          const fqla_tensor &beta, const fqla_tensor &A_log,
+                                          const fqla_tensor &dt_bias, const fqla_tensor &h0)
+{
+    k.q = q.data; k.k = kt.data; k.v = v.data;
+    k.q_sb = q.strides[0]; k.q_st = q.strides[1]; k.q_sh = q.strides[2];
+    k.k_sb = kt.strides[0]; k.k_st = kt.strides[1]; k.k_sh = kt.strides[2];
+    k.v_sb = v.strides[0]; k.v_st = v.strides[1]; k.v_sh = v.strides[2];
+    k.g = g.data; k.beta = beta.data;
+    k.g_sb = g.strides[0]; k.g_st = g.strides[1]; k.g_sh = g.strides[2];
+    k.b_sb = beta.strides[0]; k.b_st = beta.strides[1]; k.b_sh = beta.strides[2];
+    k.g_bf16 = g.dtype == FQLA_DTYPE_BF16;
+    k.beta_bf16 = beta.dtype == FQLA_DTYPE_BF16;
+    if (p->opt.use_gate_in_kernel) {
+        k.A_log = (const float *)A_log.data;
+        k.dt_bias = (const float *)dt_bias.data;
+        k.alog_s = A_log.strides[0];
+        k.dtb_s = dt_bias.strides[0];
+    }
+    if (h0.data) {
+        k.h0 = h0.data;
+        k.h0_bf16 = h0.dtype == FQLA_DTYPE_BF16;
+        k.h0_sn = h0.strides[0];
+        k.h0_sh = h0.strides[1];
+        k.h0_s2 = h0.strides[2];
+    }
+    k.v_first = p->opt.state_v_first;
+    k.H = (int)p->H;
+    k.HV = (int)p->HV;
+    k.group = (int)p->group;
+    k.K = (int)p->K;
+    k.V = (int)p->V;
+    k.scale = (float)p->scale;
+    k.l2norm = p->opt.use_qk_l2norm;
+    k.gate_in_kernel = p->opt.use_gate_in_kernel;
+    k.beta_sigmoid = p->opt.use_beta_sigmoid;
+    k.neg_eig = p->opt.allow_neg_eigval;
+}
 
 /* Ag's packed layout. Ag (64 x 64 per chunk slot and value head: a tile)
  * is lower triangular, so only its blocks at and left of the diagonal are

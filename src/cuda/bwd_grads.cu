@@ -19,45 +19,71 @@
  * dg from the terms that contain g_t, so a tiny dg under a strong decay
  * keeps its relative accuracy.
  *
+ * Products: bf16 tensor cores (mma.sync m16n8k16) on operands kept in
+ * shared memory as bf16 hi / lo planes (kernel/split_mma.cuh), read with
+ * ldmatrix in whichever orientation a product needs. Every operand that is
+ * not an exact bf16 input carries its lo plane (the "split", ~16
+ * significant bits, three products): the numerics model
+ * (dev/models/bwd_chunked.py, bench/results/bwd-model.md section 6) has
+ * a one-token sequence's dbeta and dg fail with X, K dS' or dY in plain
+ * bf16, and hold with every product split. P~ alone is plain bf16 (dU in
+ * plain bf16 holds at T = 1 in the model). The l2norm'd or fp16 q / k and
+ * fp16 v / dO are not exact in bf16 and carry lo planes too.
+ *
  * Grid (slots, H): one CTA of 512 threads per chunk and q/k head runs the
  * value heads of its GVA group in order, so dq and dk are summed over the
  * group in registers (no atomics, bit-identical reruns). Per value head the
- * value columns go in slices of FQLA_BWD_VS: the slice products (64 x VS
- * outputs: warp w rows 16 (w % 4), columns 8 (w / 4)) land in shared
- * memory; the 64 x K gradients (warp w rows 16 (w % 4), columns K/4 (w / 4))
- * stay in registers across slices and heads: dO S^T of the head, and the
- * group's dQ, dK.
+ * value columns go in slices of VS = 64 (the last one may be half full:
+ * V is a multiple of 32). Warp w (16 of them) owns rows 16 (w % 4) of
+ * every output; of a 64-column output (a slice, or a 64 x 64 tile such as
+ * dP~), columns 16 (w / 4); of a K-column output (dQ, dK, dO S^T),
+ * columns K/4 (w / 4).
  */
 #include "cuda/bwd_common.cuh"
 #include "cuda/fwd_prepare_common.cuh"
+#include "cuda/kernel/split_mma.cuh"
+
+#include <type_traits>
 
 namespace {
 
 constexpr int C = FQLA_BWD_C;
-constexpr int VS = FQLA_BWD_VS;
-constexpr int LDV = VS + 4;  /* 64 x VS fp32 slices */
-constexpr int LDB = VS + 4;  /* K x VS state slices */
-constexpr int LDM = C + 4;   /* 64 x 64 tiles */
+constexpr int VS = 64;        /* value columns per slice */
+constexpr int LDT = 64 + 8;   /* bf16 rows of 64 x 64 and 64 x VS tiles */
+constexpr int LDS = VS + 8;   /* bf16 rows of the K x VS state slices */
+constexpr int LDR = C + 1;    /* fp32 R rows (one thread walks a row) */
+constexpr int THREADS = 512;
+constexpr int WARPS = THREADS / 32;
+
+typedef __nv_bfloat16 bf16;
 
 template <int KD> struct grads_smem {
-    static constexpr int LDK = KD + 4;
-    float q[C * LDK], k[C * LDK];
-    float T[C * LDM], P[C * LDM], dP[C * LDM], dT[C * LDM];
-    /* the slice buffers; after the slices, three 64 x 64 work tiles */
+    static constexpr int LDK = KD + 8;
+    bf16 kh[C * LDK], kl[C * LDK];             /* k (normalised) */
+    bf16 th[C * LDT], tl[C * LDT], ph[C * LDT]; /* T~ (split), P~ (plain) of the value head */
     union {
         struct {
-            float X[C * LDV], KS[C * LDV], dO[C * LDV], U[C * LDV], dU[C * LDV], dY[C * LDV];
-        } s;
-        float w[3][C * LDM];
-    } u;
-    float S[KD * LDB], dS[KD * LDB];
-    float gam[C], bet[C], e[C], f[C];
-    float df[C], db[C], de[C]; /* de collects -(K S)_i . dx_i over the slices first */
-    float red[4][C];   /* per-warp-column partial row sums */
+            bf16 sh[KD * LDS], sl[KD * LDS], dsh[KD * LDS], dsl[KD * LDS];
+        } st;                      /* S, dS' slices (slice loop) */
+        struct {
+            bf16 qh[C * LDK], ql[C * LDK];
+        } q;                       /* q (normalised; after the slices) */
+    } a;
+    union {
+        struct {
+            bf16 doh[C * LDT], dol[C * LDT], yh[C * LDT], yl[C * LDT];
+            bf16 uh[C * LDT], ul[C * LDT], duh[C * LDT], dul[C * LDT];
+        } s;                       /* slice tiles: dO, Y then -e beta dY, U then f U, dU */
+        struct {
+            bf16 w0h[C * LDT], w0l[C * LDT], w1h[C * LDT], w1l[C * LDT];
+            float R[C * LDR];
+        } p;                       /* after the slices: dT~ then dQ~; M1 then M; R */
+    } b;
+    float gam[C], bet[C], e[C], f[C], df[C], db[C], de[C];
+    float red[4][4][C];            /* per warp-column partial row sums */
+    float part[2][C];              /* per-row dA_log / ddt_bias parts */
+    float wsum[WARPS], deC;
 };
-
-constexpr int THREADS = 512;
-constexpr int RG = THREADS / C; /* threads per row in the row-wise passes */
 
 /* Sums v over the 4 lanes t of a quad (the lanes that hold one row of an
  * mma accumulator tile), in a fixed order. */
@@ -68,46 +94,53 @@ __device__ __forceinline__ float quad_sum(float v)
     return v;
 }
 
-/* Sums v over the RG adjacent lanes that share a row, in a fixed order. */
-__device__ __forceinline__ float row_sum(float v)
+/* red[wn][row] (op)= this warp's row sums of f(row, col, acc value) over
+ * its accumulator tile (rows m0 + g, m0 + g + 8). ADD: accumulate across
+ * calls (one owner thread per entry), else overwrite. */
+template <bool ADD, int NT, typename F>
+__device__ __forceinline__ void warp_row_sums(float (&acc)[NT][4], int m0, int n0, float *red_wn, F f)
 {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 #pragma unroll
-    for (int o = 1; o < RG; o <<= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
-/* Row dots sum_j a(i, j) b(i, j) over a 64 x VS slice, added to out[i]:
- * RG threads per row, VS / RG columns each, then a fixed-order sum. */
-template <typename FA, typename FB>
-__device__ __forceinline__ void row_dots(FA a, FB b, float *out)
-{
-    const int i = threadIdx.x / RG, q = threadIdx.x % RG;
-    float s = 0.f;
+    for (int h = 0; h < 2; h++) {
+        const int i = m0 + g + 8 * h;
+        float s = 0.f;
 #pragma unroll
-    for (int j = 0; j < VS / RG; j++) s += a(i, q * (VS / RG) + j) * b(i, q * (VS / RG) + j);
-    s = row_sum(s);
-    if (q == 0) out[i] += s;
-}
-
-/* sum over rows of the register tile's r(i, j) * x(i, j), per row, into
- * red[warp column group][row]; then out[i] = sum of the four in order. */
-template <int MT, int NT, typename F>
-__device__ __forceinline__ void tile_row_dots(float (&acc)[MT][NT][4], int m0, int n0, F x, float (*red)[C])
-{
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int i = m0 + 16 * mt + 8 * h + g;
-            float s = 0.f;
-#pragma unroll
-            for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-                for (int e = 0; e < 2; e++) s += acc[mt][nt][2 * h + e] * x(i, n0 + 8 * nt + 2 * t + e);
-            s = quad_sum(s);
-            if (t == 0) red[warp >> 2][i] = s;
+        for (int nt = 0; nt < NT; nt++) {
+            const int j = n0 + 8 * nt + 2 * t;
+            s += f(i, j, acc[nt][2 * h]) + f(i, j + 1, acc[nt][2 * h + 1]);
         }
+        s = quad_sum(s);
+        if (t == 0) red_wn[i] = ADD ? red_wn[i] + s : s;
+    }
+}
+
+/* An io-dtype element as float. */
+template <typename T> __device__ __forceinline__ float ld_io(const void *base, int64_t off)
+{
+    return bwd_ld<T>((const T *)base, off);
+}
+
+/* Rows of a chunk's q or k (64 x KD, normalised by r where given, zeros
+ * past nvalid) into a split tile. */
+template <typename T, int KD>
+__device__ __forceinline__ void load_rows(const fqla_split_tile &dst, const void *x, int64_t base, int64_t st,
+                                          int nvalid, const float *r)
+{
+    for (int idx = threadIdx.x; idx < C * KD / 2; idx += THREADS) {
+        const int i = idx / (KD / 2), j = 2 * (idx % (KD / 2));
+        float a = 0.f, b = 0.f;
+        if (i < nvalid) {
+            const int64_t o = base + (int64_t)i * st + j;
+            a = ld_io<T>(x, o);
+            b = ld_io<T>(x, o + 1);
+            if (r) {
+                a *= r[i];
+                b *= r[i];
+            }
+        }
+        fqla_split_put2(dst, i, j, a, b);
+    }
 }
 
 template <typename T, int KD>
@@ -117,11 +150,13 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
     extern __shared__ __align__(16) unsigned char smem_raw[];
     grads_smem<KD> &sm = *reinterpret_cast<grads_smem<KD> *>(smem_raw);
     constexpr int LDK = grads_smem<KD>::LDK;
-    constexpr int NTK = KD / 32; /* n-tiles of a warp's K/4 columns */
-    static_assert(THREADS == 512, "the warp tilings below are for sixteen warps");
+    constexpr int NTW = KD / 32; /* n-tiles of a warp's K/4 columns */
+    constexpr bool IO_BF16 = std::is_same<T, __nv_bfloat16>::value;
     const int64_t slot = blockIdx.x;
     const int hk = blockIdx.y;
-    const int tid = threadIdx.x, warp = tid >> 5;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+    const int wm = warp & 3, wn = warp >> 2;
+    const int m0 = 16 * wm, n0 = 16 * wn, w0 = (KD / 4) * wn;
     const float scale = p.scale;
 
     int64_t batch, t0;
@@ -135,263 +170,327 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
         return;
     }
     const size_t rrow = ((size_t)slot * p.H + hk) * C;
+    /* q / k rows are exact bf16 only for bf16 inputs without the in-kernel l2norm */
+    const bool qk_lo = !IO_BF16 || p.l2norm;
+    const fqla_split_tile Kt{sm.kh, qk_lo ? sm.kl : nullptr, LDK};
+    const fqla_split_tile Qt{sm.a.q.qh, qk_lo ? sm.a.q.ql : nullptr, LDK};
+    const fqla_split_tile Tt{sm.th, sm.tl, LDT}, Pt{sm.ph, nullptr, LDT};
+    const fqla_split_tile St{sm.a.st.sh, sm.a.st.sl, LDS}, dSt{sm.a.st.dsh, sm.a.st.dsl, LDS};
+    const fqla_split_tile dOt{sm.b.s.doh, IO_BF16 ? nullptr : sm.b.s.dol, LDT};
+    const fqla_split_tile Yt{sm.b.s.yh, sm.b.s.yl, LDT}, Ut{sm.b.s.uh, sm.b.s.ul, LDT};
+    const fqla_split_tile dUt{sm.b.s.duh, sm.b.s.dul, LDT};
+    const fqla_split_tile W0{sm.b.p.w0h, sm.b.p.w0l, LDT}, W1{sm.b.p.w1h, sm.b.p.w1l, LDT};
 
-    /* q, k rows (normalised), fp32 */
-    for (int w = 0; w < 2; w++) {
-        const T *x = (const T *)(w ? p.k : p.q);
-        const int64_t sb = w ? p.k_sb : p.q_sb, st = w ? p.k_st : p.q_st, sh = w ? p.k_sh : p.q_sh;
-        const float *r = p.l2norm ? (w ? p.rk : p.rq) + rrow : nullptr;
-        float *dst = w ? sm.k : sm.q;
-        bwd_copy(
-            C * KD,
-            [&](int idx) {
-                const int i = idx / KD, j = idx % KD;
-                if (i >= nvalid) return 0.f;
-                const float v = bwd_ld<T>(x, batch * sb + (t0 + i) * st + (int64_t)hk * sh + j);
-                return r ? v * r[i] : v;
-            },
-            [&](int idx, float v) { dst[(idx / KD) * LDK + idx % KD] = v; });
-    }
+    load_rows<T, KD>(Kt, p.k, batch * p.k_sb + t0 * p.k_st + (int64_t)hk * p.k_sh, p.k_st, nvalid,
+                     p.l2norm ? p.rk + rrow : nullptr);
 
-    /* the 64 x K register tiles: warp w rows 16 (w % 4), columns K/4 (w / 4) */
-    const int gm0 = 16 * (warp & 3), gn0 = (KD / 4) * (warp >> 2);
-    float dQ[1][NTK][4], dK[1][NTK][4], G2q[1][NTK][4];
-    bwd_zero(dQ);
-    bwd_zero(dK);
-    /* the slice tiles: warp w rows 16 (w % 4), columns 8 (w / 4) */
-    const int sm0 = 16 * (warp & 3), sn0 = 8 * (warp >> 2);
-    /* the 64 x 64 tiles: warp w rows 16 (w % 4), columns 16 (w / 4) */
-    const int cm0 = 16 * (warp & 3), cn0 = 16 * (warp >> 2);
+    float dQ[NTW][4], dK[NTW][4];
+    fqla_acc_zero(dQ);
+    fqla_acc_zero(dK);
 
     for (int h = 0; h < p.group; h++) {
         const int hv = hk * p.group + h;
         const size_t tile = (size_t)slot * p.HV + hv;
         __syncthreads(); /* the previous head's reads are done */
-        bwd_copy(C * C, [&](int idx) { return bp.Tt[tile * C * C + idx]; },
-                 [&](int idx, float v) { sm.T[(idx >> 6) * LDM + (idx & 63)] = v; });
-        bwd_copy(C * C, [&](int idx) { return bp.Pt[tile * C * C + idx]; },
-                 [&](int idx, float v) { sm.P[(idx >> 6) * LDM + (idx & 63)] = v; });
-        for (int idx = tid; idx < C * C; idx += blockDim.x) {
-            sm.dP[(idx >> 6) * LDM + (idx & 63)] = 0.f;
-            sm.dT[(idx >> 6) * LDM + (idx & 63)] = 0.f;
+        {
+            const float *Tg = bp.Tt + tile * C * C, *Pg = bp.Pt + tile * C * C;
+            for (int idx = tid; idx < C * C / 4; idx += THREADS) {
+                const int i = idx >> 4, j = 4 * (idx & 15);
+                const float4 tv = reinterpret_cast<const float4 *>(Tg)[idx];
+                const float4 pv = reinterpret_cast<const float4 *>(Pg)[idx];
+                fqla_split_put2(Tt, i, j, tv.x, tv.y);
+                fqla_split_put2(Tt, i, j + 2, tv.z, tv.w);
+                fqla_split_put2(Pt, i, j, pv.x, pv.y);
+                fqla_split_put2(Pt, i, j + 2, pv.z, pv.w);
+            }
         }
         if (tid < C) {
-            sm.gam[tid] = bp.gam[tile * C + tid];
+            const float gm = bp.gam[tile * C + tid];
+            sm.gam[tid] = gm;
             sm.bet[tid] = bp.bet[tile * C + tid];
-            sm.df[tid] = sm.de[tid] = sm.db[tid] = 0.f;
+            sm.e[tid] = __expf(gm);
+            sm.f[tid] = __expf(bp.gam[tile * C + C - 1] - gm);
         }
-        __syncthreads();
-        if (tid < C) {
-            sm.e[tid] = __expf(sm.gam[tid]);
-            sm.f[tid] = __expf(sm.gam[C - 1] - sm.gam[tid]);
-        }
-        bwd_zero(G2q);
+        for (int idx = tid; idx < 3 * 4 * C; idx += THREADS) (&sm.red[0][0][0])[idx] = 0.f;
+
+        float dP[2][4], dT[2][4];
+        fqla_acc_zero(dP);
+        fqla_acc_zero(dT);
         float deC = 0.f; /* this thread's share of <S, dS'> */
 
         for (int v0 = 0; v0 < p.V; v0 += VS) {
+            const int vw = p.V - v0 < VS ? p.V - v0 : VS; /* 64, or 32 in a last half slice */
             __syncthreads(); /* the previous slice's reads are done */
-            const float *Sg = bp.S + tile * KD * p.V, *dSg = bp.dS + tile * KD * p.V;
-            bwd_copy(KD * VS, [&](int idx) { return Sg[(int64_t)(idx / VS) * p.V + v0 + idx % VS]; },
-                     [&](int idx, float v) { sm.S[(idx / VS) * LDB + idx % VS] = v; });
-            bwd_copy(KD * VS, [&](int idx) { return dSg[(int64_t)(idx / VS) * p.V + v0 + idx % VS]; },
-                     [&](int idx, float v) { sm.dS[(idx / VS) * LDB + idx % VS] = v; });
-            bwd_copy(C * VS,
-                     [&](int idx) {
-                         const int i = idx / VS, j = idx % VS;
-                         return i < nvalid ? bwd_ld<T>((const T *)p.v, batch * p.v_sb + (t0 + i) * p.v_st +
-                                                                            (int64_t)hv * p.v_sh + v0 + j)
-                                           : 0.f;
-                     },
-                     [&](int idx, float v) { sm.u.s.X[(idx / VS) * LDV + idx % VS] = v; });
-            bwd_copy(C * VS,
-                     [&](int idx) {
-                         const int i = idx / VS, j = idx % VS;
-                         return i < nvalid ? bwd_ld<T>((const T *)bp.d_o, batch * bp.do_sb + (t0 + i) * bp.do_st +
-                                                                              (int64_t)hv * bp.do_sh + v0 + j)
-                                           : 0.f;
-                     },
-                     [&](int idx, float v) { sm.u.s.dO[(idx / VS) * LDV + idx % VS] = v; });
+            {
+                const float *Sg = bp.S + tile * KD * p.V, *dSg = bp.dS + tile * KD * p.V;
+                for (int idx = tid; idx < KD * VS / 4; idx += THREADS) {
+                    const int r = idx / (VS / 4), c = 4 * (idx % (VS / 4));
+                    float4 s = make_float4(0.f, 0.f, 0.f, 0.f), d = s;
+                    if (c < vw) {
+                        s = *reinterpret_cast<const float4 *>(Sg + (int64_t)r * p.V + v0 + c);
+                        d = *reinterpret_cast<const float4 *>(dSg + (int64_t)r * p.V + v0 + c);
+                    }
+                    deC += s.x * d.x + s.y * d.y + s.z * d.z + s.w * d.w;
+                    fqla_split_put2(St, r, c, s.x, s.y);
+                    fqla_split_put2(St, r, c + 2, s.z, s.w);
+                    fqla_split_put2(dSt, r, c, d.x, d.y);
+                    fqla_split_put2(dSt, r, c + 2, d.z, d.w);
+                }
+                const int64_t ob = batch * bp.do_sb + t0 * bp.do_st + (int64_t)hv * bp.do_sh + v0;
+                for (int idx = tid; idx < C * VS / 2; idx += THREADS) {
+                    const int i = idx / (VS / 2), c = 2 * (idx % (VS / 2));
+                    float a = 0.f, b = 0.f;
+                    if (i < nvalid && c < vw) {
+                        a = ld_io<T>(bp.d_o, ob + (int64_t)i * bp.do_st + c);
+                        b = ld_io<T>(bp.d_o, ob + (int64_t)i * bp.do_st + c + 1);
+                    }
+                    fqla_split_put2(dOt, i, c, a, b);
+                }
+            }
             __syncthreads();
-            float *X = sm.u.s.X, *KS = sm.u.s.KS, *dO = sm.u.s.dO, *U = sm.u.s.U, *dU = sm.u.s.dU, *dY = sm.u.s.dY;
-            { /* K S, K dS' */
-                float a1[1][1][4], a2[1][1][4];
-                bwd_zero(a1);
-                bwd_zero(a2);
-                auto Kr = [&](int i, int k) { return sm.k[i * LDK + k]; };
-                bwd_mma<true>(a1, sm0, sn0, 0, KD, Kr, [&](int k, int j) { return sm.S[k * LDB + j]; });
-                bwd_mma<true>(a2, sm0, sn0, 0, KD, Kr, [&](int k, int j) { return sm.dS[k * LDB + j]; });
-                bwd_each(a1, sm0, sn0, [&](int i, int j, float v) {
-                    KS[i * LDV + j] = v;
-                    X[i * LDV + j] -= sm.e[i] * v;
+
+            /* K S, K dS';  X = V - diag(e) K S;  Y = diag(beta) X */
+            float ks[2][4], kds[2][4], x[2][4];
+            fqla_acc_zero(ks);
+            fqla_acc_zero(kds);
+            fqla_split_mma<false, false>(ks, Kt, St, m0, n0, 0, KD);
+            fqla_split_mma<false, false>(kds, Kt, dSt, m0, n0, 0, KD);
+            {
+                const int64_t vb = batch * p.v_sb + t0 * p.v_st + (int64_t)hv * p.v_sh + v0;
+#pragma unroll
+                for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+                    for (int hh = 0; hh < 2; hh++) {
+                        const int i = m0 + g + 8 * hh, j = n0 + 8 * nt + 2 * t4;
+                        float va = 0.f, vb2 = 0.f;
+                        if (i < nvalid && j < vw) {
+                            va = ld_io<T>(p.v, vb + (int64_t)i * p.v_st + j);
+                            vb2 = ld_io<T>(p.v, vb + (int64_t)i * p.v_st + j + 1);
+                        }
+                        x[nt][2 * hh] = va - sm.e[i] * ks[nt][2 * hh];
+                        x[nt][2 * hh + 1] = vb2 - sm.e[i] * ks[nt][2 * hh + 1];
+                        fqla_split_put2(Yt, i, j, sm.bet[i] * x[nt][2 * hh], sm.bet[i] * x[nt][2 * hh + 1]);
+                    }
+            }
+            __syncthreads();
+
+            /* U = T~ Y (T~ lower triangular);  df_i += (K dS')_i . u_i;
+             * dU = P~^T dO + diag(f) K dS' (P~^T upper triangular) */
+            {
+                float u[2][4];
+                fqla_acc_zero(u);
+                fqla_split_mma<false, false>(u, Tt, Yt, m0, n0, 0, m0 + 16);
+                float *r0 = sm.red[0][wn];
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++) {
+                    const int i = m0 + g + 8 * hh;
+                    float s = 0.f;
+#pragma unroll
+                    for (int nt = 0; nt < 2; nt++)
+                        s += kds[nt][2 * hh] * u[nt][2 * hh] + kds[nt][2 * hh + 1] * u[nt][2 * hh + 1];
+                    s = quad_sum(s);
+                    if (t4 == 0) r0[i] += s;
+                }
+                fqla_acc_pairs(u, m0, n0, [&](int i, int j, float &a, float &b) { fqla_split_put2(Ut, i, j, a, b); });
+            }
+            float du[2][4];
+            fqla_acc_zero(du);
+            fqla_split_mma<true, false>(du, Pt, dOt, m0, n0, m0, C);
+#pragma unroll
+            for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) du[nt][e] += sm.f[m0 + g + 8 * (e >> 1)] * kds[nt][e];
+            fqla_acc_pairs(du, m0, n0, [&](int i, int j, float &a, float &b) { fqla_split_put2(dUt, i, j, a, b); });
+            __syncthreads();
+
+            /* dY = T~^T dU;  dv = diag(beta) dY;  dbeta_i += x_i . dy_i;
+             * de_i += -(K S)_i . dx_i;  dP~ += dO U^T;  dT~ += dU Y^T */
+            float dy[2][4];
+            fqla_acc_zero(dy);
+            fqla_split_mma<true, false>(dy, Tt, dUt, m0, n0, m0, C);
+            {
+                const int64_t db0 = batch * bp.dv_sb + t0 * bp.dv_st + (int64_t)hv * bp.dv_sh + v0;
+                float *r1 = sm.red[1][wn], *r2 = sm.red[2][wn];
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++) {
+                    const int i = m0 + g + 8 * hh;
+                    const float bi = sm.bet[i];
+                    float sb = 0.f, se = 0.f;
+#pragma unroll
+                    for (int nt = 0; nt < 2; nt++) {
+                        const int j = n0 + 8 * nt + 2 * t4;
+                        const float y0 = dy[nt][2 * hh], y1 = dy[nt][2 * hh + 1];
+                        sb += x[nt][2 * hh] * y0 + x[nt][2 * hh + 1] * y1;
+                        se += ks[nt][2 * hh] * y0 + ks[nt][2 * hh + 1] * y1;
+                        if (i < nvalid && j < vw) {
+                            T *o = (T *)bp.dv + db0 + (int64_t)i * bp.dv_st + j;
+                            o[0] = bwd_cvt<T>(bi * y0);
+                            o[1] = bwd_cvt<T>(bi * y1);
+                        }
+                    }
+                    sb = quad_sum(sb);
+                    se = quad_sum(se);
+                    if (t4 == 0) {
+                        r1[i] += sb;
+                        r2[i] -= bi * se;
+                    }
+                }
+            }
+            fqla_split_mma<false, true>(dP, dOt, Ut, m0, n0, 0, vw);
+            fqla_split_mma<false, true>(dT, dUt, Yt, m0, n0, 0, vw);
+            __syncthreads(); /* U and Y are read: they become f U and -e beta dY */
+#pragma unroll
+            for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++) {
+                    const int i = m0 + g + 8 * hh, j = n0 + 8 * nt + 2 * t4;
+                    const float fi = sm.f[i], c = -sm.e[i] * sm.bet[i];
+                    /* this thread's own elements of U, written above */
+                    fqla_split_put2(Ut, i, j, fi * fqla_split_get(Ut, i, j), fi * fqla_split_get(Ut, i, j + 1));
+                    fqla_split_put2(Yt, i, j, c * dy[nt][2 * hh], c * dy[nt][2 * hh + 1]);
+                }
+            __syncthreads();
+
+            /* dO S^T: de_i += scale q_i . (dO S^T)_i, dQ += scale diag(e) dO S^T;
+             * dK += -diag(e beta) dY S^T + diag(f) U dS'^T */
+            {
+                float g2[NTW][4];
+                fqla_acc_zero(g2);
+                fqla_split_mma<false, true>(g2, dOt, St, m0, w0, 0, vw);
+                const int64_t qb = batch * p.q_sb + t0 * p.q_st + (int64_t)hk * p.q_sh;
+                warp_row_sums<true>(g2, m0, w0, sm.red[2][wn], [&](int i, int j, float v) {
+                    if (i >= nvalid) return 0.f;
+                    const float q = ld_io<T>(p.q, qb + (int64_t)i * p.q_st + j);
+                    return scale * v * (p.l2norm ? q * p.rq[rrow + i] : q);
                 });
-                bwd_each(a2, sm0, sn0, [&](int i, int j, float v) { dU[i * LDV + j] = v; });
+#pragma unroll
+                for (int nt = 0; nt < NTW; nt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) dQ[nt][e] += scale * sm.e[m0 + g + 8 * (e >> 1)] * g2[nt][e];
             }
-            __syncthreads();
-            { /* U = T~ diag(beta) X */
-                float a1[1][1][4];
-                bwd_zero(a1);
-                bwd_mma<true>(a1, sm0, sn0, 0, sm0 + 16, [&](int i, int k) { return sm.T[i * LDM + k]; },
-                        [&](int k, int j) { return sm.bet[k] * X[k * LDV + j]; });
-                bwd_each(a1, sm0, sn0, [&](int i, int j, float v) { U[i * LDV + j] = v; });
-            }
-            __syncthreads();
-            /* df_i += (K dS')_i . u_i (dU holds K dS' still) */
-            row_dots([&](int i, int j) { return dU[i * LDV + j]; }, [&](int i, int j) { return U[i * LDV + j]; },
-                     sm.df);
-            __syncthreads();
-            { /* dU = P~^T dO + diag(f) K dS' */
-                float a1[1][1][4];
-                bwd_zero(a1);
-                bwd_mma<true>(a1, sm0, sn0, sm0, C, [&](int i, int k) { return sm.P[k * LDM + i]; },
-                        [&](int k, int j) { return dO[k * LDV + j]; });
-                bwd_each(a1, sm0, sn0, [&](int i, int j, float v) { dU[i * LDV + j] = v + sm.f[i] * dU[i * LDV + j]; });
-            }
-            __syncthreads();
-            { /* dY = T~^T dU;  dP~ += dO U^T;  dT~ += dU Y^T */
-                float a1[1][1][4];
-                bwd_zero(a1);
-                bwd_mma<true>(a1, sm0, sn0, sm0, C, [&](int i, int k) { return sm.T[k * LDM + i]; },
-                        [&](int k, int j) { return dU[k * LDV + j]; });
-                bwd_each(a1, sm0, sn0, [&](int i, int j, float v) { dY[i * LDV + j] = v; });
-                float a2[1][2][4], a3[1][2][4];
-                bwd_zero(a2);
-                bwd_zero(a3);
-                bwd_mma<true>(a2, cm0, cn0, 0, VS, [&](int i, int k) { return dO[i * LDV + k]; },
-                        [&](int k, int j) { return U[j * LDV + k]; });
-                bwd_mma<true>(a3, cm0, cn0, 0, VS, [&](int i, int k) { return dU[i * LDV + k]; },
-                        [&](int k, int j) { return sm.bet[j] * X[j * LDV + k]; });
-                bwd_each(a2, cm0, cn0, [&](int i, int j, float v) { sm.dP[i * LDM + j] += v; });
-                bwd_each(a3, cm0, cn0, [&](int i, int j, float v) { sm.dT[i * LDM + j] += v; });
-            }
-            __syncthreads();
-            /* dv = diag(beta) dY;  dbeta_i += x_i . dy_i;  dek_i += (K S)_i . dx_i */
-            for (int idx = tid; idx < nvalid * VS; idx += blockDim.x) {
-                const int i = idx / VS, j = idx % VS;
-                ((T *)bp.dv)[batch * bp.dv_sb + (t0 + i) * bp.dv_st + (int64_t)hv * bp.dv_sh + v0 + j] =
-                    bwd_cvt<T>(sm.bet[i] * dY[i * LDV + j]);
-            }
-            row_dots([&](int i, int j) { return X[i * LDV + j]; }, [&](int i, int j) { return dY[i * LDV + j]; },
-                     sm.db);
-            row_dots([&](int i, int j) { return KS[i * LDV + j]; },
-                     [&](int i, int j) { return -sm.bet[i] * dY[i * LDV + j]; }, sm.de);
-            for (int idx = tid; idx < KD * VS; idx += blockDim.x) {
-                const int r = idx / VS, j = idx % VS;
-                deC += sm.S[r * LDB + j] * sm.dS[r * LDB + j];
-            }
-            /* G2q += dO S^T;  dK += -diag(e beta) dY S^T + diag(f) U dS'^T */
-            bwd_mma<true>(G2q, gm0, gn0, 0, VS, [&](int i, int k) { return dO[i * LDV + k]; },
-                    [&](int k, int j) { return sm.S[j * LDB + k]; });
-            bwd_mma<true>(dK, gm0, gn0, 0, VS, [&](int i, int k) { return -sm.e[i] * sm.bet[i] * dY[i * LDV + k]; },
-                    [&](int k, int j) { return sm.S[j * LDB + k]; });
-            bwd_mma<true>(dK, gm0, gn0, 0, VS, [&](int i, int k) { return sm.f[i] * U[i * LDV + k]; },
-                    [&](int k, int j) { return sm.dS[j * LDB + k]; });
+            fqla_split_mma<false, true>(dK, Yt, St, m0, w0, 0, vw);
+            fqla_split_mma<false, true>(dK, Ut, dSt, m0, w0, 0, vw);
         }
 
-        /* de_C: a fixed-order block sum of the threads' shares */
+        /* ---- after the slices ---- */
+        __syncthreads(); /* the slice tiles and state slices are free */
+        load_rows<T, KD>(Qt, p.q, batch * p.q_sb + t0 * p.q_st + (int64_t)hk * p.q_sh, p.q_st, nvalid,
+                         p.l2norm ? p.rq + rrow : nullptr);
+        /* strict lower dT~ into W0 */
+        fqla_acc_pairs(dT, m0, n0, [&](int i, int j, float &a, float &b) {
+            fqla_split_put2(W0, i, j, j < i ? a : 0.f, j + 1 < i ? b : 0.f);
+        });
         {
             float s = deC;
 #pragma unroll
             for (int o = 16; o; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-            __syncthreads();
-            if ((tid & 31) == 0) sm.red[0][warp] = s;
-            __syncthreads();
-            if (tid == 0) {
-                float t = 0.f;
-                for (int w = 0; w < THREADS / 32; w++) t += sm.red[0][w];
-                sm.red[3][0] = t; /* read before tile_row_dots reuses red */
+            if (lane == 0) sm.wsum[warp] = s;
+        }
+        if (tid < C) {
+            float a = 0.f, b = 0.f, c = 0.f;
+#pragma unroll
+            for (int w = 0; w < 4; w++) {
+                a += sm.red[0][w][tid];
+                b += sm.red[1][w][tid];
+                c += sm.red[2][w][tid];
             }
+            sm.df[tid] = a;
+            sm.db[tid] = b;
+            sm.de[tid] = c;
         }
         __syncthreads();
-        const float deC_all = sm.red[3][0];
-        __syncthreads();
-        /* de_i = scale q_i . (dO S^T)_i - (K S)_i . dx_i */
-        tile_row_dots(G2q, gm0, gn0, [&](int i, int j) { return sm.q[i * LDK + j]; }, sm.red);
-        __syncthreads();
-        if (tid < C)
-            sm.de[tid] += scale * (sm.red[0][tid] + sm.red[1][tid] + sm.red[2][tid] + sm.red[3][tid]);
-        /* dQ += scale diag(e) dO S^T */
-        bwd_each(G2q, gm0, gn0, [&](int i, int j, float &v) { (void)j; v *= scale * sm.e[i]; });
-#pragma unroll
-        for (int a = 0; a < 1; a++)
-#pragma unroll
-            for (int b = 0; b < NTK; b++)
-#pragma unroll
-                for (int x = 0; x < 4; x++) dQ[a][b][x] += G2q[a][b][x];
 
-        float *M1 = sm.u.w[0], *dL = sm.u.w[1], *KK = sm.u.w[2];
-        { /* M1 = T~^T (strict lower dT~);  K K^T */
-            float a1[1][2][4], a2[1][2][4];
-            bwd_zero(a1);
-            bwd_zero(a2);
-            bwd_mma<true>(a1, cm0, cn0, cm0, C, [&](int i, int k) { return sm.T[k * LDM + i]; },
-                    [&](int k, int j) { return j < k ? sm.dT[k * LDM + j] : 0.f; });
-            bwd_mma<true>(a2, cm0, cn0, 0, KD, [&](int i, int k) { return sm.k[i * LDK + k]; },
-                    [&](int k, int j) { return sm.k[j * LDK + k]; });
-            bwd_each(a1, cm0, cn0, [&](int i, int j, float v) { M1[i * LDM + j] = v; });
-            bwd_each(a2, cm0, cn0, [&](int i, int j, float v) { KK[i * LDM + j] = v; });
-        }
-        __syncthreads();
-        { /* dL = -M1 T~^T (strict lower) */
-            float a1[1][2][4];
-            bwd_zero(a1);
-            bwd_mma<true>(a1, cm0, cn0, 0, C, [&](int i, int k) { return M1[i * LDM + k]; },
-                    [&](int k, int j) { return sm.T[j * LDM + k]; });
-            bwd_each(a1, cm0, cn0, [&](int i, int j, float v) { dL[i * LDM + j] = j < i ? -v : 0.f; });
-        }
-        __syncthreads();
-        /* per element (i, j): gdl = Gamma dL (strict lower); dbeta_i += sum gdl KK;
-         * M = diag(beta) gdl into M1; R_ij = beta_i gdl KK + dP~ P~ into dL;
-         * dQ~ = scale Gamma dP~ (lower) into dP */
+        /* M1 = T~^T (strict lower dT~) into W1;  de_C */
         {
-            const int i = tid / RG, q = tid % RG;
+            float m1[2][4];
+            fqla_acc_zero(m1);
+            fqla_split_mma<true, false>(m1, Tt, W0, m0, n0, m0, C);
+            fqla_acc_pairs(m1, m0, n0, [&](int i, int j, float &a, float &b) { fqla_split_put2(W1, i, j, a, b); });
+        }
+        if (tid == 0) {
             float s = 0.f;
-            for (int jj = 0; jj < C / RG; jj++) {
-                const int j = q * (C / RG) + jj;
-                const float G = j <= i ? __expf(sm.gam[i] - sm.gam[j]) : 0.f;
-                const float gdl = j < i ? dL[i * LDM + j] * G : 0.f;
-                const float kk = KK[i * LDM + j];
-                s += gdl * kk;
-                M1[i * LDM + j] = sm.bet[i] * gdl;
-                const float dp = sm.dP[i * LDM + j];
-                dL[i * LDM + j] = j < i ? sm.bet[i] * gdl * kk + dp * sm.P[i * LDM + j] : 0.f;
-                sm.dP[i * LDM + j] = scale * G * dp;
-            }
-            s = row_sum(s);
-            if (q == 0) sm.db[i] += s;
+            for (int w = 0; w < WARPS; w++) s += sm.wsum[w];
+            sm.deC = s;
         }
         __syncthreads();
-        { /* dQ += dQ~ K;  dK += dQ~^T Q + (M + M^T) K */
-            bwd_mma<true>(dQ, gm0, gn0, 0, C, [&](int i, int k) { return sm.dP[i * LDM + k]; },
-                    [&](int k, int j) { return sm.k[k * LDK + j]; });
-            bwd_mma<true>(dK, gm0, gn0, 0, C, [&](int i, int k) { return sm.dP[k * LDM + i]; },
-                    [&](int k, int j) { return sm.q[k * LDK + j]; });
-            bwd_mma<true>(dK, gm0, gn0, 0, C,
-                    [&](int i, int k) { return k < i ? M1[i * LDM + k] : (k > i ? M1[k * LDM + i] : 0.f); },
-                    [&](int k, int j) { return sm.k[k * LDK + j]; });
+
+        /* dL = -M1 T~^T (strict lower);  K K^T;  then per element (i, j):
+         * gdl = Gamma dL; dbeta_i += sum_j gdl KK; M = diag(beta) gdl;
+         * R_ij = beta_i gdl KK + dP~ P~ (j < i); dQ~ = scale Gamma dP~ (j <= i) */
+        float dl[2][4], kk[2][4];
+        fqla_acc_zero(dl);
+        fqla_acc_zero(kk);
+        fqla_split_mma<false, true>(dl, W1, Tt, m0, n0, 0, n0 + 16);
+        fqla_split_mma<false, true>(kk, Kt, Kt, m0, n0, 0, KD);
+        {
+            const float *Pg = bp.Pt + tile * C * C;
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++) {
+                const int i = m0 + g + 8 * hh;
+                const float gi = sm.gam[i], bi = sm.bet[i];
+                float s = 0.f;
+#pragma unroll
+                for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+                    for (int c = 0; c < 2; c++) {
+                        const int j = n0 + 8 * nt + 2 * t4 + c, e = 2 * hh + c;
+                        const float G = j <= i ? __expf(gi - sm.gam[j]) : 0.f;
+                        const float gdl = j < i ? -dl[nt][e] * G : 0.f;
+                        s += gdl * kk[nt][e];
+                        const float dp = dP[nt][e];
+                        const float R = j < i ? bi * gdl * kk[nt][e] + dp * Pg[i * C + j] : 0.f;
+                        dl[nt][e] = bi * gdl;     /* M */
+                        kk[nt][e] = R;            /* R */
+                        dP[nt][e] = scale * G * dp; /* dQ~ */
+                    }
+                s = quad_sum(s);
+                if (t4 == 0) sm.red[3][wn][i] = s;
+            }
         }
+        __syncthreads(); /* W0 (dT~) and W1 (M1) are read */
+        fqla_acc_pairs(dP, m0, n0, [&](int i, int j, float &a, float &b) { fqla_split_put2(W0, i, j, a, b); });
+        fqla_acc_pairs(dl, m0, n0, [&](int i, int j, float &a, float &b) { fqla_split_put2(W1, i, j, a, b); });
+        fqla_acc_pairs(kk, m0, n0, [&](int i, int j, float &a, float &b) {
+            sm.b.p.R[i * LDR + j] = a;
+            sm.b.p.R[i * LDR + j + 1] = b;
+        });
+        __syncthreads();
+
+        /* dQ += dQ~ K;  dK += dQ~^T Q + M K + M^T K (dQ~ lower, M strict lower) */
+        fqla_split_mma<false, false>(dQ, W0, Kt, m0, w0, 0, m0 + 16);
+        fqla_split_mma<true, false>(dK, W0, Qt, m0, w0, m0, C);
+        fqla_split_mma<false, false>(dK, W1, Kt, m0, w0, 0, m0 + 16);
+        fqla_split_mma<true, false>(dK, W1, Kt, m0, w0, m0, C);
+        if (tid < C) {
+            /* dbeta's Gamma dL KK part; R as row prefix sums sum_{j < t} R_it */
+            sm.db[tid] += sm.red[3][0][tid] + sm.red[3][1][tid] + sm.red[3][2][tid] + sm.red[3][3][tid];
+            float run = 0.f;
+            float *Ri = sm.b.p.R + tid * LDR;
+            for (int j = 0; j < C; j++) {
+                const float r = Ri[j];
+                Ri[j] = run;
+                run += r;
+            }
+        }
+        __syncthreads();
         /* dg_t = sum_{i >= t} (de_i e_i + sum_{j < t} R_ij) + sum_{j < t} df_j f_j + de_C e_C */
-        {
-            const int t = tid / RG, q = tid % RG;
+        if (tid < C) {
+            const int t = tid;
             float s = 0.f;
-            for (int i = t + q; i < C; i += RG) {
-                s += sm.de[i] * sm.e[i];
-                for (int j = 0; j < t; j++) s += dL[i * LDM + j];
-            }
-            for (int j = q; j < t; j += RG) s += sm.df[j] * sm.f[j];
-            s = row_sum(s);
-            float dgv = s + deC_all * __expf(sm.gam[C - 1]);
+            for (int i = t; i < C; i++) s += sm.de[i] * sm.e[i] + sm.b.p.R[i * LDR + t];
+            for (int j = 0; j < t; j++) s += sm.df[j] * sm.f[j];
+            float dgv = s + sm.deC * __expf(sm.gam[C - 1]);
             float dbv = sm.db[t];
-            const bool ok = t < nvalid && q == 0;
             float part_a = 0.f, part_d = 0.f;
-            if (ok) {
+            if (t < nvalid) {
                 const int64_t tt = t0 + t;
                 if (p.gate_in_kernel) {
                     const float raw = load_gate(p.g, p.g_bf16, batch * p.g_sb + tt * p.g_st + hv * p.g_sh);
                     const float A = __expf(p.A_log[hv * p.alog_s]);
-                    const float x = raw + p.dt_bias[hv * p.dtb_s];
-                    float gval = -A * softplus_f(x);
+                    const float xg = raw + p.dt_bias[hv * p.dtb_s];
+                    const float gval = -A * softplus_f(xg);
                     /* the forward's floor: below it g did not depend on its input */
-                    const float dx = gval < FQLA_FWD_G_FLOOR ? 0.f : -A * sigmoid_f(x) * dgv;
+                    const float dx = gval < FQLA_FWD_G_FLOOR ? 0.f : -A * sigmoid_f(xg) * dgv;
                     part_d = dx;
                     part_a = gval < FQLA_FWD_G_FLOOR ? 0.f : gval * dgv;
                     dgv = dx;
@@ -403,44 +502,47 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
                 bp.dg[batch * bp.dg_sb + tt * bp.dg_st + (int64_t)hv * bp.dg_sh] = dgv;
                 bp.dbeta[batch * bp.db_sb + tt * bp.db_st + (int64_t)hv * bp.db_sh] = dbv;
             }
-            if (bp.gate_part) {
-                __syncthreads();
-                if (q == 0) {
-                    sm.red[0][t] = part_a;
-                    sm.red[1][t] = part_d;
+            sm.part[0][t] = part_a;
+            sm.part[1][t] = part_d;
+        }
+        if (bp.gate_part) {
+            __syncthreads();
+            if (tid == 0) {
+                float sa = 0.f, sd = 0.f;
+                for (int i = 0; i < C; i++) {
+                    sa += sm.part[0][i];
+                    sd += sm.part[1][i];
                 }
-                __syncthreads();
-                if (tid == 0) {
-                    float sa = 0.f, sd = 0.f;
-                    for (int i = 0; i < C; i++) {
-                        sa += sm.red[0][i];
-                        sd += sm.red[1][i];
-                    }
-                    bp.gate_part[2 * tile] = sa;
-                    bp.gate_part[2 * tile + 1] = sd;
-                }
+                bp.gate_part[2 * tile] = sa;
+                bp.gate_part[2 * tile + 1] = sd;
             }
         }
     }
 
     /* dq, dk rows: through the l2norm backward dx = r (dxhat - xhat <xhat, dxhat>) */
-    auto store = [&](float(&acc)[1][NTK][4], const float *xs, T *out, int64_t sb, int64_t st, int64_t sh,
+    auto store = [&](float(&acc)[NTW][4], const fqla_split_tile &xs, T *out, int64_t sb, int64_t st, int64_t sh,
                      const float *r) {
         __syncthreads();
         if (p.l2norm) {
-            tile_row_dots(acc, gm0, gn0, [&](int i, int j) { return xs[i * LDK + j]; }, sm.red);
+            warp_row_sums<false>(acc, m0, w0, sm.red[0][wn],
+                                 [&](int i, int j, float v) { return v * fqla_split_get(xs, i, j); });
             __syncthreads();
-            if (tid < C) sm.de[tid] = sm.red[0][tid] + sm.red[1][tid] + sm.red[2][tid] + sm.red[3][tid];
+            if (tid < C) sm.de[tid] = sm.red[0][0][tid] + sm.red[0][1][tid] + sm.red[0][2][tid] + sm.red[0][3][tid];
             __syncthreads();
         }
-        bwd_each(acc, gm0, gn0, [&](int i, int j, float v) {
+        fqla_acc_pairs(acc, m0, w0, [&](int i, int j, float &a, float &b) {
             if (i >= nvalid) return;
-            if (p.l2norm) v = r[rrow + i] * (v - xs[i * LDK + j] * sm.de[i]);
-            out[batch * sb + (t0 + i) * st + (int64_t)hk * sh + j] = bwd_cvt<T>(v);
+            if (p.l2norm) {
+                a = r[rrow + i] * (a - fqla_split_get(xs, i, j) * sm.de[i]);
+                b = r[rrow + i] * (b - fqla_split_get(xs, i, j + 1) * sm.de[i]);
+            }
+            T *o = out + batch * sb + (t0 + i) * st + (int64_t)hk * sh + j;
+            o[0] = bwd_cvt<T>(a);
+            o[1] = bwd_cvt<T>(b);
         });
     };
-    store(dQ, sm.q, (T *)bp.dq, bp.dq_sb, bp.dq_st, bp.dq_sh, p.rq);
-    store(dK, sm.k, (T *)bp.dk, bp.dk_sb, bp.dk_st, bp.dk_sh, p.rk);
+    store(dQ, Qt, (T *)bp.dq, bp.dq_sb, bp.dq_st, bp.dq_sh, p.rq);
+    store(dK, Kt, (T *)bp.dk, bp.dk_sb, bp.dk_st, bp.dk_sh, p.rk);
 }
 
 template <typename T, int KD> cudaError_t launch(const fqla_bwd_params &p, cudaStream_t stream)

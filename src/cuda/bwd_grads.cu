@@ -26,9 +26,10 @@
  * significant bits, three products): the numerics model
  * (dev/models/bwd_chunked.py, bench/results/bwd-model.md section 6) has
  * a one-token sequence's dbeta and dg fail with X, K dS' or dY in plain
- * bf16, and hold with every product split. P~ alone is plain bf16 (dU in
- * plain bf16 holds at T = 1 in the model). The l2norm'd or fp16 q / k and
- * fp16 v / dO are not exact in bf16 and carry lo planes too.
+ * bf16, and hold with every product split; P~ in plain bf16 failed a
+ * one-token sequence of tests/test_gpu_bwd.c (dbeta 6e-2). The l2norm'd
+ * or fp16 q / k and fp16 v / dO are not exact in bf16 and carry lo planes
+ * too.
  *
  * Grid (slots, H): one CTA of 512 threads per chunk and q/k head runs the
  * value heads of its GVA group in order, so dq and dk are summed over the
@@ -60,7 +61,7 @@ typedef __nv_bfloat16 bf16;
 template <int KD> struct grads_smem {
     static constexpr int LDK = KD + 8;
     bf16 kh[C * LDK], kl[C * LDK];             /* k (normalised) */
-    bf16 th[C * LDT], tl[C * LDT], ph[C * LDT]; /* T~ (split), P~ (plain) of the value head */
+    bf16 th[C * LDT], tl[C * LDT], ph[C * LDT], pl[C * LDT]; /* T~, P~ of the value head */
     union {
         struct {
             bf16 sh[KD * LDS], sl[KD * LDS], dsh[KD * LDS], dsl[KD * LDS];
@@ -174,7 +175,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
     const bool qk_lo = !IO_BF16 || p.l2norm;
     const fqla_split_tile Kt{sm.kh, qk_lo ? sm.kl : nullptr, LDK};
     const fqla_split_tile Qt{sm.a.q.qh, qk_lo ? sm.a.q.ql : nullptr, LDK};
-    const fqla_split_tile Tt{sm.th, sm.tl, LDT}, Pt{sm.ph, nullptr, LDT};
+    const fqla_split_tile Tt{sm.th, sm.tl, LDT}, Pt{sm.ph, sm.pl, LDT};
     const fqla_split_tile St{sm.a.st.sh, sm.a.st.sl, LDS}, dSt{sm.a.st.dsh, sm.a.st.dsl, LDS};
     const fqla_split_tile dOt{sm.b.s.doh, IO_BF16 ? nullptr : sm.b.s.dol, LDT};
     const fqla_split_tile Yt{sm.b.s.yh, sm.b.s.yl, LDT}, Ut{sm.b.s.uh, sm.b.s.ul, LDT};

@@ -55,11 +55,14 @@ FQLA_DEVICE_INLINE void fqla_split_put(const fqla_split_tile &t, int r, int c, f
  * per plane, the accumulator layout's column pair. */
 FQLA_DEVICE_INLINE void fqla_split_put2(const fqla_split_tile &t, int r, int c, float x0, float x1)
 {
-    __nv_bfloat16 h0, l0, h1, l1;
-    fqla_split(x0, h0, l0);
-    fqla_split(x1, h1, l1);
-    *reinterpret_cast<__nv_bfloat162 *>(t.hi + r * t.ld + c) = __halves2bfloat162(h0, h1);
-    if (t.lo) *reinterpret_cast<__nv_bfloat162 *>(t.lo + r * t.ld + c) = __halves2bfloat162(l0, l1);
+    /* packed conversions (one cvt.rn.bf16x2 per plane): the single-value
+     * F2F conversions were the gradient kernel's most stalled instructions */
+    const __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
+    *reinterpret_cast<__nv_bfloat162 *>(t.hi + r * t.ld + c) = h;
+    if (t.lo) {
+        const float2 hf = __bfloat1622float2(h);
+        *reinterpret_cast<__nv_bfloat162 *>(t.lo + r * t.ld + c) = __floats2bfloat162_rn(x0 - hf.x, x1 - hf.y);
+    }
 }
 
 /* Element (r, c) as fp32 (hi + lo). */

@@ -29,9 +29,26 @@ int64_t slots_of(const fqla_problem *p)
     return fqla_route_slots(&s);
 }
 
-fqla_bwd_ws_layout layout_of(const fqla_problem *p)
+/* The chains' CP segment length (bwd_common.cuh), 0: none. */
+int64_t seg_chunks_of(const fqla_context *ctx, const fqla_problem *p)
 {
-    return fqla_bwd_ws(slots_of(p), p->H, p->HV, p->K, p->V, p->opt.use_qk_l2norm, p->opt.use_gate_in_kernel);
+    return fqla_bwd_seg_chunks(p->N, p->T, p->HV, p->K, p->V, ctx->info.sm_count);
+}
+
+fqla_bwd_ws_layout layout_of(const fqla_context *ctx, const fqla_problem *p)
+{
+    const int64_t L = seg_chunks_of(ctx, p);
+    return fqla_bwd_ws(slots_of(p), p->H, p->HV, p->K, p->V, p->opt.use_qk_l2norm, p->opt.use_gate_in_kernel,
+                       L ? fqla_cp_segs(p->varlen, p->T, p->N, L) : 0);
+}
+
+cudaError_t scan_states(const fqla_bwd_params &p, int, cudaStream_t stream)
+{
+    return fqla_bwd_launch_chain_scan(p, false, stream);
+}
+cudaError_t scan_dstates(const fqla_bwd_params &p, int, cudaStream_t stream)
+{
+    return fqla_bwd_launch_chain_scan(p, true, stream);
 }
 
 } // namespace
@@ -58,7 +75,7 @@ fqla_status fqla_cuda_bwd_workspace(fqla_context *ctx, const fqla_problem *p, co
 {
     fqla_status st = fqla_cuda_bwd_supported(ctx, p, a);
     if (st != FQLA_STATUS_SUCCESS) return st;
-    *bytes = layout_of(p).total;
+    *bytes = layout_of(ctx, p).total;
     return FQLA_STATUS_SUCCESS;
 }
 
@@ -67,7 +84,7 @@ fqla_status fqla_cuda_bwd_run(fqla_context *ctx, const fqla_problem *p, const fq
 {
     fqla_status st = fqla_cuda_bwd_supported(ctx, p, a);
     if (st != FQLA_STATUS_SUCCESS) return st;
-    const fqla_bwd_ws_layout L = layout_of(p);
+    const fqla_bwd_ws_layout L = layout_of(ctx, p);
     if (workspace_bytes < L.total || (L.total > 0 && !workspace))
         return fqla_fail(ctx, FQLA_STATUS_WORKSPACE_TOO_SMALL, "workspace: %zu bytes given, %zu bytes needed",
                          workspace_bytes, L.total);
@@ -86,6 +103,8 @@ fqla_status fqla_cuda_bwd_run(fqla_context *ctx, const fqla_problem *p, const fq
     k.N = p->N;
     k.slots = slots_of(p);
     k.cps = (p->T + FQLA_BWD_C - 1) / FQLA_BWD_C;
+    k.seg_chunks = seg_chunks_of(ctx, p);
+    k.cp_mode = k.seg_chunks > 0;
 
     b.d_o = a->d_o.data;
     b.do_sb = a->d_o.strides[0]; b.do_st = a->d_o.strides[1]; b.do_sh = a->d_o.strides[2];
@@ -125,19 +144,26 @@ fqla_status fqla_cuda_bwd_run(fqla_context *ctx, const fqla_problem *p, const fq
     b.S = (float *)(ws + L.S);
     b.dS = (float *)(ws + L.dS);
     b.gate_part = p->opt.use_gate_in_kernel ? (float *)(ws + L.gate_part) : NULL;
+    b.cp_hm = k.cp_mode ? (float *)(ws + L.cp_hm) : NULL;
 
     const int io_bf16 = p->io_dtype == FQLA_DTYPE_BF16;
     static const struct {
         cudaError_t (*launch)(const fqla_bwd_params &, int, cudaStream_t);
         const char *what;
+        int cp; /* 1: only with CP, 0: always */
     } steps[] = {
-        {fqla_bwd_launch_prepare, "CUDA backward: prepare kernel launch"},
-        {fqla_bwd_launch_states, "CUDA backward: state pass launch"},
-        {fqla_bwd_launch_dstates, "CUDA backward: reverse state pass launch"},
-        {fqla_bwd_launch_grads, "CUDA backward: gradient kernel launch"},
-        {fqla_bwd_launch_finish, "CUDA backward: finishing kernel launch"},
+        {fqla_bwd_launch_prepare, "CUDA backward: prepare kernel launch", 0},
+        {fqla_bwd_launch_states_prepass, "CUDA backward: state pass CP pre-pass launch", 1},
+        {scan_states, "CUDA backward: state pass CP scan launch", 1},
+        {fqla_bwd_launch_states, "CUDA backward: state pass launch", 0},
+        {fqla_bwd_launch_dstates_prepass, "CUDA backward: reverse state pass CP pre-pass launch", 1},
+        {scan_dstates, "CUDA backward: reverse state pass CP scan launch", 1},
+        {fqla_bwd_launch_dstates, "CUDA backward: reverse state pass launch", 0},
+        {fqla_bwd_launch_grads, "CUDA backward: gradient kernel launch", 0},
+        {fqla_bwd_launch_finish, "CUDA backward: finishing kernel launch", 0},
     };
     for (const auto &s : steps) {
+        if (s.cp && !k.cp_mode) continue;
         /* no chunk slots (T = 0 in a padded batch): only the reverse chain, which
          * gives every (empty) sequence dh0 = d_final_state, and the finish
          * (dA_log = ddt_bias = 0) have work */

@@ -67,14 +67,16 @@ struct fqla_bwd_params {
     float *Tt, *Pt;           /* [slots][HV][64][64] T~ and P~ */
     float *S, *dS;            /* [slots][HV][K][V] entering state; gradient w.r.t. the leaving state */
     float *gate_part;         /* [slots][HV][2] per-chunk dA_log, ddt_bias (gate in kernel) */
+    float *cp_hm;             /* chains' CP (f.cp_mode): [segs][HV][K][V + K] the pre-pass's [H | M] */
 };
 
 struct fqla_bwd_ws_layout {
-    size_t gam, bet, rq, rk, Tt, Pt, S, dS, gate_part, total;
+    size_t gam, bet, rq, rk, Tt, Pt, S, dS, gate_part, cp_hm, total;
 };
 
+/* segs: the chains' CP segment indices (fqla_cp_segs), 0 without CP. */
 static inline fqla_bwd_ws_layout fqla_bwd_ws(int64_t slots, int64_t H, int64_t HV, int64_t K, int64_t V, int l2norm,
-                                             int gate_in_kernel)
+                                             int gate_in_kernel, int64_t segs)
 {
     fqla_bwd_ws_layout L;
     size_t off = 0;
@@ -88,6 +90,7 @@ static inline fqla_bwd_ws_layout fqla_bwd_ws(int64_t slots, int64_t H, int64_t H
     L.S = off;   off += fqla_fwd_align256(tiles * K * V * sizeof(float));
     L.dS = off;  off += fqla_fwd_align256(tiles * K * V * sizeof(float));
     L.gate_part = off; off += gate_in_kernel ? fqla_fwd_align256(tiles * 2 * sizeof(float)) : 0;
+    L.cp_hm = off; off += fqla_fwd_align256((size_t)segs * HV * K * (V + K) * sizeof(float));
     L.total = off;
     return L;
 }
@@ -98,6 +101,38 @@ cudaError_t fqla_bwd_launch_states(const fqla_bwd_params &p, int io_bf16, cudaSt
 cudaError_t fqla_bwd_launch_dstates(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream);
 cudaError_t fqla_bwd_launch_grads(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream);
 cudaError_t fqla_bwd_launch_finish(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream);
+/* The chains with CP (f.cp_mode, bwd_chain_cp.cu): the pre-pass of segments
+ * into cp_hm, and the scan that writes each segment's starting state. */
+cudaError_t fqla_bwd_launch_states_prepass(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream);
+cudaError_t fqla_bwd_launch_dstates_prepass(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream);
+cudaError_t fqla_bwd_launch_chain_scan(const fqla_bwd_params &p, bool reverse, cudaStream_t stream);
+
+/* The chains' segment length in chunks (0: no CP), from the shapes and the
+ * SM count alone, so the workspace is a function of them: CP where
+ * sequences x value heads x 32-column slices leave the SMs' chain slots
+ * idle. A cost model in chunk steps: without CP a CTA walks the longest
+ * sequence's chunks; with segments of L chunks the pre-pass ((V + K) / V
+ * as many CTAs) and the main pass each walk L chunks per wave, and the scan
+ * costs about one chunk step per segment. */
+static inline int64_t fqla_bwd_seg_chunks(int64_t N, int64_t T, int64_t HV, int64_t K, int64_t V, int64_t sms)
+{
+    const int64_t chunks = (T + FQLA_BWD_C - 1) / FQLA_BWD_C; /* varlen: T bounds the longest */
+    const int64_t slots = 2 * (sms > 0 ? sms : 1);            /* two chain CTAs per SM */
+    const int64_t ctas = N * HV * (V / FQLA_BWD_VS);
+    if (ctas <= 0 || chunks < 8) return 0;
+    const int64_t waves0 = (ctas + slots - 1) / slots;
+    int64_t best = chunks * waves0, bestL = 0;
+    for (int64_t nseg = 2; nseg <= 256 && chunks / nseg >= 4; nseg *= 2) {
+        const int64_t L = (chunks + nseg - 1) / nseg;
+        const int64_t pre = ctas * nseg * (V + K) / V, main = ctas * nseg;
+        const int64_t cost = L * ((pre + slots - 1) / slots + (main + slots - 1) / slots) + nseg;
+        if (cost < best) {
+            best = cost;
+            bestL = L;
+        }
+    }
+    return bestL;
+}
 
 /* ------------------------------------------------------------------------ */
 /* Device helpers                                                             */

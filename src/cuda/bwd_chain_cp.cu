@@ -1,0 +1,107 @@
+/*
+ * bwd_chain_cp.cu - context parallelism for the backward's two chains
+ * (bwd_chain.cu): where sequences x value heads x value slices leave SMs
+ * idle, each sequence is cut into segments of seg_chunks chunks (the
+ * forward's segment indexing, cp_plan.h) and a chain runs in three steps:
+ *
+ *   pre-pass (bwd_chain.cu, mode CHAIN_PREPASS): every segment from a zero
+ *     state, with K extra "identity" value columns whose inputs are zero and
+ *     whose starting state is I. Both chains are affine in their state, so
+ *     the segment's end state is M S_in + H: the real columns give H, the
+ *     identity columns give M (K x K). Stored as [H | M], K x (V + K) fp32
+ *     per (segment, value head).
+ *   scan (here): per (sequence, value head, 32 value columns), the segments
+ *     in chain order: S_in of the next segment = M S_in + H, in fp32 on CUDA
+ *     cores. Each segment's entering state is written where the main pass
+ *     and the gradient kernel read it: the state chain's store of the state
+ *     entering the segment's first chunk (bp.S), the reverse chain's store of
+ *     the gradient leaving the segment's last chunk (bp.dS).
+ *   main pass (bwd_chain.cu, mode CHAIN_MAIN): every segment from that
+ *     state, storing every chunk's state as without CP.
+ *
+ * The pre-pass and the main pass run the same kernel code as the whole-
+ * sequence chain, so the products and their precision are the same.
+ */
+#include "cuda/bwd_common.cuh"
+
+namespace {
+
+constexpr int SCAN_THREADS = 256;
+constexpr int SCAN_COLS = 32; /* value columns per CTA */
+
+/* One CTA per (sequence, value head, 32 value columns). Dynamic shared
+ * memory: M (K x K) and the state slice (K x 32), fp32. */
+template <int KD, bool REVERSE> __global__ void __launch_bounds__(SCAN_THREADS) bwd_chain_scan_kernel(const fqla_bwd_params bp)
+{
+    const fqla_fwd_params &p = bp.f;
+    extern __shared__ __align__(16) float scan_smem[];
+    float *M = scan_smem, *S = scan_smem + KD * KD;
+    const int64_t n = blockIdx.x;
+    const int hv = blockIdx.y, v0 = blockIdx.z * SCAN_COLS;
+    const int tid = threadIdx.x, c = tid % SCAN_COLS, r0 = tid / SCAN_COLS;
+    constexpr int RSTEP = SCAN_THREADS / SCAN_COLS;
+    const int64_t W = p.V + KD; /* [H | M] row length */
+    int64_t batch, start, len, slot0;
+    fqla_fwd_seq(p, n, batch, start, len, slot0);
+    const int64_t chunks = (len + FQLA_BWD_C - 1) / FQLA_BWD_C;
+    if (chunks == 0) return; /* no chunk stores; the main pass handles dh0 */
+    const int64_t L = p.seg_chunks, nseg = (chunks + L - 1) / L;
+    const int64_t sbase = fqla_fwd_sbase(p, n);
+
+    /* the chain's starting state: h0 (states) or d_final_state (dstates) */
+    for (int idx = tid; idx < KD * SCAN_COLS; idx += SCAN_THREADS) {
+        const int r = idx / SCAN_COLS, j = idx % SCAN_COLS;
+        float s = 0.f;
+        if (REVERSE) {
+            if (bp.dht) s = bp.dht[fqla_fwd_state_off(n, hv, r, v0 + j, bp.dht_sn, bp.dht_sh, bp.dht_s2, p.v_first)];
+        } else if (p.h0) {
+            const int64_t o = fqla_fwd_state_off(n, hv, r, v0 + j, p.h0_sn, p.h0_sh, p.h0_s2, p.v_first);
+            s = p.h0_bf16 ? __bfloat162float(((const __nv_bfloat16 *)p.h0)[o]) : ((const float *)p.h0)[o];
+        }
+        S[r * SCAN_COLS + j] = s;
+    }
+    for (int64_t it = 0; it < nseg; it++) {
+        const int64_t j = REVERSE ? nseg - 1 - it : it;
+        /* the chunk whose stored state this segment starts from */
+        const int64_t c0 = REVERSE ? (j + 1) * L < chunks ? (j + 1) * L - 1 : chunks - 1 : j * L;
+        const size_t tile = (size_t)(slot0 + c0) * p.HV + hv;
+        float *dst = (REVERSE ? bp.dS : bp.S) + tile * KD * p.V + v0;
+        __syncthreads(); /* S complete */
+        for (int r = r0; r < KD; r += RSTEP) dst[(int64_t)r * p.V + c] = S[r * SCAN_COLS + c];
+        if (it == nseg - 1) break;
+        /* S <- M S + H of segment j */
+        const float *HM = bp.cp_hm + ((size_t)(sbase + j) * p.HV + hv) * KD * W;
+        for (int idx = tid; idx < KD * KD; idx += SCAN_THREADS) M[idx] = HM[(int64_t)(idx / KD) * W + p.V + idx % KD];
+        __syncthreads();
+        float acc[KD / RSTEP];
+#pragma unroll
+        for (int i = 0; i < KD / RSTEP; i++) acc[i] = HM[(int64_t)(r0 + RSTEP * i) * W + v0 + c];
+        for (int k = 0; k < KD; k++) {
+            const float s = S[k * SCAN_COLS + c];
+#pragma unroll
+            for (int i = 0; i < KD / RSTEP; i++) acc[i] += M[(r0 + RSTEP * i) * KD + k] * s;
+        }
+        __syncthreads(); /* every thread has read S and M */
+#pragma unroll
+        for (int i = 0; i < KD / RSTEP; i++) S[(r0 + RSTEP * i) * SCAN_COLS + c] = acc[i];
+    }
+}
+
+template <int KD, bool REVERSE> cudaError_t launch(const fqla_bwd_params &p, cudaStream_t stream)
+{
+    static fqla_smem_cache cache;
+    const size_t smem = (size_t)(KD * KD + KD * SCAN_COLS) * sizeof(float);
+    cudaError_t e = fqla_smem_limit(cache, bwd_chain_scan_kernel<KD, REVERSE>, smem);
+    if (e != cudaSuccess) return e;
+    return fqla_launch(bwd_chain_scan_kernel<KD, REVERSE>,
+                       dim3((unsigned)p.f.N, (unsigned)p.f.HV, (unsigned)(p.f.V / SCAN_COLS)), dim3(SCAN_THREADS), smem,
+                       stream, 0, p);
+}
+
+} // namespace
+
+cudaError_t fqla_bwd_launch_chain_scan(const fqla_bwd_params &p, bool reverse, cudaStream_t stream)
+{
+    if (p.f.K == 64) return reverse ? launch<64, true>(p, stream) : launch<64, false>(p, stream);
+    return reverse ? launch<128, true>(p, stream) : launch<128, false>(p, stream);
+}

@@ -5,7 +5,7 @@
  * so the slices run independently, as the forward's chunk kernels do.
  *
  * states (forward, chunk by chunk; S the state entering the chunk):
- *   store S;  X = V - diag(e) K S;  U = T~ diag(beta) X;
+ *   store S;  X = V - diag(e) K S;  Y = diag(beta) X;  U = T~ Y;
  *   S <- e_C S + K^T diag(f) U
  * dstates (reverse; dS the gradient w.r.t. the state leaving the chunk,
  * starting from d_final_state):
@@ -15,54 +15,121 @@
  * exp(gamma_C - gamma_i), e_C = exp(gamma_C); gamma, beta, T~, P~ and the
  * l2norm factors come from bwd_prepare.cu.
  *
- * A chunk's inputs (raw q / k rows, the V or dO slice, T~, P~, gamma,
- * beta, the l2norm factors) go into a two-stage ring by cp.async one chunk
- * ahead, so the chain never waits on global memory: each step was ~45 % of
- * a chunk's time waiting on its copies with the copies in line. Rows whose
- * strides or base are not 16-byte multiples are copied element by element
- * into the same layout (same kernel, slower). q / k / v / dO stay in their
- * 2-byte dtype in shared memory and are widened (and normalised) as the
- * products read them.
+ * Products: bf16 m16n8k16 mma.sync on hi/lo split operands
+ * (kernel/split_mma.cuh), fp32 accumulation. Every operand that is not
+ * exactly a bf16 number carries its lo plane (three products, ~fp32): the
+ * state, Y, f U, dU, the scaled dY and dO, T~ and P~, and q / k / dO when
+ * they are fp16 or normalised in the kernel. Raw bf16 q / k / dO are exact
+ * and go in with their hi plane only (two products). Why the chains need
+ * fp32-class products at all: a rounding of the state is carried through
+ * every later chunk (near-reflections with beta near 2 do not damp it),
+ * and the gradients of a one-token sequence are single cancelling sums
+ * (dev/models/bwd_chunked.py). The 3xTF32 products with per-element
+ * operand reads this replaces spent ~35 instructions per tile product.
  *
- * Each product is one call of bwd_mma in 3xTF32 (~fp32; plain tf32 in the
- * chains took x0.94 of the time and raised dg / dh0 errors from ~1e-6 to
- * ~7e-4). The state is kept in fp32 in shared memory; the eight warps split
- * each product's output tiles; the products with T~ and P~ skip their zero
- * triangles.
+ * The state lives in registers, in the update product's accumulator
+ * layout (warp w owns 16 of its rows; at K = 64 also half the columns), so
+ * e_C S + ... is a register update. Each chunk, S is stored to the
+ * workspace straight from those registers and written once as split
+ * planes to shared memory, the B operand of K S. The 64-row products split
+ * their 64 x 32 outputs over the warps as 4 row blocks x 2 column halves.
+ *
+ * Inputs arrive one chunk ahead, so the chain never waits on global memory:
+ * the raw q / k rows, the V or dO slice and gamma / beta / the l2norm
+ * factors by cp.async into a two-stage ring (rows whose strides or base are
+ * not 16-byte multiples are copied element by element into the same
+ * layout); T~ and P~ (fp32, in the workspace) as each warp's own mma A
+ * fragments, straight into registers, split into hi / lo where they are
+ * used: no shared memory and no conversion pass for them. Raw bf16 rows in
+ * the ring are the hi planes as they are; fp16 or normalised q / k (and
+ * fp16 dO) are converted in place once per chunk, the lo planes in a
+ * shared-memory tail that only those launches allocate.
+ *
+ * Three CTA barriers per chunk (a fourth after the in-place conversion):
+ * every product reads operands that other warps wrote, and each buffer is
+ * rewritten only after the barrier that follows its last read.
  */
 #include "cuda/bwd_common.cuh"
 #include "cuda/fwd_prepare_common.cuh"
+#include "cuda/kernel/split_mma.cuh"
 #include "cuda/ptx/cp_async.cuh"
+
+#include <type_traits>
 
 namespace {
 
 constexpr int C = FQLA_BWD_C;
 constexpr int VS = FQLA_BWD_VS;
 constexpr int THREADS = 256;
-constexpr int LDV = VS + 8; /* 64 x VS and K x VS fp32 tiles */
-constexpr int LDX = VS + 8; /* 64 x VS 2-byte slices (16-byte rows) */
-constexpr int LDM = C + 4;  /* 64 x 64 fp32 tiles */
+constexpr int LDX = VS + 8; /* 64 x VS and K x VS tiles of 2-byte elements (80-byte rows) */
 
-/* One chunk's inputs (one ring stage). T is the io dtype's storage. */
-template <int KD> struct chain_stage {
-    static constexpr int LDQ = KD + 8; /* 2-byte rows, 16-byte aligned */
-    uint16_t q[C * LDQ], k[C * LDQ];   /* q only in dstates */
-    uint16_t x[C * LDX];               /* the V (states) or dO (dstates) slice */
-    float T[C * LDM], P[C * LDM];      /* P only in dstates */
-    float gam[C], bet[C], rq[C], rk[C];
+using bf16 = __nv_bfloat16;
+
+/* One chunk's inputs (one ring stage); q / k / x hold the io dtype's raw
+ * bits, or the bf16 hi plane after the in-place conversion. */
+template <int KD, bool REVERSE> struct chain_stage {
+    static constexpr int LDQ = KD + 8; /* 272- or 144-byte rows: 16-byte aligned, spread over the banks */
+    alignas(16) uint16_t k[C * LDQ];
+    alignas(16) uint16_t q[REVERSE ? C * LDQ : 8]; /* dstates only */
+    alignas(16) uint16_t x[C * LDX];               /* the V (states) or dO (dstates) slice */
+    alignas(16) float gam[C];
+    alignas(16) float bet[C];
+    alignas(16) float rq[C];
+    alignas(16) float rk[C];
 };
 
-template <int KD> struct chain_smem {
-    chain_stage<KD> st[2];
-    float S[KD * LDV]; /* S or dS */
-    float a[C * LDV], b[C * LDV], c[C * LDV];
-    float e[C], f[C];
+/* A tile as two bf16 planes. */
+template <int ROWS> struct split_planes {
+    alignas(16) bf16 hi[ROWS * LDX];
+    alignas(16) bf16 lo[ROWS * LDX];
+    __device__ __forceinline__ fqla_split_tile tile() { return {hi, lo, LDX}; }
 };
+
+template <bool REVERSE> struct scaled_do {
+    split_planes<C> p; /* scale diag(e) dO, the B operand of Q^T in the dS update */
+};
+template <> struct scaled_do<false> {};
+
+template <int KD, bool REVERSE> struct chain_smem {
+    chain_stage<KD, REVERSE> st[2];
+    split_planes<KD> S;  /* S or dS */
+    split_planes<C> a, b; /* states: Y, f U; dstates: dU, -e beta dY */
+    scaled_do<REVERSE> e;
+};
+
+/* The lo planes of the converted rows (launches with fp16 io or l2norm
+ * only): one chunk's, written after the barrier that ends the previous
+ * chunk's reads. */
+template <int KD, bool REVERSE> struct chain_lo {
+    static constexpr int LDQ = chain_stage<KD, REVERSE>::LDQ;
+    alignas(16) bf16 k[C * LDQ];
+    alignas(16) bf16 q[REVERSE ? C * LDQ : 8];
+    alignas(16) bf16 x[REVERSE ? C * LDX : 8];
+};
+
+template <int KD, bool REVERSE> constexpr size_t smem_bytes(bool convert)
+{
+    return sizeof(chain_smem<KD, REVERSE>) + (convert ? sizeof(chain_lo<KD, REVERSE>) : 0);
+}
 
 /* A 2-byte element of dtype T, widened. */
-template <typename T> __device__ __forceinline__ float wid(uint16_t x);
-template <> __device__ __forceinline__ float wid<__nv_bfloat16>(uint16_t x) { return __uint_as_float((uint32_t)x << 16); }
-template <> __device__ __forceinline__ float wid<__half>(uint16_t x) { return __half2float(__ushort_as_half(x)); }
+template <typename T> __device__ __forceinline__ float wid(uint32_t x);
+template <> __device__ __forceinline__ float wid<__nv_bfloat16>(uint32_t x) { return __uint_as_float(x << 16); }
+template <> __device__ __forceinline__ float wid<__half>(uint32_t x)
+{
+    return __half2float(__ushort_as_half((unsigned short)x));
+}
+
+/* x0, x1 as packed bf16x2 hi and lo parts (kernel/split_mma.cuh's split,
+ * in the fragment registers' packing: x0 in the low half). */
+__device__ __forceinline__ void split_pair(float x0, float x1, uint32_t &hi, uint32_t &lo)
+{
+    const __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
+    const float2 hf = __bfloat1622float2(h);
+    const __nv_bfloat162 l = __floats2bfloat162_rn(x0 - hf.x, x1 - hf.y);
+    hi = *reinterpret_cast<const uint32_t *>(&h);
+    lo = *reinterpret_cast<const uint32_t *>(&l);
+}
 
 /* Element (r, v) of a caller's state, either layout. */
 __device__ __forceinline__ int64_t state_off(int64_t n, int hv, int r, int v, int64_t sn, int64_t sh, int64_t s2,
@@ -93,15 +160,15 @@ __device__ __forceinline__ void copy_rows(uint16_t *dst, int ld, const uint16_t 
 
 /* Issues chunk (slot, t0, nvalid)'s copies into stage s. */
 template <int KD, bool REVERSE>
-__device__ __forceinline__ void issue(const fqla_bwd_params &bp, chain_stage<KD> &s, int64_t slot, int64_t batch,
-                                      int64_t t0, int nvalid, int hk, int hv, int v0, bool vec)
+__device__ __forceinline__ void issue(const fqla_bwd_params &bp, chain_stage<KD, REVERSE> &s, int64_t slot,
+                                      int64_t batch, int64_t t0, int nvalid, int hk, int hv, int v0, bool vec)
 {
     const fqla_fwd_params &p = bp.f;
-    constexpr int LDQ = chain_stage<KD>::LDQ;
+    constexpr int LDQ = chain_stage<KD, REVERSE>::LDQ;
     const size_t tile = (size_t)slot * p.HV + hv;
     copy_rows(s.k, LDQ, (const uint16_t *)p.k + batch * p.k_sb + t0 * p.k_st + (int64_t)hk * p.k_sh, p.k_st, KD,
               nvalid, vec);
-    if (REVERSE) {
+    if constexpr (REVERSE) {
         copy_rows(s.q, LDQ, (const uint16_t *)p.q + batch * p.q_sb + t0 * p.q_st + (int64_t)hk * p.q_sh, p.q_st, KD,
                   nvalid, vec);
         copy_rows(s.x, LDX, (const uint16_t *)bp.d_o + batch * bp.do_sb + t0 * bp.do_st + (int64_t)hv * bp.do_sh + v0,
@@ -110,15 +177,8 @@ __device__ __forceinline__ void issue(const fqla_bwd_params &bp, chain_stage<KD>
         copy_rows(s.x, LDX, (const uint16_t *)p.v + batch * p.v_sb + t0 * p.v_st + (int64_t)hv * p.v_sh + v0, p.v_st,
                   VS, nvalid, vec);
     }
-    /* the workspace tiles: 16-byte aligned always */
-    const float *Tg = bp.Tt + tile * C * C, *Pg = bp.Pt + tile * C * C;
-    for (int idx = threadIdx.x; idx < C * C / 4; idx += THREADS) {
-        const int i = idx / (C / 4), j = 4 * (idx % (C / 4));
-        fqla_cp_async16(&s.T[i * LDM + j], Tg + 4 * idx, 16);
-        if (REVERSE) fqla_cp_async16(&s.P[i * LDM + j], Pg + 4 * idx, 16);
-    }
     const int t = threadIdx.x;
-    if (t < C / 4) {
+    if (t < C / 4) { /* the workspace rows: 16-byte aligned always */
         fqla_cp_async16(&s.gam[4 * t], bp.gam + tile * C + 4 * t, 16);
         fqla_cp_async16(&s.bet[4 * t], bp.bet + tile * C + 4 * t, 16);
         if (p.l2norm) {
@@ -129,145 +189,269 @@ __device__ __forceinline__ void issue(const fqla_bwd_params &bp, chain_stage<KD>
     }
 }
 
+/* Rewrites `cols` columns of a stage's 64 raw rows (pitch ld) as their
+ * bf16 hi plane in place, lo into lo (same pitch): row i scaled by r[i]
+ * (r nullptr: by 1). Each thread reads and writes only its own pairs. */
+template <typename T>
+__device__ __forceinline__ void split_rows(uint16_t *raw, bf16 *lo, int ld, int cols, const float *r)
+{
+    const int per_row = cols / 2;
+    for (int idx = threadIdx.x; idx < C * per_row; idx += THREADS) {
+        const int i = idx / per_row, j = 2 * (idx % per_row);
+        uint32_t *w = reinterpret_cast<uint32_t *>(raw + i * ld + j);
+        const uint32_t x = *w;
+        const float s = r ? r[i] : 1.f;
+        uint32_t h, l;
+        split_pair(wid<T>(x & 0xffffu) * s, wid<T>(x >> 16) * s, h, l);
+        *w = h;
+        *reinterpret_cast<uint32_t *>(lo + i * ld + j) = l;
+    }
+}
+
+/*
+ * A 64 x 64 fp32 matrix M of the workspace (T~ or P~, row-major) as the
+ * warp's A fragments for the 16-row block m0 (TRANS: of M^T), k-steps
+ * ks_lo .. ks_hi of 16 (the others are M's zero triangle): f[ks][2 r],
+ * f[ks][2 r + 1] are the pair of fragment register r (mma_sync.cuh: rows
+ * g / g + 8, columns 2t, 2t + 1 / 2t + 8, 2t + 9). Loaded a chunk before
+ * use, so the latency hides behind a chunk of work.
+ */
+template <bool TRANS>
+__device__ __forceinline__ void load_frags(float (&f)[4][8], const float *M, int m0, int ks_lo, int ks_hi)
+{
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int ks = 0; ks < 4; ks++) {
+        if (ks < ks_lo || ks > ks_hi) continue;
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int i = m0 + g + 8 * (r & 1), k = 16 * ks + 2 * t + 8 * (r >> 1);
+            if (TRANS) {
+                f[ks][2 * r] = __ldg(M + k * C + i);
+                f[ks][2 * r + 1] = __ldg(M + (k + 1) * C + i);
+            } else {
+                const float2 v = __ldg(reinterpret_cast<const float2 *>(M + i * C + k));
+                f[ks][2 * r] = v.x;
+                f[ks][2 * r + 1] = v.y;
+            }
+        }
+    }
+}
+
+/* acc[NT] += A B over the k-steps ks_lo .. ks_hi, A given as load_frags'
+ * fp32 fragments (split here, hi and lo), B a split tile stored [k][n]
+ * (its lo plane where it has one): hi*hi + lo*hi + hi*lo. */
+template <int NT>
+__device__ __forceinline__ void mma_frags(float (&acc)[NT][4], const float (&f)[4][8], int ks_lo, int ks_hi,
+                                          const fqla_split_tile &B, int n0)
+{
+    static_assert(NT % 2 == 0, "n-tiles come in pairs (one ldmatrix.x4 per 16 columns)");
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int ks = 0; ks < 4; ks++) {
+        if (ks < ks_lo || ks > ks_hi) continue;
+        uint32_t ah[4], al[4];
+#pragma unroll
+        for (int r = 0; r < 4; r++) split_pair(f[ks][2 * r], f[ks][2 * r + 1], ah[r], al[r]);
+#pragma unroll
+        for (int np = 0; np < NT / 2; np++) {
+            uint32_t bh[4];
+            fqla_frag_b_kn(bh, B.hi, B.ld, 16 * ks, n0 + 16 * np, lane);
+            fqla_mma_m16n8k16_bf16(acc[2 * np], ah, bh[0], bh[1]);
+            fqla_mma_m16n8k16_bf16(acc[2 * np + 1], ah, bh[2], bh[3]);
+            fqla_mma_m16n8k16_bf16(acc[2 * np], al, bh[0], bh[1]);
+            fqla_mma_m16n8k16_bf16(acc[2 * np + 1], al, bh[2], bh[3]);
+            if (B.lo) {
+                uint32_t bl[4];
+                fqla_frag_b_kn(bl, B.lo, B.ld, 16 * ks, n0 + 16 * np, lane);
+                fqla_mma_m16n8k16_bf16(acc[2 * np], ah, bl[0], bl[1]);
+                fqla_mma_m16n8k16_bf16(acc[2 * np + 1], ah, bl[2], bl[3]);
+            }
+        }
+    }
+}
+
+/* states' and dstates' launch bounds: two CTAs an SM where shared memory
+ * lets them (all but dstates at K = 128), which caps registers at 128. */
+template <int KD, bool REVERSE> constexpr int min_blocks() { return REVERSE && KD == 128 ? 1 : 2; }
+
 template <typename T, int KD, bool REVERSE>
-__global__ void __launch_bounds__(THREADS) bwd_chain_kernel(const fqla_bwd_params bp, int vec)
+__global__ void __launch_bounds__(THREADS, (min_blocks<KD, REVERSE>()))
+    bwd_chain_kernel(const fqla_bwd_params bp, int vec)
 {
     const fqla_fwd_params &p = bp.f;
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    chain_smem<KD> &sm = *reinterpret_cast<chain_smem<KD> *>(smem_raw);
-    constexpr int LDQ = chain_stage<KD>::LDQ;
+    chain_smem<KD, REVERSE> &sm = *reinterpret_cast<chain_smem<KD, REVERSE> *>(smem_raw);
+    chain_lo<KD, REVERSE> &lo = *reinterpret_cast<chain_lo<KD, REVERSE> *>(smem_raw + sizeof(chain_smem<KD, REVERSE>));
+    constexpr int LDQ = chain_stage<KD, REVERSE>::LDQ;
+    /* q / k are exact bf16 only as raw bf16 rows; dO is, unless fp16 */
+    constexpr bool IO_BF16 = std::is_same<T, __nv_bfloat16>::value;
+    const bool convert = !IO_BF16 || p.l2norm;
     const int64_t n = blockIdx.x;
     const int hv = blockIdx.y, hk = hv / p.group, v0 = blockIdx.z * VS;
     const int tid = threadIdx.x, warp = tid >> 5;
-    /* 64-row products: warp w rows 16 (w % 4), columns 16 (w / 4); the K-row
-     * state update: KD / 16 row tiles, the rest of the warps across columns */
+    /* 64-row products: warp w rows m0 = 16 (w % 4), columns n0 = 16 (w / 4).
+     * The K-row state: KD / 16 row blocks, the rest of the warps across columns. */
     constexpr int RT = KD / 16, CW = 8 / RT, SNT = VS / CW / 8;
-    const int m0 = 16 * (warp & 3), n0 = 16 * (warp >> 2);
+    const int mb = warp & 3, m0 = 16 * mb, n0 = 16 * (warp >> 2);
     const int r0 = 16 * (warp % RT), c0 = (VS / CW) * (warp / RT);
+    /* T~ (lower triangular) as A: k-steps 0 .. mb; T~^T and P~^T (upper): mb .. 3 */
+    const int ks_lo = REVERSE ? mb : 0, ks_hi = REVERSE ? 3 : mb;
     const float scale = p.scale;
     int64_t batch, start, len, slot0;
     fqla_fwd_seq(p, n, batch, start, len, slot0);
     const int64_t chunks = (len + C - 1) / C;
 
-    /* the starting state: h0 (states) or d_final_state (dstates) */
-    for (int idx = tid; idx < KD * VS; idx += THREADS) {
-        const int r = idx / VS, j = idx % VS;
-        float s = 0.f;
-        if (REVERSE) {
-            if (bp.dht) s = bp.dht[state_off(n, hv, r, v0 + j, bp.dht_sn, bp.dht_sh, bp.dht_s2, p.v_first)];
-        } else if (p.h0) {
-            const int64_t o = state_off(n, hv, r, v0 + j, p.h0_sn, p.h0_sh, p.h0_s2, p.v_first);
-            s = p.h0_bf16 ? __bfloat162float(((const __nv_bfloat16 *)p.h0)[o]) : ((const float *)p.h0)[o];
+    /* the starting state, in the accumulator layout: h0 (states) or d_final_state (dstates) */
+    float S[SNT][4];
+    fqla_acc_pairs(S, r0, c0, [&](int r, int j, float &s0, float &s1) {
+        float s[2] = {0.f, 0.f};
+        for (int u = 0; u < 2; u++) {
+            if (REVERSE) {
+                if (bp.dht) s[u] = bp.dht[state_off(n, hv, r, v0 + j + u, bp.dht_sn, bp.dht_sh, bp.dht_s2, p.v_first)];
+            } else if (p.h0) {
+                const int64_t o = state_off(n, hv, r, v0 + j + u, p.h0_sn, p.h0_sh, p.h0_s2, p.v_first);
+                s[u] = p.h0_bf16 ? __bfloat162float(((const __nv_bfloat16 *)p.h0)[o]) : ((const float *)p.h0)[o];
+            }
         }
-        sm.S[r * LDV + j] = s;
-    }
-    if (!p.l2norm && tid < C)
-        for (int b = 0; b < 2; b++) sm.st[b].rq[tid] = sm.st[b].rk[tid] = 1.f;
+        s0 = s[0];
+        s1 = s[1];
+    });
 
     /* chunk order: forward, or reverse for the gradient chain */
     auto chunk_at = [&](int64_t it) { return REVERSE ? chunks - 1 - it : it; };
     auto nvalid_of = [&](int64_t c) { return (int)(len - c * C < C ? len - c * C : C); };
+    auto tile_of = [&](int64_t c) { return ((size_t)(slot0 + c) * p.HV + hv) * C * C; };
+    /* T~ (and P~) fragments of the chunk to come */
+    float Tf[4][8], Pf[4][8];
     if (chunks > 0) {
         const int64_t c = chunk_at(0);
         issue<KD, REVERSE>(bp, sm.st[0], slot0 + c, batch, start + c * C, nvalid_of(c), hk, hv, v0, vec);
+        fqla_cp_async_commit();
+        load_frags<REVERSE>(Tf, bp.Tt + tile_of(c), m0, ks_lo, ks_hi);
+        if (REVERSE) load_frags<true>(Pf, bp.Pt + tile_of(c), m0, ks_lo, ks_hi);
     }
-    fqla_cp_async_commit();
+    const fqla_split_tile Sp = sm.S.tile(), Ap = sm.a.tile(), Bp = sm.b.tile();
     for (int64_t it = 0; it < chunks; it++) {
         const int64_t c = chunk_at(it), slot = slot0 + c;
         const size_t tile = (size_t)slot * p.HV + hv;
-        chain_stage<KD> &s = sm.st[it & 1];
-        if (it + 1 < chunks) { /* the next chunk's copies, into the other stage */
-            const int64_t cn = chunk_at(it + 1);
-            issue<KD, REVERSE>(bp, sm.st[(it + 1) & 1], slot0 + cn, batch, start + cn * C, nvalid_of(cn), hk, hv, v0,
-                               vec);
+        const bool more = it + 1 < chunks;
+        const int64_t cn = more ? chunk_at(it + 1) : c;
+        chain_stage<KD, REVERSE> &s = sm.st[it & 1];
+        const fqla_split_tile Kt = {reinterpret_cast<bf16 *>(s.k), convert ? lo.k : nullptr, LDQ};
+
+        fqla_cp_async_wait_all(); /* this chunk's copies (this thread's) */
+        /* store the state entering (states) / the gradient leaving (dstates)
+         * this chunk; its split planes are the B operand of K S (K dS) */
+        float *dst = (REVERSE ? bp.dS : bp.S) + tile * KD * p.V + v0;
+        fqla_acc_pairs(S, r0, c0, [&](int r, int j, float &s0, float &s1) {
+            *reinterpret_cast<float2 *>(dst + (int64_t)r * p.V + j) = make_float2(s0, s1);
+            fqla_split_put2(Sp, r, j, s0, s1);
+        });
+        __syncthreads(); /* (a) every thread's copies and state planes; chunk it - 1 fully read */
+        if (more) {      /* the next chunk's copies, into the stage chunk it - 1 used */
+            issue<KD, REVERSE>(bp, sm.st[(it + 1) & 1], slot0 + cn, batch, start + cn * C, nvalid_of(cn), hk, hv,
+                               v0, vec);
+            fqla_cp_async_commit();
         }
-        fqla_cp_async_commit();
-        fqla_cp_async_wait<1>(); /* this chunk's group has landed (for this thread) */
-        __syncthreads();         /* ... and every thread's; the state's last update too */
-        /* store the state entering (states) / the gradient leaving (dstates) this chunk */
-        float *dst = (REVERSE ? bp.dS : bp.S) + tile * KD * p.V;
-        for (int idx = tid; idx < KD * VS; idx += THREADS) {
-            const int r = idx / VS, j = idx % VS;
-            dst[(int64_t)r * p.V + v0 + j] = sm.S[r * LDV + j];
-        }
-        if (tid < C) {
-            sm.e[tid] = __expf(s.gam[tid]);
-            sm.f[tid] = __expf(s.gam[C - 1] - s.gam[tid]);
-        }
-        __syncthreads();
-        const float eC = __expf(s.gam[C - 1]);
-        auto Kr = [&](int i, int k) { return wid<T>(s.k[i * LDQ + k]) * s.rk[i]; };
-        auto Kt = [&](int i, int k) { return wid<T>(s.k[k * LDQ + i]) * s.rk[k]; };
-        if (!REVERSE) {
-            float *X = sm.a, *U = sm.b;
-            { /* X = V - diag(e) K S */
-                float acc[1][2][4];
-                bwd_zero(acc);
-                bwd_mma<true>(acc, m0, n0, 0, KD, Kr, [&](int k, int j) { return sm.S[k * LDV + j]; });
-                bwd_each(acc, m0, n0, [&](int i, int j, float v) {
-                    X[i * LDV + j] = wid<T>(s.x[i * LDX + j]) - sm.e[i] * v;
+        const float gC = s.gam[C - 1], eC = __expf(gC);
+        if constexpr (!REVERSE) {
+            if (convert) {
+                split_rows<T>(s.k, lo.k, LDQ, KD, p.l2norm ? s.rk : nullptr);
+                __syncthreads();
+            }
+            { /* Y = diag(beta) (V - diag(e) K S) */
+                float acc[2][4];
+                fqla_acc_zero(acc);
+                fqla_split_mma<false, false, 2>(acc, Kt, Sp, m0, n0, 0, KD);
+                fqla_acc_pairs(acc, m0, n0, [&](int i, int j, float &a0, float &a1) {
+                    const float e = __expf(s.gam[i]), b = s.bet[i];
+                    const uint32_t v = *reinterpret_cast<const uint32_t *>(&s.x[i * LDX + j]);
+                    const float x0 = wid<T>(v & 0xffffu) - e * a0, x1 = wid<T>(v >> 16) - e * a1;
+                    fqla_split_put2(Ap, i, j, b * x0, b * x1);
                 });
             }
-            __syncthreads();
-            { /* U = T~ diag(beta) X */
-                float acc[1][2][4];
-                bwd_zero(acc);
-                bwd_mma<true>(acc, m0, n0, 0, m0 + 16, [&](int i, int k) { return s.T[i * LDM + k]; },
-                              [&](int k, int j) { return s.bet[k] * X[k * LDV + j]; });
-                bwd_each(acc, m0, n0, [&](int i, int j, float v) { U[i * LDV + j] = v; });
+            __syncthreads(); /* (b) Y */
+            {                /* diag(f) U, U = T~ Y */
+                float acc[2][4];
+                fqla_acc_zero(acc);
+                mma_frags(acc, Tf, ks_lo, ks_hi, Ap, n0);
+                fqla_acc_pairs(acc, m0, n0, [&](int i, int j, float &a0, float &a1) {
+                    const float f = __expf(gC - s.gam[i]);
+                    fqla_split_put2(Bp, i, j, f * a0, f * a1);
+                });
             }
-            __syncthreads();
-            { /* S = e_C S + K^T diag(f) U */
-                float acc[1][SNT][4];
-                bwd_zero(acc);
-                bwd_mma<true>(acc, r0, c0, 0, C, Kt, [&](int k, int j) { return sm.f[k] * U[k * LDV + j]; });
-                bwd_each(acc, r0, c0, [&](int i, int j, float v) { sm.S[i * LDV + j] = eC * sm.S[i * LDV + j] + v; });
-            }
+            if (more) load_frags<false>(Tf, bp.Tt + tile_of(cn), m0, ks_lo, ks_hi);
+            __syncthreads(); /* (c) f U */
+            /* S = e_C S + K^T diag(f) U */
+#pragma unroll
+            for (int nt = 0; nt < SNT; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) S[nt][e] *= eC;
+            fqla_split_mma<true, false, SNT>(S, Kt, Bp, r0, c0, 0, C);
         } else {
-            float *dU = sm.b, *dY = sm.c;
-            auto dO = [&](int k, int j) { return wid<T>(s.x[k * LDX + j]); };
-            { /* diag(f) K dS */
-                float acc[1][2][4];
-                bwd_zero(acc);
-                bwd_mma<true>(acc, m0, n0, 0, KD, Kr, [&](int k, int j) { return sm.S[k * LDV + j]; });
-                bwd_each(acc, m0, n0, [&](int i, int j, float v) { dU[i * LDV + j] = sm.f[i] * v; });
+            const fqla_split_tile Qt = {reinterpret_cast<bf16 *>(s.q), convert ? lo.q : nullptr, LDQ};
+            const fqla_split_tile Xt = {reinterpret_cast<bf16 *>(s.x), IO_BF16 ? nullptr : lo.x, LDX};
+            const fqla_split_tile Ep = sm.e.p.tile();
+            /* scale diag(e) dO as split planes (read after (c)); fp16 dO split in place */
+            for (int idx = tid; idx < C * VS / 2; idx += THREADS) {
+                const int i = idx / (VS / 2), j = 2 * (idx % (VS / 2));
+                uint32_t *w = reinterpret_cast<uint32_t *>(&s.x[i * LDX + j]);
+                const uint32_t v = *w;
+                const float x0 = wid<T>(v & 0xffffu), x1 = wid<T>(v >> 16), se = scale * __expf(s.gam[i]);
+                fqla_split_put2(Ep, i, j, se * x0, se * x1);
+                if (!IO_BF16) {
+                    uint32_t h, l;
+                    split_pair(x0, x1, h, l);
+                    *w = h;
+                    *reinterpret_cast<uint32_t *>(&lo.x[i * LDX + j]) = l;
+                }
             }
-            __syncthreads();
-            { /* dU = P~^T dO + diag(f) K dS (P~^T is upper triangular) */
-                float acc[1][2][4];
-                bwd_zero(acc);
-                bwd_mma<true>(acc, m0, n0, m0, C, [&](int i, int k) { return s.P[k * LDM + i]; }, dO);
-                bwd_each(acc, m0, n0, [&](int i, int j, float v) { dU[i * LDV + j] += v; });
+            if (convert) {
+                split_rows<T>(s.k, lo.k, LDQ, KD, p.l2norm ? s.rk : nullptr);
+                split_rows<T>(s.q, lo.q, LDQ, KD, p.l2norm ? s.rq : nullptr);
+                __syncthreads();
             }
-            __syncthreads();
-            { /* dY = T~^T dU */
-                float acc[1][2][4];
-                bwd_zero(acc);
-                bwd_mma<true>(acc, m0, n0, m0, C, [&](int i, int k) { return s.T[k * LDM + i]; },
-                              [&](int k, int j) { return dU[k * LDV + j]; });
-                bwd_each(acc, m0, n0, [&](int i, int j, float v) { dY[i * LDV + j] = v; });
+            { /* dU = P~^T dO + diag(f) K dS */
+                float acc[2][4];
+                fqla_acc_zero(acc);
+                fqla_split_mma<false, false, 2>(acc, Kt, Sp, m0, n0, 0, KD);
+                fqla_acc_pairs(acc, m0, n0, [&](int i, int j, float &a0, float &a1) {
+                    const float f = __expf(gC - s.gam[i]);
+                    a0 *= f;
+                    a1 *= f;
+                });
+                mma_frags(acc, Pf, ks_lo, ks_hi, Xt, n0);
+                fqla_acc_pairs(acc, m0, n0, [&](int i, int j, float &a0, float &a1) { fqla_split_put2(Ap, i, j, a0, a1); });
             }
-            __syncthreads();
-            { /* dS = e_C dS + Q^T (scale diag(e) dO) - K^T (diag(e beta) dY) */
-                float acc[1][SNT][4];
-                bwd_zero(acc);
-                bwd_mma<true>(acc, r0, c0, 0, C, [&](int i, int k) { return wid<T>(s.q[k * LDQ + i]) * s.rq[k]; },
-                              [&](int k, int j) { return scale * sm.e[k] * dO(k, j); });
-                bwd_mma<true>(acc, r0, c0, 0, C, Kt,
-                              [&](int k, int j) { return -sm.e[k] * s.bet[k] * dY[k * LDV + j]; });
-                bwd_each(acc, r0, c0, [&](int i, int j, float v) { sm.S[i * LDV + j] = eC * sm.S[i * LDV + j] + v; });
+            if (more) load_frags<true>(Pf, bp.Pt + tile_of(cn), m0, ks_lo, ks_hi);
+            __syncthreads(); /* (b) dU */
+            {                /* -diag(e beta) dY, dY = T~^T dU */
+                float acc[2][4];
+                fqla_acc_zero(acc);
+                mma_frags(acc, Tf, ks_lo, ks_hi, Ap, n0);
+                fqla_acc_pairs(acc, m0, n0, [&](int i, int j, float &a0, float &a1) {
+                    const float eb = -__expf(s.gam[i]) * s.bet[i];
+                    fqla_split_put2(Bp, i, j, eb * a0, eb * a1);
+                });
             }
+            if (more) load_frags<true>(Tf, bp.Tt + tile_of(cn), m0, ks_lo, ks_hi);
+            __syncthreads(); /* (c) -e beta dY */
+            /* dS = e_C dS + Q^T (scale diag(e) dO) - K^T (diag(e beta) dY) */
+#pragma unroll
+            for (int nt = 0; nt < SNT; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) S[nt][e] *= eC;
+            fqla_split_mma<true, false, SNT>(S, Qt, Ep, r0, c0, 0, C);
+            fqla_split_mma<true, false, SNT>(S, Kt, Bp, r0, c0, 0, C);
         }
-        __syncthreads(); /* this stage is read; the next iteration's copies may reuse it */
     }
     fqla_cp_async_wait_all();
-    if (REVERSE && bp.dh0) {
-        __syncthreads();
-        for (int idx = tid; idx < KD * VS; idx += THREADS) {
-            const int r = idx / VS, j = idx % VS;
-            bp.dh0[state_off(n, hv, r, v0 + j, bp.dh0_sn, bp.dh0_sh, bp.dh0_s2, p.v_first)] = sm.S[r * LDV + j];
-        }
-    }
+    if (REVERSE && bp.dh0)
+        fqla_acc_pairs(S, r0, c0, [&](int r, int j, float &s0, float &s1) {
+            bp.dh0[state_off(n, hv, r, v0 + j, bp.dh0_sn, bp.dh0_sh, bp.dh0_s2, p.v_first)] = s0;
+            bp.dh0[state_off(n, hv, r, v0 + j + 1, bp.dh0_sn, bp.dh0_sh, bp.dh0_s2, p.v_first)] = s1;
+        });
 }
 
 /* Whether every 2-byte row the chains copy starts on a 16-byte boundary. */
@@ -287,7 +471,8 @@ int rows_vec(const fqla_bwd_params &b)
 template <typename T, int KD, bool REVERSE> cudaError_t launch(const fqla_bwd_params &p, cudaStream_t stream)
 {
     static fqla_smem_cache cache;
-    const size_t smem = sizeof(chain_smem<KD>);
+    const bool convert = !std::is_same<T, __nv_bfloat16>::value || p.f.l2norm;
+    const size_t smem = smem_bytes<KD, REVERSE>(convert);
     cudaError_t e = fqla_smem_limit(cache, bwd_chain_kernel<T, KD, REVERSE>, smem);
     if (e != cudaSuccess) return e;
     return fqla_launch(bwd_chain_kernel<T, KD, REVERSE>, dim3((unsigned)p.f.N, (unsigned)p.f.HV, (unsigned)(p.f.V / VS)),

@@ -90,11 +90,20 @@ template <bool REVERSE> struct scaled_do {
 };
 template <> struct scaled_do<false> {};
 
+/* states' T~ (fp32, one chunk's; 288-byte rows keep the float2 fragment
+ * reads free of bank conflicts) */
+constexpr int LDT = C + 8;
+template <bool REVERSE> struct t_tile {
+    alignas(16) float T[C * LDT];
+};
+template <> struct t_tile<true> {};
+
 template <int KD, bool REVERSE> struct chain_smem {
     chain_stage<KD, REVERSE> st[2];
     split_planes<KD> S;  /* S or dS */
     split_planes<C> a, b; /* states: Y, f U; dstates: dU, -e beta dY */
     scaled_do<REVERSE> e;
+    t_tile<REVERSE> t;
 };
 
 /* The lo planes of the converted rows (launches with fp16 io or l2norm
@@ -208,72 +217,91 @@ __device__ __forceinline__ void split_rows(uint16_t *raw, bf16 *lo, int ld, int 
     }
 }
 
+/* Copies chunk tile's T~ (the workspace's 64 x 64 fp32) into t (pitch LDT). */
+__device__ __forceinline__ void issue_t(float *t, const float *Tg)
+{
+    for (int idx = threadIdx.x; idx < C * C / 4; idx += THREADS) {
+        const int i = idx / (C / 4), j = 4 * (idx % (C / 4));
+        fqla_cp_async16(t + i * LDT + j, Tg + 4 * idx, 16);
+    }
+}
+
 /*
- * A 64 x 64 fp32 matrix M of the workspace (T~ or P~, row-major) as the
- * warp's A fragments for the 16-row block m0 (TRANS: of M^T), k-steps
- * ks_lo .. ks_hi of 16 (the others are M's zero triangle): f[ks][2 r],
- * f[ks][2 r + 1] are the pair of fragment register r (mma_sync.cuh: rows
- * g / g + 8, columns 2t, 2t + 1 / 2t + 8, 2t + 9). Loaded a chunk before
- * use, so the latency hides behind a chunk of work.
+ * k-step ks (16 columns) of a 64 x 64 fp32 matrix M (T~ or P~, row-major,
+ * pitch ld; global or shared memory) as the warp's A fragment for the
+ * 16-row block m0 (TRANS: of M^T): f[2 r], f[2 r + 1] are the pair of
+ * fragment register r (mma_sync.cuh: rows g / g + 8, columns 2t, 2t + 1 /
+ * 2t + 8, 2t + 9).
  */
 template <bool TRANS>
-__device__ __forceinline__ void load_frags(float (&f)[4][8], const float *M, int m0, int ks_lo, int ks_hi)
+__device__ __forceinline__ void load_frag(float (&f)[8], const float *M, int ld, int m0, int ks)
 {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 #pragma unroll
-    for (int ks = 0; ks < 4; ks++) {
-        if (ks < ks_lo || ks > ks_hi) continue;
-#pragma unroll
-        for (int r = 0; r < 4; r++) {
-            const int i = m0 + g + 8 * (r & 1), k = 16 * ks + 2 * t + 8 * (r >> 1);
-            if (TRANS) {
-                f[ks][2 * r] = __ldg(M + k * C + i);
-                f[ks][2 * r + 1] = __ldg(M + (k + 1) * C + i);
-            } else {
-                const float2 v = __ldg(reinterpret_cast<const float2 *>(M + i * C + k));
-                f[ks][2 * r] = v.x;
-                f[ks][2 * r + 1] = v.y;
-            }
+    for (int r = 0; r < 4; r++) {
+        const int i = m0 + g + 8 * (r & 1), k = 16 * ks + 2 * t + 8 * (r >> 1);
+        if (TRANS) {
+            f[2 * r] = M[k * ld + i];
+            f[2 * r + 1] = M[(k + 1) * ld + i];
+        } else {
+            const float2 v = *reinterpret_cast<const float2 *>(M + i * ld + k);
+            f[2 * r] = v.x;
+            f[2 * r + 1] = v.y;
         }
     }
 }
 
-/* acc[NT] += A B over the k-steps ks_lo .. ks_hi, A given as load_frags'
- * fp32 fragments (split here, hi and lo), B a split tile stored [k][n]
- * (its lo plane where it has one): hi*hi + lo*hi + hi*lo. */
+/* acc[NT] += A B over k-step ks, A given as load_frag's fp32 fragment
+ * (split here, hi and lo), B a split tile stored [k][n] (its lo plane where
+ * it has one): hi*hi + lo*hi + hi*lo. */
+template <int NT>
+__device__ __forceinline__ void mma_frag(float (&acc)[NT][4], const float (&f)[8], int ks, const fqla_split_tile &B,
+                                         int n0)
+{
+    static_assert(NT % 2 == 0, "n-tiles come in pairs (one ldmatrix.x4 per 16 columns)");
+    const int lane = threadIdx.x & 31;
+    uint32_t ah[4], al[4];
+#pragma unroll
+    for (int r = 0; r < 4; r++) split_pair(f[2 * r], f[2 * r + 1], ah[r], al[r]);
+#pragma unroll
+    for (int np = 0; np < NT / 2; np++) {
+        uint32_t bh[4];
+        fqla_frag_b_kn(bh, B.hi, B.ld, 16 * ks, n0 + 16 * np, lane);
+        fqla_mma_m16n8k16_bf16(acc[2 * np], ah, bh[0], bh[1]);
+        fqla_mma_m16n8k16_bf16(acc[2 * np + 1], ah, bh[2], bh[3]);
+        fqla_mma_m16n8k16_bf16(acc[2 * np], al, bh[0], bh[1]);
+        fqla_mma_m16n8k16_bf16(acc[2 * np + 1], al, bh[2], bh[3]);
+        if (B.lo) {
+            uint32_t bl[4];
+            fqla_frag_b_kn(bl, B.lo, B.ld, 16 * ks, n0 + 16 * np, lane);
+            fqla_mma_m16n8k16_bf16(acc[2 * np], ah, bl[0], bl[1]);
+            fqla_mma_m16n8k16_bf16(acc[2 * np + 1], ah, bl[2], bl[3]);
+        }
+    }
+}
+
+/* The k-steps ks_lo .. ks_hi of the above (the others are M's zero
+ * triangle), dstates' fragments held in registers a chunk ahead. */
+template <bool TRANS>
+__device__ __forceinline__ void load_frags(float (&f)[4][8], const float *M, int ld, int m0, int ks_lo, int ks_hi)
+{
+#pragma unroll
+    for (int ks = 0; ks < 4; ks++)
+        if (ks >= ks_lo && ks <= ks_hi) load_frag<TRANS>(f[ks], M, ld, m0, ks);
+}
 template <int NT>
 __device__ __forceinline__ void mma_frags(float (&acc)[NT][4], const float (&f)[4][8], int ks_lo, int ks_hi,
                                           const fqla_split_tile &B, int n0)
 {
-    static_assert(NT % 2 == 0, "n-tiles come in pairs (one ldmatrix.x4 per 16 columns)");
-    const int lane = threadIdx.x & 31;
 #pragma unroll
-    for (int ks = 0; ks < 4; ks++) {
-        if (ks < ks_lo || ks > ks_hi) continue;
-        uint32_t ah[4], al[4];
-#pragma unroll
-        for (int r = 0; r < 4; r++) split_pair(f[ks][2 * r], f[ks][2 * r + 1], ah[r], al[r]);
-#pragma unroll
-        for (int np = 0; np < NT / 2; np++) {
-            uint32_t bh[4];
-            fqla_frag_b_kn(bh, B.hi, B.ld, 16 * ks, n0 + 16 * np, lane);
-            fqla_mma_m16n8k16_bf16(acc[2 * np], ah, bh[0], bh[1]);
-            fqla_mma_m16n8k16_bf16(acc[2 * np + 1], ah, bh[2], bh[3]);
-            fqla_mma_m16n8k16_bf16(acc[2 * np], al, bh[0], bh[1]);
-            fqla_mma_m16n8k16_bf16(acc[2 * np + 1], al, bh[2], bh[3]);
-            if (B.lo) {
-                uint32_t bl[4];
-                fqla_frag_b_kn(bl, B.lo, B.ld, 16 * ks, n0 + 16 * np, lane);
-                fqla_mma_m16n8k16_bf16(acc[2 * np], ah, bl[0], bl[1]);
-                fqla_mma_m16n8k16_bf16(acc[2 * np + 1], ah, bl[2], bl[3]);
-            }
-        }
-    }
+    for (int ks = 0; ks < 4; ks++)
+        if (ks >= ks_lo && ks <= ks_hi) mma_frag(acc, f[ks], ks, B, n0);
 }
 
-/* states' and dstates' launch bounds: two CTAs an SM where shared memory
- * lets them (all but dstates at K = 128), which caps registers at 128. */
-template <int KD, bool REVERSE> constexpr int min_blocks() { return REVERSE && KD == 128 ? 1 : 2; }
+/* Launch bounds: states fits two CTAs an SM (shared memory <= 103 KB,
+ * registers capped at 128); dstates holds T~ and P~ fragments in registers
+ * (64 of them) and needs more shared memory: one. */
+template <int KD, bool REVERSE> constexpr int min_blocks() { return REVERSE ? 1 : 2; }
 
 template <typename T, int KD, bool REVERSE>
 __global__ void __launch_bounds__(THREADS, (min_blocks<KD, REVERSE>()))
@@ -300,7 +328,7 @@ __global__ void __launch_bounds__(THREADS, (min_blocks<KD, REVERSE>()))
     const float scale = p.scale;
     int64_t batch, start, len, slot0;
     fqla_fwd_seq(p, n, batch, start, len, slot0);
-    const int64_t chunks = (len + C - 1) / C;
+    const int chunks = (int)((len + C - 1) / C); /* < 2^31: the slots are int64 only as offsets */
 
     /* the starting state, in the accumulator layout: h0 (states) or d_final_state (dstates) */
     float S[SNT][4];
@@ -319,28 +347,38 @@ __global__ void __launch_bounds__(THREADS, (min_blocks<KD, REVERSE>()))
     });
 
     /* chunk order: forward, or reverse for the gradient chain */
-    auto chunk_at = [&](int64_t it) { return REVERSE ? chunks - 1 - it : it; };
-    auto nvalid_of = [&](int64_t c) { return (int)(len - c * C < C ? len - c * C : C); };
-    auto tile_of = [&](int64_t c) { return ((size_t)(slot0 + c) * p.HV + hv) * C * C; };
-    /* T~ (and P~) fragments of the chunk to come */
+    auto chunk_at = [&](int it) { return REVERSE ? chunks - 1 - it : it; };
+    auto nvalid_of = [&](int c) { return (int)(len - c * C < C ? len - c * C : C); };
+    auto tile_of = [&](int c) { return ((size_t)(slot0 + c) * p.HV + hv) * C * C; };
+    /* T~ and P~ fragments (dstates: the chunk to come's, from global
+     * memory; states: this chunk's, from sm.t just before use) */
     float Tf[4][8], Pf[4][8];
+    /* cp.async groups, in order: the ring's copies of chunk it (committed
+     * after barrier (a) of chunk it - 1), then (states) T~ of chunk it
+     * (after barrier (c) of chunk it - 1), one group each, empty or not */
     if (chunks > 0) {
-        const int64_t c = chunk_at(0);
-        issue<KD, REVERSE>(bp, sm.st[0], slot0 + c, batch, start + c * C, nvalid_of(c), hk, hv, v0, vec);
+        const int c = chunk_at(0);
+        issue<KD, REVERSE>(bp, sm.st[0], slot0 + c, batch, start + (int64_t)c * C, nvalid_of(c), hk, hv, v0, vec);
         fqla_cp_async_commit();
-        load_frags<REVERSE>(Tf, bp.Tt + tile_of(c), m0, ks_lo, ks_hi);
-        if (REVERSE) load_frags<true>(Pf, bp.Pt + tile_of(c), m0, ks_lo, ks_hi);
+        if constexpr (REVERSE) {
+            load_frags<true>(Tf, bp.Tt + tile_of(c), C, m0, ks_lo, ks_hi);
+            load_frags<true>(Pf, bp.Pt + tile_of(c), C, m0, ks_lo, ks_hi);
+        } else {
+            issue_t(sm.t.T, bp.Tt + tile_of(c));
+            fqla_cp_async_commit();
+        }
     }
     const fqla_split_tile Sp = sm.S.tile(), Ap = sm.a.tile(), Bp = sm.b.tile();
-    for (int64_t it = 0; it < chunks; it++) {
-        const int64_t c = chunk_at(it), slot = slot0 + c;
+    for (int it = 0; it < chunks; it++) {
+        const int c = chunk_at(it);
+        const int64_t slot = slot0 + c;
         const size_t tile = (size_t)slot * p.HV + hv;
         const bool more = it + 1 < chunks;
-        const int64_t cn = more ? chunk_at(it + 1) : c;
+        const int cn = more ? chunk_at(it + 1) : c;
         chain_stage<KD, REVERSE> &s = sm.st[it & 1];
         const fqla_split_tile Kt = {reinterpret_cast<bf16 *>(s.k), convert ? lo.k : nullptr, LDQ};
 
-        fqla_cp_async_wait_all(); /* this chunk's copies (this thread's) */
+        fqla_cp_async_wait<REVERSE ? 0 : 1>(); /* this chunk's ring copies (this thread's) */
         /* store the state entering (states) / the gradient leaving (dstates)
          * this chunk; its split planes are the B operand of K S (K dS) */
         float *dst = (REVERSE ? bp.dS : bp.S) + tile * KD * p.V + v0;
@@ -350,10 +388,13 @@ __global__ void __launch_bounds__(THREADS, (min_blocks<KD, REVERSE>()))
         });
         __syncthreads(); /* (a) every thread's copies and state planes; chunk it - 1 fully read */
         if (more) {      /* the next chunk's copies, into the stage chunk it - 1 used */
-            issue<KD, REVERSE>(bp, sm.st[(it + 1) & 1], slot0 + cn, batch, start + cn * C, nvalid_of(cn), hk, hv,
+            issue<KD, REVERSE>(bp, sm.st[(it + 1) & 1], slot0 + cn, batch, start + (int64_t)cn * C, nvalid_of(cn), hk, hv,
                                v0, vec);
-            fqla_cp_async_commit();
+            /* states: the next T~ is copied after (c), when this one is
+             * read; into L2 now, so that copy waits less */
+            if (!REVERSE && tid < C * C / 32) fqla_prefetch_l2(bp.Tt + tile_of(cn) + 32 * tid);
         }
+        fqla_cp_async_commit();
         const float gC = s.gam[C - 1], eC = __expf(gC);
         if constexpr (!REVERSE) {
             if (convert) {
@@ -371,18 +412,26 @@ __global__ void __launch_bounds__(THREADS, (min_blocks<KD, REVERSE>()))
                     fqla_split_put2(Ap, i, j, b * x0, b * x1);
                 });
             }
-            __syncthreads(); /* (b) Y */
-            {                /* diag(f) U, U = T~ Y */
+            fqla_cp_async_wait<1>(); /* T~ (this thread's) */
+            __syncthreads();         /* (b) Y, T~ */
+            {                        /* diag(f) U, U = T~ Y */
                 float acc[2][4];
                 fqla_acc_zero(acc);
-                mma_frags(acc, Tf, ks_lo, ks_hi, Ap, n0);
+#pragma unroll
+                for (int ks = 0; ks < 4; ks++)
+                    if (ks <= ks_hi) {
+                        float f[8];
+                        load_frag<false>(f, sm.t.T, LDT, m0, ks);
+                        mma_frag(acc, f, ks, Ap, n0);
+                    }
                 fqla_acc_pairs(acc, m0, n0, [&](int i, int j, float &a0, float &a1) {
                     const float f = __expf(gC - s.gam[i]);
                     fqla_split_put2(Bp, i, j, f * a0, f * a1);
                 });
             }
-            if (more) load_frags<false>(Tf, bp.Tt + tile_of(cn), m0, ks_lo, ks_hi);
-            __syncthreads(); /* (c) f U */
+            __syncthreads(); /* (c) f U; T~ read */
+            if (more) issue_t(sm.t.T, bp.Tt + tile_of(cn));
+            fqla_cp_async_commit();
             /* S = e_C S + K^T diag(f) U */
 #pragma unroll
             for (int nt = 0; nt < SNT; nt++)
@@ -424,7 +473,7 @@ __global__ void __launch_bounds__(THREADS, (min_blocks<KD, REVERSE>()))
                 mma_frags(acc, Pf, ks_lo, ks_hi, Xt, n0);
                 fqla_acc_pairs(acc, m0, n0, [&](int i, int j, float &a0, float &a1) { fqla_split_put2(Ap, i, j, a0, a1); });
             }
-            if (more) load_frags<true>(Pf, bp.Pt + tile_of(cn), m0, ks_lo, ks_hi);
+            if (more) load_frags<true>(Pf, bp.Pt + tile_of(cn), C, m0, ks_lo, ks_hi);
             __syncthreads(); /* (b) dU */
             {                /* -diag(e beta) dY, dY = T~^T dU */
                 float acc[2][4];
@@ -435,7 +484,7 @@ __global__ void __launch_bounds__(THREADS, (min_blocks<KD, REVERSE>()))
                     fqla_split_put2(Bp, i, j, eb * a0, eb * a1);
                 });
             }
-            if (more) load_frags<true>(Tf, bp.Tt + tile_of(cn), m0, ks_lo, ks_hi);
+            if (more) load_frags<true>(Tf, bp.Tt + tile_of(cn), C, m0, ks_lo, ks_hi);
             __syncthreads(); /* (c) -e beta dY */
             /* dS = e_C dS + Q^T (scale diag(e) dO) - K^T (diag(e beta) dY) */
 #pragma unroll

@@ -159,7 +159,8 @@ __device__ __forceinline__ void copy_rows(uint16_t *dst, int ld, const uint16_t 
             const int i = idx / per_row, j = 8 * (idx % per_row);
             fqla_cp_async16(dst + i * ld + j, i < nvalid ? src + i * st + j : src, i < nvalid ? 16 : 0);
         }
-    } else {
+    } else { /* rare (misaligned rows): kept rolled, its addresses out of the chain's registers */
+#pragma unroll 1
         for (int idx = threadIdx.x; idx < C * cols; idx += THREADS) {
             const int i = idx / cols, j = idx % cols;
             dst[i * ld + j] = i < nvalid ? src[i * st + j] : (uint16_t)0;
@@ -303,7 +304,11 @@ __device__ __forceinline__ void mma_frags(float (&acc)[NT][4], const float (&f)[
  * (64 of them) and needs more shared memory: one. */
 template <int KD, bool REVERSE> constexpr int min_blocks() { return REVERSE ? 1 : 2; }
 
-template <typename T, int KD, bool REVERSE>
+/* CONVERT: q / k are not exact bf16 numbers as they come (fp16 io, or
+ * l2norm in the kernel): converted in place, with lo planes. A template
+ * parameter so that every product's number of terms is known to the
+ * compiler (straight-line code, no branch per k-step). */
+template <typename T, int KD, bool REVERSE, bool CONVERT>
 __global__ void __launch_bounds__(THREADS, (min_blocks<KD, REVERSE>()))
     bwd_chain_kernel(const fqla_bwd_params bp, int vec)
 {
@@ -312,9 +317,9 @@ __global__ void __launch_bounds__(THREADS, (min_blocks<KD, REVERSE>()))
     chain_smem<KD, REVERSE> &sm = *reinterpret_cast<chain_smem<KD, REVERSE> *>(smem_raw);
     chain_lo<KD, REVERSE> &lo = *reinterpret_cast<chain_lo<KD, REVERSE> *>(smem_raw + sizeof(chain_smem<KD, REVERSE>));
     constexpr int LDQ = chain_stage<KD, REVERSE>::LDQ;
-    /* q / k are exact bf16 only as raw bf16 rows; dO is, unless fp16 */
+    /* dO is exact bf16 unless fp16 */
     constexpr bool IO_BF16 = std::is_same<T, __nv_bfloat16>::value;
-    const bool convert = !IO_BF16 || p.l2norm;
+    static_assert(IO_BF16 || CONVERT, "fp16 q / k always need their lo planes");
     const int64_t n = blockIdx.x;
     const int hv = blockIdx.y, hk = hv / p.group, v0 = blockIdx.z * VS;
     const int tid = threadIdx.x, warp = tid >> 5;
@@ -376,7 +381,7 @@ __global__ void __launch_bounds__(THREADS, (min_blocks<KD, REVERSE>()))
         const bool more = it + 1 < chunks;
         const int cn = more ? chunk_at(it + 1) : c;
         chain_stage<KD, REVERSE> &s = sm.st[it & 1];
-        const fqla_split_tile Kt = {reinterpret_cast<bf16 *>(s.k), convert ? lo.k : nullptr, LDQ};
+        const fqla_split_tile Kt = {reinterpret_cast<bf16 *>(s.k), CONVERT ? lo.k : nullptr, LDQ};
 
         fqla_cp_async_wait<REVERSE ? 0 : 1>(); /* this chunk's ring copies (this thread's) */
         /* store the state entering (states) / the gradient leaving (dstates)
@@ -397,7 +402,7 @@ __global__ void __launch_bounds__(THREADS, (min_blocks<KD, REVERSE>()))
         fqla_cp_async_commit();
         const float gC = s.gam[C - 1], eC = __expf(gC);
         if constexpr (!REVERSE) {
-            if (convert) {
+            if constexpr (CONVERT) {
                 split_rows<T>(s.k, lo.k, LDQ, KD, p.l2norm ? s.rk : nullptr);
                 __syncthreads();
             }
@@ -439,7 +444,7 @@ __global__ void __launch_bounds__(THREADS, (min_blocks<KD, REVERSE>()))
                 for (int e = 0; e < 4; e++) S[nt][e] *= eC;
             fqla_split_mma<true, false, SNT>(S, Kt, Bp, r0, c0, 0, C);
         } else {
-            const fqla_split_tile Qt = {reinterpret_cast<bf16 *>(s.q), convert ? lo.q : nullptr, LDQ};
+            const fqla_split_tile Qt = {reinterpret_cast<bf16 *>(s.q), CONVERT ? lo.q : nullptr, LDQ};
             const fqla_split_tile Xt = {reinterpret_cast<bf16 *>(s.x), IO_BF16 ? nullptr : lo.x, LDX};
             const fqla_split_tile Ep = sm.e.p.tile();
             /* scale diag(e) dO as split planes (read after (c)); fp16 dO split in place */
@@ -456,7 +461,7 @@ __global__ void __launch_bounds__(THREADS, (min_blocks<KD, REVERSE>()))
                     *reinterpret_cast<uint32_t *>(&lo.x[i * LDX + j]) = l;
                 }
             }
-            if (convert) {
+            if constexpr (CONVERT) {
                 split_rows<T>(s.k, lo.k, LDQ, KD, p.l2norm ? s.rk : nullptr);
                 split_rows<T>(s.q, lo.q, LDQ, KD, p.l2norm ? s.rq : nullptr);
                 __syncthreads();
@@ -517,22 +522,29 @@ int rows_vec(const fqla_bwd_params &b)
     return 1;
 }
 
-template <typename T, int KD, bool REVERSE> cudaError_t launch(const fqla_bwd_params &p, cudaStream_t stream)
+template <typename T, int KD, bool REVERSE, bool CONVERT>
+cudaError_t launch(const fqla_bwd_params &p, cudaStream_t stream)
 {
     static fqla_smem_cache cache;
-    const bool convert = !std::is_same<T, __nv_bfloat16>::value || p.f.l2norm;
-    const size_t smem = smem_bytes<KD, REVERSE>(convert);
-    cudaError_t e = fqla_smem_limit(cache, bwd_chain_kernel<T, KD, REVERSE>, smem);
+    const size_t smem = smem_bytes<KD, REVERSE>(CONVERT);
+    cudaError_t e = fqla_smem_limit(cache, bwd_chain_kernel<T, KD, REVERSE, CONVERT>, smem);
     if (e != cudaSuccess) return e;
-    return fqla_launch(bwd_chain_kernel<T, KD, REVERSE>, dim3((unsigned)p.f.N, (unsigned)p.f.HV, (unsigned)(p.f.V / VS)),
-                       dim3(THREADS), smem, stream, 0, p, rows_vec(p));
+    return fqla_launch(bwd_chain_kernel<T, KD, REVERSE, CONVERT>,
+                       dim3((unsigned)p.f.N, (unsigned)p.f.HV, (unsigned)(p.f.V / VS)), dim3(THREADS), smem, stream, 0,
+                       p, rows_vec(p));
+}
+
+/* bf16 io with or without l2norm, or fp16 (always converted) */
+template <int KD, bool REVERSE> cudaError_t launch_io(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream)
+{
+    if (!io_bf16) return launch<__half, KD, REVERSE, true>(p, stream);
+    return p.f.l2norm ? launch<__nv_bfloat16, KD, REVERSE, true>(p, stream)
+                      : launch<__nv_bfloat16, KD, REVERSE, false>(p, stream);
 }
 
 template <bool REVERSE> cudaError_t launch_kd(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream)
 {
-    if (p.f.K == 64)
-        return io_bf16 ? launch<__nv_bfloat16, 64, REVERSE>(p, stream) : launch<__half, 64, REVERSE>(p, stream);
-    return io_bf16 ? launch<__nv_bfloat16, 128, REVERSE>(p, stream) : launch<__half, 128, REVERSE>(p, stream);
+    return p.f.K == 64 ? launch_io<64, REVERSE>(p, io_bf16, stream) : launch_io<128, REVERSE>(p, io_bf16, stream);
 }
 
 } // namespace

@@ -299,6 +299,32 @@ __device__ __forceinline__ void mma_frags(float (&acc)[NT][4], const float (&f)[
         if (ks >= ks_lo && ks <= ks_hi) mma_frag(acc, f[ks], ks, B, n0);
 }
 
+/* acc (+)= A B over k in [0, KD) as split_mma; at K = 128 in two
+ * accumulator sets (k halves) added at the end: two independent chains of
+ * mma per n-tile instead of one twice as long (K S and K dS are on the
+ * chain's path; at K = 64 the chains are short, and the states kernel at
+ * 128 registers spilled the extra set). */
+template <int KD, int NT>
+__device__ __forceinline__ void split_mma_halves(float (&acc)[NT][4], const fqla_split_tile &A,
+                                                 const fqla_split_tile &B, int m0, int n0)
+{
+    if constexpr (KD < 128) {
+        fqla_split_mma<false, false, NT>(acc, A, B, m0, n0, 0, KD);
+    } else {
+        float acc2[NT][4];
+        fqla_acc_zero(acc2);
+#pragma unroll
+        for (int k = 0; k < KD / 2; k += 16) { /* interleaved in the source: the mma asm stays in order */
+            fqla_split_mma<false, false, NT>(acc, A, B, m0, n0, k, k + 16);
+            fqla_split_mma<false, false, NT>(acc2, A, B, m0, n0, KD / 2 + k, KD / 2 + k + 16);
+        }
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[nt][e] += acc2[nt][e];
+    }
+}
+
 /* Launch bounds: states fits two CTAs an SM (shared memory <= 103 KB,
  * registers capped at 128); dstates holds T~ and P~ fragments in registers
  * (64 of them) and needs more shared memory: one. */
@@ -409,7 +435,7 @@ __global__ void __launch_bounds__(THREADS, (min_blocks<KD, REVERSE>()))
             { /* Y = diag(beta) (V - diag(e) K S) */
                 float acc[2][4];
                 fqla_acc_zero(acc);
-                fqla_split_mma<false, false, 2>(acc, Kt, Sp, m0, n0, 0, KD);
+                split_mma_halves<KD>(acc, Kt, Sp, m0, n0);
                 fqla_acc_pairs(acc, m0, n0, [&](int i, int j, float &a0, float &a1) {
                     const float e = __expf(s.gam[i]), b = s.bet[i];
                     const uint32_t v = *reinterpret_cast<const uint32_t *>(&s.x[i * LDX + j]);
@@ -469,7 +495,7 @@ __global__ void __launch_bounds__(THREADS, (min_blocks<KD, REVERSE>()))
             { /* dU = P~^T dO + diag(f) K dS */
                 float acc[2][4];
                 fqla_acc_zero(acc);
-                fqla_split_mma<false, false, 2>(acc, Kt, Sp, m0, n0, 0, KD);
+                split_mma_halves<KD>(acc, Kt, Sp, m0, n0);
                 fqla_acc_pairs(acc, m0, n0, [&](int i, int j, float &a0, float &a1) {
                     const float f = __expf(gC - s.gam[i]);
                     a0 *= f;
@@ -496,8 +522,19 @@ __global__ void __launch_bounds__(THREADS, (min_blocks<KD, REVERSE>()))
             for (int nt = 0; nt < SNT; nt++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) S[nt][e] *= eC;
-            fqla_split_mma<true, false, SNT>(S, Qt, Ep, r0, c0, 0, C);
-            fqla_split_mma<true, false, SNT>(S, Kt, Bp, r0, c0, 0, C);
+            { /* the two products in two accumulator sets, interleaved: two chains of mma per n-tile */
+                float S2[SNT][4];
+                fqla_acc_zero(S2);
+#pragma unroll
+                for (int k = 0; k < C; k += 16) {
+                    fqla_split_mma<true, false, SNT>(S, Qt, Ep, r0, c0, k, k + 16);
+                    fqla_split_mma<true, false, SNT>(S2, Kt, Bp, r0, c0, k, k + 16);
+                }
+#pragma unroll
+                for (int nt = 0; nt < SNT; nt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) S[nt][e] += S2[nt][e];
+            }
         }
     }
     fqla_cp_async_wait_all();

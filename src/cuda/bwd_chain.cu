@@ -34,20 +34,28 @@
  * planes to shared memory, the B operand of K S. The 64-row products split
  * their 64 x 32 outputs over the warps as 4 row blocks x 2 column halves.
  *
- * Inputs arrive one chunk ahead, so the chain never waits on global memory:
- * the raw q / k rows, the V or dO slice and gamma / beta / the l2norm
- * factors by cp.async into a two-stage ring (rows whose strides or base are
- * not 16-byte multiples are copied element by element into the same
- * layout); T~ and P~ (fp32, in the workspace) as each warp's own mma A
- * fragments, straight into registers, split into hi / lo where they are
- * used: no shared memory and no conversion pass for them. Raw bf16 rows in
- * the ring are the hi planes as they are; fp16 or normalised q / k (and
- * fp16 dO) are converted in place once per chunk, the lo planes in a
- * shared-memory tail that only those launches allocate.
+ * Inputs arrive a chunk ahead, so the chain does not wait on global
+ * memory: the raw q / k rows, the V or dO slice and gamma / beta / the
+ * l2norm factors by cp.async into a two-stage ring, issued right after the
+ * chunk's first barrier (rows whose strides or base are not 16-byte
+ * multiples are copied element by element into the same layout). Raw bf16
+ * rows in the ring are the hi planes as they are; fp16 or normalised q / k
+ * (and fp16 dO) are converted in place once per chunk (CONVERT), their lo
+ * planes in a shared-memory tail that only those launches allocate. T~ and
+ * P~ (fp32, in the workspace) are read as each warp's mma A fragments and
+ * split into hi / lo in registers where they are used, never stored as
+ * planes: dstates loads its fragments of the next chunk's T~ and P~ from
+ * global memory into registers right after their last use (64 registers;
+ * it has them); states, held to 128 registers for two CTAs an SM, copies
+ * the next T~ into one fp32 tile by cp.async after its last read (and into
+ * L2 a chunk earlier), and reads its fragments from there.
  *
- * Three CTA barriers per chunk (a fourth after the in-place conversion):
- * every product reads operands that other warps wrote, and each buffer is
- * rewritten only after the barrier that follows its last read.
+ * Three CTA barriers per chunk (a fourth after an in-place conversion):
+ * each product reads operands that other warps wrote, and each buffer is
+ * rewritten only after the barrier that follows its last read (the
+ * comments at the barriers say what they publish). Shared memory at
+ * K = 128: states 104 KB (121 KB converting), dstates 130 KB (169 KB);
+ * at K = 64: 78 (87) and 88 (111) KB.
  */
 #include "cuda/bwd_common.cuh"
 #include "cuda/fwd_prepare_common.cuh"
@@ -147,7 +155,7 @@ __device__ __forceinline__ int64_t state_off(int64_t n, int hv, int r, int v, in
     return fqla_fwd_state_off(n, hv, r, v, sn, sh, s2, v_first);
 }
 
-/* Copies `rows` rows of `cols` 2-byte elements (rows past nvalid as zeros)
+/* Copies 64 rows of `cols` 2-byte elements (rows past nvalid as zeros)
  * from src (row i at src + i * st) into dst (pitch ld): 16-byte cp.async
  * where `vec`, else element by element. */
 __device__ __forceinline__ void copy_rows(uint16_t *dst, int ld, const uint16_t *src, int64_t st, int cols, int nvalid,

@@ -438,7 +438,7 @@ __global__ void __launch_bounds__(THREADS, (min_blocks<KD, REVERSE>()))
         if constexpr (!REVERSE) {
             if constexpr (CONVERT) {
                 split_rows<T>(s.k, lo.k, LDQ, KD, p.l2norm ? s.rk : nullptr);
-                __syncthreads();
+                __syncthreads(); /* (a') the converted rows */
             }
             { /* Y = diag(beta) (V - diag(e) K S) */
                 float acc[2][4];
@@ -498,7 +498,7 @@ __global__ void __launch_bounds__(THREADS, (min_blocks<KD, REVERSE>()))
             if constexpr (CONVERT) {
                 split_rows<T>(s.k, lo.k, LDQ, KD, p.l2norm ? s.rk : nullptr);
                 split_rows<T>(s.q, lo.q, LDQ, KD, p.l2norm ? s.rq : nullptr);
-                __syncthreads();
+                __syncthreads(); /* (a') the converted rows (and fp16 dO) */
             }
             { /* dU = P~^T dO + diag(f) K dS */
                 float acc[2][4];

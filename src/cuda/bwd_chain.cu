@@ -69,6 +69,11 @@ namespace {
 constexpr int C = FQLA_BWD_C;
 constexpr int VS = FQLA_BWD_VS;
 constexpr int THREADS = 256;
+
+/* What a launch runs (bwd_chain_cp.cu): whole sequences (no CP), or with CP
+ * the pre-pass of segments (from zero / identity states, [H | M] out) or
+ * the main pass (from the scan's segment states, every chunk's state out). */
+enum { CHAIN_WHOLE = 0, CHAIN_PREPASS = 1, CHAIN_MAIN = 2 };
 constexpr int LDX = VS + 8; /* 64 x VS and K x VS tiles of 2-byte elements (80-byte rows) */
 
 using bf16 = __nv_bfloat16;
@@ -179,7 +184,8 @@ __device__ __forceinline__ void copy_rows(uint16_t *dst, int ld, const uint16_t 
 /* Issues chunk (slot, t0, nvalid)'s copies into stage s. */
 template <int KD, bool REVERSE>
 __device__ __forceinline__ void issue(const fqla_bwd_params &bp, chain_stage<KD, REVERSE> &s, int64_t slot,
-                                      int64_t batch, int64_t t0, int nvalid, int hk, int hv, int v0, bool vec)
+                                      int64_t batch, int64_t t0, int nvalid, int hk, int hv, int v0, bool vec,
+                                      bool x_zero)
 {
     const fqla_fwd_params &p = bp.f;
     constexpr int LDQ = chain_stage<KD, REVERSE>::LDQ;
@@ -190,10 +196,10 @@ __device__ __forceinline__ void issue(const fqla_bwd_params &bp, chain_stage<KD,
         copy_rows(s.q, LDQ, (const uint16_t *)p.q + batch * p.q_sb + t0 * p.q_st + (int64_t)hk * p.q_sh, p.q_st, KD,
                   nvalid, vec);
         copy_rows(s.x, LDX, (const uint16_t *)bp.d_o + batch * bp.do_sb + t0 * bp.do_st + (int64_t)hv * bp.do_sh + v0,
-                  bp.do_st, VS, nvalid, vec);
+                  bp.do_st, VS, x_zero ? 0 : nvalid, vec);
     } else {
         copy_rows(s.x, LDX, (const uint16_t *)p.v + batch * p.v_sb + t0 * p.v_st + (int64_t)hv * p.v_sh + v0, p.v_st,
-                  VS, nvalid, vec);
+                  VS, x_zero ? 0 : nvalid, vec);
     }
     const int t = threadIdx.x;
     if (t < C / 4) { /* the workspace rows: 16-byte aligned always */
@@ -344,7 +350,7 @@ template <int KD, bool REVERSE> constexpr int min_blocks() { return REVERSE ? 1 
  * compiler (straight-line code, no branch per k-step). */
 template <typename T, int KD, bool REVERSE, bool CONVERT>
 __global__ void __launch_bounds__(THREADS, (min_blocks<KD, REVERSE>()))
-    bwd_chain_kernel(const fqla_bwd_params bp, int vec)
+    bwd_chain_kernel(const fqla_bwd_params bp, int vec, int mode)
 {
     const fqla_fwd_params &p = bp.f;
     extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -354,8 +360,9 @@ __global__ void __launch_bounds__(THREADS, (min_blocks<KD, REVERSE>()))
     /* dO is exact bf16 unless fp16 */
     constexpr bool IO_BF16 = std::is_same<T, __nv_bfloat16>::value;
     static_assert(IO_BF16 || CONVERT, "fp16 q / k always need their lo planes");
-    const int64_t n = blockIdx.x;
     const int hv = blockIdx.y, hk = hv / p.group, v0 = blockIdx.z * VS;
+    /* the pre-pass's columns past V: the identity columns (zero input, state I) */
+    const bool ident = mode == CHAIN_PREPASS && v0 >= p.V;
     const int tid = threadIdx.x, warp = tid >> 5;
     /* 64-row products: warp w rows m0 = 16 (w % 4), columns n0 = 16 (w / 4).
      * The K-row state: KD / 16 row blocks, the rest of the warps across columns. */
@@ -365,16 +372,31 @@ __global__ void __launch_bounds__(THREADS, (min_blocks<KD, REVERSE>()))
     /* T~ (lower triangular) as A: k-steps 0 .. mb; T~^T and P~^T (upper): mb .. 3 */
     const int ks_lo = REVERSE ? mb : 0, ks_hi = REVERSE ? 3 : mb;
     const float scale = p.scale;
-    int64_t batch, start, len, slot0;
-    fqla_fwd_seq(p, n, batch, start, len, slot0);
+    /* the span: sequence blockIdx.x (CHAIN_WHOLE), or segment blockIdx.x */
+    int64_t n, batch, start, len, slot0;
+    bool last;
+    if (!fqla_fwd_span(p, blockIdx.x, n, batch, start, len, slot0, last)) return;
+    int64_t seq_start, seq_len, seq_slot0;
+    fqla_fwd_seq(p, n, batch, seq_start, seq_len, seq_slot0);
+    const bool first = start == seq_start;
+    /* the pre-pass of the segment that ends the chain feeds nothing */
+    if (mode == CHAIN_PREPASS && (REVERSE ? first : last)) return;
     const int chunks = (int)((len + C - 1) / C); /* < 2^31: the slots are int64 only as offsets */
+    /* a segment's starting state is in the workspace (the scan wrote it) */
+    const bool from_ws = mode == CHAIN_MAIN && chunks > 0;
 
     /* the starting state, in the accumulator layout: h0 (states) or d_final_state (dstates) */
     float S[SNT][4];
     fqla_acc_pairs(S, r0, c0, [&](int r, int j, float &s0, float &s1) {
         float s[2] = {0.f, 0.f};
         for (int u = 0; u < 2; u++) {
-            if (REVERSE) {
+            if (mode == CHAIN_PREPASS) {
+                s[u] = ident && r == v0 - p.V + j + u ? 1.f : 0.f;
+            } else if (from_ws) {
+                const int64_t c = REVERSE ? chunks - 1 : 0;
+                s[u] = (REVERSE ? bp.dS : bp.S)[((size_t)(slot0 + c) * p.HV + hv) * KD * p.V + (int64_t)r * p.V + v0 +
+                                                 j + u];
+            } else if (REVERSE) {
                 if (bp.dht) s[u] = bp.dht[state_off(n, hv, r, v0 + j + u, bp.dht_sn, bp.dht_sh, bp.dht_s2, p.v_first)];
             } else if (p.h0) {
                 const int64_t o = state_off(n, hv, r, v0 + j + u, p.h0_sn, p.h0_sh, p.h0_s2, p.v_first);
@@ -397,7 +419,8 @@ __global__ void __launch_bounds__(THREADS, (min_blocks<KD, REVERSE>()))
      * (after barrier (c) of chunk it - 1), one group each, empty or not */
     if (chunks > 0) {
         const int c = chunk_at(0);
-        issue<KD, REVERSE>(bp, sm.st[0], slot0 + c, batch, start + (int64_t)c * C, nvalid_of(c), hk, hv, v0, vec);
+        issue<KD, REVERSE>(bp, sm.st[0], slot0 + c, batch, start + (int64_t)c * C, nvalid_of(c), hk, hv, v0, vec,
+                           ident);
         fqla_cp_async_commit();
         if constexpr (REVERSE) {
             load_frags<true>(Tf, bp.Tt + tile_of(c), C, m0, ks_lo, ks_hi);
@@ -422,13 +445,13 @@ __global__ void __launch_bounds__(THREADS, (min_blocks<KD, REVERSE>()))
          * this chunk; its split planes are the B operand of K S (K dS) */
         float *dst = (REVERSE ? bp.dS : bp.S) + tile * KD * p.V + v0;
         fqla_acc_pairs(S, r0, c0, [&](int r, int j, float &s0, float &s1) {
-            *reinterpret_cast<float2 *>(dst + (int64_t)r * p.V + j) = make_float2(s0, s1);
+            if (mode != CHAIN_PREPASS) *reinterpret_cast<float2 *>(dst + (int64_t)r * p.V + j) = make_float2(s0, s1);
             fqla_split_put2(Sp, r, j, s0, s1);
         });
         __syncthreads(); /* (a) every thread's copies and state planes; chunk it - 1 fully read */
         if (more) {      /* the next chunk's copies, into the stage chunk it - 1 used */
             issue<KD, REVERSE>(bp, sm.st[(it + 1) & 1], slot0 + cn, batch, start + (int64_t)cn * C, nvalid_of(cn), hk, hv,
-                               v0, vec);
+                               v0, vec, ident);
             /* states: the next T~ is copied after (c), when this one is
              * read; into L2 now, so that copy waits less */
             if (!REVERSE && tid < C * C / 32) fqla_prefetch_l2(bp.Tt + tile_of(cn) + 32 * tid);
@@ -546,7 +569,15 @@ __global__ void __launch_bounds__(THREADS, (min_blocks<KD, REVERSE>()))
         }
     }
     fqla_cp_async_wait_all();
-    if (REVERSE && bp.dh0)
+    if (mode == CHAIN_PREPASS) { /* the segment's [H | M] */
+        const int64_t W = p.V + KD;
+        float *hm = bp.cp_hm + ((size_t)blockIdx.x * p.HV + hv) * KD * W + v0;
+        fqla_acc_pairs(S, r0, c0, [&](int r, int j, float &s0, float &s1) {
+            *reinterpret_cast<float2 *>(hm + (int64_t)r * W + j) = make_float2(s0, s1);
+        });
+        return;
+    }
+    if (REVERSE && bp.dh0 && first)
         fqla_acc_pairs(S, r0, c0, [&](int r, int j, float &s0, float &s1) {
             bp.dh0[state_off(n, hv, r, v0 + j, bp.dh0_sn, bp.dh0_sh, bp.dh0_s2, p.v_first)] = s0;
             bp.dh0[state_off(n, hv, r, v0 + j + 1, bp.dh0_sn, bp.dh0_sh, bp.dh0_s2, p.v_first)] = s1;
@@ -567,39 +598,55 @@ int rows_vec(const fqla_bwd_params &b)
     return 1;
 }
 
+/* Grid: sequences (CHAIN_WHOLE) or segment indices (with CP), value heads,
+ * 32-column slices (the pre-pass: of V + K columns). */
 template <typename T, int KD, bool REVERSE, bool CONVERT>
-cudaError_t launch(const fqla_bwd_params &p, cudaStream_t stream)
+cudaError_t launch(const fqla_bwd_params &p, int mode, cudaStream_t stream)
 {
     static fqla_smem_cache cache;
     const size_t smem = smem_bytes<KD, REVERSE>(CONVERT);
     cudaError_t e = fqla_smem_limit(cache, bwd_chain_kernel<T, KD, REVERSE, CONVERT>, smem);
     if (e != cudaSuccess) return e;
+    const int64_t rows = mode == CHAIN_WHOLE ? p.f.N : fqla_cp_segs(p.f.varlen, p.f.T, p.f.N, p.f.seg_chunks);
+    const int64_t cols = mode == CHAIN_PREPASS ? p.f.V + KD : p.f.V;
     return fqla_launch(bwd_chain_kernel<T, KD, REVERSE, CONVERT>,
-                       dim3((unsigned)p.f.N, (unsigned)p.f.HV, (unsigned)(p.f.V / VS)), dim3(THREADS), smem, stream, 0,
-                       p, rows_vec(p));
+                       dim3((unsigned)rows, (unsigned)p.f.HV, (unsigned)(cols / VS)), dim3(THREADS), smem, stream, 0,
+                       p, rows_vec(p), mode);
 }
 
 /* bf16 io with or without l2norm, or fp16 (always converted) */
-template <int KD, bool REVERSE> cudaError_t launch_io(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream)
+template <int KD, bool REVERSE>
+cudaError_t launch_io(const fqla_bwd_params &p, int io_bf16, int mode, cudaStream_t stream)
 {
-    if (!io_bf16) return launch<__half, KD, REVERSE, true>(p, stream);
-    return p.f.l2norm ? launch<__nv_bfloat16, KD, REVERSE, true>(p, stream)
-                      : launch<__nv_bfloat16, KD, REVERSE, false>(p, stream);
+    if (!io_bf16) return launch<__half, KD, REVERSE, true>(p, mode, stream);
+    return p.f.l2norm ? launch<__nv_bfloat16, KD, REVERSE, true>(p, mode, stream)
+                      : launch<__nv_bfloat16, KD, REVERSE, false>(p, mode, stream);
 }
 
-template <bool REVERSE> cudaError_t launch_kd(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream)
+template <bool REVERSE> cudaError_t launch_kd(const fqla_bwd_params &p, int io_bf16, int mode, cudaStream_t stream)
 {
-    return p.f.K == 64 ? launch_io<64, REVERSE>(p, io_bf16, stream) : launch_io<128, REVERSE>(p, io_bf16, stream);
+    return p.f.K == 64 ? launch_io<64, REVERSE>(p, io_bf16, mode, stream)
+                       : launch_io<128, REVERSE>(p, io_bf16, mode, stream);
 }
 
 } // namespace
 
 cudaError_t fqla_bwd_launch_states(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream)
 {
-    return launch_kd<false>(p, io_bf16, stream);
+    return launch_kd<false>(p, io_bf16, p.f.cp_mode ? CHAIN_MAIN : CHAIN_WHOLE, stream);
 }
 
 cudaError_t fqla_bwd_launch_dstates(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream)
 {
-    return launch_kd<true>(p, io_bf16, stream);
+    return launch_kd<true>(p, io_bf16, p.f.cp_mode ? CHAIN_MAIN : CHAIN_WHOLE, stream);
+}
+
+cudaError_t fqla_bwd_launch_states_prepass(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream)
+{
+    return launch_kd<false>(p, io_bf16, CHAIN_PREPASS, stream);
+}
+
+cudaError_t fqla_bwd_launch_dstates_prepass(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream)
+{
+    return launch_kd<true>(p, io_bf16, CHAIN_PREPASS, stream);
 }

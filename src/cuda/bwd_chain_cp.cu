@@ -23,6 +23,7 @@
  * sequence chain, so the products and their precision are the same.
  */
 #include "cuda/bwd_common.cuh"
+#include "cuda/ptx/misc.cuh"
 
 namespace {
 
@@ -71,7 +72,23 @@ template <int KD, bool REVERSE> __global__ void __launch_bounds__(SCAN_THREADS) 
         if (it == nseg - 1) break;
         /* S <- M S + H of segment j */
         const float *HM = bp.cp_hm + ((size_t)(sbase + j) * p.HV + hv) * KD * W;
-        for (int idx = tid; idx < KD * KD; idx += SCAN_THREADS) M[idx] = HM[(int64_t)(idx / KD) * W + p.V + idx % KD];
+        if (it + 2 < nseg) { /* the segment after next into L2: its loads below then wait on L2 only */
+            const int64_t jn = REVERSE ? j - 2 : j + 2;
+            const float *HMn = bp.cp_hm + ((size_t)(sbase + jn) * p.HV + hv) * KD * W;
+            for (int idx = tid; idx < KD * (KD / 32 + 1); idx += SCAN_THREADS) {
+                const int r = idx / (KD / 32 + 1), l = idx % (KD / 32 + 1); /* K / 32 lines of M, 1 of H */
+                fqla_prefetch_l2(HMn + (int64_t)r * W + (l < KD / 32 ? p.V + 32 * l : v0));
+            }
+        }
+        constexpr int MV = KD * KD / 4 / SCAN_THREADS; /* float4 loads of M per thread, all in flight */
+        float4 mv[MV];
+#pragma unroll
+        for (int u = 0; u < MV; u++) {
+            const int idx = tid + u * SCAN_THREADS, r = idx / (KD / 4), k = 4 * (idx % (KD / 4));
+            mv[u] = *reinterpret_cast<const float4 *>(HM + (int64_t)r * W + p.V + k);
+        }
+#pragma unroll
+        for (int u = 0; u < MV; u++) reinterpret_cast<float4 *>(M)[tid + u * SCAN_THREADS] = mv[u];
         __syncthreads();
         float acc[KD / RSTEP];
 #pragma unroll

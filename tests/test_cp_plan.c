@@ -1,8 +1,8 @@
 /*
- * test_cp_plan.c - the GPU-free arithmetic of the CUDA forward's context
- * parallelism (src/cuda/cp_plan.h): the segment indexing the kernels and the
- * workspace size rely on, checked on random varlen batches, and the plan's
- * decisions on rows whose outcome was measured on the H200.
+ * test_cp_plan.c - the GPU-free arithmetic of the CUDA context parallelism
+ * (src/cuda/cp_plan.h): the segment indexing the kernels and the workspace
+ * size rely on, checked on random varlen batches, and the forward's and the
+ * backward chains' plans on rows whose outcome was measured on the H200.
  */
 #include "common/check.h"
 #include "cuda/cp_plan.h"
@@ -310,6 +310,40 @@ static void plan_skip_share(void)
     CHECK(fqla_cp_plan(&q) == 64, "TP4 28672+4096 at m_skipped 0.75: L = %lld, 64 expected", (long long)fqla_cp_plan(&q));
 }
 
+/* The backward chains' plan (fqla_cp_bwd_seg_chunks) on rows measured on
+ * the H200 (132 SMs) and on the GPU tests' shapes: CP where few chain CTAs
+ * walk long sequences, none where they fill the SMs; segments of at least
+ * 4 chunks that cover the sequence. */
+static void bwd_chain_plan(void)
+{
+    /* hk2_hv4 8k_1seq: 16 chain CTAs; with CP the chains took 1.76 -> 0.52 ms */
+    int64_t L = fqla_cp_bwd_seg_chunks(1, 8192, 4, 128, 128, 132);
+    CHECK(L >= 4 && L < 128, "hk2_hv4 1x8192: CP expected, L = %lld", (long long)L);
+    /* hk16_hv32 32k_1seq: 128 chain CTAs, one wave already */
+    L = fqla_cp_bwd_seg_chunks(1, 32768, 32, 128, 128, 132);
+    CHECK(L == 0, "hk16_hv32 1x32768: no CP expected, L = %lld", (long long)L);
+    /* hk16_hv32 8k_8seq (packed varlen): 1024 chain CTAs */
+    L = fqla_cp_bwd_seg_chunks(8, 8192, 32, 128, 128, 132);
+    CHECK(L == 0, "hk16_hv32 8x1024: no CP expected, L = %lld", (long long)L);
+    /* tests/test_gpu_bwd.c's strong decay case: one head, 3000 tokens */
+    L = fqla_cp_bwd_seg_chunks(1, 3000, 1, 128, 128, 132);
+    CHECK(L > 0, "1 head x 3000 tokens: CP expected (the GPU test's CP case)");
+    /* too short to cut, or nothing to run */
+    CHECK(fqla_cp_bwd_seg_chunks(1, 7 * 64, 1, 128, 128, 132) == 0, "7 chunks: no CP");
+    CHECK(fqla_cp_bwd_seg_chunks(0, 8192, 4, 128, 128, 132) == 0, "no sequences: no CP");
+    CHECK(fqla_cp_bwd_seg_chunks(1, 0, 4, 128, 128, 132) == 0, "T = 0: no CP");
+    /* random shapes: L at least 4 chunks, and never more segments than chunks / 4 */
+    for (int trial = 0; trial < 2000; trial++) {
+        const int64_t N = 1 + (int64_t)(check_uniform() * 8), T = (int64_t)(check_uniform() * 200000);
+        const int64_t HV = 1 + (int64_t)(check_uniform() * 64), K = check_uniform() < 0.5 ? 64 : 128;
+        const int64_t V = 32 * (1 + (int64_t)(check_uniform() * 8)), sms = 1 + (int64_t)(check_uniform() * 200);
+        const int64_t l = fqla_cp_bwd_seg_chunks(N, T, HV, K, V, sms), chunks = (T + 63) / 64;
+        CHECK(l == 0 || (l >= 4 && l < chunks && (chunks + l - 1) / l <= chunks / 4 + 1),
+              "N=%lld T=%lld HV=%lld K=%lld V=%lld sms=%lld: L = %lld", (long long)N, (long long)T, (long long)HV,
+              (long long)K, (long long)V, (long long)sms, (long long)l);
+    }
+}
+
 int main(void)
 {
     check_rng_seed(check_seed());
@@ -320,5 +354,6 @@ int main(void)
     CHECK_RUN(plan_decisions);
     CHECK_RUN(plan_consistency);
     CHECK_RUN(plan_skip_share);
+    CHECK_RUN(bwd_chain_plan);
     return check_summary();
 }

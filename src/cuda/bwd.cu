@@ -29,10 +29,10 @@ int64_t slots_of(const fqla_problem *p)
     return fqla_route_slots(&s);
 }
 
-/* The chains' CP segment length (bwd_common.cuh), 0: none. */
+/* The chains' CP segment length (cp_plan.h), 0: none. */
 int64_t seg_chunks_of(const fqla_context *ctx, const fqla_problem *p)
 {
-    return fqla_bwd_seg_chunks(p->N, p->T, p->HV, p->K, p->V, ctx->info.sm_count);
+    return fqla_cp_bwd_seg_chunks(p->N, p->T, p->HV, p->K, p->V, ctx->info.sm_count);
 }
 
 fqla_bwd_ws_layout layout_of(const fqla_context *ctx, const fqla_problem *p)

@@ -107,32 +107,8 @@ cudaError_t fqla_bwd_launch_states_prepass(const fqla_bwd_params &p, int io_bf16
 cudaError_t fqla_bwd_launch_dstates_prepass(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream);
 cudaError_t fqla_bwd_launch_chain_scan(const fqla_bwd_params &p, bool reverse, cudaStream_t stream);
 
-/* The chains' segment length in chunks (0: no CP), from the shapes and the
- * SM count alone, so the workspace is a function of them: CP where
- * sequences x value heads x 32-column slices leave the SMs' chain slots
- * idle. A cost model in chunk steps: without CP a CTA walks the longest
- * sequence's chunks; with segments of L chunks the pre-pass ((V + K) / V
- * as many CTAs) and the main pass each walk L chunks per wave, and the scan
- * costs about one chunk step per segment. */
-static inline int64_t fqla_bwd_seg_chunks(int64_t N, int64_t T, int64_t HV, int64_t K, int64_t V, int64_t sms)
-{
-    const int64_t chunks = (T + FQLA_BWD_C - 1) / FQLA_BWD_C; /* varlen: T bounds the longest */
-    const int64_t slots = 2 * (sms > 0 ? sms : 1);            /* two chain CTAs per SM */
-    const int64_t ctas = N * HV * (V / FQLA_BWD_VS);
-    if (ctas <= 0 || chunks < 8) return 0;
-    const int64_t waves0 = (ctas + slots - 1) / slots;
-    int64_t best = chunks * waves0, bestL = 0;
-    for (int64_t nseg = 2; nseg <= 256 && chunks / nseg >= 4; nseg *= 2) {
-        const int64_t L = (chunks + nseg - 1) / nseg;
-        const int64_t pre = ctas * nseg * (V + K) / V, main = ctas * nseg;
-        const int64_t cost = L * ((pre + slots - 1) / slots + (main + slots - 1) / slots) + nseg;
-        if (cost < best) {
-            best = cost;
-            bestL = L;
-        }
-    }
-    return bestL;
-}
+static_assert(FQLA_BWD_VS == FQLA_CP_BWD_COLS && FQLA_BWD_C == FQLA_CP_CHUNK,
+              "cp_plan.h's backward plan counts the chains' CTAs in these units");
 
 /* ------------------------------------------------------------------------ */
 /* Device helpers                                                             */

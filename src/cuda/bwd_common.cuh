@@ -1,32 +1,37 @@
 /*
  * bwd_common.cuh - what the backward's kernels share: the launch parameters,
- * the workspace layout, and the warp-level fp32 products they are built from.
+ * the workspace layout, and a few device helpers.
  *
- * The backward (docs/design.md §5.3, "The backward's kernels") runs in five
- * launches over the forward's chunk slots (fwd_common.cuh):
+ * The backward (docs/design.md, "The backward's kernels") runs over the
+ * forward's chunk slots (fwd_common.cuh):
  *   prepare   (bwd_prepare.cu)  chunk-parallel: gamma, beta, the l2norm row
  *             factors, T~ = (I + StrictLower(diag(beta) (Gamma . K K^T)))^-1
  *             and P~ = scale Gamma . tril(Q K^T), per chunk and value head;
  *   states    (bwd_chain.cu)    the forward's state chain again, storing the
- *             state entering every chunk (bf16);
+ *             state entering every chunk (fp32);
  *   dstates   (bwd_chain.cu)    the reverse chain, storing the gradient with
- *             respect to the state leaving every chunk (bf16), and dh0;
+ *             respect to the state leaving every chunk (fp32), and dh0;
  *   grads     (bwd_grads.cu)    chunk-parallel: every per-token gradient of
  *             a chunk from its two stored states (dq, dk summed over the GVA
  *             group inside the CTA, in order);
  *   finish    (bwd_finish.cu)   dA_log / ddt_bias summed over the chunks in
  *             a fixed order; rows past the last sequence zeroed.
+ * Where sequences x value heads leave the SMs idle, each chain runs with
+ * context parallelism instead (bwd_chain_cp.cu: a pre-pass over segments,
+ * a scan, the main pass; the plan is cp_plan.h's fqla_cp_bwd_seg_chunks).
  * Nothing is reduced with atomics, so a rerun gives bit-identical gradients.
  *
  * Precision (the numerics model dev/models/bwd_chunked.py and its results in
- * bench/results/bwd-model.md): every product is fp32 data through tf32
- * tensor cores in 3xTF32 (each operand split into two tf32 parts, three
- * products: ~fp32 accuracy), fp32 accumulation; T~ is solved in fp32 on
- * CUDA cores; the per-chunk states are stored in fp32; dg is assembled from
- * per-term products, never from differences of cumulative sums. Plain tf32
- * products or bf16 states held the thresholds on long sequences but not on
- * the short ones of tests/test_gpu_bwd.c, where a gradient of one token is
- * a single sum whose terms cancel (e.g. de_C = <S, dS'> against sum e_i de_i).
+ * bench/results/bwd-model.md): the chains' and the gradient kernel's
+ * products run on bf16 tensor cores with every operand that is not an
+ * exact bf16 input split into hi / lo bf16 planes (kernel/split_mma.cuh:
+ * three products, ~16 significant bits per operand), fp32 accumulation;
+ * T~ is solved in fp32 on CUDA cores; the per-chunk states are stored in
+ * fp32; dg is assembled from per-term products, never from differences of
+ * cumulative sums. Plain bf16 or tf32 products, or bf16 stored states, held
+ * the thresholds on long sequences but not on the short ones of
+ * tests/test_gpu_bwd.c, where a gradient of one token is a single sum whose
+ * terms cancel (e.g. de_C = <S, dS'> against sum e_i de_i).
  */
 #ifndef FQLA_CUDA_BWD_COMMON_CUH
 #define FQLA_CUDA_BWD_COMMON_CUH
@@ -42,7 +47,7 @@
 #include <cuda_fp16.h>
 
 #define FQLA_BWD_C 64 /* chunk */
-#define FQLA_BWD_VS 32 /* value columns per slice (the chains' CTAs, the grads kernel's loop) */
+#define FQLA_BWD_VS 32 /* value columns per chain CTA (V must be a multiple of it) */
 
 struct fqla_bwd_params {
     fqla_fwd_params f;        /* the forward's inputs, shapes, options, slots; f.rq, f.rk: the
@@ -126,78 +131,39 @@ template <typename T> __device__ __forceinline__ T bwd_cvt(float x);
 template <> __device__ __forceinline__ __nv_bfloat16 bwd_cvt<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 template <> __device__ __forceinline__ __half bwd_cvt<__half>(float x) { return __float2half_rn(x); }
 
-__device__ __forceinline__ uint32_t bwd_tf32(float x) { return fqla_cvt_rna_tf32(x); }
-
 /*
  * acc[MT][NT] (+)= A[m0 .. m0 + 16 MT) x B[.., n0 .. n0 + 8 NT) over
  * k in [k0, k1) (multiples of 8), one warp, m16n8k8 tf32 mma.sync. A(i, k)
  * and B(k, j) are functors returning fp32 elements (shared memory reads
  * with any layout, scaling or masking folded in); the accumulator layout is
- * mma_sync.cuh's. Every product of the backward goes through here.
- * SPLIT: 3xTF32 (each operand as big + small tf32 parts, three products),
- * ~fp32 accuracy at three times the tensor work: the two state chains,
- * where a rounding is carried through every later chunk (with beta near 2
- * the transitions are near-reflections and do not damp it).
+ * mma_sync.cuh's. The prepare kernel's K K^T and Q K^T (plain tf32: T~'s
+ * solve and P~ hold the thresholds with it).
  */
-template <bool SPLIT = false, int MT, int NT, typename FA, typename FB>
+template <int MT, int NT, typename FA, typename FB>
 __device__ __forceinline__ void bwd_mma(float (&acc)[MT][NT][4], int m0, int n0, int k0, int k1, FA A, FB B)
 {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 #pragma unroll 2
     for (int k = k0; k < k1; k += 8) {
-        uint32_t a[MT][4], b[NT][2], as[MT][4], bs[NT][2];
+        uint32_t a[MT][4], b[NT][2];
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
             const int r = m0 + 16 * mt + g;
             const float x[4] = {A(r, k + t), A(r + 8, k + t), A(r, k + t + 4), A(r + 8, k + t + 4)};
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                if (SPLIT) fqla_tf32_split3(x[e], a[mt][e], as[mt][e]);
-                else a[mt][e] = bwd_tf32(x[e]);
-            }
+            for (int e = 0; e < 4; e++) a[mt][e] = fqla_cvt_rna_tf32(x[e]);
         }
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) {
             const int c = n0 + 8 * nt + g;
             const float x[2] = {B(k + t, c), B(k + t + 4, c)};
 #pragma unroll
-            for (int e = 0; e < 2; e++) {
-                if (SPLIT) fqla_tf32_split3(x[e], b[nt][e], bs[nt][e]);
-                else b[nt][e] = bwd_tf32(x[e]);
-            }
+            for (int e = 0; e < 2; e++) b[nt][e] = fqla_cvt_rna_tf32(x[e]);
         }
 #pragma unroll
         for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-            for (int nt = 0; nt < NT; nt++) {
-                if (SPLIT) {
-                    fqla_mma_tf32(acc[mt][nt], as[mt], b[nt][0], b[nt][1]);
-                    fqla_mma_tf32(acc[mt][nt], a[mt], bs[nt][0], bs[nt][1]);
-                }
-                fqla_mma_tf32(acc[mt][nt], a[mt], b[nt][0], b[nt][1]);
-            }
-    }
-}
-
-/* Copies `total` elements, dst = store(i, load(i)), with BATCH loads in
- * flight per thread before their stores: the tiles come from global memory
- * element by element (any strides), and one load at a time left a chunk's
- * copies waiting ~1 us each. */
-template <int BATCH = 16, typename L, typename S>
-__device__ __forceinline__ void bwd_copy(int total, L load, S store)
-{
-    for (int base = threadIdx.x; base < total; base += BATCH * blockDim.x) {
-        float v[BATCH];
-#pragma unroll
-        for (int u = 0; u < BATCH; u++) {
-            const int i = base + u * blockDim.x;
-            v[u] = i < total ? load(i) : 0.f;
-        }
-#pragma unroll
-        for (int u = 0; u < BATCH; u++) {
-            const int i = base + u * blockDim.x;
-            if (i < total) store(i, v[u]);
-        }
+            for (int nt = 0; nt < NT; nt++) fqla_mma_tf32(acc[mt][nt], a[mt], b[nt][0], b[nt][1]);
     }
 }
 

@@ -142,24 +142,6 @@ template <> __device__ __forceinline__ float wid<__half>(uint32_t x)
     return __half2float(__ushort_as_half((unsigned short)x));
 }
 
-/* x0, x1 as packed bf16x2 hi and lo parts (kernel/split_mma.cuh's split,
- * in the fragment registers' packing: x0 in the low half). */
-__device__ __forceinline__ void split_pair(float x0, float x1, uint32_t &hi, uint32_t &lo)
-{
-    const __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
-    const float2 hf = __bfloat1622float2(h);
-    const __nv_bfloat162 l = __floats2bfloat162_rn(x0 - hf.x, x1 - hf.y);
-    hi = *reinterpret_cast<const uint32_t *>(&h);
-    lo = *reinterpret_cast<const uint32_t *>(&l);
-}
-
-/* Element (r, v) of a caller's state, either layout. */
-__device__ __forceinline__ int64_t state_off(int64_t n, int hv, int r, int v, int64_t sn, int64_t sh, int64_t s2,
-                                             int v_first)
-{
-    return fqla_fwd_state_off(n, hv, r, v, sn, sh, s2, v_first);
-}
-
 /* Copies 64 rows of `cols` 2-byte elements (rows past nvalid as zeros)
  * from src (row i at src + i * st) into dst (pitch ld): 16-byte cp.async
  * where `vec`, else element by element. */
@@ -226,7 +208,7 @@ __device__ __forceinline__ void split_rows(uint16_t *raw, bf16 *lo, int ld, int 
         const uint32_t x = *w;
         const float s = r ? r[i] : 1.f;
         uint32_t h, l;
-        split_pair(wid<T>(x & 0xffffu) * s, wid<T>(x >> 16) * s, h, l);
+        fqla_split_pack2(wid<T>(x & 0xffffu) * s, wid<T>(x >> 16) * s, h, l);
         *w = h;
         *reinterpret_cast<uint32_t *>(lo + i * ld + j) = l;
     }
@@ -277,7 +259,7 @@ __device__ __forceinline__ void mma_frag(float (&acc)[NT][4], const float (&f)[8
     const int lane = threadIdx.x & 31;
     uint32_t ah[4], al[4];
 #pragma unroll
-    for (int r = 0; r < 4; r++) split_pair(f[2 * r], f[2 * r + 1], ah[r], al[r]);
+    for (int r = 0; r < 4; r++) fqla_split_pack2(f[2 * r], f[2 * r + 1], ah[r], al[r]);
 #pragma unroll
     for (int np = 0; np < NT / 2; np++) {
         uint32_t bh[4];
@@ -396,11 +378,8 @@ __global__ void __launch_bounds__(THREADS, (min_blocks<KD, REVERSE>()))
                 const int64_t c = REVERSE ? chunks - 1 : 0;
                 s[u] = (REVERSE ? bp.dS : bp.S)[((size_t)(slot0 + c) * p.HV + hv) * KD * p.V + (int64_t)r * p.V + v0 +
                                                  j + u];
-            } else if (REVERSE) {
-                if (bp.dht) s[u] = bp.dht[state_off(n, hv, r, v0 + j + u, bp.dht_sn, bp.dht_sh, bp.dht_s2, p.v_first)];
-            } else if (p.h0) {
-                const int64_t o = state_off(n, hv, r, v0 + j + u, p.h0_sn, p.h0_sh, p.h0_s2, p.v_first);
-                s[u] = p.h0_bf16 ? __bfloat162float(((const __nv_bfloat16 *)p.h0)[o]) : ((const float *)p.h0)[o];
+            } else {
+                s[u] = bwd_start_state<REVERSE>(bp, n, hv, r, v0 + j + u);
             }
         }
         s0 = s[0];
@@ -513,7 +492,7 @@ __global__ void __launch_bounds__(THREADS, (min_blocks<KD, REVERSE>()))
                 fqla_split_put2(Ep, i, j, se * x0, se * x1);
                 if (!IO_BF16) {
                     uint32_t h, l;
-                    split_pair(x0, x1, h, l);
+                    fqla_split_pack2(x0, x1, h, l);
                     *w = h;
                     *reinterpret_cast<uint32_t *>(&lo.x[i * LDX + j]) = l;
                 }
@@ -579,8 +558,8 @@ __global__ void __launch_bounds__(THREADS, (min_blocks<KD, REVERSE>()))
     }
     if (REVERSE && bp.dh0 && first)
         fqla_acc_pairs(S, r0, c0, [&](int r, int j, float &s0, float &s1) {
-            bp.dh0[state_off(n, hv, r, v0 + j, bp.dh0_sn, bp.dh0_sh, bp.dh0_s2, p.v_first)] = s0;
-            bp.dh0[state_off(n, hv, r, v0 + j + 1, bp.dh0_sn, bp.dh0_sh, bp.dh0_s2, p.v_first)] = s1;
+            bp.dh0[fqla_fwd_state_off(n, hv, r, v0 + j, bp.dh0_sn, bp.dh0_sh, bp.dh0_s2, p.v_first)] = s0;
+            bp.dh0[fqla_fwd_state_off(n, hv, r, v0 + j + 1, bp.dh0_sn, bp.dh0_sh, bp.dh0_s2, p.v_first)] = s1;
         });
 }
 

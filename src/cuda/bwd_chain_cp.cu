@@ -52,14 +52,7 @@ template <int KD, bool REVERSE> __global__ void __launch_bounds__(SCAN_THREADS) 
     /* the chain's starting state: h0 (states) or d_final_state (dstates) */
     for (int idx = tid; idx < KD * SCAN_COLS; idx += SCAN_THREADS) {
         const int r = idx / SCAN_COLS, j = idx % SCAN_COLS;
-        float s = 0.f;
-        if (REVERSE) {
-            if (bp.dht) s = bp.dht[fqla_fwd_state_off(n, hv, r, v0 + j, bp.dht_sn, bp.dht_sh, bp.dht_s2, p.v_first)];
-        } else if (p.h0) {
-            const int64_t o = fqla_fwd_state_off(n, hv, r, v0 + j, p.h0_sn, p.h0_sh, p.h0_s2, p.v_first);
-            s = p.h0_bf16 ? __bfloat162float(((const __nv_bfloat16 *)p.h0)[o]) : ((const float *)p.h0)[o];
-        }
-        S[r * SCAN_COLS + j] = s;
+        S[r * SCAN_COLS + j] = bwd_start_state<REVERSE>(bp, n, hv, r, v0 + j);
     }
     for (int64_t it = 0; it < nseg; it++) {
         const int64_t j = REVERSE ? nseg - 1 - it : it;

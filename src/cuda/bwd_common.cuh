@@ -191,6 +191,19 @@ __device__ __forceinline__ void bwd_each(float (&acc)[MT][NT][4], int m0, int n0
                 f(m0 + 16 * mt + g + 8 * (e >> 1), n0 + 8 * nt + 2 * t + (e & 1), acc[mt][nt][e]);
 }
 
+/* Element (r, v) of a chain's starting state for sequence n, value head
+ * hv: h0 (the state chain) or d_final_state (REVERSE), 0 where not given. */
+template <bool REVERSE>
+__device__ __forceinline__ float bwd_start_state(const fqla_bwd_params &bp, int64_t n, int hv, int r, int v)
+{
+    const fqla_fwd_params &p = bp.f;
+    if (REVERSE)
+        return bp.dht ? bp.dht[fqla_fwd_state_off(n, hv, r, v, bp.dht_sn, bp.dht_sh, bp.dht_s2, p.v_first)] : 0.f;
+    if (!p.h0) return 0.f;
+    const int64_t o = fqla_fwd_state_off(n, hv, r, v, p.h0_sn, p.h0_sh, p.h0_s2, p.v_first);
+    return p.h0_bf16 ? __bfloat162float(((const __nv_bfloat16 *)p.h0)[o]) : ((const float *)p.h0)[o];
+}
+
 /* The chunk of chunk slot `slot` (fwd_common.cuh): its batch row, first
  * token and valid rows; false where the slot holds no chunk. Every thread of
  * a warp calls it (find_slot votes across the warp). */

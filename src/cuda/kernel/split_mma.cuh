@@ -35,27 +35,23 @@ struct fqla_split_tile {
     int ld;
 };
 
-/* x as its hi / lo bf16 pair. */
-FQLA_DEVICE_INLINE void fqla_split(float x, __nv_bfloat16 &hi, __nv_bfloat16 &lo)
+/* x0, x1 as packed bf16x2 hi and lo parts (x0 in the low half, the
+ * fragment registers' packing): one cvt.rn.bf16x2 per part. */
+FQLA_DEVICE_INLINE void fqla_split_pack2(float x0, float x1, uint32_t &hi, uint32_t &lo)
 {
-    hi = __float2bfloat16_rn(x);
-    lo = __float2bfloat16_rn(x - __bfloat162float(hi));
-}
-
-/* Element (r, c) of t set to x (the lo plane only where t has one). */
-FQLA_DEVICE_INLINE void fqla_split_put(const fqla_split_tile &t, int r, int c, float x)
-{
-    __nv_bfloat16 h, l;
-    fqla_split(x, h, l);
-    t.hi[r * t.ld + c] = h;
-    if (t.lo) t.lo[r * t.ld + c] = l;
+    const __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
+    const float2 hf = __bfloat1622float2(h);
+    const __nv_bfloat162 l = __floats2bfloat162_rn(x0 - hf.x, x1 - hf.y);
+    hi = *reinterpret_cast<const uint32_t *>(&h);
+    lo = *reinterpret_cast<const uint32_t *>(&l);
 }
 
 /* Elements (r, c) and (r, c + 1) (c even) set to x0, x1: one 4-byte store
  * per plane, the accumulator layout's column pair. */
 FQLA_DEVICE_INLINE void fqla_split_put2(const fqla_split_tile &t, int r, int c, float x0, float x1)
 {
-    /* packed conversions (one cvt.rn.bf16x2 per plane): the single-value
+    /* packed conversions (one cvt.rn.bf16x2 per plane, fqla_split_pack2's
+     * arithmetic; the lo part only where t has a lo plane): the single-value
      * F2F conversions were the gradient kernel's most stalled instructions */
     const __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
     *reinterpret_cast<__nv_bfloat162 *>(t.hi + r * t.ld + c) = h;

@@ -286,6 +286,8 @@ typedef struct fqla_bwd_args {
 
 FQLA_API void fqla_bwd_args_init(fqla_bwd_args *args);
 FQLA_API fqla_status fqla_bwd_supported(fqla_context *ctx, const fqla_bwd_args *args);
+/* As for the forward: on CUDA the size follows from the shapes and, for packed
+ * varlen input, from cu_seqlens_host's values when it is given. */
 FQLA_API fqla_status fqla_bwd_workspace_size(fqla_context *ctx, const fqla_bwd_args *args, size_t *bytes);
 FQLA_API fqla_status fqla_bwd(fqla_context *ctx, const fqla_bwd_args *args,
                               void *workspace, size_t workspace_bytes, void *stream);

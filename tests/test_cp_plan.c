@@ -322,9 +322,15 @@ static void bwd_chain_plan(void)
     /* hk16_hv32 32k_1seq: 128 chain CTAs, one wave already */
     L = fqla_cp_bwd_seg_chunks(1, 32768, 32, 128, 128, 132);
     CHECK(L == 0, "hk16_hv32 1x32768: no CP expected, L = %lld", (long long)L);
-    /* hk16_hv32 8k_8seq (packed varlen): 1024 chain CTAs */
-    L = fqla_cp_bwd_seg_chunks(8, 8192, 32, 128, 128, 132);
+    /* hk16_hv32 8k_8seq (packed varlen, the longest from the host copy or bounded by T): 1024 chain CTAs */
+    L = fqla_cp_bwd_seg_chunks(8, 1024, 32, 128, 128, 132);
     CHECK(L == 0, "hk16_hv32 8x1024: no CP expected, L = %lld", (long long)L);
+    L = fqla_cp_bwd_seg_chunks(8, 8192, 32, 128, 128, 132);
+    CHECK(L == 0, "hk16_hv32 8x1024 without a host copy: no CP expected, L = %lld", (long long)L);
+    /* hk2_hv4 32k_4seq: 64 chain CTAs over 128 chunks (1.13 ms without CP, which T's bound
+     * had planned as one 512-chunk segment each) */
+    L = fqla_cp_bwd_seg_chunks(4, 8192, 4, 128, 128, 132);
+    CHECK(L >= 4 && L < 128, "hk2_hv4 4x8192: CP expected, L = %lld", (long long)L);
     /* tests/test_gpu_bwd.c's strong decay case: one head, 3000 tokens */
     L = fqla_cp_bwd_seg_chunks(1, 3000, 1, 128, 128, 132);
     CHECK(L > 0, "1 head x 3000 tokens: CP expected (the GPU test's CP case)");

@@ -29,10 +29,13 @@ int64_t slots_of(const fqla_problem *p)
     return fqla_route_slots(&s);
 }
 
-/* The chains' CP segment length (cp_plan.h), 0: none. */
+/* The chains' CP segment length (cp_plan.h), 0: none. For packed varlen
+ * input the longest sequence comes from cu_seqlens_host when given (so the
+ * workspace, as the forward's, follows its values), else T bounds it. */
 int64_t seg_chunks_of(const fqla_context *ctx, const fqla_problem *p)
 {
-    return fqla_cp_bwd_seg_chunks(p->N, p->T, p->HV, p->K, p->V, ctx->info.sm_count);
+    const int64_t longest = p->varlen && p->cu_host ? fqla_cp_longest(p->cu_host, p->N) : p->T;
+    return fqla_cp_bwd_seg_chunks(p->N, longest, p->HV, p->K, p->V, ctx->info.sm_count);
 }
 
 fqla_bwd_ws_layout layout_of(const fqla_context *ctx, const fqla_problem *p)

@@ -120,18 +120,18 @@ FQLA_CP_HD int64_t fqla_cp_segs(int varlen, int64_t T, int64_t N, int64_t L)
 #define FQLA_CP_BWD_CTAS_PER_SM 2
 
 /* The backward chains' segment length in chunks, 0 for no CP: N sequences
- * (padded batch: of T tokens; packed varlen: T tokens in all, which bounds
- * the longest, so the plan and the workspace depend on the shapes and the
- * SM count alone), HV value heads, K x V states. A cost model in chunk
- * steps: without CP every chain CTA (N HV V / 32 of them) walks the longest
- * sequence's chunks, in as many waves as the SMs' chain slots take them;
- * with nseg segments of L chunks, the pre-pass ((V + K) / V as many CTAs as
- * the main pass) and the main pass each walk L chunks per wave, and the scan
- * costs about one chunk step per segment. Segments of at least 4 chunks,
- * CP only where it is cheaper in this model. */
-FQLA_CP_HD int64_t fqla_cp_bwd_seg_chunks(int64_t N, int64_t T, int64_t HV, int64_t K, int64_t V, int64_t sms)
+ * of at most `longest` tokens (a padded batch's T; for packed varlen input
+ * the longest of a host cu_seqlens, or the total T, which bounds it), HV
+ * value heads, K x V states. A cost model in chunk steps: without CP every
+ * chain CTA (N HV V / 32 of them) walks the longest sequence's chunks, in as
+ * many waves as the SMs' chain slots take them; with nseg segments of L
+ * chunks, the pre-pass ((V + K) / V as many CTAs a segment as the main pass,
+ * every segment but the last) and the main pass each walk L chunks per wave,
+ * and the scan costs about one chunk step per segment. Segments of at least
+ * 4 chunks, CP only where it is cheaper in this model. */
+FQLA_CP_HD int64_t fqla_cp_bwd_seg_chunks(int64_t N, int64_t longest, int64_t HV, int64_t K, int64_t V, int64_t sms)
 {
-    const int64_t chunks = (T + FQLA_CP_CHUNK - 1) / FQLA_CP_CHUNK;
+    const int64_t chunks = (longest + FQLA_CP_CHUNK - 1) / FQLA_CP_CHUNK;
     const int64_t slots = FQLA_CP_BWD_CTAS_PER_SM * (sms > 0 ? sms : 1);
     const int64_t ctas = N * HV * (V / FQLA_CP_BWD_COLS);
     int64_t best, bestL = 0;
@@ -139,7 +139,8 @@ FQLA_CP_HD int64_t fqla_cp_bwd_seg_chunks(int64_t N, int64_t T, int64_t HV, int6
     best = chunks * ((ctas + slots - 1) / slots);
     for (int64_t nseg = 2; nseg <= 256 && chunks / nseg >= 4; nseg *= 2) {
         const int64_t L = (chunks + nseg - 1) / nseg;
-        const int64_t pre = ctas * nseg * (V + K) / V, main = ctas * nseg;
+        /* the pre-pass leaves out the segment that ends each chain */
+        const int64_t pre = ctas * (nseg - 1) * (V + K) / V, main = ctas * nseg;
         const int64_t cost = L * ((pre + slots - 1) / slots + (main + slots - 1) / slots) + nseg;
         if (cost < best) {
             best = cost;

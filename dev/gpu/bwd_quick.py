@@ -118,8 +118,10 @@ def timing(H, HV, T, N, K=128, V=128, reps=10):
     g = (torch.nn.functional.logsigmoid(torch.randn(B, T, HV)) / 16).cuda().requires_grad_()
     beta = torch.rand(B, T, HV).cuda().requires_grad_()
     L = T // N
-    cu = torch.arange(0, T + 1, L, dtype=torch.int32).cuda()
-    kw = dict(cu_seqlens=cu)
+    cu = torch.arange(0, T + 1, L, dtype=torch.int32)
+    # the host copy as bench/bench_bwd.py passes it: the chains' CP plan reads
+    # the longest sequence from it
+    kw = dict(cu_seqlens=cu.cuda(), cu_seqlens_cpu=cu)
     o, _ = flashqla.chunk_gated_delta_rule(q, k, v, g, beta, **kw)
     do = torch.randn_like(o)
     for _ in range(2):

@@ -148,6 +148,12 @@ fqla_status fqla_cuda_bwd_run(fqla_context *ctx, const fqla_problem *p, const fq
     b.dS = (float *)(ws + L.dS);
     b.gate_part = p->opt.use_gate_in_kernel ? (float *)(ws + L.gate_part) : NULL;
     b.cp_hm = k.cp_mode ? (float *)(ws + L.cp_hm) : NULL;
+    if (k.cp_mode) { /* the negligible-transition shortcut (bwd_chain_cp.cu) */
+        k.cp_skip = 1;
+        k.gam = b.gam;
+        k.chunk_ok = (int *)(ws + L.chunk_ok);
+        k.seg_flag = (int *)(ws + L.seg_flag);
+    }
 
     const int io_bf16 = p->io_dtype == FQLA_DTYPE_BF16;
     static const struct {

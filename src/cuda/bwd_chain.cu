@@ -363,6 +363,14 @@ __global__ void __launch_bounds__(THREADS, (min_blocks<KD, REVERSE>()))
     const bool first = start == seq_start;
     /* the pre-pass of the segment that ends the chain feeds nothing */
     if (mode == CHAIN_PREPASS && (REVERSE ? first : last)) return;
+    /* the pre-pass's identity columns (M) of a segment whose transition is
+     * negligible under its decay (fwd_common.cuh): left out, and flagged for
+     * the scan by the first such slice (every slice decides alike) */
+    if (mode == CHAIN_PREPASS && p.cp_skip && ident) {
+        const int neg = fqla_cp_m_negligible(p, len, slot0, hv);
+        if (tid == 0 && v0 == p.V) p.seg_flag[blockIdx.x * p.HV + hv] = neg;
+        if (neg) return;
+    }
     const int chunks = (int)((len + C - 1) / C); /* < 2^31: the slots are int64 only as offsets */
     /* a segment's starting state is in the workspace (the scan wrote it) */
     const bool from_ws = mode == CHAIN_MAIN && chunks > 0;

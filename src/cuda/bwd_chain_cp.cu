@@ -12,7 +12,10 @@
  *     per (segment, value head).
  *   scan (here): per (sequence, value head, 32 value columns), the segments
  *     in chain order: S_in of the next segment = M S_in + H, in fp32 on CUDA
- *     cores. Each segment's entering state is written where the main pass
+ *     cores; = H where the segment's decay makes M negligible (the
+ *     forward's shortcut, fqla_cp_m_negligible: the pre-pass then leaves
+ *     the identity columns out and flags the segment in f.seg_flag).
+ *     Each segment's entering state is written where the main pass
  *     and the gradient kernel read it: the state chain's store of the state
  *     entering the segment's first chunk (bp.S), the reverse chain's store of
  *     the gradient leaving the segment's last chunk (bp.dS).
@@ -48,6 +51,8 @@ template <int KD, bool REVERSE> __global__ void __launch_bounds__(SCAN_THREADS) 
     if (chunks == 0) return; /* no chunk stores; the main pass handles dh0 */
     const int64_t L = p.seg_chunks, nseg = (chunks + L - 1) / L;
     const int64_t sbase = fqla_fwd_sbase(p, n);
+    /* the pre-pass left segment js's M out as negligible (cp_skip): S_next = H */
+    auto m_zero = [&](int64_t js) { return p.cp_skip && p.seg_flag[js * p.HV + hv] != 0; };
 
     /* the chain's starting state: h0 (states) or d_final_state (dstates) */
     for (int idx = tid; idx < KD * SCAN_COLS; idx += SCAN_THREADS) {
@@ -68,10 +73,19 @@ template <int KD, bool REVERSE> __global__ void __launch_bounds__(SCAN_THREADS) 
         if (it + 2 < nseg) { /* the segment after next into L2: its loads below then wait on L2 only */
             const int64_t jn = REVERSE ? j - 2 : j + 2;
             const float *HMn = bp.cp_hm + ((size_t)(sbase + jn) * p.HV + hv) * KD * W;
-            for (int idx = tid; idx < KD * (KD / 32 + 1); idx += SCAN_THREADS) {
-                const int r = idx / (KD / 32 + 1), l = idx % (KD / 32 + 1); /* K / 32 lines of M, 1 of H */
-                fqla_prefetch_l2(HMn + (int64_t)r * W + (l < KD / 32 ? p.V + 32 * l : v0));
+            const int lines = m_zero(sbase + jn) ? 1 : KD / 32 + 1; /* 1 of H, K / 32 of M */
+            for (int idx = tid; idx < KD * lines; idx += SCAN_THREADS) {
+                const int r = idx / lines, l = idx % lines;
+                fqla_prefetch_l2(HMn + (int64_t)r * W + (l == 0 ? v0 : p.V + 32 * (l - 1)));
             }
+        }
+        if (m_zero(sbase + j)) { /* S <- H: each thread rewrites only the elements it stored above */
+#pragma unroll
+            for (int i = 0; i < KD / RSTEP; i++) {
+                const int r = r0 + RSTEP * i;
+                S[r * SCAN_COLS + c] = HM[(int64_t)r * W + v0 + c];
+            }
+            continue;
         }
         constexpr int MV = KD * KD / 4 / SCAN_THREADS; /* float4 loads of M per thread, all in flight */
         float4 mv[MV];

@@ -73,10 +73,12 @@ struct fqla_bwd_params {
     float *S, *dS;            /* [slots][HV][K][V] entering state; gradient w.r.t. the leaving state */
     float *gate_part;         /* [slots][HV][2] per-chunk dA_log, ddt_bias (gate in kernel) */
     float *cp_hm;             /* chains' CP (f.cp_mode): [segs][HV][K][V + K] the pre-pass's [H | M] */
+    /* with CP also f.cp_skip = 1, f.gam = gam and the shortcut's flags:
+     * f.chunk_ok [slots][HV] (prepare) and f.seg_flag [segs][HV] (pre-pass) */
 };
 
 struct fqla_bwd_ws_layout {
-    size_t gam, bet, rq, rk, Tt, Pt, S, dS, gate_part, cp_hm, total;
+    size_t gam, bet, rq, rk, Tt, Pt, S, dS, gate_part, cp_hm, chunk_ok, seg_flag, total;
 };
 
 /* segs: the chains' CP segment indices (fqla_cp_segs), 0 without CP. */
@@ -96,6 +98,8 @@ static inline fqla_bwd_ws_layout fqla_bwd_ws(int64_t slots, int64_t H, int64_t H
     L.dS = off;  off += fqla_fwd_align256(tiles * K * V * sizeof(float));
     L.gate_part = off; off += gate_in_kernel ? fqla_fwd_align256(tiles * 2 * sizeof(float)) : 0;
     L.cp_hm = off; off += fqla_fwd_align256((size_t)segs * HV * K * (V + K) * sizeof(float));
+    L.chunk_ok = off; off += segs ? fqla_fwd_align256(tiles * sizeof(int)) : 0;
+    L.seg_flag = off; off += fqla_fwd_align256((size_t)segs * HV * sizeof(int));
     L.total = off;
     return L;
 }

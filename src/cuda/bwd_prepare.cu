@@ -8,7 +8,10 @@
  *   rq/rk the l2norm row factors (written by the group's first value head);
  *   Tt    T~ = (I + L)^-1, L = StrictLower(diag(beta) (Gamma . K K^T)): the
  *         gated system, which stays bounded for any keys (docs/design.md §2);
- *   Pt    P~ = scale Gamma . tril(Q K^T).
+ *   Pt    P~ = scale Gamma . tril(Q K^T);
+ *   chunk_ok  with the chains' CP: 1 where every row has beta ||k||^2 in
+ *         [0, 2] (from K K^T's diagonal), the shortcut's test
+ *         (fqla_cp_m_negligible).
  * Rows past a sequence's end are zeros (beta 0, g 0), so they drop out.
  *
  * Grid (slots, HV); 256 threads. K K^T and Q K^T by tf32 mma.sync (warp w:
@@ -148,6 +151,7 @@ __global__ void __launch_bounds__(256) bwd_prepare_kernel(const fqla_bwd_params 
     }
     __syncthreads();
 
+    int bad = 0; /* a row with beta ||k||^2 outside [0, 2] (CP's shortcut test, chunk_ok) */
     { /* K K^T -> L, Q K^T -> P~ */
         const int m0 = 16 * (warp & 3), n0 = 32 * (warp >> 2);
         float kk[1][4][4], qk[1][4][4];
@@ -160,12 +164,14 @@ __global__ void __launch_bounds__(256) bwd_prepare_kernel(const fqla_bwd_params 
         float *Pt = bp.Pt + tile * C * C;
         bwd_each(kk, m0, n0, [&](int i, int j, float v) {
             sm.L[i * LDM + j] = j < i ? sm.bet[i] * __expf(sm.gam[i] - sm.gam[j]) * v : 0.f;
+            if (i == j) bad |= !(sm.bet[i] * v >= 0.f && sm.bet[i] * v <= 2.f);
         });
         bwd_each(qk, m0, n0, [&](int i, int j, float v) {
             Pt[i * C + j] = j <= i ? scale * __expf(sm.gam[i] - sm.gam[j]) * v : 0.f;
         });
     }
-    __syncthreads();
+    bad = __syncthreads_or(bad);
+    if (p.chunk_ok && tid == 0) p.chunk_ok[tile] = !bad;
     invert_unit_lower(sm.L, sm.T, sm.tmp);
     float *Tt = bp.Tt + tile * C * C;
     for (int i = tid; i < C * C; i += blockDim.x) Tt[i] = sm.T[(i >> 6) * LDM + (i & 63)];

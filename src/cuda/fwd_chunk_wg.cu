@@ -146,34 +146,6 @@ struct wg_work {
     bool last;
 };
 
-/* Whether segment span (len, slot0) of value head hv has a negligible
- * transition M: ||M||_2 <= prod_t e^(g_t) ||I - beta_t k_t k_t^T||_2
- * <= e^(sum g) <= e^-17 ~ 4e-8 (below fp32 rounding, docs/design.md §5.3) when the
- * segment's decay sums to <= -17 and every token has 0 <= beta ||k||^2 <= 2.
- * Both come per chunk from the prepare kernel: the decay as gamma's last
- * entry (the chunk's sum), the second as chunk_ok. O(chunks) reads, so the
- * check costs little beside the chain it saves. A block-wide call (every
- * thread, __syncthreads inside); the same inputs give the same answer. */
-static __device__ int m_negligible(const fqla_fwd_params &p, int64_t len, int64_t slot0, int hv)
-{
-    __shared__ float part[32];
-    const int tid = threadIdx.x, nthr = blockDim.x;
-    const int64_t nch = (len + FQLA_FWD_CHUNK - 1) / FQLA_FWD_CHUNK;
-    float s = 0.f;
-    int bad = 0;
-    for (int64_t c = tid; c < nch; c += nthr) {
-        const int64_t i = (slot0 + c) * p.HV + hv;
-        s += p.gam[i * FQLA_FWD_CHUNK + FQLA_FWD_CHUNK - 1];
-        bad |= !p.chunk_ok[i];
-    }
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    if ((tid & 31) == 0) part[tid >> 5] = s;
-    bad = __syncthreads_or(bad);
-    float tot = 0.f;
-    for (int w = 0; w < nthr / 32; w++) tot += part[w]; /* the same order in every thread */
-    return !bad && tot <= -17.f;
-}
-
 /* Thread 0: the maps prefetched, the barriers initialised. */
 template <int NWG, bool OUT>
 __device__ __forceinline__ void wg_init(const CUtensorMap &tmQ, const CUtensorMap &tmK, const CUtensorMap &tmV,
@@ -451,7 +423,7 @@ __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
         /* pre-pass, transition columns: a negligible M is left out and
          * flagged for the scan (one flag per segment and head, written by
          * the first such slice; every slice decides alike) */
-        const int neg = m_negligible(p, len, slot0, hv);
+        const int neg = fqla_cp_m_negligible(p, len, slot0, hv);
         if (threadIdx.x == 0 && vbase == p.V) p.seg_flag[ns * p.HV + hv] = neg;
         if (neg) return;
     }

@@ -28,40 +28,62 @@ namespace {
 constexpr int C = FQLA_BWD_C;
 constexpr int LDM = 65; /* 64 x 64 fp32 tiles */
 
+/* Shared memory, ~38 KB at K = 128, so that four CTAs share an SM (the
+ * kernel is bound by the latency of its steps, not by a pipe): q and k rows
+ * as they come (2-byte io elements; the l2norm factors go into the
+ * products' epilogues), then L and T~ over them once the products are in
+ * registers. */
 template <int KD> struct prep_smem {
-    static constexpr int LDK = KD + 4;
-    float q[C * LDK], k[C * LDK];
-    float L[C * LDM], T[C * LDM];
+    static constexpr int LDK = KD + 8; /* 2-byte elements */
+    union {
+        uint16_t q[C * LDK];
+        float L[C * LDM];
+    } a;
+    union {
+        uint16_t k[C * LDK];
+        float T[C * LDM];
+    } b;
     float tmp[3 * 16 * 17];
     float gam[C], bet[C];
+    float rq[C], rk[C]; /* l2norm row factors (1 without) */
 };
 
-/* Rows of x (q or k) for the chunk into dst (fp32, zero past nvalid),
- * normalised when l2norm; r gets the row factors. */
+/* A 2-byte io element (raw bits) as float. */
+template <typename T> __device__ __forceinline__ float io_f(uint16_t x);
+template <> __device__ __forceinline__ float io_f<__nv_bfloat16>(uint16_t x) { return __uint_as_float((uint32_t)x << 16); }
+template <> __device__ __forceinline__ float io_f<__half>(uint16_t x) { return __half2float(__ushort_as_half(x)); }
+
+/* Rows of x (q or k) for the chunk into dst as they come (zero past
+ * nvalid); f gets the row factors: 1 / sqrt(|x|^2 + 1e-6) with l2norm
+ * (0 past nvalid), else 1; r (global) too where given. */
 template <typename T, int KD>
 __device__ void load_rows(const T *x, int64_t sb, int64_t st, int64_t sh, int64_t batch, int64_t t0, int nvalid,
-                          int head, bool l2norm, float *dst, float *r)
+                          int head, bool l2norm, uint16_t *dst, float *f, float *r)
 {
-    constexpr int LDK = KD + 4;
+    constexpr int LDK = KD + 8;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const uint16_t *xr = reinterpret_cast<const uint16_t *>(x);
     for (int i = warp; i < C; i += 8) {
-        float v[KD / 32];
+        uint16_t v[KD / 32];
         float ss = 0.f;
 #pragma unroll
         for (int j = 0; j < KD / 32; j++) {
-            v[j] = i < nvalid ? bwd_ld<T>(x, batch * sb + (t0 + i) * st + (int64_t)head * sh + lane + 32 * j) : 0.f;
-            ss += v[j] * v[j];
+            v[j] = i < nvalid ? xr[batch * sb + (t0 + i) * st + (int64_t)head * sh + lane + 32 * j] : (uint16_t)0;
+            const float y = io_f<T>(v[j]);
+            ss += y * y;
         }
-        float f = 1.f;
+        float fi = 1.f;
         if (l2norm) {
 #pragma unroll
             for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-            f = rsqrtf(ss + 1e-6f);
-            if (i >= nvalid) f = 0.f;
+            fi = i < nvalid ? rsqrtf(ss + 1e-6f) : 0.f;
         }
-        if (lane == 0 && r) r[i] = f;
+        if (lane == 0) {
+            f[i] = fi;
+            if (r) r[i] = fi;
+        }
 #pragma unroll
-        for (int j = 0; j < KD / 32; j++) dst[i * LDK + lane + 32 * j] = v[j] * f;
+        for (int j = 0; j < KD / 32; j++) dst[i * LDK + lane + 32 * j] = v[j];
     }
 }
 
@@ -103,7 +125,7 @@ __device__ void invert_unit_lower(const float *L, float *T, float *tmp)
 }
 
 template <typename T, int KD>
-__global__ void __launch_bounds__(256) bwd_prepare_kernel(const fqla_bwd_params bp)
+__global__ void __launch_bounds__(256, 4) bwd_prepare_kernel(const fqla_bwd_params bp)
 {
     const fqla_fwd_params &p = bp.f;
     extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -119,10 +141,10 @@ __global__ void __launch_bounds__(256) bwd_prepare_kernel(const fqla_bwd_params 
     const bool write_r = p.l2norm && hv % p.group == 0;
     const size_t tile = (size_t)slot * p.HV + hv;
 
-    load_rows<T, KD>((const T *)p.q, p.q_sb, p.q_st, p.q_sh, batch, t0, nvalid, hk, p.l2norm,
-                     sm.q, write_r ? p.rq + ((size_t)slot * p.H + hk) * C : nullptr);
-    load_rows<T, KD>((const T *)p.k, p.k_sb, p.k_st, p.k_sh, batch, t0, nvalid, hk, p.l2norm,
-                     sm.k, write_r ? p.rk + ((size_t)slot * p.H + hk) * C : nullptr);
+    load_rows<T, KD>((const T *)p.q, p.q_sb, p.q_st, p.q_sh, batch, t0, nvalid, hk, p.l2norm, sm.a.q, sm.rq,
+                     write_r ? p.rq + ((size_t)slot * p.H + hk) * C : nullptr);
+    load_rows<T, KD>((const T *)p.k, p.k_sb, p.k_st, p.k_sh, batch, t0, nvalid, hk, p.l2norm, sm.b.k, sm.rk,
+                     write_r ? p.rk + ((size_t)slot * p.H + hk) * C : nullptr);
     if (warp == 0) {
         float g[2], b[2];
         load_gate_beta(p, batch, t0, nvalid, hv, lane, g, b);
@@ -157,24 +179,26 @@ __global__ void __launch_bounds__(256) bwd_prepare_kernel(const fqla_bwd_params 
         float kk[1][4][4], qk[1][4][4];
         bwd_zero(kk);
         bwd_zero(qk);
-        auto Kt = [&](int kx, int j) { return sm.k[j * LDK + kx]; };
-        bwd_mma(kk, m0, n0, 0, KD, [&](int i, int kx) { return sm.k[i * LDK + kx]; }, Kt);
-        bwd_mma(qk, m0, n0, 0, KD, [&](int i, int kx) { return sm.q[i * LDK + kx]; }, Kt);
+        auto Kt = [&](int kx, int j) { return io_f<T>(sm.b.k[j * LDK + kx]); };
+        bwd_mma(kk, m0, n0, 0, KD, [&](int i, int kx) { return io_f<T>(sm.b.k[i * LDK + kx]); }, Kt);
+        bwd_mma(qk, m0, n0, 0, KD, [&](int i, int kx) { return io_f<T>(sm.a.q[i * LDK + kx]); }, Kt);
+        __syncthreads(); /* q and k are read: L and T~ go over them */
         const float scale = p.scale;
         float *Pt = bp.Pt + tile * C * C;
         bwd_each(kk, m0, n0, [&](int i, int j, float v) {
-            sm.L[i * LDM + j] = j < i ? sm.bet[i] * __expf(sm.gam[i] - sm.gam[j]) * v : 0.f;
+            v *= sm.rk[i] * sm.rk[j];
+            sm.a.L[i * LDM + j] = j < i ? sm.bet[i] * __expf(sm.gam[i] - sm.gam[j]) * v : 0.f;
             if (i == j) bad |= !(sm.bet[i] * v >= 0.f && sm.bet[i] * v <= 2.f);
         });
         bwd_each(qk, m0, n0, [&](int i, int j, float v) {
-            Pt[i * C + j] = j <= i ? scale * __expf(sm.gam[i] - sm.gam[j]) * v : 0.f;
+            Pt[i * C + j] = j <= i ? scale * __expf(sm.gam[i] - sm.gam[j]) * (sm.rq[i] * sm.rk[j] * v) : 0.f;
         });
     }
     bad = __syncthreads_or(bad);
     if (p.chunk_ok && tid == 0) p.chunk_ok[tile] = !bad;
-    invert_unit_lower(sm.L, sm.T, sm.tmp);
+    invert_unit_lower(sm.a.L, sm.b.T, sm.tmp);
     float *Tt = bp.Tt + tile * C * C;
-    for (int i = tid; i < C * C; i += blockDim.x) Tt[i] = sm.T[(i >> 6) * LDM + (i & 63)];
+    for (int i = tid; i < C * C; i += blockDim.x) Tt[i] = sm.b.T[(i >> 6) * LDM + (i & 63)];
 }
 
 template <typename T, int KD> cudaError_t launch(const fqla_bwd_params &p, cudaStream_t stream)

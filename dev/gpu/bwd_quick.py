@@ -148,6 +148,9 @@ def timing(H, HV, T, N, K=128, V=128, reps=10):
             import re
             m = re.search(r"(\w+_kernel)", ev.name)
             name = m.group(1) if m else ev.name[:40]
+            c = re.search(r"bwd_chain_kernel<[^,]+, *\(?(?:int)?\)?\d+, *\(?(?:bool)?\)?(true|false|1|0)", ev.name)
+            if c:  # the two chains apart: states (false) and dstates (true)
+                name = "dstates" if c.group(1) in ("true", "1") else "states"
             per[name] = per.get(name, 0.0) + ev.device_time_total / 1e3
     print("   kernels (ms): " + ", ".join(f"{n}={t:.3f}" for n, t in sorted(per.items(), key=lambda x: -x[1])[:8]))
 

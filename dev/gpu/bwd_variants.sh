@@ -13,7 +13,7 @@
 #
 # Environment: OUT (logs; default /tmp/bwd_variants), DEADLINE (seconds,
 # default 540), ROWS (H,HV,T,N;... default the four --quick rows),
-# TEST_FILTER (FQLA_TEST_FILTER for test_gpu_bwd), SANITIZE (compute-sanitizer
+# TEST_FILTER (FQLA_TEST_FILTER for test_gpu_bwd; TESTS=0: no test_gpu_bwd), SANITIZE (compute-sanitizer
 # tools run on the base build's test_gpu_bwd beside the tests, e.g. "memcheck
 # racecheck") with SANITIZE_FILTER, EXTRA (a command run on the base tree
 # beside the tests, e.g. another GPU test; EXTRA_TARGETS: what make builds for it).
@@ -71,11 +71,13 @@ if [ -n "${EXTRA:-}" ]; then
   (timeout "$(( $(left) - 120 ))" bash -c "$EXTRA" > "$OUT/base.extra.txt" 2>&1; echo "exit $?" >> "$OUT/base.extra.txt") &
 fi
 for i in "${!names[@]}"; do
+  [ "${TESTS:-1}" = 0 ] && break
   (cd "${dirs[$i]}" && FQLA_TEST_FILTER=${TEST_FILTER:-} timeout "$(( $(left) - 120 ))" build/tests/test_gpu_bwd \
     > "$OUT/${names[$i]}.test.txt" 2>&1; echo "exit $?" >> "$OUT/${names[$i]}.test.txt") &
 done
 wait
 for n in "${names[@]}"; do
+  [ "${TESTS:-1}" = 0 ] && break
   stamp "$n test: $(grep -E 'passed|failed|FAIL' "$OUT/$n.test.txt" | tail -n 3 | tr '\n' ' ')"
 done
 for f in "$OUT"/base.*check.txt "$OUT"/base.extra.txt; do

@@ -134,14 +134,6 @@ template <int KD, bool REVERSE> constexpr size_t smem_bytes(bool convert)
     return sizeof(chain_smem<KD, REVERSE>) + (convert ? sizeof(chain_lo<KD, REVERSE>) : 0);
 }
 
-/* A 2-byte element of dtype T, widened. */
-template <typename T> __device__ __forceinline__ float wid(uint32_t x);
-template <> __device__ __forceinline__ float wid<__nv_bfloat16>(uint32_t x) { return __uint_as_float(x << 16); }
-template <> __device__ __forceinline__ float wid<__half>(uint32_t x)
-{
-    return __half2float(__ushort_as_half((unsigned short)x));
-}
-
 /* Copies 64 rows of `cols` 2-byte elements (rows past nvalid as zeros)
  * from src (row i at src + i * st) into dst (pitch ld): 16-byte cp.async
  * where `vec`, else element by element. */
@@ -208,7 +200,7 @@ __device__ __forceinline__ void split_rows(uint16_t *raw, bf16 *lo, int ld, int 
         const uint32_t x = *w;
         const float s = r ? r[i] : 1.f;
         uint32_t h, l;
-        fqla_split_pack2(wid<T>(x & 0xffffu) * s, wid<T>(x >> 16) * s, h, l);
+        fqla_split_pack2(bwd_widen<T>(x & 0xffffu) * s, bwd_widen<T>(x >> 16) * s, h, l);
         *w = h;
         *reinterpret_cast<uint32_t *>(lo + i * ld + j) = l;
     }
@@ -457,7 +449,7 @@ __global__ void __launch_bounds__(THREADS, (min_blocks<KD, REVERSE>()))
                 fqla_acc_pairs(acc, m0, n0, [&](int i, int j, float &a0, float &a1) {
                     const float e = __expf(s.gam[i]), b = s.bet[i];
                     const uint32_t v = *reinterpret_cast<const uint32_t *>(&s.x[i * LDX + j]);
-                    const float x0 = wid<T>(v & 0xffffu) - e * a0, x1 = wid<T>(v >> 16) - e * a1;
+                    const float x0 = bwd_widen<T>(v & 0xffffu) - e * a0, x1 = bwd_widen<T>(v >> 16) - e * a1;
                     fqla_split_put2(Ap, i, j, b * x0, b * x1);
                 });
             }
@@ -496,7 +488,7 @@ __global__ void __launch_bounds__(THREADS, (min_blocks<KD, REVERSE>()))
                 const int i = idx / (VS / 2), j = 2 * (idx % (VS / 2));
                 uint32_t *w = reinterpret_cast<uint32_t *>(&s.x[i * LDX + j]);
                 const uint32_t v = *w;
-                const float x0 = wid<T>(v & 0xffffu), x1 = wid<T>(v >> 16), se = scale * __expf(s.gam[i]);
+                const float x0 = bwd_widen<T>(v & 0xffffu), x1 = bwd_widen<T>(v >> 16), se = scale * __expf(s.gam[i]);
                 fqla_split_put2(Ep, i, j, se * x0, se * x1);
                 if (!IO_BF16) {
                     uint32_t h, l;

@@ -131,6 +131,13 @@ template <> __device__ __forceinline__ float bwd_ld<__nv_bfloat16>(const __nv_bf
     return __bfloat162float(p[i]);
 }
 template <> __device__ __forceinline__ float bwd_ld<__half>(const __half *p, int64_t i) { return __half2float(p[i]); }
+/* A 2-byte io element of dtype T from its raw bits (the low 16 of x), widened. */
+template <typename T> __device__ __forceinline__ float bwd_widen(uint32_t x);
+template <> __device__ __forceinline__ float bwd_widen<__nv_bfloat16>(uint32_t x) { return __uint_as_float(x << 16); }
+template <> __device__ __forceinline__ float bwd_widen<__half>(uint32_t x)
+{
+    return __half2float(__ushort_as_half((unsigned short)x));
+}
 template <typename T> __device__ __forceinline__ T bwd_cvt(float x);
 template <> __device__ __forceinline__ __nv_bfloat16 bwd_cvt<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 template <> __device__ __forceinline__ __half bwd_cvt<__half>(float x) { return __float2half_rn(x); }

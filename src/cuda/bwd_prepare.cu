@@ -48,11 +48,6 @@ template <int KD> struct prep_smem {
     float rq[C], rk[C]; /* l2norm row factors (1 without) */
 };
 
-/* A 2-byte io element (raw bits) as float. */
-template <typename T> __device__ __forceinline__ float io_f(uint16_t x);
-template <> __device__ __forceinline__ float io_f<__nv_bfloat16>(uint16_t x) { return __uint_as_float((uint32_t)x << 16); }
-template <> __device__ __forceinline__ float io_f<__half>(uint16_t x) { return __half2float(__ushort_as_half(x)); }
-
 /* Rows of x (q or k) for the chunk into dst as they come (zero past
  * nvalid); f gets the row factors: 1 / sqrt(|x|^2 + 1e-6) with l2norm
  * (0 past nvalid), else 1; r (global) too where given. */
@@ -69,7 +64,7 @@ __device__ void load_rows(const T *x, int64_t sb, int64_t st, int64_t sh, int64_
 #pragma unroll
         for (int j = 0; j < KD / 32; j++) {
             v[j] = i < nvalid ? xr[batch * sb + (t0 + i) * st + (int64_t)head * sh + lane + 32 * j] : (uint16_t)0;
-            const float y = io_f<T>(v[j]);
+            const float y = bwd_widen<T>(v[j]);
             ss += y * y;
         }
         float fi = 1.f;
@@ -179,9 +174,9 @@ __global__ void __launch_bounds__(256, 4) bwd_prepare_kernel(const fqla_bwd_para
         float kk[1][4][4], qk[1][4][4];
         bwd_zero(kk);
         bwd_zero(qk);
-        auto Kt = [&](int kx, int j) { return io_f<T>(sm.b.k[j * LDK + kx]); };
-        bwd_mma(kk, m0, n0, 0, KD, [&](int i, int kx) { return io_f<T>(sm.b.k[i * LDK + kx]); }, Kt);
-        bwd_mma(qk, m0, n0, 0, KD, [&](int i, int kx) { return io_f<T>(sm.a.q[i * LDK + kx]); }, Kt);
+        auto Kt = [&](int kx, int j) { return bwd_widen<T>(sm.b.k[j * LDK + kx]); };
+        bwd_mma(kk, m0, n0, 0, KD, [&](int i, int kx) { return bwd_widen<T>(sm.b.k[i * LDK + kx]); }, Kt);
+        bwd_mma(qk, m0, n0, 0, KD, [&](int i, int kx) { return bwd_widen<T>(sm.a.q[i * LDK + kx]); }, Kt);
         __syncthreads(); /* q and k are read: L and T~ go over them */
         const float scale = p.scale;
         float *Pt = bp.Pt + tile * C * C;

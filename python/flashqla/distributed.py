@@ -23,12 +23,15 @@ rank; every rank composes its start state from the records of the ranks
 before it, in rank order (the same arithmetic on every rank: deterministic);
 the first piece then runs from that start state. Only a rank whose single
 piece continues both ways ("through") computes M, so such a rank does about
-two forwards' work, every other rank one. The gate-driven shortcut: when
-every token of a through piece is contractive (beta ||k||^2 in [0, 2], so
-||I - beta k k^T|| <= 1) and every head's decay sums to <= -17 within a
-prefix, ||M|| <= e^-17 (below fp32 rounding): the rank publishes H alone
-(its successors' scan stops there) and reruns only that prefix from the
-carried state.
+two forwards' work, every other rank one. The gate-driven shortcut, per
+value head: when every token of a through piece is contractive for the head
+(beta ||k||^2 in [0, 2], so ||I - beta k k^T|| <= 1) and the head's decay
+sums to <= -17 within a prefix, its ||M|| <= e^-17 (below fp32 rounding):
+the head runs from zero before the exchange, publishes M = 0, and reruns
+only that prefix from the carried state. Only the other heads go through
+the widened call (head subsets run as calls of their own, GVA group 1);
+when every head fades, the rank publishes H alone (its successors' scan
+stops there).
 
 Backward (the reverse scan): a rank whose first piece continues from an
 earlier rank computes that piece's d(start state) with no gradient from its
@@ -171,6 +174,19 @@ class _Problem:
                         self.beta[:, a:b], self.A_log, self.dt_bias, self.scale, self.flags,
                         self.backend)
 
+    def heads(self, idx):
+        """The same problem on value heads idx (copies), each with its own copy of
+        its q/k head (a GVA group of one in the call): the per-head shortcut runs
+        the heads that need their transition apart from those that do not."""
+        H, HV = self.q.shape[2], self.v.shape[2]
+        t = torch.tensor(idx, dtype=torch.long, device=self.v.device)
+        tq = torch.div(t, HV // H, rounding_mode="floor")
+        per_head = (lambda x: None if x is None else x.index_select(0, t))
+        return _Problem(self.q.index_select(2, tq), self.k.index_select(2, tq),
+                        self.v.index_select(2, t), self.g.index_select(2, t),
+                        self.beta.index_select(2, t), per_head(self.A_log), per_head(self.dt_bias),
+                        self.scale, self.flags, self.backend)
+
 
 def _tok(x, lo, hi):
     """Tokens [lo, hi) of a [1, T, ...] tensor; a copy where the slice's start
@@ -204,6 +220,18 @@ def _fwd(P, pieces, o, h0=None, final=False):
     return ht
 
 
+def _fwd_heads(P, idx, pieces, o, h0=None, final=False):
+    """_fwd on value heads idx of P only (h0: those heads' start states), their
+    columns of o written."""
+    lo, hi = pieces[0][0], pieces[-1][1]
+    Ps = _Problem(*(_tok(x, lo, hi) for x in (P.q, P.k, P.v, P.g, P.beta)), P.A_log, P.dt_bias,
+                  P.scale, P.flags, P.backend).heads(idx)
+    sub = o.new_zeros((1, hi - lo, len(idx), o.shape[3]))
+    ht = _fwd(Ps, [(a - lo, b - lo) for a, b in pieces], sub, h0=h0, final=final)
+    o[:, lo:hi, idx] = sub
+    return ht
+
+
 def _transition(P, piece):
     """(H [HV, K, V], M [HV, K, K]) of one piece: its zero-start end state and
     its transition. One call with V + K value columns where the library takes
@@ -229,12 +257,12 @@ def _transition(P, piece):
     return h[0], m[0]
 
 
-def carry_prefix(g, beta, k, flags, A_log=None, dt_bias=None):
-    """The gate-driven shortcut for one piece (g, beta [1, T, HV], k [1, T, H, K],
-    the library's raw inputs and option bits): the number of leading tokens
-    after which every head's carried state is scaled by at most
-    e^NEGLIGIBLE_LOG_DECAY, or None (some token is not contractive, or some
-    head does not decay that far)."""
+def carry_prefixes(g, beta, k, flags, A_log=None, dt_bias=None):
+    """The gate-driven shortcut per value head of one piece (g, beta [1, T, HV],
+    k [1, T, H, K], the library's raw inputs and option bits): for each head
+    the number of leading tokens after which its carried state is scaled by
+    at most e^NEGLIGIBLE_LOG_DECAY, or None where the head does not decay that
+    far within the piece or one of its tokens is not contractive."""
     wide = torch.float64 if g.dtype == torch.float64 else torch.float32
     g = g.to(wide)
     if flags & ops.GATE_IN_KERNEL:
@@ -247,13 +275,30 @@ def carry_prefix(g, beta, k, flags, A_log=None, dt_bias=None):
         kk = kk / (kk + 1e-6)
     HV, H = g.shape[2], k.shape[2]
     bk = beta * kk.repeat_interleave(HV // H, dim=2)
-    if not bool(((bk >= 0) & (bk <= 2)).all()):
-        return None
+    contractive = ((bk >= 0) & (bk <= 2)).all(1)[0]        # [HV]
     below = g.cumsum(1) <= NEGLIGIBLE_LOG_DECAY            # [1, T, HV], monotone in T
-    if not bool(below[0, -1].all()):
-        return None
     first = below[0].to(torch.int8).argmax(0)              # first token below, per head
-    return int(first.max()) + 1
+    ok = (contractive & below[0, -1]).tolist()
+    return [int(f) + 1 if o else None for f, o in zip(first.tolist(), ok)]
+
+
+def carry_prefix(g, beta, k, flags, A_log=None, dt_bias=None):
+    """The shortcut for every head of the piece at once (carry_prefixes' args):
+    the number of leading tokens after which every head's carried state is
+    negligible, or None where some head's is not."""
+    per_head = carry_prefixes(g, beta, k, flags, A_log, dt_bias)
+    return None if any(p is None for p in per_head) else max(per_head)
+
+
+@dataclass(frozen=True)
+class _Mixed:
+    """A through piece whose heads split: `fade` (their carried state is
+    negligible after `prefix` tokens: M = 0, H from a zero start, only the
+    prefix reruns from the carried state) and `carry` (M and H from the
+    widened call, the whole piece reruns)."""
+    fade: list
+    carry: list
+    prefix: int
 
 
 def _gather(rec, group):
@@ -343,15 +388,25 @@ def _forward(P, parts, group):
         first, rest = _split(L)
         if L.through:
             lo, hi = first[0]
-            prefix = carry_prefix(_tok(Pp.g, lo, hi), _tok(Pp.beta, lo, hi), _tok(Pp.k, lo, hi),
-                                  Pp.flags, Pp.A_log, Pp.dt_bias)
-            if prefix is None:
+            per_head = carry_prefixes(_tok(Pp.g, lo, hi), _tok(Pp.beta, lo, hi), _tok(Pp.k, lo, hi),
+                                      Pp.flags, Pp.A_log, Pp.dt_bias)
+            fade = [h for h, x in enumerate(per_head) if x is not None]
+            carry = [h for h, x in enumerate(per_head) if x is None]
+            if not fade:
                 kind = THROUGH
                 h, m = _transition(Pp, first[0])
                 H.copy_(h)
                 rec[4 + n:].view(HV, K, K).copy_(m)
-            else:  # the carried state fades within the prefix: run from zero now
+            elif not carry:  # every head's carried state fades within the prefix: run from zero now
+                prefix = max(per_head)
                 H.copy_(_fwd(Pp, first, op, final=True)[0])
+            else:  # per head: M = 0 where the state fades (the scan then takes H alone)
+                kind = THROUGH
+                prefix = _Mixed(fade, carry, max(per_head[h] for h in fade))
+                h, m = _transition(Pp.heads(carry), first[0])
+                H[carry] = h
+                rec[4 + n:].view(HV, K, K)[carry] = m
+                H[fade] = _fwd_heads(Pp, fade, first, op, final=True)[0]
         if rest and L.cont_next:
             H.copy_(_fwd(Pp, rest, op, final=True)[-1])
         rec[0] = kind
@@ -371,7 +426,12 @@ def _forward(P, parts, group):
         if p.layout.cont_prev:
             S = _start_state(chain, p.slot, HV, K, V).to(P.state_dtype).unsqueeze(0)
             lo, hi = p.layout.pieces[0]
-            _fwd(Pp, [(lo, lo + prefix)] if prefix is not None else [(lo, hi)], op, h0=S)
+            if isinstance(prefix, _Mixed):
+                _fwd_heads(Pp, prefix.carry, [(lo, hi)], op, h0=S[:, prefix.carry].contiguous())
+                _fwd_heads(Pp, prefix.fade, [(lo, lo + prefix.prefix)], op,
+                           h0=S[:, prefix.fade].contiguous())
+            else:
+                _fwd(Pp, [(lo, lo + prefix)] if prefix is not None else [(lo, hi)], op, h0=S)
         starts.append(S)
     # what the reverse scan reads: the kinds, and the transitions of later parts
     Ms = {}
@@ -417,6 +477,19 @@ def _backward(P, parts, group, saved, d_o):
                 ddt.add_(out[7])
         return out[5]
 
+    def dh0_heads(p, idx, piece, S):
+        """d(start state) of value heads idx over one piece of part p, from their
+        start states in S [1, HV, K, V] and no gradient from the piece's end."""
+        lo, hi = piece[0] + p.offset, piece[1] + p.offset
+        Ps = _Problem(*(_tok(x, lo, hi) for x in (P.q, P.k, P.v, P.g, P.beta)), P.A_log, P.dt_bias,
+                      P.scale, P.flags, P.backend).heads(idx)
+        cu_d, cu_h = _cu([0, hi - lo], dev)
+        d_sub = _tok(d_o, lo, hi).index_select(2, torch.tensor(idx, dtype=torch.long, device=dev))
+        out = ops.bwd_impl(Ps.q, Ps.k, Ps.v, Ps.g, Ps.beta, Ps.A_log, Ps.dt_bias,
+                           S[:, idx].contiguous(), cu_d, cu_h, d_sub, None, P.scale, P.flags,
+                           P.backend)
+        return out[5][0]
+
     recs = torch.zeros((len(parts), 2 + n), dtype=P.state_dtype, device=dev)
     for p, S, prefix, rec in zip(parts, starts, prefixes, recs.unbind(0)):
         L = p.layout
@@ -426,8 +499,12 @@ def _backward(P, parts, group, saved, d_o):
         first = _split(L)[0]
         if L.through:   # d(start) from this part's own outputs; its full pass comes later
             lo, hi = first[0]
-            G.copy_(bwd(p, [(lo, lo + prefix)] if prefix is not None else [(lo, hi)], h0=S,
-                        keep=False)[0])
+            if isinstance(prefix, _Mixed):
+                G[prefix.carry] = dh0_heads(p, prefix.carry, (lo, hi), S)
+                G[prefix.fade] = dh0_heads(p, prefix.fade, (lo, lo + prefix.prefix), S)
+            else:
+                G.copy_(bwd(p, [(lo, lo + prefix)] if prefix is not None else [(lo, hi)], h0=S,
+                            keep=False)[0])
         elif L.cont_prev:
             G.copy_(bwd(p, first, h0=S)[0])
     gathered, work = _gather(recs, group)

@@ -44,6 +44,10 @@ CASES = {
     # strong decay: the through ranks take the gate-driven shortcut
     "strong_decay": ([0, T_ALL], EVEN,
                      dict(gate=4.0)),
+    # per-head shortcut: heads 0 and 2 decay strongly (their M is dropped), heads
+    # 1 and 3 not at all (the through ranks compute their M)
+    "mixed_decay": ([0, T_ALL], EVEN,
+                    dict(gate=[4.0, 0.0, 4.0, 0.0])),
     # empty first and last ranks
     "empty_ranks": ([0, 90, T_ALL], {2: [0, 0, 264], 4: [0, 0, 140, 264, 264]}, dict(gate=0.1)),
     # in-kernel gate, beta sigmoid with negative eigenvalues, l2norm of raw keys
@@ -76,7 +80,7 @@ def _inputs(case, seed, options, dtype, dims):
                      dt_bias=0.1 * torch.randn(HV, generator=gen))
     else:
         k = torch.nn.functional.normalize(k, dim=-1)
-        g = -case * torch.rand(1, T_ALL, HV, generator=gen)
+        g = -torch.as_tensor(case, dtype=torch.float32) * torch.rand(1, T_ALL, HV, generator=gen)
         beta = torch.rand(1, T_ALL, HV, generator=gen)
         extra = {}
     d_o = torch.randn(1, T_ALL, HV, V, generator=gen)
@@ -261,7 +265,10 @@ def _worker(rank, world, backend, init_file, out_file, seed):
     group = torch.distributed.group.WORLD
     dims = DIMS[backend]
     no_bwd = _backward_unsupported(device, dims)
-    results = {}
+    results = {"_transition_heads": {}}
+    # the value heads of each [H | M] call (the per-head shortcut leaves some out)
+    seen, real_transition = [], fcp._transition
+    fcp._transition = lambda P, piece: (seen.append(P.v.shape[2]), real_transition(P, piece))[1]
     try:
         for i, name in enumerate(CASES):
             if backend == "gloo" and world > 2 and CASES[name][2].get("fla") in ("real", "zigzag"):
@@ -269,7 +276,12 @@ def _worker(rank, world, backend, init_file, out_file, seed):
                 results[name] = {"skipped": "the real-FLA cases run on 2 gloo ranks (and on NCCL) "
                                             "only, to keep the CPU tests' time down"}
                 continue
+            seen.clear()
             results[name] = _run_case(name, rank, world, group, device, seed + i, dims, no_bwd)
+            everyone = [None] * world
+            torch.distributed.all_gather_object(everyone, sorted(set(seen)), group=group)
+            results["_transition_heads"][name] = sorted(set(sum(everyone, [])))
+        fcp._transition = real_transition
         # determinism: the same call twice, bit for bit
         again = [_run_case("varlen_uneven", rank, world, group, device, seed + 1, dims, no_bwd)
                  for _ in range(2)]
@@ -378,6 +390,13 @@ def test_deterministic_and_shortcut(backend, world):
     assert r["_deterministic"], "two identical distributed calls differ"
     assert r["_prefix"] is not None and r["_prefix"] < r["_through_len"], r
     assert r["_unsupported"] != "ran" and "300" in r["_unsupported"], r["_unsupported"]
+    heads = r["_transition_heads"]
+    HV = DIMS[backend][1]
+    # with four ranks the middle two are through: every head's M where none fades,
+    # only the two non-decaying heads' where two fade, none under strong decay
+    assert heads["one_seq_even"] == ([HV] if world > 2 else []), heads
+    assert heads["mixed_decay"] == ([HV // 2] if world > 2 else []), heads
+    assert heads["strong_decay"] == [], heads
 
 
 # --------------------------------------------------------------------------
@@ -415,6 +434,13 @@ def test_carry_prefix():
     g[..., 1] = -2.0
     assert fcp.carry_prefix(g, beta, k, 0) == 17   # head 0 reaches -17 at token 16
     assert fcp.carry_prefix(g, beta * 3, k, 0) is None  # beta ||k||^2 > 2: not contractive
+    # per head: each head on its own decay and its own tokens' contraction
+    assert fcp.carry_prefixes(g, beta, k, 0) == [17, 9]
+    g[..., 0] = -0.01
+    assert fcp.carry_prefixes(g, beta, k, 0) == [None, 9]
+    b = beta.clone()
+    b[0, 5, 1] = 3.0
+    assert fcp.carry_prefixes(g * 0 - 1, b, k, 0) == [17, None]
 
 
 @pytest.mark.parametrize("wide", [True, False], ids=["one-call", "two-calls"])

@@ -174,6 +174,11 @@ class _Problem:
                         self.beta[:, a:b], self.A_log, self.dt_bias, self.scale, self.flags,
                         self.backend)
 
+    def tokens_heads(self, lo, hi, idx):
+        """Tokens [lo, hi) of value heads idx (copies, as heads())."""
+        return _Problem(*(_tok(x, lo, hi) for x in (self.q, self.k, self.v, self.g, self.beta)),
+                        self.A_log, self.dt_bias, self.scale, self.flags, self.backend).heads(idx)
+
     def heads(self, idx):
         """The same problem on value heads idx (copies), each with its own copy of
         its q/k head (a GVA group of one in the call): the per-head shortcut runs
@@ -224,8 +229,7 @@ def _fwd_heads(P, idx, pieces, o, h0=None, final=False):
     """_fwd on value heads idx of P only (h0: those heads' start states), their
     columns of o written."""
     lo, hi = pieces[0][0], pieces[-1][1]
-    Ps = _Problem(*(_tok(x, lo, hi) for x in (P.q, P.k, P.v, P.g, P.beta)), P.A_log, P.dt_bias,
-                  P.scale, P.flags, P.backend).heads(idx)
+    Ps = P.tokens_heads(lo, hi, idx)
     sub = o.new_zeros((1, hi - lo, len(idx), o.shape[3]))
     ht = _fwd(Ps, [(a - lo, b - lo) for a, b in pieces], sub, h0=h0, final=final)
     o[:, lo:hi, idx] = sub
@@ -481,8 +485,7 @@ def _backward(P, parts, group, saved, d_o):
         """d(start state) of value heads idx over one piece of part p, from their
         start states in S [1, HV, K, V] and no gradient from the piece's end."""
         lo, hi = piece[0] + p.offset, piece[1] + p.offset
-        Ps = _Problem(*(_tok(x, lo, hi) for x in (P.q, P.k, P.v, P.g, P.beta)), P.A_log, P.dt_bias,
-                      P.scale, P.flags, P.backend).heads(idx)
+        Ps = P.tokens_heads(lo, hi, idx)
         cu_d, cu_h = _cu([0, hi - lo], dev)
         d_sub = _tok(d_o, lo, hi).index_select(2, torch.tensor(idx, dtype=torch.long, device=dev))
         out = ops.bwd_impl(Ps.q, Ps.k, Ps.v, Ps.g, Ps.beta, Ps.A_log, Ps.dt_bias,

@@ -53,6 +53,11 @@ CASES = {
     # in-kernel gate, beta sigmoid with negative eigenvalues, l2norm of raw keys
     "options": ([0, 100, T_ALL], {2: [0, 180, 264], 4: [0, 40, 120, 200, 264]},
                 dict(gate=1.0, options=True)),
+    # per-head shortcut under the in-kernel options: A_log decides which heads fade
+    # (0 and 3: A = e; 1 and 2: A = e^-8, no fade), so each head subset call
+    # must take its own heads' A_log and dt_bias
+    "mixed_options": ([0, T_ALL], EVEN,
+                      dict(gate=1.0, options=[1.0, -8.0, -8.0, 1.0])),
     "bf16": ([0, T_ALL], EVEN,
              dict(gate=0.05, dtype="bfloat16")),
     # through flashqla.fla with an FLA cp_context: a stand-in of FLA's fields
@@ -61,6 +66,10 @@ CASES = {
     "fla_cp_context": ([0, 50, T_ALL], EVEN, dict(gate=0.1, fla="stand-in")),
     "fla_real": ([0, 50, 52, 200, T_ALL], EVEN, dict(gate=0.1, fla="real")),
     "fla_real_zigzag": ([0, 50, 52, 200, T_ALL], EVEN, dict(gate=0.1, fla="zigzag")),
+    # zigzag with mixed decay: on 2 ranks, rank 1 holds chain positions 1 and 2,
+    # both through and both split per head (the second part at a nonzero offset);
+    # rank 0's first part holds two sequences
+    "fla_zigzag_mixed": ([0, 20, T_ALL], EVEN, dict(gate=[0.0, 4.0, 4.0, 0.0], fla="zigzag")),
 }
 GRADS = ("q", "k", "v", "g", "beta", "A_log", "dt_bias")
 # (H, HV, K, V): small on the CPU; the CUDA forward takes K in {64, 128, 256}
@@ -78,6 +87,8 @@ def _inputs(case, seed, options, dtype, dims):
         beta = torch.randn(1, T_ALL, HV, generator=gen)       # logits
         extra = dict(A_log=torch.rand(HV, generator=gen).log(),
                      dt_bias=0.1 * torch.randn(HV, generator=gen))
+        if isinstance(options, list):   # A_log per head, given
+            extra["A_log"] = torch.tensor(options, dtype=torch.float32)
     else:
         k = torch.nn.functional.normalize(k, dim=-1)
         g = -torch.as_tensor(case, dtype=torch.float32) * torch.rand(1, T_ALL, HV, generator=gen)
@@ -397,6 +408,9 @@ def test_deterministic_and_shortcut(backend, world):
     assert heads["one_seq_even"] == ([HV] if world > 2 else []), heads
     assert heads["mixed_decay"] == ([HV // 2] if world > 2 else []), heads
     assert heads["strong_decay"] == [], heads
+    assert heads["mixed_options"] == ([HV // 2] if world > 2 else []), heads
+    if "fla_zigzag_mixed" in heads and "skipped" not in r["fla_zigzag_mixed"]:
+        assert heads["fla_zigzag_mixed"] == [HV // 2], heads   # positions 1 and 2, each half
 
 
 # --------------------------------------------------------------------------

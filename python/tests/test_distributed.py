@@ -48,6 +48,11 @@ CASES = {
     # 1 and 3 not at all (the through ranks compute their M)
     "mixed_decay": ([0, T_ALL], EVEN,
                     dict(gate=[4.0, 0.0, 4.0, 0.0])),
+    # per-head shortcut in a batch of several sequences, with prefixes that differ
+    # per head (head 1's decay reaches -17 late in the piece, heads 0 and 3 early:
+    # the fading heads' rerun must cover the longest), head 2 carries its M
+    "mixed_varlen": ([0, 30, 250, T_ALL], {2: [0, 130, 264], 4: [0, 40, 130, 220, 264]},
+                     dict(gate=[4.0, 0.6, 0.0, 4.0])),
     # empty first and last ranks
     "empty_ranks": ([0, 90, T_ALL], {2: [0, 0, 264], 4: [0, 0, 140, 264, 264]}, dict(gate=0.1)),
     # in-kernel gate, beta sigmoid with negative eigenvalues, l2norm of raw keys
@@ -408,6 +413,7 @@ def test_deterministic_and_shortcut(backend, world):
     assert heads["one_seq_even"] == ([HV] if world > 2 else []), heads
     assert heads["mixed_decay"] == ([HV // 2] if world > 2 else []), heads
     assert heads["strong_decay"] == [], heads
+    assert heads["mixed_varlen"] == ([HV // 4] if world > 2 else []), heads
     assert heads["mixed_options"] == ([HV // 2] if world > 2 else []), heads
     if "fla_zigzag_mixed" in heads and "skipped" not in r["fla_zigzag_mixed"]:
         assert heads["fla_zigzag_mixed"] == [HV // 2], heads   # positions 1 and 2, each half

@@ -298,10 +298,14 @@ def _worker(rank, world, backend, init_file, out_file, seed):
             torch.distributed.all_gather_object(everyone, sorted(set(seen)), group=group)
             results["_transition_heads"][name] = sorted(set(sum(everyone, [])))
         fcp._transition = real_transition
-        # determinism: the same call twice, bit for bit
-        again = [_run_case("varlen_uneven", rank, world, group, device, seed + 1, dims, no_bwd)
-                 for _ in range(2)]
-        results["_deterministic"] = again[0] == again[1]
+        # determinism: the same call twice, bit for bit (also where a through rank's
+        # heads split between the two head-subset calls)
+        results["_deterministic"] = True
+        for name in ("varlen_uneven", "mixed_varlen"):
+            i = list(CASES).index(name)
+            again = [_run_case(name, rank, world, group, device, seed + i, dims, no_bwd)
+                     for _ in range(2)]
+            results["_deterministic"] &= again[0] == again[1]
         # the shortcut is taken where strong decay lets it be
         _, offs, opt = CASES["strong_decay"]
         x, _ = _inputs(opt["gate"], seed, False, torch.float32, dims)

@@ -61,6 +61,21 @@ CASES = {
     "fla_cp_context": ([0, 50, T_ALL], EVEN, dict(gate=0.1, fla="stand-in")),
     "fla_real": ([0, 50, 52, 200, T_ALL], EVEN, dict(gate=0.1, fla="real")),
     "fla_real_zigzag": ([0, 50, 52, 200, T_ALL], EVEN, dict(gate=0.1, fla="zigzag")),
+    # (the cases from here on come last, so that those above keep their seeds)
+    # zigzag with mixed decay: on 2 ranks, rank 1 holds chain positions 1 and 2,
+    # both through and both split per head (the second part at a nonzero offset);
+    # rank 0's first part holds two sequences
+    "fla_zigzag_mixed": ([0, 20, T_ALL], EVEN, dict(gate=[0.0, 4.0, 4.0, 0.0], fla="zigzag")),
+    # per-head shortcut in a batch of several sequences, with prefixes that differ
+    # per head (head 1's decay reaches -17 late in the piece, heads 0 and 3 early:
+    # the fading heads' rerun must cover the longest), head 2 carries its M
+    "mixed_varlen": ([0, 30, 250, T_ALL], {2: [0, 130, 264], 4: [0, 40, 130, 220, 264]},
+                     dict(gate=[4.0, 0.6, 0.0, 4.0])),
+    # per-head shortcut under the in-kernel options: A_log decides which heads fade
+    # (0 and 3: A = e; 1 and 2: A = e^-8, no fade), so each head subset call
+    # must take its own heads' A_log and dt_bias
+    "mixed_options": ([0, T_ALL], EVEN,
+                      dict(gate=1.0, options=[1.0, -8.0, -8.0, 1.0])),
 }
 GRADS = ("q", "k", "v", "g", "beta", "A_log", "dt_bias")
 # (H, HV, K, V): small on the CPU; the CUDA forward takes K in {64, 128, 256}
@@ -78,6 +93,8 @@ def _inputs(case, seed, options, dtype, dims):
         beta = torch.randn(1, T_ALL, HV, generator=gen)       # logits
         extra = dict(A_log=torch.rand(HV, generator=gen).log(),
                      dt_bias=0.1 * torch.randn(HV, generator=gen))
+        if isinstance(options, list):   # A_log per head, given
+            extra["A_log"] = torch.tensor(options, dtype=torch.float32)
     else:
         k = torch.nn.functional.normalize(k, dim=-1)
         g = -torch.as_tensor(case, dtype=torch.float32) * torch.rand(1, T_ALL, HV, generator=gen)
@@ -282,10 +299,14 @@ def _worker(rank, world, backend, init_file, out_file, seed):
             torch.distributed.all_gather_object(everyone, sorted(set(seen)), group=group)
             results["_transition_heads"][name] = sorted(set(sum(everyone, [])))
         fcp._transition = real_transition
-        # determinism: the same call twice, bit for bit
-        again = [_run_case("varlen_uneven", rank, world, group, device, seed + 1, dims, no_bwd)
-                 for _ in range(2)]
-        results["_deterministic"] = again[0] == again[1]
+        # determinism: the same call twice, bit for bit (also where a through rank's
+        # heads split between the two head-subset calls)
+        results["_deterministic"] = True
+        for name in ("varlen_uneven", "mixed_varlen"):
+            i = list(CASES).index(name)
+            again = [_run_case(name, rank, world, group, device, seed + i, dims, no_bwd)
+                     for _ in range(2)]
+            results["_deterministic"] &= again[0] == again[1]
         # the shortcut is taken where strong decay lets it be
         _, offs, opt = CASES["strong_decay"]
         x, _ = _inputs(opt["gate"], seed, False, torch.float32, dims)
@@ -397,6 +418,10 @@ def test_deterministic_and_shortcut(backend, world):
     assert heads["one_seq_even"] == ([HV] if world > 2 else []), heads
     assert heads["mixed_decay"] == ([HV // 2] if world > 2 else []), heads
     assert heads["strong_decay"] == [], heads
+    assert heads["mixed_varlen"] == ([HV // 4] if world > 2 else []), heads
+    assert heads["mixed_options"] == ([HV // 2] if world > 2 else []), heads
+    if "fla_zigzag_mixed" in heads and "skipped" not in r["fla_zigzag_mixed"]:
+        assert heads["fla_zigzag_mixed"] == [HV // 2], heads   # every through part: half its heads
 
 
 # --------------------------------------------------------------------------

@@ -431,9 +431,9 @@ def _forward(P, parts, group):
             S = _start_state(chain, p.slot, HV, K, V).to(P.state_dtype).unsqueeze(0)
             lo, hi = p.layout.pieces[0]
             if isinstance(prefix, _Mixed):
-                _fwd_heads(Pp, prefix.carry, [(lo, hi)], op, h0=S[:, prefix.carry].contiguous())
+                _fwd_heads(Pp, prefix.carry, [(lo, hi)], op, h0=S[:, prefix.carry])
                 _fwd_heads(Pp, prefix.fade, [(lo, lo + prefix.prefix)], op,
-                           h0=S[:, prefix.fade].contiguous())
+                           h0=S[:, prefix.fade])
             else:
                 _fwd(Pp, [(lo, lo + prefix)] if prefix is not None else [(lo, hi)], op, h0=S)
         starts.append(S)
@@ -489,7 +489,7 @@ def _backward(P, parts, group, saved, d_o):
         cu_d, cu_h = _cu([0, hi - lo], dev)
         d_sub = _tok(d_o, lo, hi).index_select(2, torch.tensor(idx, dtype=torch.long, device=dev))
         out = ops.bwd_impl(Ps.q, Ps.k, Ps.v, Ps.g, Ps.beta, Ps.A_log, Ps.dt_bias,
-                           S[:, idx].contiguous(), cu_d, cu_h, d_sub, None, P.scale, P.flags,
+                           S[:, idx], cu_d, cu_h, d_sub, None, P.scale, P.flags,
                            P.backend)
         return out[5][0]
 

@@ -138,7 +138,7 @@ fqla_status fqla_cuda_bwd_run(fqla_context *ctx, const fqla_problem *p, const fq
         b.ddtb_s = a->ddt_bias.strides[0];
     }
     unsigned char *ws = (unsigned char *)workspace;
-    b.gam = (float *)(ws + L.gam);
+    k.gam = (float *)(ws + L.gam);
     b.bet = (float *)(ws + L.bet);
     k.rq = p->opt.use_qk_l2norm ? (float *)(ws + L.rq) : NULL;
     k.rk = p->opt.use_qk_l2norm ? (float *)(ws + L.rk) : NULL;
@@ -150,7 +150,6 @@ fqla_status fqla_cuda_bwd_run(fqla_context *ctx, const fqla_problem *p, const fq
     b.cp_hm = k.cp_mode ? (float *)(ws + L.cp_hm) : NULL;
     if (k.cp_mode) { /* the negligible-transition shortcut (bwd_chain_cp.cu) */
         k.cp_skip = 1;
-        k.gam = b.gam;
         k.chunk_ok = (int *)(ws + L.chunk_ok);
         k.seg_flag = (int *)(ws + L.seg_flag);
     }

@@ -177,7 +177,7 @@ __device__ __forceinline__ void issue(const fqla_bwd_params &bp, chain_stage<KD,
     }
     const int t = threadIdx.x;
     if (t < C / 4) { /* the workspace rows: 16-byte aligned always */
-        fqla_cp_async16(&s.gam[4 * t], bp.gam + tile * C + 4 * t, 16);
+        fqla_cp_async16(&s.gam[4 * t], p.gam + tile * C + 4 * t, 16);
         fqla_cp_async16(&s.bet[4 * t], bp.bet + tile * C + 4 * t, 16);
         if (p.l2norm) {
             const size_t rrow = ((size_t)slot * p.H + hk) * C;

@@ -68,12 +68,13 @@ struct fqla_bwd_params {
     float *dA_log, *ddt_bias; /* [HV] (gate in kernel) */
     int64_t dalog_s, ddtb_s;
     /* workspace */
-    float *gam, *bet;         /* [slots][HV][64] chunk-local cumsum of the log decay; beta */
+    float *bet;               /* [slots][HV][64] beta (f.gam: the chunk-local cumsum of the log
+                                 decay, where the forward's CP test fqla_cp_m_negligible reads it) */
     float *Tt, *Pt;           /* [slots][HV][64][64] T~ and P~ */
     float *S, *dS;            /* [slots][HV][K][V] entering state; gradient w.r.t. the leaving state */
     float *gate_part;         /* [slots][HV][2] per-chunk dA_log, ddt_bias (gate in kernel) */
     float *cp_hm;             /* chains' CP (f.cp_mode): [segs][HV][K][V + K] the pre-pass's [H | M] */
-    /* with CP also f.cp_skip = 1, f.gam = gam and the shortcut's flags:
+    /* with CP also f.cp_skip = 1 and the shortcut's flags:
      * f.chunk_ok [slots][HV] (prepare) and f.seg_flag [segs][HV] (pre-pass) */
 };
 

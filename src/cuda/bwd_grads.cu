@@ -206,11 +206,11 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
             }
         }
         if (tid < C) {
-            const float gm = bp.gam[tile * C + tid];
+            const float gm = p.gam[tile * C + tid];
             sm.gam[tid] = gm;
             sm.bet[tid] = bp.bet[tile * C + tid];
             sm.e[tid] = __expf(gm);
-            sm.f[tid] = __expf(bp.gam[tile * C + C - 1] - gm);
+            sm.f[tid] = __expf(p.gam[tile * C + C - 1] - gm);
         }
         for (int idx = tid; idx < 3 * 4 * C; idx += THREADS) (&sm.red[0][0][0])[idx] = 0.f;
 

@@ -162,7 +162,7 @@ __global__ void __launch_bounds__(256, 4) bwd_prepare_kernel(const fqla_bwd_para
         for (int h = 0; h < 2; h++) {
             sm.gam[lane + 32 * h] = g[h];
             sm.bet[lane + 32 * h] = b[h];
-            bp.gam[tile * C + lane + 32 * h] = g[h];
+            p.gam[tile * C + lane + 32 * h] = g[h];
             bp.bet[tile * C + lane + 32 * h] = b[h];
         }
     }

@@ -13,11 +13,14 @@
 # "1048576"), CP_GPUS (default "1 2 ... device count"), CP_ITERS (default 5),
 # PYTEST_K (default "nccl"), TESTS=0 (no pytest, no test_gpu_bwd).
 # Output: $OUT/summary.txt, $OUT/cp-multi-h200.csv (the rows this call
-# appended), one log per step.
+# appended), $OUT/logs.tgz (one log per step; the device tool returns at
+# most 8 files).
 set -u
 OUT=${OUT:-/tmp/cp_out}
 DEADLINE=${DEADLINE:-560}
-mkdir -p "$OUT"
+LOG=/tmp/cp_logs
+mkdir -p "$OUT" "$LOG"
+trap 'tar czf "$OUT/logs.tgz" -C /tmp cp_logs' EXIT
 export PYTHONUNBUFFERED=1
 # NVLink multicast stays off on shared hosts (the device notes say why)
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -27,29 +30,29 @@ left() { local l=$(( DEADLINE - ($(date +%s) - t0) - 10 )); [ "$l" -lt 1 ] && l=
 
 ngpu=$(python3 -c 'import torch; print(torch.cuda.device_count())')
 stamp "GPUs: $ngpu"
-{ nvidia-smi; nvidia-smi topo -m; } > "$OUT/gpu.txt" 2>&1
+{ nvidia-smi; nvidia-smi topo -m; } > "$LOG/gpu.txt" 2>&1
 
 if ls .whl/*.whl > /dev/null 2>&1; then
-  pip install --no-deps --no-index --target /tmp/site .whl/*.whl > "$OUT/pip.txt" 2>&1
+  pip install --no-deps --no-index --target /tmp/site .whl/*.whl > "$LOG/pip.txt" 2>&1
   export PYTHONPATH=/tmp/site
 fi
 export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
 export FLASHQLA_LIB=$PWD/build/libflashqla.so
 
 stamp "build"
-timeout "$(left)" make -j32 build/libflashqla.so build/tests/test_gpu_bwd > "$OUT/build.txt" 2>&1 ||
-  { stamp "build FAILED"; tail -30 "$OUT/build.txt"; exit 1; }
+timeout "$(left)" make -j32 build/libflashqla.so build/tests/test_gpu_bwd > "$LOG/build.txt" 2>&1 ||
+  { stamp "build FAILED"; tail -30 "$LOG/build.txt"; exit 1; }
 
 if [ "${TESTS:-1}" != 0 ]; then
   stamp "pytest -k ${PYTEST_K:-nccl} beside test_gpu_bwd on GPU $((ngpu - 1))"
   (CUDA_VISIBLE_DEVICES=$((ngpu - 1)) timeout "$(( $(left) - 150 ))" build/tests/test_gpu_bwd \
-     > "$OUT/test_gpu_bwd.txt" 2>&1; echo "exit $?" >> "$OUT/test_gpu_bwd.txt") &
+     > "$LOG/test_gpu_bwd.txt" 2>&1; echo "exit $?" >> "$LOG/test_gpu_bwd.txt") &
   timeout "$(( $(left) - 150 ))" python3 -m pytest -q -rs python/tests/test_distributed.py \
-    -k "${PYTEST_K:-nccl}" > "$OUT/pytest.txt" 2>&1
-  echo "exit $?" >> "$OUT/pytest.txt"
+    -k "${PYTEST_K:-nccl}" > "$LOG/pytest.txt" 2>&1
+  echo "exit $?" >> "$LOG/pytest.txt"
   wait
-  stamp "pytest: $(tail -2 "$OUT/pytest.txt" | tr '\n' ' ')"
-  stamp "test_gpu_bwd: $(grep -E 'passed|failed|FAIL' "$OUT/test_gpu_bwd.txt" | tail -3 | tr '\n' ' ') $(tail -1 "$OUT/test_gpu_bwd.txt")"
+  stamp "pytest: $(tail -2 "$LOG/pytest.txt" | tr '\n' ' ')"
+  stamp "test_gpu_bwd: $(grep -E 'passed|failed|FAIL' "$LOG/test_gpu_bwd.txt" | tail -3 | tr '\n' ' ') $(tail -1 "$LOG/test_gpu_bwd.txt")"
 fi
 
 csv=$OUT/cp-multi-h200.csv
@@ -57,8 +60,8 @@ for tokens in ${CP_TOKENS:-1048576}; do
   for n in ${CP_GPUS:-$(seq 1 "$ngpu")}; do
     stamp "bench_cp tokens=$tokens gpus=$n"
     timeout "$(left)" torchrun --standalone --nproc_per_node="$n" bench/bench_cp.py \
-      --tokens "$tokens" --iters "${CP_ITERS:-5}" --out "$csv" > "$OUT/bench_cp_${tokens}_$n.txt" 2>&1 ||
-      stamp "bench_cp failed: $(tail -3 "$OUT/bench_cp_${tokens}_$n.txt" | tr '\n' ' ')"
+      --tokens "$tokens" --iters "${CP_ITERS:-5}" --out "$csv" > "$LOG/bench_cp_${tokens}_$n.txt" 2>&1 ||
+      stamp "bench_cp failed: $(tail -3 "$LOG/bench_cp_${tokens}_$n.txt" | tr '\n' ' ')"
   done
 done
 [ -f "$csv" ] && cat "$csv" | tee -a "$OUT/summary.txt"

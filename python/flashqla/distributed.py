@@ -174,10 +174,14 @@ class _Problem:
                         self.beta[:, a:b], self.A_log, self.dt_bias, self.scale, self.flags,
                         self.backend)
 
+    def tokens(self, lo, hi):
+        """Tokens [lo, hi) (views, as _tok)."""
+        return _Problem(*(_tok(x, lo, hi) for x in (self.q, self.k, self.v, self.g, self.beta)),
+                        self.A_log, self.dt_bias, self.scale, self.flags, self.backend)
+
     def tokens_heads(self, lo, hi, idx):
         """Tokens [lo, hi) of value heads idx (copies, as heads())."""
-        return _Problem(*(_tok(x, lo, hi) for x in (self.q, self.k, self.v, self.g, self.beta)),
-                        self.A_log, self.dt_bias, self.scale, self.flags, self.backend).heads(idx)
+        return self.tokens(lo, hi).heads(idx)
 
     def heads(self, idx):
         """The same problem on value heads idx (copies), each with its own copy of
@@ -214,51 +218,47 @@ def _cu(cu, dev):
 
 
 def _fwd(P, pieces, o, h0=None, final=False):
-    """Runs pieces (from h0 [n, HV, K, V] or zero), writes their o; returns the
-    final states [n, HV, K, V] when asked."""
+    """Runs pieces (from h0 [n, HV, K, V] or zero), their o written in place
+    (o: the part's output; the library takes the token range as a view);
+    returns the final states [n, HV, K, V] when asked."""
     lo, hi, cu = _span(pieces)
     cu_d, cu_h = _cu(cu, P.q.device)
+    dst = o[:, lo:hi]
+    direct = not (dst.is_cuda and dst.data_ptr() % 16)
     out, ht = ops.fwd_impl(_tok(P.q, lo, hi), _tok(P.k, lo, hi), _tok(P.v, lo, hi),
                            _tok(P.g, lo, hi), _tok(P.beta, lo, hi), P.A_log, P.dt_bias, h0,
-                           cu_d, cu_h, P.scale, P.flags, final, P.backend)
-    o[:, lo:hi] = out
+                           cu_d, cu_h, P.scale, P.flags, final, P.backend,
+                           out=dst if direct else None)
+    if not direct:
+        dst.copy_(out)
     return ht
 
 
 def _fwd_heads(P, idx, pieces, o, h0=None, final=False):
     """_fwd on value heads idx of P only (h0: those heads' start states), their
     columns of o written."""
+    if len(idx) == P.v.shape[2]:
+        return _fwd(P, pieces, o, h0=h0, final=final)
     lo, hi = pieces[0][0], pieces[-1][1]
     Ps = P.tokens_heads(lo, hi, idx)
-    sub = o.new_zeros((1, hi - lo, len(idx), o.shape[3]))
+    sub = o.new_empty((1, hi - lo, len(idx), o.shape[3]))
     ht = _fwd(Ps, [(a - lo, b - lo) for a, b in pieces], sub, h0=h0, final=final)
     o[:, lo:hi, idx] = sub
     return ht
 
 
-def _transition(P, piece):
-    """(H [HV, K, V], M [HV, K, K]) of one piece: its zero-start end state and
-    its transition. One call with V + K value columns where the library takes
-    them (M's columns start from the identity and read zero values), else two."""
-    lo, hi = piece
-    q, k, g, beta = (_tok(x, lo, hi) for x in (P.q, P.k, P.g, P.beta))
-    v = _tok(P.v, lo, hi)
-    _, T, HV, V = v.shape
-    K = q.shape[3]
-    sd = P.state_dtype
-    eye = torch.eye(K, dtype=sd, device=v.device).expand(1, HV, K, K)
-    wide_v = torch.cat([v, v.new_zeros((1, T, HV, K))], dim=3)
-    wide_h0 = torch.cat([torch.zeros((1, HV, K, V), dtype=sd, device=v.device), eye], dim=3)
-    args = (q, k, wide_v, g, beta, P.A_log, P.dt_bias, wide_h0, None, None, P.scale, P.flags,
-            True, P.backend)
-    if ops.fwd_supported(*args) is None:
-        _, ht = ops.fwd_impl(*args)
-        return ht[0, :, :, :V], ht[0, :, :, V:]
-    _, h = ops.fwd_impl(q, k, v, g, beta, P.A_log, P.dt_bias, None, None, None, P.scale,
-                        P.flags, True, P.backend)
-    _, m = ops.fwd_impl(q, k, v.new_zeros((1, T, HV, K)), g, beta, P.A_log, P.dt_bias,
-                        eye.contiguous(), None, None, P.scale, P.flags, True, P.backend)
-    return h[0], m[0]
+def _carried(P):
+    """What the start state S does over the tokens of P (one piece): (o_M
+    [1, T, HV, K], M [HV, K, K]), the output and the final state of one
+    fqla_fwd with zero values (K columns) from the initial state I. The state
+    is linear in its start, so with o0 and H the output and end state from a
+    zero start, o = o0 + o_M S per token and head, and S_end = H + M S."""
+    _, T, HV, _ = P.v.shape
+    K = P.q.shape[3]
+    eye = torch.eye(K, dtype=P.state_dtype, device=P.v.device).expand(1, HV, K, K).contiguous()
+    o_m, m = ops.fwd_impl(P.q, P.k, P.v.new_zeros((1, T, HV, K)), P.g, P.beta, P.A_log,
+                          P.dt_bias, eye, None, None, P.scale, P.flags, True, P.backend)
+    return o_m, m[0]
 
 
 def carry_prefixes(g, beta, k, flags, A_log=None, dt_bias=None):
@@ -274,7 +274,8 @@ def carry_prefixes(g, beta, k, flags, A_log=None, dt_bias=None):
     beta = beta.to(wide)
     if flags & ops.BETA_SIGMOID:
         beta = beta.sigmoid() * (2.0 if flags & ops.NEG_EIGVAL else 1.0)
-    kk = k.to(wide).square().sum(-1)                       # [1, T, H]
+    # ||k||^2 without a widened copy of k (on a GPU that copy costs a tenth of a forward)
+    kk = torch.linalg.vector_norm(k, dim=-1, dtype=wide).square()   # [1, T, H]
     if flags & ops.L2NORM:
         kk = kk / (kk + 1e-6)
     HV, H = g.shape[2], k.shape[2]
@@ -294,15 +295,50 @@ def carry_prefix(g, beta, k, flags, A_log=None, dt_bias=None):
     return None if any(p is None for p in per_head) else max(per_head)
 
 
-@dataclass(frozen=True)
-class _Mixed:
-    """A through piece whose heads split: `fade` (their carried state is
-    negligible after `prefix` tokens: M = 0, H from a zero start, only the
-    prefix reruns from the carried state) and `carry` (M and H from the
-    widened call, the whole piece reruns)."""
+@dataclass
+class _Carry:
+    """How the start state of a part's first piece (one that continues from
+    an earlier part) enters it, per value head: `fade` heads (their carried
+    state is negligible after `prefix` tokens: only the prefix reruns from
+    it) and `carry` heads (o += o_M S over the whole piece; M their
+    transition). o_M is dropped once used."""
     fade: list
     carry: list
     prefix: int
+    o_m: Optional[torch.Tensor] = None
+    m: Optional[torch.Tensor] = None
+
+
+def _plan_carry(Pp, piece):
+    """_Carry of the first piece of part problem Pp, with the carry heads'
+    o_M and M computed (one library call on those heads)."""
+    lo, hi = piece
+    Pt = Pp.tokens(lo, hi)
+    per_head = carry_prefixes(Pt.g, Pt.beta, Pt.k, Pp.flags, Pp.A_log, Pp.dt_bias)
+    fade = [h for h, x in enumerate(per_head) if x is not None]
+    carry = [h for h, x in enumerate(per_head) if x is None]
+    c = _Carry(fade, carry, max((per_head[h] for h in fade), default=0))
+    if carry:
+        c.o_m, c.m = _carried(Pt if len(carry) == len(per_head) else Pt.heads(carry))
+    return c
+
+
+def _apply_carry(Pp, op, piece, c, S):
+    """The start state S [1, HV, K, V] into the first piece's output op (run
+    from a zero start): the carry heads' o += o_M S in the state's precision,
+    the fading heads' prefix rerun from S."""
+    lo, hi = piece
+    HV = op.shape[2]
+    if c.carry:
+        corr = torch.einsum("bthk,hkv->bthv", c.o_m.to(S.dtype), S[0, c.carry])
+        if len(c.carry) == HV:
+            seg = op[:, lo:hi]
+            seg.copy_(seg.to(S.dtype) + corr)
+        else:
+            op[:, lo:hi, c.carry] = (op[:, lo:hi, c.carry].to(S.dtype) + corr).to(op.dtype)
+        c.o_m = None
+    if c.fade:
+        _fwd_heads(Pp, c.fade, [(lo, lo + c.prefix)], op, h0=S[:, c.fade])
 
 
 def _gather(rec, group):
@@ -375,47 +411,48 @@ def _split(L):
     return (L.pieces[:1], L.pieces[1:]) if L.cont_prev else ((), L.pieces)
 
 
+def _zero_gaps(op, L):
+    """Zeros the part's tokens outside every piece (past the batch's last
+    sequence): they have no output."""
+    pos = 0
+    for lo, hi in L.pieces + ((op.shape[1], op.shape[1]),):
+        if lo > pos:
+            op[:, pos:lo].zero_()
+        pos = hi
+
+
 def _forward(P, parts, group):
-    """o of this rank's tokens and what the backward needs."""
+    """o of this rank's tokens and what the backward needs. Before the
+    exchange every part's first piece that continues from before runs from a
+    zero start (all heads, its output in place) and its carry heads' o_M / M
+    call; after it only the start state's effect is added (_apply_carry)."""
     _, T, HV, V = P.v.shape
     K = P.q.shape[3]
     n = HV * K * V
-    o = P.q.new_zeros((1, T, HV, V))
+    o = P.q.new_empty((1, T, HV, V))
     recs = torch.zeros((len(parts), 4 + n + HV * K * K), dtype=P.state_dtype, device=P.q.device)
     subs = [(P.part(p), o[:, p.offset:p.offset + p.length]) for p in parts]
-    prefixes = []
+    carries = []
     for p, (Pp, op), rec in zip(parts, subs, recs.unbind(0)):
         L = p.layout
+        _zero_gaps(op, L)
         H = rec[4:4 + n].view(HV, K, V)
         kind = STARTS if L.pieces else EMPTY
-        prefix = None
         first, rest = _split(L)
-        if L.through:
-            lo, hi = first[0]
-            per_head = carry_prefixes(_tok(Pp.g, lo, hi), _tok(Pp.beta, lo, hi), _tok(Pp.k, lo, hi),
-                                      Pp.flags, Pp.A_log, Pp.dt_bias)
-            fade = [h for h, x in enumerate(per_head) if x is not None]
-            carry = [h for h, x in enumerate(per_head) if x is None]
-            if not fade:
-                kind = THROUGH
-                h, m = _transition(Pp, first[0])
-                H.copy_(h)
-                rec[4 + n:].view(HV, K, K).copy_(m)
-            elif not carry:  # every head's carried state fades within the prefix: run from zero now
-                prefix = max(per_head)
-                H.copy_(_fwd(Pp, first, op, final=True)[0])
-            else:  # per head: M = 0 where the state fades (the scan then takes H alone)
-                kind = THROUGH
-                prefix = _Mixed(fade, carry, max(per_head[h] for h in fade))
-                h, m = _transition(Pp.heads(carry), first[0])
-                H[carry] = h
-                rec[4 + n:].view(HV, K, K)[carry] = m
-                H[fade] = _fwd_heads(Pp, fade, first, op, final=True)[0]
+        c = None
+        if first:
+            ht = _fwd(Pp, first, op, final=L.through)
+            c = _plan_carry(Pp, first[0])
+            if L.through:   # a fading head publishes M = 0: the scan then takes its H alone
+                H.copy_(ht[0])
+                if c.carry:
+                    kind = THROUGH
+                    rec[4 + n:].view(HV, K, K)[c.carry] = c.m
         if rest and L.cont_next:
             H.copy_(_fwd(Pp, rest, op, final=True)[-1])
         rec[0] = kind
         rec[1] = p.slot
-        prefixes.append(prefix)
+        carries.append(c)
     gathered, work = _gather(recs, group)
     # pieces nobody else needs run under the all-gather
     for p, (Pp, op) in zip(parts, subs):
@@ -425,17 +462,12 @@ def _forward(P, parts, group):
     work.wait()
     chain = _Chain(gathered)
     starts = []
-    for p, (Pp, op), prefix in zip(parts, subs, prefixes):
+    for p, (Pp, op), c in zip(parts, subs, carries):
         S = None
-        if p.layout.cont_prev:
+        if c is not None:
             S = _start_state(chain, p.slot, HV, K, V).to(P.state_dtype).unsqueeze(0)
-            lo, hi = p.layout.pieces[0]
-            if isinstance(prefix, _Mixed):
-                _fwd_heads(Pp, prefix.carry, [(lo, hi)], op, h0=S[:, prefix.carry])
-                _fwd_heads(Pp, prefix.fade, [(lo, lo + prefix.prefix)], op,
-                           h0=S[:, prefix.fade])
-            else:
-                _fwd(Pp, [(lo, lo + prefix)] if prefix is not None else [(lo, hi)], op, h0=S)
+            _apply_carry(Pp, op, p.layout.pieces[0], c, S)
+            c.m = None
         starts.append(S)
     # what the reverse scan reads: the kinds, and the transitions of later parts
     Ms = {}
@@ -443,11 +475,17 @@ def _forward(P, parts, group):
         first_slot = min(p.slot for p in parts)
         Ms = {s: chain.rows[s][4 + n:].view(HV, K, K).clone() for s, kind in chain.kinds.items()
               if kind == THROUGH and s > first_slot}
-    return o, (starts, prefixes, dict(chain.kinds), Ms)
+    return o, (starts, carries, dict(chain.kinds), Ms)
 
 
 def _backward(P, parts, group, saved, d_o):
-    starts, prefixes, kinds, Ms = saved
+    """The gradients of this rank's tokens. Before the exchange a part whose
+    first piece continues from before computes that piece's d(start state)
+    per head: over the whole piece for the carry heads, over the prefix for
+    the fading ones (calls whose other gradients are dropped), so that the
+    exchange does not wait for a whole backward; the kept backward of a piece
+    that needs no gradient from later parts runs under the all-gather."""
+    starts, carries, kinds, Ms = saved
     _, T, HV, V = P.v.shape
     K = P.q.shape[3]
     n = HV * K * V
@@ -482,8 +520,11 @@ def _backward(P, parts, group, saved, d_o):
         return out[5]
 
     def dh0_heads(p, idx, piece, S):
-        """d(start state) of value heads idx over one piece of part p, from their
-        start states in S [1, HV, K, V] and no gradient from the piece's end."""
+        """d(start state) [len(idx), K, V] of value heads idx over one piece of
+        part p, from their start states in S [1, HV, K, V] and no gradient from
+        the piece's end; the call's other gradients are dropped."""
+        if len(idx) == HV:
+            return bwd(p, [piece], h0=S, keep=False)[0]
         lo, hi = piece[0] + p.offset, piece[1] + p.offset
         Ps = P.tokens_heads(lo, hi, idx)
         cu_d, cu_h = _cu([0, hi - lo], dev)
@@ -494,23 +535,27 @@ def _backward(P, parts, group, saved, d_o):
         return out[5][0]
 
     recs = torch.zeros((len(parts), 2 + n), dtype=P.state_dtype, device=dev)
-    for p, S, prefix, rec in zip(parts, starts, prefixes, recs.unbind(0)):
+    deferred = []   # (part, start state): first pieces whose kept backward runs under the exchange
+    for p, S, c, rec in zip(parts, starts, carries, recs.unbind(0)):
         L = p.layout
         rec[0] = kinds.get(p.slot, EMPTY)
         rec[1] = p.slot
+        if c is None:
+            continue
         G = rec[2:].view(HV, K, V)
-        first = _split(L)[0]
-        if L.through:   # d(start) from this part's own outputs; its full pass comes later
-            lo, hi = first[0]
-            if isinstance(prefix, _Mixed):
-                G[prefix.carry] = dh0_heads(p, prefix.carry, (lo, hi), S)
-                G[prefix.fade] = dh0_heads(p, prefix.fade, (lo, lo + prefix.prefix), S)
-            else:
-                G.copy_(bwd(p, [(lo, lo + prefix)] if prefix is not None else [(lo, hi)], h0=S,
-                            keep=False)[0])
-        elif L.cont_prev:
-            G.copy_(bwd(p, first, h0=S)[0])
+        piece = L.pieces[0]
+        if not L.through and not c.fade:   # the kept backward itself is the cheapest way to G
+            G.copy_(bwd(p, [piece], h0=S)[0])
+            continue
+        if c.carry:
+            G[c.carry] = dh0_heads(p, c.carry, piece, S)
+        if c.fade:
+            G[c.fade] = dh0_heads(p, c.fade, (piece[0], piece[0] + c.prefix), S)
+        if not L.through:
+            deferred.append((p, S))
     gathered, work = _gather(recs, group)
+    for p, S in deferred:
+        bwd(p, [p.layout.pieces[0]], h0=S)
     for p in parts:   # no gradient comes from later parts: run under the all-gather
         rest = _split(p.layout)[1]
         if rest and not p.layout.cont_next:
@@ -563,6 +608,11 @@ def _check_supported(q, k, v, g, beta, A_log, dt_bias, scale, flags, be, backwar
     one = [x.new_empty((1, 1) + tuple(x.shape[2:])) for x in (q, k, v, g, beta)]
     err = ops.fwd_supported(*one, A_log, dt_bias, None, None, None, scale, flags, False, be,
                             backward=backward)
+    if err is None:   # the call that gives a carried state's effect (_carried): K value columns
+        HV, K = v.shape[2], q.shape[3]
+        eye = q.new_empty((1, HV, K, K), dtype=ops.state_dtype_for(q, None))
+        err = ops.fwd_supported(one[0], one[1], v.new_empty((1, 1, HV, K)), one[3], one[4], A_log,
+                                dt_bias, eye, None, None, scale, flags, True, be)
     if err is not None:
         raise err
 

@@ -273,10 +273,11 @@ def state_shape(N, HV, K, V, flags):
     return (N, HV, V, K) if flags & STATE_V_FIRST else (N, HV, K, V)
 
 
-def fwd_alloc(q, v, initial_state, cu_seqlens, flags, output_final_state, state_dtype):
-    """o, and the final state (None when not asked for)."""
+def fwd_alloc(q, v, initial_state, cu_seqlens, flags, output_final_state, state_dtype, out=None):
+    """o (out where given: a [B, T, HV, V] tensor or view of v's dtype and
+    device), and the final state (None when not asked for)."""
     B, T, HV, V = v.shape
-    o = v.new_empty((B, T, HV, V))      # o has v's (= q's) dtype and device
+    o = v.new_empty((B, T, HV, V)) if out is None else out  # o has v's (= q's) dtype and device
     if not output_final_state:
         return o, None
     N = B if cu_seqlens is None else cu_seqlens.shape[0] - 1
@@ -293,15 +294,17 @@ def state_dtype_for(q, initial_state):
 
 
 def fwd_run(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, cu_seqlens_cpu,
-            scale, flags, output_final_state, backend):
-    """Runs the forward; returns (o, final_state or None, description), the
+            scale, flags, output_final_state, backend, out=None):
+    """Runs the forward (o written into out where given, e.g. a token range of
+    a larger output: the library takes strided tensors); returns (o,
+    final_state or None, description), the
     description being what depends only on the call's signature: (backend,
     device ordinal, the metadata strings of the 11 tensors of
     fqla_fwd_args in order, whether the host copy of cu_seqlens is passed,
     the options string). The eager fast path caches it (chunk.py)."""
     be, device = resolve(q, backend)
     o, ht = fwd_alloc(q, v, initial_state, cu_seqlens, flags, output_final_state,
-                      torch.float64 if q.dtype == torch.float64 else torch.float32)
+                      torch.float64 if q.dtype == torch.float64 else torch.float32, out)
     host = be == _lib.BACKEND_CUDA and cu_seqlens_cpu is not None
     ms = (meta(q), meta(k), meta(v), meta(g), meta(beta), meta(A_log), meta(dt_bias),
           meta(initial_state), meta(cu_seqlens), meta(o), meta(ht))
@@ -317,10 +320,10 @@ def fwd_run(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, cu_seql
 
 
 def fwd_impl(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, cu_seqlens_cpu,
-             scale, flags, output_final_state, backend):
+             scale, flags, output_final_state, backend, out=None):
     """Runs the forward; returns (o, final_state or None)."""
     o, ht, _ = fwd_run(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens,
-                       cu_seqlens_cpu, scale, flags, output_final_state, backend)
+                       cu_seqlens_cpu, scale, flags, output_final_state, backend, out)
     return o, ht
 
 

@@ -183,16 +183,17 @@ class _Problem:
         """Tokens [lo, hi) of value heads idx (copies, as heads())."""
         return self.tokens(lo, hi).heads(idx)
 
-    def heads(self, idx):
-        """The same problem on value heads idx (copies), each with its own copy of
-        its q/k head (a GVA group of one in the call): the per-head shortcut runs
-        the heads that need their transition apart from those that do not."""
+    def heads(self, idx, values=True):
+        """The same problem on value heads idx (copies; v None without values),
+        each with its own copy of its q/k head (a GVA group of one in the call):
+        the per-head shortcut runs the heads that need their transition apart
+        from those that do not."""
         H, HV = self.q.shape[2], self.v.shape[2]
         t = torch.tensor(idx, dtype=torch.long, device=self.v.device)
         tq = torch.div(t, HV // H, rounding_mode="floor")
         per_head = (lambda x: None if x is None else x.index_select(0, t))
         return _Problem(self.q.index_select(2, tq), self.k.index_select(2, tq),
-                        self.v.index_select(2, t), self.g.index_select(2, t),
+                        self.v.index_select(2, t) if values else None, self.g.index_select(2, t),
                         self.beta.index_select(2, t), per_head(self.A_log), per_head(self.dt_bias),
                         self.scale, self.flags, self.backend)
 
@@ -248,15 +249,16 @@ def _fwd_heads(P, idx, pieces, o, h0=None, final=False):
 
 
 def _carried(P):
-    """What the start state S does over the tokens of P (one piece): (o_M
-    [1, T, HV, K], M [HV, K, K]), the output and the final state of one
-    fqla_fwd with zero values (K columns) from the initial state I. The state
-    is linear in its start, so with o0 and H the output and end state from a
-    zero start, o = o0 + o_M S per token and head, and S_end = H + M S."""
-    _, T, HV, _ = P.v.shape
+    """What the start state S does over the tokens of P (one piece; its
+    values are not read): (o_M [1, T, HV, K], M [HV, K, K]), the output and
+    the final state of one fqla_fwd with zero values (K columns) from the
+    initial state I. The state is linear in its start, so with o0 and H the
+    output and end state from a zero start, o = o0 + o_M S per token and
+    head, and S_end = H + M S."""
+    _, T, HV = P.g.shape
     K = P.q.shape[3]
-    eye = torch.eye(K, dtype=P.state_dtype, device=P.v.device).expand(1, HV, K, K).contiguous()
-    o_m, m = ops.fwd_impl(P.q, P.k, P.v.new_zeros((1, T, HV, K)), P.g, P.beta, P.A_log,
+    eye = torch.eye(K, dtype=P.state_dtype, device=P.q.device).expand(1, HV, K, K).contiguous()
+    o_m, m = ops.fwd_impl(P.q, P.k, P.q.new_zeros((1, T, HV, K)), P.g, P.beta, P.A_log,
                           P.dt_bias, eye, None, None, P.scale, P.flags, True, P.backend)
     return o_m, m[0]
 
@@ -274,17 +276,21 @@ def carry_prefixes(g, beta, k, flags, A_log=None, dt_bias=None):
     beta = beta.to(wide)
     if flags & ops.BETA_SIGMOID:
         beta = beta.sigmoid() * (2.0 if flags & ops.NEG_EIGVAL else 1.0)
-    # ||k||^2 without a widened copy of k (on a GPU that copy costs a tenth of a forward)
+    # ||k||^2 without a widened copy of k, the value heads of a q/k head as a
+    # view, the first token below the bound as a min-reduction: on a GPU each
+    # is a fraction of a forward (a widened copy and an int8 argmax took ~13x one)
     kk = torch.linalg.vector_norm(k, dim=-1, dtype=wide).square()   # [1, T, H]
     if flags & ops.L2NORM:
         kk = kk / (kk + 1e-6)
-    HV, H = g.shape[2], k.shape[2]
-    bk = beta * kk.repeat_interleave(HV // H, dim=2)
-    contractive = ((bk >= 0) & (bk <= 2)).all(1)[0]        # [HV]
-    below = g.cumsum(1) <= NEGLIGIBLE_LOG_DECAY            # [1, T, HV], monotone in T
-    first = below[0].to(torch.int8).argmax(0)              # first token below, per head
-    ok = (contractive & below[0, -1]).tolist()
-    return [int(f) + 1 if o else None for f, o in zip(first.tolist(), ok)]
+    _, T, HV = g.shape
+    H = k.shape[2]
+    bk = beta.view(1, T, H, HV // H) * kk.unsqueeze(-1)    # value head h = q/k head h // (HV/H)
+    contractive = ((bk >= 0) & (bk <= 2)).all(1).reshape(HV)
+    below = g[0].cumsum(0) <= NEGLIGIBLE_LOG_DECAY         # [T, HV], monotone in T
+    token = torch.arange(T, device=g.device).unsqueeze(1)
+    first = torch.where(below, token, T).amin(0)           # first token below, per head
+    first, ok = torch.stack([first, (contractive & below[-1]).long()]).tolist()
+    return [int(f) + 1 if o else None for f, o in zip(first, ok)]
 
 
 def carry_prefix(g, beta, k, flags, A_log=None, dt_bias=None):
@@ -319,24 +325,20 @@ def _plan_carry(Pp, piece):
     carry = [h for h, x in enumerate(per_head) if x is None]
     c = _Carry(fade, carry, max((per_head[h] for h in fade), default=0))
     if carry:
-        c.o_m, c.m = _carried(Pt if len(carry) == len(per_head) else Pt.heads(carry))
+        c.o_m, c.m = _carried(Pt if len(carry) == len(per_head) else Pt.heads(carry, values=False))
     return c
 
 
 def _apply_carry(Pp, op, piece, c, S):
     """The start state S [1, HV, K, V] into the first piece's output op (run
-    from a zero start): the carry heads' o += o_M S in the state's precision,
-    the fading heads' prefix rerun from S."""
+    from a zero start): the carry heads' o += o_M S, one in-place product per
+    head on op's strided columns (no gather of the heads; in o's precision,
+    accumulated in fp32, as the forward's own products of a 2-byte output
+    round S), then the fading heads' prefix rerun from S."""
     lo, hi = piece
-    HV = op.shape[2]
-    if c.carry:
-        corr = torch.einsum("bthk,hkv->bthv", c.o_m.to(S.dtype), S[0, c.carry])
-        if len(c.carry) == HV:
-            seg = op[:, lo:hi]
-            seg.copy_(seg.to(S.dtype) + corr)
-        else:
-            op[:, lo:hi, c.carry] = (op[:, lo:hi, c.carry].to(S.dtype) + corr).to(op.dtype)
-        c.o_m = None
+    for j, h in enumerate(c.carry):
+        op[0, lo:hi, h].addmm_(c.o_m[0, :, j], S[0, h].to(op.dtype))
+    c.o_m = None
     if c.fade:
         _fwd_heads(Pp, c.fade, [(lo, lo + c.prefix)], op, h0=S[:, c.fade])
 

@@ -288,7 +288,7 @@ def _worker(rank, world, backend, init_file, out_file, seed):
     results = {"_carried_heads": {}}
     # the value heads of each carried-state call (the per-head shortcut leaves some out)
     seen, real_carried = [], fcp._carried
-    fcp._carried = lambda P: (seen.append(P.v.shape[2]), real_carried(P))[1]
+    fcp._carried = lambda P: (seen.append(P.g.shape[2]), real_carried(P))[1]
     try:
         for i, name in enumerate(CASES):
             if backend == "gloo" and world > 2 and CASES[name][2].get("fla") in ("real", "zigzag"):

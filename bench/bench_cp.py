@@ -13,7 +13,8 @@ Inputs as docs/benchmarks.md: l2-normalised bf16 q/k, bf16 v, fp32
 g = logsigmoid(randn)/16 with a random quarter of the value heads ungated
 (so no rank's carried state fades: the gate-driven shortcut never applies,
 the worst case for the ranks that carry a transition), fp32 beta; one
-sequence of --tokens (default 2^20) tokens, (H, HV) = --heads (16, 64),
+sequence of --tokens (default 2^20; one H200 runs out of memory in the
+backward there, so the 1-GPU baseline needs 2^18 or 2^19) tokens, (H, HV) = --heads (16, 64),
 K = V = --dim (128). On one GPU the plain flashqla.chunk_gated_delta_rule
 runs (the baseline); on N the distributed one, each rank holding tokens / N.
 

@@ -11,34 +11,37 @@ ranks exchange only per-rank states, with torch.distributed collectives
 (NCCL on GPUs, gloo on CPUs).
 
 The state of one sequence is linear in its start (design.md §1): over a
-rank's tokens S_end = M S_start + H, with H the end state from a zero start
-and M (K x K per value head) the product of the per-token factors
-exp(g) (I - beta k k^T). Both come out of one fqla_fwd: the values widened by
-K zero columns and an initial state [0 | I] give the final state [H | M]
-(two calls where the library does not take V + K columns).
+run of tokens from start state S, S_end = H + M S and o = o0 + o_M S per
+token and value head, with H and o0 the end state and output from a zero
+start, M (K x K) the product of the per-token factors exp(g) (I - beta k k^T)
+and o_M (a K-vector per token) the output of a call with zero values (K
+columns) from the initial state I, which also gives M (_carried).
 
-Forward, per rank: the pieces that start on this rank run first (their end
-state is the H the next rank needs); one all-gather of [kind | H | M] per
-rank; every rank composes its start state from the records of the ranks
-before it, in rank order (the same arithmetic on every rank: deterministic);
-the first piece then runs from that start state. Only a rank whose single
-piece continues both ways ("through") computes M, so such a rank does about
-two forwards' work, every other rank one. The gate-driven shortcut, per
-value head: when every token of a through piece is contractive for the head
-(beta ||k||^2 in [0, 2], so ||I - beta k k^T|| <= 1) and the head's decay
-sums to <= -17 within a prefix, its ||M|| <= e^-17 (below fp32 rounding):
-the head runs from zero before the exchange, publishes M = 0, and reruns
-only that prefix from the carried state. Only the other heads go through
-the widened call (head subsets run as calls of their own, GVA group 1);
-when every head fades, the rank publishes H alone (its successors' scan
-stops there).
+Forward, per rank: a first piece that continues from an earlier rank runs
+from a zero start (every head, output in place) and, for its heads whose
+carried state does not fade, the o_M / M call; pieces that start on the rank
+and continue to the next run (their end state is the H the next rank
+needs); one all-gather of [kind | H | M] per rank; every rank composes its
+start state from the records of the ranks before it, in chain order (fp64,
+the same arithmetic on every rank: deterministic); then only the start
+state's effect is added: o += o_M S (an in-place product per head). The
+gate-driven shortcut, per value head: when every token of the piece is
+contractive for the head (beta ||k||^2 in [0, 2], so
+||I - beta k k^T|| <= 1) and the head's decay sums to <= -17 within a prefix,
+its ||M|| <= e^-17 (below fp32 rounding): the head needs no o_M / M call,
+publishes M = 0, and reruns only that prefix from the carried state. Head
+subsets run as calls of their own (GVA group 1); when every head fades the
+rank publishes H alone (its successors' scan stops there).
 
 Backward (the reverse scan): a rank whose first piece continues from an
-earlier rank computes that piece's d(start state) with no gradient from its
-end (dh0 of fqla_bwd); one all-gather of those; every rank whose last piece
-continues composes its end-state gradient D = G_j + M_j^T D over the ranks
-after it (the M_j kept from the forward) and runs fqla_bwd with it as
-d_final_state. Gradients of A_log / dt_bias are each rank's own share (a
+earlier rank computes that piece's d(start state) G per head before the
+exchange (over the whole piece for the carrying heads, over the prefix for
+the fading ones; dh0 of fqla_bwd with no gradient from the end, its other
+gradients dropped); one all-gather of those, under which the kept backward
+of every piece that needs nothing from later ranks runs; every rank whose
+last piece continues composes its end-state gradient D = G_j + M_j^T D over
+the ranks after it (the M_j kept from the forward) and runs fqla_bwd with it
+as d_final_state. Gradients of A_log / dt_bias are each rank's own share (a
 data-parallel reduction sums them, as for any replicated parameter).
 
 FLA 0.6's zigzag layout gives a rank two separate token ranges (chain

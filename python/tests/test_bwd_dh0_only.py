@@ -1,10 +1,12 @@
-"""ops.bwd_impl(dh0_only=True) on the CPU backends: the gradient of the
-initial state alone, bit for bit the full backward's, the other outputs None.
-(The C tests cover the library's side; tests/test_gpu_bwd.c the CUDA one.)"""
+"""ops.bwd_impl(dh0_only=True): the gradient of the initial state alone, bit
+for bit the full backward's, the other outputs None; on both CPU backends,
+and on CUDA where there is a device (skipped otherwise). The library's side
+is tested in C (tests/test_bwd_dh0_only.c, tests/test_gpu_bwd.c)."""
 
 import pytest
 import torch
 
+from conftest import cuda_skip_reason, has_cuda
 from flashqla import _lib, ops
 
 
@@ -60,3 +62,30 @@ def test_dh0_only_needs_initial_state():
     with pytest.raises(ValueError, match="initial_state"):
         ops.bwd_impl(q, k, v, g, beta, None, None, None, None, None, d_o, None, 0.0, 0,
                      _lib.BACKEND_CPU, dh0_only=True)
+
+
+GPU_CASES = [
+    # name, B, T, H, HV, cu_seqlens: few chunks (no CP), and one long sequence on few
+    # heads, where the chains run with context parallelism (tests/test_gpu_bwd.c
+    # asserts that plan for the same shapes)
+    ("batch, no CP", 2, 300, 2, 8, None),
+    ("one long sequence, CP", 1, 2048, 2, 4, None),
+    ("varlen, an empty sequence, CP", 1, 2048, 1, 4, [0, 1500, 1500, 2048]),
+]
+
+
+@pytest.mark.skipif(not has_cuda(), reason=cuda_skip_reason() or "no CUDA")
+@pytest.mark.parametrize("case", GPU_CASES, ids=[c[0] for c in GPU_CASES])
+def test_dh0_only_matches_full_backward_cuda(case):
+    _, B, T, H, HV, cu = case
+    N = B if cu is None else len(cu) - 1
+    t = _inputs(B, T, H, HV, 128, 128, N, torch.bfloat16, True, False)
+    q, k, v, g, beta, A_log, dt_bias, h0, d_o, dht = (None if x is None else x.cuda() for x in t)
+    cu_t = None if cu is None else torch.tensor(cu, dtype=torch.int32, device="cuda")
+    cu_cpu = None if cu is None else torch.tensor(cu, dtype=torch.int64)
+    flags = ops.pack_flags(True, True, True, False, False)
+    args = (q, k, v, g, beta, A_log, dt_bias, h0, cu_t, cu_cpu, d_o, dht, 0.0, flags, _lib.BACKEND_CUDA)
+    full = ops.bwd_impl(*args)
+    alone = ops.bwd_impl(*args, dh0_only=True)
+    assert all(x is None for i, x in enumerate(alone) if i != 5)
+    assert torch.equal(alone[5], full[5]), "dh0 alone differs from the full backward's"

@@ -441,6 +441,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         w.dv = desc(b.io, 4, vs); materialize(&r, &a, &w.dv, 1, 0);
         w.dg = desc(FQLA_DTYPE_F32, 3, gs); materialize(&r, &a, &w.dg, 1, 0);
         w.dbeta = desc(FQLA_DTYPE_F32, 3, gs); materialize(&r, &a, &w.dbeta, 1, 0);
+        if (flags & 4) /* the five absent: d_initial_state alone (dA_log, ddt_bias as drawn) */
+            w.dq.data = w.dk.data = w.dv.data = w.dg.data = w.dbeta.data = NULL;
         state_desc(&r, &a, &w.d_initial_state, &b, b.N, FQLA_DTYPE_F32, v_first,
                    h0 ^ ((flags & 0x30) == 0x30));
         w.dA_log = desc(FQLA_DTYPE_F32, 1, hs); materialize(&r, &a, &w.dA_log, gate ^ ((flags & 0xc0) == 0xc0), 0);

@@ -266,21 +266,38 @@ FQLA_API fqla_status fqla_fwd(fqla_context *ctx, const fqla_fwd_args *args,
 /* Gradients are with respect to the tensors passed to the forward: with
  * use_gate_in_kernel dg is the gradient of the raw gate input a, with
  * use_beta_sigmoid dbeta that of b, with use_qk_l2norm dq/dk those of the raw
- * q/k. dq and dk are summed over each GVA group. */
+ * q/k. dq and dk are summed over each GVA group.
+ *
+ * The gradient of the start state alone: leave all of dq, dk, dv, dg and
+ * dbeta absent (data == NULL) and give d_initial_state (so initial_state is
+ * given too); dA_log and ddt_bias must then be absent as well, even with
+ * use_gate_in_kernel. The call writes d_initial_state only, the same values
+ * as a full backward of the same inputs writes there, bit for bit, and
+ * costs less: the state gradient flows backwards through the sequence
+ * without the forward's states, so a backend skips the forward state pass
+ * and the per-token gradients.
+ * The workspace query of such args gives what this call needs (no more
+ * than the full backward's). Some but not all of the five absent is
+ * FQLA_STATUS_INVALID_VALUE naming the first absent one. At T = 0, where a
+ * full backward's five may have data == NULL as empty tensors, giving
+ * dA_log or ddt_bias selects the full backward (dA_log = ddt_bias = 0). */
 typedef struct fqla_bwd_args {
     /* the forward's inputs, exactly as given to fqla_fwd */
     fqla_tensor q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens;
     const int64_t *cu_seqlens_host;
     fqla_tensor d_o;            /* [B, T, HV, V], dtype of q              in  */
     fqla_tensor d_final_state;  /* [N, HV, K, V] f32, optional            in  */
+    /* dq .. dbeta: all given, or all absent for d_initial_state alone (above) */
     fqla_tensor dq;             /* [B, T, H, K], dtype of q              out  */
     fqla_tensor dk;             /* [B, T, H, K], dtype of q              out  */
     fqla_tensor dv;             /* [B, T, HV, V], dtype of q             out  */
     fqla_tensor dg;             /* [B, T, HV] f32                        out  */
     fqla_tensor dbeta;          /* [B, T, HV] f32                        out  */
     fqla_tensor d_initial_state;/* [N, HV, K, V] f32, required iff initial_state given  out */
-    fqla_tensor dA_log;         /* [HV] f32, required iff use_gate_in_kernel  out */
-    fqla_tensor ddt_bias;       /* [HV] f32, required iff use_gate_in_kernel  out */
+    fqla_tensor dA_log;         /* [HV] f32, required iff use_gate_in_kernel  out
+                                   (absent with d_initial_state alone)        */
+    fqla_tensor ddt_bias;       /* [HV] f32, required iff use_gate_in_kernel  out
+                                   (absent with d_initial_state alone)        */
     fqla_options opt;
 } fqla_bwd_args;
 

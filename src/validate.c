@@ -16,6 +16,10 @@
  *   - A_log / dt_bias given without use_gate_in_kernel are rejected (they
  *     would be silently ignored), as are step_states / step_slots for decode.
  *   - g and beta must share one dtype (fqla_problem has one gate_dtype).
+ *   - fqla_bwd with none of dq, dk, dv, dg, dbeta and with d_initial_state
+ *     computes d_initial_state alone (fqla_problem.dh0_only); dA_log and
+ *     ddt_bias must then be absent. Some of the five given and some not is
+ *     an error naming the first absent one.
  *   - dtype sets: q, k, v, o (and d_o, dq, dk, dv) one dtype of F32, F16,
  *     BF16, F64; g, beta, states, pool F32, BF16 or F64; A_log, dt_bias and
  *     the fp32 gradients (dg, dbeta, dA_log, ddt_bias, d_initial_state,
@@ -372,6 +376,37 @@ fqla_status fqla_validate_fwd(fqla_context *ctx, const fqla_fwd_args *a, int hos
     return fqla_vt_no_alias(ctx, &L);
 }
 
+/* Whether a backward asks for d_initial_state alone (flashqla.h): none of
+ * dq, dk, dv, dg, dbeta given and d_initial_state given. At T = 0 a full
+ * backward's five may have NULL data as well (empty tensors, as frameworks
+ * hand them out); there a given dA_log or ddt_bias keeps the full backward,
+ * as before this mode existed. */
+static int bwd_dh0_only(const fqla_bwd_args *a, const fqla_problem *p)
+{
+    if (a->dq.data || a->dk.data || a->dv.data || a->dg.data || a->dbeta.data) return 0;
+    if (!a->d_initial_state.data) return 0;
+    return p->T > 0 || !(a->dA_log.data || a->ddt_bias.data);
+}
+
+/* A full backward writes all five per-token gradients: some given and some
+ * not is an error naming the first absent one (an empty one of T = 0 may
+ * have NULL data, as for any required tensor). */
+static fqla_status check_token_grads_given(fqla_context *ctx, const fqla_bwd_args *a)
+{
+    const char *const names[5] = {"dq", "dk", "dv", "dg", "dbeta"};
+    const fqla_tensor *const ts[5] = {&a->dq, &a->dk, &a->dv, &a->dg, &a->dbeta};
+    const int ndim[5] = {4, 4, 4, 3, 3};
+    int given = 0;
+    for (int i = 0; i < 5; i++)
+        given |= ts[i]->data != NULL;
+    for (int i = 0; i < 5; i++)
+        if (given && fqla_vt_required(ctx, names[i], ts[i], ndim[i], 1) != FQLA_STATUS_SUCCESS)
+            return fqla_fail(ctx, FQLA_STATUS_INVALID_VALUE,
+                             "%s: data is NULL (required: dq, dk, dv, dg and dbeta are given together, "
+                             "or all left absent for d_initial_state alone)", names[i]);
+    return FQLA_STATUS_SUCCESS;
+}
+
 fqla_status fqla_validate_bwd(fqla_context *ctx, const fqla_bwd_args *a, int host_readable,
                               fqla_problem *p)
 {
@@ -388,11 +423,15 @@ fqla_status fqla_validate_bwd(fqla_context *ctx, const fqla_bwd_args *a, int hos
                             "F32 (F64 for the reference)", 0, p));
         if (!a->initial_state.data) p->state_dtype = a->d_final_state.dtype;
     }
-    TRY(check_like(ctx, &L, "dq", &a->dq, &a->q, p->H, p->K, 1, 1, 1, p));
-    TRY(check_like(ctx, &L, "dk", &a->dk, &a->q, p->H, p->K, 1, 1, 1, p));
-    TRY(check_like(ctx, &L, "dv", &a->dv, &a->q, p->HV, p->V, 0, 1, 1, p));
-    TRY(check_gate_like(ctx, &L, "dg", &a->dg, 1, p));
-    TRY(check_gate_like(ctx, &L, "dbeta", &a->dbeta, 1, p));
+    p->dh0_only = bwd_dh0_only(a, p);
+    if (!p->dh0_only) {
+        TRY(check_token_grads_given(ctx, a));
+        TRY(check_like(ctx, &L, "dq", &a->dq, &a->q, p->H, p->K, 1, 1, 1, p));
+        TRY(check_like(ctx, &L, "dk", &a->dk, &a->q, p->H, p->K, 1, 1, 1, p));
+        TRY(check_like(ctx, &L, "dv", &a->dv, &a->q, p->HV, p->V, 0, 1, 1, p));
+        TRY(check_gate_like(ctx, &L, "dg", &a->dg, 1, p));
+        TRY(check_gate_like(ctx, &L, "dbeta", &a->dbeta, 1, p));
+    }
     if (a->initial_state.data) {
         if (!a->d_initial_state.data)
             return fqla_fail(ctx, FQLA_STATUS_INVALID_VALUE,
@@ -403,7 +442,16 @@ fqla_status fqla_validate_bwd(fqla_context *ctx, const fqla_bwd_args *a, int hos
         return fqla_fail(ctx, FQLA_STATUS_INVALID_VALUE,
                          "d_initial_state: given but initial_state is absent (the forward started from zero)");
     }
-    if (p->opt.use_gate_in_kernel) {
+    if (p->opt.use_gate_in_kernel && p->dh0_only) {
+        if (a->dA_log.data)
+            return fqla_fail(ctx, FQLA_STATUS_INVALID_VALUE,
+                             "dA_log: given but dq, dk, dv, dg and dbeta are absent (a backward of "
+                             "d_initial_state alone computes no dA_log; leave it absent)");
+        if (a->ddt_bias.data)
+            return fqla_fail(ctx, FQLA_STATUS_INVALID_VALUE,
+                             "ddt_bias: given but dq, dk, dv, dg and dbeta are absent (a backward of "
+                             "d_initial_state alone computes no ddt_bias; leave it absent)");
+    } else if (p->opt.use_gate_in_kernel) {
         TRY(check_head_grad(ctx, &L, "dA_log", &a->dA_log, p));
         TRY(check_head_grad(ctx, &L, "ddt_bias", &a->ddt_bias, p));
     } else {
@@ -418,7 +466,7 @@ fqla_status fqla_validate_bwd(fqla_context *ctx, const fqla_bwd_args *a, int hos
     if (!host_readable) {
         const char *const names[7] = {"q", "k", "v", "d_o", "dq", "dk", "dv"};
         const fqla_tensor *const ts[7] = {&a->q, &a->k, &a->v, &a->d_o, &a->dq, &a->dk, &a->dv};
-        TRY(check_aligned(ctx, names, ts, 7));
+        TRY(check_aligned(ctx, names, ts, p->dh0_only ? 4 : 7));
     }
     p->f64_tensor = fqla_vt_first_f64(&L);
     return fqla_vt_no_alias(ctx, &L);

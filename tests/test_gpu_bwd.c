@@ -14,7 +14,10 @@
  * results; guard bands around every gradient stay untouched; CUDA-graph
  * capture and replay with new data; the workspace query and a workspace one
  * byte too small; d_initial_state given without initial_state or missing
- * with it (INVALID_VALUE, nothing written); NOT_SUPPORTED for fp64.
+ * with it (INVALID_VALUE, nothing written); NOT_SUPPORTED for fp64. The
+ * backward of d_initial_state alone (dq .. ddt_bias absent) gives the full
+ * backward's dh0 bit for bit, with and without the chains' CP, in a workspace
+ * smaller than the full one, writing nothing else.
  *
  * Coverage contract: K = V = 128 with bf16 and fp16 q/k/v must be supported
  * (a NOT_SUPPORTED there fails the case). K = V = 64 / 256 and fp32 q/k/v
@@ -33,6 +36,7 @@
  */
 #include "common/check.h"
 #include "common/dtype_conv.h"
+#include "cuda/cp_plan.h" /* whether a case's chains run with CP */
 #include "flashqla.h"
 #include "internal.h"
 
@@ -44,7 +48,7 @@
     X(bwd_contract) X(bwd_lengths) X(bwd_varlen) X(bwd_varlen_edges) X(bwd_trailing_rows) X(bwd_gva)     \
     X(bwd_states) X(bwd_v_first) X(bwd_fp16) X(bwd_bf16_gates) X(bwd_options) X(bwd_neg_eigval)          \
     X(bwd_strong_decay) X(bwd_no_decay) X(bwd_head_dims) X(bwd_fp32) X(bwd_robustness)                   \
-    X(bwd_graph_replay) X(bwd_workspace) X(bwd_state_args) X(bwd_not_supported)
+    X(bwd_graph_replay) X(bwd_workspace) X(bwd_state_args) X(bwd_not_supported) X(bwd_dh0_only)
 
 #ifdef FQLA_HAVE_CUDA
 
@@ -1074,6 +1078,95 @@ static void bwd_not_supported(void)
     CHECK(strstr(fqla_last_error(gpu), "F64") != NULL || strstr(fqla_last_error(gpu), "f64") != NULL,
           "message should name the dtype: %s", fqla_last_error(gpu));
     prob_free(&p);
+}
+
+/* The backward of d_initial_state alone: the full backward first (checked
+ * against the reference), then the same inputs with dq, dk, dv, dg, dbeta,
+ * dA_log and ddt_bias absent in a workspace of exactly its own (smaller)
+ * query. dh0 with its guard bands must be the full backward's bytes; the
+ * buffers of the absent gradients, poisoned, must stay untouched. want_cp
+ * says whether the chains' plan (cp_plan.h) must take CP on this device, so
+ * the case covers the path it is meant to. */
+static void check_dh0_only(const spec *s, const char *what, int want_cp)
+{
+    prob p;
+    prob_init(&p, s);
+    upload_all(&p);
+    if (!covered(&p, what)) {
+        prob_free(&p);
+        return;
+    }
+    fqla_device_info info;
+    CHECK(fqla_context_info(gpu, &info) == FQLA_STATUS_SUCCESS, "context info: %s", fqla_last_error(gpu));
+    const int64_t longest = s->ncu && s->cu_host ? fqla_cp_longest(s->cu, p.N) : s->T;
+    const int64_t L = fqla_cp_bwd_seg_chunks(p.N, longest, s->HV, s->K, s->V, info.sm_count);
+    CHECK((L > 0) == want_cp, "%s: the chains' plan gives segments of %lld chunks on %d SMs; the case wants %s",
+          what, (long long)L, info.sm_count, want_cp ? "CP" : "no CP");
+
+    unsigned char *full[NGRAD], *alone[NGRAD];
+    poison(&p);
+    fqla_status st = run_gpu(&p, NULL);
+    CHECK(st == FQLA_STATUS_SUCCESS, "%s: full fqla_bwd: %s", what, fqla_last_error(gpu));
+    download(&p, full);
+    run_ref(&p);
+    compare(&p, what);
+
+    fqla_bwd_args a;
+    size_t need_full = 0, need = 0;
+    make_args(&p, 1, &a);
+    CHECK(fqla_bwd_workspace_size(gpu, &a, &need_full) == FQLA_STATUS_SUCCESS, "%s: query: %s", what,
+          fqla_last_error(gpu));
+    a.dq.data = a.dk.data = a.dv.data = a.dg.data = a.dbeta.data = a.dA_log.data = a.ddt_bias.data = NULL;
+    for (int i = 0; i < NGRAD; i++)
+        if (i != G_DH0) p.gr[i].present = 0; /* download() checks they keep their poison */
+    st = fqla_bwd_workspace_size(gpu, &a, &need);
+    CHECK(st == FQLA_STATUS_SUCCESS, "%s: dh0 alone: query: %s", what, fqla_last_error(gpu));
+    CHECK(need <= need_full && (s->T == 0 || need < need_full),
+          "%s: dh0 alone needs %zu bytes of workspace, the full backward %zu", what, need, need_full);
+    void *ws = NULL;
+    if (need) CU(cudaMalloc(&ws, need));
+    poison(&p);
+    st = fqla_bwd(gpu, &a, ws, need, NULL);
+    CHECK(st == FQLA_STATUS_SUCCESS, "%s: dh0 alone: fqla_bwd: %s: %s", what, fqla_status_string(st),
+          fqla_last_error(gpu));
+    download(&p, alone);
+    CHECK(memcmp(full[G_DH0], alone[G_DH0], grad_bytes(&p.gr[G_DH0]) + 2 * GUARD) == 0,
+          "%s: dh0 alone differs from the full backward's", what);
+    printf("  %-52s dh0 alone: bit-identical, workspace %zu of %zu bytes, CP segments of %lld chunks\n", what, need,
+           need_full, (long long)L);
+    free_bytes(full);
+    free_bytes(alone);
+    if (ws) cudaFree(ws);
+    prob_free(&p);
+}
+
+static void bwd_dh0_only(void)
+{
+    /* no CP: few chunks (the plan wants 8), every option, GVA 4, v_first */
+    spec s = base_spec(2, 300, 2, 8, 128);
+    s.l2norm = s.gate_in = s.beta_sig = s.neg_eig = s.v_first = 1;
+    check_dh0_only(&s, "dh0 alone B=2 T=300 GVA 4 + every option", 0);
+    /* T = 0: no chunk slot, dh0 = d_final_state */
+    s = base_spec(2, 0, 2, 4, 128);
+    check_dh0_only(&s, "dh0 alone B=2 T=0", 0);
+    /* CP: one sequence, few heads; every fourth head without decay (a
+     * transition the shortcut keeps), the others negligible per segment */
+    s = base_spec(1, 2048, 2, 4, 128);
+    s.l2norm = 1;
+    check_dh0_only(&s, "dh0 alone CP T=2048 H=2 HV=4 + l2norm", 1);
+    /* CP with varlen: an empty sequence, the host copy (planned from the
+     * longest sequence), fp16, the in-kernel gate (strong: the shortcut) */
+    const int64_t cu[] = {0, 1500, 1500, 2048};
+    s = base_spec(1, 2048, 1, 4, 128);
+    set_cu(&s, cu, 4);
+    s.cu_host = 1;
+    s.io = FQLA_DTYPE_F16;
+    s.gate_in = s.beta_sig = 1;
+    check_dh0_only(&s, "dh0 alone CP varlen [0,1500,1500,2048] fp16 + gate", 1);
+    /* CP without the shortcut: no decay anywhere, every segment's transition applied */
+    s = base_spec(1, 2048, 1, 2, 128);
+    s.decay = 2;
+    check_dh0_only(&s, "dh0 alone CP T=2048 g = 0", 1);
 }
 
 static int wanted(const char *filter, const char *name)

@@ -503,7 +503,18 @@ static void b_bwd_null_dh0(fx *f) { f->ba.d_initial_state.data = NULL; }
 static void b_bwd_dh0_without_h0(fx *f) { f->ba.d_initial_state = fx_state(f, &f->c, f->c.B, FQLA_DTYPE_F32, FILL_SENTINEL); }
 static void b_bwd_null_dA_log(fx *f) { f->ba.dA_log.data = NULL; }
 static void b_bwd_null_ddt_bias(fx *f) { f->ba.ddt_bias.data = NULL; }
+/* the backward of d_initial_state alone: all five per-token gradients absent */
+static void b_bwd_five_absent(fx *f)
+{
+    f->ba.dq.data = f->ba.dk.data = f->ba.dv.data = f->ba.dg.data = f->ba.dbeta.data = NULL;
+}
+static void b_bwd_dh0_only_dA_log(fx *f) { b_bwd_five_absent(f); f->ba.ddt_bias.data = NULL; }
+static void b_bwd_dh0_only_ddt_bias(fx *f) { b_bwd_five_absent(f); f->ba.dA_log.data = NULL; }
+static void b_bwd_only_dbeta_given(fx *f) { f->ba.dq.data = f->ba.dk.data = f->ba.dv.data = f->ba.dg.data = NULL; }
+static void b_bwd_only_dq_given(fx *f) { f->ba.dk.data = f->ba.dv.data = f->ba.dg.data = f->ba.dbeta.data = NULL; }
+static void b_bwd_dg_dbeta_absent(fx *f) { f->ba.dg.data = f->ba.dbeta.data = NULL; }
 static void b_bwd_dA_log_no_gate(fx *f) { f->ba.dA_log = fx_tensor(f, FQLA_DTYPE_F32, 1, SHAPE(f->c.HV), NULL, FILL_SENTINEL); }
+static void b_bwd_dh0_only_dA_log_no_gate(fx *f) { b_bwd_five_absent(f); b_bwd_dA_log_no_gate(f); }
 static void b_bwd_dq_heads(fx *f) { f->ba.dq = fx_tensor(f, f->c.io, 4, SHAPE(f->c.B, f->c.T, f->c.HV, f->c.K), NULL, FILL_SENTINEL); }
 static void b_bwd_dv_shape(fx *f) { f->ba.dv = fx_tensor(f, f->c.io, 4, SHAPE(f->c.B, f->c.T, f->c.HV, f->c.K), NULL, FILL_SENTINEL); }
 static void b_bwd_d_o_dtype(fx *f) { f->ba.d_o = fx_tensor(f, FQLA_DTYPE_BF16, 4, SHAPE(f->c.B, f->c.T, f->c.HV, f->c.V), NULL, FILL_NORMAL); }
@@ -702,6 +713,17 @@ static const bad_case bad_cases[] = {
     {"bwd_gate_null_dA_log", OP_BWD, m_gate, b_bwd_null_dA_log, 0, INV, "dA_log: data is NULL"},
     {"bwd_gate_null_ddt_bias", OP_BWD, m_gate, b_bwd_null_ddt_bias, 0, INV, "ddt_bias: data is NULL"},
     {"bwd_dA_log_without_gate", OP_BWD, NULL, b_bwd_dA_log_no_gate, 0, INV, "dA_log"},
+    /* some of dq, dk, dv, dg, dbeta absent but not all: the first absent one is named */
+    {"bwd_partial_only_dbeta_given", OP_BWD, NULL, b_bwd_only_dbeta_given, 0, INV, "dq: data is NULL"},
+    {"bwd_partial_only_dq_given", OP_BWD, NULL, b_bwd_only_dq_given, 0, INV, "dk: data is NULL"},
+    {"bwd_partial_dg_dbeta_absent", OP_BWD, NULL, b_bwd_dg_dbeta_absent, 0, INV, "dg: data is NULL"},
+    {"bwd_partial_cuda_rules", OP_BWD, NULL, b_bwd_dg_dbeta_absent, 1, INV, "dg: data is NULL"},
+    /* all five absent asks for d_initial_state alone: it needs initial_state, and
+     * dA_log / ddt_bias must be absent */
+    {"bwd_five_absent_without_h0", OP_BWD, m_no_h0, b_bwd_five_absent, 0, INV, "dq: data is NULL"},
+    {"bwd_dh0_only_with_dA_log", OP_BWD, m_gate, b_bwd_dh0_only_dA_log, 0, INV, "dA_log: given but dq, dk, dv, dg and dbeta are absent"},
+    {"bwd_dh0_only_with_ddt_bias", OP_BWD, m_gate, b_bwd_dh0_only_ddt_bias, 0, INV, "ddt_bias: given but dq, dk, dv, dg and dbeta are absent"},
+    {"bwd_dh0_only_dA_log_without_gate", OP_BWD, NULL, b_bwd_dh0_only_dA_log_no_gate, 0, INV, "dA_log: given but opt.use_gate_in_kernel is 0"},
     {"bwd_dq_heads", OP_BWD, NULL, b_bwd_dq_heads, 0, INV, "dq: shape[2] = 4 but q has H = 2"},
     {"bwd_dv_shape", OP_BWD, NULL, b_bwd_dv_shape, 0, INV, "dv: shape[3]"},
     {"bwd_d_o_dtype", OP_BWD, NULL, b_bwd_d_o_dtype, 0, INV, "d_o: dtype BF16"},
@@ -1168,6 +1190,56 @@ static void ok_decode_all_padding(void)
     }
 }
 
+/* The backward of d_initial_state alone (all of dq, dk, dv, dg, dbeta absent)
+ * is legal on both CPU backends, with or without the in-kernel gate (dA_log,
+ * ddt_bias absent then); it writes all of d_initial_state and nothing else.
+ * At T = 0 a given dA_log keeps the full backward (the five may be NULL there
+ * as empty tensors). The values are test_bwd_dh0_only.c's. */
+static void ok_bwd_dh0_only(void)
+{
+    for (int v = 0; v < 4; v++) {
+        cfg c = default_cfg(OP_BWD);
+        fx f;
+        fqla_problem p;
+        c.backend = v & 1 ? FQLA_BACKEND_CPU_REFERENCE : FQLA_BACKEND_CPU;
+        c.gate_in_kernel = v >= 2;
+        if (!fx_setup(&f, &c, OP_BWD)) return;
+        b_bwd_five_absent(&f);
+        f.ba.dA_log.data = f.ba.ddt_bias.data = NULL;
+        /* absent tensors are not looked at: not their strides either */
+        f.ba.dq.strides[0] = 3;
+        expect_valid(&f, OP_BWD, 1, &p);
+        CHECK(p.dh0_only, "%s: not taken as the backward of d_initial_state alone", c.backend ? "reference" : "CPU");
+        expect_valid(&f, OP_BWD, 0, &p);
+        CHECK(fqla_bwd_supported(f.ctx, &f.ba) == FQLA_STATUS_SUCCESS, "supported: %s", fqla_last_error(f.ctx));
+        fx_snapshot(&f);
+        expect_run(&f, OP_BWD);
+        int i = fx_index(&f, f.ba.d_initial_state.data);
+        CHECK(!has_sentinel_f32(&f.ba.d_initial_state), "d_initial_state not fully written");
+        for (int j = 0; j < f.n; j++)
+            CHECK(j == i || memcmp(f.snap[j], f.buf[j], f.bytes[j]) == 0, "buffer %d written besides d_initial_state", j);
+        fx_free(&f);
+    }
+
+    cfg c = default_cfg(OP_BWD);
+    fx f;
+    fqla_problem p;
+    c.backend = FQLA_BACKEND_CPU_REFERENCE;
+    c.T = 0;
+    c.gate_in_kernel = 1;
+    if (!fx_setup(&f, &c, OP_BWD)) return;
+    b_bwd_five_absent(&f);
+    expect_valid(&f, OP_BWD, 1, &p);
+    CHECK(!p.dh0_only, "T = 0 with dA_log given: not the full backward");
+    expect_run(&f, OP_BWD);
+    CHECK(!has_sentinel_f32(&f.ba.dA_log) && !has_sentinel_f32(&f.ba.d_initial_state), "T = 0: outputs not written");
+    f.ba.dA_log.data = f.ba.ddt_bias.data = NULL;
+    expect_valid(&f, OP_BWD, 1, &p);
+    CHECK(p.dh0_only, "T = 0 without dA_log: not the backward of d_initial_state alone");
+    expect_run(&f, OP_BWD);
+    fx_free(&f);
+}
+
 int main(void)
 {
     check_rng_seed(check_seed());
@@ -1189,5 +1261,6 @@ int main(void)
     CHECK_RUN(ok_cuda_aligned);
     CHECK_RUN(ok_cpu_backend);
     CHECK_RUN(ok_decode_all_padding);
+    CHECK_RUN(ok_bwd_dh0_only);
     return check_summary();
 }

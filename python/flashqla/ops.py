@@ -375,11 +375,26 @@ def bwd_alloc(q, k, v, initial_state, A_log, flags):
 
 
 def bwd_impl(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, cu_seqlens_cpu,
-             d_o, d_final_state, scale, flags, backend):
+             d_o, d_final_state, scale, flags, backend, dh0_only=False):
+    """The backward: (dq, dk, dv, dg, dbeta, dh0, dA_log, ddt_bias).
+
+    dh0_only=True asks the library for the gradient of initial_state alone
+    (fqla_bwd with the other gradients absent: the backends then skip the
+    forward state pass and the per-token gradients); it needs initial_state,
+    and returns (None, None, None, None, None, dh0, None, None) with dh0
+    equal, bit for bit, to the full backward's."""
     be, device = resolve(q, backend)
-    outs = bwd_alloc(q, k, v, initial_state, A_log, flags)
-    dq, dk, dv, dg, dbeta, dh0, dA, ddt = outs
     gate = flags & GATE_IN_KERNEL
+    if dh0_only:
+        if initial_state is None:
+            raise ValueError("bwd_impl(dh0_only=True) needs initial_state: "
+                             "its gradient is the only output")
+        gd = torch.float64 if q.dtype == torch.float64 else torch.float32
+        dh0 = torch.empty(initial_state.shape, dtype=gd, device=q.device)
+        outs = (None, None, None, None, None, dh0, None, None)
+    else:
+        outs = bwd_alloc(q, k, v, initial_state, A_log, flags)
+    dq, dk, dv, dg, dbeta, dh0, dA, ddt = outs
     buf = _lib.BwdBuffer()
     _lib.BWD_PACK.pack_into(
         buf, 0, *tv(q), *tv(k), *tv(v), *tv(g), *tv(beta), *tv(A_log), *tv(dt_bias),

@@ -50,6 +50,10 @@
  * relative accuracy. Diagonal Gamma_ii = 1 and f_C = 1 do not depend on any
  * gate and are left out.
  *
+ * With only dh0 asked for (fqla_problem.dh0_only) pass 1 is skipped: the
+ * reverse chain dS' -> dS needs dO, P~, T~ and q, k, never the states or X
+ * (chunk_backward_dstate runs those of chunk_backward's steps alone).
+ *
  * Memory per worker: the entering states and X of the group,
  * group * chunks * (K + 64) * V floats (24 MiB at T = 8192, K = V = 128,
  * group 2), plus a few hundred KiB of chunk buffers.
@@ -69,6 +73,8 @@ typedef struct bwd_job {
     const fqla_bwd_args *a;
     fqla_cpu_inputs in;
     int64_t chunks_max;   /* chunks of the longest sequence */
+    int64_t kept_chunks;  /* chunks whose states and X each worker keeps: chunks_max, or 0
+                             when only dh0 is asked for (pass 2 then needs neither) */
     float *scratch;
     int64_t per_worker;   /* floats of scratch per worker */
     double *dA_log_part;  /* [N, HV] per-item partial sums (use_gate_in_kernel) */
@@ -190,6 +196,88 @@ static void chunk_next_state(bwd_bufs *s, const float *S, float *S_next)
     fqla_gemm(FQLA_GEMM_ACC, Kp, Vp, cp, Kf, cp, s->U, Vp, S_next, Vp);
 }
 
+/* P~ = scale Gamma . tril(Q K^T) of one head. */
+static void chunk_p(bwd_bufs *s, float scale)
+{
+    int64_t cp = s->qk.cp;
+    for (int64_t i = 0; i < cp; i++)
+        fqla_mul_scale8(cp, s->hd.G + i * cp, s->qk.QKm + i * cp, scale, s->P + i * cp);
+}
+
+/* The chunk's dO rows of value head h into the top half of DD (pads zero). */
+static void chunk_load_do(const bwd_job *job, bwd_bufs *s, int64_t b, int64_t t0, int64_t h)
+{
+    const fqla_tensor *d_o = &job->a->d_o;
+    int64_t c = s->qk.c, cp = s->qk.cp, V = s->hd.V, Vp = s->hd.Vp;
+    for (int64_t i = 0; i < cp; i++) {
+        float *r = s->DD + i * Vp;
+        memset(r, 0, (size_t)Vp * sizeof(float));
+        if (i < c)
+            fqla_load_row_f32(d_o, fqla_cpu_row_offset(d_o, b, t0 + i, h), V, r);
+    }
+}
+
+/* dU = P~^T dO + diag(f) K dS' (KdS = K dS' kept for df). */
+static void chunk_du(bwd_bufs *s, const float *dS)
+{
+    const fqla_chunk_qk *qk = &s->qk;
+    int64_t cp = qk->cp, K = qk->K, Kp = qk->Kp, Vp = s->hd.Vp;
+    fqla_gemm(0, cp, Vp, K, qk->QK + cp * Kp, Kp, dS, Vp, s->KdS, Vp);
+    fqla_transpose(cp, cp, s->P, cp, s->Pt, cp);
+    fqla_gemm(FQLA_GEMM_A_UPPER, cp, Vp, cp, s->Pt, cp, s->DD, Vp, s->dU, Vp);
+    for (int64_t i = 0; i < cp; i++)
+        fqla_axpy8(Vp, s->hd.f[i], s->KdS + i * Vp, s->dU + i * Vp);
+}
+
+/* dY = T~^T dU into the bottom half of DD (T~ = hd->A). */
+static void chunk_dy(bwd_bufs *s)
+{
+    int64_t cp = s->qk.cp, Vp = s->hd.Vp;
+    fqla_transpose(cp, cp, s->hd.A, cp, s->Ttt, cp);
+    fqla_gemm(FQLA_GEMM_A_UPPER, cp, Vp, cp, s->Ttt, cp, s->dU, Vp, s->DD + cp * Vp, Vp);
+}
+
+/* dX = diag(beta) dY in place (= dV), and Z = [scale diag(e) dO; -diag(e) dX]. */
+static void chunk_z(bwd_bufs *s, float scale)
+{
+    const fqla_chunk_head *hd = &s->hd;
+    int64_t cp = s->qk.cp, Vp = hd->Vp;
+    const float *dO = s->DD;
+    for (int64_t i = 0; i < cp; i++) {
+        float *dx = s->DD + (cp + i) * Vp;
+        float *zq = s->Z + i * Vp, *zk = s->Z + (cp + i) * Vp;
+        fqla_scale8(Vp, hd->beta[i], dx);
+        for (int64_t j = 0; j < Vp; j += 8)
+            for (int q = 0; q < 8; q++) {
+                zq[j + q] = scale * hd->e[i] * dO[i * Vp + j + q];
+                zk[j + q] = -hd->e[i] * dx[j + q];
+            }
+    }
+}
+
+/* dS (entering) = e_C dS' + [Q; K]^T Z, in place. */
+static void chunk_dstate(bwd_bufs *s, float *dS)
+{
+    const fqla_chunk_qk *qk = &s->qk;
+    fqla_scale8(qk->Kp * s->hd.Vp, s->hd.eC, dS);
+    fqla_gemm(FQLA_GEMM_ACC, qk->Kp, s->hd.Vp, 2 * qk->cp, qk->QKt, 2 * qk->cp, s->Z, s->hd.Vp, dS, s->hd.Vp);
+}
+
+/* Only the reverse state chain of one chunk of value head h: dS, the
+ * gradient w.r.t. the leaving state, to the entering one. It needs neither
+ * the chunk's state nor its X, and runs the same steps as chunk_backward on
+ * the same operands, so dh0 comes out bit-identical to the full backward's. */
+static void chunk_backward_dstate(const bwd_job *job, bwd_bufs *s, float *dS, int64_t b, int64_t t0, int64_t h)
+{
+    float scale = (float)job->p->scale;
+    chunk_p(s, scale);
+    chunk_load_do(job, s, b, t0, h);
+    chunk_du(s, dS);
+    chunk_dy(s);
+    chunk_z(s, scale);
+    chunk_dstate(s, dS);
+}
+
 /* The reverse of one chunk of value head h (see the file header): S is the
  * stored entering state, dS the gradient w.r.t. the leaving state, updated
  * in place to the entering one. Adds this head's dq, dk to dQKsum and
@@ -210,25 +298,13 @@ static void chunk_backward(const bwd_job *job, bwd_bufs *s, const float *S, cons
 
     /* forward quantities */
     chunk_u(s, X);
-    for (int64_t i = 0; i < cp; i++)
-        fqla_mul_scale8(cp, hd->G + i * cp, qk->QKm + i * cp, scale, s->P + i * cp);
-
-    /* dO rows (pads zero) */
-    for (int64_t i = 0; i < cp; i++) {
-        float *r = dO + i * Vp;
-        memset(r, 0, (size_t)Vp * sizeof(float));
-        if (i < c)
-            fqla_load_row_f32(&a->d_o, fqla_cpu_row_offset(&a->d_o, b, t0 + i, h), V, r);
-    }
+    chunk_p(s, scale);
+    chunk_load_do(job, s, b, t0, h);
 
     /* dU = P~^T dO + diag(f) K dS';  df_j = (K dS')_j . u_j */
-    fqla_gemm(0, cp, Vp, K, Kr, Kp, dS, Vp, s->KdS, Vp);
-    fqla_transpose(cp, cp, s->P, cp, s->Pt, cp);
-    fqla_gemm(FQLA_GEMM_A_UPPER, cp, Vp, cp, s->Pt, cp, dO, Vp, s->dU, Vp);
-    for (int64_t i = 0; i < cp; i++) {
-        fqla_axpy8(Vp, hd->f[i], s->KdS + i * Vp, s->dU + i * Vp);
+    chunk_du(s, dS);
+    for (int64_t i = 0; i < cp; i++)
         df[i] = fqla_dot_f64(Vp, s->KdS + i * Vp, s->U + i * Vp);
-    }
 
     /* dP~ = dO U^T, dT~ = dU Y^T (lower parts), dY = T~^T dU */
     fqla_transpose(cp, Vp, s->U, Vp, s->Ut, cp);
@@ -237,23 +313,14 @@ static void chunk_backward(const bwd_job *job, bwd_bufs *s, const float *S, cons
     memset(s->dT, 0, (size_t)(cp * cp) * sizeof(float));
     fqla_gemm(FQLA_GEMM_C_LOWER, cp, cp, V, dO, Vp, s->Ut, cp, s->dP, cp);
     fqla_gemm(FQLA_GEMM_C_LOWER, cp, cp, V, s->dU, Vp, s->Yt, cp, s->dT, cp);
-    fqla_transpose(cp, cp, s->Tt, cp, s->Ttt, cp);
-    fqla_gemm(FQLA_GEMM_A_UPPER, cp, Vp, cp, s->Ttt, cp, s->dU, Vp, dX, Vp);
+    chunk_dy(s);
 
-    /* dbeta, dX (= dV, from dY in place) and Z = [scale diag(e) dO; -diag(e) dX] */
-    for (int64_t i = 0; i < cp; i++) {
-        float *dx = dX + i * Vp;
-        float *zq = s->Z + i * Vp, *zk = s->Z + (cp + i) * Vp;
-        dbeta[i] = fqla_dot_f64(Vp, X + i * Vp, dx);
-        fqla_scale8(Vp, hd->beta[i], dx);
-        for (int64_t j = 0; j < Vp; j += 8)
-            for (int q = 0; q < 8; q++) {
-                zq[j + q] = scale * hd->e[i] * dO[i * Vp + j + q];
-                zk[j + q] = -hd->e[i] * dx[j + q];
-            }
-        if (i < c)
-            fqla_store_row_f32(&a->dv, fqla_cpu_row_offset(&a->dv, b, t0 + i, h), V, dx);
-    }
+    /* dbeta (from dY), dX (= dV, from dY in place) and Z = [scale diag(e) dO; -diag(e) dX] */
+    for (int64_t i = 0; i < cp; i++)
+        dbeta[i] = fqla_dot_f64(Vp, X + i * Vp, dX + i * Vp);
+    chunk_z(s, scale);
+    for (int64_t i = 0; i < c; i++)
+        fqla_store_row_f32(&a->dv, fqla_cpu_row_offset(&a->dv, b, t0 + i, h), V, dX + i * Vp);
 
     /* G2 = [dO; dX] S^T gives de and the state parts of [dQ; dK] */
     fqla_transpose(Kp, Vp, S, Vp, s->St, Kp);
@@ -276,9 +343,7 @@ static void chunk_backward(const bwd_job *job, bwd_bufs *s, const float *S, cons
     }
     fqla_gemm(FQLA_GEMM_ACC, cp, Kp, V, s->Uf, Vp, s->dSt, Kp, s->dQK + cp * Kp, Kp);
 
-    /* dS (entering) = e_C dS' + [Q; K]^T Z */
-    fqla_scale8(Kp * Vp, hd->eC, dS);
-    fqla_gemm(FQLA_GEMM_ACC, Kp, Vp, 2 * cp, qk->QKt, 2 * cp, s->Z, Vp, dS, Vp);
+    chunk_dstate(s, dS);
 
     /* through the inverse T~ = (I + L)^-1, L = StrictLower(diag(beta) (Gamma . K K^T)):
      * dL = -T~^T dT~ T~^T (strict lower) */
@@ -386,20 +451,20 @@ static void bwd_task(void *arg, int64_t item, int worker)
     int v_first = p->opt.state_v_first;
     int64_t b, start, len;
     bwd_bufs s;
-    bwd_carve(&s, K, V, group, job->chunks_max, job->scratch + (int64_t)worker * job->per_worker);
+    bwd_carve(&s, K, V, group, job->kept_chunks, job->scratch + (int64_t)worker * job->per_worker);
     fqla_seq_bounds(p, n, &b, &start, &len);
     int64_t end = start + len, chunks = (len + C64 - 1) / C64;
-#define STATE(h, ci) (s.states + ((h) - h0) * job->chunks_max * KV + (ci) * KV)
-#define XS(h, ci) (s.xs + ((h) - h0) * job->chunks_max * C64 * Vp + (ci) * C64 * Vp)
+#define STATE(h, ci) (s.states + ((h) - h0) * job->kept_chunks * KV + (ci) * KV)
+#define XS(h, ci) (s.xs + ((h) - h0) * job->kept_chunks * C64 * Vp + (ci) * C64 * Vp)
 
-    /* pass 1: the state entering every chunk, and its X */
-    for (int64_t h = h0; h < h1; h++) {
+    /* pass 1: the state entering every chunk, and its X (dh0 alone: not needed) */
+    for (int64_t h = h0; !p->dh0_only && h < h1; h++) {
         int64_t lead[2] = {n, h};
         memset(STATE(h, 0), 0, (size_t)KV * sizeof(float));
         if (a->initial_state.data)
             fqla_cpu_state_load(&a->initial_state, lead, K, V, v_first, STATE(h, 0), Vp, s.tmp);
     }
-    for (int64_t ci = 0; ci < chunks; ci++) {
+    for (int64_t ci = 0; !p->dh0_only && ci < chunks; ci++) {
         int64_t t0 = start + ci * C64, c = end - t0 < C64 ? end - t0 : C64;
         fqla_chunk_load_qk(&s.qk, &job->in, b, t0, c, hk, 0);
         fqla_chunk_prepare_qk(&s.qk, 0);
@@ -428,9 +493,13 @@ static void bwd_task(void *arg, int64_t item, int worker)
         memset(s.dQKsum, 0, (size_t)(2 * s.qk.cp * s.qk.Kp) * sizeof(float));
         for (int64_t h = h0; h < h1; h++) {
             fqla_chunk_load_head(&s.hd, &s.qk, &job->in, b, t0, h, 0);
-            chunk_backward(job, &s, STATE(h, ci), XS(h, ci), s.dS + (h - h0) * KV, b, t0, h, n);
+            if (p->dh0_only)
+                chunk_backward_dstate(job, &s, s.dS + (h - h0) * KV, b, t0, h);
+            else
+                chunk_backward(job, &s, STATE(h, ci), XS(h, ci), s.dS + (h - h0) * KV, b, t0, h, n);
         }
-        store_qk_grads(job, &s, b, t0, hk);
+        if (!p->dh0_only)
+            store_qk_grads(job, &s, b, t0, hk);
     }
     for (int64_t h = h0; a->d_initial_state.data && h < h1; h++) {
         int64_t lead[2] = {n, h};
@@ -456,11 +525,12 @@ fqla_status fqla_cpu_bwd(fqla_context *ctx, const fqla_problem *p, const fqla_bw
         if ((len + C64 - 1) / C64 > job.chunks_max)
             job.chunks_max = (len + C64 - 1) / C64;
     }
-    job.per_worker = bwd_floats(p->K, p->V, p->group, job.chunks_max);
+    job.kept_chunks = p->dh0_only ? 0 : job.chunks_max;
+    job.per_worker = bwd_floats(p->K, p->V, p->group, job.kept_chunks);
     job.scratch = fqla_cpu_alloc_floats(job.per_worker * workers);
-    if (p->opt.use_gate_in_kernel)
+    if (p->opt.use_gate_in_kernel && !p->dh0_only)
         job.dA_log_part = calloc((size_t)(2 * p->N * p->HV + 1), sizeof(double));
-    if (!job.scratch || (p->opt.use_gate_in_kernel && !job.dA_log_part)) {
+    if (!job.scratch || (p->opt.use_gate_in_kernel && !p->dh0_only && !job.dA_log_part)) {
         free(job.scratch);
         free(job.dA_log_part);
         return fqla_fail(ctx, FQLA_STATUS_ALLOC_FAILED,
@@ -475,7 +545,7 @@ fqla_status fqla_cpu_bwd(fqla_context *ctx, const fqla_problem *p, const fqla_bw
         fqla_cpu_zero_uncovered(p, rows[i]);
     fqla_cpu_run(ctx, workers, items, bwd_task, &job);
 
-    if (p->opt.use_gate_in_kernel)
+    if (job.dA_log_part)
         fqla_cpu_reduce_gate_params(p, a, job.dA_log_part, job.ddt_bias_part);
     free(job.scratch);
     free(job.dA_log_part);

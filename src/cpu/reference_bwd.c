@@ -21,6 +21,10 @@
  * head) handles the value heads of its GVA group one after another, so dq
  * and dk are summed over the group without races; dA_log and ddt_bias are
  * summed per task and reduced in a fixed order afterwards (deterministic).
+ *
+ * With only d_initial_state asked for (fqla_problem.dh0_only) the same walk
+ * runs and the per-token gradients are computed but never stored: the
+ * oracle stays one code path, and dh0 comes out as the full backward's.
  */
 #include "cpu/reference_common.h"
 #include "cpu/transforms.h"
@@ -182,6 +186,7 @@ static void head_backward(const bwd_job *job, bwd_scratch *s, int64_t n, int64_t
             token_backward(p, s, s->st + j * KV, s->st + (j + 1) * KV, s->qb + j * K, s->kb + j * K,
                            s->rb + j * V, s->gb[j], s->bb[j], s->dov,
                            s->dq + tl * K, s->dk + tl * K, s->tmp, &dg, &dbeta);
+            if (p->dh0_only) continue;
             fqla_ref_store_row(&a->dv, b, t, h, V, s->tmp);
             fqla_cpu_store_gate_grads(p, a, job->dA_log_part, job->ddt_bias_part, n, b, t, h, dg, dbeta);
         }
@@ -245,8 +250,10 @@ static fqla_status bwd_task(void *arg, int64_t task)
 
     for (int64_t h = hk * p->group; h < (hk + 1) * p->group; h++)
         head_backward(job, &s, n, h, b, start, len);
-    store_qk_grad(job, &s, &job->a->q, &job->a->dq, s.dq, b, start, len, hk);
-    store_qk_grad(job, &s, &job->a->k, &job->a->dk, s.dk, b, start, len, hk);
+    if (!p->dh0_only) {
+        store_qk_grad(job, &s, &job->a->q, &job->a->dq, s.dq, b, start, len, hk);
+        store_qk_grad(job, &s, &job->a->k, &job->a->dk, s.dk, b, start, len, hk);
+    }
     free(mem);
     return FQLA_STATUS_SUCCESS;
 }
@@ -258,7 +265,7 @@ fqla_status fqla_ref_bwd(fqla_context *ctx, const fqla_problem *p, const fqla_bw
     job.a = a;
     job.in = fqla_cpu_inputs_bwd(p, a);
     job.dA_log_part = job.ddt_bias_part = NULL;
-    if (p->opt.use_gate_in_kernel) {
+    if (p->opt.use_gate_in_kernel && !p->dh0_only) {
         job.dA_log_part = calloc((size_t)(2 * p->N * p->HV + 1), sizeof(double));
         if (!job.dA_log_part)
             return fqla_fail(ctx, FQLA_STATUS_ALLOC_FAILED, "CPU reference backward: out of memory");
@@ -270,7 +277,7 @@ fqla_status fqla_ref_bwd(fqla_context *ctx, const fqla_problem *p, const fqla_bw
         fqla_cpu_zero_uncovered(p, rows[i]);
 
     fqla_status st = fqla_ref_parallel(p->threads, p->N * p->H, bwd_task, &job);
-    if (st == FQLA_STATUS_SUCCESS && p->opt.use_gate_in_kernel)
+    if (st == FQLA_STATUS_SUCCESS && job.dA_log_part)
         fqla_cpu_reduce_gate_params(p, a, job.dA_log_part, job.ddt_bias_part);
     free(job.dA_log_part);
     if (st == FQLA_STATUS_ALLOC_FAILED)

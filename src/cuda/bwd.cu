@@ -1,7 +1,8 @@
 /*
  * bwd.cu - the CUDA backward's entry points (declared in cuda_backend.h):
  * what the kernels cover, the exact workspace, and the five launches on the
- * caller's stream (bwd_common.cuh says what each computes). Nothing here
+ * caller's stream (bwd_common.cuh says what each computes; with only
+ * d_initial_state asked for, prepare and the reverse chain alone). Nothing here
  * allocates, synchronises or reads device memory on the host, so a call
  * can be captured in a CUDA graph; the workspace is a function of the
  * shapes alone.
@@ -42,7 +43,7 @@ fqla_bwd_ws_layout layout_of(const fqla_context *ctx, const fqla_problem *p)
 {
     const int64_t L = seg_chunks_of(ctx, p);
     return fqla_bwd_ws(slots_of(p), p->H, p->HV, p->K, p->V, p->opt.use_qk_l2norm, p->opt.use_gate_in_kernel,
-                       L ? fqla_cp_segs(p->varlen, p->T, p->N, L) : 0);
+                       L ? fqla_cp_segs(p->varlen, p->T, p->N, L) : 0, p->dh0_only);
 }
 
 cudaError_t scan_states(const fqla_bwd_params &p, int, cudaStream_t stream)
@@ -144,9 +145,9 @@ fqla_status fqla_cuda_bwd_run(fqla_context *ctx, const fqla_problem *p, const fq
     k.rk = p->opt.use_qk_l2norm ? (float *)(ws + L.rk) : NULL;
     b.Tt = (float *)(ws + L.Tt);
     b.Pt = (float *)(ws + L.Pt);
-    b.S = (float *)(ws + L.S);
+    b.S = p->dh0_only ? NULL : (float *)(ws + L.S);
     b.dS = (float *)(ws + L.dS);
-    b.gate_part = p->opt.use_gate_in_kernel ? (float *)(ws + L.gate_part) : NULL;
+    b.gate_part = p->opt.use_gate_in_kernel && !p->dh0_only ? (float *)(ws + L.gate_part) : NULL;
     b.cp_hm = k.cp_mode ? (float *)(ws + L.cp_hm) : NULL;
     if (k.cp_mode) { /* the negligible-transition shortcut (bwd_chain_cp.cu) */
         k.cp_skip = 1;
@@ -155,23 +156,29 @@ fqla_status fqla_cuda_bwd_run(fqla_context *ctx, const fqla_problem *p, const fq
     }
 
     const int io_bf16 = p->io_dtype == FQLA_DTYPE_BF16;
+    /* dh0 alone (p->dh0_only) runs only prepare and the reverse chain: the
+     * reverse chain reads prepare's gam, bet, rq / rk, T~, P~ and chunk_ok,
+     * and its own pre-pass's cp_hm and seg_flag, never a state of the
+     * forward chain, and dh0 is written by the reverse chain itself */
     static const struct {
         cudaError_t (*launch)(const fqla_bwd_params &, int, cudaStream_t);
         const char *what;
-        int cp; /* 1: only with CP, 0: always */
+        int cp;   /* 1: only with CP, 0: always */
+        int full; /* 1: not for dh0 alone */
     } steps[] = {
-        {fqla_bwd_launch_prepare, "CUDA backward: prepare kernel launch", 0},
-        {fqla_bwd_launch_states_prepass, "CUDA backward: state pass CP pre-pass launch", 1},
-        {scan_states, "CUDA backward: state pass CP scan launch", 1},
-        {fqla_bwd_launch_states, "CUDA backward: state pass launch", 0},
-        {fqla_bwd_launch_dstates_prepass, "CUDA backward: reverse state pass CP pre-pass launch", 1},
-        {scan_dstates, "CUDA backward: reverse state pass CP scan launch", 1},
-        {fqla_bwd_launch_dstates, "CUDA backward: reverse state pass launch", 0},
-        {fqla_bwd_launch_grads, "CUDA backward: gradient kernel launch", 0},
-        {fqla_bwd_launch_finish, "CUDA backward: finishing kernel launch", 0},
+        {fqla_bwd_launch_prepare, "CUDA backward: prepare kernel launch", 0, 0},
+        {fqla_bwd_launch_states_prepass, "CUDA backward: state pass CP pre-pass launch", 1, 1},
+        {scan_states, "CUDA backward: state pass CP scan launch", 1, 1},
+        {fqla_bwd_launch_states, "CUDA backward: state pass launch", 0, 1},
+        {fqla_bwd_launch_dstates_prepass, "CUDA backward: reverse state pass CP pre-pass launch", 1, 0},
+        {scan_dstates, "CUDA backward: reverse state pass CP scan launch", 1, 0},
+        {fqla_bwd_launch_dstates, "CUDA backward: reverse state pass launch", 0, 0},
+        {fqla_bwd_launch_grads, "CUDA backward: gradient kernel launch", 0, 1},
+        {fqla_bwd_launch_finish, "CUDA backward: finishing kernel launch", 0, 1},
     };
     for (const auto &s : steps) {
         if (s.cp && !k.cp_mode) continue;
+        if (s.full && p->dh0_only) continue;
         /* no chunk slots (T = 0 in a padded batch): only the reverse chain, which
          * gives every (empty) sequence dh0 = d_final_state, and the finish
          * (dA_log = ddt_bias = 0) have work */

@@ -70,7 +70,11 @@ template <int KD, bool REVERSE> __global__ void __launch_bounds__(SCAN_THREADS) 
         if (it == nseg - 1) break;
         /* S <- M S + H of segment j */
         const float *HM = bp.cp_hm + ((size_t)(sbase + j) * p.HV + hv) * KD * W;
-        if (it + 2 < nseg) { /* the segment after next into L2: its loads below then wait on L2 only */
+        /* the segment after next into L2: its loads below then wait on L2 only.
+         * Never the chain's last segment: its [H | M] is not applied, and this
+         * chain's pre-pass skips it, so its seg_flag may be unwritten (with dh0
+         * alone the other chain's pre-pass, which writes it, does not run) */
+        if (it + 3 < nseg) {
             const int64_t jn = REVERSE ? j - 2 : j + 2;
             const float *HMn = bp.cp_hm + ((size_t)(sbase + jn) * p.HV + hv) * KD * W;
             const int lines = m_zero(sbase + jn) ? 1 : KD / 32 + 1; /* 1 of H, K / 32 of M */

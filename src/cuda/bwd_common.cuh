@@ -71,7 +71,8 @@ struct fqla_bwd_params {
     float *bet;               /* [slots][HV][64] beta (f.gam: the chunk-local cumsum of the log
                                  decay, where the forward's CP test fqla_cp_m_negligible reads it) */
     float *Tt, *Pt;           /* [slots][HV][64][64] T~ and P~ */
-    float *S, *dS;            /* [slots][HV][K][V] entering state; gradient w.r.t. the leaving state */
+    float *S, *dS;            /* [slots][HV][K][V] entering state (NULL with dh0 alone); gradient
+                                 w.r.t. the leaving state */
     float *gate_part;         /* [slots][HV][2] per-chunk dA_log, ddt_bias (gate in kernel) */
     float *cp_hm;             /* chains' CP (f.cp_mode): [segs][HV][K][V + K] the pre-pass's [H | M] */
     /* with CP also f.cp_skip = 1 and the shortcut's flags:
@@ -82,9 +83,12 @@ struct fqla_bwd_ws_layout {
     size_t gam, bet, rq, rk, Tt, Pt, S, dS, gate_part, cp_hm, chunk_ok, seg_flag, total;
 };
 
-/* segs: the chains' CP segment indices (fqla_cp_segs), 0 without CP. */
+/* segs: the chains' CP segment indices (fqla_cp_segs), 0 without CP.
+ * dh0_only: only prepare and the reverse chain run (fqla_problem.dh0_only),
+ * so S and gate_part, which only the state chain, grads and finish touch,
+ * take no space. */
 static inline fqla_bwd_ws_layout fqla_bwd_ws(int64_t slots, int64_t H, int64_t HV, int64_t K, int64_t V, int l2norm,
-                                             int gate_in_kernel, int64_t segs)
+                                             int gate_in_kernel, int64_t segs, int dh0_only)
 {
     fqla_bwd_ws_layout L;
     size_t off = 0;
@@ -95,9 +99,9 @@ static inline fqla_bwd_ws_layout fqla_bwd_ws(int64_t slots, int64_t H, int64_t H
     L.rk = off;  off += l2norm ? fqla_fwd_align256((size_t)slots * H * 64 * sizeof(float)) : 0;
     L.Tt = off;  off += fqla_fwd_align256(tiles * 64 * 64 * sizeof(float));
     L.Pt = off;  off += fqla_fwd_align256(tiles * 64 * 64 * sizeof(float));
-    L.S = off;   off += fqla_fwd_align256(tiles * K * V * sizeof(float));
+    L.S = off;   off += dh0_only ? 0 : fqla_fwd_align256(tiles * K * V * sizeof(float));
     L.dS = off;  off += fqla_fwd_align256(tiles * K * V * sizeof(float));
-    L.gate_part = off; off += gate_in_kernel ? fqla_fwd_align256(tiles * 2 * sizeof(float)) : 0;
+    L.gate_part = off; off += gate_in_kernel && !dh0_only ? fqla_fwd_align256(tiles * 2 * sizeof(float)) : 0;
     L.cp_hm = off; off += fqla_fwd_align256((size_t)segs * HV * K * (V + K) * sizeof(float));
     L.chunk_ok = off; off += segs ? fqla_fwd_align256(tiles * sizeof(int)) : 0;
     L.seg_flag = off; off += fqla_fwd_align256((size_t)segs * HV * sizeof(int));

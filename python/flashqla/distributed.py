@@ -36,8 +36,8 @@ rank publishes H alone (its successors' scan stops there).
 Backward (the reverse scan): a rank whose first piece continues from an
 earlier rank computes that piece's d(start state) G per head before the
 exchange (over the whole piece for the carrying heads, over the prefix for
-the fading ones; dh0 of fqla_bwd with no gradient from the end, its other
-gradients dropped); one all-gather of those, under which the kept backward
+the fading ones; fqla_bwd with no gradient from the end, asked for dh0
+alone where the backend's mode for it is tested); one all-gather of those, under which the kept backward
 of every piece that needs nothing from later ranks runs; every rank whose
 last piece continues composes its end-state gradient D = G_j + M_j^T D over
 the ranks after it (the M_j kept from the forward) and runs fqla_bwd with it
@@ -483,6 +483,15 @@ def _forward(P, parts, group):
     return o, (starts, carries, dict(chain.kinds), Ms)
 
 
+def _dh0_alone(P):
+    """Whether the d(start state) passes ask the library for that gradient
+    alone (ops.bwd_impl(dh0_only=True): prepare and the reverse chain, no
+    state pass or per-token gradients). Not yet on CUDA: that path has not
+    run on a GPU (test_gpu_bwd's bwd_dh0_only case); until it has, CUDA
+    takes the whole backward and drops the rest."""
+    return not P.q.is_cuda
+
+
 def _backward(P, parts, group, saved, d_o):
     """The gradients of this rank's tokens. Before the exchange a part whose
     first piece continues from before computes that piece's d(start state)
@@ -515,7 +524,7 @@ def _backward(P, parts, group, saved, d_o):
         out = ops.bwd_impl(_tok(P.q, lo, hi), _tok(P.k, lo, hi), _tok(P.v, lo, hi),
                            _tok(P.g, lo, hi), _tok(P.beta, lo, hi), P.A_log, P.dt_bias, h0,
                            cu_d, cu_h, _tok(d_o, lo, hi).contiguous(), d_final, P.scale,
-                           P.flags, P.backend)
+                           P.flags, P.backend, dh0_only=not keep and _dh0_alone(P))
         if keep:
             for full, part in zip(grads, out[:5]):
                 full[:, lo:hi] = part
@@ -536,7 +545,7 @@ def _backward(P, parts, group, saved, d_o):
         d_sub = _tok(d_o, lo, hi).index_select(2, torch.tensor(idx, dtype=torch.long, device=dev))
         out = ops.bwd_impl(Ps.q, Ps.k, Ps.v, Ps.g, Ps.beta, Ps.A_log, Ps.dt_bias,
                            S[:, idx], cu_d, cu_h, d_sub, None, P.scale, P.flags,
-                           P.backend)
+                           P.backend, dh0_only=_dh0_alone(P))
         return out[5][0]
 
     recs = torch.zeros((len(parts), 2 + n), dtype=P.state_dtype, device=dev)

@@ -173,6 +173,17 @@ def main():
         bwd_why = str(e)
         for t in x.values():
             t.requires_grad_(False)
+    except torch.OutOfMemoryError as e:
+        # one GPU cannot hold the backward of 2^20 tokens (its workspace): keep the
+        # forward's row. With several ranks one rank's failure would leave the
+        # others in a collective, so there it stops the run.
+        if world > 1:
+            raise
+        bwd_why = f"out of memory ({str(e).splitlines()[0]})"
+        for t in x.values():
+            t.grad = None
+            t.requires_grad_(False)
+        torch.cuda.empty_cache()
 
     comm_ms = 0.0
     if world > 1:

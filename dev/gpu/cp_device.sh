@@ -2,8 +2,9 @@
 # cp_device.sh - one call on a multi-GPU device machine for context
 # parallelism across GPUs (flashqla.distributed, docs/distributed.md):
 # build the library, run the NCCL cases of python/tests/test_distributed.py
-# (beside them, on the last GPU, the backward's GPU test, which the NCCL
-# cases do not load much), then bench/bench_cp.py on 1, 2, ... GPUs.
+# and the CUDA cases of python/tests/test_bwd_dh0_only.py (beside them, on
+# the last GPU, the backward's GPU test, which they do not load much), then
+# bench/bench_cp.py on 1, 2, ... GPUs.
 #
 #   dev/gpu/cp_device.sh            (run tool: kind nvidia-h200-x2 or larger,
 #                                    carry .whl for FLA's cp_context cases)
@@ -11,7 +12,7 @@
 # Environment: OUT (logs, default /tmp/cp_out), DEADLINE (seconds, default
 # 560), CP_TOKENS (space-separated token counts for bench_cp, default
 # "1048576"), CP_GPUS (default "1 2 ... device count"), CP_ITERS (default 5),
-# PYTEST_K (default "nccl"), TESTS=0 (no pytest, no test_gpu_bwd).
+# PYTEST_K (default "nccl or cuda"), TESTS=0 (no pytest, no test_gpu_bwd).
 # Output: $OUT/summary.txt, $OUT/cp-multi-h200.csv (the rows this call
 # appended), $OUT/logs.tgz (one log per step; the device tool returns at
 # most 8 files).
@@ -44,11 +45,11 @@ timeout "$(left)" make -j32 build/libflashqla.so build/tests/test_gpu_bwd > "$LO
   { stamp "build FAILED"; tail -30 "$LOG/build.txt"; exit 1; }
 
 if [ "${TESTS:-1}" != 0 ]; then
-  stamp "pytest -k ${PYTEST_K:-nccl} beside test_gpu_bwd on GPU $((ngpu - 1))"
+  stamp "pytest -k ${PYTEST_K:-nccl or cuda} beside test_gpu_bwd on GPU $((ngpu - 1))"
   (CUDA_VISIBLE_DEVICES=$((ngpu - 1)) timeout "$(( $(left) - 150 ))" build/tests/test_gpu_bwd \
      > "$LOG/test_gpu_bwd.txt" 2>&1; echo "exit $?" >> "$LOG/test_gpu_bwd.txt") &
   timeout "$(( $(left) - 150 ))" python3 -m pytest -q -rs python/tests/test_distributed.py \
-    -k "${PYTEST_K:-nccl}" > "$LOG/pytest.txt" 2>&1
+    python/tests/test_bwd_dh0_only.py -k "${PYTEST_K:-nccl or cuda}" > "$LOG/pytest.txt" 2>&1
   echo "exit $?" >> "$LOG/pytest.txt"
   wait
   stamp "pytest: $(tail -2 "$LOG/pytest.txt" | tr '\n' ' ')"

@@ -405,6 +405,22 @@ static inline gdn_out gdn_run_fwd(fqla_context *ctx, const gdn_case *c, const gd
     return out;
 }
 
+/* The backward's inputs of case c: the forward's (f), d_o and, where the
+ * case has one, d_final_state; no gradient outputs yet. */
+static inline void gdn_bwd_inputs(const gdn_case *c, gdn_tensors *t, const fqla_fwd_args *f, fqla_bwd_args *a)
+{
+    int64_t N = gdn_N(c);
+    fqla_bwd_args_init(a);
+    a->q = f->q; a->k = f->k; a->v = f->v; a->g = f->g; a->beta = f->beta;
+    a->A_log = f->A_log; a->dt_bias = f->dt_bias; a->initial_state = f->initial_state;
+    a->cu_seqlens = f->cu_seqlens;
+    a->opt = c->opt;
+    a->d_o = tu_tensor(&t->d_o, 4, c->B, c->T, c->HV, c->V, 0);
+    if (c->dht)
+        a->d_final_state = c->opt.state_v_first ? tu_tensor(&t->dht, 4, N, c->HV, c->V, c->K, 0)
+                                                : tu_tensor(&t->dht, 4, N, c->HV, c->K, c->V, 0);
+}
+
 /* Runs the backward of case c on ctx (ref: F64 tensors). */
 static inline gdn_out gdn_run_bwd(fqla_context *ctx, const gdn_case *c, const gdn_data *d, int ref)
 {
@@ -416,15 +432,7 @@ static inline gdn_out gdn_run_bwd(fqla_context *ctx, const gdn_case *c, const gd
     memset(&out, 0, sizeof out);
     gdn_tensors t = gdn_tensors_make(c, d, ref);
     gdn_fwd_inputs(c, &t, &f);
-    fqla_bwd_args_init(&a);
-    a.q = f.q; a.k = f.k; a.v = f.v; a.g = f.g; a.beta = f.beta;
-    a.A_log = f.A_log; a.dt_bias = f.dt_bias; a.initial_state = f.initial_state;
-    a.cu_seqlens = f.cu_seqlens;
-    a.opt = c->opt;
-    a.d_o = tu_tensor(&t.d_o, 4, c->B, c->T, c->HV, c->V, 0);
-    if (c->dht)
-        a.d_final_state = c->opt.state_v_first ? tu_tensor(&t.dht, 4, N, c->HV, c->V, c->K, 0)
-                                               : tu_tensor(&t.dht, 4, N, c->HV, c->K, c->V, 0);
+    gdn_bwd_inputs(c, &t, &f, &a);
     tbuf dq = tb_make(io, d->nq, NULL), dk = tb_make(io, d->nq, NULL), dv = tb_make(io, d->nv, NULL);
     tbuf dg = tb_make(f32, d->ng, NULL), db = tb_make(f32, d->ng, NULL), dh0 = tb_make(f32, d->ns, NULL);
     tbuf dA = tb_make(f32, c->HV, NULL), ddt = tb_make(f32, c->HV, NULL);

@@ -90,13 +90,7 @@ static unsigned char *run_dh0(fqla_context *ctx, const gdn_case *c, const gdn_da
     fqla_dtype io = is_ref ? FQLA_DTYPE_F64 : c->io, f32 = is_ref ? FQLA_DTYPE_F64 : FQLA_DTYPE_F32;
     gdn_tensors t = gdn_tensors_make(c, d, is_ref);
     gdn_fwd_inputs(c, &t, &f);
-    fqla_bwd_args_init(&a);
-    a.q = f.q; a.k = f.k; a.v = f.v; a.g = f.g; a.beta = f.beta;
-    a.A_log = f.A_log; a.dt_bias = f.dt_bias; a.initial_state = f.initial_state;
-    a.cu_seqlens = f.cu_seqlens;
-    a.opt = c->opt;
-    a.d_o = tu_tensor(&t.d_o, 4, c->B, c->T, c->HV, c->V, 0);
-    if (c->dht) a.d_final_state = state_view(c, t.dht.data, t.dht.dtype);
+    gdn_bwd_inputs(c, &t, &f, &a);
     tbuf dq = tb_make(io, d->nq, NULL), dk = tb_make(io, d->nq, NULL), dv = tb_make(io, d->nv, NULL);
     tbuf dg = tb_make(f32, d->ng, NULL), db = tb_make(f32, d->ng, NULL);
     tbuf dA = tb_make(f32, c->HV, NULL), ddt = tb_make(f32, c->HV, NULL);

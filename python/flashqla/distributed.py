@@ -37,8 +37,9 @@ Backward (the reverse scan): a rank whose first piece continues from an
 earlier rank computes that piece's d(start state) G per head before the
 exchange (over the whole piece for the carrying heads, over the prefix for
 the fading ones; fqla_bwd with no gradient from the end, asked for dh0
-alone where the backend's mode for it is tested); one all-gather of those, under which the kept backward
-of every piece that needs nothing from later ranks runs; every rank whose
+alone where the backend's mode for it is tested); one all-gather of those,
+under which the kept backward of every piece that needs nothing from later
+ranks runs; every rank whose
 last piece continues composes its end-state gradient D = G_j + M_j^T D over
 the ranks after it (the M_j kept from the forward) and runs fqla_bwd with it
 as d_final_state. Gradients of A_log / dt_bias are each rank's own share (a
@@ -285,7 +286,7 @@ def carry_prefixes(g, beta, k, flags, A_log=None, dt_bias=None):
         kk = kk / (kk + 1e-6)
     _, T, HV = g.shape
     H = k.shape[2]
-    bk = beta.view(1, T, H, HV // H) * kk.unsqueeze(-1)    # value head h = q/k head h // (HV/H)
+    bk = beta.reshape(1, T, H, HV // H) * kk.unsqueeze(-1)  # value head h = q/k head h // (HV/H)
     contractive = ((bk >= 0) & (bk <= 2)).all(1).reshape(HV)
     # the scan along the innermost dimension: torch's CUDA cumsum over an outer
     # one walks the tokens one at a time (47 ms at T = 131k, 12x the forward)

@@ -484,15 +484,6 @@ def _forward(P, parts, group):
     return o, (starts, carries, dict(chain.kinds), Ms)
 
 
-def _dh0_alone(P):
-    """Whether the d(start state) passes ask the library for that gradient
-    alone (ops.bwd_impl(dh0_only=True): prepare and the reverse chain, no
-    state pass or per-token gradients). Not yet on CUDA: that path has not
-    run on a GPU (test_gpu_bwd's bwd_dh0_only case); until it has, CUDA
-    takes the whole backward and drops the rest."""
-    return not P.q.is_cuda
-
-
 def _backward(P, parts, group, saved, d_o):
     """The gradients of this rank's tokens. Before the exchange a part whose
     first piece continues from before computes that piece's d(start state)
@@ -525,7 +516,7 @@ def _backward(P, parts, group, saved, d_o):
         out = ops.bwd_impl(_tok(P.q, lo, hi), _tok(P.k, lo, hi), _tok(P.v, lo, hi),
                            _tok(P.g, lo, hi), _tok(P.beta, lo, hi), P.A_log, P.dt_bias, h0,
                            cu_d, cu_h, _tok(d_o, lo, hi).contiguous(), d_final, P.scale,
-                           P.flags, P.backend, dh0_only=not keep and _dh0_alone(P))
+                           P.flags, P.backend, dh0_only=not keep)
         if keep:
             for full, part in zip(grads, out[:5]):
                 full[:, lo:hi] = part
@@ -546,7 +537,7 @@ def _backward(P, parts, group, saved, d_o):
         d_sub = _tok(d_o, lo, hi).index_select(2, torch.tensor(idx, dtype=torch.long, device=dev))
         out = ops.bwd_impl(Ps.q, Ps.k, Ps.v, Ps.g, Ps.beta, Ps.A_log, Ps.dt_bias,
                            S[:, idx], cu_d, cu_h, d_sub, None, P.scale, P.flags,
-                           P.backend, dh0_only=_dh0_alone(P))
+                           P.backend, dh0_only=True)
         return out[5][0]
 
     recs = torch.zeros((len(parts), 2 + n), dtype=P.state_dtype, device=dev)

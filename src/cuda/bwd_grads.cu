@@ -560,6 +560,7 @@ template <typename T, int KD> cudaError_t launch(const fqla_bwd_params &p, cudaS
 
 cudaError_t fqla_bwd_launch_grads(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream)
 {
+    if (fqla_bwd_grads_wg_covers(p)) return fqla_bwd_launch_grads_wg(p, io_bf16, stream);
     if (p.f.K == 64) return io_bf16 ? launch<__nv_bfloat16, 64>(p, stream) : launch<__half, 64>(p, stream);
     return io_bf16 ? launch<__nv_bfloat16, 128>(p, stream) : launch<__half, 128>(p, stream);
 }

@@ -69,7 +69,7 @@ FQLA_DEVICE_INLINE uint64_t fqla_desc_mnmajor(const void *tile, uint32_t atom_by
 #define FQLA_WG_OUT64(d) FQLA_WG_OUT32(d), FQLA_WG_OUT8(d, 32), FQLA_WG_OUT8(d, 40), FQLA_WG_OUT8(d, 48), FQLA_WG_OUT8(d, 56)
 
 /* wgmma.mma_async: D (+)= A B for one k-step of 16, fp32 accumulate.
- * ss64: m64n64k16, A and B from descriptors; rs64 / rs128: m64n64k16 /
+ * ss64 / ss128: m64n64k16 / m64n128k16, A and B from descriptors; rs64 / rs128: m64n64k16 /
  * m64n128k16, A from registers (the accumulator layout's columns 16j ..
  * 16j + 15 packed in pairs). TA / TB: 0 K-major, 1 MN-major. scale_d = 0
  * overwrites D. T is __nv_bfloat16 or __half. */
@@ -84,6 +84,15 @@ template <typename T> struct fqla_wg;
                          "wgmma.mma_async.sync.aligned.m64n64k16.f32." PTX "." PTX " " FQLA_WG_ACC32            \
                          ", %32, %33, p, 1, 1, %35, %36;\n\t}"                                                   \
                          : FQLA_WG_OUT32(d)                                                                      \
+                         : "l"(da), "l"(db), "r"(scale_d), "n"(TA), "n"(TB));                                   \
+        }                                                                                                        \
+        template <int TA, int TB>                                                                                \
+        static FQLA_DEVICE_INLINE void ss128(float (&d)[64], uint64_t da, uint64_t db, int scale_d)                       \
+        {                                                                                                        \
+            asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %66, 0;\n\t"                                    \
+                         "wgmma.mma_async.sync.aligned.m64n128k16.f32." PTX "." PTX " " FQLA_WG_ACC64           \
+                         ", %64, %65, p, 1, 1, %67, %68;\n\t}"                                                   \
+                         : FQLA_WG_OUT64(d)                                                                      \
                          : "l"(da), "l"(db), "r"(scale_d), "n"(TA), "n"(TB));                                   \
         }                                                                                                        \
         template <int TB>                                                                                        \

@@ -1,0 +1,605 @@
+/*
+ * bwd_grads_wg.cu - the gradient kernel on warpgroup MMA (wgmma): the same
+ * per-chunk gradients as bwd_grads.cu (its header derives them; the
+ * notation is src/cpu/chunked_bwd.c's), with the products on wgmma instead
+ * of mma.sync, for K = 64 or 128 and V a multiple of 64.
+ *
+ * Why: bwd_grads.cu splits every 64-row product over 16 warps of 16 x 16
+ * tiles, so each product is a few mma.sync a warp between two CTA
+ * barriers; ncu found it issue- and latency-bound with the tensor pipe 18 %
+ * busy. Here a product is one warpgroup's m64nN wgmma over shared-memory
+ * operands, and the two warpgroups run independent products side by side.
+ *
+ * Precision: as bwd_grads.cu, every operand that is not an exact bf16 input
+ * is split into hi / lo bf16 planes (kernel/wg_split.cuh, three products a
+ * k-step).
+ *
+ * Grid (slots, H), 256 threads: one CTA per chunk and q/k head runs the
+ * value heads of its GVA group in order, summing dq (warpgroup 0's
+ * registers) and dk (warpgroup 1's) over the group without atomics. Per
+ * value head, value columns in slices of 64; per slice:
+ *
+ *   all     S, dS' (fp32 -> split) and dO of the slice into shared memory
+ *   wg 0    KS; X = V - diag(e) KS, Y = diag(beta) X; U = T~ Y  -> u_ready
+ *   wg 1    KdS'; dU = P~^T dO + diag(f) KdS'                  -> du_ready
+ *   wg 0    dY = T~^T dU: dv, dbeta (x . dy), de (-beta KS . dy);
+ *           after y_free: Y <- -diag(e beta) dY                -> yp_ready;
+ *           dO S^T: de (scale q . ), dQ += scale diag(e) dO S^T
+ *   wg 1    df (KdS' . u); dP~ += dO U^T, dT~ += dU Y^T        -> y_free;
+ *           U <- diag(f) U; after yp_ready: dK += Y S^T + U dS'^T
+ *
+ * and after the slices: wg 0 M1 = T~^T (strict lower dT~) -> m1_ready;
+ * wg 1 K K^T, dL = -M1 T~^T and the element-wise terms (dbeta's, R, M,
+ * dQ~) -> dqt_ready; wg 0 dQ += dQ~ K; wg 1 dK += dQ~^T Q + M K + M^T K;
+ * then dg and dbeta per token as bwd_grads.cu.
+ */
+#include "cuda/bwd_common.cuh"
+#include "cuda/fwd_prepare_common.cuh"
+#include "cuda/kernel/named_barrier.cuh"
+#include "cuda/kernel/wg_split.cuh"
+
+#include <type_traits>
+
+namespace {
+
+constexpr int C = FQLA_BWD_C;
+constexpr int VS = 64;             /* value columns per slice */
+constexpr int THREADS = 256;
+constexpr int TILE = C * 64 * 2;   /* a 64 x 64 bf16 plane */
+constexpr int LDR = C + 1;         /* fp32 R rows */
+
+/* named barriers between the two warpgroups (producer arrives, consumer
+ * syncs; 256 threads) and each warpgroup's own (128) */
+enum class gw_bar : uint32_t { u_ready = 1, du_ready, y_free, yp_ready, m1_ready, dqt_ready, wg0, wg1 };
+
+constexpr int align1k(int x) { return (x + 1023) & ~1023; }
+
+struct gw_small {
+    float gam[C], bet[C], e[C], f[C], df[C], db[C], de[C];
+    float part[2][C];
+    float wsum[THREADS / 32], deC;
+};
+
+/* Shared memory (byte offsets from a 1024-aligned base). */
+template <int KD> struct gw_layout {
+    static constexpr int KP = C * KD * 2;      /* a [64][KD] plane */
+    static constexpr int SP = KD * VS * 2;     /* a [KD][64] plane */
+    static constexpr int RB = C * LDR * 4;     /* R */
+    static constexpr int k = 0;                /* K hi, lo */
+    static constexpr int t = k + 2 * KP;       /* T~ hi, lo */
+    static constexpr int pt = t + 2 * TILE;    /* P~ hi, lo */
+    static constexpr int st = pt + 2 * TILE;   /* slices: S hi, lo, dS' hi, lo; after them: Q hi, lo, R */
+    static constexpr int st_bytes = 4 * SP > 2 * KP + RB ? 4 * SP : 2 * KP + RB;
+    static constexpr int dO = st + align1k(st_bytes); /* dO hi, lo */
+    static constexpr int sl = dO + 2 * TILE;   /* slices: Y, U, dU (hi, lo); after them: W0, W1 */
+    static constexpr int small = sl + 6 * TILE;
+    static constexpr int bytes = small + (int)sizeof(gw_small) + 1024; /* + the base's alignment */
+};
+
+template <typename T> __device__ __forceinline__ float ld_io(const void *base, int64_t off)
+{
+    return bwd_ld<T>((const T *)base, off);
+}
+
+__device__ __forceinline__ float quad_sum(float v)
+{
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    v += __shfl_xor_sync(0xffffffffu, v, 2);
+    return v;
+}
+
+/* 8 io elements at off (zeros where !valid), as floats: one 16-byte load
+ * where the address allows. */
+template <typename T> __device__ __forceinline__ void load8(const void *base, int64_t off, bool valid, float (&x)[8])
+{
+    if (!valid) {
+#pragma unroll
+        for (int i = 0; i < 8; i++) x[i] = 0.f;
+        return;
+    }
+    const T *s = (const T *)base + off;
+    if (((uintptr_t)s & 15) == 0) {
+        const uint4 u = *reinterpret_cast<const uint4 *>(s);
+        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            x[2 * i] = bwd_widen<T>(w[i] & 0xffffu);
+            x[2 * i + 1] = bwd_widen<T>(w[i] >> 16);
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < 8; i++) x[i] = bwd_ld<T>(s, i);
+    }
+}
+
+/* Rows of a chunk's q or k (64 x KD, times r[i] where given, zeros past
+ * nvalid) into a tile. */
+template <typename T, int KD>
+__device__ __forceinline__ void load_rows(const fqla_wg_tile &dst, const void *x, int64_t base, int64_t st, int nvalid,
+                                          const float *r)
+{
+    for (int idx = threadIdx.x; idx < C * KD / 8; idx += THREADS) {
+        const int i = idx / (KD / 8), j = 8 * (idx % (KD / 8));
+        float v[8];
+        load8<T>(x, base + (int64_t)i * st + j, i < nvalid, v);
+        if (r && i < nvalid) {
+            const float ri = r[i];
+#pragma unroll
+            for (int e = 0; e < 8; e++) v[e] *= ri;
+        }
+        fqla_wg_put8(dst, i, j, v);
+    }
+}
+
+/* A [rows][64] block of an fp32 row-major matrix (row pitch ld, columns
+ * from c0) into a split tile; returns this thread's sum of x * y when a
+ * second matrix y (same shape, into dst2) is given. */
+__device__ __forceinline__ float load_f32_pair(const fqla_wg_tile &dst, const float *x, const fqla_wg_tile *dst2,
+                                               const float *y, int rows, int64_t ld, int c0)
+{
+    float dot = 0.f;
+    for (int idx = threadIdx.x; idx < rows * 8; idx += THREADS) {
+        const int r = idx >> 3, c = 8 * (idx & 7);
+        const float4 *xs = reinterpret_cast<const float4 *>(x + (int64_t)r * ld + c0 + c);
+        const float4 a = xs[0], b = xs[1];
+        const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        fqla_wg_put8(dst, r, c, v);
+        if (dst2) {
+            const float4 *ys = reinterpret_cast<const float4 *>(y + (int64_t)r * ld + c0 + c);
+            const float4 d = ys[0], e = ys[1];
+            const float w[8] = {d.x, d.y, d.z, d.w, e.x, e.y, e.z, e.w};
+            fqla_wg_put8(*dst2, r, c, w);
+#pragma unroll
+            for (int i = 0; i < 8; i++) dot += v[i] * w[i];
+        }
+    }
+    return dot;
+}
+
+template <int N> __device__ __forceinline__ void zero(float (&a)[N])
+{
+#pragma unroll
+    for (int i = 0; i < N; i++) a[i] = 0.f;
+}
+
+template <typename T, int KD>
+__global__ void __launch_bounds__(THREADS, 1) bwd_grads_wg_kernel(const fqla_bwd_params bp)
+{
+    using L = gw_layout<KD>;
+    const fqla_fwd_params &p = bp.f;
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char *sm = (unsigned char *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+    gw_small &ss = *reinterpret_cast<gw_small *>(sm + L::small);
+    float *Rs = reinterpret_cast<float *>(sm + L::st + 2 * L::KP);
+    const uint32_t s0 = fqla_smem_u32(sm);
+    constexpr bool IO_BF16 = std::is_same<T, __nv_bfloat16>::value;
+    constexpr int NK = KD / 2; /* accumulators of a 64 x KD product */
+    const int64_t slot = blockIdx.x;
+    const int hk = blockIdx.y;
+    const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+    const int r0 = 16 * ((tid >> 5) & 3) + g; /* this thread's accumulator rows: r0, r0 + 8 */
+    const float scale = p.scale;
+
+    int64_t batch, t0;
+    int nvalid;
+    if (!bwd_slot_chunk(p, slot, batch, t0, nvalid)) {
+        if (bp.gate_part)
+            for (int h = tid; h < p.group; h += blockDim.x) {
+                const size_t tile = (size_t)slot * p.HV + hk * p.group + h;
+                bp.gate_part[2 * tile] = bp.gate_part[2 * tile + 1] = 0.f;
+            }
+        return;
+    }
+    const size_t rrow = ((size_t)slot * p.H + hk) * C;
+    const bool qk_lo = !IO_BF16 || p.l2norm; /* q / k exact in bf16 only for bf16 inputs without the l2norm */
+    const fqla_wg_tile Kt{s0 + L::k, qk_lo ? s0 + L::k + L::KP : 0u, C};
+    const fqla_wg_tile Qt{s0 + L::st, qk_lo ? s0 + L::st + L::KP : 0u, C};
+    const fqla_wg_tile Tt{s0 + L::t, s0 + L::t + TILE, C}, Pt{s0 + L::pt, s0 + L::pt + TILE, C};
+    const fqla_wg_tile St{s0 + L::st, s0 + L::st + L::SP, KD};
+    const fqla_wg_tile dSt{s0 + L::st + 2 * L::SP, s0 + L::st + 3 * L::SP, KD};
+    const fqla_wg_tile dOt{s0 + L::dO, IO_BF16 ? 0u : s0 + L::dO + TILE, C};
+    const fqla_wg_tile Yt{s0 + L::sl, s0 + L::sl + TILE, C}, Ut{s0 + L::sl + 2 * TILE, s0 + L::sl + 3 * TILE, C};
+    const fqla_wg_tile dUt{s0 + L::sl + 4 * TILE, s0 + L::sl + 5 * TILE, C};
+    const fqla_wg_tile W0{s0 + L::sl, s0 + L::sl + TILE, C}, W1{s0 + L::sl + 2 * TILE, s0 + L::sl + 3 * TILE, C};
+
+    load_rows<T, KD>(Kt, p.k, batch * p.k_sb + t0 * p.k_st + (int64_t)hk * p.k_sh, p.k_st, nvalid,
+                     p.l2norm ? p.rk + rrow : nullptr);
+
+    float dQK[NK]; /* warpgroup 0: dQ, warpgroup 1: dK (rows r0, r0 + 8; KD columns) */
+    zero(dQK);
+    const int64_t qb = batch * p.q_sb + t0 * p.q_st + (int64_t)hk * p.q_sh;
+
+    for (int h = 0; h < p.group; h++) {
+        const int hv = hk * p.group + h;
+        const size_t tile = (size_t)slot * p.HV + hv;
+        __syncthreads(); /* the previous head's reads are done */
+        load_f32_pair(Tt, bp.Tt + tile * C * C, &Pt, bp.Pt + tile * C * C, C, C, 0);
+        if (tid < C) {
+            const float gm = p.gam[tile * C + tid];
+            ss.gam[tid] = gm;
+            ss.bet[tid] = bp.bet[tile * C + tid];
+            ss.e[tid] = __expf(gm);
+            ss.f[tid] = __expf(p.gam[tile * C + C - 1] - gm);
+            ss.df[tid] = ss.db[tid] = ss.de[tid] = 0.f;
+        }
+        float dP[32], dT[32]; /* warpgroup 1: dP~, dT~ summed over the slices */
+        zero(dP);
+        zero(dT);
+        float deC = 0.f; /* this thread's share of <S, dS'> */
+
+        for (int v0 = 0; v0 < p.V; v0 += VS) {
+            __syncthreads(); /* the previous slice's reads are done */
+            {
+                const float *Sg = bp.S + tile * KD * p.V, *dSg = bp.dS + tile * KD * p.V;
+                deC += load_f32_pair(St, Sg, &dSt, dSg, KD, p.V, v0);
+                const int64_t ob = batch * bp.do_sb + t0 * bp.do_st + (int64_t)hv * bp.do_sh + v0;
+                for (int idx = tid; idx < C * VS / 8; idx += THREADS) {
+                    const int i = idx >> 3, c = 8 * (idx & 7);
+                    float x[8];
+                    load8<T>(bp.d_o, ob + (int64_t)i * bp.do_st + c, i < nvalid, x);
+                    fqla_wg_put8(dOt, i, c, x);
+                }
+            }
+            fqla_fence_async_smem();
+            __syncthreads();
+
+            if (wg == 0) {
+                /* KS;  X = V - diag(e) K S;  Y = diag(beta) X;  U = T~ Y */
+                float ks[32], x[32];
+                fqla_wg_run(ks, [&] { fqla_wg_split<64, 0, 1>(ks, Kt, St, 0, KD, false); });
+                const int64_t vb = batch * p.v_sb + t0 * p.v_st + (int64_t)hv * p.v_sh + v0;
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+#pragma unroll
+                    for (int hh = 0; hh < 2; hh++) {
+                        const int i = r0 + 8 * hh, c = 8 * j + 2 * t4, a = 4 * j + 2 * hh;
+                        float va = 0.f, vb2 = 0.f;
+                        if (i < nvalid) {
+                            va = ld_io<T>(p.v, vb + (int64_t)i * p.v_st + c);
+                            vb2 = ld_io<T>(p.v, vb + (int64_t)i * p.v_st + c + 1);
+                        }
+                        x[a] = va - ss.e[i] * ks[a];
+                        x[a + 1] = vb2 - ss.e[i] * ks[a + 1];
+                        fqla_wg_put2(Yt, i, c, ss.bet[i] * x[a], ss.bet[i] * x[a + 1]);
+                    }
+                fqla_fence_async_smem();
+                fqla_bar_sync(gw_bar::wg0, 128); /* Y is stored */
+                float acc[32];
+                fqla_wg_run(acc, [&] { fqla_wg_split<64, 0, 1>(acc, Tt, Yt, 0, C, false); });
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+#pragma unroll
+                    for (int hh = 0; hh < 2; hh++)
+                        fqla_wg_put2(Ut, r0 + 8 * hh, 8 * j + 2 * t4, acc[4 * j + 2 * hh], acc[4 * j + 2 * hh + 1]);
+                fqla_fence_async_smem();
+                fqla_bar_arrive(gw_bar::u_ready, 256);
+
+                /* dY = T~^T dU;  dv = diag(beta) dY;  dbeta_i += x_i . dy_i;  de_i -= beta_i (K S)_i . dy_i */
+                fqla_bar_sync(gw_bar::du_ready, 256);
+                fqla_wg_run(acc, [&] { fqla_wg_split<64, 1, 1>(acc, Tt, dUt, 0, C, false); });
+                const int64_t db0 = batch * bp.dv_sb + t0 * bp.dv_st + (int64_t)hv * bp.dv_sh + v0;
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++) {
+                    const int i = r0 + 8 * hh;
+                    const float bi = ss.bet[i];
+                    float sb = 0.f, se = 0.f;
+#pragma unroll
+                    for (int j = 0; j < 8; j++) {
+                        const int c = 8 * j + 2 * t4, a = 4 * j + 2 * hh;
+                        sb += x[a] * acc[a] + x[a + 1] * acc[a + 1];
+                        se += ks[a] * acc[a] + ks[a + 1] * acc[a + 1];
+                        if (i < nvalid) {
+                            T *o = (T *)bp.dv + db0 + (int64_t)i * bp.dv_st + c;
+                            o[0] = bwd_cvt<T>(bi * acc[a]);
+                            o[1] = bwd_cvt<T>(bi * acc[a + 1]);
+                        }
+                    }
+                    sb = quad_sum(sb);
+                    se = quad_sum(se);
+                    if (t4 == 0) {
+                        ss.db[i] += sb;
+                        ss.de[i] -= bi * se;
+                    }
+                }
+                /* Y <- -diag(e beta) dY once warpgroup 1 has read Y */
+                fqla_bar_sync(gw_bar::y_free, 256);
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+#pragma unroll
+                    for (int hh = 0; hh < 2; hh++) {
+                        const int i = r0 + 8 * hh, a = 4 * j + 2 * hh;
+                        const float c = -ss.e[i] * ss.bet[i];
+                        fqla_wg_put2(Yt, i, 8 * j + 2 * t4, c * acc[a], c * acc[a + 1]);
+                    }
+                fqla_fence_async_smem();
+                fqla_bar_arrive(gw_bar::yp_ready, 256);
+
+                /* dO S^T: de_i += scale q_i . (dO S^T)_i;  dQ += scale diag(e) dO S^T */
+                float g2[NK];
+                fqla_wg_run(g2, [&] { fqla_wg_split<KD, 0, 0>(g2, dOt, St, 0, VS, false); });
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++) {
+                    const int i = r0 + 8 * hh;
+                    const float ei = scale * ss.e[i];
+                    float s = 0.f;
+#pragma unroll
+                    for (int j = 0; j < KD / 8; j++) {
+                        const int c = 8 * j + 2 * t4, a = 4 * j + 2 * hh;
+                        if (i < nvalid) {
+                            const float q0 = ld_io<T>(p.q, qb + (int64_t)i * p.q_st + c);
+                            const float q1 = ld_io<T>(p.q, qb + (int64_t)i * p.q_st + c + 1);
+                            s += q0 * g2[a] + q1 * g2[a + 1];
+                        }
+                        dQK[a] += ei * g2[a];
+                        dQK[a + 1] += ei * g2[a + 1];
+                    }
+                    s = quad_sum(s);
+                    if (t4 == 0) ss.de[i] += scale * s * (p.l2norm && i < nvalid ? p.rq[rrow + i] : 1.f);
+                }
+            } else {
+                /* KdS';  dU = P~^T dO + diag(f) K dS' */
+                float kds[32], acc[32];
+                fqla_wg_run(kds, [&] { fqla_wg_split<64, 0, 1>(kds, Kt, dSt, 0, KD, false); });
+                fqla_wg_run(acc, [&] { fqla_wg_split<64, 1, 1>(acc, Pt, dOt, 0, C, false); });
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+#pragma unroll
+                    for (int hh = 0; hh < 2; hh++) {
+                        const int i = r0 + 8 * hh, a = 4 * j + 2 * hh;
+                        const float fi = ss.f[i];
+                        fqla_wg_put2(dUt, i, 8 * j + 2 * t4, acc[a] + fi * kds[a], acc[a + 1] + fi * kds[a + 1]);
+                    }
+                fqla_fence_async_smem();
+                fqla_bar_arrive(gw_bar::du_ready, 256);
+
+                /* df_i += (K dS')_i . u_i;  dP~ += dO U^T;  dT~ += dU Y^T */
+                fqla_bar_sync(gw_bar::u_ready, 256);
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++) {
+                    const int i = r0 + 8 * hh;
+                    float s = 0.f;
+#pragma unroll
+                    for (int j = 0; j < 8; j++) {
+                        const int a = 4 * j + 2 * hh;
+                        const float2 u = fqla_wg_get2(Ut, i, 8 * j + 2 * t4);
+                        s += kds[a] * u.x + kds[a + 1] * u.y;
+                    }
+                    s = quad_sum(s);
+                    if (t4 == 0) ss.df[i] += s;
+                }
+                fqla_reg_fence(dP);
+                fqla_reg_fence(dT);
+                fqla_wg_fence();
+                fqla_wg_split<64, 0, 0>(dP, dOt, Ut, 0, VS, true);
+                fqla_wg_split<64, 0, 0>(dT, dUt, Yt, 0, VS, true);
+                fqla_wg_commit();
+                fqla_wg_wait<0>();
+                fqla_reg_fence(dP);
+                fqla_reg_fence(dT);
+                fqla_bar_arrive(gw_bar::y_free, 256);
+                /* U <- diag(f) U (this warpgroup's reads of U are done) */
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+#pragma unroll
+                    for (int hh = 0; hh < 2; hh++) {
+                        const int i = r0 + 8 * hh, c = 8 * j + 2 * t4;
+                        const float2 u = fqla_wg_get2(Ut, i, c);
+                        fqla_wg_put2(Ut, i, c, ss.f[i] * u.x, ss.f[i] * u.y);
+                    }
+                fqla_fence_async_smem();
+                fqla_bar_sync(gw_bar::wg1, 128);
+                /* dK += -diag(e beta) dY S^T + diag(f) U dS'^T */
+                fqla_bar_sync(gw_bar::yp_ready, 256);
+                fqla_wg_run(dQK, [&] {
+                    fqla_wg_split<KD, 0, 0>(dQK, Yt, St, 0, VS, true);
+                    fqla_wg_split<KD, 0, 0>(dQK, Ut, dSt, 0, VS, true);
+                });
+            }
+        }
+
+        /* ---- after the slices ---- */
+        __syncthreads(); /* the slice tiles and state slices are free */
+        load_rows<T, KD>(Qt, p.q, qb, p.q_st, nvalid, p.l2norm ? p.rq + rrow : nullptr);
+        if (wg == 1) {
+            /* strict lower dT~ into W0 */
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++) {
+                    const int i = r0 + 8 * hh, c = 8 * j + 2 * t4, a = 4 * j + 2 * hh;
+                    fqla_wg_put2(W0, i, c, c < i ? dT[a] : 0.f, c + 1 < i ? dT[a + 1] : 0.f);
+                }
+        }
+        {
+            float s = deC;
+#pragma unroll
+            for (int o = 16; o; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+            if (lane == 0) ss.wsum[tid >> 5] = s;
+        }
+        fqla_fence_async_smem();
+        __syncthreads();
+        if (tid == 0) {
+            float s = 0.f;
+            for (int w = 0; w < THREADS / 32; w++) s += ss.wsum[w];
+            ss.deC = s;
+        }
+
+        if (wg == 0) {
+            /* M1 = T~^T (strict lower dT~) into W1 */
+            float acc[32];
+            fqla_wg_run(acc, [&] { fqla_wg_split<64, 1, 1>(acc, Tt, W0, 0, C, false); });
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++)
+                    fqla_wg_put2(W1, r0 + 8 * hh, 8 * j + 2 * t4, acc[4 * j + 2 * hh], acc[4 * j + 2 * hh + 1]);
+            fqla_fence_async_smem();
+            fqla_bar_arrive(gw_bar::m1_ready, 256);
+            fqla_bar_sync(gw_bar::dqt_ready, 256);
+            /* dQ += dQ~ K */
+            fqla_wg_run(dQK, [&] { fqla_wg_split<KD, 0, 1>(dQK, W0, Kt, 0, C, true); });
+        } else {
+            /* K K^T;  dL = -M1 T~^T (strict lower);  per element (i, j):
+             * gdl = Gamma dL; dbeta_i += sum_j gdl KK; M = diag(beta) gdl;
+             * R_ij = beta_i gdl KK + dP~ P~ (j < i); dQ~ = scale Gamma dP~ (j <= i) */
+            float kk[32], dl[32];
+            fqla_wg_run(kk, [&] { fqla_wg_split<64, 0, 0>(kk, Kt, Kt, 0, KD, false); });
+            fqla_bar_sync(gw_bar::m1_ready, 256);
+            fqla_wg_run(dl, [&] { fqla_wg_split<64, 0, 0>(dl, W1, Tt, 0, C, false); });
+            const float *Pg = bp.Pt + tile * C * C;
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++) {
+                const int i = r0 + 8 * hh;
+                const float gi = ss.gam[i], bi = ss.bet[i];
+                float s = 0.f;
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+#pragma unroll
+                    for (int c2 = 0; c2 < 2; c2++) {
+                        const int jj = 8 * j + 2 * t4 + c2, a = 4 * j + 2 * hh + c2;
+                        const float G = jj <= i ? __expf(gi - ss.gam[jj]) : 0.f;
+                        const float gdl = jj < i ? -dl[a] * G : 0.f;
+                        s += gdl * kk[a];
+                        const float dp = dP[a];
+                        const float R = jj < i ? bi * gdl * kk[a] + dp * Pg[i * C + jj] : 0.f;
+                        dl[a] = bi * gdl;          /* M */
+                        Rs[i * LDR + jj] = R;
+                        dP[a] = scale * G * dp;    /* dQ~ */
+                    }
+                s = quad_sum(s);
+                if (t4 == 0) ss.db[i] += s;
+            }
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++) {
+                    const int i = r0 + 8 * hh, c = 8 * j + 2 * t4, a = 4 * j + 2 * hh;
+                    fqla_wg_put2(W0, i, c, dP[a], dP[a + 1]);
+                    fqla_wg_put2(W1, i, c, dl[a], dl[a + 1]);
+                }
+            fqla_fence_async_smem();
+            fqla_bar_sync(gw_bar::dqt_ready, 256);
+            /* dK += dQ~^T Q + M K + M^T K */
+            fqla_wg_run(dQK, [&] {
+                fqla_wg_split<KD, 1, 1>(dQK, W0, Qt, 0, C, true);
+                fqla_wg_split<KD, 0, 1>(dQK, W1, Kt, 0, C, true);
+                fqla_wg_split<KD, 1, 1>(dQK, W1, Kt, 0, C, true);
+            });
+        }
+        __syncthreads();
+        if (tid < C) {
+            /* R as row prefix sums sum_{j < t} R_it */
+            float run = 0.f;
+            float *Ri = Rs + tid * LDR;
+            for (int j = 0; j < C; j++) {
+                const float r = Ri[j];
+                Ri[j] = run;
+                run += r;
+            }
+        }
+        __syncthreads();
+        /* dg_t = sum_{i >= t} (de_i e_i + sum_{j < t} R_ij) + sum_{j < t} df_j f_j + de_C e_C */
+        if (tid < C) {
+            const int t = tid;
+            float s = 0.f;
+            for (int i = t; i < C; i++) s += ss.de[i] * ss.e[i] + Rs[i * LDR + t];
+            for (int j = 0; j < t; j++) s += ss.df[j] * ss.f[j];
+            float dgv = s + ss.deC * __expf(ss.gam[C - 1]);
+            float dbv = ss.db[t];
+            float part_a = 0.f, part_d = 0.f;
+            if (t < nvalid) {
+                const int64_t tt = t0 + t;
+                if (p.gate_in_kernel) {
+                    const float raw = load_gate(p.g, p.g_bf16, batch * p.g_sb + tt * p.g_st + hv * p.g_sh);
+                    const float A = __expf(p.A_log[hv * p.alog_s]);
+                    const float xg = raw + p.dt_bias[hv * p.dtb_s];
+                    const float gval = -A * softplus_f(xg);
+                    /* the forward's floor: below it g did not depend on its input */
+                    const float dx = gval < FQLA_FWD_G_FLOOR ? 0.f : -A * sigmoid_f(xg) * dgv;
+                    part_d = dx;
+                    part_a = gval < FQLA_FWD_G_FLOOR ? 0.f : gval * dgv;
+                    dgv = dx;
+                }
+                if (p.beta_sigmoid) {
+                    const float b = load_gate(p.beta, p.beta_bf16, batch * p.b_sb + tt * p.b_st + hv * p.b_sh);
+                    dbv *= (p.neg_eig ? 2.f : 1.f) * sigmoid_f(b) * sigmoid_f(-b);
+                }
+                bp.dg[batch * bp.dg_sb + tt * bp.dg_st + (int64_t)hv * bp.dg_sh] = dgv;
+                bp.dbeta[batch * bp.db_sb + tt * bp.db_st + (int64_t)hv * bp.db_sh] = dbv;
+            }
+            ss.part[0][t] = part_a;
+            ss.part[1][t] = part_d;
+        }
+        if (bp.gate_part) {
+            __syncthreads();
+            if (tid == 0) {
+                float sa = 0.f, sd = 0.f;
+                for (int i = 0; i < C; i++) {
+                    sa += ss.part[0][i];
+                    sd += ss.part[1][i];
+                }
+                bp.gate_part[2 * tile] = sa;
+                bp.gate_part[2 * tile + 1] = sd;
+            }
+        }
+    }
+
+    /* dq (warpgroup 0), dk (warpgroup 1): through the l2norm backward
+     * dx = r (dxhat - xhat <xhat, dxhat>); a warp holds whole rows */
+    const fqla_wg_tile &xs = wg == 0 ? Qt : Kt;
+    const float *r = wg == 0 ? p.rq : p.rk;
+    T *out = (T *)(wg == 0 ? bp.dq : bp.dk);
+    const int64_t sb = wg == 0 ? bp.dq_sb : bp.dk_sb, st = wg == 0 ? bp.dq_st : bp.dk_st,
+                  sh = wg == 0 ? bp.dq_sh : bp.dk_sh;
+#pragma unroll
+    for (int hh = 0; hh < 2; hh++) {
+        const int i = r0 + 8 * hh;
+        float dot = 0.f;
+        if (p.l2norm) {
+#pragma unroll
+            for (int j = 0; j < KD / 8; j++) {
+                const int a = 4 * j + 2 * hh;
+                const float2 x = fqla_wg_get2(xs, i, 8 * j + 2 * t4);
+                dot += dQK[a] * x.x + dQK[a + 1] * x.y;
+            }
+            dot = quad_sum(dot);
+        }
+        if (i >= nvalid) continue;
+        T *o = out + batch * sb + (t0 + i) * st + (int64_t)hk * sh;
+#pragma unroll
+        for (int j = 0; j < KD / 8; j++) {
+            const int c = 8 * j + 2 * t4, a = 4 * j + 2 * hh;
+            float v0 = dQK[a], v1 = dQK[a + 1];
+            if (p.l2norm) {
+                const float2 x = fqla_wg_get2(xs, i, c);
+                v0 = r[rrow + i] * (v0 - x.x * dot);
+                v1 = r[rrow + i] * (v1 - x.y * dot);
+            }
+            o[c] = bwd_cvt<T>(v0);
+            o[c + 1] = bwd_cvt<T>(v1);
+        }
+    }
+}
+
+template <typename T, int KD> cudaError_t launch(const fqla_bwd_params &p, cudaStream_t stream)
+{
+    static fqla_smem_cache cache;
+    const size_t smem = gw_layout<KD>::bytes;
+    cudaError_t e = fqla_smem_limit(cache, bwd_grads_wg_kernel<T, KD>, smem);
+    if (e != cudaSuccess) return e;
+    return fqla_launch(bwd_grads_wg_kernel<T, KD>, dim3((unsigned)p.f.slots, (unsigned)p.f.H), dim3(THREADS), smem,
+                       stream, 0, p);
+}
+
+} // namespace
+
+int fqla_bwd_grads_wg_covers(const fqla_bwd_params &p)
+{
+    return (p.f.K == 64 || p.f.K == 128) && p.f.V % VS == 0;
+}
+
+cudaError_t fqla_bwd_launch_grads_wg(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream)
+{
+    if (p.f.K == 64) return io_bf16 ? launch<__nv_bfloat16, 64>(p, stream) : launch<__half, 64>(p, stream);
+    return io_bf16 ? launch<__nv_bfloat16, 128>(p, stream) : launch<__half, 128>(p, stream);
+}

@@ -1,0 +1,157 @@
+/*
+ * kernel/wg_split.cuh - warpgroup products (wgmma) on split bf16 tiles: the
+ * wgmma form of split_mma.cuh.
+ *
+ * A tile is a matrix of rows x cols (cols a multiple of 64) kept in shared
+ * memory as one or two bf16 planes, hi = bf16(x) and lo = bf16(x - hi)
+ * (lo absent for exact bf16 values). A plane is stored as cols / 64 blocks
+ * of rows x 128 bytes in the 128-byte swizzle TMA and wgmma use (the 16-byte
+ * chunk index of a row XORed with row % 8; blocks 1024-aligned), so one
+ * stored tile serves as either operand in either orientation:
+ *   K-major  (operand rows = tile rows, k = tile columns): k-step kk starts
+ *            at block kk / 4, + 32 B per step inside it;
+ *   MN-major (k = tile rows, operand rows = tile columns): k-step kk starts
+ *            2048 B (16 rows) on; 64-wide column blocks are rows x 128 B
+ *            apart (the descriptor's leading byte offset).
+ * A product of two split tiles is three wgmma a k-step, hi hi + hi lo +
+ * lo hi (lo lo is below fp32 accumulation's rounding); a missing lo plane
+ * drops its term.
+ *
+ * Accumulators (m64nN, fp32, N / 2 a thread): thread (warp w of the
+ * warpgroup, lane 4 g + t) holds rows 16 w + g (d[4 j], d[4 j + 1]) and
+ * 16 w + g + 8 (d[4 j + 2], d[4 j + 3]) at columns 8 j + 2 t, + 1. A warp
+ * holds whole rows, so a row sum is a quad sum.
+ */
+#ifndef FQLA_CUDA_KERNEL_WG_SPLIT_CUH
+#define FQLA_CUDA_KERNEL_WG_SPLIT_CUH
+
+#include "cuda/ptx/fence.cuh"
+#include "cuda/ptx/wgmma.cuh"
+
+#include <cuda_bf16.h>
+
+/* A tile's planes as shared-window addresses (lo = 0: no low plane) and its
+ * row count. */
+struct fqla_wg_tile {
+    uint32_t hi, lo;
+    int rows;
+};
+
+/* Byte offset of element (r, c) in a plane of `rows` rows. */
+FQLA_DEVICE_INLINE uint32_t fqla_wg_off(int rows, int r, int c)
+{
+    return (uint32_t)((c >> 6) * rows * 128 + r * 128 + ((((c & 63) >> 3) ^ (r & 7)) << 4) + ((c & 7) << 1));
+}
+
+/* Shared-window address -> generic pointer (st.shared / ld.shared by
+ * address: the tiles are addressed by their window addresses). */
+FQLA_DEVICE_INLINE void fqla_wg_st32(uint32_t a, uint32_t v) { asm volatile("st.shared.b32 [%0], %1;" ::"r"(a), "r"(v) : "memory"); }
+FQLA_DEVICE_INLINE void fqla_wg_st128(uint32_t a, uint32_t x, uint32_t y, uint32_t z, uint32_t w)
+{
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(a), "r"(x), "r"(y), "r"(z), "r"(w) : "memory");
+}
+FQLA_DEVICE_INLINE uint32_t fqla_wg_ld32(uint32_t a)
+{
+    uint32_t v;
+    asm volatile("ld.shared.b32 %0, [%1];" : "=r"(v) : "r"(a) : "memory");
+    return v;
+}
+
+FQLA_DEVICE_INLINE uint32_t fqla_wg_bf2(float a, float b)
+{
+    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    return *reinterpret_cast<const uint32_t *>(&h);
+}
+FQLA_DEVICE_INLINE float2 fqla_wg_unbf2(uint32_t x) { return make_float2(__uint_as_float(x << 16), __uint_as_float(x & 0xffff0000u)); }
+
+/* Elements (r, c), (r, c + 1) (c even) set to x0, x1 in both planes. */
+FQLA_DEVICE_INLINE void fqla_wg_put2(const fqla_wg_tile &t, int r, int c, float x0, float x1)
+{
+    const uint32_t o = fqla_wg_off(t.rows, r, c);
+    const uint32_t h = fqla_wg_bf2(x0, x1);
+    fqla_wg_st32(t.hi + o, h);
+    if (t.lo) {
+        const float2 hf = fqla_wg_unbf2(h);
+        fqla_wg_st32(t.lo + o, fqla_wg_bf2(x0 - hf.x, x1 - hf.y));
+    }
+}
+
+/* Elements (r, c .. c + 7) (c a multiple of 8): one 16-byte store a plane. */
+FQLA_DEVICE_INLINE void fqla_wg_put8(const fqla_wg_tile &t, int r, int c, const float (&x)[8])
+{
+    uint32_t h[4], l[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        h[i] = fqla_wg_bf2(x[2 * i], x[2 * i + 1]);
+        const float2 hf = fqla_wg_unbf2(h[i]);
+        l[i] = fqla_wg_bf2(x[2 * i] - hf.x, x[2 * i + 1] - hf.y);
+    }
+    const uint32_t o = fqla_wg_off(t.rows, r, c);
+    fqla_wg_st128(t.hi + o, h[0], h[1], h[2], h[3]);
+    if (t.lo) fqla_wg_st128(t.lo + o, l[0], l[1], l[2], l[3]);
+}
+
+/* Elements (r, c), (r, c + 1) as hi + lo. */
+FQLA_DEVICE_INLINE float2 fqla_wg_get2(const fqla_wg_tile &t, int r, int c)
+{
+    const uint32_t o = fqla_wg_off(t.rows, r, c);
+    float2 v = fqla_wg_unbf2(fqla_wg_ld32(t.hi + o));
+    if (t.lo) {
+        const float2 l = fqla_wg_unbf2(fqla_wg_ld32(t.lo + o));
+        v.x += l.x;
+        v.y += l.y;
+    }
+    return v;
+}
+
+/* Descriptor of k-step kk of a plane used K-major (MN = 0) or MN-major. */
+template <int MN> FQLA_DEVICE_INLINE uint64_t fqla_wg_desc(uint32_t plane, int rows, int kk)
+{
+    const uint32_t a = MN ? plane + (uint32_t)kk * 2048u : plane + (uint32_t)((kk >> 2) * rows * 128 + (kk & 3) * 32);
+    const uint32_t lbo = MN ? (uint32_t)rows * 128u : 16u;
+    return (uint64_t)((a & 0x3FFFF) >> 4) | ((uint64_t)((lbo & 0x3FFFF) >> 4) << 16) | ((uint64_t)(1024 >> 4) << 32) |
+           (1ull << 62);
+}
+
+template <int N> struct fqla_wg_n;
+template <> struct fqla_wg_n<64> {
+    template <int TA, int TB> static FQLA_DEVICE_INLINE void mma(float (&d)[32], uint64_t a, uint64_t b, int acc)
+    {
+        fqla_wg<__nv_bfloat16>::ss64<TA, TB>(d, a, b, acc);
+    }
+};
+template <> struct fqla_wg_n<128> {
+    template <int TA, int TB> static FQLA_DEVICE_INLINE void mma(float (&d)[64], uint64_t a, uint64_t b, int acc)
+    {
+        fqla_wg<__nv_bfloat16>::ss128<TA, TB>(d, a, b, acc);
+    }
+};
+
+/* Issues acc (+)= A B over k in [k0, k1) (multiples of 16) for the whole
+ * warpgroup: TA / TB 0 K-major, 1 MN-major (above); ACC 0 overwrites acc
+ * at the first k-step. No fence, commit or wait: fqla_wg_run wraps a
+ * group of these. */
+template <int N, int TA, int TB>
+FQLA_DEVICE_INLINE void fqla_wg_split(float (&acc)[N / 2], const fqla_wg_tile &A, const fqla_wg_tile &B, int k0, int k1,
+                                      bool accumulate)
+{
+    for (int kk = k0 / 16; kk < k1 / 16; kk++) {
+        const uint64_t ah = fqla_wg_desc<TA>(A.hi, A.rows, kk), bh = fqla_wg_desc<TB>(B.hi, B.rows, kk);
+        fqla_wg_n<N>::template mma<TA, TB>(acc, ah, bh, (accumulate || kk > k0 / 16) ? 1 : 0);
+        if (B.lo) fqla_wg_n<N>::template mma<TA, TB>(acc, ah, fqla_wg_desc<TB>(B.lo, B.rows, kk), 1);
+        if (A.lo) fqla_wg_n<N>::template mma<TA, TB>(acc, fqla_wg_desc<TA>(A.lo, A.rows, kk), bh, 1);
+    }
+}
+
+/* Fences the accumulators, issues f's products, waits for them. */
+template <typename F, int N> FQLA_DEVICE_INLINE void fqla_wg_run(float (&acc)[N], F f)
+{
+    fqla_reg_fence(acc);
+    fqla_wg_fence();
+    f();
+    fqla_wg_commit();
+    fqla_wg_wait<0>();
+    fqla_reg_fence(acc);
+}
+
+#endif

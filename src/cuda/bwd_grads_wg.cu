@@ -113,47 +113,73 @@ template <typename T> __device__ __forceinline__ void load8(const void *base, in
 }
 
 /* Rows of a chunk's q or k (64 x KD, times r[i] where given, zeros past
- * nvalid) into a tile. */
+ * nvalid) into a tile; loads first, then stores. */
 template <typename T, int KD>
 __device__ __forceinline__ void load_rows(const fqla_wg_tile &dst, const void *x, int64_t base, int64_t st, int nvalid,
                                           const float *r)
 {
-    for (int idx = threadIdx.x; idx < C * KD / 8; idx += THREADS) {
-        const int i = idx / (KD / 8), j = 8 * (idx % (KD / 8));
-        float v[8];
-        load8<T>(x, base + (int64_t)i * st + j, i < nvalid, v);
+    constexpr int N = C * KD / 8 / THREADS;
+    float v[N][8];
+#pragma unroll
+    for (int n = 0; n < N; n++) {
+        const int idx = threadIdx.x + n * THREADS, i = idx / (KD / 8), j = 8 * (idx % (KD / 8));
+        load8<T>(x, base + (int64_t)i * st + j, i < nvalid, v[n]);
+    }
+#pragma unroll
+    for (int n = 0; n < N; n++) {
+        const int idx = threadIdx.x + n * THREADS, i = idx / (KD / 8), j = 8 * (idx % (KD / 8));
         if (r && i < nvalid) {
             const float ri = r[i];
 #pragma unroll
-            for (int e = 0; e < 8; e++) v[e] *= ri;
+            for (int e = 0; e < 8; e++) v[n][e] *= ri;
         }
-        fqla_wg_put8(dst, i, j, v);
+        fqla_wg_put8(dst, i, j, v[n]);
     }
 }
 
-/* A [rows][64] block of an fp32 row-major matrix (row pitch ld, columns
- * from c0) into a split tile; returns this thread's sum of x * y when a
- * second matrix y (same shape, into dst2) is given. */
-__device__ __forceinline__ float load_f32_pair(const fqla_wg_tile &dst, const float *x, const fqla_wg_tile *dst2,
-                                               const float *y, int rows, int64_t ld, int c0)
+/* A [ROWS][64] block of two fp32 row-major matrices x, y (row pitch ld,
+ * columns from c0) into the split tiles dx, dy; returns this thread's sum of
+ * x * y. All of a thread's loads are issued before its first store. */
+template <int ROWS>
+__device__ __forceinline__ float load_f32_pair(const fqla_wg_tile &dx, const float *x, const fqla_wg_tile &dy,
+                                               const float *y, int64_t ld, int c0)
 {
+    constexpr int N = ROWS * 8 / THREADS; /* 16-byte pieces of 8 values a thread, per matrix */
+    constexpr int NB = N < 2 ? N : 2;     /* pieces in flight (registers: 16 NB) */
     float dot = 0.f;
-    for (int idx = threadIdx.x; idx < rows * 8; idx += THREADS) {
-        const int r = idx >> 3, c = 8 * (idx & 7);
-        const float4 *xs = reinterpret_cast<const float4 *>(x + (int64_t)r * ld + c0 + c);
-        const float4 a = xs[0], b = xs[1];
-        const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-        fqla_wg_put8(dst, r, c, v);
-        if (dst2) {
+#pragma unroll
+    for (int n0 = 0; n0 < N; n0 += NB) {
+        float4 a[NB][2], b[NB][2];
+#pragma unroll
+        for (int n = 0; n < NB; n++) {
+            const int idx = threadIdx.x + (n0 + n) * THREADS, r = idx >> 3, c = 8 * (idx & 7);
+            const float4 *xs = reinterpret_cast<const float4 *>(x + (int64_t)r * ld + c0 + c);
             const float4 *ys = reinterpret_cast<const float4 *>(y + (int64_t)r * ld + c0 + c);
-            const float4 d = ys[0], e = ys[1];
-            const float w[8] = {d.x, d.y, d.z, d.w, e.x, e.y, e.z, e.w};
-            fqla_wg_put8(*dst2, r, c, w);
+            a[n][0] = xs[0];
+            a[n][1] = xs[1];
+            b[n][0] = ys[0];
+            b[n][1] = ys[1];
+        }
+#pragma unroll
+        for (int n = 0; n < NB; n++) {
+            const int idx = threadIdx.x + (n0 + n) * THREADS, r = idx >> 3, c = 8 * (idx & 7);
+            const float v[8] = {a[n][0].x, a[n][0].y, a[n][0].z, a[n][0].w, a[n][1].x, a[n][1].y, a[n][1].z, a[n][1].w};
+            const float w[8] = {b[n][0].x, b[n][0].y, b[n][0].z, b[n][0].w, b[n][1].x, b[n][1].y, b[n][1].z, b[n][1].w};
+            fqla_wg_put8(dx, r, c, v);
+            fqla_wg_put8(dy, r, c, w);
 #pragma unroll
             for (int i = 0; i < 8; i++) dot += v[i] * w[i];
         }
     }
     return dot;
+}
+
+/* Elements off, off + 1 as their raw 2-byte bits (first in the low half). */
+template <typename T> __device__ __forceinline__ uint32_t ld_pair(const void *base, int64_t off)
+{
+    const uint16_t *s = (const uint16_t *)base + off;
+    if (((uintptr_t)s & 3) == 0) return *reinterpret_cast<const uint32_t *>(s);
+    return (uint32_t)s[0] | ((uint32_t)s[1] << 16);
 }
 
 template <int N> __device__ __forceinline__ void zero(float (&a)[N])
@@ -213,7 +239,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_wg_kernel(const fqla_bwd
         const int hv = hk * p.group + h;
         const size_t tile = (size_t)slot * p.HV + hv;
         __syncthreads(); /* the previous head's reads are done */
-        load_f32_pair(Tt, bp.Tt + tile * C * C, &Pt, bp.Pt + tile * C * C, C, C, 0);
+        load_f32_pair<C>(Tt, bp.Tt + tile * C * C, Pt, bp.Pt + tile * C * C, C, 0);
         if (tid < C) {
             const float gm = p.gam[tile * C + tid];
             ss.gam[tid] = gm;
@@ -231,13 +257,19 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_wg_kernel(const fqla_bwd
             __syncthreads(); /* the previous slice's reads are done */
             {
                 const float *Sg = bp.S + tile * KD * p.V, *dSg = bp.dS + tile * KD * p.V;
-                deC += load_f32_pair(St, Sg, &dSt, dSg, KD, p.V, v0);
+                deC += load_f32_pair<KD>(St, Sg, dSt, dSg, p.V, v0);
                 const int64_t ob = batch * bp.do_sb + t0 * bp.do_st + (int64_t)hv * bp.do_sh + v0;
-                for (int idx = tid; idx < C * VS / 8; idx += THREADS) {
-                    const int i = idx >> 3, c = 8 * (idx & 7);
-                    float x[8];
-                    load8<T>(bp.d_o, ob + (int64_t)i * bp.do_st + c, i < nvalid, x);
-                    fqla_wg_put8(dOt, i, c, x);
+                constexpr int ND = C * VS / 8 / THREADS;
+                float x[ND][8];
+#pragma unroll
+                for (int n = 0; n < ND; n++) {
+                    const int idx = tid + n * THREADS, i = idx >> 3, c = 8 * (idx & 7);
+                    load8<T>(bp.d_o, ob + (int64_t)i * bp.do_st + c, i < nvalid, x[n]);
+                }
+#pragma unroll
+                for (int n = 0; n < ND; n++) {
+                    const int idx = tid + n * THREADS;
+                    fqla_wg_put8(dOt, idx >> 3, 8 * (idx & 7), x[n]);
                 }
             }
             fqla_fence_async_smem();
@@ -246,20 +278,31 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_wg_kernel(const fqla_bwd
             if (wg == 0) {
                 /* KS;  X = V - diag(e) K S;  Y = diag(beta) X;  U = T~ Y */
                 float ks[32], x[32];
-                fqla_wg_run(ks, [&] { fqla_wg_split<64, 0, 1>(ks, Kt, St, 0, KD, false); });
                 const int64_t vb = batch * p.v_sb + t0 * p.v_st + (int64_t)hv * p.v_sh + v0;
+                uint32_t vp[2][8]; /* v (i, c), (i, c + 1), loaded under the product */
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++)
+#pragma unroll
+                    for (int j = 0; j < 8; j++)
+                        vp[hh][j] = r0 + 8 * hh < nvalid
+                                        ? ld_pair<T>(p.v, vb + (int64_t)(r0 + 8 * hh) * p.v_st + 8 * j + 2 * t4)
+                                        : 0u;
+                fqla_wg_run(ks, [&] { fqla_wg_split<64, 0, 1>(ks, Kt, St, 0, KD, false); });
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+#pragma unroll
+                    for (int hh = 0; hh < 2; hh++) {
+                        const int a = 4 * j + 2 * hh;
+                        x[a] = bwd_widen<T>(vp[hh][j] & 0xffffu);
+                        x[a + 1] = bwd_widen<T>(vp[hh][j] >> 16);
+                    }
 #pragma unroll
                 for (int j = 0; j < 8; j++)
 #pragma unroll
                     for (int hh = 0; hh < 2; hh++) {
                         const int i = r0 + 8 * hh, c = 8 * j + 2 * t4, a = 4 * j + 2 * hh;
-                        float va = 0.f, vb2 = 0.f;
-                        if (i < nvalid) {
-                            va = ld_io<T>(p.v, vb + (int64_t)i * p.v_st + c);
-                            vb2 = ld_io<T>(p.v, vb + (int64_t)i * p.v_st + c + 1);
-                        }
-                        x[a] = va - ss.e[i] * ks[a];
-                        x[a + 1] = vb2 - ss.e[i] * ks[a + 1];
+                        x[a] -= ss.e[i] * ks[a];
+                        x[a + 1] -= ss.e[i] * ks[a + 1];
                         fqla_wg_put2(Yt, i, c, ss.bet[i] * x[a], ss.bet[i] * x[a + 1]);
                     }
                 fqla_fence_async_smem();
@@ -315,6 +358,14 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_wg_kernel(const fqla_bwd
                 fqla_bar_arrive(gw_bar::yp_ready, 256);
 
                 /* dO S^T: de_i += scale q_i . (dO S^T)_i;  dQ += scale diag(e) dO S^T */
+                uint32_t qp[2][KD / 8]; /* q (i, c), (i, c + 1) as raw pairs, loaded under the product */
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++)
+#pragma unroll
+                    for (int j = 0; j < KD / 8; j++)
+                        qp[hh][j] = r0 + 8 * hh < nvalid
+                                        ? ld_pair<T>(p.q, qb + (int64_t)(r0 + 8 * hh) * p.q_st + 8 * j + 2 * t4)
+                                        : 0u;
                 float g2[NK];
                 fqla_wg_run(g2, [&] { fqla_wg_split<KD, 0, 0>(g2, dOt, St, 0, VS, false); });
 #pragma unroll
@@ -324,12 +375,8 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_wg_kernel(const fqla_bwd
                     float s = 0.f;
 #pragma unroll
                     for (int j = 0; j < KD / 8; j++) {
-                        const int c = 8 * j + 2 * t4, a = 4 * j + 2 * hh;
-                        if (i < nvalid) {
-                            const float q0 = ld_io<T>(p.q, qb + (int64_t)i * p.q_st + c);
-                            const float q1 = ld_io<T>(p.q, qb + (int64_t)i * p.q_st + c + 1);
-                            s += q0 * g2[a] + q1 * g2[a + 1];
-                        }
+                        const int a = 4 * j + 2 * hh;
+                        s += bwd_widen<T>(qp[hh][j] & 0xffffu) * g2[a] + bwd_widen<T>(qp[hh][j] >> 16) * g2[a + 1];
                         dQK[a] += ei * g2[a];
                         dQK[a + 1] += ei * g2[a + 1];
                     }
@@ -442,11 +489,17 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_wg_kernel(const fqla_bwd
             /* K K^T;  dL = -M1 T~^T (strict lower);  per element (i, j):
              * gdl = Gamma dL; dbeta_i += sum_j gdl KK; M = diag(beta) gdl;
              * R_ij = beta_i gdl KK + dP~ P~ (j < i); dQ~ = scale Gamma dP~ (j <= i) */
+            const float *Pg = bp.Pt + tile * C * C;
+            float2 pg[2][8]; /* P~ (i, j), (i, j + 1), loaded under the products */
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++)
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+                    pg[hh][j] = *reinterpret_cast<const float2 *>(Pg + (r0 + 8 * hh) * C + 8 * j + 2 * t4);
             float kk[32], dl[32];
             fqla_wg_run(kk, [&] { fqla_wg_split<64, 0, 0>(kk, Kt, Kt, 0, KD, false); });
             fqla_bar_sync(gw_bar::m1_ready, 256);
             fqla_wg_run(dl, [&] { fqla_wg_split<64, 0, 0>(dl, W1, Tt, 0, C, false); });
-            const float *Pg = bp.Pt + tile * C * C;
 #pragma unroll
             for (int hh = 0; hh < 2; hh++) {
                 const int i = r0 + 8 * hh;
@@ -461,7 +514,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_wg_kernel(const fqla_bwd
                         const float gdl = jj < i ? -dl[a] * G : 0.f;
                         s += gdl * kk[a];
                         const float dp = dP[a];
-                        const float R = jj < i ? bi * gdl * kk[a] + dp * Pg[i * C + jj] : 0.f;
+                        const float R = jj < i ? bi * gdl * kk[a] + dp * (c2 ? pg[hh][j].y : pg[hh][j].x) : 0.f;
                         dl[a] = bi * gdl;          /* M */
                         Rs[i * LDR + jj] = R;
                         dP[a] = scale * G * dp;    /* dQ~ */
@@ -487,48 +540,66 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_wg_kernel(const fqla_bwd
             });
         }
         __syncthreads();
-        if (tid < C) {
-            /* R as row prefix sums sum_{j < t} R_it */
-            float run = 0.f;
-            float *Ri = Rs + tid * LDR;
-            for (int j = 0; j < C; j++) {
-                const float r = Ri[j];
-                Ri[j] = run;
+        {
+            /* R as row prefix sums sum_{j < t} R_it: four threads a row, 16
+             * columns each, then the quad's segment totals */
+            const int i = tid >> 2, seg = tid & 3;
+            float *Ri = Rs + i * LDR + 16 * seg;
+            float v[16], run = 0.f;
+#pragma unroll
+            for (int k = 0; k < 16; k++) v[k] = Ri[k];
+#pragma unroll
+            for (int k = 0; k < 16; k++) {
+                const float r = v[k];
+                v[k] = run;
                 run += r;
             }
+            float off = 0.f;
+#pragma unroll
+            for (int q = 0; q < 3; q++) {
+                const float tq = __shfl_sync(0xffffffffu, run, (lane & ~3) + q);
+                if (q < seg) off += tq;
+            }
+#pragma unroll
+            for (int k = 0; k < 16; k++) Ri[k] = v[k] + off;
         }
         __syncthreads();
-        /* dg_t = sum_{i >= t} (de_i e_i + sum_{j < t} R_ij) + sum_{j < t} df_j f_j + de_C e_C */
-        if (tid < C) {
-            const int t = tid;
+        /* dg_t = sum_{i >= t} (de_i e_i + sum_{j < t} R_ij) + sum_{j < t} df_j f_j + de_C e_C:
+         * four threads a token (rows and columns i = part mod 4), summed in a fixed order */
+        {
+            const int t = tid >> 2, part = tid & 3;
             float s = 0.f;
-            for (int i = t; i < C; i++) s += ss.de[i] * ss.e[i] + Rs[i * LDR + t];
-            for (int j = 0; j < t; j++) s += ss.df[j] * ss.f[j];
-            float dgv = s + ss.deC * __expf(ss.gam[C - 1]);
-            float dbv = ss.db[t];
-            float part_a = 0.f, part_d = 0.f;
-            if (t < nvalid) {
-                const int64_t tt = t0 + t;
-                if (p.gate_in_kernel) {
-                    const float raw = load_gate(p.g, p.g_bf16, batch * p.g_sb + tt * p.g_st + hv * p.g_sh);
-                    const float A = __expf(p.A_log[hv * p.alog_s]);
-                    const float xg = raw + p.dt_bias[hv * p.dtb_s];
-                    const float gval = -A * softplus_f(xg);
-                    /* the forward's floor: below it g did not depend on its input */
-                    const float dx = gval < FQLA_FWD_G_FLOOR ? 0.f : -A * sigmoid_f(xg) * dgv;
-                    part_d = dx;
-                    part_a = gval < FQLA_FWD_G_FLOOR ? 0.f : gval * dgv;
-                    dgv = dx;
+            for (int i = t + ((part - t) & 3); i < C; i += 4) s += ss.de[i] * ss.e[i] + Rs[i * LDR + t];
+            for (int j = part; j < t; j += 4) s += ss.df[j] * ss.f[j];
+            s += __shfl_xor_sync(0xffffffffu, s, 1);
+            s += __shfl_xor_sync(0xffffffffu, s, 2);
+            if (part == 0) {
+                float dgv = s + ss.deC * __expf(ss.gam[C - 1]);
+                float dbv = ss.db[t];
+                float part_a = 0.f, part_d = 0.f;
+                if (t < nvalid) {
+                    const int64_t tt = t0 + t;
+                    if (p.gate_in_kernel) {
+                        const float raw = load_gate(p.g, p.g_bf16, batch * p.g_sb + tt * p.g_st + hv * p.g_sh);
+                        const float A = __expf(p.A_log[hv * p.alog_s]);
+                        const float xg = raw + p.dt_bias[hv * p.dtb_s];
+                        const float gval = -A * softplus_f(xg);
+                        /* the forward's floor: below it g did not depend on its input */
+                        const float dx = gval < FQLA_FWD_G_FLOOR ? 0.f : -A * sigmoid_f(xg) * dgv;
+                        part_d = dx;
+                        part_a = gval < FQLA_FWD_G_FLOOR ? 0.f : gval * dgv;
+                        dgv = dx;
+                    }
+                    if (p.beta_sigmoid) {
+                        const float b = load_gate(p.beta, p.beta_bf16, batch * p.b_sb + tt * p.b_st + hv * p.b_sh);
+                        dbv *= (p.neg_eig ? 2.f : 1.f) * sigmoid_f(b) * sigmoid_f(-b);
+                    }
+                    bp.dg[batch * bp.dg_sb + tt * bp.dg_st + (int64_t)hv * bp.dg_sh] = dgv;
+                    bp.dbeta[batch * bp.db_sb + tt * bp.db_st + (int64_t)hv * bp.db_sh] = dbv;
                 }
-                if (p.beta_sigmoid) {
-                    const float b = load_gate(p.beta, p.beta_bf16, batch * p.b_sb + tt * p.b_st + hv * p.b_sh);
-                    dbv *= (p.neg_eig ? 2.f : 1.f) * sigmoid_f(b) * sigmoid_f(-b);
-                }
-                bp.dg[batch * bp.dg_sb + tt * bp.dg_st + (int64_t)hv * bp.dg_sh] = dgv;
-                bp.dbeta[batch * bp.db_sb + tt * bp.db_st + (int64_t)hv * bp.db_sh] = dbv;
+                ss.part[0][t] = part_a;
+                ss.part[1][t] = part_d;
             }
-            ss.part[0][t] = part_a;
-            ss.part[1][t] = part_d;
         }
         if (bp.gate_part) {
             __syncthreads();

@@ -43,17 +43,20 @@ FQLA_DEVICE_INLINE uint32_t fqla_wg_off(int rows, int r, int c)
     return (uint32_t)((c >> 6) * rows * 128 + r * 128 + ((((c & 63) >> 3) ^ (r & 7)) << 4) + ((c & 7) << 1));
 }
 
-/* Shared-window address -> generic pointer (st.shared / ld.shared by
- * address: the tiles are addressed by their window addresses). */
-FQLA_DEVICE_INLINE void fqla_wg_st32(uint32_t a, uint32_t v) { asm volatile("st.shared.b32 [%0], %1;" ::"r"(a), "r"(v) : "memory"); }
+/* Tile accesses by shared-window address. Volatile (they keep their order
+ * against each other and against the barriers and fences, all volatile
+ * asm) but without a memory clobber, so that the compiler may still move
+ * global loads above them: with the clobber, a loop that loads from global
+ * memory and stores into a tile waited for every load in turn. */
+FQLA_DEVICE_INLINE void fqla_wg_st32(uint32_t a, uint32_t v) { asm volatile("st.shared.b32 [%0], %1;" ::"r"(a), "r"(v)); }
 FQLA_DEVICE_INLINE void fqla_wg_st128(uint32_t a, uint32_t x, uint32_t y, uint32_t z, uint32_t w)
 {
-    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(a), "r"(x), "r"(y), "r"(z), "r"(w) : "memory");
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(a), "r"(x), "r"(y), "r"(z), "r"(w));
 }
 FQLA_DEVICE_INLINE uint32_t fqla_wg_ld32(uint32_t a)
 {
     uint32_t v;
-    asm volatile("ld.shared.b32 %0, [%1];" : "=r"(v) : "r"(a) : "memory");
+    asm volatile("ld.shared.b32 %0, [%1];" : "=r"(v) : "r"(a));
     return v;
 }
 

@@ -22,10 +22,10 @@
  *   all     S, dS' (fp32 -> split) and dO of the slice into shared memory
  *   wg 0    KS; X = V - diag(e) KS, Y = diag(beta) X; U = T~ Y  -> u_ready
  *   wg 1    KdS'; dU = P~^T dO + diag(f) KdS'                  -> du_ready
- *   wg 0    dY = T~^T dU: dv, dbeta (x . dy), de (-beta KS . dy);
- *           after y_free: Y <- -diag(e beta) dY                -> yp_ready;
+ *   wg 0    dY = T~^T dU, dT~ += dU Y^T: dv, dbeta (x . dy), de (-beta KS . dy);
+ *           Y <- -diag(e beta) dY                              -> yp_ready;
  *           dO S^T: de (scale q . ), dQ += scale diag(e) dO S^T
- *   wg 1    df (KdS' . u); dP~ += dO U^T, dT~ += dU Y^T        -> y_free;
+ *   wg 1    df (KdS' . u); dP~ += dO U^T;
  *           U <- diag(f) U; after yp_ready: dK += Y S^T + U dS'^T
  *
  * and after the slices: wg 0 M1 = T~^T (strict lower dT~) -> m1_ready;
@@ -50,7 +50,7 @@ constexpr int LDR = C + 1;         /* fp32 R rows */
 
 /* named barriers between the two warpgroups (producer arrives, consumer
  * syncs; 256 threads) and each warpgroup's own (128) */
-enum class gw_bar : uint32_t { u_ready = 1, du_ready, y_free, yp_ready, m1_ready, dqt_ready, wg0, wg1 };
+enum class gw_bar : uint32_t { u_ready = 1, du_ready, yp_ready, m1_ready, dqt_ready, wg0, wg1 };
 
 constexpr int align1k(int x) { return (x + 1023) & ~1023; }
 
@@ -142,7 +142,7 @@ __device__ __forceinline__ void load_rows(const fqla_wg_tile &dst, const void *x
  * x * y. All of a thread's loads are issued before its first store. */
 template <int ROWS>
 __device__ __forceinline__ float load_f32_pair(const fqla_wg_tile &dx, const float *x, const fqla_wg_tile &dy,
-                                               const float *y, int64_t ld, int c0)
+                                               const float *y, int64_t ld, int c0, int cols)
 {
     constexpr int N = ROWS * 8 / THREADS; /* 16-byte pieces of 8 values a thread, per matrix */
     constexpr int NB = N < 2 ? N : 2;     /* pieces in flight (registers: 16 NB) */
@@ -155,10 +155,11 @@ __device__ __forceinline__ float load_f32_pair(const fqla_wg_tile &dx, const flo
             const int idx = threadIdx.x + (n0 + n) * THREADS, r = idx >> 3, c = 8 * (idx & 7);
             const float4 *xs = reinterpret_cast<const float4 *>(x + (int64_t)r * ld + c0 + c);
             const float4 *ys = reinterpret_cast<const float4 *>(y + (int64_t)r * ld + c0 + c);
-            a[n][0] = xs[0];
-            a[n][1] = xs[1];
-            b[n][0] = ys[0];
-            b[n][1] = ys[1];
+            const float4 z = make_float4(0.f, 0.f, 0.f, 0.f);
+            a[n][0] = c < cols ? xs[0] : z;
+            a[n][1] = c < cols ? xs[1] : z;
+            b[n][0] = c < cols ? ys[0] : z;
+            b[n][1] = c < cols ? ys[1] : z;
         }
 #pragma unroll
         for (int n = 0; n < NB; n++) {
@@ -239,7 +240,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_wg_kernel(const fqla_bwd
         const int hv = hk * p.group + h;
         const size_t tile = (size_t)slot * p.HV + hv;
         __syncthreads(); /* the previous head's reads are done */
-        load_f32_pair<C>(Tt, bp.Tt + tile * C * C, Pt, bp.Pt + tile * C * C, C, 0);
+        load_f32_pair<C>(Tt, bp.Tt + tile * C * C, Pt, bp.Pt + tile * C * C, C, 0, C);
         if (tid < C) {
             const float gm = p.gam[tile * C + tid];
             ss.gam[tid] = gm;
@@ -248,23 +249,24 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_wg_kernel(const fqla_bwd
             ss.f[tid] = __expf(p.gam[tile * C + C - 1] - gm);
             ss.df[tid] = ss.db[tid] = ss.de[tid] = 0.f;
         }
-        float dP[32], dT[32]; /* warpgroup 1: dP~, dT~ summed over the slices */
+        float dP[32], dT[32]; /* dP~ (warpgroup 1), dT~ (warpgroup 0), summed over the slices */
         zero(dP);
         zero(dT);
         float deC = 0.f; /* this thread's share of <S, dS'> */
 
         for (int v0 = 0; v0 < p.V; v0 += VS) {
+            const int vw = p.V - v0 < VS ? p.V - v0 : VS; /* 64, or 32 in a last half slice (zeros past it) */
             __syncthreads(); /* the previous slice's reads are done */
             {
                 const float *Sg = bp.S + tile * KD * p.V, *dSg = bp.dS + tile * KD * p.V;
-                deC += load_f32_pair<KD>(St, Sg, dSt, dSg, p.V, v0);
+                deC += load_f32_pair<KD>(St, Sg, dSt, dSg, p.V, v0, vw);
                 const int64_t ob = batch * bp.do_sb + t0 * bp.do_st + (int64_t)hv * bp.do_sh + v0;
                 constexpr int ND = C * VS / 8 / THREADS;
                 float x[ND][8];
 #pragma unroll
                 for (int n = 0; n < ND; n++) {
                     const int idx = tid + n * THREADS, i = idx >> 3, c = 8 * (idx & 7);
-                    load8<T>(bp.d_o, ob + (int64_t)i * bp.do_st + c, i < nvalid, x[n]);
+                    load8<T>(bp.d_o, ob + (int64_t)i * bp.do_st + c, i < nvalid && c < vw, x[n]);
                 }
 #pragma unroll
                 for (int n = 0; n < ND; n++) {
@@ -279,15 +281,16 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_wg_kernel(const fqla_bwd
                 /* KS;  X = V - diag(e) K S;  Y = diag(beta) X;  U = T~ Y */
                 float ks[32], x[32];
                 const int64_t vb = batch * p.v_sb + t0 * p.v_st + (int64_t)hv * p.v_sh + v0;
+                fqla_wg_issue(ks, [&] { fqla_wg_split<64, 0, 1>(ks, Kt, St, 0, KD, false); });
                 uint32_t vp[2][8]; /* v (i, c), (i, c + 1), loaded under the product */
 #pragma unroll
                 for (int hh = 0; hh < 2; hh++)
 #pragma unroll
                     for (int j = 0; j < 8; j++)
-                        vp[hh][j] = r0 + 8 * hh < nvalid
+                        vp[hh][j] = r0 + 8 * hh < nvalid && 8 * j < vw
                                         ? ld_pair<T>(p.v, vb + (int64_t)(r0 + 8 * hh) * p.v_st + 8 * j + 2 * t4)
                                         : 0u;
-                fqla_wg_run(ks, [&] { fqla_wg_split<64, 0, 1>(ks, Kt, St, 0, KD, false); });
+                fqla_wg_retire(ks);
 #pragma unroll
                 for (int j = 0; j < 8; j++)
 #pragma unroll
@@ -317,9 +320,16 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_wg_kernel(const fqla_bwd
                 fqla_fence_async_smem();
                 fqla_bar_arrive(gw_bar::u_ready, 256);
 
-                /* dY = T~^T dU;  dv = diag(beta) dY;  dbeta_i += x_i . dy_i;  de_i -= beta_i (K S)_i . dy_i */
+                /* dY = T~^T dU;  dT~ += dU Y^T;  dv = diag(beta) dY;  dbeta_i += x_i . dy_i;
+                 * de_i -= beta_i (K S)_i . dy_i */
                 fqla_bar_sync(gw_bar::du_ready, 256);
-                fqla_wg_run(acc, [&] { fqla_wg_split<64, 1, 1>(acc, Tt, dUt, 0, C, false); });
+                fqla_reg_fence(dT);
+                fqla_wg_issue(acc, [&] {
+                    fqla_wg_split<64, 1, 1>(acc, Tt, dUt, 0, C, false);
+                    fqla_wg_split<64, 0, 0>(dT, dUt, Yt, 0, VS, true);
+                });
+                fqla_wg_retire(acc);
+                fqla_reg_fence(dT);
                 const int64_t db0 = batch * bp.dv_sb + t0 * bp.dv_st + (int64_t)hv * bp.dv_sh + v0;
 #pragma unroll
                 for (int hh = 0; hh < 2; hh++) {
@@ -331,7 +341,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_wg_kernel(const fqla_bwd
                         const int c = 8 * j + 2 * t4, a = 4 * j + 2 * hh;
                         sb += x[a] * acc[a] + x[a + 1] * acc[a + 1];
                         se += ks[a] * acc[a] + ks[a + 1] * acc[a + 1];
-                        if (i < nvalid) {
+                        if (i < nvalid && c < vw) {
                             T *o = (T *)bp.dv + db0 + (int64_t)i * bp.dv_st + c;
                             o[0] = bwd_cvt<T>(bi * acc[a]);
                             o[1] = bwd_cvt<T>(bi * acc[a + 1]);
@@ -344,8 +354,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_wg_kernel(const fqla_bwd
                         ss.de[i] -= bi * se;
                     }
                 }
-                /* Y <- -diag(e beta) dY once warpgroup 1 has read Y */
-                fqla_bar_sync(gw_bar::y_free, 256);
+                /* Y <- -diag(e beta) dY (this warpgroup's reads of Y are done; warpgroup 1 reads none) */
 #pragma unroll
                 for (int j = 0; j < 8; j++)
 #pragma unroll
@@ -358,6 +367,8 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_wg_kernel(const fqla_bwd
                 fqla_bar_arrive(gw_bar::yp_ready, 256);
 
                 /* dO S^T: de_i += scale q_i . (dO S^T)_i;  dQ += scale diag(e) dO S^T */
+                float g2[NK];
+                fqla_wg_issue(g2, [&] { fqla_wg_split<KD, 0, 0>(g2, dOt, St, 0, VS, false); });
                 uint32_t qp[2][KD / 8]; /* q (i, c), (i, c + 1) as raw pairs, loaded under the product */
 #pragma unroll
                 for (int hh = 0; hh < 2; hh++)
@@ -366,8 +377,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_wg_kernel(const fqla_bwd
                         qp[hh][j] = r0 + 8 * hh < nvalid
                                         ? ld_pair<T>(p.q, qb + (int64_t)(r0 + 8 * hh) * p.q_st + 8 * j + 2 * t4)
                                         : 0u;
-                float g2[NK];
-                fqla_wg_run(g2, [&] { fqla_wg_split<KD, 0, 0>(g2, dOt, St, 0, VS, false); });
+                fqla_wg_retire(g2);
 #pragma unroll
                 for (int hh = 0; hh < 2; hh++) {
                     const int i = r0 + 8 * hh;
@@ -399,7 +409,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_wg_kernel(const fqla_bwd
                 fqla_fence_async_smem();
                 fqla_bar_arrive(gw_bar::du_ready, 256);
 
-                /* df_i += (K dS')_i . u_i;  dP~ += dO U^T;  dT~ += dU Y^T */
+                /* df_i += (K dS')_i . u_i;  dP~ += dO U^T */
                 fqla_bar_sync(gw_bar::u_ready, 256);
 #pragma unroll
                 for (int hh = 0; hh < 2; hh++) {
@@ -414,16 +424,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_wg_kernel(const fqla_bwd
                     s = quad_sum(s);
                     if (t4 == 0) ss.df[i] += s;
                 }
-                fqla_reg_fence(dP);
-                fqla_reg_fence(dT);
-                fqla_wg_fence();
-                fqla_wg_split<64, 0, 0>(dP, dOt, Ut, 0, VS, true);
-                fqla_wg_split<64, 0, 0>(dT, dUt, Yt, 0, VS, true);
-                fqla_wg_commit();
-                fqla_wg_wait<0>();
-                fqla_reg_fence(dP);
-                fqla_reg_fence(dT);
-                fqla_bar_arrive(gw_bar::y_free, 256);
+                fqla_wg_run(dP, [&] { fqla_wg_split<64, 0, 0>(dP, dOt, Ut, 0, VS, true); });
                 /* U <- diag(f) U (this warpgroup's reads of U are done) */
 #pragma unroll
                 for (int j = 0; j < 8; j++)
@@ -447,7 +448,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_wg_kernel(const fqla_bwd
         /* ---- after the slices ---- */
         __syncthreads(); /* the slice tiles and state slices are free */
         load_rows<T, KD>(Qt, p.q, qb, p.q_st, nvalid, p.l2norm ? p.rq + rrow : nullptr);
-        if (wg == 1) {
+        if (wg == 0) {
             /* strict lower dT~ into W0 */
 #pragma unroll
             for (int j = 0; j < 8; j++)
@@ -489,15 +490,16 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_wg_kernel(const fqla_bwd
             /* K K^T;  dL = -M1 T~^T (strict lower);  per element (i, j):
              * gdl = Gamma dL; dbeta_i += sum_j gdl KK; M = diag(beta) gdl;
              * R_ij = beta_i gdl KK + dP~ P~ (j < i); dQ~ = scale Gamma dP~ (j <= i) */
+            float kk[32], dl[32];
+            fqla_wg_issue(kk, [&] { fqla_wg_split<64, 0, 0>(kk, Kt, Kt, 0, KD, false); });
             const float *Pg = bp.Pt + tile * C * C;
-            float2 pg[2][8]; /* P~ (i, j), (i, j + 1), loaded under the products */
+            float2 pg[2][8]; /* P~ (i, j), (i, j + 1), loaded under the product */
 #pragma unroll
             for (int hh = 0; hh < 2; hh++)
 #pragma unroll
                 for (int j = 0; j < 8; j++)
                     pg[hh][j] = *reinterpret_cast<const float2 *>(Pg + (r0 + 8 * hh) * C + 8 * j + 2 * t4);
-            float kk[32], dl[32];
-            fqla_wg_run(kk, [&] { fqla_wg_split<64, 0, 0>(kk, Kt, Kt, 0, KD, false); });
+            fqla_wg_retire(kk);
             fqla_bar_sync(gw_bar::m1_ready, 256);
             fqla_wg_run(dl, [&] { fqla_wg_split<64, 0, 0>(dl, W1, Tt, 0, C, false); });
 #pragma unroll

@@ -146,15 +146,26 @@ FQLA_DEVICE_INLINE void fqla_wg_split(float (&acc)[N / 2], const fqla_wg_tile &A
     }
 }
 
-/* Fences the accumulators, issues f's products, waits for them. */
-template <typename F, int N> FQLA_DEVICE_INLINE void fqla_wg_run(float (&acc)[N], F f)
+/* fqla_wg_issue: fences the accumulators and issues f's products as one
+ * group; fqla_wg_retire: waits for every group issued, then fences the
+ * accumulators again (work that needs no accumulator, e.g. global loads for
+ * the next step, can go between the two); fqla_wg_run: both. */
+template <typename F, int N> FQLA_DEVICE_INLINE void fqla_wg_issue(float (&acc)[N], F f)
 {
     fqla_reg_fence(acc);
     fqla_wg_fence();
     f();
     fqla_wg_commit();
+}
+template <int N> FQLA_DEVICE_INLINE void fqla_wg_retire(float (&acc)[N])
+{
     fqla_wg_wait<0>();
     fqla_reg_fence(acc);
+}
+template <typename F, int N> FQLA_DEVICE_INLINE void fqla_wg_run(float (&acc)[N], F f)
+{
+    fqla_wg_issue(acc, f);
+    fqla_wg_retire(acc);
 }
 
 #endif

@@ -668,7 +668,7 @@ template <typename T, int KD> cudaError_t launch(const fqla_bwd_params &p, cudaS
 
 int fqla_bwd_grads_wg_covers(const fqla_bwd_params &p)
 {
-    return (p.f.K == 64 || p.f.K == 128) && p.f.V % VS == 0;
+    return (p.f.K == 64 || p.f.K == 128) && p.f.V % 32 == 0;
 }
 
 cudaError_t fqla_bwd_launch_grads_wg(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream)

@@ -52,6 +52,22 @@ constexpr int LDR = C + 1;         /* fp32 R rows */
  * syncs; 256 threads) and each warpgroup's own (128) */
 enum class gw_bar : uint32_t { u_ready = 1, du_ready, yp_ready, m1_ready, dqt_ready, wg0, wg1 };
 
+/* Named barrier sync / arrive of a converged warp: bar.sync and bar.arrive
+ * are .aligned and count a warp's 32 threads at its first arrival, so a
+ * warp still diverged after data-dependent code (loads past nvalid, a row's
+ * owner lane) must reconverge first, which the compiler does not do for an
+ * asm statement. compute-sanitizer's synccheck caught it. */
+__device__ __forceinline__ void gw_sync(gw_bar id, uint32_t n)
+{
+    __syncwarp();
+    fqla_bar_sync(id, n);
+}
+__device__ __forceinline__ void gw_arrive(gw_bar id, uint32_t n)
+{
+    __syncwarp();
+    fqla_bar_arrive(id, n);
+}
+
 constexpr int align1k(int x) { return (x + 1023) & ~1023; }
 
 struct gw_small {
@@ -299,30 +315,24 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_wg_kernel(const fqla_bwd
                         x[a] = bwd_widen<T>(vp[hh][j] & 0xffffu);
                         x[a + 1] = bwd_widen<T>(vp[hh][j] >> 16);
                     }
-#pragma unroll
-                for (int j = 0; j < 8; j++)
-#pragma unroll
-                    for (int hh = 0; hh < 2; hh++) {
-                        const int i = r0 + 8 * hh, c = 8 * j + 2 * t4, a = 4 * j + 2 * hh;
-                        x[a] -= ss.e[i] * ks[a];
-                        x[a + 1] -= ss.e[i] * ks[a + 1];
-                        fqla_wg_put2(Yt, i, c, ss.bet[i] * x[a], ss.bet[i] * x[a + 1]);
-                    }
-                fqla_fence_async_smem();
-                fqla_bar_sync(gw_bar::wg0, 128); /* Y is stored */
                 float acc[32];
-                fqla_wg_run(acc, [&] { fqla_wg_split<64, 0, 1>(acc, Tt, Yt, 0, C, false); });
 #pragma unroll
-                for (int j = 0; j < 8; j++)
-#pragma unroll
-                    for (int hh = 0; hh < 2; hh++)
-                        fqla_wg_put2(Ut, r0 + 8 * hh, 8 * j + 2 * t4, acc[4 * j + 2 * hh], acc[4 * j + 2 * hh + 1]);
+                for (int a = 0; a < 32; a++) {
+                    const int i = r0 + 8 * ((a >> 1) & 1);
+                    x[a] -= ss.e[i] * ks[a];
+                    acc[a] = ss.bet[i] * x[a];
+                }
+                fqla_wg_store<64>(Yt, acc, 0);
                 fqla_fence_async_smem();
-                fqla_bar_arrive(gw_bar::u_ready, 256);
+                gw_sync(gw_bar::wg0, 128); /* Y is stored */
+                fqla_wg_run(acc, [&] { fqla_wg_split<64, 0, 1>(acc, Tt, Yt, 0, C, false); });
+                fqla_wg_store<64>(Ut, acc, 0);
+                fqla_fence_async_smem();
+                gw_arrive(gw_bar::u_ready, 256);
 
                 /* dY = T~^T dU;  dT~ += dU Y^T;  dv = diag(beta) dY;  dbeta_i += x_i . dy_i;
                  * de_i -= beta_i (K S)_i . dy_i */
-                fqla_bar_sync(gw_bar::du_ready, 256);
+                gw_sync(gw_bar::du_ready, 256);
                 fqla_reg_fence(dT);
                 fqla_wg_issue(acc, [&] {
                     fqla_wg_split<64, 1, 1>(acc, Tt, dUt, 0, C, false);
@@ -356,15 +366,13 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_wg_kernel(const fqla_bwd
                 }
                 /* Y <- -diag(e beta) dY (this warpgroup's reads of Y are done; warpgroup 1 reads none) */
 #pragma unroll
-                for (int j = 0; j < 8; j++)
-#pragma unroll
-                    for (int hh = 0; hh < 2; hh++) {
-                        const int i = r0 + 8 * hh, a = 4 * j + 2 * hh;
-                        const float c = -ss.e[i] * ss.bet[i];
-                        fqla_wg_put2(Yt, i, 8 * j + 2 * t4, c * acc[a], c * acc[a + 1]);
-                    }
+                for (int a = 0; a < 32; a++) {
+                    const int i = r0 + 8 * ((a >> 1) & 1);
+                    acc[a] *= -ss.e[i] * ss.bet[i];
+                }
+                fqla_wg_store<64>(Yt, acc, 0);
                 fqla_fence_async_smem();
-                fqla_bar_arrive(gw_bar::yp_ready, 256);
+                gw_arrive(gw_bar::yp_ready, 256);
 
                 /* dO S^T: de_i += scale q_i . (dO S^T)_i;  dQ += scale diag(e) dO S^T */
                 float g2[NK];
@@ -399,18 +407,14 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_wg_kernel(const fqla_bwd
                 fqla_wg_run(kds, [&] { fqla_wg_split<64, 0, 1>(kds, Kt, dSt, 0, KD, false); });
                 fqla_wg_run(acc, [&] { fqla_wg_split<64, 1, 1>(acc, Pt, dOt, 0, C, false); });
 #pragma unroll
-                for (int j = 0; j < 8; j++)
-#pragma unroll
-                    for (int hh = 0; hh < 2; hh++) {
-                        const int i = r0 + 8 * hh, a = 4 * j + 2 * hh;
-                        const float fi = ss.f[i];
-                        fqla_wg_put2(dUt, i, 8 * j + 2 * t4, acc[a] + fi * kds[a], acc[a + 1] + fi * kds[a + 1]);
-                    }
+                for (int a = 0; a < 32; a++) acc[a] += ss.f[r0 + 8 * ((a >> 1) & 1)] * kds[a];
+                fqla_wg_store<64>(dUt, acc, 0);
                 fqla_fence_async_smem();
-                fqla_bar_arrive(gw_bar::du_ready, 256);
+                gw_arrive(gw_bar::du_ready, 256);
 
                 /* df_i += (K dS')_i . u_i;  dP~ += dO U^T */
-                fqla_bar_sync(gw_bar::u_ready, 256);
+                gw_sync(gw_bar::u_ready, 256);
+                fqla_wg_load<64>(Ut, acc, 0);
 #pragma unroll
                 for (int hh = 0; hh < 2; hh++) {
                     const int i = r0 + 8 * hh;
@@ -418,8 +422,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_wg_kernel(const fqla_bwd
 #pragma unroll
                     for (int j = 0; j < 8; j++) {
                         const int a = 4 * j + 2 * hh;
-                        const float2 u = fqla_wg_get2(Ut, i, 8 * j + 2 * t4);
-                        s += kds[a] * u.x + kds[a + 1] * u.y;
+                        s += kds[a] * acc[a] + kds[a + 1] * acc[a + 1];
                     }
                     s = quad_sum(s);
                     if (t4 == 0) ss.df[i] += s;
@@ -427,17 +430,12 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_wg_kernel(const fqla_bwd
                 fqla_wg_run(dP, [&] { fqla_wg_split<64, 0, 0>(dP, dOt, Ut, 0, VS, true); });
                 /* U <- diag(f) U (this warpgroup's reads of U are done) */
 #pragma unroll
-                for (int j = 0; j < 8; j++)
-#pragma unroll
-                    for (int hh = 0; hh < 2; hh++) {
-                        const int i = r0 + 8 * hh, c = 8 * j + 2 * t4;
-                        const float2 u = fqla_wg_get2(Ut, i, c);
-                        fqla_wg_put2(Ut, i, c, ss.f[i] * u.x, ss.f[i] * u.y);
-                    }
+                for (int a = 0; a < 32; a++) acc[a] *= ss.f[r0 + 8 * ((a >> 1) & 1)];
+                fqla_wg_store<64>(Ut, acc, 0);
                 fqla_fence_async_smem();
-                fqla_bar_sync(gw_bar::wg1, 128);
+                gw_sync(gw_bar::wg1, 128);
                 /* dK += -diag(e beta) dY S^T + diag(f) U dS'^T */
-                fqla_bar_sync(gw_bar::yp_ready, 256);
+                gw_sync(gw_bar::yp_ready, 256);
                 fqla_wg_run(dQK, [&] {
                     fqla_wg_split<KD, 0, 0>(dQK, Yt, St, 0, VS, true);
                     fqla_wg_split<KD, 0, 0>(dQK, Ut, dSt, 0, VS, true);
@@ -451,12 +449,11 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_wg_kernel(const fqla_bwd
         if (wg == 0) {
             /* strict lower dT~ into W0 */
 #pragma unroll
-            for (int j = 0; j < 8; j++)
-#pragma unroll
-                for (int hh = 0; hh < 2; hh++) {
-                    const int i = r0 + 8 * hh, c = 8 * j + 2 * t4, a = 4 * j + 2 * hh;
-                    fqla_wg_put2(W0, i, c, c < i ? dT[a] : 0.f, c + 1 < i ? dT[a + 1] : 0.f);
-                }
+            for (int a = 0; a < 32; a++) {
+                const int i = r0 + 8 * ((a >> 1) & 1), c = 8 * (a >> 2) + 2 * t4 + (a & 1);
+                if (c >= i) dT[a] = 0.f;
+            }
+            fqla_wg_store<64>(W0, dT, 0);
         }
         {
             float s = deC;
@@ -476,14 +473,10 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_wg_kernel(const fqla_bwd
             /* M1 = T~^T (strict lower dT~) into W1 */
             float acc[32];
             fqla_wg_run(acc, [&] { fqla_wg_split<64, 1, 1>(acc, Tt, W0, 0, C, false); });
-#pragma unroll
-            for (int j = 0; j < 8; j++)
-#pragma unroll
-                for (int hh = 0; hh < 2; hh++)
-                    fqla_wg_put2(W1, r0 + 8 * hh, 8 * j + 2 * t4, acc[4 * j + 2 * hh], acc[4 * j + 2 * hh + 1]);
+            fqla_wg_store<64>(W1, acc, 0);
             fqla_fence_async_smem();
-            fqla_bar_arrive(gw_bar::m1_ready, 256);
-            fqla_bar_sync(gw_bar::dqt_ready, 256);
+            gw_arrive(gw_bar::m1_ready, 256);
+            gw_sync(gw_bar::dqt_ready, 256);
             /* dQ += dQ~ K */
             fqla_wg_run(dQK, [&] { fqla_wg_split<KD, 0, 1>(dQK, W0, Kt, 0, C, true); });
         } else {
@@ -500,7 +493,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_wg_kernel(const fqla_bwd
                 for (int j = 0; j < 8; j++)
                     pg[hh][j] = *reinterpret_cast<const float2 *>(Pg + (r0 + 8 * hh) * C + 8 * j + 2 * t4);
             fqla_wg_retire(kk);
-            fqla_bar_sync(gw_bar::m1_ready, 256);
+            gw_sync(gw_bar::m1_ready, 256);
             fqla_wg_run(dl, [&] { fqla_wg_split<64, 0, 0>(dl, W1, Tt, 0, C, false); });
 #pragma unroll
             for (int hh = 0; hh < 2; hh++) {
@@ -524,16 +517,10 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_wg_kernel(const fqla_bwd
                 s = quad_sum(s);
                 if (t4 == 0) ss.db[i] += s;
             }
-#pragma unroll
-            for (int j = 0; j < 8; j++)
-#pragma unroll
-                for (int hh = 0; hh < 2; hh++) {
-                    const int i = r0 + 8 * hh, c = 8 * j + 2 * t4, a = 4 * j + 2 * hh;
-                    fqla_wg_put2(W0, i, c, dP[a], dP[a + 1]);
-                    fqla_wg_put2(W1, i, c, dl[a], dl[a + 1]);
-                }
+            fqla_wg_store<64>(W0, dP, 0);
+            fqla_wg_store<64>(W1, dl, 0);
             fqla_fence_async_smem();
-            fqla_bar_sync(gw_bar::dqt_ready, 256);
+            gw_sync(gw_bar::dqt_ready, 256);
             /* dK += dQ~^T Q + M K + M^T K */
             fqla_wg_run(dQK, [&] {
                 fqla_wg_split<KD, 1, 1>(dQK, W0, Qt, 0, C, true);
@@ -624,6 +611,8 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_wg_kernel(const fqla_bwd
     T *out = (T *)(wg == 0 ? bp.dq : bp.dk);
     const int64_t sb = wg == 0 ? bp.dq_sb : bp.dk_sb, st = wg == 0 ? bp.dq_st : bp.dk_st,
                   sh = wg == 0 ? bp.dq_sh : bp.dk_sh;
+    float xh[NK]; /* q or k (normalised) at this thread's accumulator places */
+    if (p.l2norm) fqla_wg_load<KD>(xs, xh, 0);
 #pragma unroll
     for (int hh = 0; hh < 2; hh++) {
         const int i = r0 + 8 * hh;
@@ -632,8 +621,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_wg_kernel(const fqla_bwd
 #pragma unroll
             for (int j = 0; j < KD / 8; j++) {
                 const int a = 4 * j + 2 * hh;
-                const float2 x = fqla_wg_get2(xs, i, 8 * j + 2 * t4);
-                dot += dQK[a] * x.x + dQK[a + 1] * x.y;
+                dot += dQK[a] * xh[a] + dQK[a + 1] * xh[a + 1];
             }
             dot = quad_sum(dot);
         }
@@ -644,9 +632,8 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_wg_kernel(const fqla_bwd
             const int c = 8 * j + 2 * t4, a = 4 * j + 2 * hh;
             float v0 = dQK[a], v1 = dQK[a + 1];
             if (p.l2norm) {
-                const float2 x = fqla_wg_get2(xs, i, c);
-                v0 = r[rrow + i] * (v0 - x.x * dot);
-                v1 = r[rrow + i] * (v1 - x.y * dot);
+                v0 = r[rrow + i] * (v0 - xh[a] * dot);
+                v1 = r[rrow + i] * (v1 - xh[a + 1] * dot);
             }
             o[c] = bwd_cvt<T>(v0);
             o[c + 1] = bwd_cvt<T>(v1);

@@ -26,6 +26,7 @@
 #define FQLA_CUDA_KERNEL_WG_SPLIT_CUH
 
 #include "cuda/ptx/fence.cuh"
+#include "cuda/ptx/matrix_ldst.cuh"
 #include "cuda/ptx/wgmma.cuh"
 
 #include <cuda_bf16.h>
@@ -43,21 +44,14 @@ FQLA_DEVICE_INLINE uint32_t fqla_wg_off(int rows, int r, int c)
     return (uint32_t)((c >> 6) * rows * 128 + r * 128 + ((((c & 63) >> 3) ^ (r & 7)) << 4) + ((c & 7) << 1));
 }
 
-/* Tile accesses by shared-window address. Volatile (they keep their order
+/* Tile stores by shared-window address. Volatile (they keep their order
  * against each other and against the barriers and fences, all volatile
  * asm) but without a memory clobber, so that the compiler may still move
  * global loads above them: with the clobber, a loop that loads from global
  * memory and stores into a tile waited for every load in turn. */
-FQLA_DEVICE_INLINE void fqla_wg_st32(uint32_t a, uint32_t v) { asm volatile("st.shared.b32 [%0], %1;" ::"r"(a), "r"(v)); }
 FQLA_DEVICE_INLINE void fqla_wg_st128(uint32_t a, uint32_t x, uint32_t y, uint32_t z, uint32_t w)
 {
     asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(a), "r"(x), "r"(y), "r"(z), "r"(w));
-}
-FQLA_DEVICE_INLINE uint32_t fqla_wg_ld32(uint32_t a)
-{
-    uint32_t v;
-    asm volatile("ld.shared.b32 %0, [%1];" : "=r"(v) : "r"(a));
-    return v;
 }
 
 FQLA_DEVICE_INLINE uint32_t fqla_wg_bf2(float a, float b)
@@ -66,18 +60,6 @@ FQLA_DEVICE_INLINE uint32_t fqla_wg_bf2(float a, float b)
     return *reinterpret_cast<const uint32_t *>(&h);
 }
 FQLA_DEVICE_INLINE float2 fqla_wg_unbf2(uint32_t x) { return make_float2(__uint_as_float(x << 16), __uint_as_float(x & 0xffff0000u)); }
-
-/* Elements (r, c), (r, c + 1) (c even) set to x0, x1 in both planes. */
-FQLA_DEVICE_INLINE void fqla_wg_put2(const fqla_wg_tile &t, int r, int c, float x0, float x1)
-{
-    const uint32_t o = fqla_wg_off(t.rows, r, c);
-    const uint32_t h = fqla_wg_bf2(x0, x1);
-    fqla_wg_st32(t.hi + o, h);
-    if (t.lo) {
-        const float2 hf = fqla_wg_unbf2(h);
-        fqla_wg_st32(t.lo + o, fqla_wg_bf2(x0 - hf.x, x1 - hf.y));
-    }
-}
 
 /* Elements (r, c .. c + 7) (c a multiple of 8): one 16-byte store a plane. */
 FQLA_DEVICE_INLINE void fqla_wg_put8(const fqla_wg_tile &t, int r, int c, const float (&x)[8])
@@ -94,17 +76,61 @@ FQLA_DEVICE_INLINE void fqla_wg_put8(const fqla_wg_tile &t, int r, int c, const 
     if (t.lo) fqla_wg_st128(t.lo + o, l[0], l[1], l[2], l[3]);
 }
 
-/* Elements (r, c), (r, c + 1) as hi + lo. */
-FQLA_DEVICE_INLINE float2 fqla_wg_get2(const fqla_wg_tile &t, int r, int c)
+/* Whole accumulator tiles <-> a tile's planes with stmatrix / ldmatrix:
+ * v holds a warpgroup's m64nN accumulator layout (above) for columns
+ * c0 .. c0 + N of t (c0 a multiple of 64). One x4 instruction moves 16
+ * columns of the warp's 16 rows: matrices (rows 0-7, 8-15) x (columns
+ * 8 j .. 8 j + 7, 8 j + 8 .. 8 j + 15); lane l gives the row address of
+ * matrix l / 8. */
+struct fqla_wg_frag_row {
+    uint32_t off, x; /* the lane's row offset; its chunk XOR (swizzle and column half) */
+};
+FQLA_DEVICE_INLINE fqla_wg_frag_row fqla_wg_frag_lane()
 {
-    const uint32_t o = fqla_wg_off(t.rows, r, c);
-    float2 v = fqla_wg_unbf2(fqla_wg_ld32(t.hi + o));
-    if (t.lo) {
-        const float2 l = fqla_wg_unbf2(fqla_wg_ld32(t.lo + o));
-        v.x += l.x;
-        v.y += l.y;
+    const int lane = threadIdx.x & 31, row = 16 * ((threadIdx.x >> 5) & 3) + 8 * ((lane >> 3) & 1) + (lane & 7);
+    return {(uint32_t)row * 128u, (uint32_t)((lane >> 4) ^ (row & 7))};
+}
+FQLA_DEVICE_INLINE uint32_t fqla_wg_frag_at(const fqla_wg_frag_row &f, int rows, int c0, int j)
+{
+    return (uint32_t)(((c0 >> 6) + (j >> 3)) * rows * 128) + f.off + ((((uint32_t)j & 7u) ^ f.x) << 4);
+}
+
+template <int N> FQLA_DEVICE_INLINE void fqla_wg_store(const fqla_wg_tile &t, const float (&v)[N / 2], int c0)
+{
+    const fqla_wg_frag_row f = fqla_wg_frag_lane();
+#pragma unroll
+    for (int j = 0; j < N / 8; j += 2) {
+        uint32_t h[4], l[4];
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            const int a = 4 * (j + (q >> 1)) + 2 * (q & 1);
+            h[q] = fqla_wg_bf2(v[a], v[a + 1]);
+            const float2 hf = fqla_wg_unbf2(h[q]);
+            l[q] = fqla_wg_bf2(v[a] - hf.x, v[a + 1] - hf.y);
+        }
+        const uint32_t o = fqla_wg_frag_at(f, t.rows, c0, j);
+        fqla_stsm_x4_at(t.hi + o, h[0], h[1], h[2], h[3]);
+        if (t.lo) fqla_stsm_x4_at(t.lo + o, l[0], l[1], l[2], l[3]);
     }
-    return v;
+}
+
+template <int N> FQLA_DEVICE_INLINE void fqla_wg_load(const fqla_wg_tile &t, float (&v)[N / 2], int c0)
+{
+    const fqla_wg_frag_row f = fqla_wg_frag_lane();
+#pragma unroll
+    for (int j = 0; j < N / 8; j += 2) {
+        const uint32_t o = fqla_wg_frag_at(f, t.rows, c0, j);
+        uint32_t h[4], l[4] = {0u, 0u, 0u, 0u};
+        fqla_ldsm_x4_at(h, t.hi + o);
+        if (t.lo) fqla_ldsm_x4_at(l, t.lo + o);
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            const int a = 4 * (j + (q >> 1)) + 2 * (q & 1);
+            const float2 hv = fqla_wg_unbf2(h[q]), lv = fqla_wg_unbf2(l[q]);
+            v[a] = hv.x + lv.x;
+            v[a + 1] = hv.y + lv.y;
+        }
+    }
 }
 
 /* Descriptor of k-step kk of a plane used K-major (MN = 0) or MN-major. */
@@ -152,6 +178,9 @@ FQLA_DEVICE_INLINE void fqla_wg_split(float (&acc)[N / 2], const fqla_wg_tile &A
  * the next step, can go between the two); fqla_wg_run: both. */
 template <typename F, int N> FQLA_DEVICE_INLINE void fqla_wg_issue(float (&acc)[N], F f)
 {
+    /* wgmma is .aligned: the warp must arrive converged, which the compiler
+     * does not know of an asm statement after divergent code */
+    __syncwarp();
     fqla_reg_fence(acc);
     fqla_wg_fence();
     f();

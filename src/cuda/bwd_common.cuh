@@ -11,8 +11,7 @@
  *             state entering every chunk (fp32);
  *   dstates   (bwd_chain.cu)    the reverse chain, storing the gradient with
  *             respect to the state leaving every chunk (fp32), and dh0;
- *   grads     (bwd_grads_wg.cu on wgmma where V is a multiple of 64, else
- *             bwd_grads.cu on mma.sync) chunk-parallel: every per-token
+ *   grads     (bwd_grads.cu)    chunk-parallel, on wgmma: every per-token
  *             gradient of a chunk from its two stored states (dq, dk summed
  *             over the GVA group inside the CTA, in order);
  *   finish    (bwd_finish.cu)   dA_log / ddt_bias summed over the chunks in
@@ -116,10 +115,6 @@ cudaError_t fqla_bwd_launch_states(const fqla_bwd_params &p, int io_bf16, cudaSt
 cudaError_t fqla_bwd_launch_dstates(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream);
 cudaError_t fqla_bwd_launch_grads(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream);
 cudaError_t fqla_bwd_launch_finish(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream);
-/* The gradient kernel on wgmma (bwd_grads_wg.cu): K = 64 or 128, V a
- * multiple of 64; fqla_bwd_launch_grads takes it wherever it covers p. */
-int fqla_bwd_grads_wg_covers(const fqla_bwd_params &p);
-cudaError_t fqla_bwd_launch_grads_wg(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream);
 /* The chains with CP (f.cp_mode, bwd_chain_cp.cu): the pre-pass of segments
  * into cp_hm, and the scan that writes each segment's starting state. */
 cudaError_t fqla_bwd_launch_states_prepass(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream);

@@ -19,75 +19,104 @@
  * dg from the terms that contain g_t, so a tiny dg under a strong decay
  * keeps its relative accuracy.
  *
- * Products: bf16 tensor cores (mma.sync m16n8k16) on operands kept in
- * shared memory as bf16 hi / lo planes (kernel/split_mma.cuh), read with
- * ldmatrix in whichever orientation a product needs. Every operand that is
- * not an exact bf16 input carries its lo plane (the "split", ~16
- * significant bits, three products): the numerics model
- * (dev/models/bwd_chunked.py, bench/results/bwd-model.md section 6) has
- * a one-token sequence's dbeta and dg fail with X, K dS' or dY in plain
- * bf16, and hold with every product split; P~ in plain bf16 failed a
- * one-token sequence of tests/test_gpu_bwd.c (dbeta 6e-2). The l2norm'd
- * or fp16 q / k and fp16 v / dO are not exact in bf16 and carry lo planes
- * too.
+ * Products: warpgroup MMA (wgmma m64nNk16, bf16, fp32 accumulate), every
+ * one a warpgroup's 64 chunk rows, operands in shared memory as bf16 hi /
+ * lo planes in the 128-byte swizzle (kernel/wg_split.cuh), read in
+ * whichever orientation a product needs. Every operand that is not an exact
+ * bf16 input carries its lo plane (three products a k-step, ~16 significant
+ * bits): the numerics model (dev/models/bwd_chunked.py,
+ * bench/results/bwd-model.md section 6) has a one-token sequence's dbeta
+ * and dg fail with X, K dS' or dY in plain bf16; P~ in plain bf16 failed a
+ * one-token sequence of tests/test_gpu_bwd.c (dbeta 6e-2). The l2norm'd or
+ * fp16 q / k and fp16 dO are not exact in bf16 and carry lo planes too.
+ * (The first form of this kernel ran every product as 16 warps of 16 x 16
+ * mma.sync tiles between CTA barriers: 10 % slower on the 32k row, ncu had
+ * its tensor pipe 18 % busy; docs/history/2026-12-04-bwd.md.)
  *
- * Grid (slots, H): one CTA of 512 threads per chunk and q/k head runs the
- * value heads of its GVA group in order, so dq and dk are summed over the
- * group in registers (no atomics, bit-identical reruns). Per value head the
- * value columns go in slices of VS = 64 (the last one may be half full:
- * V is a multiple of 32). Warp w (16 of them) owns rows 16 (w % 4) of
- * every output; of a 64-column output (a slice, or a 64 x 64 tile such as
- * dP~), columns 16 (w / 4); of a K-column output (dQ, dK, dO S^T),
- * columns K/4 (w / 4).
+ * Grid (slots, H), 256 threads: one CTA per chunk and q/k head runs the
+ * value heads of its GVA group in order, summing dq (warpgroup 0's
+ * registers) and dk (warpgroup 1's) over the group without atomics. Per
+ * value head, value columns in slices of 64 (a last one of 32 padded with
+ * zeros); per slice:
+ *
+ *   all     S, dS' (fp32 -> split) and dO of the slice into shared memory
+ *   wg 0    KS; X = V - diag(e) KS, Y = diag(beta) X; U = T~ Y  -> u_ready
+ *   wg 1    KdS'; dU = P~^T dO + diag(f) KdS'                  -> du_ready
+ *   wg 0    dY = T~^T dU, dT~ += dU Y^T: dv, dbeta (x . dy), de (-beta KS . dy);
+ *           Y <- -diag(e beta) dY                              -> yp_ready;
+ *           dO S^T: de (scale q . ), dQ += scale diag(e) dO S^T
+ *   wg 1    df (KdS' . u); dP~ += dO U^T;
+ *           U <- diag(f) U; after yp_ready: dK += Y S^T + U dS'^T
+ *
+ * and after the slices: wg 0 M1 = T~^T (strict lower dT~) -> m1_ready;
+ * wg 1 K K^T, dL = -M1 T~^T and the element-wise terms (dbeta's, R, M,
+ * dQ~) -> dqt_ready; wg 0 dQ += dQ~ K; wg 1 dK += dQ~^T Q + M K + M^T K;
+ * then dg and dbeta per token.
  */
 #include "cuda/bwd_common.cuh"
 #include "cuda/fwd_prepare_common.cuh"
-#include "cuda/kernel/split_mma.cuh"
+#include "cuda/kernel/named_barrier.cuh"
+#include "cuda/kernel/wg_split.cuh"
 
 #include <type_traits>
 
 namespace {
 
 constexpr int C = FQLA_BWD_C;
-constexpr int VS = 64;        /* value columns per slice */
-constexpr int LDT = 64 + 8;   /* bf16 rows of 64 x 64 and 64 x VS tiles */
-constexpr int LDS = VS + 8;   /* bf16 rows of the K x VS state slices */
-constexpr int LDR = C + 1;    /* fp32 R rows (one thread walks a row) */
-constexpr int THREADS = 512;
-constexpr int WARPS = THREADS / 32;
+constexpr int VS = 64;             /* value columns per slice */
+constexpr int THREADS = 256;
+constexpr int TILE = C * 64 * 2;   /* a 64 x 64 bf16 plane */
+constexpr int LDR = C + 1;         /* fp32 R rows */
 
-typedef __nv_bfloat16 bf16;
+/* named barriers between the two warpgroups (producer arrives, consumer
+ * syncs; 256 threads) and each warpgroup's own (128) */
+enum class gw_bar : uint32_t { u_ready = 1, du_ready, yp_ready, m1_ready, dqt_ready, wg0, wg1 };
 
-template <int KD> struct grads_smem {
-    static constexpr int LDK = KD + 8;
-    bf16 kh[C * LDK], kl[C * LDK];             /* k (normalised) */
-    bf16 th[C * LDT], tl[C * LDT], ph[C * LDT], pl[C * LDT]; /* T~, P~ of the value head */
-    union {
-        struct {
-            bf16 sh[KD * LDS], sl[KD * LDS], dsh[KD * LDS], dsl[KD * LDS];
-        } st;                      /* S, dS' slices (slice loop) */
-        struct {
-            bf16 qh[C * LDK], ql[C * LDK];
-        } q;                       /* q (normalised; after the slices) */
-    } a;
-    union {
-        struct {
-            bf16 doh[C * LDT], dol[C * LDT], yh[C * LDT], yl[C * LDT];
-            bf16 uh[C * LDT], ul[C * LDT], duh[C * LDT], dul[C * LDT];
-        } s;                       /* slice tiles: dO, Y then -e beta dY, U then f U, dU */
-        struct {
-            bf16 w0h[C * LDT], w0l[C * LDT], w1h[C * LDT], w1l[C * LDT];
-            float R[C * LDR];
-        } p;                       /* after the slices: dT~ then dQ~; M1 then M; R */
-    } b;
+/* Named barrier sync / arrive of a converged warp: bar.sync and bar.arrive
+ * are .aligned and count a warp's 32 threads at its first arrival, so a
+ * warp still diverged after data-dependent code (loads past nvalid, a row's
+ * owner lane) must reconverge first, which the compiler does not do for an
+ * asm statement. compute-sanitizer's synccheck caught it. */
+__device__ __forceinline__ void gw_sync(gw_bar id, uint32_t n)
+{
+    __syncwarp();
+    fqla_bar_sync(id, n);
+}
+__device__ __forceinline__ void gw_arrive(gw_bar id, uint32_t n)
+{
+    __syncwarp();
+    fqla_bar_arrive(id, n);
+}
+
+constexpr int align1k(int x) { return (x + 1023) & ~1023; }
+
+struct gw_small {
     float gam[C], bet[C], e[C], f[C], df[C], db[C], de[C];
-    float red[4][4][C];            /* per warp-column partial row sums */
-    float part[2][C];              /* per-row dA_log / ddt_bias parts */
-    float wsum[WARPS], deC;
+    float part[2][C];
+    float wsum[THREADS / 32], deC;
 };
 
-/* Sums v over the 4 lanes t of a quad (the lanes that hold one row of an
- * mma accumulator tile), in a fixed order. */
+/* Shared memory (byte offsets from a 1024-aligned base). */
+template <int KD> struct gw_layout {
+    static constexpr int KP = C * KD * 2;      /* a [64][KD] plane */
+    static constexpr int SP = KD * VS * 2;     /* a [KD][64] plane */
+    static constexpr int RB = C * LDR * 4;     /* R */
+    static constexpr int k = 0;                /* K hi, lo */
+    static constexpr int t = k + 2 * KP;       /* T~ hi, lo */
+    static constexpr int pt = t + 2 * TILE;    /* P~ hi, lo */
+    static constexpr int st = pt + 2 * TILE;   /* slices: S hi, lo, dS' hi, lo; after them: Q hi, lo, R */
+    static constexpr int st_bytes = 4 * SP > 2 * KP + RB ? 4 * SP : 2 * KP + RB;
+    static constexpr int dO = st + align1k(st_bytes); /* dO hi, lo */
+    static constexpr int sl = dO + 2 * TILE;   /* slices: Y, U, dU (hi, lo); after them: W0, W1 */
+    static constexpr int small = sl + 6 * TILE;
+    static constexpr int bytes = small + (int)sizeof(gw_small) + 1024; /* + the base's alignment */
+};
+
+template <typename T> __device__ __forceinline__ float ld_io(const void *base, int64_t off)
+{
+    return bwd_ld<T>((const T *)base, off);
+}
+
 __device__ __forceinline__ float quad_sum(float v)
 {
     v += __shfl_xor_sync(0xffffffffu, v, 1);
@@ -95,69 +124,123 @@ __device__ __forceinline__ float quad_sum(float v)
     return v;
 }
 
-/* red[wn][row] (op)= this warp's row sums of f(row, col, acc value) over
- * its accumulator tile (rows m0 + g, m0 + g + 8). ADD: accumulate across
- * calls (one owner thread per entry), else overwrite. */
-template <bool ADD, int NT, typename F>
-__device__ __forceinline__ void warp_row_sums(float (&acc)[NT][4], int m0, int n0, float *red_wn, F f)
+/* 8 io elements at off (zeros where !valid), as floats: one 16-byte load
+ * where the address allows. */
+template <typename T> __device__ __forceinline__ void load8(const void *base, int64_t off, bool valid, float (&x)[8])
 {
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    if (!valid) {
 #pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const int i = m0 + g + 8 * h;
-        float s = 0.f;
+        for (int i = 0; i < 8; i++) x[i] = 0.f;
+        return;
+    }
+    const T *s = (const T *)base + off;
+    if (((uintptr_t)s & 15) == 0) {
+        const uint4 u = *reinterpret_cast<const uint4 *>(s);
+        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
-        for (int nt = 0; nt < NT; nt++) {
-            const int j = n0 + 8 * nt + 2 * t;
-            s += f(i, j, acc[nt][2 * h]) + f(i, j + 1, acc[nt][2 * h + 1]);
+        for (int i = 0; i < 4; i++) {
+            x[2 * i] = bwd_widen<T>(w[i] & 0xffffu);
+            x[2 * i + 1] = bwd_widen<T>(w[i] >> 16);
         }
-        s = quad_sum(s);
-        if (t == 0) red_wn[i] = ADD ? red_wn[i] + s : s;
+    } else {
+#pragma unroll
+        for (int i = 0; i < 8; i++) x[i] = bwd_ld<T>(s, i);
     }
 }
 
-/* An io-dtype element as float. */
-template <typename T> __device__ __forceinline__ float ld_io(const void *base, int64_t off)
-{
-    return bwd_ld<T>((const T *)base, off);
-}
-
-/* Rows of a chunk's q or k (64 x KD, normalised by r where given, zeros
- * past nvalid) into a split tile. */
+/* Rows of a chunk's q or k (64 x KD, times r[i] where given, zeros past
+ * nvalid) into a tile; loads first, then stores. */
 template <typename T, int KD>
-__device__ __forceinline__ void load_rows(const fqla_split_tile &dst, const void *x, int64_t base, int64_t st,
-                                          int nvalid, const float *r)
+__device__ __forceinline__ void load_rows(const fqla_wg_tile &dst, const void *x, int64_t base, int64_t st, int nvalid,
+                                          const float *r)
 {
-    for (int idx = threadIdx.x; idx < C * KD / 2; idx += THREADS) {
-        const int i = idx / (KD / 2), j = 2 * (idx % (KD / 2));
-        float a = 0.f, b = 0.f;
-        if (i < nvalid) {
-            const int64_t o = base + (int64_t)i * st + j;
-            a = ld_io<T>(x, o);
-            b = ld_io<T>(x, o + 1);
-            if (r) {
-                a *= r[i];
-                b *= r[i];
-            }
-        }
-        fqla_split_put2(dst, i, j, a, b);
+    constexpr int N = C * KD / 8 / THREADS;
+    float v[N][8];
+#pragma unroll
+    for (int n = 0; n < N; n++) {
+        const int idx = threadIdx.x + n * THREADS, i = idx / (KD / 8), j = 8 * (idx % (KD / 8));
+        load8<T>(x, base + (int64_t)i * st + j, i < nvalid, v[n]);
     }
+#pragma unroll
+    for (int n = 0; n < N; n++) {
+        const int idx = threadIdx.x + n * THREADS, i = idx / (KD / 8), j = 8 * (idx % (KD / 8));
+        if (r && i < nvalid) {
+            const float ri = r[i];
+#pragma unroll
+            for (int e = 0; e < 8; e++) v[n][e] *= ri;
+        }
+        fqla_wg_put8(dst, i, j, v[n]);
+    }
+}
+
+/* A [ROWS][64] block of two fp32 row-major matrices x, y (row pitch ld,
+ * columns from c0) into the split tiles dx, dy; returns this thread's sum of
+ * x * y. All of a thread's loads are issued before its first store. */
+template <int ROWS>
+__device__ __forceinline__ float load_f32_pair(const fqla_wg_tile &dx, const float *x, const fqla_wg_tile &dy,
+                                               const float *y, int64_t ld, int c0, int cols)
+{
+    constexpr int N = ROWS * 8 / THREADS; /* 16-byte pieces of 8 values a thread, per matrix */
+    constexpr int NB = N < 2 ? N : 2;     /* pieces in flight (registers: 16 NB) */
+    float dot = 0.f;
+#pragma unroll
+    for (int n0 = 0; n0 < N; n0 += NB) {
+        float4 a[NB][2], b[NB][2];
+#pragma unroll
+        for (int n = 0; n < NB; n++) {
+            const int idx = threadIdx.x + (n0 + n) * THREADS, r = idx >> 3, c = 8 * (idx & 7);
+            const float4 *xs = reinterpret_cast<const float4 *>(x + (int64_t)r * ld + c0 + c);
+            const float4 *ys = reinterpret_cast<const float4 *>(y + (int64_t)r * ld + c0 + c);
+            const float4 z = make_float4(0.f, 0.f, 0.f, 0.f);
+            a[n][0] = c < cols ? xs[0] : z;
+            a[n][1] = c < cols ? xs[1] : z;
+            b[n][0] = c < cols ? ys[0] : z;
+            b[n][1] = c < cols ? ys[1] : z;
+        }
+#pragma unroll
+        for (int n = 0; n < NB; n++) {
+            const int idx = threadIdx.x + (n0 + n) * THREADS, r = idx >> 3, c = 8 * (idx & 7);
+            const float v[8] = {a[n][0].x, a[n][0].y, a[n][0].z, a[n][0].w, a[n][1].x, a[n][1].y, a[n][1].z, a[n][1].w};
+            const float w[8] = {b[n][0].x, b[n][0].y, b[n][0].z, b[n][0].w, b[n][1].x, b[n][1].y, b[n][1].z, b[n][1].w};
+            fqla_wg_put8(dx, r, c, v);
+            fqla_wg_put8(dy, r, c, w);
+#pragma unroll
+            for (int i = 0; i < 8; i++) dot += v[i] * w[i];
+        }
+    }
+    return dot;
+}
+
+/* Elements off, off + 1 as their raw 2-byte bits (first in the low half). */
+template <typename T> __device__ __forceinline__ uint32_t ld_pair(const void *base, int64_t off)
+{
+    const uint16_t *s = (const uint16_t *)base + off;
+    if (((uintptr_t)s & 3) == 0) return *reinterpret_cast<const uint32_t *>(s);
+    return (uint32_t)s[0] | ((uint32_t)s[1] << 16);
+}
+
+template <int N> __device__ __forceinline__ void zero(float (&a)[N])
+{
+#pragma unroll
+    for (int i = 0; i < N; i++) a[i] = 0.f;
 }
 
 template <typename T, int KD>
 __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_params bp)
 {
+    using L = gw_layout<KD>;
     const fqla_fwd_params &p = bp.f;
-    extern __shared__ __align__(16) unsigned char smem_raw[];
-    grads_smem<KD> &sm = *reinterpret_cast<grads_smem<KD> *>(smem_raw);
-    constexpr int LDK = grads_smem<KD>::LDK;
-    constexpr int NTW = KD / 32; /* n-tiles of a warp's K/4 columns */
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char *sm = (unsigned char *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+    gw_small &ss = *reinterpret_cast<gw_small *>(sm + L::small);
+    float *Rs = reinterpret_cast<float *>(sm + L::st + 2 * L::KP);
+    const uint32_t s0 = fqla_smem_u32(sm);
     constexpr bool IO_BF16 = std::is_same<T, __nv_bfloat16>::value;
+    constexpr int NK = KD / 2; /* accumulators of a 64 x KD product */
     const int64_t slot = blockIdx.x;
     const int hk = blockIdx.y;
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
-    const int wm = warp & 3, wn = warp >> 2;
-    const int m0 = 16 * wm, n0 = 16 * wn, w0 = (KD / 4) * wn;
+    const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+    const int r0 = 16 * ((tid >> 5) & 3) + g; /* this thread's accumulator rows: r0, r0 + 8 */
     const float scale = p.scale;
 
     int64_t batch, t0;
@@ -171,348 +254,372 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
         return;
     }
     const size_t rrow = ((size_t)slot * p.H + hk) * C;
-    /* q / k rows are exact bf16 only for bf16 inputs without the in-kernel l2norm */
-    const bool qk_lo = !IO_BF16 || p.l2norm;
-    const fqla_split_tile Kt{sm.kh, qk_lo ? sm.kl : nullptr, LDK};
-    const fqla_split_tile Qt{sm.a.q.qh, qk_lo ? sm.a.q.ql : nullptr, LDK};
-    const fqla_split_tile Tt{sm.th, sm.tl, LDT}, Pt{sm.ph, sm.pl, LDT};
-    const fqla_split_tile St{sm.a.st.sh, sm.a.st.sl, LDS}, dSt{sm.a.st.dsh, sm.a.st.dsl, LDS};
-    const fqla_split_tile dOt{sm.b.s.doh, IO_BF16 ? nullptr : sm.b.s.dol, LDT};
-    const fqla_split_tile Yt{sm.b.s.yh, sm.b.s.yl, LDT}, Ut{sm.b.s.uh, sm.b.s.ul, LDT};
-    const fqla_split_tile dUt{sm.b.s.duh, sm.b.s.dul, LDT};
-    const fqla_split_tile W0{sm.b.p.w0h, sm.b.p.w0l, LDT}, W1{sm.b.p.w1h, sm.b.p.w1l, LDT};
+    const bool qk_lo = !IO_BF16 || p.l2norm; /* q / k exact in bf16 only for bf16 inputs without the l2norm */
+    const fqla_wg_tile Kt{s0 + L::k, qk_lo ? s0 + L::k + L::KP : 0u, C};
+    const fqla_wg_tile Qt{s0 + L::st, qk_lo ? s0 + L::st + L::KP : 0u, C};
+    const fqla_wg_tile Tt{s0 + L::t, s0 + L::t + TILE, C}, Pt{s0 + L::pt, s0 + L::pt + TILE, C};
+    const fqla_wg_tile St{s0 + L::st, s0 + L::st + L::SP, KD};
+    const fqla_wg_tile dSt{s0 + L::st + 2 * L::SP, s0 + L::st + 3 * L::SP, KD};
+    const fqla_wg_tile dOt{s0 + L::dO, IO_BF16 ? 0u : s0 + L::dO + TILE, C};
+    const fqla_wg_tile Yt{s0 + L::sl, s0 + L::sl + TILE, C}, Ut{s0 + L::sl + 2 * TILE, s0 + L::sl + 3 * TILE, C};
+    const fqla_wg_tile dUt{s0 + L::sl + 4 * TILE, s0 + L::sl + 5 * TILE, C};
+    const fqla_wg_tile W0{s0 + L::sl, s0 + L::sl + TILE, C}, W1{s0 + L::sl + 2 * TILE, s0 + L::sl + 3 * TILE, C};
 
     load_rows<T, KD>(Kt, p.k, batch * p.k_sb + t0 * p.k_st + (int64_t)hk * p.k_sh, p.k_st, nvalid,
                      p.l2norm ? p.rk + rrow : nullptr);
 
-    float dQ[NTW][4], dK[NTW][4];
-    fqla_acc_zero(dQ);
-    fqla_acc_zero(dK);
+    float dQK[NK]; /* warpgroup 0: dQ, warpgroup 1: dK (rows r0, r0 + 8; KD columns) */
+    zero(dQK);
+    const int64_t qb = batch * p.q_sb + t0 * p.q_st + (int64_t)hk * p.q_sh;
 
     for (int h = 0; h < p.group; h++) {
         const int hv = hk * p.group + h;
         const size_t tile = (size_t)slot * p.HV + hv;
         __syncthreads(); /* the previous head's reads are done */
-        {
-            const float *Tg = bp.Tt + tile * C * C, *Pg = bp.Pt + tile * C * C;
-            for (int idx = tid; idx < C * C / 4; idx += THREADS) {
-                const int i = idx >> 4, j = 4 * (idx & 15);
-                const float4 tv = reinterpret_cast<const float4 *>(Tg)[idx];
-                const float4 pv = reinterpret_cast<const float4 *>(Pg)[idx];
-                fqla_split_put2(Tt, i, j, tv.x, tv.y);
-                fqla_split_put2(Tt, i, j + 2, tv.z, tv.w);
-                fqla_split_put2(Pt, i, j, pv.x, pv.y);
-                fqla_split_put2(Pt, i, j + 2, pv.z, pv.w);
-            }
-        }
+        load_f32_pair<C>(Tt, bp.Tt + tile * C * C, Pt, bp.Pt + tile * C * C, C, 0, C);
         if (tid < C) {
             const float gm = p.gam[tile * C + tid];
-            sm.gam[tid] = gm;
-            sm.bet[tid] = bp.bet[tile * C + tid];
-            sm.e[tid] = __expf(gm);
-            sm.f[tid] = __expf(p.gam[tile * C + C - 1] - gm);
+            ss.gam[tid] = gm;
+            ss.bet[tid] = bp.bet[tile * C + tid];
+            ss.e[tid] = __expf(gm);
+            ss.f[tid] = __expf(p.gam[tile * C + C - 1] - gm);
+            ss.df[tid] = ss.db[tid] = ss.de[tid] = 0.f;
         }
-        for (int idx = tid; idx < 3 * 4 * C; idx += THREADS) (&sm.red[0][0][0])[idx] = 0.f;
-
-        float dP[2][4], dT[2][4];
-        fqla_acc_zero(dP);
-        fqla_acc_zero(dT);
+        float dP[32], dT[32]; /* dP~ (warpgroup 1), dT~ (warpgroup 0), summed over the slices */
+        zero(dP);
+        zero(dT);
         float deC = 0.f; /* this thread's share of <S, dS'> */
 
         for (int v0 = 0; v0 < p.V; v0 += VS) {
-            const int vw = p.V - v0 < VS ? p.V - v0 : VS; /* 64, or 32 in a last half slice */
+            const int vw = p.V - v0 < VS ? p.V - v0 : VS; /* 64, or 32 in a last half slice (zeros past it) */
             __syncthreads(); /* the previous slice's reads are done */
             {
                 const float *Sg = bp.S + tile * KD * p.V, *dSg = bp.dS + tile * KD * p.V;
-                for (int idx = tid; idx < KD * VS / 4; idx += THREADS) {
-                    const int r = idx / (VS / 4), c = 4 * (idx % (VS / 4));
-                    float4 s = make_float4(0.f, 0.f, 0.f, 0.f), d = s;
-                    if (c < vw) {
-                        s = *reinterpret_cast<const float4 *>(Sg + (int64_t)r * p.V + v0 + c);
-                        d = *reinterpret_cast<const float4 *>(dSg + (int64_t)r * p.V + v0 + c);
-                    }
-                    deC += s.x * d.x + s.y * d.y + s.z * d.z + s.w * d.w;
-                    fqla_split_put2(St, r, c, s.x, s.y);
-                    fqla_split_put2(St, r, c + 2, s.z, s.w);
-                    fqla_split_put2(dSt, r, c, d.x, d.y);
-                    fqla_split_put2(dSt, r, c + 2, d.z, d.w);
-                }
+                deC += load_f32_pair<KD>(St, Sg, dSt, dSg, p.V, v0, vw);
                 const int64_t ob = batch * bp.do_sb + t0 * bp.do_st + (int64_t)hv * bp.do_sh + v0;
-                for (int idx = tid; idx < C * VS / 2; idx += THREADS) {
-                    const int i = idx / (VS / 2), c = 2 * (idx % (VS / 2));
-                    float a = 0.f, b = 0.f;
-                    if (i < nvalid && c < vw) {
-                        a = ld_io<T>(bp.d_o, ob + (int64_t)i * bp.do_st + c);
-                        b = ld_io<T>(bp.d_o, ob + (int64_t)i * bp.do_st + c + 1);
-                    }
-                    fqla_split_put2(dOt, i, c, a, b);
+                constexpr int ND = C * VS / 8 / THREADS;
+                float x[ND][8];
+#pragma unroll
+                for (int n = 0; n < ND; n++) {
+                    const int idx = tid + n * THREADS, i = idx >> 3, c = 8 * (idx & 7);
+                    load8<T>(bp.d_o, ob + (int64_t)i * bp.do_st + c, i < nvalid && c < vw, x[n]);
+                }
+#pragma unroll
+                for (int n = 0; n < ND; n++) {
+                    const int idx = tid + n * THREADS;
+                    fqla_wg_put8(dOt, idx >> 3, 8 * (idx & 7), x[n]);
                 }
             }
+            fqla_fence_async_smem();
             __syncthreads();
 
-            /* K S, K dS';  X = V - diag(e) K S;  Y = diag(beta) X */
-            float ks[2][4], kds[2][4], x[2][4];
-            fqla_acc_zero(ks);
-            fqla_acc_zero(kds);
-            fqla_split_mma<false, false>(ks, Kt, St, m0, n0, 0, KD);
-            fqla_split_mma<false, false>(kds, Kt, dSt, m0, n0, 0, KD);
-            {
+            if (wg == 0) {
+                /* KS;  X = V - diag(e) K S;  Y = diag(beta) X;  U = T~ Y */
+                float ks[32], x[32];
                 const int64_t vb = batch * p.v_sb + t0 * p.v_st + (int64_t)hv * p.v_sh + v0;
+                fqla_wg_issue(ks, [&] { fqla_wg_split<64, 0, 1>(ks, Kt, St, 0, KD, false); });
+                uint32_t vp[2][8]; /* v (i, c), (i, c + 1), loaded under the product */
 #pragma unroll
-                for (int nt = 0; nt < 2; nt++)
+                for (int hh = 0; hh < 2; hh++)
+#pragma unroll
+                    for (int j = 0; j < 8; j++)
+                        vp[hh][j] = r0 + 8 * hh < nvalid && 8 * j < vw
+                                        ? ld_pair<T>(p.v, vb + (int64_t)(r0 + 8 * hh) * p.v_st + 8 * j + 2 * t4)
+                                        : 0u;
+                fqla_wg_retire(ks);
+#pragma unroll
+                for (int j = 0; j < 8; j++)
 #pragma unroll
                     for (int hh = 0; hh < 2; hh++) {
-                        const int i = m0 + g + 8 * hh, j = n0 + 8 * nt + 2 * t4;
-                        float va = 0.f, vb2 = 0.f;
-                        if (i < nvalid && j < vw) {
-                            va = ld_io<T>(p.v, vb + (int64_t)i * p.v_st + j);
-                            vb2 = ld_io<T>(p.v, vb + (int64_t)i * p.v_st + j + 1);
-                        }
-                        x[nt][2 * hh] = va - sm.e[i] * ks[nt][2 * hh];
-                        x[nt][2 * hh + 1] = vb2 - sm.e[i] * ks[nt][2 * hh + 1];
-                        fqla_split_put2(Yt, i, j, sm.bet[i] * x[nt][2 * hh], sm.bet[i] * x[nt][2 * hh + 1]);
+                        const int a = 4 * j + 2 * hh;
+                        x[a] = bwd_widen<T>(vp[hh][j] & 0xffffu);
+                        x[a + 1] = bwd_widen<T>(vp[hh][j] >> 16);
                     }
-            }
-            __syncthreads();
-
-            /* U = T~ Y (T~ lower triangular);  df_i += (K dS')_i . u_i;
-             * dU = P~^T dO + diag(f) K dS' (P~^T upper triangular) */
-            {
-                float u[2][4];
-                fqla_acc_zero(u);
-                fqla_split_mma<false, false>(u, Tt, Yt, m0, n0, 0, m0 + 16);
-                float *r0 = sm.red[0][wn];
+                float acc[32];
 #pragma unroll
-                for (int hh = 0; hh < 2; hh++) {
-                    const int i = m0 + g + 8 * hh;
-                    float s = 0.f;
-#pragma unroll
-                    for (int nt = 0; nt < 2; nt++)
-                        s += kds[nt][2 * hh] * u[nt][2 * hh] + kds[nt][2 * hh + 1] * u[nt][2 * hh + 1];
-                    s = quad_sum(s);
-                    if (t4 == 0) r0[i] += s;
+                for (int a = 0; a < 32; a++) {
+                    const int i = r0 + 8 * ((a >> 1) & 1);
+                    x[a] -= ss.e[i] * ks[a];
+                    acc[a] = ss.bet[i] * x[a];
                 }
-                fqla_acc_pairs(u, m0, n0, [&](int i, int j, float &a, float &b) { fqla_split_put2(Ut, i, j, a, b); });
-            }
-            float du[2][4];
-            fqla_acc_zero(du);
-            fqla_split_mma<true, false>(du, Pt, dOt, m0, n0, m0, C);
-#pragma unroll
-            for (int nt = 0; nt < 2; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) du[nt][e] += sm.f[m0 + g + 8 * (e >> 1)] * kds[nt][e];
-            fqla_acc_pairs(du, m0, n0, [&](int i, int j, float &a, float &b) { fqla_split_put2(dUt, i, j, a, b); });
-            __syncthreads();
+                fqla_wg_store<64>(Yt, acc, 0);
+                fqla_fence_async_smem();
+                gw_sync(gw_bar::wg0, 128); /* Y is stored */
+                fqla_wg_run(acc, [&] { fqla_wg_split<64, 0, 1>(acc, Tt, Yt, 0, C, false); });
+                fqla_wg_store<64>(Ut, acc, 0);
+                fqla_fence_async_smem();
+                gw_arrive(gw_bar::u_ready, 256);
 
-            /* dY = T~^T dU;  dv = diag(beta) dY;  dbeta_i += x_i . dy_i;
-             * de_i += -(K S)_i . dx_i;  dP~ += dO U^T;  dT~ += dU Y^T */
-            float dy[2][4];
-            fqla_acc_zero(dy);
-            fqla_split_mma<true, false>(dy, Tt, dUt, m0, n0, m0, C);
-            {
+                /* dY = T~^T dU;  dT~ += dU Y^T;  dv = diag(beta) dY;  dbeta_i += x_i . dy_i;
+                 * de_i -= beta_i (K S)_i . dy_i */
+                gw_sync(gw_bar::du_ready, 256);
+                fqla_reg_fence(dT);
+                fqla_wg_issue(acc, [&] {
+                    fqla_wg_split<64, 1, 1>(acc, Tt, dUt, 0, C, false);
+                    fqla_wg_split<64, 0, 0>(dT, dUt, Yt, 0, VS, true);
+                });
+                fqla_wg_retire(acc);
+                fqla_reg_fence(dT);
                 const int64_t db0 = batch * bp.dv_sb + t0 * bp.dv_st + (int64_t)hv * bp.dv_sh + v0;
-                float *r1 = sm.red[1][wn], *r2 = sm.red[2][wn];
 #pragma unroll
                 for (int hh = 0; hh < 2; hh++) {
-                    const int i = m0 + g + 8 * hh;
-                    const float bi = sm.bet[i];
+                    const int i = r0 + 8 * hh;
+                    const float bi = ss.bet[i];
                     float sb = 0.f, se = 0.f;
 #pragma unroll
-                    for (int nt = 0; nt < 2; nt++) {
-                        const int j = n0 + 8 * nt + 2 * t4;
-                        const float y0 = dy[nt][2 * hh], y1 = dy[nt][2 * hh + 1];
-                        sb += x[nt][2 * hh] * y0 + x[nt][2 * hh + 1] * y1;
-                        se += ks[nt][2 * hh] * y0 + ks[nt][2 * hh + 1] * y1;
-                        if (i < nvalid && j < vw) {
-                            T *o = (T *)bp.dv + db0 + (int64_t)i * bp.dv_st + j;
-                            o[0] = bwd_cvt<T>(bi * y0);
-                            o[1] = bwd_cvt<T>(bi * y1);
+                    for (int j = 0; j < 8; j++) {
+                        const int c = 8 * j + 2 * t4, a = 4 * j + 2 * hh;
+                        sb += x[a] * acc[a] + x[a + 1] * acc[a + 1];
+                        se += ks[a] * acc[a] + ks[a + 1] * acc[a + 1];
+                        if (i < nvalid && c < vw) {
+                            T *o = (T *)bp.dv + db0 + (int64_t)i * bp.dv_st + c;
+                            o[0] = bwd_cvt<T>(bi * acc[a]);
+                            o[1] = bwd_cvt<T>(bi * acc[a + 1]);
                         }
                     }
                     sb = quad_sum(sb);
                     se = quad_sum(se);
                     if (t4 == 0) {
-                        r1[i] += sb;
-                        r2[i] -= bi * se;
+                        ss.db[i] += sb;
+                        ss.de[i] -= bi * se;
                     }
                 }
-            }
-            fqla_split_mma<false, true>(dP, dOt, Ut, m0, n0, 0, vw);
-            fqla_split_mma<false, true>(dT, dUt, Yt, m0, n0, 0, vw);
-            __syncthreads(); /* U and Y are read: they become f U and -e beta dY */
+                /* Y <- -diag(e beta) dY (this warpgroup's reads of Y are done; warpgroup 1 reads none) */
 #pragma unroll
-            for (int nt = 0; nt < 2; nt++)
+                for (int a = 0; a < 32; a++) {
+                    const int i = r0 + 8 * ((a >> 1) & 1);
+                    acc[a] *= -ss.e[i] * ss.bet[i];
+                }
+                fqla_wg_store<64>(Yt, acc, 0);
+                fqla_fence_async_smem();
+                gw_arrive(gw_bar::yp_ready, 256);
+
+                /* dO S^T: de_i += scale q_i . (dO S^T)_i;  dQ += scale diag(e) dO S^T */
+                float g2[NK];
+                fqla_wg_issue(g2, [&] { fqla_wg_split<KD, 0, 0>(g2, dOt, St, 0, VS, false); });
+                uint32_t qp[2][KD / 8]; /* q (i, c), (i, c + 1) as raw pairs, loaded under the product */
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++)
+#pragma unroll
+                    for (int j = 0; j < KD / 8; j++)
+                        qp[hh][j] = r0 + 8 * hh < nvalid
+                                        ? ld_pair<T>(p.q, qb + (int64_t)(r0 + 8 * hh) * p.q_st + 8 * j + 2 * t4)
+                                        : 0u;
+                fqla_wg_retire(g2);
 #pragma unroll
                 for (int hh = 0; hh < 2; hh++) {
-                    const int i = m0 + g + 8 * hh, j = n0 + 8 * nt + 2 * t4;
-                    const float fi = sm.f[i], c = -sm.e[i] * sm.bet[i];
-                    /* this thread's own elements of U, written above */
-                    fqla_split_put2(Ut, i, j, fi * fqla_split_get(Ut, i, j), fi * fqla_split_get(Ut, i, j + 1));
-                    fqla_split_put2(Yt, i, j, c * dy[nt][2 * hh], c * dy[nt][2 * hh + 1]);
+                    const int i = r0 + 8 * hh;
+                    const float ei = scale * ss.e[i];
+                    float s = 0.f;
+#pragma unroll
+                    for (int j = 0; j < KD / 8; j++) {
+                        const int a = 4 * j + 2 * hh;
+                        s += bwd_widen<T>(qp[hh][j] & 0xffffu) * g2[a] + bwd_widen<T>(qp[hh][j] >> 16) * g2[a + 1];
+                        dQK[a] += ei * g2[a];
+                        dQK[a + 1] += ei * g2[a + 1];
+                    }
+                    s = quad_sum(s);
+                    if (t4 == 0) ss.de[i] += scale * s * (p.l2norm && i < nvalid ? p.rq[rrow + i] : 1.f);
                 }
-            __syncthreads();
+            } else {
+                /* KdS';  dU = P~^T dO + diag(f) K dS' */
+                float kds[32], acc[32];
+                fqla_wg_run(kds, [&] { fqla_wg_split<64, 0, 1>(kds, Kt, dSt, 0, KD, false); });
+                fqla_wg_run(acc, [&] { fqla_wg_split<64, 1, 1>(acc, Pt, dOt, 0, C, false); });
+#pragma unroll
+                for (int a = 0; a < 32; a++) acc[a] += ss.f[r0 + 8 * ((a >> 1) & 1)] * kds[a];
+                fqla_wg_store<64>(dUt, acc, 0);
+                fqla_fence_async_smem();
+                gw_arrive(gw_bar::du_ready, 256);
 
-            /* dO S^T: de_i += scale q_i . (dO S^T)_i, dQ += scale diag(e) dO S^T;
-             * dK += -diag(e beta) dY S^T + diag(f) U dS'^T */
-            {
-                float g2[NTW][4];
-                fqla_acc_zero(g2);
-                fqla_split_mma<false, true>(g2, dOt, St, m0, w0, 0, vw);
-                const int64_t qb = batch * p.q_sb + t0 * p.q_st + (int64_t)hk * p.q_sh;
-                warp_row_sums<true>(g2, m0, w0, sm.red[2][wn], [&](int i, int j, float v) {
-                    if (i >= nvalid) return 0.f;
-                    const float q = ld_io<T>(p.q, qb + (int64_t)i * p.q_st + j);
-                    return scale * v * (p.l2norm ? q * p.rq[rrow + i] : q);
+                /* df_i += (K dS')_i . u_i;  dP~ += dO U^T */
+                gw_sync(gw_bar::u_ready, 256);
+                fqla_wg_load<64>(Ut, acc, 0);
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++) {
+                    const int i = r0 + 8 * hh;
+                    float s = 0.f;
+#pragma unroll
+                    for (int j = 0; j < 8; j++) {
+                        const int a = 4 * j + 2 * hh;
+                        s += kds[a] * acc[a] + kds[a + 1] * acc[a + 1];
+                    }
+                    s = quad_sum(s);
+                    if (t4 == 0) ss.df[i] += s;
+                }
+                fqla_wg_run(dP, [&] { fqla_wg_split<64, 0, 0>(dP, dOt, Ut, 0, VS, true); });
+                /* U <- diag(f) U (this warpgroup's reads of U are done) */
+#pragma unroll
+                for (int a = 0; a < 32; a++) acc[a] *= ss.f[r0 + 8 * ((a >> 1) & 1)];
+                fqla_wg_store<64>(Ut, acc, 0);
+                fqla_fence_async_smem();
+                gw_sync(gw_bar::wg1, 128);
+                /* dK += -diag(e beta) dY S^T + diag(f) U dS'^T */
+                gw_sync(gw_bar::yp_ready, 256);
+                fqla_wg_run(dQK, [&] {
+                    fqla_wg_split<KD, 0, 0>(dQK, Yt, St, 0, VS, true);
+                    fqla_wg_split<KD, 0, 0>(dQK, Ut, dSt, 0, VS, true);
                 });
-#pragma unroll
-                for (int nt = 0; nt < NTW; nt++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) dQ[nt][e] += scale * sm.e[m0 + g + 8 * (e >> 1)] * g2[nt][e];
             }
-            fqla_split_mma<false, true>(dK, Yt, St, m0, w0, 0, vw);
-            fqla_split_mma<false, true>(dK, Ut, dSt, m0, w0, 0, vw);
         }
 
         /* ---- after the slices ---- */
         __syncthreads(); /* the slice tiles and state slices are free */
-        load_rows<T, KD>(Qt, p.q, batch * p.q_sb + t0 * p.q_st + (int64_t)hk * p.q_sh, p.q_st, nvalid,
-                         p.l2norm ? p.rq + rrow : nullptr);
-        /* strict lower dT~ into W0 */
-        fqla_acc_pairs(dT, m0, n0, [&](int i, int j, float &a, float &b) {
-            fqla_split_put2(W0, i, j, j < i ? a : 0.f, j + 1 < i ? b : 0.f);
-        });
+        load_rows<T, KD>(Qt, p.q, qb, p.q_st, nvalid, p.l2norm ? p.rq + rrow : nullptr);
+        if (wg == 0) {
+            /* strict lower dT~ into W0 */
+#pragma unroll
+            for (int a = 0; a < 32; a++) {
+                const int i = r0 + 8 * ((a >> 1) & 1), c = 8 * (a >> 2) + 2 * t4 + (a & 1);
+                if (c >= i) dT[a] = 0.f;
+            }
+            fqla_wg_store<64>(W0, dT, 0);
+        }
         {
             float s = deC;
 #pragma unroll
             for (int o = 16; o; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-            if (lane == 0) sm.wsum[warp] = s;
+            if (lane == 0) ss.wsum[tid >> 5] = s;
         }
-        if (tid < C) {
-            float a = 0.f, b = 0.f, c = 0.f;
-#pragma unroll
-            for (int w = 0; w < 4; w++) {
-                a += sm.red[0][w][tid];
-                b += sm.red[1][w][tid];
-                c += sm.red[2][w][tid];
-            }
-            sm.df[tid] = a;
-            sm.db[tid] = b;
-            sm.de[tid] = c;
-        }
+        fqla_fence_async_smem();
         __syncthreads();
-
-        /* M1 = T~^T (strict lower dT~) into W1;  de_C */
-        {
-            float m1[2][4];
-            fqla_acc_zero(m1);
-            fqla_split_mma<true, false>(m1, Tt, W0, m0, n0, m0, C);
-            fqla_acc_pairs(m1, m0, n0, [&](int i, int j, float &a, float &b) { fqla_split_put2(W1, i, j, a, b); });
-        }
         if (tid == 0) {
             float s = 0.f;
-            for (int w = 0; w < WARPS; w++) s += sm.wsum[w];
-            sm.deC = s;
+            for (int w = 0; w < THREADS / 32; w++) s += ss.wsum[w];
+            ss.deC = s;
         }
-        __syncthreads();
 
-        /* dL = -M1 T~^T (strict lower);  K K^T;  then per element (i, j):
-         * gdl = Gamma dL; dbeta_i += sum_j gdl KK; M = diag(beta) gdl;
-         * R_ij = beta_i gdl KK + dP~ P~ (j < i); dQ~ = scale Gamma dP~ (j <= i) */
-        float dl[2][4], kk[2][4];
-        fqla_acc_zero(dl);
-        fqla_acc_zero(kk);
-        fqla_split_mma<false, true>(dl, W1, Tt, m0, n0, 0, n0 + 16);
-        fqla_split_mma<false, true>(kk, Kt, Kt, m0, n0, 0, KD);
-        {
+        if (wg == 0) {
+            /* M1 = T~^T (strict lower dT~) into W1 */
+            float acc[32];
+            fqla_wg_run(acc, [&] { fqla_wg_split<64, 1, 1>(acc, Tt, W0, 0, C, false); });
+            fqla_wg_store<64>(W1, acc, 0);
+            fqla_fence_async_smem();
+            gw_arrive(gw_bar::m1_ready, 256);
+            gw_sync(gw_bar::dqt_ready, 256);
+            /* dQ += dQ~ K */
+            fqla_wg_run(dQK, [&] { fqla_wg_split<KD, 0, 1>(dQK, W0, Kt, 0, C, true); });
+        } else {
+            /* K K^T;  dL = -M1 T~^T (strict lower);  per element (i, j):
+             * gdl = Gamma dL; dbeta_i += sum_j gdl KK; M = diag(beta) gdl;
+             * R_ij = beta_i gdl KK + dP~ P~ (j < i); dQ~ = scale Gamma dP~ (j <= i) */
+            float kk[32], dl[32];
+            fqla_wg_issue(kk, [&] { fqla_wg_split<64, 0, 0>(kk, Kt, Kt, 0, KD, false); });
             const float *Pg = bp.Pt + tile * C * C;
+            float2 pg[2][8]; /* P~ (i, j), (i, j + 1), loaded under the product */
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++)
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+                    pg[hh][j] = *reinterpret_cast<const float2 *>(Pg + (r0 + 8 * hh) * C + 8 * j + 2 * t4);
+            fqla_wg_retire(kk);
+            gw_sync(gw_bar::m1_ready, 256);
+            fqla_wg_run(dl, [&] { fqla_wg_split<64, 0, 0>(dl, W1, Tt, 0, C, false); });
 #pragma unroll
             for (int hh = 0; hh < 2; hh++) {
-                const int i = m0 + g + 8 * hh;
-                const float gi = sm.gam[i], bi = sm.bet[i];
+                const int i = r0 + 8 * hh;
+                const float gi = ss.gam[i], bi = ss.bet[i];
                 float s = 0.f;
 #pragma unroll
-                for (int nt = 0; nt < 2; nt++)
+                for (int j = 0; j < 8; j++)
 #pragma unroll
-                    for (int c = 0; c < 2; c++) {
-                        const int j = n0 + 8 * nt + 2 * t4 + c, e = 2 * hh + c;
-                        const float G = j <= i ? __expf(gi - sm.gam[j]) : 0.f;
-                        const float gdl = j < i ? -dl[nt][e] * G : 0.f;
-                        s += gdl * kk[nt][e];
-                        const float dp = dP[nt][e];
-                        const float R = j < i ? bi * gdl * kk[nt][e] + dp * Pg[i * C + j] : 0.f;
-                        dl[nt][e] = bi * gdl;     /* M */
-                        kk[nt][e] = R;            /* R */
-                        dP[nt][e] = scale * G * dp; /* dQ~ */
+                    for (int c2 = 0; c2 < 2; c2++) {
+                        const int jj = 8 * j + 2 * t4 + c2, a = 4 * j + 2 * hh + c2;
+                        const float G = jj <= i ? __expf(gi - ss.gam[jj]) : 0.f;
+                        const float gdl = jj < i ? -dl[a] * G : 0.f;
+                        s += gdl * kk[a];
+                        const float dp = dP[a];
+                        const float R = jj < i ? bi * gdl * kk[a] + dp * (c2 ? pg[hh][j].y : pg[hh][j].x) : 0.f;
+                        dl[a] = bi * gdl;          /* M */
+                        Rs[i * LDR + jj] = R;
+                        dP[a] = scale * G * dp;    /* dQ~ */
                     }
                 s = quad_sum(s);
-                if (t4 == 0) sm.red[3][wn][i] = s;
+                if (t4 == 0) ss.db[i] += s;
             }
+            fqla_wg_store<64>(W0, dP, 0);
+            fqla_wg_store<64>(W1, dl, 0);
+            fqla_fence_async_smem();
+            /* this warpgroup's own sync, then the signal: a barrier of the whole
+             * block reached from two places reads as divergence to synccheck */
+            gw_sync(gw_bar::wg1, 128);
+            gw_arrive(gw_bar::dqt_ready, 256);
+            /* dK += dQ~^T Q + M K + M^T K */
+            fqla_wg_run(dQK, [&] {
+                fqla_wg_split<KD, 1, 1>(dQK, W0, Qt, 0, C, true);
+                fqla_wg_split<KD, 0, 1>(dQK, W1, Kt, 0, C, true);
+                fqla_wg_split<KD, 1, 1>(dQK, W1, Kt, 0, C, true);
+            });
         }
-        __syncthreads(); /* W0 (dT~) and W1 (M1) are read */
-        fqla_acc_pairs(dP, m0, n0, [&](int i, int j, float &a, float &b) { fqla_split_put2(W0, i, j, a, b); });
-        fqla_acc_pairs(dl, m0, n0, [&](int i, int j, float &a, float &b) { fqla_split_put2(W1, i, j, a, b); });
-        fqla_acc_pairs(kk, m0, n0, [&](int i, int j, float &a, float &b) {
-            sm.b.p.R[i * LDR + j] = a;
-            sm.b.p.R[i * LDR + j + 1] = b;
-        });
         __syncthreads();
-
-        /* dQ += dQ~ K;  dK += dQ~^T Q + M K + M^T K (dQ~ lower, M strict lower) */
-        fqla_split_mma<false, false>(dQ, W0, Kt, m0, w0, 0, m0 + 16);
-        fqla_split_mma<true, false>(dK, W0, Qt, m0, w0, m0, C);
-        fqla_split_mma<false, false>(dK, W1, Kt, m0, w0, 0, m0 + 16);
-        fqla_split_mma<true, false>(dK, W1, Kt, m0, w0, m0, C);
-        if (tid < C) {
-            /* dbeta's Gamma dL KK part; R as row prefix sums sum_{j < t} R_it */
-            sm.db[tid] += sm.red[3][0][tid] + sm.red[3][1][tid] + sm.red[3][2][tid] + sm.red[3][3][tid];
-            float run = 0.f;
-            float *Ri = sm.b.p.R + tid * LDR;
-            for (int j = 0; j < C; j++) {
-                const float r = Ri[j];
-                Ri[j] = run;
+        {
+            /* R as row prefix sums sum_{j < t} R_it: four threads a row, 16
+             * columns each, then the quad's segment totals */
+            const int i = tid >> 2, seg = tid & 3;
+            float *Ri = Rs + i * LDR + 16 * seg;
+            float v[16], run = 0.f;
+#pragma unroll
+            for (int k = 0; k < 16; k++) v[k] = Ri[k];
+#pragma unroll
+            for (int k = 0; k < 16; k++) {
+                const float r = v[k];
+                v[k] = run;
                 run += r;
             }
+            float off = 0.f;
+#pragma unroll
+            for (int q = 0; q < 3; q++) {
+                const float tq = __shfl_sync(0xffffffffu, run, (lane & ~3) + q);
+                if (q < seg) off += tq;
+            }
+#pragma unroll
+            for (int k = 0; k < 16; k++) Ri[k] = v[k] + off;
         }
         __syncthreads();
-        /* dg_t = sum_{i >= t} (de_i e_i + sum_{j < t} R_ij) + sum_{j < t} df_j f_j + de_C e_C */
-        if (tid < C) {
-            const int t = tid;
+        /* dg_t = sum_{i >= t} (de_i e_i + sum_{j < t} R_ij) + sum_{j < t} df_j f_j + de_C e_C:
+         * four threads a token (rows and columns i = part mod 4), summed in a fixed order */
+        {
+            const int t = tid >> 2, part = tid & 3;
             float s = 0.f;
-            for (int i = t; i < C; i++) s += sm.de[i] * sm.e[i] + sm.b.p.R[i * LDR + t];
-            for (int j = 0; j < t; j++) s += sm.df[j] * sm.f[j];
-            float dgv = s + sm.deC * __expf(sm.gam[C - 1]);
-            float dbv = sm.db[t];
-            float part_a = 0.f, part_d = 0.f;
-            if (t < nvalid) {
-                const int64_t tt = t0 + t;
-                if (p.gate_in_kernel) {
-                    const float raw = load_gate(p.g, p.g_bf16, batch * p.g_sb + tt * p.g_st + hv * p.g_sh);
-                    const float A = __expf(p.A_log[hv * p.alog_s]);
-                    const float xg = raw + p.dt_bias[hv * p.dtb_s];
-                    const float gval = -A * softplus_f(xg);
-                    /* the forward's floor: below it g did not depend on its input */
-                    const float dx = gval < FQLA_FWD_G_FLOOR ? 0.f : -A * sigmoid_f(xg) * dgv;
-                    part_d = dx;
-                    part_a = gval < FQLA_FWD_G_FLOOR ? 0.f : gval * dgv;
-                    dgv = dx;
+            for (int i = t + ((part - t) & 3); i < C; i += 4) s += ss.de[i] * ss.e[i] + Rs[i * LDR + t];
+            for (int j = part; j < t; j += 4) s += ss.df[j] * ss.f[j];
+            s += __shfl_xor_sync(0xffffffffu, s, 1);
+            s += __shfl_xor_sync(0xffffffffu, s, 2);
+            if (part == 0) {
+                float dgv = s + ss.deC * __expf(ss.gam[C - 1]);
+                float dbv = ss.db[t];
+                float part_a = 0.f, part_d = 0.f;
+                if (t < nvalid) {
+                    const int64_t tt = t0 + t;
+                    if (p.gate_in_kernel) {
+                        const float raw = load_gate(p.g, p.g_bf16, batch * p.g_sb + tt * p.g_st + hv * p.g_sh);
+                        const float A = __expf(p.A_log[hv * p.alog_s]);
+                        const float xg = raw + p.dt_bias[hv * p.dtb_s];
+                        const float gval = -A * softplus_f(xg);
+                        /* the forward's floor: below it g did not depend on its input */
+                        const float dx = gval < FQLA_FWD_G_FLOOR ? 0.f : -A * sigmoid_f(xg) * dgv;
+                        part_d = dx;
+                        part_a = gval < FQLA_FWD_G_FLOOR ? 0.f : gval * dgv;
+                        dgv = dx;
+                    }
+                    if (p.beta_sigmoid) {
+                        const float b = load_gate(p.beta, p.beta_bf16, batch * p.b_sb + tt * p.b_st + hv * p.b_sh);
+                        dbv *= (p.neg_eig ? 2.f : 1.f) * sigmoid_f(b) * sigmoid_f(-b);
+                    }
+                    bp.dg[batch * bp.dg_sb + tt * bp.dg_st + (int64_t)hv * bp.dg_sh] = dgv;
+                    bp.dbeta[batch * bp.db_sb + tt * bp.db_st + (int64_t)hv * bp.db_sh] = dbv;
                 }
-                if (p.beta_sigmoid) {
-                    const float b = load_gate(p.beta, p.beta_bf16, batch * p.b_sb + tt * p.b_st + hv * p.b_sh);
-                    dbv *= (p.neg_eig ? 2.f : 1.f) * sigmoid_f(b) * sigmoid_f(-b);
-                }
-                bp.dg[batch * bp.dg_sb + tt * bp.dg_st + (int64_t)hv * bp.dg_sh] = dgv;
-                bp.dbeta[batch * bp.db_sb + tt * bp.db_st + (int64_t)hv * bp.db_sh] = dbv;
+                ss.part[0][t] = part_a;
+                ss.part[1][t] = part_d;
             }
-            sm.part[0][t] = part_a;
-            sm.part[1][t] = part_d;
         }
         if (bp.gate_part) {
             __syncthreads();
             if (tid == 0) {
                 float sa = 0.f, sd = 0.f;
                 for (int i = 0; i < C; i++) {
-                    sa += sm.part[0][i];
-                    sd += sm.part[1][i];
+                    sa += ss.part[0][i];
+                    sd += ss.part[1][i];
                 }
                 bp.gate_part[2 * tile] = sa;
                 bp.gate_part[2 * tile + 1] = sd;
@@ -520,47 +627,59 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
         }
     }
 
-    /* dq, dk rows: through the l2norm backward dx = r (dxhat - xhat <xhat, dxhat>) */
-    auto store = [&](float(&acc)[NTW][4], const fqla_split_tile &xs, T *out, int64_t sb, int64_t st, int64_t sh,
-                     const float *r) {
-        __syncthreads();
+    /* dq (warpgroup 0), dk (warpgroup 1): through the l2norm backward
+     * dx = r (dxhat - xhat <xhat, dxhat>); a warp holds whole rows */
+    const fqla_wg_tile &xs = wg == 0 ? Qt : Kt;
+    const float *r = wg == 0 ? p.rq : p.rk;
+    T *out = (T *)(wg == 0 ? bp.dq : bp.dk);
+    const int64_t sb = wg == 0 ? bp.dq_sb : bp.dk_sb, st = wg == 0 ? bp.dq_st : bp.dk_st,
+                  sh = wg == 0 ? bp.dq_sh : bp.dk_sh;
+    float xh[NK]; /* q or k (normalised) at this thread's accumulator places */
+    if (p.l2norm) fqla_wg_load<KD>(xs, xh, 0);
+#pragma unroll
+    for (int hh = 0; hh < 2; hh++) {
+        const int i = r0 + 8 * hh;
+        float dot = 0.f;
         if (p.l2norm) {
-            warp_row_sums<false>(acc, m0, w0, sm.red[0][wn],
-                                 [&](int i, int j, float v) { return v * fqla_split_get(xs, i, j); });
-            __syncthreads();
-            if (tid < C) sm.de[tid] = sm.red[0][0][tid] + sm.red[0][1][tid] + sm.red[0][2][tid] + sm.red[0][3][tid];
-            __syncthreads();
-        }
-        fqla_acc_pairs(acc, m0, w0, [&](int i, int j, float &a, float &b) {
-            if (i >= nvalid) return;
-            if (p.l2norm) {
-                a = r[rrow + i] * (a - fqla_split_get(xs, i, j) * sm.de[i]);
-                b = r[rrow + i] * (b - fqla_split_get(xs, i, j + 1) * sm.de[i]);
+#pragma unroll
+            for (int j = 0; j < KD / 8; j++) {
+                const int a = 4 * j + 2 * hh;
+                dot += dQK[a] * xh[a] + dQK[a + 1] * xh[a + 1];
             }
-            T *o = out + batch * sb + (t0 + i) * st + (int64_t)hk * sh + j;
-            o[0] = bwd_cvt<T>(a);
-            o[1] = bwd_cvt<T>(b);
-        });
-    };
-    store(dQ, Qt, (T *)bp.dq, bp.dq_sb, bp.dq_st, bp.dq_sh, p.rq);
-    store(dK, Kt, (T *)bp.dk, bp.dk_sb, bp.dk_st, bp.dk_sh, p.rk);
+            dot = quad_sum(dot);
+        }
+        if (i >= nvalid) continue;
+        T *o = out + batch * sb + (t0 + i) * st + (int64_t)hk * sh;
+#pragma unroll
+        for (int j = 0; j < KD / 8; j++) {
+            const int c = 8 * j + 2 * t4, a = 4 * j + 2 * hh;
+            float v0 = dQK[a], v1 = dQK[a + 1];
+            if (p.l2norm) {
+                v0 = r[rrow + i] * (v0 - xh[a] * dot);
+                v1 = r[rrow + i] * (v1 - xh[a + 1] * dot);
+            }
+            o[c] = bwd_cvt<T>(v0);
+            o[c + 1] = bwd_cvt<T>(v1);
+        }
+    }
 }
 
 template <typename T, int KD> cudaError_t launch(const fqla_bwd_params &p, cudaStream_t stream)
 {
     static fqla_smem_cache cache;
-    const size_t smem = sizeof(grads_smem<KD>);
+    const size_t smem = gw_layout<KD>::bytes;
     cudaError_t e = fqla_smem_limit(cache, bwd_grads_kernel<T, KD>, smem);
     if (e != cudaSuccess) return e;
-    return fqla_launch(bwd_grads_kernel<T, KD>, dim3((unsigned)p.f.slots, (unsigned)p.f.H), dim3(THREADS), smem, stream,
-                       0, p);
+    return fqla_launch(bwd_grads_kernel<T, KD>, dim3((unsigned)p.f.slots, (unsigned)p.f.H), dim3(THREADS), smem,
+                       stream, 0, p);
 }
 
 } // namespace
 
 cudaError_t fqla_bwd_launch_grads(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream)
 {
-    if (fqla_bwd_grads_wg_covers(p)) return fqla_bwd_launch_grads_wg(p, io_bf16, stream);
+    /* K = 64 or 128 and V a multiple of 32: the CUDA backward's coverage
+     * (fqla_cuda_bwd_supported) */
     if (p.f.K == 64) return io_bf16 ? launch<__nv_bfloat16, 64>(p, stream) : launch<__half, 64>(p, stream);
     return io_bf16 ? launch<__nv_bfloat16, 128>(p, stream) : launch<__half, 128>(p, stream);
 }

@@ -57,6 +57,7 @@
 #include "cuda/fwd_prepare_common.cuh"
 #include "cuda/kernel/named_barrier.cuh"
 #include "cuda/kernel/wg_split.cuh"
+#include "cuda/ptx/mbarrier.cuh"
 
 #include <type_traits>
 
@@ -68,29 +69,31 @@ constexpr int THREADS = 256;
 constexpr int TILE = C * 64 * 2;   /* a 64 x 64 bf16 plane */
 constexpr int LDR = C + 1;         /* fp32 R rows */
 
-/* named barriers between the two warpgroups (producer arrives, consumer
- * syncs; 256 threads) and each warpgroup's own (128) */
-enum class gw_bar : uint32_t { u_ready = 1, du_ready, yp_ready, m1_ready, dqt_ready, wg0, wg1 };
+/* Each warpgroup's own named barrier (128 threads). */
+enum class gw_bar : uint32_t { wg0 = 1, wg1 };
 
-/* Named barrier sync / arrive of a converged warp: bar.sync and bar.arrive
- * are .aligned and count a warp's 32 threads at its first arrival, so a
- * warp still diverged after data-dependent code (loads past nvalid, a row's
+/* Hand-offs from one warpgroup to the other: an mbarrier each (every thread
+ * of the producer arrives, the consumer waits for the phase), used once per
+ * slice (u_ready, du_ready, yp_ready) or per value head (m1_ready,
+ * dqt_ready), with a CTA barrier between two uses. (Named barriers with
+ * bar.arrive did the same; racecheck reported hazards across later CTA
+ * barriers with them, so the hand-offs use what racecheck models.) */
+enum gw_signal { u_ready, du_ready, yp_ready, m1_ready, dqt_ready, n_signals };
+
+/* A named barrier of a converged warp: bar.sync is .aligned, and a warp
+ * still diverged after data-dependent code (loads past nvalid, a row's
  * owner lane) must reconverge first, which the compiler does not do for an
- * asm statement. compute-sanitizer's synccheck caught it. */
+ * asm statement (synccheck caught it). */
 __device__ __forceinline__ void gw_sync(gw_bar id, uint32_t n)
 {
     __syncwarp();
     fqla_bar_sync(id, n);
 }
-__device__ __forceinline__ void gw_arrive(gw_bar id, uint32_t n)
-{
-    __syncwarp();
-    fqla_bar_arrive(id, n);
-}
 
 constexpr int align1k(int x) { return (x + 1023) & ~1023; }
 
 struct gw_small {
+    uint64_t signal[n_signals]; /* mbarriers of the hand-offs */
     float gam[C], bet[C], e[C], f[C], df[C], db[C], de[C];
     float part[2][C];
     float wsum[THREADS / 32], deC;
@@ -265,6 +268,12 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
     const fqla_wg_tile dUt{s0 + L::sl + 4 * TILE, s0 + L::sl + 5 * TILE, C};
     const fqla_wg_tile W0{s0 + L::sl, s0 + L::sl + TILE, C}, W1{s0 + L::sl + 2 * TILE, s0 + L::sl + 3 * TILE, C};
 
+    if (tid < n_signals) fqla_mbar_init(&ss.signal[tid], 128);
+    /* (the first CTA barrier below orders the inits before any use) */
+    auto signal = [&](gw_signal x) { fqla_mbar_arrive(&ss.signal[x]); };
+    auto await = [&](gw_signal x, uint32_t use) { fqla_mbar_wait(&ss.signal[x], use & 1u); };
+    uint32_t n_slice = 0; /* slices done (uses of the per-slice signals) */
+
     load_rows<T, KD>(Kt, p.k, batch * p.k_sb + t0 * p.k_st + (int64_t)hk * p.k_sh, p.k_st, nvalid,
                      p.l2norm ? p.rk + rrow : nullptr);
 
@@ -290,7 +299,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
         zero(dT);
         float deC = 0.f; /* this thread's share of <S, dS'> */
 
-        for (int v0 = 0; v0 < p.V; v0 += VS) {
+        for (int v0 = 0; v0 < p.V; v0 += VS, n_slice++) {
             const int vw = p.V - v0 < VS ? p.V - v0 : VS; /* 64, or 32 in a last half slice (zeros past it) */
             __syncthreads(); /* the previous slice's reads are done */
             {
@@ -348,11 +357,11 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
                 fqla_wg_run(acc, [&] { fqla_wg_split<64, 0, 1>(acc, Tt, Yt, 0, C, false); });
                 fqla_wg_store<64>(Ut, acc, 0);
                 fqla_fence_async_smem();
-                gw_arrive(gw_bar::u_ready, 256);
+                signal(u_ready);
 
                 /* dY = T~^T dU;  dT~ += dU Y^T;  dv = diag(beta) dY;  dbeta_i += x_i . dy_i;
                  * de_i -= beta_i (K S)_i . dy_i */
-                gw_sync(gw_bar::du_ready, 256);
+                await(du_ready, n_slice);
                 fqla_reg_fence(dT);
                 fqla_wg_issue(acc, [&] {
                     fqla_wg_split<64, 1, 1>(acc, Tt, dUt, 0, C, false);
@@ -392,7 +401,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
                 }
                 fqla_wg_store<64>(Yt, acc, 0);
                 fqla_fence_async_smem();
-                gw_arrive(gw_bar::yp_ready, 256);
+                signal(yp_ready);
 
                 /* dO S^T: de_i += scale q_i . (dO S^T)_i;  dQ += scale diag(e) dO S^T */
                 float g2[NK];
@@ -430,10 +439,10 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
                 for (int a = 0; a < 32; a++) acc[a] += ss.f[r0 + 8 * ((a >> 1) & 1)] * kds[a];
                 fqla_wg_store<64>(dUt, acc, 0);
                 fqla_fence_async_smem();
-                gw_arrive(gw_bar::du_ready, 256);
+                signal(du_ready);
 
                 /* df_i += (K dS')_i . u_i;  dP~ += dO U^T */
-                gw_sync(gw_bar::u_ready, 256);
+                await(u_ready, n_slice);
                 fqla_wg_load<64>(Ut, acc, 0);
 #pragma unroll
                 for (int hh = 0; hh < 2; hh++) {
@@ -455,7 +464,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
                 fqla_fence_async_smem();
                 gw_sync(gw_bar::wg1, 128);
                 /* dK += -diag(e beta) dY S^T + diag(f) U dS'^T */
-                gw_sync(gw_bar::yp_ready, 256);
+                await(yp_ready, n_slice);
                 fqla_wg_run(dQK, [&] {
                     fqla_wg_split<KD, 0, 0>(dQK, Yt, St, 0, VS, true);
                     fqla_wg_split<KD, 0, 0>(dQK, Ut, dSt, 0, VS, true);
@@ -495,8 +504,8 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
             fqla_wg_run(acc, [&] { fqla_wg_split<64, 1, 1>(acc, Tt, W0, 0, C, false); });
             fqla_wg_store<64>(W1, acc, 0);
             fqla_fence_async_smem();
-            gw_arrive(gw_bar::m1_ready, 256);
-            gw_sync(gw_bar::dqt_ready, 256);
+            signal(m1_ready);
+            await(dqt_ready, h);
             /* dQ += dQ~ K */
             fqla_wg_run(dQK, [&] { fqla_wg_split<KD, 0, 1>(dQK, W0, Kt, 0, C, true); });
         } else {
@@ -513,7 +522,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
                 for (int j = 0; j < 8; j++)
                     pg[hh][j] = *reinterpret_cast<const float2 *>(Pg + (r0 + 8 * hh) * C + 8 * j + 2 * t4);
             fqla_wg_retire(kk);
-            gw_sync(gw_bar::m1_ready, 256);
+            await(m1_ready, h);
             fqla_wg_run(dl, [&] { fqla_wg_split<64, 0, 0>(dl, W1, Tt, 0, C, false); });
 #pragma unroll
             for (int hh = 0; hh < 2; hh++) {
@@ -540,10 +549,9 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
             fqla_wg_store<64>(W0, dP, 0);
             fqla_wg_store<64>(W1, dl, 0);
             fqla_fence_async_smem();
-            /* this warpgroup's own sync, then the signal: a barrier of the whole
-             * block reached from two places reads as divergence to synccheck */
+            /* this warpgroup's own sync (its wgmma read what all its threads stored) */
             gw_sync(gw_bar::wg1, 128);
-            gw_arrive(gw_bar::dqt_ready, 256);
+            signal(dqt_ready);
             /* dK += dQ~^T Q + M K + M^T K */
             fqla_wg_run(dQK, [&] {
                 fqla_wg_split<KD, 1, 1>(dQK, W0, Qt, 0, C, true);

@@ -491,6 +491,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
             if (lane == 0) ss.wsum[tid >> 5] = s;
         }
         fqla_fence_async_smem();
+        __syncwarp(); /* the owner lane's write before the warp's arrival (racecheck) */
         __syncthreads();
         if (tid == 0) {
             float s = 0.f;
@@ -622,6 +623,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
             }
         }
         if (bp.gate_part) {
+            __syncwarp(); /* the part == 0 lanes' writes before the warp's arrival (racecheck) */
             __syncthreads();
             if (tid == 0) {
                 float sa = 0.f, sd = 0.f;

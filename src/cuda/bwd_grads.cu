@@ -113,6 +113,11 @@ template <int KD> struct gw_layout {
     static constexpr int sl = dO + 2 * TILE;   /* slices: Y, U, dU (hi, lo); after them: W0, W1 */
     static constexpr int small = sl + 6 * TILE;
     static constexpr int bytes = small + (int)sizeof(gw_small) + 1024; /* + the base's alignment */
+    /* wgmma's 128-byte swizzle: every plane 1024-aligned */
+    static_assert(KP % 1024 == 0 && SP % 1024 == 0 && TILE % 1024 == 0 && st % 1024 == 0 && dO % 1024 == 0 &&
+                      sl % 1024 == 0,
+                  "tile planes must be 1024-aligned");
+    static_assert(bytes <= 227 * 1024, "over the H100 / H200 shared memory a block may have");
 };
 
 template <typename T> __device__ __forceinline__ float ld_io(const void *base, int64_t off)

@@ -27,6 +27,7 @@
 
 #include "cuda/ptx/fence.cuh"
 #include "cuda/ptx/matrix_ldst.cuh"
+#include "cuda/ptx/misc.cuh"
 #include "cuda/ptx/wgmma.cuh"
 
 #include <cuda_bf16.h>
@@ -42,16 +43,6 @@ struct fqla_wg_tile {
 FQLA_DEVICE_INLINE uint32_t fqla_wg_off(int rows, int r, int c)
 {
     return (uint32_t)((c >> 6) * rows * 128 + r * 128 + ((((c & 63) >> 3) ^ (r & 7)) << 4) + ((c & 7) << 1));
-}
-
-/* Tile stores by shared-window address. Volatile (they keep their order
- * against each other and against the barriers and fences, all volatile
- * asm) but without a memory clobber, so that the compiler may still move
- * global loads above them: with the clobber, a loop that loads from global
- * memory and stores into a tile waited for every load in turn. */
-FQLA_DEVICE_INLINE void fqla_wg_st128(uint32_t a, uint32_t x, uint32_t y, uint32_t z, uint32_t w)
-{
-    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(a), "r"(x), "r"(y), "r"(z), "r"(w));
 }
 
 FQLA_DEVICE_INLINE uint32_t fqla_wg_bf2(float a, float b)
@@ -72,8 +63,8 @@ FQLA_DEVICE_INLINE void fqla_wg_put8(const fqla_wg_tile &t, int r, int c, const 
         l[i] = fqla_wg_bf2(x[2 * i] - hf.x, x[2 * i + 1] - hf.y);
     }
     const uint32_t o = fqla_wg_off(t.rows, r, c);
-    fqla_wg_st128(t.hi + o, h[0], h[1], h[2], h[3]);
-    if (t.lo) fqla_wg_st128(t.lo + o, l[0], l[1], l[2], l[3]);
+    fqla_st_shared_v4(t.hi + o, h[0], h[1], h[2], h[3]);
+    if (t.lo) fqla_st_shared_v4(t.lo + o, l[0], l[1], l[2], l[3]);
 }
 
 /* Whole accumulator tiles <-> a tile's planes with stmatrix / ldmatrix:
@@ -137,9 +128,7 @@ template <int N> FQLA_DEVICE_INLINE void fqla_wg_load(const fqla_wg_tile &t, flo
 template <int MN> FQLA_DEVICE_INLINE uint64_t fqla_wg_desc(uint32_t plane, int rows, int kk)
 {
     const uint32_t a = MN ? plane + (uint32_t)kk * 2048u : plane + (uint32_t)((kk >> 2) * rows * 128 + (kk & 3) * 32);
-    const uint32_t lbo = MN ? (uint32_t)rows * 128u : 16u;
-    return (uint64_t)((a & 0x3FFFF) >> 4) | ((uint64_t)((lbo & 0x3FFFF) >> 4) << 16) | ((uint64_t)(1024 >> 4) << 32) |
-           (1ull << 62);
+    return fqla_desc_at(a, MN ? (uint32_t)rows * 128u : 16u, 1024u);
 }
 
 template <int N> struct fqla_wg_n;

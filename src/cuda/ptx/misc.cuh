@@ -1,6 +1,6 @@
 /*
  * ptx/misc.cuh - single instructions of no larger family: ex2.approx,
- * cvt.rna.tf32 and prefetch.global.L2.
+ * cvt.rna.tf32, prefetch.global.L2 and st.shared.v4.
  */
 #ifndef FQLA_CUDA_PTX_MISC_CUH
 #define FQLA_CUDA_PTX_MISC_CUH
@@ -27,6 +27,16 @@ FQLA_DEVICE_INLINE uint32_t fqla_cvt_rna_tf32(float x)
 FQLA_DEVICE_INLINE void fqla_prefetch_l2(const void *p)
 {
     asm volatile("prefetch.global.L2 [%0];" ::"l"(__cvta_generic_to_global(p)));
+}
+
+/* st.shared.v4.b32 by shared-window address. Volatile (it keeps its order
+ * against the barriers and fences, all volatile asm) but without a memory
+ * clobber, so that the compiler may still move global loads above it: with
+ * the clobber, a loop that loads from global memory and stores into shared
+ * memory waits for each load in turn. */
+FQLA_DEVICE_INLINE void fqla_st_shared_v4(uint32_t a, uint32_t x, uint32_t y, uint32_t z, uint32_t w)
+{
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(a), "r"(x), "r"(y), "r"(z), "r"(w));
 }
 
 #endif

@@ -41,12 +41,16 @@ template <int N> FQLA_DEVICE_INLINE void fqla_reg_fence_u(uint32_t (&a)[N][4])
         for (int j = 0; j < 4; j++) asm volatile("" : "+r"(a[i][j])::"memory");
 }
 
-/* Shared-memory matrix descriptor, 128-byte swizzle (tile 1024-aligned). */
-FQLA_DEVICE_INLINE uint64_t fqla_desc(const void *tile, uint32_t lbo, uint32_t sbo)
+/* Shared-memory matrix descriptor, 128-byte swizzle (tile 1024-aligned), of
+ * the shared-window address a or of a pointer. */
+FQLA_DEVICE_INLINE uint64_t fqla_desc_at(uint32_t a, uint32_t lbo, uint32_t sbo)
 {
-    const uint32_t a = fqla_smem_u32(tile);
     return (uint64_t)((a & 0x3FFFF) >> 4) | ((uint64_t)((lbo & 0x3FFFF) >> 4) << 16) |
            ((uint64_t)((sbo & 0x3FFFF) >> 4) << 32) | (1ull << 62);
+}
+FQLA_DEVICE_INLINE uint64_t fqla_desc(const void *tile, uint32_t lbo, uint32_t sbo)
+{
+    return fqla_desc_at(fqla_smem_u32(tile), lbo, sbo);
 }
 FQLA_DEVICE_INLINE uint64_t fqla_desc_kmajor(const void *tile) { return fqla_desc(tile, 16, 1024); }
 /* MN-major operand whose 64-wide MN atoms are atom_bytes apart. */

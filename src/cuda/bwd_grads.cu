@@ -120,11 +120,6 @@ template <int KD> struct gw_layout {
     static_assert(bytes <= 227 * 1024, "over the H100 / H200 shared memory a block may have");
 };
 
-template <typename T> __device__ __forceinline__ float ld_io(const void *base, int64_t off)
-{
-    return bwd_ld<T>((const T *)base, off);
-}
-
 __device__ __forceinline__ float quad_sum(float v)
 {
     v += __shfl_xor_sync(0xffffffffu, v, 1);

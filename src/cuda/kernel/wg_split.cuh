@@ -45,6 +45,9 @@ FQLA_DEVICE_INLINE uint32_t fqla_wg_off(int rows, int r, int c)
     return (uint32_t)((c >> 6) * rows * 128 + r * 128 + ((((c & 63) >> 3) ^ (r & 7)) << 4) + ((c & 7) << 1));
 }
 
+/* Packing as split_mma.cuh's fqla_split_pack2 does, but unpacking by shifts
+ * (exact too): with fqla_split_pack2 itself the gradient kernel compiled to
+ * other code with more spills (148 / 264 bytes against 116 / 184). */
 FQLA_DEVICE_INLINE uint32_t fqla_wg_bf2(float a, float b)
 {
     const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);

@@ -158,7 +158,12 @@ def timing(H, HV, T, N, K=128, V=128, reps=10):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--no-time", action="store_true")
+    ap.add_argument("--time-only", action="store_true", help="skip the checks (e.g. timing a base build)")
     a = ap.parse_args()
+    if a.time_only:
+        for H, HV, T, N in ((16, 32, 32768, 1), (2, 4, 8192, 1)):
+            timing(H, HV, T, N)
+        return 0
     strong = lambda *s: torch.full(s, -20.0)
     zero = lambda *s: torch.zeros(s)
     ok = True
@@ -173,6 +178,8 @@ def main():
     ok &= check("opts l2 gik bsig", 1, 300, 2, 4, 128, 128, l2=True, gik=True, bsig=True)
     ok &= check("v_first", 1, 150, 1, 1, 128, 128, state_v_first=True)
     ok &= check("g8 V256", 1, 100, 1, 8, 128, 256)
+    ok &= check("V96 K64 CP", 1, 2000, 1, 1, 64, 96, gate=strong, h0=False)
+    ok &= check("V32 l2 fp16", 1, 700, 1, 2, 128, 32, dtype=torch.float16, l2=True)
     print("ALL OK" if ok else "SOME FAILED")
     if not a.no_time:
         for H, HV, T, N in ((16, 32, 32768, 1), (2, 4, 8192, 1)):

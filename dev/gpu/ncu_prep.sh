@@ -18,6 +18,8 @@ export LD_LIBRARY_PATH=$BIN
 kern=${1:-fwd_prepare}
 row=${2:-Sym h32 8192x4}
 rep=$(mktemp -d)/k
+# NCU_SKIP: launches of the kernel to pass over before the one profiled
+# (e.g. 3: the fourth bwd_chain_kernel of a CP backward, the reverse main pass)
 # NCU_CMD: another command to profile instead of the flashqla binary's bench
 # (e.g. bench/bench_fwd.py with --variants, for a kernel variant the CLI
 # does not pick); its first launch of the kernel is the one profiled
@@ -27,7 +29,7 @@ else
   cmd=("$BIN/flashqla" bench --rows "$R/bench/anchors_h200.csv" --filter "$row" --repeat 1 --check-tokens 0
        --out /tmp/ncu_bench.csv)
 fi
-timeout 300 ncu --clock-control none --set full --import-source yes -k "regex:$kern" -c 1 -o "$rep" \
+timeout 300 ncu --clock-control none --set full --import-source yes -k "regex:$kern" --launch-skip "${NCU_SKIP:-0}" -c 1 -o "$rep" \
   "${cmd[@]}" > "$OUT/ncu.log" 2>&1
 ncu -i "$rep.ncu-rep" --page details --csv > "$OUT/ncu_details.csv" 2>&1
 ncu -i "$rep.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu_sass.csv" 2>&1

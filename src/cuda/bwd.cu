@@ -68,10 +68,11 @@ fqla_status fqla_cuda_bwd_supported(fqla_context *ctx, const fqla_problem *p, co
         return fqla_fail(ctx, FQLA_STATUS_NOT_SUPPORTED,
                          "backward: K = %lld: the CUDA backward covers K = 64 and 128 (use FQLA_BACKEND_CPU)",
                          (long long)p->K);
-    if (p->V % FQLA_BWD_VS != 0)
+    /* the chains and the gradient kernel run V in slices of 64, a last one half full */
+    if (p->V % (FQLA_BWD_VS / 2) != 0)
         return fqla_fail(ctx, FQLA_STATUS_NOT_SUPPORTED,
                          "backward: V = %lld: the CUDA backward needs V a multiple of %d (use FQLA_BACKEND_CPU)",
-                         (long long)p->V, FQLA_BWD_VS);
+                         (long long)p->V, FQLA_BWD_VS / 2);
     return FQLA_STATUS_SUCCESS;
 }
 

@@ -1,7 +1,8 @@
 /*
  * bwd_chain.cu - the backward's two sequential passes over each sequence
- * (bwd_common.cuh), one CTA of 256 threads per (sequence, value head, slice
- * of FQLA_BWD_VS value columns): value columns never mix in either chain,
+ * (bwd_common.cuh), one warpgroup (one CTA of 128 threads) per (sequence,
+ * value head, slice of FQLA_BWD_VS = 64 value columns; a last slice of 32
+ * runs with zero columns past V): value columns never mix in either chain,
  * so the slices run independently, as the forward's chunk kernels do.
  *
  * states (forward, chunk by chunk; S the state entering the chunk):
@@ -15,51 +16,39 @@
  * exp(gamma_C - gamma_i), e_C = exp(gamma_C); gamma, beta, T~, P~ and the
  * l2norm factors come from bwd_prepare.cu.
  *
- * Products: bf16 m16n8k16 mma.sync on hi/lo split operands
- * (kernel/split_mma.cuh), fp32 accumulation. Every operand that is not
- * exactly a bf16 number carries its lo plane (three products, ~fp32): the
- * state, Y, f U, dU, the scaled dY and dO, T~ and P~, and q / k / dO when
- * they are fp16 or normalised in the kernel. Raw bf16 q / k / dO are exact
- * and go in with their hi plane only (two products). Why the chains need
- * fp32-class products at all: a rounding of the state is carried through
- * every later chunk (near-reflections with beta near 2 do not damp it),
- * and the gradients of a one-token sequence are single cancelling sums
- * (dev/models/bwd_chunked.py). The 3xTF32 products with per-element
- * operand reads this replaces spent ~35 instructions per tile product.
+ * The warpgroup holds the state transposed, S^T (64 value rows x K), as a
+ * wgmma accumulator (kernel/wg_split.cuh's layout), and every product of a
+ * chunk keeps the value rows as its M dimension, so each one's result is
+ * the next one's A operand straight from registers (RS wgmma), transposed:
+ *   states   (K S)^T = S^T K^T;  U^T = Y^T T~^T;  S^T += (f U)^T K
+ *   dstates  (K dS)^T = dS^T K^T;  dU^T = dO^T P~ + (K dS)^T diag(f);
+ *            dY^T = dU^T T~;  dS^T += (scale e dO)^T Q - (e beta dY)^T K
+ * Only the chunk's inputs are in shared memory (K, Q: [t][k]; V or dO:
+ * [t][v], read transposed into registers by ldmatrix.trans; T~, P~), as
+ * bf16 planes in the 128-byte swizzle, so no intermediate goes through
+ * shared memory and a chunk needs two CTA barriers (inputs landed; planes
+ * converted).
  *
- * The state lives in registers, in the update product's accumulator
- * layout (warp w owns 16 of its rows; at K = 64 also half the columns), so
- * e_C S + ... is a register update. Each chunk, S is stored to the
- * workspace straight from those registers and written once as split
- * planes to shared memory, the B operand of K S. The 64-row products split
- * their 64 x 32 outputs over the warps as 4 row blocks x 2 column halves.
+ * Precision as the rest of the backward (bwd_common.cuh): every operand
+ * that is not an exact bf16 number is split into hi / lo (three products a
+ * k-step): the state, Y, f U, dU, the scaled dY and dO, T~ and P~ (fp32 in
+ * the workspace, split here), and q / k / dO when they are fp16 or
+ * normalised in the kernel (CONVERT: converted in place, with lo planes).
+ * Why the chains need fp32-class products at all: a rounding of the state
+ * is carried through every later chunk (near-reflections with beta near 2
+ * do not damp it), and the gradients of a one-token sequence are single
+ * cancelling sums (dev/models/bwd_chunked.py).
  *
- * Inputs arrive a chunk ahead, so the chain does not wait on global
- * memory: the raw q / k rows, the V or dO slice and gamma / beta / the
- * l2norm factors by cp.async into a two-stage ring, issued right after the
- * chunk's first barrier (rows whose strides or base are not 16-byte
- * multiples are copied element by element into the same layout). Raw bf16
- * rows in the ring are the hi planes as they are; fp16 or normalised q / k
- * (and fp16 dO) are converted in place once per chunk (CONVERT), their lo
- * planes in a shared-memory tail that only those launches allocate. T~ and
- * P~ (fp32, in the workspace) are read as each warp's mma A fragments and
- * split into hi / lo in registers where they are used, never stored as
- * planes: dstates loads its fragments of the next chunk's T~ and P~ from
- * global memory into registers right after their last use (64 registers;
- * it has them); states, held to 128 registers for two CTAs an SM, copies
- * the next T~ into one fp32 tile by cp.async after its last read (and into
- * L2 a chunk earlier), and reads its fragments from there.
- *
- * Three CTA barriers per chunk (a fourth after an in-place conversion):
- * each product reads operands that other warps wrote, and each buffer is
- * rewritten only after the barrier that follows its last read (the
- * comments at the barriers say what they publish). Shared memory at
- * K = 128: states 104 KB (121 KB converting), dstates 130 KB (169 KB);
- * at K = 64: 78 (87) and 88 (111) KB.
+ * Inputs arrive a chunk ahead by cp.async: the raw q / k rows and the V or
+ * dO slice into a two-stage ring, T~ (and P~) as fp32 into one staging
+ * tile, split into planes at the start of their chunk. (The chains'
+ * first form, 16 x 16 mma.sync tiles over 8 warps with the intermediates
+ * in shared memory and three CTA barriers a chunk, took 1.77 / 2.7 ms on
+ * hk16_hv32 32k_1seq; docs/history/2026-12-04-bwd.md.)
  */
 #include "cuda/bwd_common.cuh"
 #include "cuda/fwd_prepare_common.cuh"
-#include "cuda/kernel/split_mma.cuh"
+#include "cuda/kernel/wg_split.cuh"
 #include "cuda/ptx/cp_async.cuh"
 
 #include <type_traits>
@@ -68,284 +57,175 @@ namespace {
 
 constexpr int C = FQLA_BWD_C;
 constexpr int VS = FQLA_BWD_VS;
-constexpr int THREADS = 256;
+constexpr int THREADS = 128;
+constexpr int TILE = C * 64 * 2; /* a 64 x 64 bf16 plane */
 
 /* What a launch runs (bwd_chain_cp.cu): whole sequences (no CP), or with CP
  * the pre-pass of segments (from zero / identity states, [H | M] out) or
  * the main pass (from the scan's segment states, every chunk's state out). */
 enum { CHAIN_WHOLE = 0, CHAIN_PREPASS = 1, CHAIN_MAIN = 2 };
-constexpr int LDX = VS + 8; /* 64 x VS and K x VS tiles of 2-byte elements (80-byte rows) */
 
-using bf16 = __nv_bfloat16;
-
-/* One chunk's inputs (one ring stage); q / k / x hold the io dtype's raw
- * bits, or the bf16 hi plane after the in-place conversion. */
-template <int KD, bool REVERSE> struct chain_stage {
-    static constexpr int LDQ = KD + 8; /* 272- or 144-byte rows: 16-byte aligned, spread over the banks */
-    alignas(16) uint16_t k[C * LDQ];
-    alignas(16) uint16_t q[REVERSE ? C * LDQ : 8]; /* dstates only */
-    alignas(16) uint16_t x[C * LDX];               /* the V (states) or dO (dstates) slice */
+/* One stage's per-token rows (fp32, from the workspace). */
+struct chain_rows {
     alignas(16) float gam[C];
     alignas(16) float bet[C];
     alignas(16) float rq[C];
     alignas(16) float rk[C];
 };
 
-/* A tile as two bf16 planes. */
-template <int ROWS> struct split_planes {
-    alignas(16) bf16 hi[ROWS * LDX];
-    alignas(16) bf16 lo[ROWS * LDX];
-    __device__ __forceinline__ fqla_split_tile tile() { return {hi, lo, LDX}; }
+/* The chunk's per-token factors, written after the first barrier. */
+struct chain_coef {
+    float e[C];  /* states: e_t; dstates: scale e_t */
+    float f[C];  /* f_t */
+    float b[C];  /* states: beta_t; dstates: -e_t beta_t */
 };
 
-template <bool REVERSE> struct scaled_do {
-    split_planes<C> p; /* scale diag(e) dO, the B operand of Q^T in the dS update */
-};
-template <> struct scaled_do<false> {};
-
-/* states' T~ (fp32, one chunk's; 288-byte rows keep the float2 fragment
- * reads free of bank conflicts) */
-constexpr int LDT = C + 8;
-template <bool REVERSE> struct t_tile {
-    alignas(16) float T[C * LDT];
-};
-template <> struct t_tile<true> {};
-
-template <int KD, bool REVERSE> struct chain_smem {
-    chain_stage<KD, REVERSE> st[2];
-    split_planes<KD> S;  /* S or dS */
-    split_planes<C> a, b; /* states: Y, f U; dstates: dU, -e beta dY */
-    scaled_do<REVERSE> e;
-    t_tile<REVERSE> t;
+/* Shared memory (byte offsets from a 1024-aligned base). */
+template <int KD, bool REVERSE, bool CONVERT> struct chain_layout {
+    static constexpr int KP = C * KD * 2;                     /* a [64][KD] plane */
+    static constexpr int NQK = REVERSE ? 2 : 1;               /* k (, q) */
+    static constexpr int NTP = REVERSE ? 2 : 1;               /* T~ (, P~) */
+    static constexpr int STAGE = NQK * KP + TILE;             /* k (, q) raw / hi planes; the V or dO slice */
+    static constexpr int ring = 0;                            /* two stages */
+    static constexpr int tp = 2 * STAGE;                      /* T~ (, P~) hi, lo planes */
+    static constexpr int lo = tp + 2 * NTP * TILE;            /* CONVERT: k (, q) lo planes */
+    static constexpr int f32 = lo + (CONVERT ? NQK * KP : 0); /* T~ (, P~) fp32 staging */
+    static constexpr int rows = f32 + NTP * C * C * 4;        /* chain_rows[2] */
+    static constexpr int coef = rows + 2 * (int)sizeof(chain_rows);
+    static constexpr int bytes = coef + (int)sizeof(chain_coef) + 1024; /* + the base's alignment */
+    static_assert(KP % 1024 == 0 && STAGE % 1024 == 0 && tp % 1024 == 0 && lo % 1024 == 0,
+                  "wgmma planes must be 1024-aligned");
+    static_assert(bytes <= 227 * 1024, "over the H100 / H200 shared memory a block may have");
 };
 
-/* The lo planes of the converted rows (launches with fp16 io or l2norm
- * only): one chunk's, written after the barrier that ends the previous
- * chunk's reads. */
-template <int KD, bool REVERSE> struct chain_lo {
-    static constexpr int LDQ = chain_stage<KD, REVERSE>::LDQ;
-    alignas(16) bf16 k[C * LDQ];
-    alignas(16) bf16 q[REVERSE ? C * LDQ : 8];
-    alignas(16) bf16 x[REVERSE ? C * LDX : 8];
-};
-
-template <int KD, bool REVERSE> constexpr size_t smem_bytes(bool convert)
-{
-    return sizeof(chain_smem<KD, REVERSE>) + (convert ? sizeof(chain_lo<KD, REVERSE>) : 0);
-}
-
-/* Copies 64 rows of `cols` 2-byte elements (rows past nvalid as zeros)
- * from src (row i at src + i * st) into dst (pitch ld): 16-byte cp.async
- * where `vec`, else element by element. */
-__device__ __forceinline__ void copy_rows(uint16_t *dst, int ld, const uint16_t *src, int64_t st, int cols, int nvalid,
-                                          bool vec)
+/* Copies 64 rows of `cols` 2-byte elements (the plane's width) from src
+ * (row i at src + i * st) into a swizzled plane; rows past nvalid and
+ * columns past valid (a multiple of 8) as zeros. 16-byte cp.async where
+ * `vec`, else element by element (misaligned rows: rare, kept rolled). */
+__device__ __forceinline__ void copy_plane(unsigned char *plane, int cols, const uint16_t *src, int64_t st, int valid,
+                                           int nvalid, bool vec)
 {
     if (vec) {
         const int per_row = cols / 8;
         for (int idx = threadIdx.x; idx < C * per_row; idx += THREADS) {
             const int i = idx / per_row, j = 8 * (idx % per_row);
-            fqla_cp_async16(dst + i * ld + j, i < nvalid ? src + i * st + j : src, i < nvalid ? 16 : 0);
+            const bool ok = i < nvalid && j < valid;
+            fqla_cp_async16(plane + fqla_wg_off(C, i, j), ok ? src + i * st + j : src, ok ? 16 : 0);
         }
-    } else { /* rare (misaligned rows): kept rolled, its addresses out of the chain's registers */
+    } else {
 #pragma unroll 1
         for (int idx = threadIdx.x; idx < C * cols; idx += THREADS) {
             const int i = idx / cols, j = idx % cols;
-            dst[i * ld + j] = i < nvalid ? src[i * st + j] : (uint16_t)0;
+            *reinterpret_cast<uint16_t *>(plane + fqla_wg_off(C, i, j)) =
+                i < nvalid && j < valid ? src[i * st + j] : (uint16_t)0;
         }
     }
 }
 
-/* Issues chunk (slot, t0, nvalid)'s copies into stage s. */
-template <int KD, bool REVERSE>
-__device__ __forceinline__ void issue(const fqla_bwd_params &bp, chain_stage<KD, REVERSE> &s, int64_t slot,
-                                      int64_t batch, int64_t t0, int nvalid, int hk, int hv, int v0, bool vec,
-                                      bool x_zero)
+/* A 64 x 64 fp32 workspace tile (T~ or P~) into staging by cp.async. */
+__device__ __forceinline__ void copy_f32(float *dst, const float *src)
 {
-    const fqla_fwd_params &p = bp.f;
-    constexpr int LDQ = chain_stage<KD, REVERSE>::LDQ;
-    const size_t tile = (size_t)slot * p.HV + hv;
-    copy_rows(s.k, LDQ, (const uint16_t *)p.k + batch * p.k_sb + t0 * p.k_st + (int64_t)hk * p.k_sh, p.k_st, KD,
-              nvalid, vec);
-    if constexpr (REVERSE) {
-        copy_rows(s.q, LDQ, (const uint16_t *)p.q + batch * p.q_sb + t0 * p.q_st + (int64_t)hk * p.q_sh, p.q_st, KD,
-                  nvalid, vec);
-        copy_rows(s.x, LDX, (const uint16_t *)bp.d_o + batch * bp.do_sb + t0 * bp.do_st + (int64_t)hv * bp.do_sh + v0,
-                  bp.do_st, VS, x_zero ? 0 : nvalid, vec);
-    } else {
-        copy_rows(s.x, LDX, (const uint16_t *)p.v + batch * p.v_sb + t0 * p.v_st + (int64_t)hv * p.v_sh + v0, p.v_st,
-                  VS, x_zero ? 0 : nvalid, vec);
+#pragma unroll
+    for (int n = 0; n < C * C / 4 / THREADS; n++) {
+        const int idx = threadIdx.x + n * THREADS;
+        fqla_cp_async16(dst + 4 * idx, src + 4 * idx, 16);
     }
-    const int t = threadIdx.x;
-    if (t < C / 4) { /* the workspace rows: 16-byte aligned always */
-        fqla_cp_async16(&s.gam[4 * t], p.gam + tile * C + 4 * t, 16);
-        fqla_cp_async16(&s.bet[4 * t], bp.bet + tile * C + 4 * t, 16);
-        if (p.l2norm) {
-            const size_t rrow = ((size_t)slot * p.H + hk) * C;
-            fqla_cp_async16(&s.rk[4 * t], p.rk + rrow + 4 * t, 16);
-            if (REVERSE) fqla_cp_async16(&s.rq[4 * t], p.rq + rrow + 4 * t, 16);
+}
+
+/* A staged fp32 tile into its hi / lo planes. */
+__device__ __forceinline__ void split_f32(const fqla_wg_tile &t, const float *src)
+{
+#pragma unroll
+    for (int n = 0; n < C * C / 8 / THREADS; n++) {
+        const int idx = threadIdx.x + n * THREADS, r = idx >> 3, c = 8 * (idx & 7);
+        const float4 a = *reinterpret_cast<const float4 *>(src + r * C + c);
+        const float4 b = *reinterpret_cast<const float4 *>(src + r * C + c + 4);
+        const float x[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        fqla_wg_put8(t, r, c, x);
+    }
+}
+
+/* Rewrites a [64][KD] plane of raw io elements as its bf16 hi plane in
+ * place and lo into lo: row i scaled by r[i] (r nullptr: by 1; rows past
+ * nvalid are zeros). */
+template <typename T, int KD>
+__device__ __forceinline__ void split_plane(unsigned char *hi, unsigned char *lo, const float *r, int nvalid)
+{
+#pragma unroll 2
+    for (int idx = threadIdx.x; idx < C * KD / 8; idx += THREADS) {
+        const int i = idx / (KD / 8), j = 8 * (idx % (KD / 8));
+        const uint32_t o = fqla_wg_off(C, i, j);
+        uint4 *w = reinterpret_cast<uint4 *>(hi + o);
+        const uint4 u = *w;
+        const uint32_t x[4] = {u.x, u.y, u.z, u.w};
+        const float s = r ? (i < nvalid ? r[i] : 0.f) : 1.f;
+        uint32_t h[4], l[4];
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            const float a = bwd_widen<T>(x[q] & 0xffffu) * s, b = bwd_widen<T>(x[q] >> 16) * s;
+            h[q] = fqla_wg_bf2(a, b);
+            const float2 hf = fqla_wg_unbf2(h[q]);
+            l[q] = fqla_wg_bf2(a - hf.x, b - hf.y);
         }
+        *w = make_uint4(h[0], h[1], h[2], h[3]);
+        *reinterpret_cast<uint4 *>(lo + o) = make_uint4(l[0], l[1], l[2], l[3]);
     }
 }
 
-/* Rewrites `cols` columns of a stage's 64 raw rows (pitch ld) as their
- * bf16 hi plane in place, lo into lo (same pitch): row i scaled by r[i]
- * (r nullptr: by 1). Each thread reads and writes only its own pairs. */
-template <typename T>
-__device__ __forceinline__ void split_rows(uint16_t *raw, bf16 *lo, int ld, int cols, const float *r)
+/* The raw pairs of fqla_wg_load_t as floats (fqla_wg_frags' order). */
+template <typename T> __device__ __forceinline__ void widen_frags(const uint32_t (&x)[4][4], float (&f)[32])
 {
-    const int per_row = cols / 2;
-    for (int idx = threadIdx.x; idx < C * per_row; idx += THREADS) {
-        const int i = idx / per_row, j = 2 * (idx % per_row);
-        uint32_t *w = reinterpret_cast<uint32_t *>(raw + i * ld + j);
-        const uint32_t x = *w;
-        const float s = r ? r[i] : 1.f;
-        uint32_t h, l;
-        fqla_split_pack2(bwd_widen<T>(x & 0xffffu) * s, bwd_widen<T>(x >> 16) * s, h, l);
-        *w = h;
-        *reinterpret_cast<uint32_t *>(lo + i * ld + j) = l;
-    }
-}
-
-/* Copies chunk tile's T~ (the workspace's 64 x 64 fp32) into t (pitch LDT). */
-__device__ __forceinline__ void issue_t(float *t, const float *Tg)
-{
-    for (int idx = threadIdx.x; idx < C * C / 4; idx += THREADS) {
-        const int i = idx / (C / 4), j = 4 * (idx % (C / 4));
-        fqla_cp_async16(t + i * LDT + j, Tg + 4 * idx, 16);
-    }
-}
-
-/*
- * k-step ks (16 columns) of a 64 x 64 fp32 matrix M (T~ or P~, row-major,
- * pitch ld; global or shared memory) as the warp's A fragment for the
- * 16-row block m0 (TRANS: of M^T): f[2 r], f[2 r + 1] are the pair of
- * fragment register r (mma_sync.cuh: rows g / g + 8, columns 2t, 2t + 1 /
- * 2t + 8, 2t + 9).
- */
-template <bool TRANS>
-__device__ __forceinline__ void load_frag(float (&f)[8], const float *M, int ld, int m0, int ks)
-{
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 #pragma unroll
-    for (int r = 0; r < 4; r++) {
-        const int i = m0 + g + 8 * (r & 1), k = 16 * ks + 2 * t + 8 * (r >> 1);
-        if (TRANS) {
-            f[2 * r] = M[k * ld + i];
-            f[2 * r + 1] = M[(k + 1) * ld + i];
-        } else {
-            const float2 v = *reinterpret_cast<const float2 *>(M + i * ld + k);
-            f[2 * r] = v.x;
-            f[2 * r + 1] = v.y;
+    for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            f[8 * kk + 2 * q] = bwd_widen<T>(x[kk][q] & 0xffffu);
+            f[8 * kk + 2 * q + 1] = bwd_widen<T>(x[kk][q] >> 16);
         }
-    }
 }
 
-/* acc[NT] += A B over k-step ks, A given as load_frag's fp32 fragment
- * (split here, hi and lo), B a split tile stored [k][n] (its lo plane where
- * it has one): hi*hi + lo*hi + hi*lo. */
-template <int NT>
-__device__ __forceinline__ void mma_frag(float (&acc)[NT][4], const float (&f)[8], int ks, const fqla_split_tile &B,
-                                         int n0)
+/* A fragments computed before the wgmma.fence that precedes their products:
+ * ptxas otherwise may place their conversions between the wgmma and
+ * inject a wait there. */
+template <int KS> __device__ __forceinline__ void fence_a(uint32_t (&hi)[KS][4], uint32_t (&lo)[KS][4])
 {
-    static_assert(NT % 2 == 0, "n-tiles come in pairs (one ldmatrix.x4 per 16 columns)");
-    const int lane = threadIdx.x & 31;
-    uint32_t ah[4], al[4];
-#pragma unroll
-    for (int r = 0; r < 4; r++) fqla_split_pack2(f[2 * r], f[2 * r + 1], ah[r], al[r]);
-#pragma unroll
-    for (int np = 0; np < NT / 2; np++) {
-        uint32_t bh[4];
-        fqla_frag_b_kn(bh, B.hi, B.ld, 16 * ks, n0 + 16 * np, lane);
-        fqla_mma_m16n8k16_bf16(acc[2 * np], ah, bh[0], bh[1]);
-        fqla_mma_m16n8k16_bf16(acc[2 * np + 1], ah, bh[2], bh[3]);
-        fqla_mma_m16n8k16_bf16(acc[2 * np], al, bh[0], bh[1]);
-        fqla_mma_m16n8k16_bf16(acc[2 * np + 1], al, bh[2], bh[3]);
-        if (B.lo) {
-            uint32_t bl[4];
-            fqla_frag_b_kn(bl, B.lo, B.ld, 16 * ks, n0 + 16 * np, lane);
-            fqla_mma_m16n8k16_bf16(acc[2 * np], ah, bl[0], bl[1]);
-            fqla_mma_m16n8k16_bf16(acc[2 * np + 1], ah, bl[2], bl[3]);
-        }
-    }
+    fqla_reg_fence_u(hi);
+    fqla_reg_fence_u(lo);
 }
 
-/* The k-steps ks_lo .. ks_hi of the above (the others are M's zero
- * triangle), dstates' fragments held in registers a chunk ahead. */
-template <bool TRANS>
-__device__ __forceinline__ void load_frags(float (&f)[4][8], const float *M, int ld, int m0, int ks_lo, int ks_hi)
-{
-#pragma unroll
-    for (int ks = 0; ks < 4; ks++)
-        if (ks >= ks_lo && ks <= ks_hi) load_frag<TRANS>(f[ks], M, ld, m0, ks);
-}
-template <int NT>
-__device__ __forceinline__ void mma_frags(float (&acc)[NT][4], const float (&f)[4][8], int ks_lo, int ks_hi,
-                                          const fqla_split_tile &B, int n0)
-{
-#pragma unroll
-    for (int ks = 0; ks < 4; ks++)
-        if (ks >= ks_lo && ks <= ks_hi) mma_frag(acc, f[ks], ks, B, n0);
-}
-
-/* acc (+)= A B over k in [0, KD) as split_mma; at K = 128 in two
- * accumulator sets (k halves) added at the end: two independent chains of
- * mma per n-tile instead of one twice as long (K S and K dS are on the
- * chain's path; at K = 64 the chains are short, and the states kernel at
- * 128 registers spilled the extra set). */
-template <int KD, int NT>
-__device__ __forceinline__ void split_mma_halves(float (&acc)[NT][4], const fqla_split_tile &A,
-                                                 const fqla_split_tile &B, int m0, int n0)
-{
-    if constexpr (KD < 128) {
-        fqla_split_mma<false, false, NT>(acc, A, B, m0, n0, 0, KD);
-    } else {
-        float acc2[NT][4];
-        fqla_acc_zero(acc2);
-#pragma unroll
-        for (int k = 0; k < KD / 2; k += 16) { /* interleaved in the source: the mma asm stays in order */
-            fqla_split_mma<false, false, NT>(acc, A, B, m0, n0, k, k + 16);
-            fqla_split_mma<false, false, NT>(acc2, A, B, m0, n0, KD / 2 + k, KD / 2 + k + 16);
-        }
-#pragma unroll
-        for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) acc[nt][e] += acc2[nt][e];
-    }
-}
-
-/* Launch bounds: states fits two CTAs an SM (shared memory <= 103 KB,
- * registers capped at 128); dstates holds T~ and P~ fragments in registers
- * (64 of them) and needs more shared memory: one. */
-template <int KD, bool REVERSE> constexpr int min_blocks() { return REVERSE ? 1 : 2; }
+/* The chunk column (token) of accumulator element a of a 64-column
+ * accumulator, and its value row offset (0 or 8). */
+__device__ __forceinline__ int col_of(int a) { return 8 * (a >> 2) + 2 * (threadIdx.x & 3) + (a & 1); }
+__device__ __forceinline__ int row8_of(int a) { return 8 * ((a >> 1) & 1); }
 
 /* CONVERT: q / k are not exact bf16 numbers as they come (fp16 io, or
  * l2norm in the kernel): converted in place, with lo planes. A template
  * parameter so that every product's number of terms is known to the
- * compiler (straight-line code, no branch per k-step). */
+ * compiler. States fits two CTAs an SM at K = 128 (shared memory <= 98 KB),
+ * dstates one (146 / 178 KB). */
 template <typename T, int KD, bool REVERSE, bool CONVERT>
-__global__ void __launch_bounds__(THREADS, (min_blocks<KD, REVERSE>()))
-    bwd_chain_kernel(const fqla_bwd_params bp, int vec, int mode)
+__global__ void __launch_bounds__(THREADS, REVERSE ? 1 : 2) bwd_chain_kernel(const fqla_bwd_params bp, int vec, int mode)
 {
+    using L = chain_layout<KD, REVERSE, CONVERT>;
     const fqla_fwd_params &p = bp.f;
-    extern __shared__ __align__(16) unsigned char smem_raw[];
-    chain_smem<KD, REVERSE> &sm = *reinterpret_cast<chain_smem<KD, REVERSE> *>(smem_raw);
-    chain_lo<KD, REVERSE> &lo = *reinterpret_cast<chain_lo<KD, REVERSE> *>(smem_raw + sizeof(chain_smem<KD, REVERSE>));
-    constexpr int LDQ = chain_stage<KD, REVERSE>::LDQ;
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char *sm = (unsigned char *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+    const uint32_t s0 = fqla_smem_u32(sm);
+    chain_rows *rows = reinterpret_cast<chain_rows *>(sm + L::rows);
+    chain_coef &cf = *reinterpret_cast<chain_coef *>(sm + L::coef);
+    float *stage_t = reinterpret_cast<float *>(sm + L::f32), *stage_p = stage_t + C * C;
     /* dO is exact bf16 unless fp16 */
     constexpr bool IO_BF16 = std::is_same<T, __nv_bfloat16>::value;
     static_assert(IO_BF16 || CONVERT, "fp16 q / k always need their lo planes");
-    const int hv = blockIdx.y, hk = hv / p.group, v0 = blockIdx.z * VS;
-    /* the pre-pass's columns past V: the identity columns (zero input, state I) */
-    const bool ident = mode == CHAIN_PREPASS && v0 >= p.V;
-    const int tid = threadIdx.x, warp = tid >> 5;
-    /* 64-row products: warp w rows m0 = 16 (w % 4), columns n0 = 16 (w / 4).
-     * The K-row state: KD / 16 row blocks, the rest of the warps across columns. */
-    constexpr int RT = KD / 16, CW = 8 / RT, SNT = VS / CW / 8;
-    const int mb = warp & 3, m0 = 16 * mb, n0 = 16 * (warp >> 2);
-    const int r0 = 16 * (warp % RT), c0 = (VS / CW) * (warp / RT);
-    /* T~ (lower triangular) as A: k-steps 0 .. mb; T~^T and P~^T (upper): mb .. 3 */
-    const int ks_lo = REVERSE ? mb : 0, ks_hi = REVERSE ? 3 : mb;
-    const float scale = p.scale;
+    constexpr int NS = KD / 2, KK = KD / 16; /* S^T's accumulators a thread; its k-steps */
+    const int hv = blockIdx.y, hk = hv / p.group;
+    /* slices: ceil(V / 64) of the value columns, then (the pre-pass) K / 64
+     * of the identity columns (zero input, state I) */
+    const int nreal = (p.V + VS - 1) / VS;
+    const bool ident = mode == CHAIN_PREPASS && (int)blockIdx.z >= nreal;
+    const int v0 = ident ? p.V + VS * ((int)blockIdx.z - nreal) : VS * (int)blockIdx.z;
+    const int vw = ident ? VS : (p.V - v0 < VS ? p.V - v0 : VS); /* the slice's columns */
+    const int tid = threadIdx.x, vr = 16 * (tid >> 5) + ((tid & 31) >> 2), t4 = tid & 3;
     /* the span: sequence blockIdx.x (CHAIN_WHOLE), or segment blockIdx.x */
     int64_t n, batch, start, len, slot0;
     bool last;
@@ -357,7 +237,7 @@ __global__ void __launch_bounds__(THREADS, (min_blocks<KD, REVERSE>()))
     if (mode == CHAIN_PREPASS && (REVERSE ? first : last)) return;
     /* the pre-pass's identity columns (M) of a segment whose transition is
      * negligible under its decay (fwd_common.cuh): left out, and flagged for
-     * the scan by the first such slice (every slice decides alike) */
+     * the scan by the first identity slice (every slice decides alike) */
     if (mode == CHAIN_PREPASS && p.cp_skip && ident) {
         const int neg = fqla_cp_m_negligible(p, len, slot0, hv);
         if (tid == 0 && v0 == p.V) p.seg_flag[blockIdx.x * p.HV + hv] = neg;
@@ -367,200 +247,209 @@ __global__ void __launch_bounds__(THREADS, (min_blocks<KD, REVERSE>()))
     /* a segment's starting state is in the workspace (the scan wrote it) */
     const bool from_ws = mode == CHAIN_MAIN && chunks > 0;
 
-    /* the starting state, in the accumulator layout: h0 (states) or d_final_state (dstates) */
-    float S[SNT][4];
-    fqla_acc_pairs(S, r0, c0, [&](int r, int j, float &s0, float &s1) {
-        float s[2] = {0.f, 0.f};
-        for (int u = 0; u < 2; u++) {
-            if (mode == CHAIN_PREPASS) {
-                s[u] = ident && r == v0 - p.V + j + u ? 1.f : 0.f;
-            } else if (from_ws) {
+    /* S^T element a: value row vr + row8_of(a), key column kc(a) */
+    auto kc = [&](int a) { return 8 * (a >> 2) + 2 * t4 + (a & 1); };
+    float S[NS]; /* h0 (states) or d_final_state (dstates), transposed */
+#pragma unroll
+    for (int a = 0; a < NS; a++) {
+        const int v = vr + row8_of(a), k = kc(a);
+        float s = 0.f;
+        if (mode == CHAIN_PREPASS) {
+            s = ident && k == v0 - p.V + v ? 1.f : 0.f;
+        } else if (v < vw) {
+            if (from_ws) {
                 const int64_t c = REVERSE ? chunks - 1 : 0;
-                s[u] = (REVERSE ? bp.dS : bp.S)[((size_t)(slot0 + c) * p.HV + hv) * KD * p.V + (int64_t)r * p.V + v0 +
-                                                 j + u];
+                s = (REVERSE ? bp.dS : bp.S)[((size_t)(slot0 + c) * p.HV + hv) * KD * p.V + (int64_t)k * p.V + v0 + v];
             } else {
-                s[u] = bwd_start_state<REVERSE>(bp, n, hv, r, v0 + j + u);
+                s = bwd_start_state<REVERSE>(bp, n, hv, k, v0 + v);
             }
         }
-        s0 = s[0];
-        s1 = s[1];
-    });
+        S[a] = s;
+    }
 
-    /* chunk order: forward, or reverse for the gradient chain */
     auto chunk_at = [&](int it) { return REVERSE ? chunks - 1 - it : it; };
     auto nvalid_of = [&](int c) { return (int)(len - c * C < C ? len - c * C : C); };
-    auto tile_of = [&](int c) { return ((size_t)(slot0 + c) * p.HV + hv) * C * C; };
-    /* T~ and P~ fragments (dstates: the chunk to come's, from global
-     * memory; states: this chunk's, from sm.t just before use) */
-    float Tf[4][8], Pf[4][8];
-    /* cp.async groups, in order: the ring's copies of chunk it (committed
-     * after barrier (a) of chunk it - 1), then (states) T~ of chunk it
-     * (after barrier (c) of chunk it - 1), one group each, empty or not */
-    if (chunks > 0) {
-        const int c = chunk_at(0);
-        issue<KD, REVERSE>(bp, sm.st[0], slot0 + c, batch, start + (int64_t)c * C, nvalid_of(c), hk, hv, v0, vec,
-                           ident);
-        fqla_cp_async_commit();
-        if constexpr (REVERSE) {
-            load_frags<true>(Tf, bp.Tt + tile_of(c), C, m0, ks_lo, ks_hi);
-            load_frags<true>(Pf, bp.Pt + tile_of(c), C, m0, ks_lo, ks_hi);
-        } else {
-            issue_t(sm.t.T, bp.Tt + tile_of(c));
-            fqla_cp_async_commit();
-        }
-    }
-    const fqla_split_tile Sp = sm.S.tile(), Ap = sm.a.tile(), Bp = sm.b.tile();
-    for (int it = 0; it < chunks; it++) {
-        const int c = chunk_at(it);
-        const int64_t slot = slot0 + c;
+    auto stage = [&](int s) { return sm + L::ring + s * L::STAGE; };
+    /* chunk c's copies into ring stage s and the fp32 staging: one cp.async group */
+    auto issue = [&](int c, int s) {
+        const int64_t slot = slot0 + c, t0 = start + (int64_t)c * C;
+        const int nv = nvalid_of(c);
         const size_t tile = (size_t)slot * p.HV + hv;
-        const bool more = it + 1 < chunks;
-        const int cn = more ? chunk_at(it + 1) : c;
-        chain_stage<KD, REVERSE> &s = sm.st[it & 1];
-        const fqla_split_tile Kt = {reinterpret_cast<bf16 *>(s.k), CONVERT ? lo.k : nullptr, LDQ};
-
-        fqla_cp_async_wait<REVERSE ? 0 : 1>(); /* this chunk's ring copies (this thread's) */
-        /* store the state entering (states) / the gradient leaving (dstates)
-         * this chunk; its split planes are the B operand of K S (K dS) */
-        float *dst = (REVERSE ? bp.dS : bp.S) + tile * KD * p.V + v0;
-        fqla_acc_pairs(S, r0, c0, [&](int r, int j, float &s0, float &s1) {
-            if (mode != CHAIN_PREPASS) *reinterpret_cast<float2 *>(dst + (int64_t)r * p.V + j) = make_float2(s0, s1);
-            fqla_split_put2(Sp, r, j, s0, s1);
-        });
-        __syncthreads(); /* (a) every thread's copies and state planes; chunk it - 1 fully read */
-        if (more) {      /* the next chunk's copies, into the stage chunk it - 1 used */
-            issue<KD, REVERSE>(bp, sm.st[(it + 1) & 1], slot0 + cn, batch, start + (int64_t)cn * C, nvalid_of(cn), hk, hv,
-                               v0, vec, ident);
-            /* states: the next T~ is copied after (c), when this one is
-             * read; into L2 now, so that copy waits less */
-            if (!REVERSE && tid < C * C / 32) fqla_prefetch_l2(bp.Tt + tile_of(cn) + 32 * tid);
+        unsigned char *st = stage(s);
+        copy_plane(st, KD, (const uint16_t *)p.k + batch * p.k_sb + t0 * p.k_st + (int64_t)hk * p.k_sh, p.k_st, KD, nv,
+                   vec);
+        if constexpr (REVERSE) {
+            copy_plane(st + L::KP, KD, (const uint16_t *)p.q + batch * p.q_sb + t0 * p.q_st + (int64_t)hk * p.q_sh,
+                       p.q_st, KD, nv, vec);
+            copy_plane(st + L::NQK * L::KP, VS,
+                       (const uint16_t *)bp.d_o + batch * bp.do_sb + t0 * bp.do_st + (int64_t)hv * bp.do_sh + v0,
+                       bp.do_st, ident ? 0 : vw, nv, vec);
+            copy_f32(stage_p, bp.Pt + tile * C * C);
+        } else {
+            copy_plane(st + L::NQK * L::KP, VS,
+                       (const uint16_t *)p.v + batch * p.v_sb + t0 * p.v_st + (int64_t)hv * p.v_sh + v0, p.v_st,
+                       ident ? 0 : vw, nv, vec);
+        }
+        copy_f32(stage_t, bp.Tt + tile * C * C);
+        if (tid < C / 4) { /* the workspace rows: 16-byte aligned always */
+            chain_rows &r = rows[s];
+            fqla_cp_async16(&r.gam[4 * tid], p.gam + tile * C + 4 * tid, 16);
+            fqla_cp_async16(&r.bet[4 * tid], bp.bet + tile * C + 4 * tid, 16);
+            if (p.l2norm) {
+                const size_t rrow = ((size_t)slot * p.H + hk) * C;
+                fqla_cp_async16(&r.rk[4 * tid], p.rk + rrow + 4 * tid, 16);
+                if (REVERSE) fqla_cp_async16(&r.rq[4 * tid], p.rq + rrow + 4 * tid, 16);
+            }
         }
         fqla_cp_async_commit();
-        const float gC = s.gam[C - 1], eC = __expf(gC);
-        if constexpr (!REVERSE) {
-            if constexpr (CONVERT) {
-                split_rows<T>(s.k, lo.k, LDQ, KD, p.l2norm ? s.rk : nullptr);
-                __syncthreads(); /* (a') the converted rows */
-            }
-            { /* Y = diag(beta) (V - diag(e) K S) */
-                float acc[2][4];
-                fqla_acc_zero(acc);
-                split_mma_halves<KD>(acc, Kt, Sp, m0, n0);
-                fqla_acc_pairs(acc, m0, n0, [&](int i, int j, float &a0, float &a1) {
-                    const float e = __expf(s.gam[i]), b = s.bet[i];
-                    const uint32_t v = *reinterpret_cast<const uint32_t *>(&s.x[i * LDX + j]);
-                    const float x0 = bwd_widen<T>(v & 0xffffu) - e * a0, x1 = bwd_widen<T>(v >> 16) - e * a1;
-                    fqla_split_put2(Ap, i, j, b * x0, b * x1);
-                });
-            }
-            fqla_cp_async_wait<1>(); /* T~ (this thread's) */
-            __syncthreads();         /* (b) Y, T~ */
-            {                        /* diag(f) U, U = T~ Y */
-                float acc[2][4];
-                fqla_acc_zero(acc);
+    };
+
+    const fqla_wg_tile Tt{s0 + L::tp, s0 + L::tp + TILE, C};
+    const fqla_wg_tile Pt{s0 + L::tp + 2 * TILE, s0 + L::tp + 3 * TILE, C};
+    if (chunks > 0) issue(chunk_at(0), 0);
+    for (int it = 0; it < chunks; it++) {
+        const int c = chunk_at(it), s = it & 1, nv = nvalid_of(c);
+        const size_t tile = (size_t)(slot0 + c) * p.HV + hv;
+        unsigned char *st = stage(s);
+        const uint32_t k_hi = fqla_smem_u32(st), q_hi = k_hi + L::KP;
+        const fqla_wg_tile Kt{k_hi, CONVERT ? s0 + L::lo : 0u, C};
+        const fqla_wg_tile Qt{q_hi, CONVERT ? s0 + L::lo + L::KP : 0u, C};
+        const fqla_wg_tile Xt{fqla_smem_u32(st + L::NQK * L::KP), 0u, C};
+        const chain_rows &r = rows[s];
+
+        fqla_cp_async_wait_all(); /* this chunk's copies (this thread's) */
+        fqla_fence_async_smem();  /* cp.async wrote through the generic proxy; wgmma reads through the async one */
+        __syncthreads();          /* (a) every thread's copies; chunk it - 1 fully read */
+        split_f32(Tt, stage_t);
+        if constexpr (REVERSE) split_f32(Pt, stage_p);
+        if constexpr (CONVERT) {
+            split_plane<T, KD>(st, sm + L::lo, p.l2norm ? r.rk : nullptr, nv);
+            if constexpr (REVERSE) split_plane<T, KD>(st + L::KP, sm + L::lo + L::KP, p.l2norm ? r.rq : nullptr, nv);
+        }
+        const float gC = r.gam[C - 1], eC = __expf(gC);
+        if (tid < C) {
+            const float gm = r.gam[tid], e = __expf(gm);
+            cf.e[tid] = REVERSE ? p.scale * e : e;
+            cf.f[tid] = __expf(gC - gm);
+            cf.b[tid] = REVERSE ? -e * r.bet[tid] : r.bet[tid];
+        }
+        fqla_fence_async_smem();
+        __syncthreads(); /* (b) the planes and factors; the staging tiles are free */
+        if (it + 1 < chunks) issue(chunk_at(it + 1), s ^ 1);
+
+        /* store the state entering (states) / the gradient leaving (dstates) this chunk */
+        if (mode != CHAIN_PREPASS) {
+            float *dst = (REVERSE ? bp.dS : bp.S) + tile * KD * p.V + v0;
 #pragma unroll
-                for (int ks = 0; ks < 4; ks++)
-                    if (ks <= ks_hi) {
-                        float f[8];
-                        load_frag<false>(f, sm.t.T, LDT, m0, ks);
-                        mma_frag(acc, f, ks, Ap, n0);
-                    }
-                fqla_acc_pairs(acc, m0, n0, [&](int i, int j, float &a0, float &a1) {
-                    const float f = __expf(gC - s.gam[i]);
-                    fqla_split_put2(Bp, i, j, f * a0, f * a1);
-                });
-            }
-            __syncthreads(); /* (c) f U; T~ read */
-            if (more) issue_t(sm.t.T, bp.Tt + tile_of(cn));
-            fqla_cp_async_commit();
-            /* S = e_C S + K^T diag(f) U */
-#pragma unroll
-            for (int nt = 0; nt < SNT; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) S[nt][e] *= eC;
-            fqla_split_mma<true, false, SNT>(S, Kt, Bp, r0, c0, 0, C);
-        } else {
-            const fqla_split_tile Qt = {reinterpret_cast<bf16 *>(s.q), CONVERT ? lo.q : nullptr, LDQ};
-            const fqla_split_tile Xt = {reinterpret_cast<bf16 *>(s.x), IO_BF16 ? nullptr : lo.x, LDX};
-            const fqla_split_tile Ep = sm.e.p.tile();
-            /* scale diag(e) dO as split planes (read after (c)); fp16 dO split in place */
-            for (int idx = tid; idx < C * VS / 2; idx += THREADS) {
-                const int i = idx / (VS / 2), j = 2 * (idx % (VS / 2));
-                uint32_t *w = reinterpret_cast<uint32_t *>(&s.x[i * LDX + j]);
-                const uint32_t v = *w;
-                const float x0 = bwd_widen<T>(v & 0xffffu), x1 = bwd_widen<T>(v >> 16), se = scale * __expf(s.gam[i]);
-                fqla_split_put2(Ep, i, j, se * x0, se * x1);
-                if (!IO_BF16) {
-                    uint32_t h, l;
-                    fqla_split_pack2(x0, x1, h, l);
-                    *w = h;
-                    *reinterpret_cast<uint32_t *>(&lo.x[i * LDX + j]) = l;
-                }
-            }
-            if constexpr (CONVERT) {
-                split_rows<T>(s.k, lo.k, LDQ, KD, p.l2norm ? s.rk : nullptr);
-                split_rows<T>(s.q, lo.q, LDQ, KD, p.l2norm ? s.rq : nullptr);
-                __syncthreads(); /* (a') the converted rows (and fp16 dO) */
-            }
-            { /* dU = P~^T dO + diag(f) K dS */
-                float acc[2][4];
-                fqla_acc_zero(acc);
-                split_mma_halves<KD>(acc, Kt, Sp, m0, n0);
-                fqla_acc_pairs(acc, m0, n0, [&](int i, int j, float &a0, float &a1) {
-                    const float f = __expf(gC - s.gam[i]);
-                    a0 *= f;
-                    a1 *= f;
-                });
-                mma_frags(acc, Pf, ks_lo, ks_hi, Xt, n0);
-                fqla_acc_pairs(acc, m0, n0, [&](int i, int j, float &a0, float &a1) { fqla_split_put2(Ap, i, j, a0, a1); });
-            }
-            if (more) load_frags<true>(Pf, bp.Pt + tile_of(cn), C, m0, ks_lo, ks_hi);
-            __syncthreads(); /* (b) dU */
-            {                /* -diag(e beta) dY, dY = T~^T dU */
-                float acc[2][4];
-                fqla_acc_zero(acc);
-                mma_frags(acc, Tf, ks_lo, ks_hi, Ap, n0);
-                fqla_acc_pairs(acc, m0, n0, [&](int i, int j, float &a0, float &a1) {
-                    const float eb = -__expf(s.gam[i]) * s.bet[i];
-                    fqla_split_put2(Bp, i, j, eb * a0, eb * a1);
-                });
-            }
-            if (more) load_frags<true>(Tf, bp.Tt + tile_of(cn), C, m0, ks_lo, ks_hi);
-            __syncthreads(); /* (c) -e beta dY */
-            /* dS = e_C dS + Q^T (scale diag(e) dO) - K^T (diag(e beta) dY) */
-#pragma unroll
-            for (int nt = 0; nt < SNT; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) S[nt][e] *= eC;
-            { /* the two products in two accumulator sets, interleaved: two chains of mma per n-tile */
-                float S2[SNT][4];
-                fqla_acc_zero(S2);
-#pragma unroll
-                for (int k = 0; k < C; k += 16) {
-                    fqla_split_mma<true, false, SNT>(S, Qt, Ep, r0, c0, k, k + 16);
-                    fqla_split_mma<true, false, SNT>(S2, Kt, Bp, r0, c0, k, k + 16);
-                }
-#pragma unroll
-                for (int nt = 0; nt < SNT; nt++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) S[nt][e] += S2[nt][e];
+            for (int a = 0; a < NS; a++) {
+                const int v = vr + row8_of(a);
+                if (v < vw) dst[(int64_t)kc(a) * p.V + v] = S[a];
             }
         }
+        uint32_t sh[KK][4], sl[KK][4];
+        fqla_wg_frags(S, sh, sl);
+        float ks[32]; /* (K S)^T or (K dS)^T: [value row][token] */
+        fence_a(sh, sl);
+        fqla_wg_issue(ks, [&] { fqla_wg_rs_split<64, 0, true, CONVERT>(ks, sh, sl, Kt, false); });
+        uint32_t xr[4][4]; /* V^T or dO^T, raw pairs */
+        fqla_wg_load_t<4>(Xt, xr, 0);
+        fqla_wg_retire(ks);
+        fqla_reg_fence_u(sh);
+        fqla_reg_fence_u(sl);
+        float x[32];
+        widen_frags<T>(xr, x);
+        if constexpr (!REVERSE) {
+            /* Y^T = (V^T - (K S)^T diag(e)) diag(beta);  U^T = Y^T T~^T */
+#pragma unroll
+            for (int a = 0; a < 32; a++) {
+                const int t = col_of(a);
+                x[a] = cf.b[t] * (x[a] - cf.e[t] * ks[a]);
+            }
+            uint32_t yh[4][4], yl[4][4];
+            fqla_wg_frags(x, yh, yl);
+            float u[32];
+            fence_a(yh, yl);
+            fqla_wg_run(u, [&] { fqla_wg_rs_split<64, 0, true, true>(u, yh, yl, Tt, false); });
+            fqla_reg_fence_u(yh);
+            fqla_reg_fence_u(yl);
+            /* S^T = e_C S^T + (f U)^T K */
+#pragma unroll
+            for (int a = 0; a < 32; a++) u[a] *= cf.f[col_of(a)];
+            uint32_t uh[4][4], ul[4][4];
+            fqla_wg_frags(u, uh, ul);
+#pragma unroll
+            for (int a = 0; a < NS; a++) S[a] *= eC;
+            fence_a(uh, ul);
+            fqla_wg_run(S, [&] { fqla_wg_rs_split<KD, 1, true, CONVERT>(S, uh, ul, Kt, true); });
+            fqla_reg_fence_u(uh);
+            fqla_reg_fence_u(ul);
+        } else {
+            /* dU^T = dO^T P~ + (K dS)^T diag(f) */
+            uint32_t oh[4][4], ol[4][4];
+            if constexpr (IO_BF16) {
+#pragma unroll
+                for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+                    for (int q = 0; q < 4; q++) oh[kk][q] = ol[kk][q] = xr[kk][q];
+            } else {
+                fqla_wg_frags(x, oh, ol);
+            }
+            float du[32];
+            fence_a(oh, ol);
+            fqla_wg_run(du, [&] { fqla_wg_rs_split<64, 1, !IO_BF16, true>(du, oh, ol, Pt, false); });
+            fqla_reg_fence_u(oh);
+            fqla_reg_fence_u(ol);
+#pragma unroll
+            for (int a = 0; a < 32; a++) du[a] += cf.f[col_of(a)] * ks[a];
+            /* dY^T = dU^T T~ */
+            uint32_t dh[4][4], dl[4][4];
+            fqla_wg_frags(du, dh, dl);
+            float dy[32];
+            fence_a(dh, dl);
+            fqla_wg_run(dy, [&] { fqla_wg_rs_split<64, 1, true, true>(dy, dh, dl, Tt, false); });
+            fqla_reg_fence_u(dh);
+            fqla_reg_fence_u(dl);
+            /* dS^T = e_C dS^T + (scale diag(e) dO)^T Q - (diag(e beta) dY)^T K */
+#pragma unroll
+            for (int a = 0; a < 32; a++) {
+                const int t = col_of(a);
+                dy[a] *= cf.b[t];
+                x[a] *= cf.e[t];
+            }
+            uint32_t eh[4][4], el[4][4], yh[4][4], yl[4][4];
+            fqla_wg_frags(x, eh, el);
+            fqla_wg_frags(dy, yh, yl);
+#pragma unroll
+            for (int a = 0; a < NS; a++) S[a] *= eC;
+            fence_a(eh, el);
+            fence_a(yh, yl);
+            fqla_wg_run(S, [&] {
+                fqla_wg_rs_split<KD, 1, true, CONVERT>(S, eh, el, Qt, true);
+                fqla_wg_rs_split<KD, 1, true, CONVERT>(S, yh, yl, Kt, true);
+            });
+            fqla_reg_fence_u(eh);
+            fqla_reg_fence_u(el);
+            fqla_reg_fence_u(yh);
+            fqla_reg_fence_u(yl);
+        }
     }
-    fqla_cp_async_wait_all();
     if (mode == CHAIN_PREPASS) { /* the segment's [H | M] */
         const int64_t W = p.V + KD;
         float *hm = bp.cp_hm + ((size_t)blockIdx.x * p.HV + hv) * KD * W + v0;
-        fqla_acc_pairs(S, r0, c0, [&](int r, int j, float &s0, float &s1) {
-            *reinterpret_cast<float2 *>(hm + (int64_t)r * W + j) = make_float2(s0, s1);
-        });
+#pragma unroll
+        for (int a = 0; a < NS; a++) {
+            const int v = vr + row8_of(a);
+            if (v < vw) hm[(int64_t)kc(a) * W + v] = S[a];
+        }
         return;
     }
     if (REVERSE && bp.dh0 && first)
-        fqla_acc_pairs(S, r0, c0, [&](int r, int j, float &s0, float &s1) {
-            bp.dh0[fqla_fwd_state_off(n, hv, r, v0 + j, bp.dh0_sn, bp.dh0_sh, bp.dh0_s2, p.v_first)] = s0;
-            bp.dh0[fqla_fwd_state_off(n, hv, r, v0 + j + 1, bp.dh0_sn, bp.dh0_sh, bp.dh0_s2, p.v_first)] = s1;
-        });
+#pragma unroll
+        for (int a = 0; a < NS; a++) {
+            const int v = vr + row8_of(a);
+            if (v < vw)
+                bp.dh0[fqla_fwd_state_off(n, hv, kc(a), v0 + v, bp.dh0_sn, bp.dh0_sh, bp.dh0_s2, p.v_first)] = S[a];
+        }
 }
 
 /* Whether every 2-byte row the chains copy starts on a 16-byte boundary. */
@@ -578,19 +467,19 @@ int rows_vec(const fqla_bwd_params &b)
 }
 
 /* Grid: sequences (CHAIN_WHOLE) or segment indices (with CP), value heads,
- * 32-column slices (the pre-pass: of V + K columns). */
+ * 64-column slices of V (the pre-pass: and of the K identity columns). */
 template <typename T, int KD, bool REVERSE, bool CONVERT>
 cudaError_t launch(const fqla_bwd_params &p, int mode, cudaStream_t stream)
 {
     static fqla_smem_cache cache;
-    const size_t smem = smem_bytes<KD, REVERSE>(CONVERT);
+    const size_t smem = chain_layout<KD, REVERSE, CONVERT>::bytes;
     cudaError_t e = fqla_smem_limit(cache, bwd_chain_kernel<T, KD, REVERSE, CONVERT>, smem);
     if (e != cudaSuccess) return e;
     const int64_t rows = mode == CHAIN_WHOLE ? p.f.N : fqla_cp_segs(p.f.varlen, p.f.T, p.f.N, p.f.seg_chunks);
-    const int64_t cols = mode == CHAIN_PREPASS ? p.f.V + KD : p.f.V;
+    const int64_t slices = (p.f.V + VS - 1) / VS + (mode == CHAIN_PREPASS ? KD / VS : 0);
     return fqla_launch(bwd_chain_kernel<T, KD, REVERSE, CONVERT>,
-                       dim3((unsigned)rows, (unsigned)p.f.HV, (unsigned)(cols / VS)), dim3(THREADS), smem, stream, 0,
-                       p, rows_vec(p), mode);
+                       dim3((unsigned)rows, (unsigned)p.f.HV, (unsigned)slices), dim3(THREADS), smem, stream, 0, p,
+                       rows_vec(p), mode);
 }
 
 /* bf16 io with or without l2norm, or fp16 (always converted) */

@@ -24,7 +24,7 @@
  * Precision (the numerics model dev/models/bwd_chunked.py and its results in
  * bench/results/bwd-model.md): the chains' and the gradient kernel's
  * products run on bf16 tensor cores with every operand that is not an
- * exact bf16 input split into hi / lo bf16 planes (kernel/split_mma.cuh:
+ * exact bf16 input split into hi / lo bf16 planes (kernel/wg_split.cuh:
  * three products, ~16 significant bits per operand), fp32 accumulation;
  * T~ is solved in fp32 on CUDA cores; the per-chunk states are stored in
  * fp32; dg is assembled from per-term products, never from differences of
@@ -47,7 +47,7 @@
 #include <cuda_fp16.h>
 
 #define FQLA_BWD_C 64 /* chunk */
-#define FQLA_BWD_VS 32 /* value columns per chain CTA (V must be a multiple of it) */
+#define FQLA_BWD_VS 64 /* value columns per chain CTA (a last slice of V may be half full) */
 
 struct fqla_bwd_params {
     fqla_fwd_params f;        /* the forward's inputs, shapes, options, slots; f.rq, f.rk: the

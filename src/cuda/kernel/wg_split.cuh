@@ -1,6 +1,6 @@
 /*
- * kernel/wg_split.cuh - warpgroup products (wgmma) on split bf16 tiles: the
- * wgmma form of split_mma.cuh.
+ * kernel/wg_split.cuh - warpgroup products (wgmma) on split bf16 operands:
+ * fp32-class products on bf16 tensor cores.
  *
  * A tile is a matrix of rows x cols (cols a multiple of 64) kept in shared
  * memory as one or two bf16 planes, hi = bf16(x) and lo = bf16(x - hi)
@@ -45,9 +45,9 @@ FQLA_DEVICE_INLINE uint32_t fqla_wg_off(int rows, int r, int c)
     return (uint32_t)((c >> 6) * rows * 128 + r * 128 + ((((c & 63) >> 3) ^ (r & 7)) << 4) + ((c & 7) << 1));
 }
 
-/* Packing as split_mma.cuh's fqla_split_pack2 does, but unpacking by shifts
- * (exact too): with fqla_split_pack2 itself the gradient kernel compiled to
- * other code with more spills (148 / 264 bytes against 116 / 184). */
+/* Packing two floats into a bf16 pair, and unpacking by shifts (exact): an
+ * earlier helper that unpacked through cuda_bf16's conversions compiled the
+ * gradient kernel to code with more spills (148 / 264 bytes against 116 / 184). */
 FQLA_DEVICE_INLINE uint32_t fqla_wg_bf2(float a, float b)
 {
     const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
@@ -140,11 +140,19 @@ template <> struct fqla_wg_n<64> {
     {
         fqla_wg<__nv_bfloat16>::ss64<TA, TB>(d, a, b, acc);
     }
+    template <int TB> static FQLA_DEVICE_INLINE void rs(float (&d)[32], const uint32_t (&a)[4], uint64_t b, int acc)
+    {
+        fqla_wg<__nv_bfloat16>::rs64<TB>(d, a, b, acc);
+    }
 };
 template <> struct fqla_wg_n<128> {
     template <int TA, int TB> static FQLA_DEVICE_INLINE void mma(float (&d)[64], uint64_t a, uint64_t b, int acc)
     {
         fqla_wg<__nv_bfloat16>::ss128<TA, TB>(d, a, b, acc);
+    }
+    template <int TB> static FQLA_DEVICE_INLINE void rs(float (&d)[64], const uint32_t (&a)[4], uint64_t b, int acc)
+    {
+        fqla_wg<__nv_bfloat16>::rs128<TB>(d, a, b, acc);
     }
 };
 
@@ -162,6 +170,59 @@ FQLA_DEVICE_INLINE void fqla_wg_split(float (&acc)[N / 2], const fqla_wg_tile &A
         if (B.lo) fqla_wg_n<N>::template mma<TA, TB>(acc, ah, fqla_wg_desc<TB>(B.lo, B.rows, kk), 1);
         if (A.lo) fqla_wg_n<N>::template mma<TA, TB>(acc, fqla_wg_desc<TA>(A.lo, A.rows, kk), bh, 1);
     }
+}
+
+/* Register operands (RS wgmma). A warpgroup's accumulator-layout array x
+ * of a 64 x 16 KS matrix (8 KS floats a thread) as the A fragments of its
+ * KS k-steps: k-step kk's fragment register q holds x[8 kk + 2 q], + 1
+ * (rows g / g + 8, columns 2 t / 2 t + 8 of the step, as the accumulator
+ * has them), split into hi / lo planes. */
+template <int KS>
+FQLA_DEVICE_INLINE void fqla_wg_frags(const float (&x)[8 * KS], uint32_t (&hi)[KS][4], uint32_t (&lo)[KS][4])
+{
+#pragma unroll
+    for (int kk = 0; kk < KS; kk++)
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            const float a = x[8 * kk + 2 * q], b = x[8 * kk + 2 * q + 1];
+            hi[kk][q] = fqla_wg_bf2(a, b);
+            const float2 h = fqla_wg_unbf2(hi[kk][q]);
+            lo[kk][q] = fqla_wg_bf2(a - h.x, b - h.y);
+        }
+}
+
+/* Issues acc (+)= A B over KS k-steps with A in registers (fqla_wg_frags;
+ * A_LO false: A exact in bf16, its lo plane unused) and B a tile (TB 0
+ * K-major, 1 MN-major; B_LO: B.lo used). Which terms run is a template
+ * choice: a branch between two wgmma makes ptxas wait for the first
+ * (its C7519 warning). wgmma reads A's registers after the issue: the
+ * caller keeps them unchanged, and live (fqla_reg_fence_u after the wait),
+ * until the group retires. */
+template <int N, int TB, bool A_LO, bool B_LO, int KS>
+FQLA_DEVICE_INLINE void fqla_wg_rs_split(float (&acc)[N / 2], const uint32_t (&ah)[KS][4], const uint32_t (&al)[KS][4],
+                                         const fqla_wg_tile &B, bool accumulate)
+{
+#pragma unroll
+    for (int kk = 0; kk < KS; kk++) {
+        const uint64_t bh = fqla_wg_desc<TB>(B.hi, B.rows, kk);
+        fqla_wg_n<N>::template rs<TB>(acc, ah[kk], bh, (accumulate || kk > 0) ? 1 : 0);
+        if constexpr (B_LO) fqla_wg_n<N>::template rs<TB>(acc, ah[kk], fqla_wg_desc<TB>(B.lo, B.rows, kk), 1);
+        if constexpr (A_LO) fqla_wg_n<N>::template rs<TB>(acc, al[kk], bh, 1);
+    }
+}
+
+/* The transposed view of a 64-column block of a tile's hi plane, as raw
+ * 2-byte pairs in the accumulator layout: x[r][c] = t(c, c0 + r) for the
+ * warpgroup's 64 rows r and the tile's N = 16 KS rows as columns c; pair
+ * q of step kk holds view elements 8 kk + 2 q, + 1 (fqla_wg_frags' order,
+ * so an exact bf16 tile's pairs are A fragments as they are). One
+ * ldmatrix.trans a step. */
+template <int KS> FQLA_DEVICE_INLINE void fqla_wg_load_t(const fqla_wg_tile &t, uint32_t (&x)[KS][4], int c0)
+{
+    const int lane = threadIdx.x & 31, q = lane >> 3, w = (threadIdx.x >> 5) & 3;
+#pragma unroll
+    for (int kk = 0; kk < KS; kk++)
+        fqla_ldsm_x4_t_at(x[kk], t.hi + fqla_wg_off(t.rows, 16 * kk + 8 * (q >> 1) + (lane & 7), c0 + 16 * w + 8 * (q & 1)));
 }
 
 /* fqla_wg_issue: fences the accumulators and issues f's products as one

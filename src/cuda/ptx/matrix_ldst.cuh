@@ -47,6 +47,12 @@ FQLA_DEVICE_INLINE void fqla_ldsm_x4_at(uint32_t (&r)[4], uint32_t a)
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(a));
 }
+FQLA_DEVICE_INLINE void fqla_ldsm_x4_t_at(uint32_t (&r)[4], uint32_t a)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
 FQLA_DEVICE_INLINE void fqla_stsm_x4_at(uint32_t a, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3)
 {
     asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(a), "r"(r0), "r"(r1), "r"(r2),

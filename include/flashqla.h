@@ -221,6 +221,14 @@ typedef struct fqla_options {
 /* ------------------------------------------------------------------------ */
 /* Forward (chunked prefill)                                                  */
 
+/* The final state alone: leave o absent (data == NULL) and give final_state.
+ * The call writes final_state only, the same values a full forward of the
+ * same inputs writes there, bit for bit, and skips the output's work. From
+ * initial_state = [0 | I] with values [v | 0] (V + K value columns) it gives
+ * a run of tokens' affine map S_end = H + M S_start as [H | M] in one call
+ * (docs/distributed.md). CPU backends; CUDA returns NOT_SUPPORTED naming o.
+ * o absent without final_state is FQLA_STATUS_INVALID_VALUE naming o. */
+
 typedef struct fqla_fwd_args {
     fqla_tensor q;              /* [B, T, H, K]                           in  */
     fqla_tensor k;              /* [B, T, H, K]                           in  */
@@ -239,7 +247,8 @@ typedef struct fqla_fwd_args {
                                        CUDA context trusts the device values:
                                        starting at 0, never decreasing, at
                                        most T; reading them would synchronise) */
-    fqla_tensor o;              /* [B, T, HV, V], dtype of q             out  */
+    fqla_tensor o;              /* [B, T, HV, V], dtype of q             out
+                                   (absent: the final state alone, above)     */
     fqla_tensor final_state;    /* [N, HV, K, V] f32, optional           out  */
     fqla_options opt;
 } fqla_fwd_args;

@@ -87,6 +87,8 @@ typedef struct fqla_problem {
     fqla_dtype state_dtype;  /* dtype of the states / pool (F32 if none given) */
     int dh0_only;            /* bwd: dq, dk, dv, dg, dbeta, dA_log and ddt_bias are all
                                 absent and only d_initial_state is computed (validate.c) */
+    int ht_only;             /* fwd: o absent, final_state given: only the final state
+                                is computed (validate.c) */
     const char *f64_tensor;  /* the first argument given in F64 (NULL if none): the
                                 fp32 backends refuse it by name, whichever it is */
     int threads;             /* CPU backends: worker threads of this call, read from the

@@ -360,7 +360,9 @@ fqla_status fqla_validate_fwd(fqla_context *ctx, const fqla_fwd_args *a, int hos
     in.A_log = &a->A_log; in.dt_bias = &a->dt_bias; in.opt = &a->opt;
     in.cu = &a->cu_seqlens; in.cu_host = a->cu_seqlens_host; in.h0 = &a->initial_state;
     TRY(seq_prologue(ctx, &L, &in, FQLA_OP_FWD, host_readable, p));
-    TRY(check_like(ctx, &L, "o", &a->o, &a->q, p->HV, p->V, 0, 1, 1, p));
+    /* the final state alone (flashqla.h): o absent, final_state given */
+    p->ht_only = !a->o.data && a->final_state.data;
+    if (!p->ht_only) TRY(check_like(ctx, &L, "o", &a->o, &a->q, p->HV, p->V, 0, 1, 1, p));
     if (a->final_state.data) {
         TRY(check_seq_state(ctx, &L, "final_state", &a->final_state, FQLA_VT_STATE,
                             "F32, BF16 or F64", 1, p));
@@ -370,7 +372,7 @@ fqla_status fqla_validate_fwd(fqla_context *ctx, const fqla_fwd_args *a, int hos
     if (!host_readable) {
         const char *const names[4] = {"q", "k", "v", "o"};
         const fqla_tensor *const ts[4] = {&a->q, &a->k, &a->v, &a->o};
-        TRY(check_aligned(ctx, names, ts, 4));
+        TRY(check_aligned(ctx, names, ts, p->ht_only ? 3 : 4));
     }
     p->f64_tensor = fqla_vt_first_f64(&L);
     return fqla_vt_no_alias(ctx, &L);

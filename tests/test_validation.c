@@ -346,7 +346,8 @@ static void b_fwd_null_k(fx *f) { f->fa.k.data = NULL; }
 static void b_fwd_null_v(fx *f) { f->fa.v.data = NULL; }
 static void b_fwd_null_g(fx *f) { f->fa.g.data = NULL; }
 static void b_fwd_null_beta(fx *f) { f->fa.beta.data = NULL; }
-static void b_fwd_null_o(fx *f) { f->fa.o.data = NULL; }
+/* o absent with final_state given is the final state alone (ok_fwd_ht_only) */
+static void b_fwd_null_o(fx *f) { f->fa.o.data = NULL; f->fa.final_state.data = NULL; }
 static void b_fwd_null_A_log(fx *f) { f->fa.A_log.data = NULL; }
 static void b_fwd_null_dt_bias(fx *f) { f->fa.dt_bias.data = NULL; }
 static void b_fwd_A_log_no_gate(fx *f) { f->fa.A_log = fx_tensor(f, FQLA_DTYPE_F32, 1, SHAPE(f->c.HV), NULL, FILL_NORMAL); }
@@ -355,7 +356,12 @@ static void b_fwd_q_ndim7(fx *f) { f->fa.q.ndim = 7; }
 static void b_fwd_H0(fx *f) { f->fa.q.shape[2] = 0; f->fa.k.shape[2] = 0; }
 static void b_fwd_B_neg(fx *f) { f->fa.q.shape[0] = -2; }
 static void b_fwd_V0(fx *f) { f->fa.v.shape[3] = 0; }
-static void b_fwd_T0_null_o_data(fx *f) { f->fa.o.data = NULL; f->fa.o.shape[1] = 1; }
+static void b_fwd_T0_null_o_data(fx *f)
+{
+    f->fa.o.data = NULL;
+    f->fa.o.shape[1] = 1;
+    f->fa.final_state.data = NULL;
+}
 static void b_nop(fx *f) { (void)f; }
 static void b_fwd_k_heads(fx *f) { f->fa.k = fx_tensor(f, f->c.io, 4, SHAPE(f->c.B, f->c.T, 1, f->c.K), NULL, FILL_NORMAL); }
 static void b_fwd_k_dim(fx *f) { f->fa.k = fx_tensor(f, f->c.io, 4, SHAPE(f->c.B, f->c.T, f->c.H, f->c.K / 2), NULL, FILL_NORMAL); }
@@ -1190,6 +1196,35 @@ static void ok_decode_all_padding(void)
     }
 }
 
+/* The forward of the final state alone (o absent, final_state given) is
+ * legal on both CPU backends and writes final_state and nothing else; o is
+ * not looked at (not its strides either). The values are
+ * test_fwd_ht_only.c's. */
+static void ok_fwd_ht_only(void)
+{
+    for (int v = 0; v < 2; v++) {
+        cfg c = default_cfg(OP_FWD);
+        fx f;
+        fqla_problem p;
+        c.backend = v ? FQLA_BACKEND_CPU_REFERENCE : FQLA_BACKEND_CPU;
+        if (!fx_setup(&f, &c, OP_FWD)) return;
+        void *o = f.fa.o.data;
+        f.fa.o.data = NULL;
+        f.fa.o.strides[0] = 3;
+        expect_valid(&f, OP_FWD, 1, &p);
+        CHECK(p.ht_only, "%s: not taken as the final state alone", v ? "reference" : "CPU");
+        CHECK(fqla_fwd_supported(f.ctx, &f.fa) == FQLA_STATUS_SUCCESS, "supported: %s", fqla_last_error(f.ctx));
+        fx_snapshot(&f);
+        expect_run(&f, OP_FWD);
+        int i = fx_index(&f, f.fa.final_state.data), io = fx_index(&f, o);
+        CHECK(!has_sentinel_f32(&f.fa.final_state), "final_state not fully written");
+        for (int j = 0; j < f.n; j++)
+            CHECK(j == i || memcmp(f.snap[j], f.buf[j], f.bytes[j]) == 0, "buffer %d written besides final_state%s", j,
+                  j == io ? " (o's)" : "");
+        fx_free(&f);
+    }
+}
+
 /* The backward of d_initial_state alone (all of dq, dk, dv, dg, dbeta absent)
  * is legal on both CPU backends, with or without the in-kernel gate (dA_log,
  * ddt_bias absent then); it writes all of d_initial_state and nothing else.
@@ -1262,5 +1297,6 @@ int main(void)
     CHECK_RUN(ok_cpu_backend);
     CHECK_RUN(ok_decode_all_padding);
     CHECK_RUN(ok_bwd_dh0_only);
+    CHECK_RUN(ok_fwd_ht_only);
     return check_summary();
 }

@@ -294,17 +294,21 @@ def state_dtype_for(q, initial_state):
 
 
 def fwd_run(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, cu_seqlens_cpu,
-            scale, flags, output_final_state, backend, out=None):
+            scale, flags, output_final_state, backend, out=None, final_only=False):
     """Runs the forward (o written into out where given, e.g. a token range of
-    a larger output: the library takes strided tensors); returns (o,
+    a larger output: the library takes strided tensors; final_only: no o at
+    all, the final state alone, which the CPU backends compute without the
+    output's work and CUDA refuses by name); returns (o or None,
     final_state or None, description), the
     description being what depends only on the call's signature: (backend,
     device ordinal, the metadata strings of the 11 tensors of
     fqla_fwd_args in order, whether the host copy of cu_seqlens is passed,
     the options string). The eager fast path caches it (chunk.py)."""
     be, device = resolve(q, backend)
-    o, ht = fwd_alloc(q, v, initial_state, cu_seqlens, flags, output_final_state,
+    o, ht = fwd_alloc(q, v, initial_state, cu_seqlens, flags, output_final_state or final_only,
                       torch.float64 if q.dtype == torch.float64 else torch.float32, out)
+    if final_only:
+        o = None
     host = be == _lib.BACKEND_CUDA and cu_seqlens_cpu is not None
     ms = (meta(q), meta(k), meta(v), meta(g), meta(beta), meta(A_log), meta(dt_bias),
           meta(initial_state), meta(cu_seqlens), meta(o), meta(ht))
@@ -314,16 +318,17 @@ def fwd_run(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, cu_seql
         buf, 0, q.data_ptr(), ms[0], k.data_ptr(), ms[1], v.data_ptr(), ms[2],
         g.data_ptr(), ms[3], beta.data_ptr(), ms[4], _ptr(A_log), ms[5], _ptr(dt_bias), ms[6],
         _ptr(initial_state), ms[7], _ptr(cu_seqlens), ms[8],
-        cu_seqlens_cpu.data_ptr() if host else 0, o.data_ptr(), ms[9], _ptr(ht), ms[10], sopt)
+        cu_seqlens_cpu.data_ptr() if host else 0, _ptr(o), ms[9], _ptr(ht), ms[10], sopt)
     _call("fwd", be, device, buf, q)
     return o, ht, (be, device, ms, host, sopt)
 
 
 def fwd_impl(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, cu_seqlens_cpu,
-             scale, flags, output_final_state, backend, out=None):
-    """Runs the forward; returns (o, final_state or None)."""
+             scale, flags, output_final_state, backend, out=None, final_only=False):
+    """Runs the forward; returns (o, final_state or None); with final_only
+    (None, final_state)."""
     o, ht, _ = fwd_run(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens,
-                       cu_seqlens_cpu, scale, flags, output_final_state, backend, out)
+                       cu_seqlens_cpu, scale, flags, output_final_state, backend, out, final_only)
     return o, ht
 
 

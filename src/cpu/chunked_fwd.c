@@ -106,13 +106,16 @@ static void fwd_chunk(fwd_bufs *s, float *S, const fqla_problem *p, const fqla_f
         fqla_xpay8(Vp, hd->V_ + i * Vp, -hd->e[i], s->W + (cp + i) * Vp, s->X + i * Vp);
     fqla_gemm(FQLA_GEMM_A_LOWER, cp, Vp, cp, s->A2, cp, s->X, Vp, s->U, Vp);
 
-    /* O = P U + scale diag(e) Q S, P = scale Gamma . tril(Q K^T) */
-    for (int64_t i = 0; i < cp; i++)
-        fqla_mul_scale8(cp, hd->G + i * cp, qk->QKm + i * cp, scale, s->P + i * cp);
-    fqla_gemm(FQLA_GEMM_A_LOWER, cp, Vp, cp, s->P, cp, s->U, Vp, s->O, Vp);
-    for (int64_t i = 0; i < qk->c; i++) {
-        fqla_axpy8(Vp, scale * hd->e[i], s->W + i * Vp, s->O + i * Vp);
-        fqla_store_row_f32(&a->o, fqla_cpu_row_offset(&a->o, b, t0 + i, h), V, s->O + i * Vp);
+    /* O = P U + scale diag(e) Q S, P = scale Gamma . tril(Q K^T); not
+     * with the final state alone */
+    if (!p->ht_only) {
+        for (int64_t i = 0; i < cp; i++)
+            fqla_mul_scale8(cp, hd->G + i * cp, qk->QKm + i * cp, scale, s->P + i * cp);
+        fqla_gemm(FQLA_GEMM_A_LOWER, cp, Vp, cp, s->P, cp, s->U, Vp, s->O, Vp);
+        for (int64_t i = 0; i < qk->c; i++) {
+            fqla_axpy8(Vp, scale * hd->e[i], s->W + i * Vp, s->O + i * Vp);
+            fqla_store_row_f32(&a->o, fqla_cpu_row_offset(&a->o, b, t0 + i, h), V, s->O + i * Vp);
+        }
     }
 
     if (!update_state)
@@ -184,7 +187,7 @@ fqla_status fqla_cpu_fwd(fqla_context *ctx, const fqla_problem *p, const fqla_fw
         return fqla_fail(ctx, FQLA_STATUS_ALLOC_FAILED,
                          "CPU forward: could not allocate %lld bytes of scratch for %d threads",
                          (long long)(job.per_worker * workers * (int64_t)sizeof(float)), workers);
-    fqla_cpu_zero_uncovered(p, &a->o);
+    if (!p->ht_only) fqla_cpu_zero_uncovered(p, &a->o);
     fqla_cpu_run(ctx, workers, items, fwd_task, &job);
     free(job.scratch);
     return FQLA_STATUS_SUCCESS;

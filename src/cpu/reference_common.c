@@ -104,7 +104,7 @@ void fqla_ref_token(const fqla_cpu_inputs *in, const fqla_tensor *o, double *S, 
     double g = fqla_cpu_gate(in, b, t, h);
     double beta = fqla_cpu_beta(in, b, t, h);
     fqla_ref_step(S, K, V, k, v, g, beta, w, q, p->scale, ov);
-    fqla_ref_store_row(o, b, t, h, V, ov);
+    if (o) fqla_ref_store_row(o, b, t, h, V, ov);
 }
 
 /* ---- tasks on the CPU backends' parallel-for (threads.h) ---- */

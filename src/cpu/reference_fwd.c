@@ -4,7 +4,8 @@
  *     S <- exp(g_t) S;  u_t = beta_t (v_t - S^T k_t);  S <- S + k_t u_t^T;
  *     o_t = S^T (scale q_t)
  * from initial_state[n, h] (or 0), after the in-kernel transforms the options
- * ask for. This is the definition every other path is judged by: it is kept
+ * ask for (with the final state alone, fqla_problem.ht_only, o_t is not
+ * stored). This is the definition every other path is judged by: it is kept
  * as plain as possible, with all math in double whatever the storage dtype.
  * One task per (sequence, value head); tasks run on p->threads threads (the
  * context's count as the call started).
@@ -42,7 +43,7 @@ static fqla_status fwd_task(void *arg, int64_t task)
         memset(S, 0, (size_t)(K * V) * sizeof *S);
 
     for (int64_t t = start; t < start + len; t++)
-        fqla_ref_token(&job->in, &a->o, S, S + K * V, b, t, h);
+        fqla_ref_token(&job->in, p->ht_only ? NULL : &a->o, S, S + K * V, b, t, h);
 
     if (a->final_state.data)
         fqla_ref_state_store(&a->final_state, fqla_cpu_state_base(&a->final_state, lead),
@@ -58,7 +59,7 @@ fqla_status fqla_ref_fwd(fqla_context *ctx, const fqla_problem *p, const fqla_fw
     job.a = a;
     job.in = fqla_cpu_inputs_fwd(p, a);
 
-    fqla_cpu_zero_uncovered(p, &a->o);
+    if (!p->ht_only) fqla_cpu_zero_uncovered(p, &a->o);
     fqla_status st = fqla_ref_parallel(p->threads, p->N * p->HV, fwd_task, &job);
     if (st == FQLA_STATUS_ALLOC_FAILED)
         return fqla_fail(ctx, st, "CPU reference forward: could not allocate a %lld x %lld state",

@@ -175,6 +175,10 @@ static fqla_status run_cp(fqla_context *ctx, const fqla_fwd_shape *s, const fqla
 
 fqla_status fqla_cuda_fwd_supported(fqla_context *ctx, const fqla_problem *p, const fqla_fwd_args *a)
 {
+    if (p->ht_only)
+        return fqla_fail(ctx, FQLA_STATUS_NOT_SUPPORTED,
+                         "o: absent (the final state alone) is not supported by the CUDA forward yet "
+                         "(use FQLA_BACKEND_CPU or pass o)");
     const fqla_fwd_shape s = shape_of(p, a);
     if (p->io_dtype != FQLA_DTYPE_BF16 && p->io_dtype != FQLA_DTYPE_F16 && p->io_dtype != FQLA_DTYPE_F32)
         return fqla_fail(ctx, FQLA_STATUS_NOT_SUPPORTED,

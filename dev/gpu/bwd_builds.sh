@@ -23,7 +23,9 @@ BIN=${1:-.bwdbuilds}
 . "$(dirname "$0")/unpack.sh"
 S=$OUT/summary.txt
 : > "$S"
-labels=$(cd "$BIN" && ls -d */ | tr -d /)
+# main first (the base of the comparison), then the others in name order
+labels=$(cd "$BIN" && ls -d */ | tr -d / | awk '$0 == "main" { print; next } { rest = rest " " $0 } END { print rest }' |
+  tr '\n' ' ')
 echo "builds: $labels" | tee -a "$S"
 for b in $labels; do
   echo "== $b: test_gpu_bwd" | tee -a "$S"

@@ -184,13 +184,24 @@ template <typename T> __device__ __forceinline__ void widen_frags(const uint32_t
         }
 }
 
-/* A fragments computed before the wgmma.fence that precedes their products:
- * ptxas otherwise may place their conversions between the wgmma and
- * inject a wait there. */
-template <int KS> __device__ __forceinline__ void fence_a(uint32_t (&hi)[KS][4], uint32_t (&lo)[KS][4])
+/* Pins register A fragments (hi, lo) in place: before a product's issue,
+ * so that they are computed before its wgmma.fence (ptxas otherwise may
+ * place their conversions between the wgmma and inject a wait there), and
+ * after its wait, so that they stay live and unchanged while wgmma reads
+ * them. */
+template <int KS> __device__ __forceinline__ void pin_a(uint32_t (&hi)[KS][4], uint32_t (&lo)[KS][4])
 {
     fqla_reg_fence_u(hi);
     fqla_reg_fence_u(lo);
+}
+
+/* fqla_wg_run of products whose A operand is the fragments (hi, lo). */
+template <int N, int KS, typename F>
+__device__ __forceinline__ void rs_run(float (&acc)[N], uint32_t (&hi)[KS][4], uint32_t (&lo)[KS][4], F f)
+{
+    pin_a(hi, lo);
+    fqla_wg_run(acc, f);
+    pin_a(hi, lo);
 }
 
 /* The chunk column (token) of accumulator element a of a 64-column
@@ -349,13 +360,12 @@ __global__ void __launch_bounds__(THREADS, REVERSE ? 1 : 2) bwd_chain_kernel(con
         uint32_t sh[KK][4], sl[KK][4];
         fqla_wg_frags(S, sh, sl);
         float ks[32]; /* (K S)^T or (K dS)^T: [value row][token] */
-        fence_a(sh, sl);
+        pin_a(sh, sl);
         fqla_wg_issue(ks, [&] { fqla_wg_rs_split<64, 0, true, CONVERT>(ks, sh, sl, Kt, false); });
         uint32_t xr[4][4]; /* V^T or dO^T, raw pairs */
         fqla_wg_load_t<4>(Xt, xr, 0);
         fqla_wg_retire(ks);
-        fqla_reg_fence_u(sh);
-        fqla_reg_fence_u(sl);
+        pin_a(sh, sl);
         float x[32];
         widen_frags<T>(xr, x);
         if constexpr (!REVERSE) {
@@ -368,10 +378,7 @@ __global__ void __launch_bounds__(THREADS, REVERSE ? 1 : 2) bwd_chain_kernel(con
             uint32_t yh[4][4], yl[4][4];
             fqla_wg_frags(x, yh, yl);
             float u[32];
-            fence_a(yh, yl);
-            fqla_wg_run(u, [&] { fqla_wg_rs_split<64, 0, true, true>(u, yh, yl, Tt, false); });
-            fqla_reg_fence_u(yh);
-            fqla_reg_fence_u(yl);
+            rs_run(u, yh, yl, [&] { fqla_wg_rs_split<64, 0, true, true>(u, yh, yl, Tt, false); });
             /* S^T = e_C S^T + (f U)^T K */
 #pragma unroll
             for (int a = 0; a < 32; a++) u[a] *= cf.f[col_of(a)];
@@ -379,10 +386,7 @@ __global__ void __launch_bounds__(THREADS, REVERSE ? 1 : 2) bwd_chain_kernel(con
             fqla_wg_frags(u, uh, ul);
 #pragma unroll
             for (int a = 0; a < NS; a++) S[a] *= eC;
-            fence_a(uh, ul);
-            fqla_wg_run(S, [&] { fqla_wg_rs_split<KD, 1, true, CONVERT>(S, uh, ul, Kt, true); });
-            fqla_reg_fence_u(uh);
-            fqla_reg_fence_u(ul);
+            rs_run(S, uh, ul, [&] { fqla_wg_rs_split<KD, 1, true, CONVERT>(S, uh, ul, Kt, true); });
         } else {
             /* dU^T = dO^T P~ + (K dS)^T diag(f) */
             uint32_t oh[4][4], ol[4][4];
@@ -395,20 +399,14 @@ __global__ void __launch_bounds__(THREADS, REVERSE ? 1 : 2) bwd_chain_kernel(con
                 fqla_wg_frags(x, oh, ol);
             }
             float du[32];
-            fence_a(oh, ol);
-            fqla_wg_run(du, [&] { fqla_wg_rs_split<64, 1, !IO_BF16, true>(du, oh, ol, Pt, false); });
-            fqla_reg_fence_u(oh);
-            fqla_reg_fence_u(ol);
+            rs_run(du, oh, ol, [&] { fqla_wg_rs_split<64, 1, !IO_BF16, true>(du, oh, ol, Pt, false); });
 #pragma unroll
             for (int a = 0; a < 32; a++) du[a] += cf.f[col_of(a)] * ks[a];
             /* dY^T = dU^T T~ */
             uint32_t dh[4][4], dl[4][4];
             fqla_wg_frags(du, dh, dl);
             float dy[32];
-            fence_a(dh, dl);
-            fqla_wg_run(dy, [&] { fqla_wg_rs_split<64, 1, true, true>(dy, dh, dl, Tt, false); });
-            fqla_reg_fence_u(dh);
-            fqla_reg_fence_u(dl);
+            rs_run(dy, dh, dl, [&] { fqla_wg_rs_split<64, 1, true, true>(dy, dh, dl, Tt, false); });
             /* dS^T = e_C dS^T + (scale diag(e) dO)^T Q - (diag(e beta) dY)^T K */
 #pragma unroll
             for (int a = 0; a < 32; a++) {
@@ -421,16 +419,14 @@ __global__ void __launch_bounds__(THREADS, REVERSE ? 1 : 2) bwd_chain_kernel(con
             fqla_wg_frags(dy, yh, yl);
 #pragma unroll
             for (int a = 0; a < NS; a++) S[a] *= eC;
-            fence_a(eh, el);
-            fence_a(yh, yl);
+            pin_a(eh, el);
+            pin_a(yh, yl);
             fqla_wg_run(S, [&] {
                 fqla_wg_rs_split<KD, 1, true, CONVERT>(S, eh, el, Qt, true);
                 fqla_wg_rs_split<KD, 1, true, CONVERT>(S, yh, yl, Kt, true);
             });
-            fqla_reg_fence_u(eh);
-            fqla_reg_fence_u(el);
-            fqla_reg_fence_u(yh);
-            fqla_reg_fence_u(yl);
+            pin_a(eh, el);
+            pin_a(yh, yl);
         }
     }
     if (mode == CHAIN_PREPASS) { /* the segment's [H | M] */

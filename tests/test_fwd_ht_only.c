@@ -6,9 +6,9 @@
  * With the identity as the initial state and zero values the final state is
  * the transition M of the tokens (docs/distributed.md): checked against the
  * token recurrence's product of exp(g) (I - beta k k^T) factors computed
- * here in fp64. The argument rules of the mode: o absent without final_state
- * is refused naming o; the CUDA backend refuses the mode by name (its case in
- * test_gpu_fwd.c is for a later build).
+ * here in fp64. The argument rule of the mode: o absent without final_state
+ * is refused naming o. (The CUDA backend refuses the mode by name:
+ * python/tests/test_fwd_final_only.py checks that on a GPU.)
  */
 #include "cpu_fast_util.h"
 

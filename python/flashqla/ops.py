@@ -273,11 +273,17 @@ def state_shape(N, HV, K, V, flags):
     return (N, HV, V, K) if flags & STATE_V_FIRST else (N, HV, K, V)
 
 
-def fwd_alloc(q, v, initial_state, cu_seqlens, flags, output_final_state, state_dtype, out=None):
+def fwd_alloc(q, v, initial_state, cu_seqlens, flags, output_final_state, state_dtype, out=None,
+              with_o=True):
     """o (out where given: a [B, T, HV, V] tensor or view of v's dtype and
-    device), and the final state (None when not asked for)."""
+    device; None without with_o), and the final state (None when not asked
+    for)."""
     B, T, HV, V = v.shape
-    o = v.new_empty((B, T, HV, V)) if out is None else out  # o has v's (= q's) dtype and device
+    o = out
+    if with_o and out is None:
+        o = v.new_empty((B, T, HV, V))  # o has v's (= q's) dtype and device
+    elif not with_o:
+        o = None
     if not output_final_state:
         return o, None
     N = B if cu_seqlens is None else cu_seqlens.shape[0] - 1
@@ -306,9 +312,7 @@ def fwd_run(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, cu_seql
     the options string). The eager fast path caches it (chunk.py)."""
     be, device = resolve(q, backend)
     o, ht = fwd_alloc(q, v, initial_state, cu_seqlens, flags, output_final_state or final_only,
-                      torch.float64 if q.dtype == torch.float64 else torch.float32, out)
-    if final_only:
-        o = None
+                      torch.float64 if q.dtype == torch.float64 else torch.float32, out, not final_only)
     host = be == _lib.BACKEND_CUDA and cu_seqlens_cpu is not None
     ms = (meta(q), meta(k), meta(v), meta(g), meta(beta), meta(A_log), meta(dt_bias),
           meta(initial_state), meta(cu_seqlens), meta(o), meta(ht))

@@ -37,7 +37,7 @@
 #define FQLA_CUDA_BWD_COMMON_CUH
 
 #include "cuda/fwd_common.cuh"
-#ifdef __CUDACC__
+#if defined(__CUDACC__) || defined(FQLA_EMU) /* FQLA_EMU: dev/emu/cuda_emu.h */
 #include "cuda/fwd_prepare_common.cuh" /* find_slot */
 #endif
 #include "cuda/ptx/misc.cuh"
@@ -127,7 +127,7 @@ static_assert(FQLA_BWD_VS == FQLA_CP_BWD_COLS && FQLA_BWD_C == FQLA_CP_CHUNK,
 /* ------------------------------------------------------------------------ */
 /* Device helpers                                                             */
 
-#ifdef __CUDACC__
+#if defined(__CUDACC__) || defined(FQLA_EMU) /* FQLA_EMU: dev/emu/cuda_emu.h */
 
 /* An io-dtype element (bf16 or fp16) as float. */
 template <typename T> __device__ __forceinline__ float bwd_ld(const T *p, int64_t i);

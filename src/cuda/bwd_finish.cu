@@ -43,7 +43,7 @@ __global__ void __launch_bounds__(THREADS) bwd_finish_kernel(const fqla_bwd_para
         zero_row_block<T>(bp, blockIdx.x - gate_blocks);
         return;
     }
-    __shared__ float red[2][THREADS];
+    FQLA_SHARED float red[2][THREADS];
     const int hv = blockIdx.x;
     float sa = 0.f, sd = 0.f;
     for (int64_t s = threadIdx.x; s < p.slots; s += THREADS) {

@@ -414,7 +414,7 @@ __global__ void __launch_bounds__(256) fqla_decode_kernel(const DecodeParams p)
         if constexpr (KS > 1) {
             /* finish the K-sums over the group's KS warps (see the header) */
             constexpr int XS = 2 * WV + 4;
-            __shared__ float xch[2][FQLA_DECODE_XCH_WARPS * XS];
+            FQLA_SHARED float xch[2][FQLA_DECODE_XCH_WARPS * XS];
             const int wic = (int)(threadIdx.x >> 5), g0 = wic - kp;
             float *buf = xch[MULTI ? (int)(t & 1) : 0];
             if (lr == 0) {

@@ -24,6 +24,7 @@
 #define FQLA_CUDA_FWD_COMMON_CUH
 
 #include "cuda/cp_plan.h"
+#include "cuda/ptx/common.cuh" /* FQLA_SHARED */
 #include "cuda/launch.cuh"
 #include "cuda/route_plan.h"
 
@@ -302,7 +303,7 @@ __device__ __forceinline__ bool fqla_fwd_span(const fqla_fwd_params &p, int64_t 
  * both use it: a chain's transition and its transpose have the same norm. */
 __device__ __forceinline__ int fqla_cp_m_negligible(const fqla_fwd_params &p, int64_t len, int64_t slot0, int hv)
 {
-    __shared__ float part[32];
+    FQLA_SHARED float part[32];
     const int tid = threadIdx.x, nthr = blockDim.x;
     const int64_t nch = (len + FQLA_FWD_CHUNK - 1) / FQLA_FWD_CHUNK;
     float s = 0.f;

@@ -191,7 +191,7 @@ template <int KD, int RW, bool VEC4, bool L2N>
 __global__ void __launch_bounds__(32 * WARPS) fwd_recurrent_kernel(const __grid_constant__ fqla_fwd_params p)
 {
     constexpr int LPC = KD / RW, CPW = 32 / LPC;
-    __shared__ __align__(16) float ring[WARPS][RING][2][KD]; /* per warp, per token: the q row, the k row */
+    FQLA_SHARED __align__(16) float ring[WARPS][RING][2][KD]; /* per warp, per token: the q row, the k row */
     const int lane = threadIdx.x & 31;
     const int64_t w = (int64_t)blockIdx.x * WARPS + (threadIdx.x >> 5);
     const int slices = (p.V + CPW - 1) / CPW;

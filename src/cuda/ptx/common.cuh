@@ -15,6 +15,13 @@
 #include <stdint.h>
 
 #define FQLA_DEVICE_INLINE __device__ __forceinline__
+/* A CTA-shared array declared in a kernel or device function (the dynamic
+ * one stays `extern __shared__`): a name of its own so that the CPU
+ * emulator (dev/emu/cuda_emu.h), which runs one CTA at a time, can make it
+ * a static. */
+#ifndef FQLA_SHARED
+#define FQLA_SHARED __shared__
+#endif
 
 /* Shared-memory operands ([addr] of mbarrier, TMA, ldmatrix, ...) take
  * 32-bit shared-window addresses. */

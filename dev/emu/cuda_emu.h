@@ -1,0 +1,799 @@
+/*
+ * cuda_emu.h - runs the library's CUDA kernels on the CPU, one CTA at a
+ * time, so that their logic can be checked on a machine without a GPU:
+ * indexing, fragment and swizzle layouts, which barrier orders which
+ * access, the copy pipelines and hand-offs. Not their speed, and not the
+ * tensor cores' rounding to the last bit (a product here sums exact bf16 /
+ * fp16 / tf32 products in fp32 in k order).
+ *
+ * It is included before everything else in a C++17 host compile of a
+ * kernel source (g++ -include dev/emu/cuda_emu.h, the CUDA toolkit's
+ * headers on the include path; dev/emu/README.md):
+ * - every thread of the CTA is a fiber (ucontext) of its own, run round
+ *   robin until it reaches a barrier or a collective; order = 1 runs them
+ *   in the reverse order, so a result that changes with the order shows an
+ *   access no barrier orders;
+ * - __syncthreads and bar.sync wait for their thread counts; a warp
+ *   collective (shuffle, mma.sync, ldmatrix, stmatrix) for the warp's 32
+ *   lanes, wgmma for the warpgroup's 128 threads; mbarriers keep their
+ *   phase in their own 8 bytes;
+ * - cp.async queues its copy in the issuing thread, which performs its
+ *   queue at cp.async.wait (data read before the wait is stale, as it may
+ *   be on the GPU); wgmma completes at its issue;
+ * - the ptx layer's headers are replaced here by functions of the same
+ *   names; TMA and bulk copies are not emulated (they abort);
+ * - fqla_launch runs every CTA of the grid in turn, on the calling thread,
+ *   with the dynamic shared memory filled with 0xFF bytes (NaN) first.
+ * Shared-window addresses are offsets into the dynamic shared-memory array
+ * (1024-aligned), so the 128-byte swizzle sees the same address bits as on
+ * the GPU.
+ */
+#ifndef FQLA_DEV_CUDA_EMU_H
+#define FQLA_DEV_CUDA_EMU_H
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <type_traits>
+#include <ucontext.h>
+#include <vector>
+
+/* the ptx-layer headers (and launch.cuh) replaced below */
+#define FQLA_CUDA_PTX_MMA_SYNC_CUH
+#define FQLA_CUDA_PTX_CP_ASYNC_CUH
+#define FQLA_CUDA_PTX_MISC_CUH
+#define FQLA_CUDA_PTX_MATRIX_LDST_CUH
+#define FQLA_CUDA_PTX_MBARRIER_CUH
+#define FQLA_CUDA_PTX_BARRIER_CUH
+#define FQLA_CUDA_PTX_PDL_CUH
+#define FQLA_CUDA_PTX_TMA_CUH
+#define FQLA_CUDA_PTX_SETMAXNREG_CUH
+#define FQLA_CUDA_PTX_FENCE_CUH
+#define FQLA_CUDA_PTX_WGMMA_CUH
+#define FQLA_CUDA_LAUNCH_CUH
+#define FQLA_SHARED static /* one CTA at a time: a static is the CTA's */
+#define FQLA_EMU 1         /* device helpers that nvcc alone would see (bwd_common.cuh) */
+
+#ifndef __launch_bounds__
+#define __launch_bounds__(...)
+#endif
+#ifndef __grid_constant__
+#define __grid_constant__
+#endif
+
+namespace fqla_emu {
+
+/* ---- shared-window addresses ------------------------------------------ */
+/* Every source file's dynamic shared-memory arrays are windows: a pointer
+ * into one maps to its offset (below 2^18, as on the GPU, so it fits a
+ * wgmma descriptor; the arrays are 1024-aligned, so the swizzle sees the
+ * same address bits), and an offset maps back into the window a kernel
+ * last took an address in (a kernel uses one dynamic array). */
+constexpr size_t SMEM_BYTES = 232448; /* the H200's per-block opt-in maximum */
+struct windows {
+    char *base[256];
+    int n;
+    char *cur;
+};
+inline windows &win()
+{
+    static windows w;
+    return w;
+}
+inline void add_window(void *p)
+{
+    windows &w = win();
+    if (w.n < 256) w.base[w.n++] = (char *)p;
+}
+inline uint32_t u32_of(const void *p)
+{
+    windows &w = win();
+    const char *c = (const char *)p;
+    for (int i = 0; i < w.n; i++)
+        if (c >= w.base[i] && c < w.base[i] + SMEM_BYTES) {
+            w.cur = w.base[i];
+            return (uint32_t)(c - w.base[i]);
+        }
+    fprintf(stderr, "cuda_emu: a shared-window address of %p, which is in no dynamic shared-memory array\n", p);
+    abort();
+}
+inline char *ptr_of(uint32_t a)
+{
+    if (!win().cur || a >= SMEM_BYTES) {
+        fprintf(stderr, "cuda_emu: shared-window address %u outside the window\n", a);
+        abort();
+    }
+    return win().cur + a;
+}
+
+/* ---- the CTA: fibers and barriers --------------------------------------- */
+constexpr int MAX_THREADS = 1024;
+
+struct pending_copy {
+    void *dst;
+    const void *src;
+    int bytes, src_bytes;
+};
+
+struct thread_state {
+    ucontext_t ctx;
+    uint3 tid;
+    bool done;
+    std::vector<char> stack;
+    std::vector<pending_copy> copies;
+};
+
+/* a barrier over n threads: count arrivals, release by generation */
+struct group_bar {
+    int count;
+    unsigned gen;
+};
+
+struct cta_state {
+    ucontext_t sched;
+    thread_state th[MAX_THREADS];
+    int nthreads, cur, live;
+    uint3 block;
+    dim3 block_dim, grid_dim;
+    group_bar named[16]; /* bar.sync ids; 0 is __syncthreads */
+    int bar_or;
+    /* arrivals, releases and exits since the scheduler's last round: a
+     * round without any means every live thread waits for good */
+    long progress;
+    struct warp_slots {
+        uint64_t x[32][8];
+        group_bar bar;
+    } warp[MAX_THREADS / 32];
+    struct wg_slots {
+        float d[128][64];
+        uint32_t a[128][4];
+        group_bar bar;
+    } wg[MAX_THREADS / 128];
+};
+
+inline cta_state &cta()
+{
+    static cta_state *s = new cta_state();
+    return *s;
+}
+
+inline int tid_linear() { return cta().cur; }
+inline int lane() { return cta().cur & 31; }
+
+inline void yield()
+{
+    cta_state &s = cta();
+    swapcontext(&s.th[s.cur].ctx, &s.sched);
+}
+
+inline void bar_wait(group_bar &b, int n)
+{
+    cta_state &s = cta();
+    s.progress++;
+    const unsigned gen = b.gen;
+    if (++b.count >= n) {
+        b.count = 0;
+        b.gen++;
+        return;
+    }
+    while (b.gen == gen) yield();
+}
+inline void bar_arrive(group_bar &b, int n)
+{
+    cta_state &s = cta();
+    s.progress++;
+    if (++b.count >= n) {
+        b.count = 0;
+        b.gen++;
+    }
+}
+
+inline void warp_wait()
+{
+    cta_state &s = cta();
+    bar_wait(s.warp[s.cur / 32].bar, 32);
+}
+inline void wg_wait()
+{
+    cta_state &s = cta();
+    bar_wait(s.wg[s.cur / 128].bar, 128);
+}
+
+/* every lane's x (up to 64 bytes), then each lane reads what it needs */
+template <typename T> inline void warp_put(const T &x)
+{
+    static_assert(sizeof(T) <= 64, "a lane's part fits 64 bytes");
+    cta_state &s = cta();
+    memcpy(s.warp[s.cur / 32].x[lane()], &x, sizeof(T));
+    warp_wait();
+}
+template <typename T> inline T warp_get(int l)
+{
+    cta_state &s = cta();
+    T r;
+    memcpy(&r, s.warp[s.cur / 32].x[l & 31], sizeof(T));
+    return r;
+}
+inline void warp_done() { warp_wait(); }
+
+template <typename T> inline T shfl(T v, int src)
+{
+    warp_put(v);
+    const T r = warp_get<T>(src);
+    warp_done();
+    return r;
+}
+
+inline float bits_float(uint32_t x)
+{
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+inline uint32_t float_bits(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    return x;
+}
+inline float bf16_lo(uint32_t x) { return bits_float(x << 16); }
+inline float bf16_hi(uint32_t x) { return bits_float(x & 0xffff0000u); }
+inline float b16_at(uint32_t x, int half, bool f16)
+{
+    const uint16_t h = (uint16_t)(half ? x >> 16 : x & 0xffffu);
+    if (!f16) return bits_float((uint32_t)h << 16);
+    __half v;
+    memcpy(&v, &h, 2);
+    return __half2float(v);
+}
+inline float b16_mem(const char *p, bool f16)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return b16_at(h, 0, f16);
+}
+
+/* d += a b, m16n8k16 (bf16 or fp16), ptx/mma_sync.cuh's fragment layouts */
+inline void mma16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, bool f16)
+{
+    struct frag {
+        uint32_t a[4], b[2];
+    } f = {{a[0], a[1], a[2], a[3]}, {b0, b1}};
+    warp_put(f);
+    const int ln = lane(), g = ln >> 2, t = ln & 3;
+    for (int e = 0; e < 4; e++) {
+        const int r = g + 8 * (e >> 1), n = 2 * t + (e & 1);
+        float acc = d[e];
+        for (int k = 0; k < 16; k++) {
+            const frag fa = warp_get<frag>(4 * (r & 7) + ((k & 7) >> 1));
+            const frag fb = warp_get<frag>(4 * n + ((k & 7) >> 1));
+            acc += b16_at(fa.a[(r >= 8) + 2 * (k >= 8)], k & 1, f16) * b16_at(fb.b[k >= 8], k & 1, f16);
+        }
+        d[e] = acc;
+    }
+    warp_done();
+}
+
+/* d += a b, m16n8k8 tf32 (each operand's top 19 bits) */
+inline void mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+{
+    struct frag {
+        uint32_t a[4], b[2];
+    } f = {{a[0], a[1], a[2], a[3]}, {b0, b1}};
+    warp_put(f);
+    const int ln = lane(), g = ln >> 2, t = ln & 3;
+    for (int e = 0; e < 4; e++) {
+        const int r = g + 8 * (e >> 1), n = 2 * t + (e & 1);
+        float acc = d[e];
+        for (int k = 0; k < 8; k++) {
+            const frag fa = warp_get<frag>(4 * (r & 7) + (k & 3));
+            const frag fb = warp_get<frag>(4 * n + (k & 3));
+            acc += bits_float(fa.a[(r >= 8) + 2 * (k >= 4)] & 0xffffe000u) * bits_float(fb.b[k >= 4] & 0xffffe000u);
+        }
+        d[e] = acc;
+    }
+    warp_done();
+}
+
+/* ldmatrix / stmatrix .x4: lane 8 i + j gives the address of row j of
+ * matrix i; lane l holds matrix i's pair (row l / 4, columns 2 (l % 4), + 1),
+ * or with .trans (rows 2 (l % 4), + 1, column l / 4). */
+inline void ldsm(uint32_t (&r)[4], uint32_t a, bool trans)
+{
+    warp_put(a);
+    const int l = lane();
+    for (int i = 0; i < 4; i++) {
+        if (!trans) {
+            memcpy(&r[i], ptr_of(warp_get<uint32_t>(8 * i + l / 4)) + 4 * (l % 4), 4);
+        } else {
+            uint16_t lo, hi;
+            memcpy(&lo, ptr_of(warp_get<uint32_t>(8 * i + 2 * (l % 4))) + 2 * (l / 4), 2);
+            memcpy(&hi, ptr_of(warp_get<uint32_t>(8 * i + 2 * (l % 4) + 1)) + 2 * (l / 4), 2);
+            r[i] = lo | ((uint32_t)hi << 16);
+        }
+    }
+    warp_done();
+}
+inline void stsm(uint32_t a, const uint32_t (&r)[4], bool trans)
+{
+    warp_put(a);
+    const int l = lane();
+    for (int i = 0; i < 4; i++) {
+        if (!trans) {
+            memcpy(ptr_of(warp_get<uint32_t>(8 * i + l / 4)) + 4 * (l % 4), &r[i], 4);
+        } else {
+            const uint16_t lo = (uint16_t)(r[i] & 0xffffu), hi = (uint16_t)(r[i] >> 16);
+            memcpy(ptr_of(warp_get<uint32_t>(8 * i + 2 * (l % 4))) + 2 * (l / 4), &lo, 2);
+            memcpy(ptr_of(warp_get<uint32_t>(8 * i + 2 * (l % 4) + 1)) + 2 * (l / 4), &hi, 2);
+        }
+    }
+    warp_done();
+}
+
+/* Element (i, k) of a wgmma operand (i: its M or N row, k < 16) from a
+ * 128-byte-swizzle descriptor (ptx/wgmma.cuh): K-major rows of 128 bytes
+ * in 8-row atoms SBO apart; MN-major 64-element rows indexed by k, 8-row
+ * atoms SBO apart, 64-wide MN blocks LBO apart. */
+inline float desc_elem(uint64_t desc, int i, int k, bool mn_major, bool f16)
+{
+    if ((desc >> 62) != 1) {
+        fprintf(stderr, "cuda_emu: wgmma descriptor without the 128-byte swizzle\n");
+        abort();
+    }
+    const uint32_t start = (uint32_t)(desc & 0x3FFF) << 4, lbo = (uint32_t)((desc >> 16) & 0x3FFF) << 4,
+                   sbo = (uint32_t)((desc >> 32) & 0x3FFF) << 4;
+    uint32_t a;
+    if (!mn_major) a = start + (uint32_t)(i / 8) * sbo + (uint32_t)(i % 8) * 128u + (uint32_t)k * 2u;
+    else a = start + (uint32_t)(k / 8) * sbo + (uint32_t)(k % 8) * 128u + (uint32_t)(i % 64) * 2u + (uint32_t)(i / 64) * lbo;
+    a ^= ((a >> 7) & 7u) << 4;
+    return b16_mem(ptr_of(a), f16);
+}
+
+/* D (64 x N) (+)= A (64 x 16) B (16 x N) for the warpgroup. a: this
+ * thread's A fragment (RS) or null (A from da). The warpgroup's first
+ * thread computes the product; each thread takes back its accumulators:
+ * thread (warp w, lane 4 g + t) holds rows 16 w + g (d[4 j], d[4 j + 1])
+ * and 16 w + g + 8 (d[4 j + 2], d[4 j + 3]) at columns 8 j + 2 t, + 1. */
+template <int N>
+inline void wgmma(float (&d)[N / 2], const uint32_t *a, uint64_t da, uint64_t db, int ta, int tb, int scale_d,
+                  bool f16)
+{
+    cta_state &s = cta();
+    auto &w = s.wg[s.cur / 128];
+    const int me = s.cur % 128;
+    for (int i = 0; i < N / 2; i++) w.d[me][i] = d[i];
+    if (a)
+        for (int q = 0; q < 4; q++) w.a[me][q] = a[q];
+    wg_wait();
+    if (me == 0) {
+        static float A[64][16], B[16][128];
+        for (int r = 0; r < 64; r++)
+            for (int k = 0; k < 16; k++) {
+                if (a) {
+                    const int th = 32 * (r / 16) + 4 * (r % 8) + (k % 8) / 2;
+                    A[r][k] = b16_at(w.a[th][((r % 16) >= 8) + 2 * (k >= 8)], k & 1, f16);
+                } else {
+                    A[r][k] = desc_elem(da, r, k, ta != 0, f16);
+                }
+            }
+        for (int k = 0; k < 16; k++)
+            for (int n = 0; n < N; n++) B[k][n] = desc_elem(db, n, k, tb != 0, f16);
+        for (int r = 0; r < 64; r++)
+            for (int n = 0; n < N; n++) {
+                const int th = 32 * (r / 16) + 4 * (r % 8) + (n % 8) / 2;
+                const int e = 4 * (n / 8) + 2 * ((r % 16) >= 8) + (n & 1);
+                float acc = scale_d ? w.d[th][e] : 0.f;
+                for (int k = 0; k < 16; k++) acc += A[r][k] * B[k][n];
+                w.d[th][e] = acc;
+            }
+    }
+    wg_wait();
+    for (int i = 0; i < N / 2; i++) d[i] = w.d[me][i];
+    wg_wait();
+}
+
+/* mbarrier in its own 8 bytes: expected count (bits 0-29), pending
+ * arrivals (30-59), phase parity (63) */
+inline uint64_t &mbar_word(uint32_t a) { return *reinterpret_cast<uint64_t *>(ptr_of(a)); }
+inline void mbar_init(uint32_t a, uint32_t count)
+{
+    mbar_word(a) = (uint64_t)count | ((uint64_t)count << 30);
+}
+inline void mbar_arrive(uint32_t a)
+{
+    uint64_t &m = mbar_word(a);
+    const uint64_t count = m & 0x3FFFFFFF, phase = m >> 63;
+    uint64_t pending = (m >> 30) & 0x3FFFFFFF;
+    if (pending == 0 || count == 0) {
+        fprintf(stderr, "cuda_emu: arrival on an mbarrier that is not initialised or has no pending count\n");
+        abort();
+    }
+    cta().progress++;
+    if (--pending == 0) m = count | (count << 30) | ((phase ^ 1) << 63);
+    else m = count | (pending << 30) | (phase << 63);
+}
+/* true once the phase of this parity has completed (the barrier's parity differs) */
+inline bool mbar_done(uint32_t a, uint32_t parity) { return (mbar_word(a) >> 63) != parity; }
+
+template <class F> void run_cta(F &fn, dim3 grid, dim3 block_dim, uint3 block, int order);
+
+} // namespace fqla_emu
+
+/* ---- what the kernels call ------------------------------------------- */
+inline unsigned __cvta_generic_to_shared(const void *p) { return fqla_emu::u32_of(p); }
+inline void *__cvta_generic_to_global(const void *p) { return const_cast<void *>(p); }
+
+#include "cuda/ptx/common.cuh" /* FQLA_DEVICE_INLINE, fqla_smem_u32 */
+
+#define threadIdx (fqla_emu::cta().th[fqla_emu::cta().cur].tid)
+#define blockIdx (fqla_emu::cta().block)
+#define blockDim (fqla_emu::cta().block_dim)
+#define gridDim (fqla_emu::cta().grid_dim)
+
+inline void __syncthreads()
+{
+    fqla_emu::cta_state &s = fqla_emu::cta();
+    fqla_emu::bar_wait(s.named[0], s.live);
+}
+inline int __syncthreads_or(int x)
+{
+    fqla_emu::cta_state &s = fqla_emu::cta();
+    __syncthreads();
+    s.bar_or |= x;
+    __syncthreads();
+    const int r = s.bar_or != 0;
+    __syncthreads();
+    if (s.cur == 0) s.bar_or = 0;
+    __syncthreads();
+    return r;
+}
+inline int __syncthreads_count(int x)
+{
+    fqla_emu::cta_state &s = fqla_emu::cta();
+    static int n;
+    __syncthreads();
+    if (s.cur == 0) n = 0;
+    __syncthreads();
+    n += x != 0;
+    __syncthreads();
+    const int r = n;
+    __syncthreads();
+    return r;
+}
+inline void __syncwarp(unsigned = 0xffffffffu) { fqla_emu::warp_wait(); }
+template <typename T> inline T __shfl_xor_sync(unsigned, T v, int m) { return fqla_emu::shfl(v, fqla_emu::lane() ^ m); }
+template <typename T> inline T __shfl_sync(unsigned, T v, int src, int width = 32)
+{
+    const int l = fqla_emu::lane();
+    return fqla_emu::shfl(v, (l & ~(width - 1)) + (src & (width - 1)));
+}
+template <typename T> inline T __shfl_up_sync(unsigned, T v, int o)
+{
+    const int l = fqla_emu::lane();
+    return fqla_emu::shfl(v, l >= o ? l - o : l);
+}
+template <typename T> inline T __shfl_down_sync(unsigned, T v, int o)
+{
+    const int l = fqla_emu::lane();
+    return fqla_emu::shfl(v, l + o < 32 ? l + o : l);
+}
+inline unsigned __ballot_sync(unsigned, int pred)
+{
+    fqla_emu::warp_put(pred != 0);
+    unsigned r = 0;
+    for (int l = 0; l < 32; l++) r |= (unsigned)fqla_emu::warp_get<bool>(l) << l;
+    fqla_emu::warp_done();
+    return r;
+}
+inline int __any_sync(unsigned m, int pred) { return __ballot_sync(m, pred) != 0; }
+inline int __all_sync(unsigned m, int pred) { return __ballot_sync(m, pred) == 0xffffffffu; }
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
+inline int __ffs(int x) { return __builtin_ffs(x); }
+inline int __clz(int x) { return x ? __builtin_clz((unsigned)x) : 32; }
+inline float rsqrtf(float x) { return 1.f / std::sqrt(x); }
+inline float __expf(float x) { return std::exp(x); }
+inline float __logf(float x) { return std::log(x); }
+inline float __fdividef(float a, float b) { return a / b; }
+inline float __frcp_rn(float a) { return 1.f / a; }
+inline float __saturatef(float x) { return x < 0.f ? 0.f : x > 1.f ? 1.f : x; }
+inline float __uint_as_float(unsigned x) { return fqla_emu::bits_float(x); }
+inline unsigned __float_as_uint(float x) { return fqla_emu::float_bits(x); }
+inline float __int_as_float(int x) { return fqla_emu::bits_float((uint32_t)x); }
+inline int __float_as_int(float x) { return (int)fqla_emu::float_bits(x); }
+template <typename T> inline T __ldg(const T *p) { return *p; }
+template <typename T> inline T __ldcs(const T *p) { return *p; }
+template <typename T> inline void __stcs(T *p, T v) { *p = v; }
+template <typename T> inline T __ldcg(const T *p) { return *p; }
+template <typename T> inline void __stcg(T *p, T v) { *p = v; }
+[[noreturn]] inline void __trap() { abort(); }
+/* CUDA's min / max of mixed integer and float types */
+template <typename A, typename B> inline typename std::common_type<A, B>::type min(A a, B b) { return b < a ? b : a; }
+template <typename A, typename B> inline typename std::common_type<A, B>::type max(A a, B b) { return a < b ? b : a; }
+
+/* ptx/mma_sync.cuh */
+inline void fqla_mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+{
+    fqla_emu::mma16(d, a, b0, b1, false);
+}
+inline void fqla_mma_m16n8k16_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+{
+    fqla_emu::mma16(d, a, b0, b1, true);
+}
+inline void fqla_mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+{
+    fqla_emu::mma_tf32(d, a, b0, b1);
+}
+inline void fqla_tf32_split3(float x, uint32_t &big, uint32_t &small)
+{
+    big = fqla_emu::float_bits(x) & 0xffffe000u;
+    small = fqla_emu::float_bits(x - fqla_emu::bits_float(big));
+}
+/* ptx/misc.cuh */
+inline float fqla_ex2(float x) { return std::exp2(x); }
+inline uint32_t fqla_cvt_rna_tf32(float x) { return (fqla_emu::float_bits(x) + 0x1000u) & 0xffffe000u; /* ties away from zero */ }
+inline void fqla_prefetch_l2(const void *) {}
+inline void fqla_st_shared_v4(uint32_t a, uint32_t x, uint32_t y, uint32_t z, uint32_t w)
+{
+    const uint32_t v[4] = {x, y, z, w};
+    memcpy(fqla_emu::ptr_of(a), v, 16);
+}
+/* ptx/cp_async.cuh: queued, performed at the wait */
+inline void fqla_cp_async16(void *dst, const void *src, int src_bytes)
+{
+    fqla_emu::cta().th[fqla_emu::cta().cur].copies.push_back(fqla_emu::pending_copy{dst, src, 16, src_bytes});
+}
+inline void fqla_cp_async4(void *dst, const void *src)
+{
+    fqla_emu::cta().th[fqla_emu::cta().cur].copies.push_back(fqla_emu::pending_copy{dst, src, 4, 4});
+}
+inline void fqla_cp_async_commit() {}
+inline void fqla_cp_async_wait_all()
+{
+    auto &t = fqla_emu::cta().th[fqla_emu::cta().cur];
+    for (const fqla_emu::pending_copy &c : t.copies) {
+        memset(c.dst, 0, c.bytes);
+        if (c.src_bytes) memcpy(c.dst, c.src, c.src_bytes);
+    }
+    t.copies.clear();
+}
+/* wait_group N: the emulator keeps no groups apart, so every wait performs
+ * every queued copy (earlier than the GPU might: it cannot hide a missing
+ * wait of a later group behind an earlier one) */
+template <int N> inline void fqla_cp_async_wait() { fqla_cp_async_wait_all(); }
+/* ptx/matrix_ldst.cuh */
+inline void fqla_ldsm_x4(uint32_t (&r)[4], const void *p) { fqla_emu::ldsm(r, fqla_emu::u32_of(p), false); }
+inline void fqla_ldsm_x4_t(uint32_t (&r)[4], const void *p) { fqla_emu::ldsm(r, fqla_emu::u32_of(p), true); }
+inline void fqla_ldsm_x4_at(uint32_t (&r)[4], uint32_t a) { fqla_emu::ldsm(r, a, false); }
+inline void fqla_ldsm_x4_t_at(uint32_t (&r)[4], uint32_t a) { fqla_emu::ldsm(r, a, true); }
+inline void fqla_stsm_x4(void *p, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3)
+{
+    fqla_emu::stsm(fqla_emu::u32_of(p), {r0, r1, r2, r3}, false);
+}
+inline void fqla_stsm_x4_t(void *p, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3)
+{
+    fqla_emu::stsm(fqla_emu::u32_of(p), {r0, r1, r2, r3}, true);
+}
+inline void fqla_stsm_x4_at(uint32_t a, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3)
+{
+    fqla_emu::stsm(a, {r0, r1, r2, r3}, false);
+}
+/* ptx/mbarrier.cuh (no transaction bytes: TMA is not emulated) */
+inline void fqla_mbar_init(uint64_t *b, uint32_t count) { fqla_emu::mbar_init(fqla_emu::u32_of(b), count); }
+inline void fqla_mbar_init_fence() {}
+inline void fqla_mbar_arrive(uint64_t *b) { fqla_emu::mbar_arrive(fqla_emu::u32_of(b)); }
+inline void fqla_mbar_arrive_tx(uint64_t *, uint32_t)
+{
+    fprintf(stderr, "cuda_emu: mbarrier transaction bytes (TMA) are not emulated\n");
+    abort();
+}
+inline uint32_t fqla_mbar_try_wait(uint32_t a, uint32_t parity)
+{
+    if (fqla_emu::mbar_done(a, parity)) return 1;
+    fqla_emu::yield();
+    return 0;
+}
+inline void fqla_mbar_wait(uint64_t *b, uint32_t parity)
+{
+    const uint32_t a = fqla_emu::u32_of(b);
+    while (!fqla_emu::mbar_done(a, parity)) fqla_emu::yield();
+}
+/* ptx/barrier.cuh */
+inline void fqla_named_sync(uint32_t id, uint32_t n) { fqla_emu::bar_wait(fqla_emu::cta().named[id & 15], (int)n); }
+inline void fqla_named_arrive(uint32_t id, uint32_t n) { fqla_emu::bar_arrive(fqla_emu::cta().named[id & 15], (int)n); }
+inline bool fqla_elect_one() { return fqla_emu::lane() == 0; }
+/* ptx/pdl.cuh, setmaxnreg.cuh, fence.cuh */
+inline void fqla_pdl_wait() {}
+inline void fqla_pdl_trigger() {}
+template <int R> inline void fqla_setmaxnreg_inc() {}
+template <int R> inline void fqla_setmaxnreg_dec() {}
+inline void fqla_fence_async_smem() {}
+/* ptx/tma.cuh: not emulated */
+[[noreturn]] inline void fqla_emu_no_tma()
+{
+    fprintf(stderr, "cuda_emu: TMA / bulk copies are not emulated\n");
+    abort();
+}
+inline void fqla_tma_prefetch(const CUtensorMap *) {}
+inline void fqla_tma_load_4d(void *, const CUtensorMap *, uint64_t *, int, int, int, int) { fqla_emu_no_tma(); }
+inline void fqla_tma_load_2d(void *, const CUtensorMap *, uint64_t *, int, int) { fqla_emu_no_tma(); }
+inline void fqla_bulk_load(void *, const void *, uint32_t, uint64_t *) { fqla_emu_no_tma(); }
+inline void fqla_tma_store_4d(const CUtensorMap *, const void *, int, int, int, int) { fqla_emu_no_tma(); }
+inline void fqla_tma_store_2d(const CUtensorMap *, const void *, int, int) { fqla_emu_no_tma(); }
+inline void fqla_bulk_commit() {}
+template <int N> inline void fqla_bulk_wait_read() {}
+template <int N> inline void fqla_bulk_wait() {}
+/* ptx/wgmma.cuh: completes at the issue */
+inline void fqla_wg_fence() {}
+inline void fqla_wg_commit() {}
+template <int N> inline void fqla_wg_wait() {}
+template <int N> inline void fqla_reg_fence(float (&)[N]) {}
+template <int N> inline void fqla_reg_fence_u(uint32_t (&)[N][4]) {}
+inline uint64_t fqla_desc_at(uint32_t a, uint32_t lbo, uint32_t sbo)
+{
+    return (uint64_t)((a & 0x3FFFF) >> 4) | ((uint64_t)((lbo & 0x3FFFF) >> 4) << 16) |
+           ((uint64_t)((sbo & 0x3FFFF) >> 4) << 32) | (1ull << 62);
+}
+inline uint64_t fqla_desc(const void *tile, uint32_t lbo, uint32_t sbo)
+{
+    return fqla_desc_at(fqla_emu::u32_of(tile), lbo, sbo);
+}
+inline uint64_t fqla_desc_kmajor(const void *tile) { return fqla_desc(tile, 16, 1024); }
+inline uint64_t fqla_desc_mnmajor(const void *tile, uint32_t atom_bytes) { return fqla_desc(tile, atom_bytes, 1024); }
+#define FQLA_DESC_K16_KMAJOR 2ull
+#define FQLA_DESC_K16_MNMAJOR 128ull
+template <typename T> struct fqla_wg {
+    static constexpr bool F16 = sizeof(T) == 2 && !std::is_same<T, __nv_bfloat16>::value;
+    template <int TA, int TB> static void ss64(float (&d)[32], uint64_t da, uint64_t db, int scale_d)
+    {
+        fqla_emu::wgmma<64>(d, nullptr, da, db, TA, TB, scale_d, F16);
+    }
+    template <int TA, int TB> static void ss128(float (&d)[64], uint64_t da, uint64_t db, int scale_d)
+    {
+        fqla_emu::wgmma<128>(d, nullptr, da, db, TA, TB, scale_d, F16);
+    }
+    template <int TB> static void rs64(float (&d)[32], const uint32_t (&a)[4], uint64_t db, int scale_d)
+    {
+        fqla_emu::wgmma<64>(d, a, 0, db, 0, TB, scale_d, F16);
+    }
+    template <int TB> static void rs128(float (&d)[64], const uint32_t (&a)[4], uint64_t db, int scale_d)
+    {
+        fqla_emu::wgmma<128>(d, a, 0, db, 0, TB, scale_d, F16);
+    }
+};
+/* kernel/io.cuh is the real one (its mma calls the functions above) */
+
+/* launch.cuh: every CTA of the grid in turn, on this thread */
+struct fqla_smem_cache {
+    size_t bytes[64];
+};
+template <typename... Params>
+static cudaError_t fqla_smem_limit(fqla_smem_cache &, void (*)(Params...), size_t bytes)
+{
+    return bytes <= fqla_emu::SMEM_BYTES ? cudaSuccess : cudaErrorInvalidValue;
+}
+namespace fqla_emu {
+inline int order() { return getenv("FQLA_EMU_ORDER") && atoi(getenv("FQLA_EMU_ORDER")) == 1; }
+inline long &launches()
+{
+    static long n = 0;
+    return n;
+}
+} // namespace fqla_emu
+/* the dynamic shared memory every kernel of a source file declares, by the
+ * names the library's kernels use (extern __shared__ at block scope in the
+ * unnamed namespace refers to these) */
+namespace {
+alignas(1024) unsigned char smem_raw[fqla_emu::SMEM_BYTES];
+alignas(1024) float scan_smem[fqla_emu::SMEM_BYTES / 4];
+alignas(1024) float4 smem_f4[fqla_emu::SMEM_BYTES / 16];
+namespace f32c {
+alignas(1024) float sm[fqla_emu::SMEM_BYTES / 4];
+}
+struct emu_windows_of_this_file {
+    emu_windows_of_this_file()
+    {
+        fqla_emu::add_window(smem_raw);
+        fqla_emu::add_window(scan_smem);
+        fqla_emu::add_window(smem_f4);
+        fqla_emu::add_window(f32c::sm);
+    }
+} emu_windows_registered;
+/* FQLA_EMU_POISON: the byte dynamic shared memory starts with (default
+ * 0xFF: NaN in every float and bf16 / fp16 element) */
+inline void emu_poison_smem(size_t bytes)
+{
+    static const int byte = getenv("FQLA_EMU_POISON") ? (int)strtol(getenv("FQLA_EMU_POISON"), nullptr, 0) : 0xFF;
+    memset(smem_raw, byte, bytes);
+    memset(scan_smem, byte, bytes);
+    memset(smem_f4, byte, bytes);
+    memset(f32c::sm, byte, bytes);
+}
+} // namespace
+template <typename... Params, typename... Args>
+static cudaError_t fqla_launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t, int,
+                               Args &&...args)
+{
+    if (smem > fqla_emu::SMEM_BYTES || block.x * block.y * block.z > (unsigned)fqla_emu::MAX_THREADS)
+        return cudaErrorInvalidValue;
+    fqla_emu::launches()++;
+    if (getenv("FQLA_EMU_TRACE"))
+        fprintf(stderr, "cuda_emu: launch %ld (kernel %p): grid (%u, %u, %u) block (%u, %u, %u) smem %zu\n",
+                fqla_emu::launches(), (void *)kernel, grid.x, grid.y, grid.z, block.x, block.y, block.z, smem);
+    for (unsigned z = 0; z < grid.z; z++)
+        for (unsigned y = 0; y < grid.y; y++)
+            for (unsigned x = 0; x < grid.x; x++) {
+                emu_poison_smem(smem);
+                auto body = [&] { kernel(args...); };
+                fqla_emu::run_cta(body, grid, block, make_uint3(x, y, z), fqla_emu::order());
+            }
+    return cudaSuccess;
+}
+
+namespace fqla_emu {
+/* Runs fn() as every thread of one CTA; order 1: the threads in reverse. */
+template <class F> void run_cta(F &fn, dim3 grid, dim3 block_dim, uint3 block, int order)
+{
+    cta_state &s = cta();
+    s.nthreads = (int)(block_dim.x * block_dim.y * block_dim.z);
+    if (s.nthreads > MAX_THREADS) abort();
+    s.block = block;
+    s.block_dim = block_dim;
+    s.grid_dim = grid;
+    for (auto &b : s.named) b = group_bar{0, 0};
+    s.bar_or = 0;
+    for (auto &w : s.warp) w.bar = group_bar{0, 0};
+    for (auto &w : s.wg) w.bar = group_bar{0, 0};
+    static F *body;
+    body = &fn;
+    struct tramp {
+        static void go()
+        {
+            (*body)();
+            cta_state &s = cta();
+            s.th[s.cur].done = true;
+            s.live--;
+            s.progress++;
+            swapcontext(&s.th[s.cur].ctx, &s.sched);
+        }
+    };
+    s.live = s.nthreads;
+    for (int i = 0; i < s.nthreads; i++) {
+        thread_state &t = s.th[i];
+        t.tid = make_uint3((unsigned)i % block_dim.x, (unsigned)i / block_dim.x % block_dim.y,
+                           (unsigned)i / (block_dim.x * block_dim.y));
+        t.done = false;
+        t.copies.clear();
+        t.stack.resize(256 * 1024);
+        getcontext(&t.ctx);
+        t.ctx.uc_stack.ss_sp = t.stack.data();
+        t.ctx.uc_stack.ss_size = t.stack.size();
+        t.ctx.uc_link = nullptr;
+        makecontext(&t.ctx, (void (*)())tramp::go, 0);
+    }
+    while (s.live > 0) {
+        s.progress = 0;
+        for (int j = 0; j < s.nthreads; j++) {
+            const int i = order ? s.nthreads - 1 - j : j;
+            if (s.th[i].done) continue;
+            s.cur = i;
+            swapcontext(&s.sched, &s.th[i].ctx);
+        }
+        if (s.progress == 0 && s.live > 0) {
+            fprintf(stderr, "cuda_emu: block (%u, %u, %u): %d threads wait for good (a barrier, collective or "
+                            "mbarrier phase that never completes)\n",
+                    block.x, block.y, block.z, s.live);
+            abort();
+        }
+    }
+}
+} // namespace fqla_emu
+
+#endif

@@ -1,0 +1,51 @@
+"""dev/emu: the library built with its CUDA kernels on the CPU emulator (dev/emu/build.sh),
+and a few of the GPU tests' cases run under it against the fp64 reference: the backward's
+five kernels (wgmma, mbarriers, named barriers, cp.async) and the forward's mma.sync
+routes. Needs a C++ compiler and the CUDA toolkit's headers (no GPU); a few minutes on
+two cores."""
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+CUDA = os.environ.get("CUDA_HOME", "/usr/local/cuda")
+
+pytestmark = [
+    pytest.mark.skipif(not os.path.exists(os.path.join(CUDA, "include", "cuda_bf16.h")),
+                       reason="no CUDA toolkit headers (CUDA_HOME): the emulator compiles the kernels against them"),
+    pytest.mark.skipif(shutil.which(os.environ.get("CXX", "g++")) is None, reason="no C++ compiler"),
+]
+
+
+@pytest.fixture(scope="module")
+def built():
+    r = subprocess.run([os.path.join(ROOT, "dev", "emu", "build.sh"), "test_gpu_fwd", "test_gpu_bwd"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=1800)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return os.path.join(ROOT, "build", "emu", "cuda", "tests")
+
+
+def run(built, prog, cases, order=0):
+    env = dict(os.environ, FQLA_TEST_QUICK="1", FQLA_TEST_FILTER=cases, FQLA_EMU_ORDER=str(order))
+    r = subprocess.run([os.path.join(built, prog)], cwd=ROOT, capture_output=True, text=True, env=env, timeout=1800)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    assert " 0 failed" in r.stdout and "passed" in r.stdout, r.stdout[-2000:]
+    return r.stdout
+
+
+def test_backward_under_emulator(built):
+    out = run(built, "test_gpu_bwd", "bwd_gva")
+    assert "ok   bwd_gva" in out
+
+
+def test_backward_reverse_thread_order(built):
+    out = run(built, "test_gpu_bwd", "bwd_varlen_edges", order=1)
+    assert "ok   bwd_varlen_edges" in out
+
+
+def test_forward_under_emulator(built):
+    out = run(built, "test_gpu_fwd", "fwd_varlen")
+    assert "ok   fwd_varlen" in out

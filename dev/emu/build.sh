@@ -17,8 +17,8 @@ cd "$(dirname "$0")/../.."
 cuda=${CUDA_HOME:-/usr/local/cuda}
 out=build/emu
 mkdir -p "$out"
-${CXX:-g++} -std=c++17 -O1 -c -I"$cuda/include" dev/emu/cudart_emu.cpp -o "$out/cudart_emu.o"
-stamp=$(cat dev/emu/cuda_emu.h dev/emu/nvcc_emu.sh | md5sum | cut -c1-12)
+${CXX:-g++} -std=c++17 -O1 -c -I. -I"$cuda/include" dev/emu/cudart_emu.cpp -o "$out/cudart_emu.o"
+stamp=$(cat dev/emu/cuda_emu.h dev/emu/tma_emu.h dev/emu/nvcc_emu.sh | md5sum | cut -c1-12)
 targets=()
 for t in "${@:-test_gpu_fwd test_gpu_bwd}"; do for u in $t; do targets+=("$out/cuda/tests/$u"); done; done
 make -j"${JOBS:-2}" NVCC="$PWD/dev/emu/nvcc_emu.sh" NVCC_EXTRA="-DFQLA_EMU_BUILD=$stamp" BUILD="$out/cuda" DEV=1 \

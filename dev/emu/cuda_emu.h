@@ -21,7 +21,8 @@
  *   queue at cp.async.wait (data read before the wait is stale, as it may
  *   be on the GPU); wgmma completes at its issue;
  * - the ptx layer's headers are replaced here by functions of the same
- *   names; TMA and bulk copies are not emulated (they abort);
+ *   names; a TMA or bulk copy completes at its issue (its bytes counted on
+ *   its mbarrier), with the map's swizzle and out-of-bounds zeros;
  * - fqla_launch runs every CTA of the grid in turn, on the calling thread,
  *   with the dynamic shared memory filled with 0xFF bytes (NaN) first.
  * Shared-window addresses are offsets into the dynamic shared-memory array
@@ -35,6 +36,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+
+#include "dev/emu/tma_emu.h"
 
 #include <cmath>
 #include <cstdint>
@@ -399,28 +402,96 @@ inline void wgmma(float (&d)[N / 2], const uint32_t *a, uint64_t da, uint64_t db
     wg_wait();
 }
 
-/* mbarrier in its own 8 bytes: expected count (bits 0-29), pending
- * arrivals (30-59), phase parity (63) */
+/* mbarrier in its own 8 bytes: expected count (bits 0-19), pending
+ * arrivals (20-39), transaction bytes still expected (40-61, signed: a copy
+ * may complete before its bytes are expected), phase parity (63). A phase
+ * completes when no arrival and no byte is pending. */
 inline uint64_t &mbar_word(uint32_t a) { return *reinterpret_cast<uint64_t *>(ptr_of(a)); }
+struct mbar_fields {
+    uint64_t count, pending, phase;
+    int64_t tx;
+};
+inline mbar_fields mbar_get(uint32_t a)
+{
+    const uint64_t m = mbar_word(a);
+    mbar_fields f;
+    f.count = m & 0xFFFFF;
+    f.pending = (m >> 20) & 0xFFFFF;
+    f.tx = (int64_t)((m >> 40) & 0x3FFFFF);
+    if (f.tx & 0x200000) f.tx -= 0x400000;
+    f.phase = m >> 63;
+    return f;
+}
+inline void mbar_put(uint32_t a, mbar_fields f)
+{
+    if (f.pending == 0 && f.tx == 0) { /* the phase completes */
+        f.pending = f.count;
+        f.phase ^= 1;
+    }
+    mbar_word(a) = f.count | (f.pending << 20) | ((uint64_t)(f.tx & 0x3FFFFF) << 40) | (f.phase << 63);
+}
 inline void mbar_init(uint32_t a, uint32_t count)
 {
-    mbar_word(a) = (uint64_t)count | ((uint64_t)count << 30);
+    if (count == 0 || count >= (1u << 20)) abort();
+    mbar_word(a) = (uint64_t)count | ((uint64_t)count << 20);
 }
-inline void mbar_arrive(uint32_t a)
+inline void mbar_arrive(uint32_t a, int64_t expect_tx = 0)
 {
-    uint64_t &m = mbar_word(a);
-    const uint64_t count = m & 0x3FFFFFFF, phase = m >> 63;
-    uint64_t pending = (m >> 30) & 0x3FFFFFFF;
-    if (pending == 0 || count == 0) {
+    mbar_fields f = mbar_get(a);
+    if (f.pending == 0 || f.count == 0) {
         fprintf(stderr, "cuda_emu: arrival on an mbarrier that is not initialised or has no pending count\n");
         abort();
     }
     cta().progress++;
-    if (--pending == 0) m = count | (count << 30) | ((phase ^ 1) << 63);
-    else m = count | (pending << 30) | (phase << 63);
+    f.pending--;
+    f.tx += expect_tx;
+    mbar_put(a, f);
+}
+inline void mbar_complete_tx(uint32_t a, int64_t bytes)
+{
+    mbar_fields f = mbar_get(a);
+    cta().progress++;
+    f.tx -= bytes;
+    mbar_put(a, f);
 }
 /* true once the phase of this parity has completed (the barrier's parity differs) */
 inline bool mbar_done(uint32_t a, uint32_t parity) { return (mbar_word(a) >> 63) != parity; }
+
+/* A TMA box between global memory and shared memory at s (a 1024-aligned
+ * window address for swizzled maps): box elements packed innermost first,
+ * rows of box[0] elements, the swizzle XORing the 16-byte chunk of a row with
+ * its 128-byte line's index (bits 7-9, 7-8 or 7 by the span). Loads fill
+ * coordinates outside the tensor with zeros; stores skip them. Returns the
+ * box's bytes. */
+inline int64_t tma_box(const CUtensorMap *map, uint32_t s, const int *c, bool store)
+{
+    fqla_emu_tmap t;
+    memcpy(&t, map, sizeof t);
+    const uint32_t mask = t.swizzle == 128 ? 7 : t.swizzle == 64 ? 3 : t.swizzle == 32 ? 1 : 0;
+    uint64_t n = 1;
+    for (uint32_t d = 0; d < t.rank; d++) n *= t.box[d];
+    for (uint64_t e = 0; e < n; e++) {
+        uint64_t rem = e, off = 0;
+        bool in = true;
+        for (uint32_t d = 0; d < t.rank; d++) {
+            const int64_t i = (int64_t)(rem % t.box[d]) + c[d];
+            rem /= t.box[d];
+            if (i < 0 || (uint64_t)i >= t.dims[d]) in = false;
+            else off += (uint64_t)i * t.strides[d];
+        }
+        uint32_t so = (uint32_t)(e * t.esize);
+        so ^= ((so >> 7) & mask) << 4;
+        char *sp = ptr_of(s + so);
+        if (store) {
+            if (in) memcpy(t.base + off, sp, t.esize);
+        } else if (in) {
+            memcpy(sp, t.base + off, t.esize);
+        } else {
+            memset(sp, 0, t.esize);
+        }
+    }
+    return (int64_t)(n * t.esize);
+}
 
 template <class F> void run_cta(F &fn, dim3 grid, dim3 block_dim, uint3 block, int order);
 
@@ -585,15 +656,11 @@ inline void fqla_stsm_x4_at(uint32_t a, uint32_t r0, uint32_t r1, uint32_t r2, u
 {
     fqla_emu::stsm(a, {r0, r1, r2, r3}, false);
 }
-/* ptx/mbarrier.cuh (no transaction bytes: TMA is not emulated) */
+/* ptx/mbarrier.cuh */
 inline void fqla_mbar_init(uint64_t *b, uint32_t count) { fqla_emu::mbar_init(fqla_emu::u32_of(b), count); }
 inline void fqla_mbar_init_fence() {}
 inline void fqla_mbar_arrive(uint64_t *b) { fqla_emu::mbar_arrive(fqla_emu::u32_of(b)); }
-inline void fqla_mbar_arrive_tx(uint64_t *, uint32_t)
-{
-    fprintf(stderr, "cuda_emu: mbarrier transaction bytes (TMA) are not emulated\n");
-    abort();
-}
+inline void fqla_mbar_arrive_tx(uint64_t *b, uint32_t bytes) { fqla_emu::mbar_arrive(fqla_emu::u32_of(b), bytes); }
 inline uint32_t fqla_mbar_try_wait(uint32_t a, uint32_t parity)
 {
     if (fqla_emu::mbar_done(a, parity)) return 1;
@@ -615,18 +682,37 @@ inline void fqla_pdl_trigger() {}
 template <int R> inline void fqla_setmaxnreg_inc() {}
 template <int R> inline void fqla_setmaxnreg_dec() {}
 inline void fqla_fence_async_smem() {}
-/* ptx/tma.cuh: not emulated */
-[[noreturn]] inline void fqla_emu_no_tma()
-{
-    fprintf(stderr, "cuda_emu: TMA / bulk copies are not emulated\n");
-    abort();
-}
+/* ptx/tma.cuh: every copy completes at its issue */
 inline void fqla_tma_prefetch(const CUtensorMap *) {}
-inline void fqla_tma_load_4d(void *, const CUtensorMap *, uint64_t *, int, int, int, int) { fqla_emu_no_tma(); }
-inline void fqla_tma_load_2d(void *, const CUtensorMap *, uint64_t *, int, int) { fqla_emu_no_tma(); }
-inline void fqla_bulk_load(void *, const void *, uint32_t, uint64_t *) { fqla_emu_no_tma(); }
-inline void fqla_tma_store_4d(const CUtensorMap *, const void *, int, int, int, int) { fqla_emu_no_tma(); }
-inline void fqla_tma_store_2d(const CUtensorMap *, const void *, int, int) { fqla_emu_no_tma(); }
+inline void fqla_tma_load_4d(void *dst, const CUtensorMap *m, uint64_t *bar, int c0, int c1, int c2, int c3)
+{
+    const int c[4] = {c0, c1, c2, c3};
+    const uint32_t s = fqla_emu::u32_of(dst);
+    const uint32_t b = fqla_emu::u32_of(bar);
+    fqla_emu::mbar_complete_tx(b, fqla_emu::tma_box(m, s, c, false));
+}
+inline void fqla_tma_load_2d(void *dst, const CUtensorMap *m, uint64_t *bar, int c0, int c1)
+{
+    const int c[2] = {c0, c1};
+    const uint32_t s = fqla_emu::u32_of(dst);
+    const uint32_t b = fqla_emu::u32_of(bar);
+    fqla_emu::mbar_complete_tx(b, fqla_emu::tma_box(m, s, c, false));
+}
+inline void fqla_bulk_load(void *dst, const void *src, uint32_t bytes, uint64_t *bar)
+{
+    memcpy(dst, src, bytes);
+    fqla_emu::mbar_complete_tx(fqla_emu::u32_of(bar), bytes);
+}
+inline void fqla_tma_store_4d(const CUtensorMap *m, const void *src, int c0, int c1, int c2, int c3)
+{
+    const int c[4] = {c0, c1, c2, c3};
+    fqla_emu::tma_box(m, fqla_emu::u32_of(src), c, true);
+}
+inline void fqla_tma_store_2d(const CUtensorMap *m, const void *src, int c0, int c1)
+{
+    const int c[2] = {c0, c1};
+    fqla_emu::tma_box(m, fqla_emu::u32_of(src), c, true);
+}
 inline void fqla_bulk_commit() {}
 template <int N> inline void fqla_bulk_wait_read() {}
 template <int N> inline void fqla_bulk_wait() {}

@@ -2,11 +2,14 @@
  * cudart_emu.cpp - the CUDA runtime calls of the library and its GPU tests,
  * for a build whose kernels run under cuda_emu.h: one "device" (an H200 as
  * the planners see it: 132 SMs, compute capability 9.0), device memory in
- * host memory, every call synchronous, no graphs (capture is refused), no
- * driver entry points (so no TMA maps: the forward takes its mma.sync
- * routes).
+ * host memory, every call synchronous, no graphs (capture is refused), and
+ * one driver entry point, cuTensorMapEncodeTiled, which writes the map in
+ * the emulator's own form (tma_emu.h).
  */
+#include <cuda.h>
 #include <cuda_runtime_api.h>
+
+#include "dev/emu/tma_emu.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -46,9 +49,38 @@ cudaError_t cudaDriverGetVersion(int *v)
     *v = 13000;
     return cudaSuccess;
 }
-cudaError_t cudaGetDriverEntryPointByVersion(const char *, void **fn, unsigned int, unsigned long long,
+static CUresult encode_tiled(CUtensorMap *m, CUtensorMapDataType type, cuuint32_t rank, void *base,
+                             const cuuint64_t *dims, const cuuint64_t *strides, const cuuint32_t *box,
+                             const cuuint32_t *estr, CUtensorMapInterleave, CUtensorMapSwizzle sw,
+                             CUtensorMapL2promotion, CUtensorMapFloatOOBfill)
+{
+    fqla_emu_tmap t;
+    memset(&t, 0, sizeof t);
+    if (rank < 1 || rank > 5) return CUDA_ERROR_INVALID_VALUE;
+    t.base = (char *)base;
+    t.rank = rank;
+    t.esize = type == CU_TENSOR_MAP_DATA_TYPE_FLOAT32 ? 4 : type == CU_TENSOR_MAP_DATA_TYPE_UINT8 ? 1 : 2;
+    for (cuuint32_t i = 0; i < rank; i++) {
+        if (estr[i] != 1) return CUDA_ERROR_INVALID_VALUE;
+        t.dims[i] = dims[i];
+        t.box[i] = box[i];
+        t.strides[i] = i == 0 ? t.esize : strides[i - 1];
+    }
+    t.swizzle = sw == CU_TENSOR_MAP_SWIZZLE_128B ? 128 : sw == CU_TENSOR_MAP_SWIZZLE_64B ? 64
+              : sw == CU_TENSOR_MAP_SWIZZLE_32B ? 32 : 0;
+    if (t.swizzle && box[0] * t.esize > t.swizzle) return CUDA_ERROR_INVALID_VALUE; /* the hardware's rule */
+    memset(m, 0, sizeof *m);
+    memcpy(m, &t, sizeof t);
+    return CUDA_SUCCESS;
+}
+cudaError_t cudaGetDriverEntryPointByVersion(const char *name, void **fn, unsigned int, unsigned long long,
                                              cudaDriverEntryPointQueryResult *r)
 {
+    if (!strcmp(name, "cuTensorMapEncodeTiled")) {
+        *fn = (void *)&encode_tiled;
+        if (r) *r = cudaDriverEntryPointSuccess;
+        return cudaSuccess;
+    }
     *fn = nullptr;
     if (r) *r = cudaDriverEntryPointSymbolNotFound;
     return cudaErrorSymbolNotFound;

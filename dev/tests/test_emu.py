@@ -1,7 +1,7 @@
 """dev/emu: the library built with its CUDA kernels on the CPU emulator (dev/emu/build.sh),
 and a few of the GPU tests' cases run under it against the fp64 reference: the backward's
-five kernels (wgmma, mbarriers, named barriers, cp.async) and the forward's mma.sync
-routes (TMA is not emulated, so the TMA and fused routes are not). Needs a C++ compiler and the CUDA toolkit's headers (no GPU); a few minutes on
+five kernels (wgmma, mbarriers, named barriers, cp.async) and the forward's routes (TMA,
+wgmma, mma.sync). Needs a C++ compiler and the CUDA toolkit's headers (no GPU); a few minutes on
 two cores."""
 
 import os
@@ -47,6 +47,6 @@ def test_backward_reverse_thread_order(built):
 
 
 def test_forward_under_emulator(built):
-    # the route assertions of other cases expect TMA maps, which the emulator has not
-    out = run(built, "test_gpu_fwd", "fwd_lengths")
-    assert "ok   fwd_lengths" in out
+    # varlen on the fused kernel, the TMA + wgmma chunk kernel and the mma.sync one, each route asserted
+    out = run(built, "test_gpu_fwd", "fwd_varlen")
+    assert "ok   fwd_varlen" in out

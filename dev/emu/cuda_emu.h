@@ -263,42 +263,31 @@ inline float b16_mem(const char *p, bool f16)
     return b16_at(h, 0, f16);
 }
 
-/* d += a b, m16n8k16 (bf16 or fp16), ptx/mma_sync.cuh's fragment layouts */
-inline void mma16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, bool f16)
+/* d += a b for one mma.sync m16n8k(8 E) (ptx/mma_sync.cuh's fragment
+ * layouts): E operand elements a 32-bit register, 2 for bf16 / fp16 (k16),
+ * 1 for tf32 (k8, each operand's top 19 bits). Lane 4 g + t holds A rows
+ * g, g + 8 and B column g at k = E t .. E t + E - 1, and the same + 4 E. */
+enum class mma_kind { bf16, f16, tf32 };
+inline float mma_elem(uint32_t x, int i, mma_kind kind)
 {
-    struct frag {
-        uint32_t a[4], b[2];
-    } f = {{a[0], a[1], a[2], a[3]}, {b0, b1}};
-    warp_put(f);
-    const int ln = lane(), g = ln >> 2, t = ln & 3;
-    for (int e = 0; e < 4; e++) {
-        const int r = g + 8 * (e >> 1), n = 2 * t + (e & 1);
-        float acc = d[e];
-        for (int k = 0; k < 16; k++) {
-            const frag fa = warp_get<frag>(4 * (r & 7) + ((k & 7) >> 1));
-            const frag fb = warp_get<frag>(4 * n + ((k & 7) >> 1));
-            acc += b16_at(fa.a[(r >= 8) + 2 * (k >= 8)], k & 1, f16) * b16_at(fb.b[k >= 8], k & 1, f16);
-        }
-        d[e] = acc;
-    }
-    warp_done();
+    if (kind == mma_kind::tf32) return bits_float(x & 0xffffe000u);
+    return b16_at(x, i, kind == mma_kind::f16);
 }
-
-/* d += a b, m16n8k8 tf32 (each operand's top 19 bits) */
-inline void mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+inline void mma_sync(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, mma_kind kind)
 {
     struct frag {
         uint32_t a[4], b[2];
     } f = {{a[0], a[1], a[2], a[3]}, {b0, b1}};
     warp_put(f);
+    const int E = kind == mma_kind::tf32 ? 1 : 2, KS = 8 * E;
     const int ln = lane(), g = ln >> 2, t = ln & 3;
     for (int e = 0; e < 4; e++) {
         const int r = g + 8 * (e >> 1), n = 2 * t + (e & 1);
         float acc = d[e];
-        for (int k = 0; k < 8; k++) {
-            const frag fa = warp_get<frag>(4 * (r & 7) + (k & 3));
-            const frag fb = warp_get<frag>(4 * n + (k & 3));
-            acc += bits_float(fa.a[(r >= 8) + 2 * (k >= 4)] & 0xffffe000u) * bits_float(fb.b[k >= 4] & 0xffffe000u);
+        for (int k = 0; k < KS; k++) {
+            const int q = (k % (4 * E)) / E, hi = k >= 4 * E;
+            const frag fa = warp_get<frag>(4 * (r & 7) + q), fb = warp_get<frag>(4 * n + q);
+            acc += mma_elem(fa.a[(r >= 8) + 2 * hi], k % E, kind) * mma_elem(fb.b[hi], k % E, kind);
         }
         d[e] = acc;
     }
@@ -592,15 +581,15 @@ template <typename A, typename B> inline typename std::common_type<A, B>::type m
 /* ptx/mma_sync.cuh */
 inline void fqla_mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
 {
-    fqla_emu::mma16(d, a, b0, b1, false);
+    fqla_emu::mma_sync(d, a, b0, b1, fqla_emu::mma_kind::bf16);
 }
 inline void fqla_mma_m16n8k16_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
 {
-    fqla_emu::mma16(d, a, b0, b1, true);
+    fqla_emu::mma_sync(d, a, b0, b1, fqla_emu::mma_kind::f16);
 }
 inline void fqla_mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
 {
-    fqla_emu::mma_tf32(d, a, b0, b1);
+    fqla_emu::mma_sync(d, a, b0, b1, fqla_emu::mma_kind::tf32);
 }
 inline void fqla_tf32_split3(float x, uint32_t &big, uint32_t &small)
 {

@@ -1,9 +1,11 @@
 /*
  * bwd_chain.cu - the backward's two sequential passes over each sequence
- * (bwd_common.cuh), one warpgroup (one CTA of 128 threads) per (sequence,
- * value head, slice of FQLA_BWD_VS = 64 value columns; a last slice of 32
- * runs with zero columns past V): value columns never mix in either chain,
- * so the slices run independently, as the forward's chunk kernels do.
+ * (bwd_common.cuh), one warpgroup per (sequence, value head, slice of
+ * FQLA_BWD_VS = 64 value columns; a last slice of 32 runs with zero columns
+ * past V), two slices of one (sequence, value head) a CTA, which share the
+ * chunk's K, Q, T~, P~ and their conversion: value columns never mix in
+ * either chain, so the slices run independently, as the forward's chunk
+ * kernels do.
  *
  * states (forward, chunk by chunk; S the state entering the chunk):
  *   store S;  X = V - diag(e) K S;  Y = diag(beta) X;  U = T~ Y;
@@ -57,7 +59,8 @@ namespace {
 
 constexpr int C = FQLA_BWD_C;
 constexpr int VS = FQLA_BWD_VS;
-constexpr int THREADS = 128;
+constexpr int NWG = 2; /* chains (warpgroups) a CTA: two 64-column slices of one (span, value head) */
+constexpr int THREADS = 128 * NWG;
 constexpr int TILE = C * 64 * 2; /* a 64 x 64 bf16 plane */
 
 /* What a launch runs (bwd_chain_cp.cu): whole sequences (no CP), or with CP
@@ -85,7 +88,7 @@ template <int KD, bool REVERSE, bool CONVERT> struct chain_layout {
     static constexpr int KP = C * KD * 2;                     /* a [64][KD] plane */
     static constexpr int NQK = REVERSE ? 2 : 1;               /* k (, q) */
     static constexpr int NTP = REVERSE ? 2 : 1;               /* T~ (, P~) */
-    static constexpr int STAGE = NQK * KP + TILE;             /* k (, q) raw / hi planes; the V or dO slice */
+    static constexpr int STAGE = NQK * KP + NWG * TILE;       /* k (, q) raw / hi planes; each chain's V or dO slice */
     static constexpr int ring = 0;                            /* two stages */
     static constexpr int tp = 2 * STAGE;                      /* T~ (, P~) hi, lo planes */
     static constexpr int lo = tp + 2 * NTP * TILE;            /* CONVERT: k (, q) lo planes */
@@ -98,24 +101,33 @@ template <int KD, bool REVERSE, bool CONVERT> struct chain_layout {
     static_assert(bytes <= 227 * 1024, "over the H100 / H200 shared memory a block may have");
 };
 
-/* Copies 64 rows of `cols` 2-byte elements (the plane's width) from src
+/* Copies 64 rows of COLS 2-byte elements (the plane's width) from src
  * (row i at src + i * st) into a swizzled plane; rows past nvalid and
  * columns past valid (a multiple of 8) as zeros. 16-byte cp.async where
- * `vec`, else element by element (misaligned rows: rare, kept rolled). */
-__device__ __forceinline__ void copy_plane(unsigned char *plane, int cols, const uint16_t *src, int64_t st, int valid,
-                                           int nvalid, bool vec)
+ * `vec`: a thread's pieces are one column chunk in rows a multiple of 8
+ * apart, so one swizzled address and one source pointer, each stepped by a
+ * constant (the general indexing cost ~1000 instructions a chunk). Else
+ * element by element (misaligned rows: rare, kept rolled). */
+template <int COLS>
+__device__ __forceinline__ void copy_plane(unsigned char *plane, const uint16_t *src, int64_t st, int valid, int nvalid,
+                                           bool vec)
 {
+    constexpr int PER_ROW = COLS / 8, STEP = THREADS / PER_ROW; /* rows between a thread's pieces */
+    static_assert(STEP % 8 == 0 && C % STEP == 0, "a thread's pieces share their swizzle phase");
     if (vec) {
-        const int per_row = cols / 8;
-        for (int idx = threadIdx.x; idx < C * per_row; idx += THREADS) {
-            const int i = idx / per_row, j = 8 * (idx % per_row);
-            const bool ok = i < nvalid && j < valid;
-            fqla_cp_async16(plane + fqla_wg_off(C, i, j), ok ? src + i * st + j : src, ok ? 16 : 0);
+        const int i0 = threadIdx.x / PER_ROW, j = 8 * (threadIdx.x % PER_ROW);
+        unsigned char *d = plane + fqla_wg_off(C, i0, j);
+        const uint16_t *s = src + (int64_t)i0 * st + j;
+        const int64_t step = (int64_t)STEP * st;
+#pragma unroll
+        for (int n = 0; n < C / STEP; n++) {
+            const bool ok = i0 + STEP * n < nvalid && j < valid;
+            fqla_cp_async16(d + STEP * 128 * n, ok ? s + step * n : src, ok ? 16 : 0);
         }
     } else {
 #pragma unroll 1
-        for (int idx = threadIdx.x; idx < C * cols; idx += THREADS) {
-            const int i = idx / cols, j = idx % cols;
+        for (int idx = threadIdx.x; idx < C * COLS; idx += THREADS) {
+            const int i = idx / COLS, j = idx % COLS;
             *reinterpret_cast<uint16_t *>(plane + fqla_wg_off(C, i, j)) =
                 i < nvalid && j < valid ? src[i * st + j] : (uint16_t)0;
         }
@@ -212,10 +224,10 @@ __device__ __forceinline__ int row8_of(int a) { return 8 * ((a >> 1) & 1); }
 /* CONVERT: q / k are not exact bf16 numbers as they come (fp16 io, or
  * l2norm in the kernel): converted in place, with lo planes. A template
  * parameter so that every product's number of terms is known to the
- * compiler. States fits two CTAs an SM at K = 128 (shared memory <= 98 KB),
- * dstates one (146 / 178 KB). */
+ * compiler. One CTA an SM (registers: ~230 a thread); shared memory at
+ * K = 128: states 82 (98) KB, dstates 162 (194) KB. */
 template <typename T, int KD, bool REVERSE, bool CONVERT>
-__global__ void __launch_bounds__(THREADS, REVERSE ? 1 : 2) bwd_chain_kernel(const fqla_bwd_params bp, int vec, int mode)
+__global__ void __launch_bounds__(THREADS, 1) bwd_chain_kernel(const fqla_bwd_params bp, int vec, int mode)
 {
     using L = chain_layout<KD, REVERSE, CONVERT>;
     const fqla_fwd_params &p = bp.f;
@@ -231,12 +243,15 @@ __global__ void __launch_bounds__(THREADS, REVERSE ? 1 : 2) bwd_chain_kernel(con
     constexpr int NS = KD / 2, KK = KD / 16; /* S^T's accumulators a thread; its k-steps */
     const int hv = blockIdx.y, hk = hv / p.group;
     /* slices: ceil(V / 64) of the value columns, then (the pre-pass) K / 64
-     * of the identity columns (zero input, state I) */
-    const int nreal = (p.V + VS - 1) / VS;
-    const bool ident = mode == CHAIN_PREPASS && (int)blockIdx.z >= nreal;
-    const int v0 = ident ? p.V + VS * ((int)blockIdx.z - nreal) : VS * (int)blockIdx.z;
+     * of the identity columns (zero input, state I); warpgroup wg runs slice
+     * NWG blockIdx.z + wg, if there is one */
+    const int nreal = (p.V + VS - 1) / VS, nslices = nreal + (mode == CHAIN_PREPASS ? KD / VS : 0);
+    const int tid = threadIdx.x, wg = tid >> 7, vr = 16 * ((tid >> 5) & 3) + ((tid & 31) >> 2), t4 = tid & 3;
+    const int slice0 = NWG * (int)blockIdx.z, slice = slice0 + wg;
+    const bool ident = mode == CHAIN_PREPASS && slice >= nreal;
+    const int v0 = ident ? p.V + VS * (slice - nreal) : VS * slice;
     const int vw = ident ? VS : (p.V - v0 < VS ? p.V - v0 : VS); /* the slice's columns */
-    const int tid = threadIdx.x, vr = 16 * (tid >> 5) + ((tid & 31) >> 2), t4 = tid & 3;
+    bool active = slice < nslices;
     /* the span: sequence blockIdx.x (CHAIN_WHOLE), or segment blockIdx.x */
     int64_t n, batch, start, len, slot0;
     bool last;
@@ -248,12 +263,14 @@ __global__ void __launch_bounds__(THREADS, REVERSE ? 1 : 2) bwd_chain_kernel(con
     if (mode == CHAIN_PREPASS && (REVERSE ? first : last)) return;
     /* the pre-pass's identity columns (M) of a segment whose transition is
      * negligible under its decay (fwd_common.cuh): left out, and flagged for
-     * the scan by the first identity slice (every slice decides alike) */
-    if (mode == CHAIN_PREPASS && p.cp_skip && ident) {
+     * the scan by the CTA of the first identity slice (every CTA decides
+     * alike). A block-wide test, made by every CTA that has an identity slice. */
+    if (mode == CHAIN_PREPASS && p.cp_skip && slice0 + NWG > nreal && slice0 < nslices) {
         const int neg = fqla_cp_m_negligible(p, len, slot0, hv);
-        if (tid == 0 && v0 == p.V) p.seg_flag[blockIdx.x * p.HV + hv] = neg;
-        if (neg) return;
+        if (tid == 0 && slice0 <= nreal && nreal < slice0 + NWG) p.seg_flag[blockIdx.x * p.HV + hv] = neg;
+        if (neg && ident) active = false;
     }
+    if (!__syncthreads_or(active)) return; /* no slice left to this CTA */
     const int chunks = (int)((len + C - 1) / C); /* < 2^31: the slots are int64 only as offsets */
     /* a segment's starting state is in the workspace (the scan wrote it) */
     const bool from_ws = mode == CHAIN_MAIN && chunks > 0;
@@ -265,7 +282,8 @@ __global__ void __launch_bounds__(THREADS, REVERSE ? 1 : 2) bwd_chain_kernel(con
     for (int a = 0; a < NS; a++) {
         const int v = vr + row8_of(a), k = kc(a);
         float s = 0.f;
-        if (mode == CHAIN_PREPASS) {
+        if (!active) {
+        } else if (mode == CHAIN_PREPASS) {
             s = ident && k == v0 - p.V + v ? 1.f : 0.f;
         } else if (v < vw) {
             if (from_ws) {
@@ -287,19 +305,22 @@ __global__ void __launch_bounds__(THREADS, REVERSE ? 1 : 2) bwd_chain_kernel(con
         const int nv = nvalid_of(c);
         const size_t tile = (size_t)slot * p.HV + hv;
         unsigned char *st = stage(s);
-        copy_plane(st, KD, (const uint16_t *)p.k + batch * p.k_sb + t0 * p.k_st + (int64_t)hk * p.k_sh, p.k_st, KD, nv,
-                   vec);
+        copy_plane<KD>(st, (const uint16_t *)p.k + batch * p.k_sb + t0 * p.k_st + (int64_t)hk * p.k_sh, p.k_st, KD, nv,
+                       vec);
         if constexpr (REVERSE) {
-            copy_plane(st + L::KP, KD, (const uint16_t *)p.q + batch * p.q_sb + t0 * p.q_st + (int64_t)hk * p.q_sh,
-                       p.q_st, KD, nv, vec);
-            copy_plane(st + L::NQK * L::KP, VS,
-                       (const uint16_t *)bp.d_o + batch * bp.do_sb + t0 * bp.do_st + (int64_t)hv * bp.do_sh + v0,
-                       bp.do_st, ident ? 0 : vw, nv, vec);
+            copy_plane<KD>(st + L::KP, (const uint16_t *)p.q + batch * p.q_sb + t0 * p.q_st + (int64_t)hk * p.q_sh,
+                           p.q_st, KD, nv, vec);
             copy_f32(stage_p, bp.Pt + tile * C * C);
-        } else {
-            copy_plane(st + L::NQK * L::KP, VS,
-                       (const uint16_t *)p.v + batch * p.v_sb + t0 * p.v_st + (int64_t)hv * p.v_sh + v0, p.v_st,
-                       ident ? 0 : vw, nv, vec);
+        }
+        /* each real slice's V or dO columns (identity slices have zero input, never read) */
+#pragma unroll
+        for (int w = 0; w < NWG; w++) {
+            const int c0 = VS * (slice0 + w);
+            if (c0 >= p.V) break;
+            const int64_t off = REVERSE ? batch * bp.do_sb + t0 * bp.do_st + (int64_t)hv * bp.do_sh + c0
+                                        : batch * p.v_sb + t0 * p.v_st + (int64_t)hv * p.v_sh + c0;
+            copy_plane<VS>(st + L::NQK * L::KP + w * TILE, (const uint16_t *)(REVERSE ? bp.d_o : p.v) + off,
+                           REVERSE ? bp.do_st : p.v_st, p.V - c0, nv, vec);
         }
         copy_f32(stage_t, bp.Tt + tile * C * C);
         if (tid < C / 4) { /* the workspace rows: 16-byte aligned always */
@@ -325,7 +346,7 @@ __global__ void __launch_bounds__(THREADS, REVERSE ? 1 : 2) bwd_chain_kernel(con
         const uint32_t k_hi = fqla_smem_u32(st), q_hi = k_hi + L::KP;
         const fqla_wg_tile Kt{k_hi, CONVERT ? s0 + L::lo : 0u, C};
         const fqla_wg_tile Qt{q_hi, CONVERT ? s0 + L::lo + L::KP : 0u, C};
-        const fqla_wg_tile Xt{fqla_smem_u32(st + L::NQK * L::KP), 0u, C};
+        const fqla_wg_tile Xt{fqla_smem_u32(st + L::NQK * L::KP + wg * TILE), 0u, C};
         const chain_rows &r = rows[s];
 
         fqla_cp_async_wait_all(); /* this chunk's copies (this thread's) */
@@ -346,10 +367,10 @@ __global__ void __launch_bounds__(THREADS, REVERSE ? 1 : 2) bwd_chain_kernel(con
         }
         fqla_fence_async_smem();
         __syncthreads(); /* (b) the planes and factors; the staging tiles are free */
-        if (it + 1 < chunks) issue(chunk_at(it + 1), s ^ 1);
 
+        if (it + 1 < chunks) issue(chunk_at(it + 1), s ^ 1);
         /* store the state entering (states) / the gradient leaving (dstates) this chunk */
-        if (mode != CHAIN_PREPASS) {
+        if (active && mode != CHAIN_PREPASS) {
             float *dst = (REVERSE ? bp.dS : bp.S) + tile * KD * p.V + v0;
 #pragma unroll
             for (int a = 0; a < NS; a++) {
@@ -357,13 +378,23 @@ __global__ void __launch_bounds__(THREADS, REVERSE ? 1 : 2) bwd_chain_kernel(con
                 if (v < vw) dst[(int64_t)kc(a) * p.V + v] = S[a];
             }
         }
+        /* (K S)^T or (K dS)^T: [value row][token]. Nothing between a wgmma's
+         * issue and its wait branches (ptxas serializes wgmma in flight
+         * across a branch it cannot prove uniform: its C7518), and a
+         * warpgroup without a slice runs the products too, on zeros, its
+         * results unused. */
         uint32_t sh[KK][4], sl[KK][4];
+        float ks[32];
         fqla_wg_frags(S, sh, sl);
-        float ks[32]; /* (K S)^T or (K dS)^T: [value row][token] */
         pin_a(sh, sl);
         fqla_wg_issue(ks, [&] { fqla_wg_rs_split<64, 0, true, CONVERT>(ks, sh, sl, Kt, false); });
-        uint32_t xr[4][4]; /* V^T or dO^T, raw pairs */
+        uint32_t xr[4][4]; /* V^T or dO^T, raw pairs (identity slices, no slice: zeros) */
         fqla_wg_load_t<4>(Xt, xr, 0);
+        const uint32_t keep = ident || !active ? 0u : ~0u;
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) xr[kk][q] &= keep;
         fqla_wg_retire(ks);
         pin_a(sh, sl);
         float x[32];
@@ -429,6 +460,7 @@ __global__ void __launch_bounds__(THREADS, REVERSE ? 1 : 2) bwd_chain_kernel(con
             pin_a(yh, yl);
         }
     }
+    if (!active) return;
     if (mode == CHAIN_PREPASS) { /* the segment's [H | M] */
         const int64_t W = p.V + KD;
         float *hm = bp.cp_hm + ((size_t)blockIdx.x * p.HV + hv) * KD * W + v0;
@@ -463,7 +495,8 @@ int rows_vec(const fqla_bwd_params &b)
 }
 
 /* Grid: sequences (CHAIN_WHOLE) or segment indices (with CP), value heads,
- * 64-column slices of V (the pre-pass: and of the K identity columns). */
+ * pairs of 64-column slices of V (the pre-pass: and of the K identity
+ * columns). */
 template <typename T, int KD, bool REVERSE, bool CONVERT>
 cudaError_t launch(const fqla_bwd_params &p, int mode, cudaStream_t stream)
 {
@@ -474,7 +507,8 @@ cudaError_t launch(const fqla_bwd_params &p, int mode, cudaStream_t stream)
     const int64_t rows = mode == CHAIN_WHOLE ? p.f.N : fqla_cp_segs(p.f.varlen, p.f.T, p.f.N, p.f.seg_chunks);
     const int64_t slices = (p.f.V + VS - 1) / VS + (mode == CHAIN_PREPASS ? KD / VS : 0);
     return fqla_launch(bwd_chain_kernel<T, KD, REVERSE, CONVERT>,
-                       dim3((unsigned)rows, (unsigned)p.f.HV, (unsigned)slices), dim3(THREADS), smem, stream, 0, p,
+                       dim3((unsigned)rows, (unsigned)p.f.HV, (unsigned)((slices + NWG - 1) / NWG)), dim3(THREADS),
+                       smem, stream, 0, p,
                        rows_vec(p), mode);
 }
 

@@ -228,7 +228,9 @@ template <int N> __device__ __forceinline__ void zero(float (&a)[N])
     for (int i = 0; i < N; i++) a[i] = 0.f;
 }
 
-template <typename T, int KD>
+/* QK_LO: q / k carry lo planes (fp16 io, or the l2norm in the kernel): a
+ * template parameter, so that which products run is known to ptxas. */
+template <typename T, int KD, bool QK_LO>
 __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_params bp)
 {
     using L = gw_layout<KD>;
@@ -257,13 +259,14 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
         return;
     }
     const size_t rrow = ((size_t)slot * p.H + hk) * C;
-    const bool qk_lo = !IO_BF16 || p.l2norm; /* q / k exact in bf16 only for bf16 inputs without the l2norm */
-    const fqla_wg_tile Kt{s0 + L::k, qk_lo ? s0 + L::k + L::KP : 0u, C};
-    const fqla_wg_tile Qt{s0 + L::st, qk_lo ? s0 + L::st + L::KP : 0u, C};
+    static_assert(IO_BF16 || QK_LO, "fp16 q / k always carry lo planes");
+    constexpr bool DO_LO = !IO_BF16; /* dO exact in bf16 only for bf16 inputs */
+    const fqla_wg_tile Kt{s0 + L::k, QK_LO ? s0 + L::k + L::KP : 0u, C};
+    const fqla_wg_tile Qt{s0 + L::st, QK_LO ? s0 + L::st + L::KP : 0u, C};
     const fqla_wg_tile Tt{s0 + L::t, s0 + L::t + TILE, C}, Pt{s0 + L::pt, s0 + L::pt + TILE, C};
     const fqla_wg_tile St{s0 + L::st, s0 + L::st + L::SP, KD};
     const fqla_wg_tile dSt{s0 + L::st + 2 * L::SP, s0 + L::st + 3 * L::SP, KD};
-    const fqla_wg_tile dOt{s0 + L::dO, IO_BF16 ? 0u : s0 + L::dO + TILE, C};
+    const fqla_wg_tile dOt{s0 + L::dO, DO_LO ? s0 + L::dO + TILE : 0u, C};
     const fqla_wg_tile Yt{s0 + L::sl, s0 + L::sl + TILE, C}, Ut{s0 + L::sl + 2 * TILE, s0 + L::sl + 3 * TILE, C};
     const fqla_wg_tile dUt{s0 + L::sl + 4 * TILE, s0 + L::sl + 5 * TILE, C};
     const fqla_wg_tile W0{s0 + L::sl, s0 + L::sl + TILE, C}, W1{s0 + L::sl + 2 * TILE, s0 + L::sl + 3 * TILE, C};
@@ -326,7 +329,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
                 /* KS;  X = V - diag(e) K S;  Y = diag(beta) X;  U = T~ Y */
                 float ks[32], x[32];
                 const int64_t vb = batch * p.v_sb + t0 * p.v_st + (int64_t)hv * p.v_sh + v0;
-                fqla_wg_issue(ks, [&] { fqla_wg_split<64, 0, 1>(ks, Kt, St, 0, KD, false); });
+                fqla_wg_issue(ks, [&] { fqla_wg_split<64, 0, 1, QK_LO>(ks, Kt, St, 0, KD, false); });
                 uint32_t vp[2][8]; /* v (i, c), (i, c + 1), loaded under the product */
 #pragma unroll
                 for (int hh = 0; hh < 2; hh++)
@@ -405,7 +408,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
 
                 /* dO S^T: de_i += scale q_i . (dO S^T)_i;  dQ += scale diag(e) dO S^T */
                 float g2[NK];
-                fqla_wg_issue(g2, [&] { fqla_wg_split<KD, 0, 0>(g2, dOt, St, 0, VS, false); });
+                fqla_wg_issue(g2, [&] { fqla_wg_split<KD, 0, 0, DO_LO>(g2, dOt, St, 0, VS, false); });
                 uint32_t qp[2][KD / 8]; /* q (i, c), (i, c + 1) as raw pairs, loaded under the product */
 #pragma unroll
                 for (int hh = 0; hh < 2; hh++)
@@ -433,8 +436,8 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
             } else {
                 /* KdS';  dU = P~^T dO + diag(f) K dS' */
                 float kds[32], acc[32];
-                fqla_wg_run(kds, [&] { fqla_wg_split<64, 0, 1>(kds, Kt, dSt, 0, KD, false); });
-                fqla_wg_run(acc, [&] { fqla_wg_split<64, 1, 1>(acc, Pt, dOt, 0, C, false); });
+                fqla_wg_run(kds, [&] { fqla_wg_split<64, 0, 1, QK_LO>(kds, Kt, dSt, 0, KD, false); });
+                fqla_wg_run(acc, [&] { fqla_wg_split<64, 1, 1, true, DO_LO>(acc, Pt, dOt, 0, C, false); });
 #pragma unroll
                 for (int a = 0; a < 32; a++) acc[a] += ss.f[r0 + 8 * ((a >> 1) & 1)] * kds[a];
                 fqla_wg_store<64>(dUt, acc, 0);
@@ -456,7 +459,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
                     s = quad_sum(s);
                     if (t4 == 0) ss.df[i] += s;
                 }
-                fqla_wg_run(dP, [&] { fqla_wg_split<64, 0, 0>(dP, dOt, Ut, 0, VS, true); });
+                fqla_wg_run(dP, [&] { fqla_wg_split<64, 0, 0, DO_LO>(dP, dOt, Ut, 0, VS, true); });
                 /* U <- diag(f) U (this warpgroup's reads of U are done) */
 #pragma unroll
                 for (int a = 0; a < 32; a++) acc[a] *= ss.f[r0 + 8 * ((a >> 1) & 1)];
@@ -508,13 +511,13 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
             signal(m1_ready);
             await(dqt_ready, h);
             /* dQ += dQ~ K */
-            fqla_wg_run(dQK, [&] { fqla_wg_split<KD, 0, 1>(dQK, W0, Kt, 0, C, true); });
+            fqla_wg_run(dQK, [&] { fqla_wg_split<KD, 0, 1, true, QK_LO>(dQK, W0, Kt, 0, C, true); });
         } else {
             /* K K^T;  dL = -M1 T~^T (strict lower);  per element (i, j):
              * gdl = Gamma dL; dbeta_i += sum_j gdl KK; M = diag(beta) gdl;
              * R_ij = beta_i gdl KK + dP~ P~ (j < i); dQ~ = scale Gamma dP~ (j <= i) */
             float kk[32], dl[32];
-            fqla_wg_issue(kk, [&] { fqla_wg_split<64, 0, 0>(kk, Kt, Kt, 0, KD, false); });
+            fqla_wg_issue(kk, [&] { fqla_wg_split<64, 0, 0, QK_LO, QK_LO>(kk, Kt, Kt, 0, KD, false); });
             const float *Pg = bp.Pt + tile * C * C;
             float2 pg[2][8]; /* P~ (i, j), (i, j + 1), loaded under the product */
 #pragma unroll
@@ -555,9 +558,9 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
             signal(dqt_ready);
             /* dK += dQ~^T Q + M K + M^T K */
             fqla_wg_run(dQK, [&] {
-                fqla_wg_split<KD, 1, 1>(dQK, W0, Qt, 0, C, true);
-                fqla_wg_split<KD, 0, 1>(dQK, W1, Kt, 0, C, true);
-                fqla_wg_split<KD, 1, 1>(dQK, W1, Kt, 0, C, true);
+                fqla_wg_split<KD, 1, 1, true, QK_LO>(dQK, W0, Qt, 0, C, true);
+                fqla_wg_split<KD, 0, 1, true, QK_LO>(dQK, W1, Kt, 0, C, true);
+                fqla_wg_split<KD, 1, 1, true, QK_LO>(dQK, W1, Kt, 0, C, true);
             });
         }
         __syncthreads();
@@ -674,14 +677,21 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
     }
 }
 
-template <typename T, int KD> cudaError_t launch(const fqla_bwd_params &p, cudaStream_t stream)
+template <typename T, int KD, bool QK_LO> cudaError_t launch(const fqla_bwd_params &p, cudaStream_t stream)
 {
     static fqla_smem_cache cache;
     const size_t smem = gw_layout<KD>::bytes;
-    cudaError_t e = fqla_smem_limit(cache, bwd_grads_kernel<T, KD>, smem);
+    cudaError_t e = fqla_smem_limit(cache, bwd_grads_kernel<T, KD, QK_LO>, smem);
     if (e != cudaSuccess) return e;
-    return fqla_launch(bwd_grads_kernel<T, KD>, dim3((unsigned)p.f.slots, (unsigned)p.f.H), dim3(THREADS), smem,
+    return fqla_launch(bwd_grads_kernel<T, KD, QK_LO>, dim3((unsigned)p.f.slots, (unsigned)p.f.H), dim3(THREADS), smem,
                        stream, 0, p);
+}
+
+/* bf16 io with or without the l2norm (q / k exact or not), or fp16 */
+template <int KD> cudaError_t launch_io(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream)
+{
+    if (!io_bf16) return launch<__half, KD, true>(p, stream);
+    return p.f.l2norm ? launch<__nv_bfloat16, KD, true>(p, stream) : launch<__nv_bfloat16, KD, false>(p, stream);
 }
 
 } // namespace
@@ -690,6 +700,5 @@ cudaError_t fqla_bwd_launch_grads(const fqla_bwd_params &p, int io_bf16, cudaStr
 {
     /* K = 64 or 128 and V a multiple of 32: the CUDA backward's coverage
      * (fqla_cuda_bwd_supported) */
-    if (p.f.K == 64) return io_bf16 ? launch<__nv_bfloat16, 64>(p, stream) : launch<__half, 64>(p, stream);
-    return io_bf16 ? launch<__nv_bfloat16, 128>(p, stream) : launch<__half, 128>(p, stream);
+    return p.f.K == 64 ? launch_io<64>(p, io_bf16, stream) : launch_io<128>(p, io_bf16, stream);
 }

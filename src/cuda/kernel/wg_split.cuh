@@ -158,17 +158,19 @@ template <> struct fqla_wg_n<128> {
 
 /* Issues acc (+)= A B over k in [k0, k1) (multiples of 16) for the whole
  * warpgroup: TA / TB 0 K-major, 1 MN-major (above); ACC 0 overwrites acc
- * at the first k-step. No fence, commit or wait: fqla_wg_run wraps a
- * group of these. */
-template <int N, int TA, int TB>
+ * at the first k-step; A_LO / B_LO: the tile's lo plane is used (a
+ * template choice: a branch between two wgmma makes ptxas fence the
+ * warpgroup before each one, its C7519). No fence, commit or wait:
+ * fqla_wg_run wraps a group of these. */
+template <int N, int TA, int TB, bool A_LO = true, bool B_LO = true>
 FQLA_DEVICE_INLINE void fqla_wg_split(float (&acc)[N / 2], const fqla_wg_tile &A, const fqla_wg_tile &B, int k0, int k1,
                                       bool accumulate)
 {
     for (int kk = k0 / 16; kk < k1 / 16; kk++) {
         const uint64_t ah = fqla_wg_desc<TA>(A.hi, A.rows, kk), bh = fqla_wg_desc<TB>(B.hi, B.rows, kk);
         fqla_wg_n<N>::template mma<TA, TB>(acc, ah, bh, (accumulate || kk > k0 / 16) ? 1 : 0);
-        if (B.lo) fqla_wg_n<N>::template mma<TA, TB>(acc, ah, fqla_wg_desc<TB>(B.lo, B.rows, kk), 1);
-        if (A.lo) fqla_wg_n<N>::template mma<TA, TB>(acc, fqla_wg_desc<TA>(A.lo, A.rows, kk), bh, 1);
+        if constexpr (B_LO) fqla_wg_n<N>::template mma<TA, TB>(acc, ah, fqla_wg_desc<TB>(B.lo, B.rows, kk), 1);
+        if constexpr (A_LO) fqla_wg_n<N>::template mma<TA, TB>(acc, fqla_wg_desc<TA>(A.lo, A.rows, kk), bh, 1);
     }
 }
 

@@ -19,12 +19,17 @@
  *   phase in their own 8 bytes;
  * - cp.async queues its copy in the issuing thread, which performs its
  *   queue at cp.async.wait (data read before the wait is stale, as it may
- *   be on the GPU); wgmma completes at its issue;
+ *   be on the GPU); FQLA_EMU_ASYNC=issue performs it at the issue instead
+ *   (a buffer that other threads read until a barrier after the issue is
+ *   overwritten under them, as it may be on the GPU); wgmma completes at
+ *   its issue;
  * - the ptx layer's headers are replaced here by functions of the same
  *   names; a TMA or bulk copy completes at its issue (its bytes counted on
  *   its mbarrier), with the map's swizzle and out-of-bounds zeros;
  * - fqla_launch runs every CTA of the grid in turn, on the calling thread,
- *   with the dynamic shared memory filled with 0xFF bytes (NaN) first.
+ *   with the dynamic shared memory filled with 0xFF bytes (NaN) first;
+ *   FQLA_EMU_CTA_ORDER=1 runs them last first, so a CTA that depends on
+ *   another of the same launch shows.
  * Shared-window addresses are offsets into the dynamic shared-memory array
  * (1024-aligned), so the 128-byte swizzle sees the same address bits as on
  * the GPU.
@@ -605,23 +610,39 @@ inline void fqla_st_shared_v4(uint32_t a, uint32_t x, uint32_t y, uint32_t z, ui
     const uint32_t v[4] = {x, y, z, w};
     memcpy(fqla_emu::ptr_of(a), v, 16);
 }
-/* ptx/cp_async.cuh: queued, performed at the wait */
+/* ptx/cp_async.cuh: queued, performed at the wait; or, with
+ * FQLA_EMU_ASYNC=issue, performed at the issue. The GPU lands a copy
+ * anywhere between the two, so each end shows one hazard: at the wait, a
+ * read of the buffer before the wait sees stale data; at the issue, a copy
+ * into a buffer that other threads still read (no barrier between their
+ * reads and the issue) overwrites what they have yet to read. */
+namespace fqla_emu {
+inline bool async_at_issue()
+{
+    static const bool at_issue = getenv("FQLA_EMU_ASYNC") && strcmp(getenv("FQLA_EMU_ASYNC"), "issue") == 0;
+    return at_issue;
+}
+inline void perform_copy(const pending_copy &c)
+{
+    memset(c.dst, 0, c.bytes); /* bytes past src_bytes are zeros */
+    if (c.src_bytes) memcpy(c.dst, c.src, c.src_bytes);
+}
+inline void cp_async(const pending_copy &c)
+{
+    if (async_at_issue()) perform_copy(c);
+    else cta().th[cta().cur].copies.push_back(c);
+}
+} // namespace fqla_emu
 inline void fqla_cp_async16(void *dst, const void *src, int src_bytes)
 {
-    fqla_emu::cta().th[fqla_emu::cta().cur].copies.push_back(fqla_emu::pending_copy{dst, src, 16, src_bytes});
+    fqla_emu::cp_async(fqla_emu::pending_copy{dst, src, 16, src_bytes});
 }
-inline void fqla_cp_async4(void *dst, const void *src)
-{
-    fqla_emu::cta().th[fqla_emu::cta().cur].copies.push_back(fqla_emu::pending_copy{dst, src, 4, 4});
-}
+inline void fqla_cp_async4(void *dst, const void *src) { fqla_emu::cp_async(fqla_emu::pending_copy{dst, src, 4, 4}); }
 inline void fqla_cp_async_commit() {}
 inline void fqla_cp_async_wait_all()
 {
     auto &t = fqla_emu::cta().th[fqla_emu::cta().cur];
-    for (const fqla_emu::pending_copy &c : t.copies) {
-        memset(c.dst, 0, c.bytes);
-        if (c.src_bytes) memcpy(c.dst, c.src, c.src_bytes);
-    }
+    for (const fqla_emu::pending_copy &c : t.copies) fqla_emu::perform_copy(c);
     t.copies.clear();
 }
 /* wait_group N: the emulator keeps no groups apart, so every wait performs
@@ -756,6 +777,11 @@ static cudaError_t fqla_smem_limit(fqla_smem_cache &, void (*)(Params...), size_
 }
 namespace fqla_emu {
 inline int order() { return getenv("FQLA_EMU_ORDER") && atoi(getenv("FQLA_EMU_ORDER")) == 1; }
+/* FQLA_EMU_CTA_ORDER=1: the grid's CTAs in the reverse order (last block
+ * first). The GPU runs them in no set order, all at once where they fit; a
+ * result that changes with this order shows a CTA that reads what another
+ * CTA of the same launch writes. */
+inline int cta_order() { return getenv("FQLA_EMU_CTA_ORDER") && atoi(getenv("FQLA_EMU_CTA_ORDER")) == 1; }
 inline long &launches()
 {
     static long n = 0;
@@ -802,13 +828,14 @@ static cudaError_t fqla_launch(void (*kernel)(Params...), dim3 grid, dim3 block,
     if (getenv("FQLA_EMU_TRACE"))
         fprintf(stderr, "cuda_emu: launch %ld (kernel %p): grid (%u, %u, %u) block (%u, %u, %u) smem %zu\n",
                 fqla_emu::launches(), (void *)kernel, grid.x, grid.y, grid.z, block.x, block.y, block.z, smem);
-    for (unsigned z = 0; z < grid.z; z++)
-        for (unsigned y = 0; y < grid.y; y++)
-            for (unsigned x = 0; x < grid.x; x++) {
-                emu_poison_smem(smem);
-                auto body = [&] { kernel(args...); };
-                fqla_emu::run_cta(body, grid, block, make_uint3(x, y, z), fqla_emu::order());
-            }
+    const unsigned n = grid.x * grid.y * grid.z;
+    for (unsigned j = 0; j < n; j++) {
+        const unsigned i = fqla_emu::cta_order() ? n - 1 - j : j; /* x fastest, then y, then z */
+        emu_poison_smem(smem);
+        auto body = [&] { kernel(args...); };
+        fqla_emu::run_cta(body, grid, block, make_uint3(i % grid.x, i / grid.x % grid.y, i / (grid.x * grid.y)),
+                          fqla_emu::order());
+    }
     return cudaSuccess;
 }
 

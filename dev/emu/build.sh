@@ -8,7 +8,9 @@
 #   FQLA_TEST_QUICK=1 FQLA_TEST_FILTER=bwd_lengths build/emu/cuda/tests/test_gpu_bwd
 #
 # Environment of the programs: FQLA_EMU_ORDER=1 runs each CTA's threads in
-# reverse; FQLA_EMU_POISON=0 starts dynamic shared memory at zero instead of
+# reverse; FQLA_EMU_CTA_ORDER=1 runs each grid's CTAs last first;
+# FQLA_EMU_ASYNC=issue performs each cp.async at its issue instead of its
+# wait; FQLA_EMU_POISON=0 starts dynamic shared memory at zero instead of
 # 0xFF bytes; FQLA_EMU_TRACE=1 prints every launch. A change of the
 # emulator's files rebuilds every kernel (they are part of the
 # configuration stamp).

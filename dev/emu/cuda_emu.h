@@ -18,13 +18,19 @@
  *   lanes, wgmma for the warpgroup's 128 threads; mbarriers keep their
  *   phase in their own 8 bytes;
  * - cp.async queues its copy in the issuing thread, which performs its
- *   queue at cp.async.wait (data read before the wait is stale, as it may
- *   be on the GPU); wgmma completes at its issue;
+ *   committed groups at cp.async.wait_group, all but the N most recent
+ *   (data read before the wait, or of a copy not committed before it, is
+ *   stale, as it may be on the GPU); FQLA_EMU_ASYNC=issue performs each
+ *   copy at its issue instead (a buffer that other threads read until a
+ *   barrier after the issue is overwritten under them, as it may be on the
+ *   GPU); wgmma completes at its issue;
  * - the ptx layer's headers are replaced here by functions of the same
  *   names; a TMA or bulk copy completes at its issue (its bytes counted on
  *   its mbarrier), with the map's swizzle and out-of-bounds zeros;
  * - fqla_launch runs every CTA of the grid in turn, on the calling thread,
- *   with the dynamic shared memory filled with 0xFF bytes (NaN) first.
+ *   with the dynamic shared memory filled with 0xFF bytes (NaN) first;
+ *   FQLA_EMU_CTA_ORDER=1 runs them last first, so a CTA that depends on
+ *   another of the same launch shows.
  * Shared-window addresses are offsets into the dynamic shared-memory array
  * (1024-aligned), so the 128-byte swizzle sees the same address bits as on
  * the GPU.
@@ -130,7 +136,8 @@ struct thread_state {
     uint3 tid;
     bool done;
     std::vector<char> stack;
-    std::vector<pending_copy> copies;
+    std::vector<pending_copy> copies;              /* cp.async issued, not yet committed */
+    std::vector<std::vector<pending_copy>> groups; /* committed groups, oldest first */
 };
 
 /* a barrier over n threads: count arrivals, release by generation */
@@ -605,29 +612,55 @@ inline void fqla_st_shared_v4(uint32_t a, uint32_t x, uint32_t y, uint32_t z, ui
     const uint32_t v[4] = {x, y, z, w};
     memcpy(fqla_emu::ptr_of(a), v, 16);
 }
-/* ptx/cp_async.cuh: queued, performed at the wait */
+/* ptx/cp_async.cuh: queued, performed at the wait; or, with
+ * FQLA_EMU_ASYNC=issue, performed at the issue. The GPU lands a copy
+ * anywhere between the two, so each end shows one hazard: at the wait, a
+ * read of the buffer before the wait sees stale data; at the issue, a copy
+ * into a buffer that other threads still read (no barrier between their
+ * reads and the issue) overwrites what they have yet to read.
+ * Commit groups are kept as the GPU keeps them: wait_group N performs the
+ * thread's committed groups but its N most recent, and a copy not yet
+ * committed belongs to no group, so no wait performs it (the library's
+ * fqla_cp_async_wait_all is wait_group 0, not cp.async.wait_all, which
+ * would commit first). */
+namespace fqla_emu {
+inline bool async_at_issue()
+{
+    static const bool at_issue = getenv("FQLA_EMU_ASYNC") && strcmp(getenv("FQLA_EMU_ASYNC"), "issue") == 0;
+    return at_issue;
+}
+inline void perform_copy(const pending_copy &c)
+{
+    memset(c.dst, 0, c.bytes); /* bytes past src_bytes are zeros */
+    if (c.src_bytes) memcpy(c.dst, c.src, c.src_bytes);
+}
+inline void cp_async(const pending_copy &c)
+{
+    if (async_at_issue()) perform_copy(c);
+    else cta().th[cta().cur].copies.push_back(c);
+}
+inline void cp_async_wait(size_t n)
+{
+    auto &t = cta().th[cta().cur];
+    size_t done = 0;
+    for (; t.groups.size() - done > n; done++)
+        for (const pending_copy &c : t.groups[done]) perform_copy(c);
+    t.groups.erase(t.groups.begin(), t.groups.begin() + (long)done);
+}
+} // namespace fqla_emu
 inline void fqla_cp_async16(void *dst, const void *src, int src_bytes)
 {
-    fqla_emu::cta().th[fqla_emu::cta().cur].copies.push_back(fqla_emu::pending_copy{dst, src, 16, src_bytes});
+    fqla_emu::cp_async(fqla_emu::pending_copy{dst, src, 16, src_bytes});
 }
-inline void fqla_cp_async4(void *dst, const void *src)
-{
-    fqla_emu::cta().th[fqla_emu::cta().cur].copies.push_back(fqla_emu::pending_copy{dst, src, 4, 4});
-}
-inline void fqla_cp_async_commit() {}
-inline void fqla_cp_async_wait_all()
+inline void fqla_cp_async4(void *dst, const void *src) { fqla_emu::cp_async(fqla_emu::pending_copy{dst, src, 4, 4}); }
+inline void fqla_cp_async_commit()
 {
     auto &t = fqla_emu::cta().th[fqla_emu::cta().cur];
-    for (const fqla_emu::pending_copy &c : t.copies) {
-        memset(c.dst, 0, c.bytes);
-        if (c.src_bytes) memcpy(c.dst, c.src, c.src_bytes);
-    }
+    t.groups.push_back(std::move(t.copies)); /* an empty group too: it counts */
     t.copies.clear();
 }
-/* wait_group N: the emulator keeps no groups apart, so every wait performs
- * every queued copy (earlier than the GPU might: it cannot hide a missing
- * wait of a later group behind an earlier one) */
-template <int N> inline void fqla_cp_async_wait() { fqla_cp_async_wait_all(); }
+template <int N> inline void fqla_cp_async_wait() { fqla_emu::cp_async_wait(N); }
+inline void fqla_cp_async_wait_all() { fqla_cp_async_wait<0>(); }
 /* ptx/matrix_ldst.cuh */
 inline void fqla_ldsm_x4(uint32_t (&r)[4], const void *p) { fqla_emu::ldsm(r, fqla_emu::u32_of(p), false); }
 inline void fqla_ldsm_x4_t(uint32_t (&r)[4], const void *p) { fqla_emu::ldsm(r, fqla_emu::u32_of(p), true); }
@@ -756,6 +789,11 @@ static cudaError_t fqla_smem_limit(fqla_smem_cache &, void (*)(Params...), size_
 }
 namespace fqla_emu {
 inline int order() { return getenv("FQLA_EMU_ORDER") && atoi(getenv("FQLA_EMU_ORDER")) == 1; }
+/* FQLA_EMU_CTA_ORDER=1: the grid's CTAs in the reverse order (last block
+ * first). The GPU runs them in no set order, all at once where they fit; a
+ * result that changes with this order shows a CTA that reads what another
+ * CTA of the same launch writes. */
+inline int cta_order() { return getenv("FQLA_EMU_CTA_ORDER") && atoi(getenv("FQLA_EMU_CTA_ORDER")) == 1; }
 inline long &launches()
 {
     static long n = 0;
@@ -802,13 +840,14 @@ static cudaError_t fqla_launch(void (*kernel)(Params...), dim3 grid, dim3 block,
     if (getenv("FQLA_EMU_TRACE"))
         fprintf(stderr, "cuda_emu: launch %ld (kernel %p): grid (%u, %u, %u) block (%u, %u, %u) smem %zu\n",
                 fqla_emu::launches(), (void *)kernel, grid.x, grid.y, grid.z, block.x, block.y, block.z, smem);
-    for (unsigned z = 0; z < grid.z; z++)
-        for (unsigned y = 0; y < grid.y; y++)
-            for (unsigned x = 0; x < grid.x; x++) {
-                emu_poison_smem(smem);
-                auto body = [&] { kernel(args...); };
-                fqla_emu::run_cta(body, grid, block, make_uint3(x, y, z), fqla_emu::order());
-            }
+    const unsigned n = grid.x * grid.y * grid.z;
+    for (unsigned j = 0; j < n; j++) {
+        const unsigned i = fqla_emu::cta_order() ? n - 1 - j : j; /* x fastest, then y, then z */
+        emu_poison_smem(smem);
+        auto body = [&] { kernel(args...); };
+        fqla_emu::run_cta(body, grid, block, make_uint3(i % grid.x, i / grid.x % grid.y, i / (grid.x * grid.y)),
+                          fqla_emu::order());
+    }
     return cudaSuccess;
 }
 
@@ -833,6 +872,15 @@ template <class F> void run_cta(F &fn, dim3 grid, dim3 block_dim, uint3 block, i
         {
             (*body)();
             cta_state &s = cta();
+            /* copies never committed no wait covers: a read of them races
+             * their landing on the GPU (said once a run) */
+            static bool told;
+            if (!s.th[s.cur].copies.empty() && !told) {
+                told = true;
+                fprintf(stderr, "cuda_emu: block (%u, %u, %u) thread %d ends with %zu cp.async copies never "
+                                "committed (no cp.async.wait_group waits for them)\n",
+                        s.block.x, s.block.y, s.block.z, s.cur, s.th[s.cur].copies.size());
+            }
             s.th[s.cur].done = true;
             s.live--;
             s.progress++;
@@ -846,6 +894,7 @@ template <class F> void run_cta(F &fn, dim3 grid, dim3 block_dim, uint3 block, i
                            (unsigned)i / (block_dim.x * block_dim.y));
         t.done = false;
         t.copies.clear();
+        t.groups.clear();
         t.stack.resize(256 * 1024);
         getcontext(&t.ctx);
         t.ctx.uc_stack.ss_sp = t.stack.data();

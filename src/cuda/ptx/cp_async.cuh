@@ -23,6 +23,11 @@ FQLA_DEVICE_INLINE void fqla_cp_async_commit() { asm volatile("cp.async.commit_g
 /* cp.async.wait_group: at most N of this thread's committed groups pending. */
 template <int N>
 FQLA_DEVICE_INLINE void fqla_cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+/* Every committed group landed. Copies issued since the last commit are NOT
+ * waited for (wait_group 0, not cp.async.wait_all): commit before waiting.
+ * A branch that left out the commit read stale tiles on the H200 and passed
+ * the CPU emulator until it kept commit groups as the GPU does
+ * (docs/history/2026-12-05-gpu.md). */
 FQLA_DEVICE_INLINE void fqla_cp_async_wait_all() { fqla_cp_async_wait<0>(); }
 
 #endif

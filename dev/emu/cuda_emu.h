@@ -648,11 +648,28 @@ inline void cp_async_wait(size_t n)
     t.groups.erase(t.groups.begin(), t.groups.begin() + (long)done);
 }
 } // namespace fqla_emu
+namespace fqla_emu {
+/* The GPU faults (misaligned address) on a cp.async whose source or
+ * destination is not aligned to its size, even one of src_bytes 0. */
+inline void cp_async_aligned(const void *dst, const void *src, unsigned bytes)
+{
+    if (((uintptr_t)dst | (uintptr_t)src) & (bytes - 1)) {
+        fprintf(stderr, "cuda_emu: cp.async of %u bytes from %p to %p: not %u-byte aligned (a misaligned address on the GPU)\n",
+                bytes, src, dst, bytes);
+        abort();
+    }
+}
+} // namespace fqla_emu
 inline void fqla_cp_async16(void *dst, const void *src, int src_bytes)
 {
+    fqla_emu::cp_async_aligned(dst, src, 16);
     fqla_emu::cp_async(fqla_emu::pending_copy{dst, src, 16, src_bytes});
 }
-inline void fqla_cp_async4(void *dst, const void *src) { fqla_emu::cp_async(fqla_emu::pending_copy{dst, src, 4, 4}); }
+inline void fqla_cp_async4(void *dst, const void *src)
+{
+    fqla_emu::cp_async_aligned(dst, src, 4);
+    fqla_emu::cp_async(fqla_emu::pending_copy{dst, src, 4, 4});
+}
 inline void fqla_cp_async_commit()
 {
     auto &t = fqla_emu::cta().th[fqla_emu::cta().cur];

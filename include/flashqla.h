@@ -226,7 +226,9 @@ typedef struct fqla_options {
  * same inputs writes there, bit for bit, and skips the output's work. From
  * initial_state = [0 | I] with values [v | 0] (V + K value columns) it gives
  * a run of tokens' affine map S_end = H + M S_start as [H | M] in one call
- * (docs/distributed.md). CPU backends; CUDA returns NOT_SUPPORTED naming o.
+ * (docs/distributed.md). CPU backends; CUDA at K = 64 or 128 with V a
+ * multiple of 64 (a state-only chunk kernel; fp32 q/k/v on the recurrence),
+ * elsewhere NOT_SUPPORTED naming the final state alone.
  * o absent without final_state is FQLA_STATUS_INVALID_VALUE naming o. */
 
 typedef struct fqla_fwd_args {

@@ -29,7 +29,7 @@
 #define CASES(X)                                                                                 \
     X(fwd_lengths) X(fwd_varlen) X(fwd_varlen_i64_zero_len) X(fwd_fused_waves) X(fwd_fused_l2norm) X(fwd_trailing_rows) X(fwd_gva)       \
     X(fwd_many_heads) X(fwd_many_sequences) X(fwd_head_dims) X(fwd_fp16) X(fwd_fp32) X(fwd_tail_nonfinite) X(fwd_options) X(fwd_v_first_bf16_state) X(fwd_decay_extremes) X(fwd_raw_keys_strong_decay) \
-    X(fwd_variants) X(fwd_chunk_kernels) X(fwd_context_parallel) X(fwd_robustness) X(fwd_graph_replay) X(fwd_routes) X(fwd_not_supported)
+    X(fwd_variants) X(fwd_chunk_kernels) X(fwd_context_parallel) X(fwd_final_only) X(fwd_robustness) X(fwd_graph_replay) X(fwd_routes) X(fwd_not_supported)
 
 #ifdef FQLA_HAVE_CUDA
 
@@ -94,6 +94,7 @@ typedef struct spec {
     int beta_mode;       /* 0 sigmoid(randn), 1 beta in {0, 1} and near 2, 2 sigmoid(randn) or 0.01 by the
                             parity of (64-token chunk + value head) */
     int poison_tail;     /* varlen: q, k, v, g, beta rows past cu[N] are NaN (rows no sequence owns) */
+    int final_only;      /* the GPU call leaves o absent: the final state alone (the reference's is full) */
 } spec;
 
 typedef struct prob {
@@ -236,6 +237,7 @@ static void make_args(prob *p, int on_gpu, fqla_fwd_args *a)
     a->k = fqla_tensor_contiguous(on_gpu ? p->dk : (void *)p->k, io, 4, sq);
     a->v = fqla_tensor_contiguous(on_gpu ? p->dv : (void *)p->v, io, 4, sv);
     a->o = fqla_tensor_contiguous(on_gpu ? (void *)(p->do_raw + GUARD) : (void *)p->o_ref, io, 4, sv);
+    if (on_gpu && s->final_only) memset(&a->o, 0, sizeof a->o); /* absent */
     a->g = fqla_tensor_contiguous(on_gpu ? p->dg : (void *)p->g, gd, 3, sg);
     a->beta = fqla_tensor_contiguous(on_gpu ? p->dbeta : (void *)p->beta, gd, 3, sg);
     if (s->gate_in) {
@@ -1245,6 +1247,97 @@ static void fwd_context_parallel(void)
     s.l2norm = 1;
     check_spec(&s, "CP plan strong decay + l2norm T=8192 H=2 HV=4");
     expect_route(&s, FQLA_FWD_FUSED + 8, 0, "CP plan strong decay + l2norm T=8192 H=2 HV=4");
+}
+
+/* The final state alone (o absent) on the GPU, against the reference's full
+ * forward: final_state within the threshold, o's buffer (never passed)
+ * still the poison. */
+static void check_final_only(prob *p, const char *what)
+{
+    const spec *s = &p->s;
+    p->s.final_only = 1;
+    poison(p);
+    fqla_status st = run_gpu(p, NULL);
+    p->s.final_only = 0;
+    CHECK(st == FQLA_STATUS_SUCCESS, "%s: fqla_fwd: %s: %s", what, fqla_status_string(st), fqla_last_error(gpu));
+    if (st != FQLA_STATUS_SUCCESS) return;
+    download(p, NULL, NULL);
+    int64_t written = 0;
+    for (int64_t i = 0; i < p->nv; i++) written += !isnan(p->o[i]);
+    CHECK(written == 0, "%s: %lld elements of o (absent) were written", what, (long long)written);
+    const double tol = s->io == FQLA_DTYPE_F32 ? 1e-4 : 5e-3;
+    double worst = 0;
+    for (int64_t nh = 0; nh < (int64_t)p->N * s->HV; nh++) {
+        double num = 0, den = 0;
+        int nan = 0;
+        for (int64_t i = nh * s->K * s->V; i < (nh + 1) * s->K * s->V; i++) {
+            const double d = p->ht[i] - p->ht_ref[i];
+            nan += !isfinite(p->ht[i]);
+            num += d * d;
+            den += p->ht_ref[i] * p->ht_ref[i];
+        }
+        const double r = nan ? INFINITY : (den > 0 ? sqrt(num / den) : sqrt(num));
+        if (r > worst || nan) worst = r;
+    }
+    CHECK(worst <= tol, "%s: final_state rel error %.3g > %.1g", what, worst, tol);
+    printf("  %-60s state %.2e\n", what, worst);
+}
+
+/* The final state alone: the state-only chunk kernel over whole sequences
+ * (the edge shapes, fp32 on the recurrence), after CP's pre-pass and scan
+ * (forced segments in a developer build; the plan's own CP on a long
+ * sequence), and NOT_SUPPORTED naming it where the kernel does not reach. */
+static void fwd_final_only(void)
+{
+    spec specs[NEDGE];
+    const char *names[NEDGE];
+    edge_specs(specs, names);
+    for (int i = 0; i < NEDGE; i++) {
+        prob p;
+        prob_init(&p, &specs[i]);
+        upload_all(&p);
+        run_ref(&p);
+        char what[192];
+        snprintf(what, sizeof what, "%s [final state alone]", names[i]);
+        check_final_only(&p, what);
+        snprintf(what, sizeof what, "%s [final state alone, CP, 2-chunk segments]", names[i]);
+        if (dev_part(what)) {
+            fqla_cuda_fwd_tune_cp(2);
+            check_final_only(&p, what);
+            fqla_cuda_fwd_tune_cp(-1);
+        }
+        prob_free(&p);
+    }
+    spec s = base_spec(2, 300, 2, 4, 64);
+    s.io = FQLA_DTYPE_F32;
+    prob p;
+    prob_init(&p, &s);
+    upload_all(&p);
+    run_ref(&p);
+    check_final_only(&p, "fp32 K=V=64 B=2 T=300 [final state alone, recurrence]");
+    prob_free(&p);
+    s = base_spec(1, 8192, 2, 4, 128);
+    s.decay = 1;
+    prob_init(&p, &s);
+    upload_all(&p);
+    run_ref(&p);
+    check_final_only(&p, "CP plan strong decay T=8192 H=2 HV=4 [final state alone]");
+    prob_free(&p);
+    /* outside the state-only kernel: K = 256, V not a multiple of 64 */
+    const int kv[2][2] = {{256, 256}, {128, 96}};
+    for (int i = 0; i < 2; i++) {
+        s = base_spec(1, 64, 1, 1, kv[i][0]);
+        s.V = kv[i][1];
+        s.final_only = 1;
+        prob_init(&p, &s);
+        upload_all(&p);
+        fqla_fwd_args a;
+        make_args(&p, 1, &a);
+        const fqla_status st = fqla_fwd_supported(gpu, &a);
+        CHECK(st == FQLA_STATUS_NOT_SUPPORTED && strstr(fqla_last_error(gpu), "final state alone"),
+              "K = %d, V = %d, o absent: %s: %s", kv[i][0], kv[i][1], fqla_status_string(st), fqla_last_error(gpu));
+        prob_free(&p);
+    }
 }
 
 /* NaN poison, guard bands, bit-identical reruns. */

@@ -53,3 +53,10 @@ def test_forward_under_emulator(built):
     # varlen on the fused kernel, the TMA + wgmma chunk kernel and the mma.sync one, each route asserted
     out = run(built, "test_gpu_fwd", "fwd_varlen")
     assert "ok   fwd_varlen" in out
+
+
+def test_forward_final_state_alone_under_emulator(built):
+    # o absent: the state-only chunk kernel over whole sequences, after forced and planned CP, fp32 on the
+    # recurrence; o's buffer must stay unwritten
+    out = run(built, "test_gpu_fwd", "fwd_final_only")
+    assert "ok   fwd_final_only" in out

@@ -303,8 +303,9 @@ def fwd_run(q, k, v, g, beta, A_log, dt_bias, initial_state, cu_seqlens, cu_seql
             scale, flags, output_final_state, backend, out=None, final_only=False):
     """Runs the forward (o written into out where given, e.g. a token range of
     a larger output: the library takes strided tensors; final_only: no o at
-    all, the final state alone, which the CPU backends compute without the
-    output's work and CUDA refuses by name); returns (o or None,
+    all, the final state alone, which the library computes without the
+    output's work: the CPU backends, and CUDA at K = 64 / 128 with V a multiple
+    of 64, elsewhere refused by name); returns (o or None,
     final_state or None, description), the
     description being what depends only on the call's signature: (backend,
     device ordinal, the metadata strings of the 11 tensors of

@@ -56,10 +56,13 @@ fqla_fwd_shape shape_of(const fqla_problem *p, const fqla_fwd_args *a)
     s.cu_host = p->varlen ? p->cu_host : NULL;
     s.io_f32 = p->io_dtype == FQLA_DTYPE_F32;
     s.l2norm = p->opt.use_qk_l2norm;
-    s.o_base16 = ((uintptr_t)a->o.data & 15) == 0;
-    s.o_sb = a->o.strides[0];
-    s.o_st = a->o.strides[1];
-    s.o_sh = a->o.strides[2];
+    /* o absent (the final state alone): nothing is stored to it, and the
+     * planner sees v's layout, which has o's shape */
+    const fqla_tensor &o = a->o.data ? a->o : a->v;
+    s.o_base16 = ((uintptr_t)o.data & 15) == 0;
+    s.o_sb = o.strides[0];
+    s.o_st = o.strides[1];
+    s.o_sh = o.strides[2];
     return s;
 }
 
@@ -112,6 +115,8 @@ fqla_fwd_ws_layout ws_layout(const fqla_fwd_shape *s, const fqla_fwd_route *r)
 static fqla_status run_cp(fqla_context *ctx, const fqla_fwd_shape *s, const fqla_fwd_route *r, fqla_fwd_params k,
                           unsigned char *ws, const fqla_fwd_ws_layout &L, int io_bf16, cudaStream_t stream)
 {
+    const int state_only = k.state_only;
+    k.state_only = 0; /* the prepare kernel and the pre-pass as for a full forward */
     k.seg_chunks = r->seg_chunks;
     k.segs = fqla_route_segs(s, r->seg_chunks);
     k.pdl = r->pdl;
@@ -157,13 +162,21 @@ static fqla_status run_cp(fqla_context *ctx, const fqla_fwd_shape *s, const fqla
     if (err != cudaSuccess) return fqla_cuda_check(ctx, err, "CUDA forward: CP pre-pass launch");
     if (!used && fused) /* the same maps were encoded for the prepare kernel */
         return fqla_fail(ctx, FQLA_STATUS_INTERNAL_ERROR, "CUDA forward: the CP pre-pass's TMA maps failed");
+    if (!used && state_only) /* fqla_cuda_fwd_supported checked the maps' shapes: not expected */
+        return fqla_fail(ctx, FQLA_STATUS_NOT_SUPPORTED,
+                         "o: absent (the final state alone): the TMA maps of q, k, v cannot be encoded");
     if (!used)
         return fqla_cuda_check(ctx, fqla_fwd_launch_chunk(k, io_bf16, r->bv, r->late, stream),
                                "CUDA forward: chunk kernel launch");
     err = fqla_fwd_launch_cp_scan(k, r->scan_cb, (int)r->sms, stream);
     if (err != cudaSuccess) return fqla_cuda_check(ctx, err, "CUDA forward: CP scan launch");
 
-    if (fused) {
+    if (state_only) { /* each sequence's last segment, state only, from its start state */
+        mp.state_only = 1;
+        err = fqla_fwd_launch_chunk_wg(mp, io_bf16, 1, stream, &used);
+        if (err == cudaSuccess && !used)
+            return fqla_fail(ctx, FQLA_STATUS_INTERNAL_ERROR, "CUDA forward: the CP state pass's TMA maps failed");
+    } else if (fused) {
         err = fqla_fwd_launch_fused(mp, io_bf16, r->prep_variant, main_nwg, FQLA_FUSED_CHAIN, stream, &used);
         if (err == cudaSuccess && !used)
             return fqla_fail(ctx, FQLA_STATUS_INTERNAL_ERROR, "CUDA forward: the CP main pass's TMA maps failed");
@@ -173,12 +186,49 @@ static fqla_status run_cp(fqla_context *ctx, const fqla_fwd_shape *s, const fqla
     return fqla_cuda_check(ctx, err, "CUDA forward: CP main pass launch");
 }
 
+/* The final state alone (o absent, p->ht_only; fqla_cuda_fwd_supported
+ * checked the shapes): the prepare kernel (without Q where its maps encode,
+ * else with Q: Pg is then formed and unread), then the state-only variant of
+ * the wgmma chunk kernel over whole sequences; where the route has CP, CP's
+ * pre-pass and scan, then that variant over each sequence's last segment. */
+static fqla_status run_state_only(fqla_context *ctx, const fqla_fwd_shape *s, const fqla_fwd_route *r,
+                                  fqla_fwd_params k, unsigned char *ws, const fqla_fwd_ws_layout &L, int io_bf16,
+                                  cudaStream_t stream)
+{
+    k.state_only = 1;
+    if (r->cp) return run_cp(ctx, s, r, k, ws, L, io_bf16, stream);
+    int used = 0;
+    cudaError_t err = fqla_fwd_launch_fused(k, io_bf16, r->prep_variant, 1, FQLA_FUSED_PREPARE, stream, &used);
+    if (err == cudaSuccess && !used) err = fqla_fwd_launch_prepare(k, io_bf16, r->prep_variant, NULL, NULL, stream);
+    if (err != cudaSuccess) return fqla_cuda_check(ctx, err, "CUDA forward: prepare kernel launch");
+    err = fqla_fwd_launch_chunk_wg(k, io_bf16, 1, stream, &used);
+    if (err == cudaSuccess && !used) /* the shapes were checked: not expected */
+        return fqla_fail(ctx, FQLA_STATUS_NOT_SUPPORTED,
+                         "o: absent (the final state alone): the TMA maps of q, k, v cannot be encoded");
+    return fqla_cuda_check(ctx, err, "CUDA forward: state-only chunk kernel launch");
+}
+
+/* The final state alone (o absent; fp32 q/k/v take the recurrence, which
+ * then stores nothing but the state) runs on the state-only variant of the
+ * wgmma chunk kernel: K = 64 or 128, V a multiple of 64, TMA-mappable rows. */
+static fqla_status state_only_supported(fqla_context *ctx, const fqla_problem *p, const fqla_fwd_shape &s)
+{
+    if (p->io_dtype == FQLA_DTYPE_F32) return FQLA_STATUS_SUCCESS;
+    if ((p->K != 64 && p->K != 128) || p->V % 64 != 0)
+        return fqla_fail(ctx, FQLA_STATUS_NOT_SUPPORTED,
+                         "o: absent (the final state alone) needs K = 64 or 128 and V a multiple of 64 on the CUDA "
+                         "forward (K = %lld, V = %lld; use FQLA_BACKEND_CPU or pass o)",
+                         (long long)p->K, (long long)p->V);
+    if (!fqla_route_tma_ok(s.K, s.V, s.T, fqla_route_slots(&s), s.HV, s.o_base16, s.o_sb, s.o_st, s.o_sh,
+                           fqla_fwd_tma_encoder()))
+        return fqla_fail(ctx, FQLA_STATUS_NOT_SUPPORTED,
+                         "o: absent (the final state alone) needs the TMA maps of q, k, v (the driver's "
+                         "tensor-map encoder, T < 2^31) on the CUDA forward (use FQLA_BACKEND_CPU or pass o)");
+    return FQLA_STATUS_SUCCESS;
+}
+
 fqla_status fqla_cuda_fwd_supported(fqla_context *ctx, const fqla_problem *p, const fqla_fwd_args *a)
 {
-    if (p->ht_only)
-        return fqla_fail(ctx, FQLA_STATUS_NOT_SUPPORTED,
-                         "o: absent (the final state alone) is not supported by the CUDA forward yet "
-                         "(use FQLA_BACKEND_CPU or pass o)");
     const fqla_fwd_shape s = shape_of(p, a);
     if (p->io_dtype != FQLA_DTYPE_BF16 && p->io_dtype != FQLA_DTYPE_F16 && p->io_dtype != FQLA_DTYPE_F32)
         return fqla_fail(ctx, FQLA_STATUS_NOT_SUPPORTED,
@@ -213,6 +263,10 @@ fqla_status fqla_cuda_fwd_supported(fqla_context *ctx, const fqla_problem *p, co
         return fqla_fail(ctx, FQLA_STATUS_NOT_SUPPORTED,
                          "N * HV = %lld or T = %lld is beyond the CUDA forward's grid", (long long)(p->N * p->HV),
                          (long long)p->T);
+    if (p->ht_only) {
+        const fqla_status st = state_only_supported(ctx, p, s);
+        if (st != FQLA_STATUS_SUCCESS) return st;
+    }
     if (p->io_dtype == FQLA_DTYPE_F32) { /* the recurrent kernel: every K checked above */
         if (fqla_fwd_recurrent_ctas(p->N, p->HV, p->K, p->V, p->varlen) > 0x7fffffffLL)
             return fqla_fail(ctx, FQLA_STATUS_NOT_SUPPORTED,
@@ -269,8 +323,8 @@ fqla_status fqla_cuda_fwd_run(fqla_context *ctx, const fqla_problem *p, const fq
     fqla_fwd_params k;
     memset(&k, 0, sizeof k);
     fqla_fwd_params_inputs(k, p, a->q, a->k, a->v, a->g, a->beta, a->A_log, a->dt_bias, a->initial_state);
-    k.o = a->o.data;
-    k.o_sb = a->o.strides[0]; k.o_st = a->o.strides[1]; k.o_sh = a->o.strides[2];
+    k.o = a->o.data; /* NULL: the final state alone */
+    k.o_sb = s.o_sb; k.o_st = s.o_st; k.o_sh = s.o_sh; /* (v's when o is absent: shape_of) */
     if (uniform) { /* the padded view [N][L] of the packed tokens */
         k.q_sb = uniform * k.q_st; k.k_sb = uniform * k.k_st; k.v_sb = uniform * k.v_st;
         k.o_sb = uniform * k.o_st; k.g_sb = uniform * k.g_st; k.b_sb = uniform * k.b_st;
@@ -305,6 +359,7 @@ fqla_status fqla_cuda_fwd_run(fqla_context *ctx, const fqla_problem *p, const fq
     k.pdl = r.pdl;
 
     const int io_bf16 = p->io_dtype == FQLA_DTYPE_BF16;
+    if (p->ht_only) return run_state_only(ctx, &s, &r, k, ws, L, io_bf16, stream);
     if (r.cp) return run_cp(ctx, &s, &r, k, ws, L, io_bf16, stream); /* it launches its own prepare kernel */
     if (r.path == FQLA_FWD_FUSED) {
         /* the prepare kernel without Q (gamma, Ag), then the kernel that

@@ -414,7 +414,10 @@ __global__ void __launch_bounds__(128 * (NWG + 1), wg_cfg<KD, NWG, OUT>::MINB)
     bool last;
     /* The pre-pass leaves out each sequence's last segment: the scan needs
      * no H or M of it, and the main pass runs it on to the final state. */
-    if (!fqla_fwd_span(p, ns, n, batch, start, len, slot0, last) || (p.cp_mode == 1 && last)) {
+    /* The final state alone after CP's scan runs only each sequence's last
+     * segment, from its scanned start state. */
+    if (!fqla_fwd_span(p, ns, n, batch, start, len, slot0, last) || (p.cp_mode == 1 && last) ||
+        (p.state_only && p.cp_mode == 2 && !last)) {
         /* no segment, or the last: a defined flag all the same */
         if (!OUT && p.cp_skip && vbase == p.V && threadIdx.x == 0) p.seg_flag[ns * p.HV + hv] = 0;
         return;
@@ -462,7 +465,9 @@ template <typename T>
 cudaError_t launch_t(const fqla_fwd_params &p, int nwg, const CUtensorMap *maps, const fqla_fwd_ag_maps &ag,
                      cudaStream_t stream)
 {
-    if (p.cp_mode == 1) /* the state-only pre-pass: one warpgroup, two CTAs per SM */
+    /* the state-only variant: CP's pre-pass, and the final state alone (one
+     * warpgroup, two CTAs per SM) */
+    if (p.cp_mode == 1 || p.state_only)
         return p.K == 128 ? launch<T, 128, 1, false>(p, maps, ag, stream) : launch<T, 64, 1, false>(p, maps, ag, stream);
     if (p.K == 128)
         return nwg == 2 ? launch<T, 128, 2, true>(p, maps, ag, stream) : launch<T, 128, 1, true>(p, maps, ag, stream);

@@ -106,6 +106,11 @@ struct fqla_fwd_params {
     int cp_skip;
     int *seg_flag;
     int *chunk_ok;
+    /* the final state alone (o absent, o == NULL): the wgmma chunk kernel's
+     * state-only variant over whole sequences (cp_mode 0) or, after CP's
+     * pre-pass and scan, over each sequence's last segment (cp_mode 2);
+     * nothing writes o (fwd.cu, run_state_only) */
+    int state_only;
     /* host side only: launch the kernels after the prepare kernel with
      * programmatic dependent launch (ptx/pdl.cuh) */
     int pdl;

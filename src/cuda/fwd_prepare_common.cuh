@@ -113,6 +113,7 @@ __device__ int find_slot(const fqla_fwd_params &p, int64_t s, int64_t &c_out, in
 template <typename T>
 __device__ __forceinline__ void zero_tail(const fqla_fwd_params &p, int64_t tb)
 {
+    if (!p.o) return; /* the final state alone: no o */
     const int64_t end = fqla_fwd_cu(p, p.N);
     if ((tb + 1) * FQLA_FWD_CHUNK <= end) return; /* every row of the block is in a sequence */
     const int vec_per_head = p.V / 8;

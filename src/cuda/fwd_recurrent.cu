@@ -197,8 +197,9 @@ __global__ void __launch_bounds__(32 * WARPS) fwd_recurrent_kernel(const __grid_
     const int slices = (p.V + CPW - 1) / CPW;
     const int64_t chains = p.N * p.HV * slices;
     if (w >= chains) {
-        /* o's rows after the last sequence (varlen): exact zeros */
-        if (!p.varlen) return;
+        /* o's rows after the last sequence (varlen): exact zeros (none
+         * without o: the final state alone) */
+        if (!p.varlen || !p.o) return;
         const int64_t end = fqla_fwd_cu(p, p.N), per_row = (int64_t)p.HV * p.V;
         for (int64_t i = (w - chains) * 32 + lane; i < (p.T - end) * per_row; i += (int64_t)TAIL_WARPS * 32) {
             const int64_t t = end + i / per_row, r = i % per_row;
@@ -241,7 +242,7 @@ __global__ void __launch_bounds__(32 * WARPS) fwd_recurrent_kernel(const __grid_
     sc.b = (const unsigned char *)p.beta + (batch * p.b_sb + start * p.b_st + hv * p.b_sh) * bb;
     sc.vs = p.v_st, sc.gs = p.g_st * gb, sc.bs = p.b_st * bb;
     float *ob = (float *)p.o + batch * p.o_sb + start * p.o_st + hv * p.o_sh + vc;
-    const bool writer = col && part == 0;
+    const bool writer = col && part == 0 && p.o; /* no o: the final state alone */
 
     /* the ring: tokens 0 .. RING - 2 in flight before the loop; at token t
      * the copy of token t + RING - 1 goes into the slot token t - 1 used */

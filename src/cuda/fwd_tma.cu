@@ -98,11 +98,12 @@ int fqla_fwd_tma_maps(const fqla_fwd_params &p, int io_bf16, CUtensorMap maps[FQ
     const int64_t B = p.varlen ? 1 : p.N;
     const int64_t rows = p.slots * p.HV * FQLA_FWD_CHUNK;
     if (!p.Pg) memset(&maps[3], 0, sizeof maps[3]); /* a defined (unused) map */
+    if (!p.o) memset(&maps[4], 0, sizeof maps[4]);  /* the final state alone: no o */
     return map_btd(&maps[0], io_bf16, p.q, B, p.T, p.H, p.K, p.q_sb, p.q_st, p.q_sh) &&
            map_btd(&maps[1], io_bf16, p.k, B, p.T, p.H, p.K, p.k_sb, p.k_st, p.k_sh) &&
            map_btd(&maps[2], io_bf16, p.v, B, p.T, p.HV, p.V, p.v_sb, p.v_st, p.v_sh) &&
            (!p.Pg || map_tiles(&maps[3], io_bf16, p.Pg, rows, 64, 64)) &&
-           map_btd(&maps[4], io_bf16, p.o, B, p.T, p.HV, p.V, p.o_sb, p.o_st, p.o_sh) &&
+           (!p.o || map_btd(&maps[4], io_bf16, p.o, B, p.T, p.HV, p.V, p.o_sb, p.o_st, p.o_sh)) &&
            map_ag(ag, io_bf16, p, false);
 }
 

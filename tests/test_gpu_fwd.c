@@ -1316,6 +1316,12 @@ static void fwd_final_only(void)
     run_ref(&p);
     check_final_only(&p, "fp32 K=V=64 B=2 T=300 [final state alone, recurrence]");
     prob_free(&p);
+    s = base_spec(2, 0, 2, 4, 128); /* no tokens: the final state is h0 */
+    prob_init(&p, &s);
+    upload_all(&p);
+    run_ref(&p);
+    check_final_only(&p, "B=2 T=0 [final state alone]");
+    prob_free(&p);
     s = base_spec(1, 8192, 2, 4, 128);
     s.decay = 1;
     prob_init(&p, &s);

@@ -647,8 +647,6 @@ inline void cp_async_wait(size_t n)
         for (const pending_copy &c : t.groups[done]) perform_copy(c);
     t.groups.erase(t.groups.begin(), t.groups.begin() + (long)done);
 }
-} // namespace fqla_emu
-namespace fqla_emu {
 /* The GPU faults (misaligned address) on a cp.async whose source or
  * destination is not aligned to its size, even one of src_bytes 0. */
 inline void cp_async_aligned(const void *dst, const void *src, unsigned bytes)

@@ -112,11 +112,20 @@ fqla_fwd_ws_layout ws_layout(const fqla_fwd_shape *s, const fqla_fwd_route *r)
  * beside the chain where the route says (then the prepare kernel runs
  * without Q), else the TMA chunk kernel. Falls back to the mma.sync kernel
  * over whole sequences if the TMA maps cannot be encoded. */
-static fqla_status run_cp(fqla_context *ctx, const fqla_fwd_shape *s, const fqla_fwd_route *r, fqla_fwd_params k,
-                          unsigned char *ws, const fqla_fwd_ws_layout &L, int io_bf16, cudaStream_t stream)
+/* The final state alone's kernel could not take the call: its TMA maps did
+ * not encode, which fqla_cuda_fwd_supported's shape checks rule out. */
+static fqla_status state_only_maps_failed(fqla_context *ctx)
 {
-    const int state_only = k.state_only;
-    k.state_only = 0; /* the prepare kernel and the pre-pass as for a full forward */
+    return fqla_fail(ctx, FQLA_STATUS_INTERNAL_ERROR,
+                     "CUDA forward: the final state alone's TMA maps of q, k, v failed to encode");
+}
+
+/* state_only: the final state alone (run_state_only): the main pass is the
+ * state-only variant over each sequence's last segment. */
+static fqla_status run_cp(fqla_context *ctx, const fqla_fwd_shape *s, const fqla_fwd_route *r, fqla_fwd_params k,
+                          unsigned char *ws, const fqla_fwd_ws_layout &L, int io_bf16, int state_only,
+                          cudaStream_t stream)
+{
     k.seg_chunks = r->seg_chunks;
     k.segs = fqla_route_segs(s, r->seg_chunks);
     k.pdl = r->pdl;
@@ -162,9 +171,7 @@ static fqla_status run_cp(fqla_context *ctx, const fqla_fwd_shape *s, const fqla
     if (err != cudaSuccess) return fqla_cuda_check(ctx, err, "CUDA forward: CP pre-pass launch");
     if (!used && fused) /* the same maps were encoded for the prepare kernel */
         return fqla_fail(ctx, FQLA_STATUS_INTERNAL_ERROR, "CUDA forward: the CP pre-pass's TMA maps failed");
-    if (!used && state_only) /* fqla_cuda_fwd_supported checked the maps' shapes: not expected */
-        return fqla_fail(ctx, FQLA_STATUS_NOT_SUPPORTED,
-                         "o: absent (the final state alone): the TMA maps of q, k, v cannot be encoded");
+    if (!used && state_only) return state_only_maps_failed(ctx);
     if (!used)
         return fqla_cuda_check(ctx, fqla_fwd_launch_chunk(k, io_bf16, r->bv, r->late, stream),
                                "CUDA forward: chunk kernel launch");
@@ -174,8 +181,7 @@ static fqla_status run_cp(fqla_context *ctx, const fqla_fwd_shape *s, const fqla
     if (state_only) { /* each sequence's last segment, state only, from its start state */
         mp.state_only = 1;
         err = fqla_fwd_launch_chunk_wg(mp, io_bf16, 1, stream, &used);
-        if (err == cudaSuccess && !used)
-            return fqla_fail(ctx, FQLA_STATUS_INTERNAL_ERROR, "CUDA forward: the CP state pass's TMA maps failed");
+        if (err == cudaSuccess && !used) return state_only_maps_failed(ctx);
     } else if (fused) {
         err = fqla_fwd_launch_fused(mp, io_bf16, r->prep_variant, main_nwg, FQLA_FUSED_CHAIN, stream, &used);
         if (err == cudaSuccess && !used)
@@ -195,16 +201,14 @@ static fqla_status run_state_only(fqla_context *ctx, const fqla_fwd_shape *s, co
                                   fqla_fwd_params k, unsigned char *ws, const fqla_fwd_ws_layout &L, int io_bf16,
                                   cudaStream_t stream)
 {
+    if (r->cp) return run_cp(ctx, s, r, k, ws, L, io_bf16, 1, stream);
     k.state_only = 1;
-    if (r->cp) return run_cp(ctx, s, r, k, ws, L, io_bf16, stream);
     int used = 0;
     cudaError_t err = fqla_fwd_launch_fused(k, io_bf16, r->prep_variant, 1, FQLA_FUSED_PREPARE, stream, &used);
     if (err == cudaSuccess && !used) err = fqla_fwd_launch_prepare(k, io_bf16, r->prep_variant, NULL, NULL, stream);
     if (err != cudaSuccess) return fqla_cuda_check(ctx, err, "CUDA forward: prepare kernel launch");
     err = fqla_fwd_launch_chunk_wg(k, io_bf16, 1, stream, &used);
-    if (err == cudaSuccess && !used) /* the shapes were checked: not expected */
-        return fqla_fail(ctx, FQLA_STATUS_NOT_SUPPORTED,
-                         "o: absent (the final state alone): the TMA maps of q, k, v cannot be encoded");
+    if (err == cudaSuccess && !used) return state_only_maps_failed(ctx);
     return fqla_cuda_check(ctx, err, "CUDA forward: state-only chunk kernel launch");
 }
 
@@ -360,7 +364,7 @@ fqla_status fqla_cuda_fwd_run(fqla_context *ctx, const fqla_problem *p, const fq
 
     const int io_bf16 = p->io_dtype == FQLA_DTYPE_BF16;
     if (p->ht_only) return run_state_only(ctx, &s, &r, k, ws, L, io_bf16, stream);
-    if (r.cp) return run_cp(ctx, &s, &r, k, ws, L, io_bf16, stream); /* it launches its own prepare kernel */
+    if (r.cp) return run_cp(ctx, &s, &r, k, ws, L, io_bf16, 0, stream); /* it launches its own prepare kernel */
     if (r.path == FQLA_FWD_FUSED) {
         /* the prepare kernel without Q (gamma, Ag), then the kernel that
          * forms Pg beside the chain; nothing launched if its maps cannot be

@@ -62,6 +62,9 @@ static CUresult encode_tiled(CUtensorMap *m, CUtensorMapDataType type, cuuint32_
     t.esize = type == CU_TENSOR_MAP_DATA_TYPE_FLOAT32 ? 4 : type == CU_TENSOR_MAP_DATA_TYPE_UINT8 ? 1 : 2;
     for (cuuint32_t i = 0; i < rank; i++) {
         if (estr[i] != 1) return CUDA_ERROR_INVALID_VALUE;
+        /* the driver's rules: no empty dimension (an H100 refused a map of
+         * zero tokens that this emulator once took), boxes of 1 to 256 */
+        if (dims[i] == 0 || dims[i] > (1ull << 32) || box[i] == 0 || box[i] > 256) return CUDA_ERROR_INVALID_VALUE;
         t.dims[i] = dims[i];
         t.box[i] = box[i];
         t.strides[i] = i == 0 ? t.esize : strides[i - 1];

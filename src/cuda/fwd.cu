@@ -271,10 +271,10 @@ fqla_status fqla_cuda_fwd_supported(fqla_context *ctx, const fqla_problem *p, co
         const fqla_status st = state_only_supported(ctx, p, s);
         if (st != FQLA_STATUS_SUCCESS) return st;
     }
-    if (p->io_dtype == FQLA_DTYPE_F32) { /* the recurrent kernel: every K checked above */
+    if (p->io_dtype == FQLA_DTYPE_F32 || (p->ht_only && p->T == 0)) { /* the recurrent kernel: every K checked above */
         if (fqla_fwd_recurrent_ctas(p->N, p->HV, p->K, p->V, p->varlen) > 0x7fffffffLL)
             return fqla_fail(ctx, FQLA_STATUS_NOT_SUPPORTED,
-                             "N * HV * V = %lld * %lld * %lld is beyond the CUDA fp32 forward's grid", (long long)p->N,
+                             "N * HV * V = %lld * %lld * %lld is beyond the CUDA recurrent kernel's grid", (long long)p->N,
                              (long long)p->HV, (long long)p->V);
         return FQLA_STATUS_SUCCESS;
     }
@@ -350,7 +350,11 @@ fqla_status fqla_cuda_fwd_run(fqla_context *ctx, const fqla_problem *p, const fq
     k.N = s.N;
     k.slots = fqla_route_slots(&s);
     k.cps = (s.T + FQLA_FWD_CHUNK - 1) / FQLA_FWD_CHUNK;
-    if (r.path == FQLA_FWD_RECURRENT)
+    /* The final state alone of no tokens at all is each sequence's initial
+     * state (or zeros): the recurrence copies it without reading q/k/v,
+     * where the state-only kernel's TMA maps cannot take a zero-length
+     * token dimension. */
+    if (r.path == FQLA_FWD_RECURRENT || (p->ht_only && s.T == 0))
         return fqla_cuda_check(ctx, fqla_fwd_launch_recurrent(k, (int)r.sms, r.rec_rows, stream),
                                "CUDA forward: fp32 recurrent kernel launch");
     unsigned char *ws = (unsigned char *)workspace;

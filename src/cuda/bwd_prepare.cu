@@ -14,7 +14,8 @@
  *         (fqla_cp_m_negligible).
  * Rows past a sequence's end are zeros (beta 0, g 0), so they drop out.
  *
- * Grid (slots, HV); 256 threads. K K^T and Q K^T by tf32 mma.sync (warp w:
+ * Grid (slots, HV); 256 threads. q and k rows by cp.async, every copy of
+ * the CTA in one commit group, in flight while warp 0 forms the gates. K K^T and Q K^T by tf32 mma.sync (warp w:
  * rows 16 (w % 4), columns 32 (w / 4)); T~ in fp32 on CUDA cores: the four
  * diagonal 16 x 16 blocks by forward substitution (one warp each, a lane per
  * column), then block row i's off-diagonal blocks T_ij = -D_i sum_m L_im T_mj
@@ -22,6 +23,7 @@
  */
 #include "cuda/bwd_common.cuh"
 #include "cuda/fwd_prepare_common.cuh"
+#include "cuda/ptx/cp_async.cuh"
 
 namespace {
 
@@ -48,37 +50,56 @@ template <int KD> struct prep_smem {
     float rq[C], rk[C]; /* l2norm row factors (1 without) */
 };
 
-/* Rows of x (q or k) for the chunk into dst as they come (zero past
- * nvalid); f gets the row factors: 1 / sqrt(|x|^2 + 1e-6) with l2norm
- * (0 past nvalid), else 1; r (global) too where given. */
+/* The chunk's rows of x into dst by cp.async, 16 bytes a copy (zeros past
+ * nvalid: src_bytes 0), uncommitted: the caller commits q's and k's as one
+ * group. Rows are 16-byte aligned on the CUDA backend (fqla_vt_aligned16:
+ * data pointers and strides). Every copy of the CTA is in flight at once;
+ * loading a row a warp and storing it before the next (the first form)
+ * made ~16 dependent global round trips a CTA, most of this latency-bound
+ * kernel's time. */
 template <typename T, int KD>
-__device__ void load_rows(const T *x, int64_t sb, int64_t st, int64_t sh, int64_t batch, int64_t t0, int nvalid,
-                          int head, bool l2norm, uint16_t *dst, float *f, float *r)
+__device__ void issue_rows(const T *x, int64_t sb, int64_t st, int64_t sh, int64_t batch, int64_t t0, int nvalid,
+                           int head, uint16_t *dst)
+{
+    constexpr int LDK = KD + 8, VPR = KD / 8; /* 16-byte vectors a row */
+    static_assert((LDK * 2) % 16 == 0, "shared rows must stay 16-byte aligned");
+    const uint16_t *xr = reinterpret_cast<const uint16_t *>(x);
+    for (int e = threadIdx.x; e < C * VPR; e += blockDim.x) {
+        const int i = e / VPR, c = 8 * (e % VPR);
+        const bool in = i < nvalid;
+        const uint16_t *src = in ? xr + batch * sb + (t0 + i) * st + (int64_t)head * sh + c : xr;
+        fqla_cp_async16(dst + i * LDK + c, src, in ? 16 : 0);
+    }
+}
+
+/* Row factors of rows in shared memory (issue_rows): 1 / sqrt(|x|^2 + 1e-6)
+ * with l2norm (0 past nvalid), else 1; into f, and r (global) where given. */
+template <typename T, int KD>
+__device__ void row_factors(const uint16_t *src, int nvalid, bool l2norm, float *f, float *r)
 {
     constexpr int LDK = KD + 8;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const uint16_t *xr = reinterpret_cast<const uint16_t *>(x);
+    if (!l2norm) {
+        for (int i = threadIdx.x; i < C; i += blockDim.x) {
+            f[i] = 1.f;
+            if (r) r[i] = 1.f;
+        }
+        return;
+    }
     for (int i = warp; i < C; i += 8) {
-        uint16_t v[KD / 32];
         float ss = 0.f;
 #pragma unroll
         for (int j = 0; j < KD / 32; j++) {
-            v[j] = i < nvalid ? xr[batch * sb + (t0 + i) * st + (int64_t)head * sh + lane + 32 * j] : (uint16_t)0;
-            const float y = bwd_widen<T>(v[j]);
+            const float y = bwd_widen<T>(src[i * LDK + lane + 32 * j]);
             ss += y * y;
         }
-        float fi = 1.f;
-        if (l2norm) {
 #pragma unroll
-            for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-            fi = i < nvalid ? rsqrtf(ss + 1e-6f) : 0.f;
-        }
+        for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
         if (lane == 0) {
+            const float fi = i < nvalid ? rsqrtf(ss + 1e-6f) : 0.f;
             f[i] = fi;
             if (r) r[i] = fi;
         }
-#pragma unroll
-        for (int j = 0; j < KD / 32; j++) dst[i * LDK + lane + 32 * j] = v[j];
     }
 }
 
@@ -136,10 +157,13 @@ __global__ void __launch_bounds__(256, 4) bwd_prepare_kernel(const fqla_bwd_para
     const bool write_r = p.l2norm && hv % p.group == 0;
     const size_t tile = (size_t)slot * p.HV + hv;
 
-    load_rows<T, KD>((const T *)p.q, p.q_sb, p.q_st, p.q_sh, batch, t0, nvalid, hk, p.l2norm, sm.a.q, sm.rq,
-                     write_r ? p.rq + ((size_t)slot * p.H + hk) * C : nullptr);
-    load_rows<T, KD>((const T *)p.k, p.k_sb, p.k_st, p.k_sh, batch, t0, nvalid, hk, p.l2norm, sm.b.k, sm.rk,
-                     write_r ? p.rk + ((size_t)slot * p.H + hk) * C : nullptr);
+    const T *q = (const T *)p.q, *k = (const T *)p.k;
+    float *rq = write_r ? p.rq + ((size_t)slot * p.H + hk) * C : nullptr;
+    float *rk = write_r ? p.rk + ((size_t)slot * p.H + hk) * C : nullptr;
+    /* in flight while warp 0 forms the gates below */
+    issue_rows<T, KD>(q, p.q_sb, p.q_st, p.q_sh, batch, t0, nvalid, hk, sm.a.q);
+    issue_rows<T, KD>(k, p.k_sb, p.k_st, p.k_sh, batch, t0, nvalid, hk, sm.b.k);
+    fqla_cp_async_commit();
     if (warp == 0) {
         float g[2], b[2];
         load_gate_beta(p, batch, t0, nvalid, hv, lane, g, b);
@@ -166,6 +190,10 @@ __global__ void __launch_bounds__(256, 4) bwd_prepare_kernel(const fqla_bwd_para
             bp.bet[tile * C + lane + 32 * h] = b[h];
         }
     }
+    fqla_cp_async_wait_all();
+    __syncthreads(); /* every thread's rows landed */
+    row_factors<T, KD>(sm.a.q, nvalid, p.l2norm, sm.rq, rq);
+    row_factors<T, KD>(sm.b.k, nvalid, p.l2norm, sm.rk, rk);
     __syncthreads();
 
     int bad = 0; /* a row with beta ||k||^2 outside [0, 2] (CP's shortcut test, chunk_ok) */

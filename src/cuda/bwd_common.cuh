@@ -147,42 +147,6 @@ template <typename T> __device__ __forceinline__ T bwd_cvt(float x);
 template <> __device__ __forceinline__ __nv_bfloat16 bwd_cvt<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 template <> __device__ __forceinline__ __half bwd_cvt<__half>(float x) { return __float2half_rn(x); }
 
-/*
- * acc[MT][NT] (+)= A[m0 .. m0 + 16 MT) x B[.., n0 .. n0 + 8 NT) over
- * k in [k0, k1) (multiples of 8), one warp, m16n8k8 tf32 mma.sync. A(i, k)
- * and B(k, j) are functors returning fp32 elements (shared memory reads
- * with any layout, scaling or masking folded in); the accumulator layout is
- * mma_sync.cuh's. The prepare kernel's K K^T and Q K^T (plain tf32: T~'s
- * solve and P~ hold the thresholds with it).
- */
-template <int MT, int NT, typename FA, typename FB>
-__device__ __forceinline__ void bwd_mma(float (&acc)[MT][NT][4], int m0, int n0, int k0, int k1, FA A, FB B)
-{
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-#pragma unroll 2
-    for (int k = k0; k < k1; k += 8) {
-        uint32_t a[MT][4], b[NT][2];
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++) {
-            const int r = m0 + 16 * mt + g;
-            const float x[4] = {A(r, k + t), A(r + 8, k + t), A(r, k + t + 4), A(r + 8, k + t + 4)};
-#pragma unroll
-            for (int e = 0; e < 4; e++) a[mt][e] = fqla_cvt_rna_tf32(x[e]);
-        }
-#pragma unroll
-        for (int nt = 0; nt < NT; nt++) {
-            const int c = n0 + 8 * nt + g;
-            const float x[2] = {B(k + t, c), B(k + t + 4, c)};
-#pragma unroll
-            for (int e = 0; e < 2; e++) b[nt][e] = fqla_cvt_rna_tf32(x[e]);
-        }
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-            for (int nt = 0; nt < NT; nt++) fqla_mma_tf32(acc[mt][nt], a[mt], b[nt][0], b[nt][1]);
-    }
-}
-
 template <int MT, int NT> __device__ __forceinline__ void bwd_zero(float (&acc)[MT][NT][4])
 {
 #pragma unroll

@@ -15,8 +15,9 @@
  * Rows past a sequence's end are zeros (beta 0, g 0), so they drop out.
  *
  * Grid (slots, HV); 256 threads. q and k rows by cp.async, every copy of
- * the CTA in one commit group, in flight while warp 0 forms the gates. K K^T and Q K^T by tf32 mma.sync (warp w:
- * rows 16 (w % 4), columns 32 (w / 4)); T~ in fp32 on CUDA cores: the four
+ * the CTA in one commit group, in flight while warp 0 forms the gates. K K^T
+ * and Q K^T by m16n8k16 mma.sync on the 2-byte rows (warp w: rows 16 (w % 4),
+ * columns 32 (w / 4)); T~ in fp32 on CUDA cores: the four
  * diagonal 16 x 16 blocks by forward substitution (one warp each, a lane per
  * column), then block row i's off-diagonal blocks T_ij = -D_i sum_m L_im T_mj
  * for i = 1, 2, 3. About 45 k FMAs per head: small beside the products.
@@ -24,6 +25,9 @@
 #include "cuda/bwd_common.cuh"
 #include "cuda/fwd_prepare_common.cuh"
 #include "cuda/ptx/cp_async.cuh"
+#include "cuda/ptx/mma_sync.cuh"
+
+#include <type_traits>
 
 namespace {
 
@@ -103,6 +107,32 @@ __device__ void row_factors(const uint16_t *src, int nvalid, bool l2norm, float 
     }
 }
 
+/* acc[nt] (+)= A[m0 .. m0 + 16) x B[n0 .. n0 + 8 NT)^T over KD columns of
+ * two 2-byte row-major matrices in shared memory (row pitch LDK): one warp,
+ * m16n8k16 mma.sync on the rows as they came (bf16 or fp16: exact products,
+ * fp32 accumulate, as the tf32 form they replace), each fragment register
+ * one 32-bit load of a column pair. Rows g of a fragment sit LDK / 2 words
+ * apart (4 banks mod 32 at LDK = KD + 8), so the 32 lanes' loads hit 32
+ * banks. */
+template <typename T, int KD, int NT>
+__device__ __forceinline__ void mma_rows(float (&acc)[1][NT][4], const uint16_t *A, const uint16_t *B, int m0, int n0)
+{
+    constexpr int LDK = prep_smem<KD>::LDK;
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    auto ld = [](const uint16_t *p) { return *reinterpret_cast<const uint32_t *>(p); };
+#pragma unroll 4
+    for (int k = 0; k < KD; k += 16) {
+        const uint16_t *ar = A + (m0 + g) * LDK + k + 2 * t;
+        const uint32_t a[4] = {ld(ar), ld(ar + 8 * LDK), ld(ar + 8), ld(ar + 8 * LDK + 8)};
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            const uint16_t *br = B + (n0 + 8 * nt + g) * LDK + k + 2 * t;
+            if (std::is_same<T, __nv_bfloat16>::value) fqla_mma_m16n8k16_bf16(acc[0][nt], a, ld(br), ld(br + 8));
+            else fqla_mma_m16n8k16_f16(acc[0][nt], a, ld(br), ld(br + 8));
+        }
+    }
+}
+
 /* T = (I + L)^-1 for a strictly lower L (both 64 x 64, stride LDM). */
 __device__ void invert_unit_lower(const float *L, float *T, float *tmp)
 {
@@ -146,7 +176,6 @@ __global__ void __launch_bounds__(256, 4) bwd_prepare_kernel(const fqla_bwd_para
     const fqla_fwd_params &p = bp.f;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     prep_smem<KD> &sm = *reinterpret_cast<prep_smem<KD> *>(smem_raw);
-    constexpr int LDK = prep_smem<KD>::LDK;
     const int64_t slot = blockIdx.x;
     const int hv = blockIdx.y, hk = hv / p.group;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -202,9 +231,8 @@ __global__ void __launch_bounds__(256, 4) bwd_prepare_kernel(const fqla_bwd_para
         float kk[1][4][4], qk[1][4][4];
         bwd_zero(kk);
         bwd_zero(qk);
-        auto Kt = [&](int kx, int j) { return bwd_widen<T>(sm.b.k[j * LDK + kx]); };
-        bwd_mma(kk, m0, n0, 0, KD, [&](int i, int kx) { return bwd_widen<T>(sm.b.k[i * LDK + kx]); }, Kt);
-        bwd_mma(qk, m0, n0, 0, KD, [&](int i, int kx) { return bwd_widen<T>(sm.a.q[i * LDK + kx]); }, Kt);
+        mma_rows<T, KD>(kk, sm.b.k, sm.b.k, m0, n0);
+        mma_rows<T, KD>(qk, sm.a.q, sm.b.k, m0, n0);
         __syncthreads(); /* q and k are read: L and T~ go over them */
         const float scale = p.scale;
         float *Pt = bp.Pt + tile * C * C;

@@ -184,7 +184,7 @@ __device__ __forceinline__ float load_f32_pair(const fqla_wg_tile &dx, const flo
                                                const float *y, int64_t ld, int c0, int cols)
 {
     constexpr int N = ROWS * 8 / THREADS; /* 16-byte pieces of 8 values a thread, per matrix */
-    constexpr int NB = N < 2 ? N : 2;     /* pieces in flight (registers: 16 NB) */
+    constexpr int NB = N;                 /* pieces in flight (registers: 16 NB): all, one round trip */
     float dot = 0.f;
 #pragma unroll
     for (int n0 = 0; n0 < N; n0 += NB) {

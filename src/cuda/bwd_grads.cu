@@ -306,8 +306,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
             const int vw = p.V - v0 < VS ? p.V - v0 : VS; /* 64, or 32 in a last half slice (zeros past it) */
             __syncthreads(); /* the previous slice's reads are done */
             {
-                const float *Sg = bp.S + tile * KD * p.V, *dSg = bp.dS + tile * KD * p.V;
-                deC += load_f32_pair<KD>(St, Sg, dSt, dSg, p.V, v0, vw);
+                /* dO's loads first, in flight with S's and dS' */
                 const int64_t ob = batch * bp.do_sb + t0 * bp.do_st + (int64_t)hv * bp.do_sh + v0;
                 constexpr int ND = C * VS / 8 / THREADS;
                 float x[ND][8];
@@ -316,6 +315,8 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
                     const int idx = tid + n * THREADS, i = idx >> 3, c = 8 * (idx & 7);
                     load8<T>(bp.d_o, ob + (int64_t)i * bp.do_st + c, i < nvalid && c < vw, x[n]);
                 }
+                const float *Sg = bp.S + tile * KD * p.V, *dSg = bp.dS + tile * KD * p.V;
+                deC += load_f32_pair<KD>(St, Sg, dSt, dSg, p.V, v0, vw);
 #pragma unroll
                 for (int n = 0; n < ND; n++) {
                     const int idx = tid + n * THREADS;

@@ -13,7 +13,7 @@
  * untouched, bit-identical reruns, CUDA-graph capture and replay with new
  * data, NOT_SUPPORTED for what the kernels do not cover.
  *
- * Thresholds (docs/testing.md): rel L2 <= 5e-3 for o and the final state (3e-5
+ * Thresholds (docs/testing.md): rel L2 <= 5e-3 for o and the final state (5e-5
  * with fp32 inputs, but 5e-3 for a bf16 final state), per (sequence, value head). Without a CUDA device every case is skipped.
  */
 #include "common/check.h"
@@ -389,9 +389,9 @@ static void seq_range(const prob *p, int n, int64_t *row0, int64_t *len)
 static void compare(prob *p, const char *what)
 {
     const spec *s = &p->s;
-    /* docs/testing.md: 5e-3 for bf16 / fp16 inputs, 3e-5 for fp32 inputs;
+    /* docs/testing.md: 5e-3 for bf16 / fp16 inputs, 5e-5 for fp32 inputs;
      * a bf16 final state is rounded to bf16 (2^-9): 5e-3 whatever the inputs */
-    double tol = s->io == FQLA_DTYPE_F32 ? 3e-5 : 5e-3, worst_o = 0, worst_h = 0;
+    double tol = s->io == FQLA_DTYPE_F32 ? 5e-5 : 5e-3, worst_o = 0, worst_h = 0;
     const double tol_h = s->ht_dtype == FQLA_DTYPE_BF16 ? 5e-3 : tol;
     int wn = -1, wh = -1;
     for (int n = 0; n < p->N; n++) {
@@ -1302,7 +1302,7 @@ static void check_final_only(prob *p, const char *what)
     int64_t written = 0;
     for (int64_t i = 0; i < p->nv; i++) written += !isnan(p->o[i]);
     CHECK(written == 0, "%s: %lld elements of o (absent) were written", what, (long long)written);
-    const double tol = s->io == FQLA_DTYPE_F32 && s->ht_dtype != FQLA_DTYPE_BF16 ? 3e-5 : 5e-3;
+    const double tol = s->io == FQLA_DTYPE_F32 && s->ht_dtype != FQLA_DTYPE_BF16 ? 5e-5 : 5e-3;
     double worst = 0;
     for (int64_t nh = 0; nh < (int64_t)p->N * s->HV; nh++) {
         double num = 0, den = 0;

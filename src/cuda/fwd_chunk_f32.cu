@@ -13,7 +13,7 @@
  *   X  = diag(beta) (V - diag(e rk) KS)
  *   U  = (I + L)^-1 X                    forward substitution, fp32
  *   O  = diag(scale rq e) QS + P U,  P = scale diag(rq) (Gamma . tril(QK)) diag(rk)
- *   S^T = e_C S^T + U^T diag(f rk) K
+ *   S^T = e_C S^T + (diag(f rk) U)^T K
  *
  * rq, rk are the in-kernel l2norm's factors (1 without it); the gate and
  * beta are finished here (finish_gate_beta: in-kernel gate, sigmoid,
@@ -23,27 +23,46 @@
  * split into hi = bf16(x) and lo = bf16(x - hi), and a b is summed as
  * lo_a hi_b + hi_a lo_b + hi_a hi_b in fp32 (the lo lo term and the split's
  * residue are ~2^-17 of the product: dev/models/fp32_chunked_precision.py
- * puts o at 7e-6 to 1.6e-5). Operands live in shared memory in fp32 and are
- * split as their fragments are loaded.
+ * puts o at 7e-6 to 1.6e-5). Each operand is split once, when it is made
+ * (the first version split at every fragment load: 56 % of its
+ * instructions, docs/history/2026-12-05-gpu.md), into a "split tile": the
+ * fp32 tile's own words, word 2p of a row the bf16 pair hi of elements 2p,
+ * 2p + 1 and word 2p + 1 their lo pair, so one 8-byte load at an element
+ * pair's fp32 address gives a fragment register's hi and lo. q and k are
+ * split in place after they land (with their l2norm sums), S^T from its
+ * accumulators, P at its epilogue, U^T and (diag(f rk) U)^T by the
+ * substitution. The one operand read across its pairs, K as the state
+ * update's B (pairs along the tokens), takes the halves of two rows'
+ * words (a byte permute).
  *
  * The substitution solves one value column per TPC = 256 / BV threads (4
- * or 8): thread part p sums the terms j = p (mod TPC) of row i, the parts
- * meet by shuffles, and every part then holds u_i.
+ * or 8), in 16-row blocks: the rows' dot products with the earlier blocks
+ * are split over the TPC threads (thread part p takes the earlier rows j =
+ * p mod TPC, whose u it keeps in registers) and summed by shuffles, 16 at
+ * once; the 16 x 16 triangle is then solved by each of the TPC threads
+ * alike, column by column (a 16-step dependent chain). L is stored
+ * transposed, so a thread reads a row j's 16 entries of a block as four
+ * 16-byte loads.
  *
- * Per chunk five CTA barriers: A (q, k, v landed, S^T published), B (the
- * chunk's gamma, beta and norms), C (L, P, X written), D (U written), E
- * (k read for the last time). The next chunk's q is copied after C, v
- * after D, k after E (cp.async, zero-filled past the sequence end, so
- * padded rows add nothing and NaN rows past cu[N] are never read).
+ * Per chunk five CTA barriers: A (q, k, v landed, S^T published), B (q and
+ * k split, the chunk's gamma, beta and norms), C (L^T, P, X written), D (U
+ * written), E (k read for the last time). The next chunk's q is copied
+ * after C, v after D, k after E (cp.async, zero-filled past the sequence
+ * end, so padded rows add nothing and NaN rows past cu[N] are never read),
+ * and its stored gate and beta are loaded into warp 0's registers after E.
+ * A second k buffer (no barrier E, k's copy hidden) would not fit beside
+ * the split tiles at K = 128, 64 columns (233 KB).
  *
  * Grid: x = (sequence, value head), plus TAIL CTAs that zero o's rows after
- * the last sequence (varlen); y = the V / BV slices. Shared memory (fp32):
- * Q, K, V (then X), S^T, L, P, U^T, and the chunk's per-token factors.
+ * the last sequence (varlen); y = the V / BV slices. Shared memory (fp32
+ * words): Q, K (split in place), V (then X), S^T (split), L^T, P (split),
+ * U^T and (diag(f rk) U)^T (split), and the chunk's per-token factors:
+ * 194 KB at K = 128, 64 columns.
  */
 #include "cuda/fwd_common.cuh"
 #include "cuda/fwd_prepare_common.cuh" /* load_gate, finish_gate_beta */
+#include "cuda/kernel/bf16x3.cuh"
 #include "cuda/ptx/cp_async.cuh"
-#include "cuda/ptx/mma_sync.cuh"
 
 #include <cuda_bf16.h>
 
@@ -52,17 +71,19 @@ namespace {
 constexpr int C = FQLA_FWD_CHUNK;
 constexpr int NT = FQLA_FWD_THREADS; /* 8 warps */
 constexpr int TAIL = 32;             /* CTAs zeroing o's rows after the last sequence */
-constexpr int LDC = C + 8;           /* rows of L, P, U^T: 8 mod 32 floats, float2 fragment loads conflict-free */
+/* Row pitches are 8 mod 32 words: the 8-byte fragment loads of a half-warp
+ * (rows g = 0..3 or 4..7, pairs t = 0..3) cover the 32 banks once. */
+constexpr int LDC = C + 8; /* L^T, P, U^T rows */
 
 template <int KD, int BV>
 struct f32_cfg {
-    static constexpr int LDQ = KD + 8; /* Q, K, S^T rows */
-    static constexpr int LDV = BV + 8; /* V / X rows */
-    static constexpr int TPC = NT / BV; /* substitution threads per value column */
-    static constexpr int MTS = BV / 16; /* S^T m-tiles (value columns) */
+    static constexpr int LDQ = KD + 8;             /* Q, K, S^T rows */
+    static constexpr int LDV = BV + 8;             /* V / X rows */
+    static constexpr int TPC = NT / BV;            /* substitution threads per value column */
+    static constexpr int MTS = BV / 16;            /* S^T m-tiles (value columns) */
     static constexpr int NTW = (KD / 8) * MTS / 8; /* S^T n-tiles per warp */
-    static constexpr int CNT = BV / 16; /* n-tiles per warp of the 64 x BV products */
-    /* offsets in floats */
+    static constexpr int CNT = BV / 16;            /* n-tiles per warp of the 64 x BV products */
+    /* offsets in words */
     static constexpr int oQ = 0;
     static constexpr int oK = oQ + C * LDQ;
     static constexpr int oV = oK + C * LDQ;
@@ -70,75 +91,18 @@ struct f32_cfg {
     static constexpr int oL = oS + BV * LDQ;
     static constexpr int oP = oL + C * LDC;
     static constexpr int oU = oP + C * LDC;
-    static constexpr int oVec = oU + BV * LDC; /* gam, e, f, beta, rq, rk, kf: [64] each */
-    static constexpr int floats = oVec + 7 * C;
-    static constexpr size_t bytes = (size_t)floats * 4;
+    static constexpr int oUf = oU + BV * LDC;
+    static constexpr int oVec = oUf + BV * LDC; /* gam, e, f, beta, rq, rk, kf: [64] each */
+    static constexpr int words = oVec + 7 * C;
+    static constexpr size_t bytes = (size_t)words * 4;
     static_assert(bytes <= 227 * 1024, "the plan fits an SM's shared memory");
     static_assert(NTW >= 1 && (KD / 8) * MTS % 8 == 0, "S^T tiles spread over the 8 warps");
-    static_assert(LDQ % 4 == 0 && LDV % 4 == 0 && oK % 4 == 0 && oV % 4 == 0, "16-byte rows for cp.async");
+    static_assert(LDQ % 32 == 8 && LDV % 32 == 8 && LDC % 32 == 8, "conflict-free 8-byte fragment loads");
+    static_assert(oK % 4 == 0 && oV % 4 == 0 && oL % 4 == 0, "16-byte rows for cp.async and L^T's loads");
 };
-
-/* bf16x3 operands: two fp32 values as the bf16 pairs hi and lo. */
-__device__ __forceinline__ void split2(float x0, float x1, uint32_t &hi, uint32_t &lo)
-{
-    const __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
-    const float2 hf = __bfloat1622float2(h);
-    const __nv_bfloat162 l = __floats2bfloat162_rn(x0 - hf.x, x1 - hf.y);
-    hi = *reinterpret_cast<const uint32_t *>(&h);
-    lo = *reinterpret_cast<const uint32_t *>(&l);
-}
-
-struct frag_a {
-    uint32_t h[4], l[4];
-};
-struct frag_b {
-    uint32_t h[2], l[2];
-};
-
-/* d += a b in bf16x3 (the small terms first). */
-__device__ __forceinline__ void mma3(float (&d)[4], const frag_a &a, const frag_b &b)
-{
-    fqla_mma_m16n8k16_bf16(d, a.l, b.h[0], b.h[1]);
-    fqla_mma_m16n8k16_bf16(d, a.h, b.l[0], b.l[1]);
-    fqla_mma_m16n8k16_bf16(d, a.h, b.h[0], b.h[1]);
-}
-
-/* A fragment (16 x 16) at (m0, k0) of a row-major fp32 [m][k] tile. */
-__device__ __forceinline__ void load_a(frag_a &a, const float *base, int ld, int m0, int k0, int lane)
-{
-    const int g = lane >> 2, t = lane & 3;
-    const float *r0 = base + (m0 + g) * ld + k0 + 2 * t, *r1 = r0 + 8 * ld;
-    const float2 x0 = *reinterpret_cast<const float2 *>(r0), x1 = *reinterpret_cast<const float2 *>(r1);
-    const float2 x2 = *reinterpret_cast<const float2 *>(r0 + 8), x3 = *reinterpret_cast<const float2 *>(r1 + 8);
-    split2(x0.x, x0.y, a.h[0], a.l[0]);
-    split2(x1.x, x1.y, a.h[1], a.l[1]);
-    split2(x2.x, x2.y, a.h[2], a.l[2]);
-    split2(x3.x, x3.y, a.h[3], a.l[3]);
-}
-
-/* B fragment (16 x 8) at (k0, n0) of B = X^T, X a row-major fp32 [n][k] tile. */
-__device__ __forceinline__ void load_b_nk(frag_b &b, const float *base, int ld, int k0, int n0, int lane)
-{
-    const int g = lane >> 2, t = lane & 3;
-    const float *r = base + (n0 + g) * ld + k0 + 2 * t;
-    const float2 x0 = *reinterpret_cast<const float2 *>(r), x1 = *reinterpret_cast<const float2 *>(r + 8);
-    split2(x0.x, x0.y, b.h[0], b.l[0]);
-    split2(x1.x, x1.y, b.h[1], b.l[1]);
-}
-
-/* B fragment (16 x 8) at (k0, n0) of B = diag(s) X, X a row-major fp32 [k][n] tile. */
-__device__ __forceinline__ void load_b_kn(frag_b &b, const float *base, int ld, const float *s, int k0, int n0,
-                                          int lane)
-{
-    const int g = lane >> 2, t = lane & 3;
-    const int k = k0 + 2 * t;
-    const float *c = base + n0 + g;
-    split2(c[k * ld] * s[k], c[(k + 1) * ld] * s[k + 1], b.h[0], b.l[0]);
-    split2(c[(k + 8) * ld] * s[k + 8], c[(k + 9) * ld] * s[k + 9], b.h[1], b.l[1]);
-}
 
 /* Copies chunk cc's rows of a tile (q / k: KD columns, v: the CTA's BV
- * columns) into shared memory (ld floats a row), zeros past the sequence
+ * columns) into shared memory (ld words a row), zeros past the sequence
  * end; one commit group. */
 template <int W>
 __device__ __forceinline__ void copy_rows(float *dst, int ld, const float *src, int64_t st, int64_t t0, int nvalid,
@@ -161,7 +125,7 @@ __global__ void __launch_bounds__(NT, 1) fwd_chunk_f32_kernel(const __grid_const
     extern __shared__ __align__(128) unsigned char smem_raw[];
     float *sm = reinterpret_cast<float *>(smem_raw);
     float *Qs = sm + cfg::oQ, *Ks = sm + cfg::oK, *Vs = sm + cfg::oV, *St = sm + cfg::oS;
-    float *Ls = sm + cfg::oL, *Ps = sm + cfg::oP, *Ut = sm + cfg::oU;
+    float *Lt = sm + cfg::oL, *Ps = sm + cfg::oP, *Ut = sm + cfg::oU, *Uft = sm + cfg::oUf;
     float *gam = sm + cfg::oVec, *ev = gam + C, *fv = ev + C, *bv = fv + C, *rq = bv + C, *rk = rq + C, *kf = rk + C;
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -202,13 +166,13 @@ __global__ void __launch_bounds__(NT, 1) fwd_chunk_f32_kernel(const __grid_const
             }
             S[ni][e] = x;
         }
-    /* S^T -> St, the B operand of K S and Q S; published by barrier A */
+    /* S^T -> St (split), the B operand of K S and Q S; published by barrier A */
     auto write_st = [&]() {
 #pragma unroll
         for (int ni = 0; ni < NTW; ni++) {
             const int v = 16 * smt + g, r = 8 * (snt0 + ni) + 2 * tq;
-            *reinterpret_cast<float2 *>(St + v * LDQ + r) = make_float2(S[ni][0], S[ni][1]);
-            *reinterpret_cast<float2 *>(St + (v + 8) * LDQ + r) = make_float2(S[ni][2], S[ni][3]);
+            *reinterpret_cast<uint2 *>(St + v * LDQ + r) = fqla_x3_split(S[ni][0], S[ni][1]);
+            *reinterpret_cast<uint2 *>(St + (v + 8) * LDQ + r) = fqla_x3_split(S[ni][2], S[ni][3]);
         }
     };
 
@@ -216,12 +180,35 @@ __global__ void __launch_bounds__(NT, 1) fwd_chunk_f32_kernel(const __grid_const
     const float *kb = (const float *)p.k + batch * p.k_sb + start * p.k_st + hq * p.k_sh;
     const float *vb = (const float *)p.v + batch * p.v_sb + start * p.v_st + hv * p.v_sh + v0;
     float *ob = p.o ? (float *)p.o + batch * p.o_sb + start * p.o_st + hv * p.o_sh + v0 : NULL;
+    /* o's element pairs 8-byte aligned (the contract asks 4): one store a pair */
+    const bool o_pairs = ((uintptr_t)ob & 7) == 0 && (p.o_st & 1) == 0;
 
-    /* the 64 x BV products: warp w takes rows 16 mw.. and columns n0.. */
-    const int mw = warp & 3, n0 = (warp >> 2) * (BV / 2);
+    /* the 64 x BV products: warp w takes rows 16 mw.. and columns n0..;
+     * mw pairs 0 / 3 and 1 / 2 share an SM sub-partition (warps w and
+     * w + 4), so the triangular products (K K^T, Q K^T, P U) load every
+     * partition about evenly */
+    const int mw = warp < 4 ? warp : 7 - warp, n0 = (warp >> 2) * (BV / 2);
     /* the 64 x 64 products: rows 16 mw.., columns j0.. (four n-tiles) */
     const int j0 = (warp >> 2) * 32;
 
+    /* warp 0: the stored gate and beta of chunk cc's tokens lane and lane +
+     * 32 (0 past the end), loaded a chunk ahead: issued after barrier E,
+     * they land while the CTA waits at A instead of holding every warp at
+     * B for a global load's latency */
+    float graw[2] = {0.f, 0.f}, braw[2] = {0.f, 0.f};
+    auto load_gates = [&](int64_t cc) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int i = lane + 32 * h;
+            graw[h] = braw[h] = 0.f;
+            if (cc * C + i < len) {
+                const int64_t tt = start + cc * C + i;
+                graw[h] = load_gate(p.g, p.g_bf16, batch * p.g_sb + tt * p.g_st + hv * p.g_sh);
+                braw[h] = load_gate(p.beta, p.beta_bf16, batch * p.b_sb + tt * p.b_st + hv * p.b_sh);
+            }
+        }
+    };
+    if (nch > 0 && warp == 0) load_gates(0);
     if (nch > 0) {
         const int nv = (int)min((int64_t)C, len);
         copy_rows<KD>(Qs, LDQ, qb, p.q_st, 0, nv, tid);
@@ -237,19 +224,14 @@ __global__ void __launch_bounds__(NT, 1) fwd_chunk_f32_kernel(const __grid_const
         __syncthreads(); /* A: q, k, v of chunk c landed; S^T published */
 
         /* the chunk's gate and beta (warp 0: tokens lane and lane + 32),
-         * gamma by a warp scan; the l2norm factors (4 threads a row) */
+         * gamma by a warp scan */
         if (warp == 0) {
             float gg[2], bb[2];
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                const int i = lane + 32 * h;
-                gg[h] = bb[h] = 0.f;
-                if (i < nvalid) {
-                    const int64_t tt = start + t0 + i;
-                    gg[h] = load_gate(p.g, p.g_bf16, batch * p.g_sb + tt * p.g_st + hv * p.g_sh);
-                    bb[h] = load_gate(p.beta, p.beta_bf16, batch * p.b_sb + tt * p.b_st + hv * p.b_sh);
-                    finish_gate_beta(p, hv, gg[h], bb[h]);
-                }
+                gg[h] = graw[h], bb[h] = braw[h];
+                if (lane + 32 * h < nvalid) finish_gate_beta(p, hv, gg[h], bb[h]);
+                else gg[h] = bb[h] = 0.f;
 #pragma unroll
                 for (int o = 1; o < 32; o <<= 1) {
                     const float y = __shfl_up_sync(0xffffffffu, gg[h], o);
@@ -267,16 +249,21 @@ __global__ void __launch_bounds__(NT, 1) fwd_chunk_f32_kernel(const __grid_const
                 bv[i] = bb[h];
             }
         }
+        /* q and k split in place (4 threads a row, element pairs part,
+         * part + 4, ...), with their l2norm sums */
         {
             const int i = tid >> 2, part = tid & 3;
             float sq = 0.f, sk = 0.f;
-            if (p.l2norm) {
 #pragma unroll 4
-                for (int k = part; k < KD; k += 4) {
-                    const float a = Qs[i * LDQ + k], b = Ks[i * LDQ + k];
-                    sq = fmaf(a, a, sq);
-                    sk = fmaf(b, b, sk);
-                }
+            for (int k = 2 * part; k < KD; k += 8) {
+                float *qa = Qs + i * LDQ + k, *ka = Ks + i * LDQ + k;
+                const float2 a = *reinterpret_cast<const float2 *>(qa), b = *reinterpret_cast<const float2 *>(ka);
+                sq = fmaf(a.x, a.x, fmaf(a.y, a.y, sq));
+                sk = fmaf(b.x, b.x, fmaf(b.y, b.y, sk));
+                *reinterpret_cast<uint2 *>(qa) = fqla_x3_split(a.x, a.y);
+                *reinterpret_cast<uint2 *>(ka) = fqla_x3_split(b.x, b.y);
+            }
+            if (p.l2norm) {
                 sq += __shfl_xor_sync(0xffffffffu, sq, 1);
                 sq += __shfl_xor_sync(0xffffffffu, sq, 2);
                 sk += __shfl_xor_sync(0xffffffffu, sk, 1);
@@ -302,37 +289,41 @@ __global__ void __launch_bounds__(NT, 1) fwd_chunk_f32_kernel(const __grid_const
             for (int e = 0; e < 4; e++) aKK[i][e] = aQK[i][e] = 0.f;
 #pragma unroll 2
         for (int ks = 0; ks < KD / 16; ks++) {
-            frag_a ak, aq;
-            load_a(ak, Ks, LDQ, 16 * mw, 16 * ks, lane);
-            load_a(aq, Qs, LDQ, 16 * mw, 16 * ks, lane);
+            fqla_x3_a ak, aq;
+            fqla_x3_load_a(ak, Ks, LDQ, 16 * mw, 16 * ks, lane);
+            fqla_x3_load_a(aq, Qs, LDQ, 16 * mw, 16 * ks, lane);
 #pragma unroll
             for (int nt = 0; nt < CNT; nt++) {
-                frag_b b;
-                load_b_nk(b, St, LDQ, 16 * ks, n0 + 8 * nt, lane);
-                mma3(aKS[nt], ak, b);
-                mma3(aQS[nt], aq, b);
+                fqla_x3_b b;
+                fqla_x3_load_b_nk(b, St, LDQ, 16 * ks, n0 + 8 * nt, lane);
+                fqla_x3_mma(aKS[nt], ak, b);
+                fqla_x3_mma(aQS[nt], aq, b);
             }
 #pragma unroll
             for (int nt = 0; nt < 4; nt++) {
                 if (j0 + 8 * nt > 16 * mw + 15) continue; /* above the diagonal */
-                frag_b b;
-                load_b_nk(b, Ks, LDQ, 16 * ks, j0 + 8 * nt, lane);
-                mma3(aKK[nt], ak, b);
-                mma3(aQK[nt], aq, b);
+                fqla_x3_b b;
+                fqla_x3_load_b_nk(b, Ks, LDQ, 16 * ks, j0 + 8 * nt, lane);
+                fqla_x3_mma(aKK[nt], ak, b);
+                fqla_x3_mma(aQK[nt], aq, b);
             }
         }
         const int r0 = 16 * mw + g, r1 = r0 + 8;
-        /* L and P */
+        /* L^T (fp32, zero at and above the diagonal) and P (split) */
 #pragma unroll
-        for (int nt = 0; nt < 4; nt++)
+        for (int nt = 0; nt < 4; nt++) {
+            float pv[4];
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int i = e < 2 ? r0 : r1, j = j0 + 8 * nt + 2 * tq + (e & 1);
                 const float G = i >= j ? expf(gam[i] - gam[j]) : 0.f;
-                const float kk = rk[i] * rk[j] * G * aKK[nt][e];
-                Ls[i * LDC + j] = i > j ? bv[i] * kk : 0.f;
-                Ps[i * LDC + j] = p.scale * rq[i] * rk[j] * G * aQK[nt][e];
+                Lt[j * LDC + i] = i > j ? bv[i] * rk[i] * rk[j] * G * aKK[nt][e] : 0.f;
+                pv[e] = p.scale * rq[i] * rk[j] * G * aQK[nt][e];
             }
+            const int col = j0 + 8 * nt + 2 * tq;
+            *reinterpret_cast<uint2 *>(Ps + r0 * LDC + col) = fqla_x3_split(pv[0], pv[1]);
+            *reinterpret_cast<uint2 *>(Ps + r1 * LDC + col) = fqla_x3_split(pv[2], pv[3]);
+        }
         /* X = diag(beta) (V - diag(e rk) KS), in place of V; O's first term */
         {
             const float u0 = ev[r0] * rk[r0], u1 = ev[r1] * rk[r1];
@@ -353,27 +344,63 @@ __global__ void __launch_bounds__(NT, 1) fwd_chunk_f32_kernel(const __grid_const
             }
         }
         if (tid < C) kf[tid] = fv[tid] * rk[tid];
-        __syncthreads(); /* C: L, P, X, kf written; Q and S^T read for the last time */
+        __syncthreads(); /* C: L^T, P, X, kf written; Q and S^T read for the last time */
         if (c + 1 < nch) copy_rows<KD>(Qs, LDQ, qb, p.q_st, t0 + C, (int)min((int64_t)C, len - t0 - C), tid);
 
-        /* U = (I + L)^-1 X, one value column per TPC threads */
+        /* U = (I + L)^-1 X, one value column per TPC threads, 16-row blocks */
         {
             const int v = tid / TPC, part = tid % TPC;
-            float ur[C / TPC];
+            float ur[C / TPC]; /* u_j, j = part + TPC m */
 #pragma unroll
-            for (int m = 0; m < C / TPC; m++) ur[m] = 0.f;
+            for (int b = 0; b < C / 16; b++) {
+                float s[16];
 #pragma unroll
-            for (int i = 0; i < C; i++) {
-                float s = 0.f;
+                for (int i = 0; i < 16; i++) s[i] = 0.f;
+                /* the earlier blocks' rows j = part + TPC m */
 #pragma unroll
-                for (int m = 0; m < C / TPC; m++)
-                    if (m * TPC < i) s = fmaf(Ls[i * LDC + m * TPC + part], ur[m], s);
+                for (int m = 0; m < 16 * b / TPC; m++) {
+                    const float *l = Lt + (m * TPC + part) * LDC + 16 * b;
 #pragma unroll
-                for (int o = 1; o < TPC; o <<= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-                const float u = Vs[i * LDV + v] - s;
-                if (part == i % TPC) {
-                    ur[i / TPC] = u;
-                    Ut[v * LDC + i] = u;
+                    for (int q = 0; q < 4; q++) {
+                        const float4 x = *reinterpret_cast<const float4 *>(l + 4 * q);
+                        s[4 * q] = fmaf(x.x, ur[m], s[4 * q]);
+                        s[4 * q + 1] = fmaf(x.y, ur[m], s[4 * q + 1]);
+                        s[4 * q + 2] = fmaf(x.z, ur[m], s[4 * q + 2]);
+                        s[4 * q + 3] = fmaf(x.w, ur[m], s[4 * q + 3]);
+                    }
+                }
+#pragma unroll
+                for (int i = 0; i < 16; i++) {
+                    if (b > 0) {
+#pragma unroll
+                        for (int o = 1; o < TPC; o <<= 1) s[i] += __shfl_xor_sync(0xffffffffu, s[i], o);
+                    }
+                    s[i] = Vs[(16 * b + i) * LDV + v] - s[i];
+                }
+                /* the block's triangle, column by column */
+#pragma unroll
+                for (int jj = 0; jj < 15; jj++) {
+                    const float *l = Lt + (16 * b + jj) * LDC + 16 * b;
+#pragma unroll
+                    for (int q = (jj + 1) / 4; q < 4; q++) { /* the 16-byte pieces that hold rows past jj */
+                        const float4 x = *reinterpret_cast<const float4 *>(l + 4 * q);
+                        const float xs[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+                        for (int e = 0; e < 4; e++)
+                            if (4 * q + e > jj) s[4 * q + e] = fmaf(-xs[e], s[jj], s[4 * q + e]);
+                    }
+                }
+                /* keep this part's u; U^T and (diag(f rk) U)^T split, two
+                 * elements a thread */
+#pragma unroll
+                for (int jj = 0; jj < 16; jj++)
+                    if ((16 * b + jj) % TPC == part) ur[(16 * b + jj) / TPC] = s[jj];
+#pragma unroll
+                for (int q = 0; q < 8; q++) {
+                    if (q % TPC != part) continue; /* TPC = 4: pairs part, part + 4; 8: pair part */
+                    const int j = 16 * b + 2 * q;
+                    *reinterpret_cast<uint2 *>(Ut + v * LDC + j) = fqla_x3_split(s[2 * q], s[2 * q + 1]);
+                    *reinterpret_cast<uint2 *>(Uft + v * LDC + j) = fqla_x3_split(kf[j] * s[2 * q], kf[j + 1] * s[2 * q + 1]);
                 }
             }
         }
@@ -385,30 +412,30 @@ __global__ void __launch_bounds__(NT, 1) fwd_chunk_f32_kernel(const __grid_const
 #pragma unroll
             for (int kt = 0; kt < 4; kt++) {
                 if (kt > mw) break;
-                frag_a a;
-                load_a(a, Ps, LDC, 16 * mw, 16 * kt, lane);
+                fqla_x3_a a;
+                fqla_x3_load_a(a, Ps, LDC, 16 * mw, 16 * kt, lane);
 #pragma unroll
                 for (int nt = 0; nt < CNT; nt++) {
-                    frag_b b;
-                    load_b_nk(b, Ut, LDC, 16 * kt, n0 + 8 * nt, lane);
-                    mma3(aQS[nt], a, b);
+                    fqla_x3_b b;
+                    fqla_x3_load_b_nk(b, Ut, LDC, 16 * kt, n0 + 8 * nt, lane);
+                    fqla_x3_mma(aQS[nt], a, b);
                 }
             }
 #pragma unroll
             for (int nt = 0; nt < CNT; nt++) {
                 const int col = n0 + 8 * nt + 2 * tq;
-                if (r0 < nvalid) {
-                    ob[(t0 + r0) * p.o_st + col] = aQS[nt][0];
-                    ob[(t0 + r0) * p.o_st + col + 1] = aQS[nt][1];
-                }
-                if (r1 < nvalid) {
-                    ob[(t0 + r1) * p.o_st + col] = aQS[nt][2];
-                    ob[(t0 + r1) * p.o_st + col + 1] = aQS[nt][3];
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int r = h ? r1 : r0;
+                    if (r >= nvalid) continue;
+                    float *o = ob + (t0 + r) * p.o_st + col;
+                    if (o_pairs) *reinterpret_cast<float2 *>(o) = make_float2(aQS[nt][2 * h], aQS[nt][2 * h + 1]);
+                    else o[0] = aQS[nt][2 * h], o[1] = aQS[nt][2 * h + 1];
                 }
             }
         }
 
-        /* S^T = e_C S^T + U^T diag(f rk) K */
+        /* S^T = e_C S^T + (diag(f rk) U)^T K */
         {
             const float eC = ev[C - 1];
 #pragma unroll
@@ -417,19 +444,20 @@ __global__ void __launch_bounds__(NT, 1) fwd_chunk_f32_kernel(const __grid_const
                 for (int e = 0; e < 4; e++) S[ni][e] *= eC;
 #pragma unroll
             for (int kt = 0; kt < 4; kt++) {
-                frag_a a;
-                load_a(a, Ut, LDC, 16 * smt, 16 * kt, lane);
+                fqla_x3_a a;
+                fqla_x3_load_a(a, Uft, LDC, 16 * smt, 16 * kt, lane);
 #pragma unroll
                 for (int ni = 0; ni < NTW; ni++) {
-                    frag_b b;
-                    load_b_kn(b, Ks, LDQ, kf, 16 * kt, 8 * (snt0 + ni), lane);
-                    mma3(S[ni], a, b);
+                    fqla_x3_b b;
+                    fqla_x3_load_b_kn(b, Ks, LDQ, 16 * kt, 8 * (snt0 + ni), lane);
+                    fqla_x3_mma(S[ni], a, b);
                 }
             }
         }
-        write_st();     /* St was last read before barrier C */
+        write_st();      /* St was last read before barrier C */
         __syncthreads(); /* E: K read for the last time */
         if (c + 1 < nch) copy_rows<KD>(Ks, LDQ, kb, p.k_st, t0 + C, (int)min((int64_t)C, len - t0 - C), tid);
+        if (c + 1 < nch && warp == 0) load_gates(c + 1);
     }
 
     if (p.ht) {

@@ -13,7 +13,7 @@
  *   X  = diag(beta) (V - diag(e rk) KS)
  *   U  = (I + L)^-1 X                    forward substitution, fp32
  *   O  = diag(scale rq e) QS + P U,  P = scale diag(rq) (Gamma . tril(QK)) diag(rk)
- *   S^T = e_C S^T + (diag(f rk) U)^T K
+ *   S^T = e_C S^T + U^T (diag(f rk) K)
  *
  * rq, rk are the in-kernel l2norm's factors (1 without it); the gate and
  * beta are finished here (finish_gate_beta: in-kernel gate, sigmoid,
@@ -29,11 +29,10 @@
  * fp32 tile's own words, word 2p of a row the bf16 pair hi of elements 2p,
  * 2p + 1 and word 2p + 1 their lo pair, so one 8-byte load at an element
  * pair's fp32 address gives a fragment register's hi and lo. q and k are
- * split in place after they land (with their l2norm sums), S^T from its
- * accumulators, P at its epilogue, U^T and (diag(f rk) U)^T by the
- * substitution. The one operand read across its pairs, K as the state
- * update's B (pairs along the tokens), takes the halves of two rows'
- * words (a byte permute).
+ * split in place after they land (with their l2norm sums), and in the same
+ * pass diag(f rk) K is split transposed into Kt (the state update's B,
+ * whose pairs run along the tokens); S^T from its accumulators, P at its
+ * epilogue, U^T by the substitution.
  *
  * The substitution solves one value column per TPC = 256 / BV threads (4
  * or 8), in 16-row blocks: the rows' dot products with the earlier blocks
@@ -44,20 +43,22 @@
  * transposed, so a thread reads a row j's 16 entries of a block as four
  * 16-byte loads.
  *
- * Per chunk five CTA barriers: A (q, k, v landed, S^T published), B (q and
- * k split, the chunk's gamma, beta and norms), C (L^T, P, X written), D (U
- * written), E (k read for the last time). The next chunk's q is copied
- * after C, v after D, k after E (cp.async, zero-filled past the sequence
- * end, so padded rows add nothing and NaN rows past cu[N] are never read),
- * and its stored gate and beta are loaded into warp 0's registers after E.
- * A second k buffer (no barrier E, k's copy hidden) would not fit beside
- * the split tiles at K = 128, 64 columns (233 KB).
+ * Per chunk four CTA barriers: A (q, k, v landed, S^T and the chunk's
+ * gamma, e, f, beta published), B (q, k split, Kt, the norms), C (L^T, P,
+ * X written), D (U written). K is read for the last time by the products
+ * before C (the state update reads Kt), so the next chunk's q and k are
+ * copied after C and its v after D, while the substitution and the O and
+ * state products run (cp.async, zero-filled past the sequence end, so
+ * padded rows add nothing and NaN rows past cu[N] are never read). Warp 0
+ * loads the next chunk's stored gate and beta after D and finishes them
+ * (gamma by a warp scan, e, f, beta) into the buffer of that chunk's
+ * parity at the end of the chunk.
  *
  * Grid: x = (sequence, value head), plus TAIL CTAs that zero o's rows after
  * the last sequence (varlen); y = the V / BV slices. Shared memory (fp32
- * words): Q, K (split in place), V (then X), S^T (split), L^T, P (split),
- * U^T and (diag(f rk) U)^T (split), and the chunk's per-token factors:
- * 194 KB at K = 128, 64 columns.
+ * words): Q, K (split in place), V (then X), S^T (split), L^T, P, U^T and
+ * Kt (split), and the per-token factors (gamma, e, f, beta by chunk
+ * parity; rq, rk): 213 KB at K = 128, 64 columns.
  */
 #include "cuda/fwd_common.cuh"
 #include "cuda/fwd_prepare_common.cuh" /* load_gate, finish_gate_beta */
@@ -91,14 +92,15 @@ struct f32_cfg {
     static constexpr int oL = oS + BV * LDQ;
     static constexpr int oP = oL + C * LDC;
     static constexpr int oU = oP + C * LDC;
-    static constexpr int oUf = oU + BV * LDC;
-    static constexpr int oVec = oUf + BV * LDC; /* gam, e, f, beta, rq, rk, kf: [64] each */
-    static constexpr int words = oVec + 7 * C;
+    static constexpr int oKt = oU + BV * LDC;
+    static constexpr int oVec = oKt + KD * LDC; /* [2][gam, e, f, beta] by chunk parity, then rq, rk: [64] each */
+    static constexpr int words = oVec + 10 * C;
     static constexpr size_t bytes = (size_t)words * 4;
     static_assert(bytes <= 227 * 1024, "the plan fits an SM's shared memory");
     static_assert(NTW >= 1 && (KD / 8) * MTS % 8 == 0, "S^T tiles spread over the 8 warps");
     static_assert(LDQ % 32 == 8 && LDV % 32 == 8 && LDC % 32 == 8, "conflict-free 8-byte fragment loads");
     static_assert(oK % 4 == 0 && oV % 4 == 0 && oL % 4 == 0, "16-byte rows for cp.async and L^T's loads");
+    static_assert(KD / 16 >= 4, "the split pass: 8 threads a row pair, column pairs sub + 8 m");
 };
 
 /* Copies chunk cc's rows of a tile (q / k: KD columns, v: the CTA's BV
@@ -125,8 +127,9 @@ __global__ void __launch_bounds__(NT, 1) fwd_chunk_f32_kernel(const __grid_const
     extern __shared__ __align__(128) unsigned char smem_raw[];
     float *sm = reinterpret_cast<float *>(smem_raw);
     float *Qs = sm + cfg::oQ, *Ks = sm + cfg::oK, *Vs = sm + cfg::oV, *St = sm + cfg::oS;
-    float *Lt = sm + cfg::oL, *Ps = sm + cfg::oP, *Ut = sm + cfg::oU, *Uft = sm + cfg::oUf;
-    float *gam = sm + cfg::oVec, *ev = gam + C, *fv = ev + C, *bv = fv + C, *rq = bv + C, *rk = rq + C, *kf = rk + C;
+    float *Lt = sm + cfg::oL, *Ps = sm + cfg::oP, *Ut = sm + cfg::oU, *Kt = sm + cfg::oKt;
+    float *const vec = sm + cfg::oVec; /* chunk parity b: gam, e, f, beta at vec + 4 C b */
+    float *rq = vec + 8 * C, *rk = rq + C;
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, tq = lane & 3;
@@ -192,9 +195,9 @@ __global__ void __launch_bounds__(NT, 1) fwd_chunk_f32_kernel(const __grid_const
     const int j0 = (warp >> 2) * 32;
 
     /* warp 0: the stored gate and beta of chunk cc's tokens lane and lane +
-     * 32 (0 past the end), loaded a chunk ahead: issued after barrier E,
-     * they land while the CTA waits at A instead of holding every warp at
-     * B for a global load's latency */
+     * 32 (0 past the end), loaded after the previous chunk's barrier D
+     * (in flight through its O and state products) and finished at its end (gamma, e, f, beta into the
+     * buffer of cc's parity), so no warp waits on them at a barrier */
     float graw[2] = {0.f, 0.f}, braw[2] = {0.f, 0.f};
     auto load_gates = [&](int64_t cc) {
 #pragma unroll
@@ -208,7 +211,36 @@ __global__ void __launch_bounds__(NT, 1) fwd_chunk_f32_kernel(const __grid_const
             }
         }
     };
-    if (nch > 0 && warp == 0) load_gates(0);
+    auto finish_gates = [&](int64_t cc) {
+        const int nv = (int)min((int64_t)C, len - cc * C);
+        float *v4 = vec + 4 * C * (int)(cc & 1);
+        float gg[2], bb[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            gg[h] = graw[h], bb[h] = braw[h];
+            if (lane + 32 * h < nv) finish_gate_beta(p, hv, gg[h], bb[h]);
+            else gg[h] = bb[h] = 0.f;
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                const float y = __shfl_up_sync(0xffffffffu, gg[h], o);
+                if (lane >= o) gg[h] += y;
+            }
+        }
+        gg[1] += __shfl_sync(0xffffffffu, gg[0], 31);
+        const float gC = __shfl_sync(0xffffffffu, gg[1], 31);
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int i = lane + 32 * h;
+            v4[i] = gg[h];
+            v4[C + i] = expf(gg[h]);
+            v4[2 * C + i] = expf(gC - gg[h]);
+            v4[3 * C + i] = bb[h];
+        }
+    };
+    if (nch > 0 && warp == 0) {
+        load_gates(0);
+        finish_gates(0);
+    }
     if (nch > 0) {
         const int nv = (int)min((int64_t)C, len);
         copy_rows<KD>(Qs, LDQ, qb, p.q_st, 0, nv, tid);
@@ -221,57 +253,55 @@ __global__ void __launch_bounds__(NT, 1) fwd_chunk_f32_kernel(const __grid_const
         const int64_t t0 = c * C;
         const int nvalid = (int)min((int64_t)C, len - t0);
         fqla_cp_async_wait_all();
-        __syncthreads(); /* A: q, k, v of chunk c landed; S^T published */
+        __syncthreads(); /* A: q, k, v of chunk c landed; S^T and its gamma, e, f, beta published */
 
-        /* the chunk's gate and beta (warp 0: tokens lane and lane + 32),
-         * gamma by a warp scan */
-        if (warp == 0) {
-            float gg[2], bb[2];
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                gg[h] = graw[h], bb[h] = braw[h];
-                if (lane + 32 * h < nvalid) finish_gate_beta(p, hv, gg[h], bb[h]);
-                else gg[h] = bb[h] = 0.f;
-#pragma unroll
-                for (int o = 1; o < 32; o <<= 1) {
-                    const float y = __shfl_up_sync(0xffffffffu, gg[h], o);
-                    if (lane >= o) gg[h] += y;
-                }
-            }
-            gg[1] += __shfl_sync(0xffffffffu, gg[0], 31);
-            const float gC = __shfl_sync(0xffffffffu, gg[1], 31);
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int i = lane + 32 * h;
-                gam[i] = gg[h];
-                ev[i] = expf(gg[h]);
-                fv[i] = expf(gC - gg[h]);
-                bv[i] = bb[h];
-            }
-        }
-        /* q and k split in place (4 threads a row, element pairs part,
-         * part + 4, ...), with their l2norm sums */
+        const float *gam = vec + 4 * C * (int)(c & 1), *ev = gam + C, *fv = ev + C, *bv = fv + C;
+        /* q and k split in place, 8 threads a row pair (2 rp, 2 rp + 1), column
+         * pairs sub + 8 m, with their l2norm sums; and diag(f rk) K
+         * transposed into Kt (its pairs along the tokens: the state
+         * update's B), from the k values kept in registers */
         {
-            const int i = tid >> 2, part = tid & 3;
-            float sq = 0.f, sk = 0.f;
-#pragma unroll 4
-            for (int k = 2 * part; k < KD; k += 8) {
-                float *qa = Qs + i * LDQ + k, *ka = Ks + i * LDQ + k;
-                const float2 a = *reinterpret_cast<const float2 *>(qa), b = *reinterpret_cast<const float2 *>(ka);
-                sq = fmaf(a.x, a.x, fmaf(a.y, a.y, sq));
-                sk = fmaf(b.x, b.x, fmaf(b.y, b.y, sk));
-                *reinterpret_cast<uint2 *>(qa) = fqla_x3_split(a.x, a.y);
-                *reinterpret_cast<uint2 *>(ka) = fqla_x3_split(b.x, b.y);
+            constexpr int M = KD / 16;
+            const int rp = tid >> 3, sub = tid & 7, i0 = 2 * rp;
+            float2 kx[M][2];
+            float sq0 = 0.f, sq1 = 0.f, sk0 = 0.f, sk1 = 0.f;
+#pragma unroll
+            for (int m = 0; m < M; m++) {
+                const int col = 2 * (sub + 8 * m);
+                float *q0 = Qs + i0 * LDQ + col, *q1 = q0 + LDQ, *k0 = Ks + i0 * LDQ + col, *k1 = k0 + LDQ;
+                const float2 a0 = *reinterpret_cast<const float2 *>(q0), a1 = *reinterpret_cast<const float2 *>(q1);
+                kx[m][0] = *reinterpret_cast<const float2 *>(k0);
+                kx[m][1] = *reinterpret_cast<const float2 *>(k1);
+                sq0 = fmaf(a0.x, a0.x, fmaf(a0.y, a0.y, sq0));
+                sq1 = fmaf(a1.x, a1.x, fmaf(a1.y, a1.y, sq1));
+                sk0 = fmaf(kx[m][0].x, kx[m][0].x, fmaf(kx[m][0].y, kx[m][0].y, sk0));
+                sk1 = fmaf(kx[m][1].x, kx[m][1].x, fmaf(kx[m][1].y, kx[m][1].y, sk1));
+                *reinterpret_cast<uint2 *>(q0) = fqla_x3_split(a0.x, a0.y);
+                *reinterpret_cast<uint2 *>(q1) = fqla_x3_split(a1.x, a1.y);
+                *reinterpret_cast<uint2 *>(k0) = fqla_x3_split(kx[m][0].x, kx[m][0].y);
+                *reinterpret_cast<uint2 *>(k1) = fqla_x3_split(kx[m][1].x, kx[m][1].y);
             }
-            if (p.l2norm) {
-                sq += __shfl_xor_sync(0xffffffffu, sq, 1);
-                sq += __shfl_xor_sync(0xffffffffu, sq, 2);
-                sk += __shfl_xor_sync(0xffffffffu, sk, 1);
-                sk += __shfl_xor_sync(0xffffffffu, sk, 2);
+#pragma unroll
+            for (int o = 1; o < 8; o <<= 1) {
+                sq0 += __shfl_xor_sync(0xffffffffu, sq0, o);
+                sq1 += __shfl_xor_sync(0xffffffffu, sq1, o);
+                sk0 += __shfl_xor_sync(0xffffffffu, sk0, o);
+                sk1 += __shfl_xor_sync(0xffffffffu, sk1, o);
             }
-            if (part == 0) {
-                rq[i] = p.l2norm ? rsqrtf(sq + 1e-6f) : 1.f;
-                rk[i] = p.l2norm ? rsqrtf(sk + 1e-6f) : 1.f;
+            const float rk0 = p.l2norm ? rsqrtf(sk0 + 1e-6f) : 1.f, rk1 = p.l2norm ? rsqrtf(sk1 + 1e-6f) : 1.f;
+            if (sub == 0) {
+                rq[i0] = p.l2norm ? rsqrtf(sq0 + 1e-6f) : 1.f;
+                rq[i0 + 1] = p.l2norm ? rsqrtf(sq1 + 1e-6f) : 1.f;
+                rk[i0] = rk0;
+                rk[i0 + 1] = rk1;
+            }
+            const float f0 = fv[i0] * rk0, f1 = fv[i0 + 1] * rk1;
+#pragma unroll
+            for (int m = 0; m < M; m++) {
+                const int col = 2 * (sub + 8 * m);
+                *reinterpret_cast<uint2 *>(Kt + col * LDC + i0) = fqla_x3_split(f0 * kx[m][0].x, f1 * kx[m][1].x);
+                *reinterpret_cast<uint2 *>(Kt + (col + 1) * LDC + i0) =
+                    fqla_x3_split(f0 * kx[m][0].y, f1 * kx[m][1].y);
             }
         }
         __syncthreads(); /* B */
@@ -343,9 +373,12 @@ __global__ void __launch_bounds__(NT, 1) fwd_chunk_f32_kernel(const __grid_const
                 aQS[nt][3] *= o1;
             }
         }
-        if (tid < C) kf[tid] = fv[tid] * rk[tid];
-        __syncthreads(); /* C: L^T, P, X, kf written; Q and S^T read for the last time */
-        if (c + 1 < nch) copy_rows<KD>(Qs, LDQ, qb, p.q_st, t0 + C, (int)min((int64_t)C, len - t0 - C), tid);
+        __syncthreads(); /* C: L^T, P, X written; Q, K and S^T read for the last time */
+        if (c + 1 < nch) {
+            const int nv = (int)min((int64_t)C, len - t0 - C);
+            copy_rows<KD>(Qs, LDQ, qb, p.q_st, t0 + C, nv, tid);
+            copy_rows<KD>(Ks, LDQ, kb, p.k_st, t0 + C, nv, tid);
+        }
 
         /* U = (I + L)^-1 X, one value column per TPC threads, 16-row blocks */
         {
@@ -390,8 +423,7 @@ __global__ void __launch_bounds__(NT, 1) fwd_chunk_f32_kernel(const __grid_const
                             if (4 * q + e > jj) s[4 * q + e] = fmaf(-xs[e], s[jj], s[4 * q + e]);
                     }
                 }
-                /* keep this part's u; U^T and (diag(f rk) U)^T split, two
-                 * elements a thread */
+                /* keep this part's u; U^T split, two elements a thread */
 #pragma unroll
                 for (int jj = 0; jj < 16; jj++)
                     if ((16 * b + jj) % TPC == part) ur[(16 * b + jj) / TPC] = s[jj];
@@ -400,12 +432,12 @@ __global__ void __launch_bounds__(NT, 1) fwd_chunk_f32_kernel(const __grid_const
                     if (q % TPC != part) continue; /* TPC = 4: pairs part, part + 4; 8: pair part */
                     const int j = 16 * b + 2 * q;
                     *reinterpret_cast<uint2 *>(Ut + v * LDC + j) = fqla_x3_split(s[2 * q], s[2 * q + 1]);
-                    *reinterpret_cast<uint2 *>(Uft + v * LDC + j) = fqla_x3_split(kf[j] * s[2 * q], kf[j + 1] * s[2 * q + 1]);
                 }
             }
         }
         __syncthreads(); /* D: U written; X read for the last time */
         if (c + 1 < nch) copy_rows<BV>(Vs, LDV, vb, p.v_st, t0 + C, (int)min((int64_t)C, len - t0 - C), tid);
+        if (c + 1 < nch && warp == 0) load_gates(c + 1); /* in flight through the O and state products */
 
         /* O += P U (P lower triangular: k-tiles 0 .. mw) */
         if (ob) {
@@ -435,7 +467,7 @@ __global__ void __launch_bounds__(NT, 1) fwd_chunk_f32_kernel(const __grid_const
             }
         }
 
-        /* S^T = e_C S^T + (diag(f rk) U)^T K */
+        /* S^T = e_C S^T + U^T (diag(f rk) K) */
         {
             const float eC = ev[C - 1];
 #pragma unroll
@@ -445,19 +477,23 @@ __global__ void __launch_bounds__(NT, 1) fwd_chunk_f32_kernel(const __grid_const
 #pragma unroll
             for (int kt = 0; kt < 4; kt++) {
                 fqla_x3_a a;
-                fqla_x3_load_a(a, Uft, LDC, 16 * smt, 16 * kt, lane);
+                fqla_x3_load_a(a, Ut, LDC, 16 * smt, 16 * kt, lane);
 #pragma unroll
                 for (int ni = 0; ni < NTW; ni++) {
                     fqla_x3_b b;
-                    fqla_x3_load_b_kn(b, Ks, LDQ, 16 * kt, 8 * (snt0 + ni), lane);
+                    fqla_x3_load_b_nk(b, Kt, LDC, 16 * kt, 8 * (snt0 + ni), lane);
                     fqla_x3_mma(S[ni], a, b);
                 }
             }
         }
-        write_st();      /* St was last read before barrier C */
-        __syncthreads(); /* E: K read for the last time */
-        if (c + 1 < nch) copy_rows<KD>(Ks, LDQ, kb, p.k_st, t0 + C, (int)min((int64_t)C, len - t0 - C), tid);
-        if (c + 1 < nch && warp == 0) load_gates(c + 1);
+        write_st(); /* St was last read before barrier C */
+        /* the next chunk's gamma, e, f, beta into the other parity's
+         * buffer (last read in chunk c - 1, before barrier A) */
+        if (c + 1 < nch && warp == 0) finish_gates(c + 1);
+        /* no barrier here: what the next chunk writes before its barrier A
+         * (nothing: its copies were issued after C and D into tiles read
+         * before them) and after it (Kt, q, k in place, rq, rk; L^T, P, U^T)
+         * is read in this chunk before A */
     }
 
     if (p.ht) {

@@ -68,27 +68,4 @@ FQLA_DEVICE_INLINE void fqla_x3_load_b_nk(fqla_x3_b &b, const float *base, int l
     b.h[1] = x1.x, b.l[1] = x1.y;
 }
 
-/* The halves at bit sh (0 or 16) of a and b as one pair: a's in the low
- * half (one PRMT, as the compiler makes it). */
-FQLA_DEVICE_INLINE uint32_t fqla_x3_halves(uint32_t a, uint32_t b, int sh)
-{
-    return ((a >> sh) & 0xffffu) | ((b >> sh) << 16);
-}
-
-/* B fragment (16 x 8) at (k0, n0) of B = X, X a split row-major [k][n]
- * tile: the registers pair rows k, k + 1 of column n, so each takes one
- * half of two rows' words. */
-FQLA_DEVICE_INLINE void fqla_x3_load_b_kn(fqla_x3_b &b, const float *base, int ld, int k0, int n0, int lane)
-{
-    const int g = lane >> 2, t = lane & 3;
-    const int n = n0 + g, k = k0 + 2 * t, sh = (n & 1) * 16;
-    const float *c = base + (n & ~1);
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const uint2 x0 = fqla_x3_lds2(c + (k + 8 * h) * ld), x1 = fqla_x3_lds2(c + (k + 8 * h + 1) * ld);
-        b.h[h] = fqla_x3_halves(x0.x, x1.x, sh);
-        b.l[h] = fqla_x3_halves(x0.y, x1.y, sh);
-    }
-}
-
 #endif

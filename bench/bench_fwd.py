@@ -17,7 +17,7 @@ FlashQLA / FlashInfer anchors (bench/anchors_h200.csv).
     python3 bench/bench_fwd.py [--models 'TP8,TP1'] [--seqlens '1x32768,8192x4'] [--lib build/libflashqla.so]
     python3 bench/bench_fwd.py --rows '397B/122B TP1:1x32768,35B/9B/4B TP1:1x8192'
     python3 bench/bench_fwd.py --head-dim 256  (K = V = 256: the same rows against FLA only)
-    python3 bench/bench_fwd.py --dtype fp32    (fp32 q/k/v: the recurrent kernel against FLA's fp32; FLA only)
+    python3 bench/bench_fwd.py --dtype fp32    (fp32 q/k/v: the chunked fp32 kernel or the recurrence against FLA's fp32; FLA only)
     python3 bench/bench_fwd.py --l2norm        (raw q/k normalised in the kernels: use_qk_l2norm
                                                 and FLA's use_qk_l2norm_in_kernel; FLA only)
 
@@ -39,7 +39,9 @@ dependent launch of the kernels after the prepare kernel (0 off, 1 on, -1 the de
 fqla_cuda_fwd_tune_pdl), and a ninth the per cent of long segments' transitions the CP
 plan expects the shortcut to leave out (cp_plan.h m_skipped; without it the build's default,
 75; fqla_cuda_fwd_tune_cp_mskip), and a tenth the fp32 recurrence's state rows a lane (16,
-32; 0 = by the waves; fqla_cuda_fwd_tune_recurrent). Each (library,
+32; 0 = by the waves; fqla_cuda_fwd_tune_recurrent), and an eleventh the fp32 path (1 the
+chunked fp32 kernel wherever it covers the shape, 0 the recurrence, -1 the plan) and a
+twelfth its value columns per CTA (32, 64; 0 = the plan's; fqla_cuda_fwd_tune_f32). Each (library,
 variant) is one CSV row; its commit field is the build's commit plus the
 variant, or the label of a labelled library run without variants (e.g.
 '206cbd8=old/libflashqla.so').
@@ -123,6 +125,7 @@ class Lib:
         self.tune_pdl = getattr(self.L, "fqla_cuda_fwd_tune_pdl", None)
         self.tune_mskip = getattr(self.L, "fqla_cuda_fwd_tune_cp_mskip", None)
         self.tune_rec = getattr(self.L, "fqla_cuda_fwd_tune_recurrent", None)
+        self.tune_f32 = getattr(self.L, "fqla_cuda_fwd_tune_f32", None)
         if self.tune_mskip:
             self.tune_mskip.argtypes = [C.c_double]
         self.L.fqla_last_error.restype = C.c_char_p
@@ -501,6 +504,9 @@ def main():
                     lib.tune_mskip(var[8] / 100.0 if var and len(var) >= 9 else -1.0)  # < 0: the default
                 if lib.tune_rec:
                     lib.tune_rec(C.c_int(var[9] if var and len(var) >= 10 else 0))
+                if lib.tune_f32:
+                    lib.tune_f32(C.c_int(var[10] if var and len(var) >= 11 else -1),
+                                 C.c_int(var[11] if var and len(var) >= 12 else 0))
                 mode = modes.get(tag)
                 ours = FqlaFwd(lib, qn if mode == "pre" else q, kn if mode == "pre" else k, v, g, beta, h0, cu,
                                cu_host, o, ht, l2norm=a.l2norm and mode is None)

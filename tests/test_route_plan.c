@@ -60,6 +60,7 @@ static const char *path_name(int path)
     case FQLA_FWD_WGMMA: return "wgmma";
     case FQLA_FWD_MMA: return "mma.sync";
     case FQLA_FWD_RECURRENT: return "fp32 recurrence";
+    case FQLA_FWD_CHUNK_F32: return "fp32 chunked";
     }
     return "?";
 }
@@ -118,13 +119,47 @@ static void each_path(void)
     r = plan(132, &s);
     CHECK(r.path == FQLA_FWD_MMA && r.bv == 64, "4x256 HV 32 misaligned o: %s bv %d", path_name(r.path), r.bv);
 
-    /* fp32 q/k/v: the recurrence, no workspace, no CP */
+    /* fp32 q/k/v: the chunked fp32 kernel where it covers the call (K = 64
+     * or 128, V % 32 = 0, aligned rows, a sequence of more than 8 tokens),
+     * else the recurrence; neither has CP or a workspace */
     s = shape(1, 32768, 8, 8, 128, 128);
     s.io_f32 = 1;
     r = plan(132, &s);
-    CHECK_PATH(r, FQLA_FWD_RECURRENT, "fp32 1x32768");
+    CHECK_PATH(r, FQLA_FWD_RECURRENT, "fp32 1x32768 rows not known aligned");
     CHECK(r.seg_chunks == 0 && !r.cp && r.rec_rows == 0, "fp32: L %lld cp %d rows %d", (long long)r.seg_chunks, r.cp,
           r.rec_rows);
+    s.f32_rows16 = 1;
+    r = plan(132, &s);
+    CHECK(r.path == FQLA_FWD_CHUNK_F32 && r.bv == 32 && !r.cp && r.seg_chunks == 0,
+          "fp32 1x32768 HV 8: %s bv %d cp %d", path_name(r.path), r.bv, r.cp);
+    s = shape(8, 1024, 16, 32, 128, 128);
+    s.io_f32 = s.f32_rows16 = 1;
+    r = plan(132, &s);
+    CHECK(r.path == FQLA_FWD_CHUNK_F32 && r.bv == 64, "fp32 8x1024 HV 32: %s bv %d", path_name(r.path), r.bv);
+    s.V = 96;
+    r = plan(132, &s);
+    CHECK(r.path == FQLA_FWD_CHUNK_F32 && r.bv == 32, "fp32 V = 96: %s bv %d", path_name(r.path), r.bv);
+    s.V = 128;
+    s.K = 256;
+    CHECK_PATH(plan(132, &s), FQLA_FWD_RECURRENT, "fp32 K = 256");
+    s.K = 64;
+    s.V = 80;
+    CHECK_PATH(plan(132, &s), FQLA_FWD_RECURRENT, "fp32 V = 80");
+    s = shape(4, 8, 2, 4, 128, 128);
+    s.io_f32 = s.f32_rows16 = 1;
+    CHECK_PATH(plan(132, &s), FQLA_FWD_RECURRENT, "fp32 4x8 (no sequence past 8 tokens)");
+    s.T = 9;
+    CHECK_PATH(plan(132, &s), FQLA_FWD_CHUNK_F32, "fp32 4x9");
+    static const int64_t cu8[] = {0, 8, 16, 20}, cu9[] = {0, 8, 17, 20};
+    s = packed(3, cu8, 1, 2, 4, 64, 64);
+    s.io_f32 = s.f32_rows16 = 1;
+    CHECK_PATH(plan(132, &s), FQLA_FWD_RECURRENT, "fp32 varlen longest 8, host copy");
+    s = packed(3, cu8, 0, 2, 4, 64, 64);
+    s.io_f32 = s.f32_rows16 = 1;
+    CHECK_PATH(plan(132, &s), FQLA_FWD_CHUNK_F32, "fp32 varlen longest 8, no host copy (T = 20 counts)");
+    s = packed(3, cu9, 1, 2, 4, 64, 64);
+    s.io_f32 = s.f32_rows16 = 1;
+    CHECK_PATH(plan(132, &s), FQLA_FWD_CHUNK_F32, "fp32 varlen longest 9, host copy");
 }
 
 /* K = 64, 128, 256 and V around multiples of 64 and 128. */

@@ -57,6 +57,6 @@ def test_forward_under_emulator(built):
 
 def test_forward_final_state_alone_under_emulator(built):
     # o absent: the state-only chunk kernel over whole sequences, after forced and planned CP, fp32 on the
-    # recurrence; o's buffer must stay unwritten
+    # chunked fp32 kernel and (forced) the recurrence; o's buffer must stay unwritten
     out = run(built, "test_gpu_fwd", "fwd_final_only")
     assert "ok   fwd_final_only" in out

@@ -15,8 +15,10 @@
  *   state-only pre-pass over segments of the sequences, the scan of
  *   fwd_cp.cu, and a main pass over the segments (on the fused kernel where
  *   it covers the call);
- * - fp32 q/k/v: the recurrence token by token in fp32 (fwd_recurrent.cu), a
- *   slower path at fp32 accuracy.
+ * - fp32 q/k/v: the chunked fp32 kernel (fwd_chunk_f32.cu: one kernel, no
+ *   workspace, bf16x3 products) where K is 64 or 128, V a multiple of 32,
+ *   the rows 16-byte aligned and a sequence longer than 8 tokens; else the
+ *   recurrence token by token in fp32 (fwd_recurrent.cu).
  * Nothing here allocates, synchronises or reads device memory on the host
  * (the TMA maps are encoded on the host and passed as kernel parameters),
  * so a call can be captured in a CUDA graph.
@@ -41,6 +43,15 @@ namespace {
 
 const char *dname(fqla_dtype d) { return fqla_dtype_string(d); }
 
+/* A 4-d tensor's base and its three outer strides (elements) 16-byte
+ * aligned: every row starts on 16 bytes (the last dim is contiguous). */
+bool rows16(const fqla_tensor &t)
+{
+    const int64_t e = (int64_t)fqla_dtype_size(t.dtype);
+    return ((uintptr_t)t.data & 15) == 0 && (t.strides[0] * e) % 16 == 0 && (t.strides[1] * e) % 16 == 0 &&
+           (t.strides[2] * e) % 16 == 0;
+}
+
 /* What the route planner is told of the call (route_plan.h). */
 fqla_fwd_shape shape_of(const fqla_problem *p, const fqla_fwd_args *a)
 {
@@ -55,6 +66,7 @@ fqla_fwd_shape shape_of(const fqla_problem *p, const fqla_fwd_args *a)
     s.varlen = p->varlen;
     s.cu_host = p->varlen ? p->cu_host : NULL;
     s.io_f32 = p->io_dtype == FQLA_DTYPE_F32;
+    s.f32_rows16 = rows16(a->q) && rows16(a->k) && rows16(a->v);
     s.l2norm = p->opt.use_qk_l2norm;
     /* o absent (the final state alone): nothing is stored to it, and the
      * planner sees v's layout, which has o's shape */
@@ -89,10 +101,10 @@ fqla_fwd_route plan(const fqla_context *ctx, const fqla_problem *p, const fqla_f
     return r;
 }
 
-/* The workspace of route r over shape s (none for the fp32 recurrence). */
+/* The workspace of route r over shape s (none for the fp32 kernels). */
 fqla_fwd_ws_layout ws_layout(const fqla_fwd_shape *s, const fqla_fwd_route *r)
 {
-    if (r->path == FQLA_FWD_RECURRENT) {
+    if (r->path == FQLA_FWD_RECURRENT || r->path == FQLA_FWD_CHUNK_F32) {
         fqla_fwd_ws_layout none;
         memset(&none, 0, sizeof none);
         return none;
@@ -354,7 +366,10 @@ fqla_status fqla_cuda_fwd_run(fqla_context *ctx, const fqla_problem *p, const fq
      * state (or zeros): the recurrence copies it without reading q/k/v,
      * where the state-only kernel's TMA maps cannot take a zero-length
      * token dimension. */
-    if (r.path == FQLA_FWD_RECURRENT || (p->ht_only && s.T == 0))
+    if (r.path == FQLA_FWD_CHUNK_F32 && !(p->ht_only && s.T == 0))
+        return fqla_cuda_check(ctx, fqla_fwd_launch_chunk_f32(k, r.bv, stream),
+                               "CUDA forward: fp32 chunk kernel launch");
+    if (r.path == FQLA_FWD_RECURRENT || r.path == FQLA_FWD_CHUNK_F32 || (p->ht_only && s.T == 0))
         return fqla_cuda_check(ctx, fqla_fwd_launch_recurrent(k, (int)r.sms, r.rec_rows, stream),
                                "CUDA forward: fp32 recurrent kernel launch");
     unsigned char *ws = (unsigned char *)workspace;

@@ -379,6 +379,12 @@ cudaError_t fqla_fwd_launch_recurrent(const fqla_fwd_params &p, int sms, int row
 /* Its largest grid: CTAs for N sequences x HV value heads x V columns at
  * head dim K (fqla_cuda_fwd_supported keeps it within gridDim.x). */
 int64_t fqla_fwd_recurrent_ctas(int64_t N, int64_t HV, int64_t K, int64_t V, int varlen);
+/* fp32 q/k/v, chunked (fwd_chunk_f32.cu): the whole forward in one kernel
+ * (no workspace, no prepare kernel), products on mma.sync in bf16x3; K = 64
+ * or 128, V a multiple of 32, q/k/v rows 16-byte aligned (route_plan.h,
+ * fqla_route_f32_chunked); bv value columns per CTA (32 or 64; 64 needs V a
+ * multiple of 64). */
+cudaError_t fqla_fwd_launch_chunk_f32(const fqla_fwd_params &p, int bv, cudaStream_t stream);
 /* The CP scan (fwd_cp.cu): p as for the pre-pass and main pass (seg_*,
  * seg_chunks), with the caller's h0 / ht; K = 64 or 128; cb value columns
  * per CTA (8, 16 or 32; 0: the narrowest that fits one wave of sms SMs). */

@@ -14,7 +14,9 @@
  * - MMA: the prepare kernel with Q, then the mma.sync chunk kernel
  *   (fwd_chunk.cu), bv value columns per CTA;
  * - RECURRENT: fp32 q/k/v, the fp32 recurrence token by token
- *   (fwd_recurrent.cu).
+ *   (fwd_recurrent.cu), where CHUNK_F32 does not cover the call;
+ * - CHUNK_F32: fp32 q/k/v, the chunked kernel in fp32 with bf16x3
+ *   products (fwd_chunk_f32.cu), bv value columns per CTA, no workspace.
  * With cp set, FUSED or WGMMA is CP's main pass (after the state-only
  * pre-pass and the scan of fwd_cp.cu). The one decision left to the run is
  * a TMA map that cannot be encoded after all: then fwd.cu falls back to the
@@ -45,6 +47,7 @@ typedef struct fqla_fwd_shape {
     int varlen;
     const int64_t *cu_host;    /* [N + 1] host cu_seqlens (varlen), or NULL */
     int io_f32;                /* q/k/v/o in fp32 */
+    int f32_rows16;            /* fp32: q, k, v bases and strides 16-byte aligned (the chunked fp32 kernel's copies) */
     int l2norm;                /* the in-kernel l2norm of q and k (its factors take workspace) */
     /* o as the TMA kernels see it: its base 16-byte aligned, its element
      * strides (batch, token, head), and whether the driver's tensor-map
@@ -54,17 +57,17 @@ typedef struct fqla_fwd_shape {
     int tma_encoder;
 } fqla_fwd_shape;
 
-enum { FQLA_FWD_FUSED = 1, FQLA_FWD_WGMMA = 2, FQLA_FWD_MMA = 3, FQLA_FWD_RECURRENT = 4 };
+enum { FQLA_FWD_FUSED = 1, FQLA_FWD_WGMMA = 2, FQLA_FWD_MMA = 3, FQLA_FWD_RECURRENT = 4, FQLA_FWD_CHUNK_F32 = 5 };
 
 typedef struct fqla_fwd_route {
-    int path;           /* FQLA_FWD_FUSED .. FQLA_FWD_RECURRENT */
+    int path;           /* FQLA_FWD_FUSED .. FQLA_FWD_CHUNK_F32 */
     int64_t uniform;    /* > 0: packed varlen input of sequences of this one
                            length that fill the tokens, planned and run as the
                            padded batch [N][uniform] over the same memory */
     int64_t sms;        /* the SM count planned with */
     int tma;            /* the TMA kernels' shape and alignment conditions hold */
     int nwg;            /* FUSED / WGMMA: warpgroups per CTA on the chain (1, 2; with cp, the main pass's) */
-    int bv;             /* MMA's value columns per CTA (32, 64); also its fallback's */
+    int bv;             /* MMA's and CHUNK_F32's value columns per CTA (32, 64); also MMA's fallback's */
     int64_t fused_split;/* FUSED without cp: chains run with two warpgroups before the split last wave, else 0 */
     int pdl;            /* the kernels after the prepare kernel launch with PDL */
     int64_t seg_chunks; /* the CP plan, chunks per segment (0: none); it sizes the workspace */
@@ -219,6 +222,21 @@ static inline int fqla_route_bv(const fqla_fwd_shape *s, int64_t sms)
     if (s->V % 64 != 0) return 32;
     const int64_t ctas64 = s->N * s->HV * (s->V / 64);
     return ctas64 * 2 <= sms ? 32 : 64;
+}
+
+/* Whether the chunked fp32 kernel (fwd_chunk_f32.cu) takes an fp32 call:
+ * K = 64 or 128 (its state slice and K tiles in registers and shared
+ * memory; K = 256 keeps the recurrence), V a multiple of 32 (its slices),
+ * q/k/v rows 16-byte aligned (16-byte copies), and a longest sequence of
+ * more than 8 tokens: below that a chunk's fixed cost (the 64 x 64 K K^T,
+ * the substitution's 64 steps) is not repaid against the recurrence's
+ * ~8 us for 8 tokens (an estimate, not measured). Without a host copy of
+ * cu_seqlens a varlen call counts T as its longest sequence. */
+static inline int fqla_route_f32_chunked(const fqla_fwd_shape *s)
+{
+    if ((s->K != 64 && s->K != 128) || s->V % 32 != 0 || !s->f32_rows16) return 0;
+    const int64_t longest = s->varlen ? (s->cu_host && s->N > 0 ? fqla_cp_longest(s->cu_host, s->N) : s->T) : s->T;
+    return longest > 8;
 }
 
 /* Consumer warpgroups per CTA of the wgmma chunk kernel over `rows`
@@ -389,7 +407,8 @@ static inline void fqla_fwd_plan(const fqla_route_device *d, const fqla_fwd_shap
     r->late = -1;
     r->rec_rows = 0;
     if (s->io_f32) {
-        r->path = FQLA_FWD_RECURRENT;
+        r->path = fqla_route_f32_chunked(s) ? FQLA_FWD_CHUNK_F32 : FQLA_FWD_RECURRENT;
+        if (r->path == FQLA_FWD_CHUNK_F32) r->bv = fqla_route_bv(s, sms);
         return;
     }
     r->tma = fqla_route_tma_ok(s->K, s->V, s->T, fqla_route_slots(s), s->HV, s->o_base16, s->o_sb, s->o_st, s->o_sh,

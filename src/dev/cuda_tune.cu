@@ -30,6 +30,7 @@ int g_cp_skip = 1;             /* fqla_cuda_fwd_tune_cp_skip */
 int g_pdl = -1;                /* fqla_cuda_fwd_tune_pdl */
 double g_mskip = -1.0;         /* fqla_cuda_fwd_tune_cp_mskip */
 int g_rec_rows = 0;            /* fqla_cuda_fwd_tune_recurrent */
+int g_f32 = -1, g_f32_bv = 0;  /* fqla_cuda_fwd_tune_f32 */
 /* records of the last forward call */
 int g_last_route = 0;
 const int *g_flags = NULL;
@@ -116,13 +117,27 @@ void fwd_retune(const fqla_fwd_shape *s, fqla_fwd_route *r)
     r->path = FQLA_FWD_MMA;
 }
 
+/* fp32 q/k/v: the recurrence's rows a lane; the chunked fp32 kernel
+ * forced on (where it covers the shape, whatever the sequence lengths) or
+ * off, and its slice width. */
+void f32_retune(const fqla_fwd_shape *s, fqla_fwd_route *r)
+{
+    const int covers = (s->K == 64 || s->K == 128) && s->V % 32 == 0 && s->f32_rows16;
+    if (g_f32 == 0 || (g_f32 == 1 && covers)) r->path = g_f32 == 1 ? FQLA_FWD_CHUNK_F32 : FQLA_FWD_RECURRENT;
+    if (r->path == FQLA_FWD_CHUNK_F32) {
+        if (!r->bv) r->bv = fqla_route_bv(s, r->sms);
+        if (g_f32_bv == 32 || (g_f32_bv == 64 && s->V % 64 == 0)) r->bv = g_f32_bv;
+    }
+    r->rec_rows = r->path == FQLA_FWD_RECURRENT ? g_rec_rows : 0;
+}
+
 } // namespace
 
 void fqla_dev_fwd_route(const fqla_route_device *d, const fqla_fwd_shape *s, fqla_fwd_route *r, int run,
                         const void *workspace)
 {
     (void)d;
-    if (r->path == FQLA_FWD_RECURRENT) r->rec_rows = g_rec_rows;
+    if (r->path == FQLA_FWD_RECURRENT || r->path == FQLA_FWD_CHUNK_F32) f32_retune(s, r);
     else if (fwd_tuned()) fwd_retune(s, r);
     if (!run) return;
     g_last_route = r->path + (r->cp ? 8 : 0);
@@ -183,9 +198,20 @@ FQLA_DEV_API void fqla_cuda_fwd_tune_pdl(int on) { g_pdl = on; }
  * waves). */
 FQLA_DEV_API void fqla_cuda_fwd_tune_recurrent(int rows) { g_rec_rows = rows == 16 || rows == 32 ? rows : 0; }
 
+/* fp32 q/k/v: chunked = 1 the chunked fp32 kernel wherever it covers the
+ * shape (K = 64 or 128, V a multiple of 32, aligned rows), 0 the
+ * recurrence, -1 (the default) the planner's choice; bv its value columns
+ * per CTA (32, or 64 where V allows; 0 the planner's). */
+FQLA_DEV_API void fqla_cuda_fwd_tune_f32(int chunked, int bv)
+{
+    g_f32 = chunked;
+    g_f32_bv = bv;
+}
+
 /* The path the last forward call in this process planned: 1 the fused
  * kernel after the prepare kernel without Q, 2 the wgmma chunk kernel, 3 the
- * mma.sync chunk kernel, 4 the fp32 recurrent kernel; + 8 with context
+ * mma.sync chunk kernel, 4 the fp32 recurrent kernel, 5 the chunked fp32
+ * kernel; + 8 with context
  * parallelism; 0 before any call. (A TMA map that fails to encode at the
  * launch makes the run fall back from the planned path.) */
 FQLA_DEV_API int fqla_cuda_fwd_last_route(void) { return g_last_route; }

@@ -120,7 +120,7 @@ def test_rejected_calls_fall_back(enabled, case):
 
 
 def test_fp32_cuda_calls_stay_with_fla():
-    # flashqla runs fp32 CUDA tensors (a token recurrence) but FLA's chunked
+    # flashqla runs fp32 CUDA tensors (its chunked fp32 kernel) but FLA's chunked
     # fp32 kernels are faster there: the verifier declines them, and only them
     assert qfla.slower_than_fla(torch.float32, "cuda")
     assert qfla.slower_than_fla(torch.bfloat16, "cuda") is None

@@ -77,17 +77,15 @@ __device__ void issue_rows(const T *x, int64_t sb, int64_t st, int64_t sh, int64
 }
 
 /* Row factors of rows in shared memory (issue_rows): 1 / sqrt(|x|^2 + 1e-6)
- * with l2norm (0 past nvalid), else 1; into f, and r (global) where given. */
+ * with l2norm (0 past nvalid), else 1; into f, and with l2norm into r
+ * (global) where given. */
 template <typename T, int KD>
 __device__ void row_factors(const uint16_t *src, int nvalid, bool l2norm, float *f, float *r)
 {
     constexpr int LDK = KD + 8;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     if (!l2norm) {
-        for (int i = threadIdx.x; i < C; i += blockDim.x) {
-            f[i] = 1.f;
-            if (r) r[i] = 1.f;
-        }
+        for (int i = threadIdx.x; i < C; i += blockDim.x) f[i] = 1.f;
         return;
     }
     for (int i = warp; i < C; i += 8) {

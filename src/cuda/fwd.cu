@@ -366,12 +366,12 @@ fqla_status fqla_cuda_fwd_run(fqla_context *ctx, const fqla_problem *p, const fq
      * state (or zeros): the recurrence copies it without reading q/k/v,
      * where the state-only kernel's TMA maps cannot take a zero-length
      * token dimension. */
-    if (r.path == FQLA_FWD_CHUNK_F32 && !(p->ht_only && s.T == 0))
-        return fqla_cuda_check(ctx, fqla_fwd_launch_chunk_f32(k, r.bv, stream),
-                               "CUDA forward: fp32 chunk kernel launch");
-    if (r.path == FQLA_FWD_RECURRENT || r.path == FQLA_FWD_CHUNK_F32 || (p->ht_only && s.T == 0))
+    if (r.path == FQLA_FWD_RECURRENT || (p->ht_only && s.T == 0))
         return fqla_cuda_check(ctx, fqla_fwd_launch_recurrent(k, (int)r.sms, r.rec_rows, stream),
                                "CUDA forward: fp32 recurrent kernel launch");
+    if (r.path == FQLA_FWD_CHUNK_F32)
+        return fqla_cuda_check(ctx, fqla_fwd_launch_chunk_f32(k, r.bv, stream),
+                               "CUDA forward: fp32 chunk kernel launch");
     unsigned char *ws = (unsigned char *)workspace;
     k.gam = (float *)(ws + L.gam);
     k.rq = p->opt.use_qk_l2norm ? (float *)(ws + L.rq) : NULL;

@@ -224,7 +224,8 @@ static inline int fqla_route_bv(const fqla_fwd_shape *s, int64_t sms)
     return ctas64 * 2 <= sms ? 32 : 64;
 }
 
-/* Whether the chunked fp32 kernel (fwd_chunk_f32.cu) takes an fp32 call:
+/* Whether the chunked fp32 kernel (fwd_chunk_f32.cu) covers an fp32 call's
+ * shape (fqla_route_f32_covers) and takes it (fqla_route_f32_chunked):
  * K = 64 or 128 (its state slice and K tiles in registers and shared
  * memory; K = 256 keeps the recurrence), V a multiple of 32 (its slices),
  * q/k/v rows 16-byte aligned (16-byte copies), and a longest sequence of
@@ -232,9 +233,13 @@ static inline int fqla_route_bv(const fqla_fwd_shape *s, int64_t sms)
  * the substitution's 64 steps) is not repaid against the recurrence's
  * ~8 us for 8 tokens (an estimate, not measured). Without a host copy of
  * cu_seqlens a varlen call counts T as its longest sequence. */
+static inline int fqla_route_f32_covers(const fqla_fwd_shape *s)
+{
+    return (s->K == 64 || s->K == 128) && s->V % 32 == 0 && s->f32_rows16;
+}
 static inline int fqla_route_f32_chunked(const fqla_fwd_shape *s)
 {
-    if ((s->K != 64 && s->K != 128) || s->V % 32 != 0 || !s->f32_rows16) return 0;
+    if (!fqla_route_f32_covers(s)) return 0;
     const int64_t longest = s->varlen ? (s->cu_host && s->N > 0 ? fqla_cp_longest(s->cu_host, s->N) : s->T) : s->T;
     return longest > 8;
 }

@@ -122,8 +122,7 @@ void fwd_retune(const fqla_fwd_shape *s, fqla_fwd_route *r)
  * off, and its slice width. */
 void f32_retune(const fqla_fwd_shape *s, fqla_fwd_route *r)
 {
-    const int covers = (s->K == 64 || s->K == 128) && s->V % 32 == 0 && s->f32_rows16;
-    if (g_f32 == 0 || (g_f32 == 1 && covers)) r->path = g_f32 == 1 ? FQLA_FWD_CHUNK_F32 : FQLA_FWD_RECURRENT;
+    if (g_f32 == 0 || (g_f32 == 1 && fqla_route_f32_covers(s))) r->path = g_f32 == 1 ? FQLA_FWD_CHUNK_F32 : FQLA_FWD_RECURRENT;
     if (r->path == FQLA_FWD_CHUNK_F32) {
         if (!r->bv) r->bv = fqla_route_bv(s, r->sms);
         if (g_f32_bv == 32 || (g_f32_bv == 64 && s->V % 64 == 0)) r->bv = g_f32_bv;

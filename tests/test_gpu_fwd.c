@@ -908,7 +908,8 @@ static void fwd_fp32(void)
                 continue;
             }
 #ifdef FQLA_DEV
-            /* T = 0 runs the recurrence whatever the route (fwd.cu) */
+            /* T = 0 (no chunk to run: either kernel only copies h0 to the
+             * final state) is not held to a route */
             const int want = f32[r] == 1 && chunked && s[i].T > 0 ? FQLA_FWD_CHUNK_F32 : FQLA_FWD_RECURRENT;
             CHECK(fqla_cuda_fwd_last_route() == want || (s[i].T == 0 && f32[r] == 1), "%s: ran route %d, %d forced",
                   what, fqla_cuda_fwd_last_route(), want);

@@ -57,6 +57,7 @@
 #include "cuda/fwd_prepare_common.cuh"
 #include "cuda/kernel/named_barrier.cuh"
 #include "cuda/kernel/wg_split.cuh"
+#include "cuda/ptx/cp_async.cuh"
 #include "cuda/ptx/mbarrier.cuh"
 
 #include <type_traits>
@@ -95,22 +96,28 @@ constexpr int align1k(int x) { return (x + 1023) & ~1023; }
 struct gw_small {
     uint64_t signal[n_signals]; /* mbarriers of the hand-offs */
     float gam[C], bet[C], e[C], f[C], df[C], db[C], de[C];
-    float part[2][C];
     float wsum[THREADS / 32], deC;
 };
 
-/* Shared memory (byte offsets from a 1024-aligned base). */
-template <int KD> struct gw_layout {
+/* Shared memory (byte offsets from a 1024-aligned base). q and k are kept
+ * for the whole CTA (read by every value head of the group); a lo plane
+ * only where the operand is not exact in bf16 (QK_LO, DO_LO); the value
+ * slice as raw 2-byte rows (VSM: where it fits, i.e. without q / k lo planes). */
+template <int KD, bool QK_LO, bool DO_LO> struct gw_layout {
+    static constexpr bool VSM = !QK_LO;
     static constexpr int KP = C * KD * 2;      /* a [64][KD] plane */
     static constexpr int SP = KD * VS * 2;     /* a [KD][64] plane */
     static constexpr int RB = C * LDR * 4;     /* R */
-    static constexpr int k = 0;                /* K hi, lo */
-    static constexpr int t = k + 2 * KP;       /* T~ hi, lo */
+    static constexpr int NQK = QK_LO ? 2 : 1;  /* q / k planes */
+    static constexpr int k = 0;                /* K hi (, lo) */
+    static constexpr int q = k + NQK * KP;     /* Q hi (, lo) */
+    static constexpr int t = q + NQK * KP;     /* T~ hi, lo */
     static constexpr int pt = t + 2 * TILE;    /* P~ hi, lo */
-    static constexpr int st = pt + 2 * TILE;   /* slices: S hi, lo, dS' hi, lo; after them: Q hi, lo, R */
-    static constexpr int st_bytes = 4 * SP > 2 * KP + RB ? 4 * SP : 2 * KP + RB;
-    static constexpr int dO = st + align1k(st_bytes); /* dO hi, lo */
-    static constexpr int sl = dO + 2 * TILE;   /* slices: Y, U, dU (hi, lo); after them: W0, W1 */
+    static constexpr int st = pt + 2 * TILE;   /* slices: S hi, lo, dS' hi, lo; after them: R, the gate parts */
+    static constexpr int st_bytes = 4 * SP > RB + 2 * C * 4 ? 4 * SP : RB + 2 * C * 4;
+    static constexpr int dO = st + align1k(st_bytes); /* dO hi (, lo) */
+    static constexpr int v = dO + (DO_LO ? 2 : 1) * TILE; /* VSM: the value slice, raw */
+    static constexpr int sl = v + (VSM ? TILE : 0); /* slices: Y, U, dU (hi, lo); after them: W0, W1 */
     static constexpr int small = sl + 6 * TILE;
     static constexpr int bytes = small + (int)sizeof(gw_small) + 1024; /* + the base's alignment */
     /* wgmma's 128-byte swizzle: every plane 1024-aligned */
@@ -176,6 +183,30 @@ __device__ __forceinline__ void load_rows(const fqla_wg_tile &dst, const void *x
     }
 }
 
+/* 64 rows of 64 2-byte elements (row i at src + i * st; zeros past nvalid
+ * rows and valid columns, a multiple of 8) into a plane of 64 rows as they
+ * are: cp.async, 16 bytes a piece where `vec` (every row 16-byte aligned),
+ * element by element otherwise. The caller commits and waits. */
+__device__ __forceinline__ void copy_raw64(unsigned char *base, const uint16_t *src, int64_t st, int nvalid, int valid,
+                                           bool vec)
+{
+    if (vec) {
+#pragma unroll
+        for (int n = 0; n < C * 8 / THREADS; n++) {
+            const int idx = threadIdx.x + n * THREADS, i = idx >> 3, j = 8 * (idx & 7);
+            const bool ok = i < nvalid && j < valid;
+            fqla_cp_async16(base + fqla_wg_off(C, i, j), ok ? src + (int64_t)i * st + j : src, ok ? 16 : 0);
+        }
+    } else {
+#pragma unroll 1
+        for (int idx = threadIdx.x; idx < C * 64; idx += THREADS) {
+            const int i = idx >> 6, j = idx & 63;
+            *reinterpret_cast<uint16_t *>(base + fqla_wg_off(C, i, j)) =
+                i < nvalid && j < valid ? src[(int64_t)i * st + j] : (uint16_t)0;
+        }
+    }
+}
+
 /* A [ROWS][64] block of two fp32 row-major matrices x, y (row pitch ld,
  * columns from c0) into the split tiles dx, dy; returns this thread's sum of
  * x * y. All of a thread's loads are issued before its first store. */
@@ -230,16 +261,18 @@ template <int N> __device__ __forceinline__ void zero(float (&a)[N])
 /* QK_LO: q / k carry lo planes (fp16 io, or the l2norm in the kernel): a
  * template parameter, so that which products run is known to ptxas. */
 template <typename T, int KD, bool QK_LO>
-__global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_params bp)
+__global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_params bp, int vec)
 {
-    using L = gw_layout<KD>;
+    constexpr bool IO_BF16 = std::is_same<T, __nv_bfloat16>::value;
+    constexpr bool DO_LO = !IO_BF16; /* dO exact in bf16 only for bf16 inputs */
+    using L = gw_layout<KD, QK_LO, DO_LO>;
     const fqla_fwd_params &p = bp.f;
     extern __shared__ unsigned char smem_raw[];
     unsigned char *sm = (unsigned char *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
     gw_small &ss = *reinterpret_cast<gw_small *>(sm + L::small);
-    float *Rs = reinterpret_cast<float *>(sm + L::st + 2 * L::KP);
+    float *Rs = reinterpret_cast<float *>(sm + L::st);
+    float(*gpart)[C] = reinterpret_cast<float(*)[C]>(Rs + C * LDR); /* dA_log, ddt_bias per token */
     const uint32_t s0 = fqla_smem_u32(sm);
-    constexpr bool IO_BF16 = std::is_same<T, __nv_bfloat16>::value;
     constexpr int NK = KD / 2; /* accumulators of a 64 x KD product */
     const int64_t slot = blockIdx.x;
     const int hk = blockIdx.y;
@@ -259,9 +292,8 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
     }
     const size_t rrow = ((size_t)slot * p.H + hk) * C;
     static_assert(IO_BF16 || QK_LO, "fp16 q / k always carry lo planes");
-    constexpr bool DO_LO = !IO_BF16; /* dO exact in bf16 only for bf16 inputs */
     const fqla_wg_tile Kt{s0 + L::k, QK_LO ? s0 + L::k + L::KP : 0u, C};
-    const fqla_wg_tile Qt{s0 + L::st, QK_LO ? s0 + L::st + L::KP : 0u, C};
+    const fqla_wg_tile Qt{s0 + L::q, QK_LO ? s0 + L::q + L::KP : 0u, C};
     const fqla_wg_tile Tt{s0 + L::t, s0 + L::t + TILE, C}, Pt{s0 + L::pt, s0 + L::pt + TILE, C};
     const fqla_wg_tile St{s0 + L::st, s0 + L::st + L::SP, KD};
     const fqla_wg_tile dSt{s0 + L::st + 2 * L::SP, s0 + L::st + 3 * L::SP, KD};
@@ -278,10 +310,11 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
 
     load_rows<T, KD>(Kt, p.k, batch * p.k_sb + t0 * p.k_st + (int64_t)hk * p.k_sh, p.k_st, nvalid,
                      p.l2norm ? p.rk + rrow : nullptr);
+    const int64_t qb = batch * p.q_sb + t0 * p.q_st + (int64_t)hk * p.q_sh;
+    load_rows<T, KD>(Qt, p.q, qb, p.q_st, nvalid, p.l2norm ? p.rq + rrow : nullptr);
 
     float dQK[NK]; /* warpgroup 0: dQ, warpgroup 1: dK (rows r0, r0 + 8; KD columns) */
     zero(dQK);
-    const int64_t qb = batch * p.q_sb + t0 * p.q_st + (int64_t)hk * p.q_sh;
 
     for (int h = 0; h < p.group; h++) {
         const int hv = hk * p.group + h;
@@ -303,24 +336,32 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
 
         for (int v0 = 0; v0 < p.V; v0 += VS, n_slice++) {
             const int vw = p.V - v0 < VS ? p.V - v0 : VS; /* 64, or 32 in a last half slice (zeros past it) */
+            const int64_t vb = batch * p.v_sb + t0 * p.v_st + (int64_t)hv * p.v_sh + v0;
             __syncthreads(); /* the previous slice's reads are done */
             {
-                /* dO's loads first, in flight with S's and dS' */
+                /* dO and the value slice first, in flight with S's and dS' loads: as they
+                 * are by cp.async where exact in bf16 (dO) or kept raw (v), else split */
                 const int64_t ob = batch * bp.do_sb + t0 * bp.do_st + (int64_t)hv * bp.do_sh + v0;
+                if constexpr (!DO_LO) copy_raw64(sm + L::dO, (const uint16_t *)bp.d_o + ob, bp.do_st, nvalid, vw, vec);
+                if constexpr (L::VSM) copy_raw64(sm + L::v, (const uint16_t *)p.v + vb, p.v_st, nvalid, vw, vec);
+                fqla_cp_async_commit();
                 constexpr int ND = C * VS / 8 / THREADS;
-                float x[ND][8];
+                float x[DO_LO ? ND : 1][8];
+                if constexpr (DO_LO)
 #pragma unroll
-                for (int n = 0; n < ND; n++) {
-                    const int idx = tid + n * THREADS, i = idx >> 3, c = 8 * (idx & 7);
-                    load8<T>(bp.d_o, ob + (int64_t)i * bp.do_st + c, i < nvalid && c < vw, x[n]);
-                }
+                    for (int n = 0; n < ND; n++) {
+                        const int idx = tid + n * THREADS, i = idx >> 3, c = 8 * (idx & 7);
+                        load8<T>(bp.d_o, ob + (int64_t)i * bp.do_st + c, i < nvalid && c < vw, x[n]);
+                    }
                 const float *Sg = bp.S + tile * KD * p.V, *dSg = bp.dS + tile * KD * p.V;
                 deC += load_f32_pair<KD>(St, Sg, dSt, dSg, p.V, v0, vw);
+                if constexpr (DO_LO)
 #pragma unroll
-                for (int n = 0; n < ND; n++) {
-                    const int idx = tid + n * THREADS;
-                    fqla_wg_put8(dOt, idx >> 3, 8 * (idx & 7), x[n]);
-                }
+                    for (int n = 0; n < ND; n++) {
+                        const int idx = tid + n * THREADS;
+                        fqla_wg_put8(dOt, idx >> 3, 8 * (idx & 7), x[n]);
+                    }
+                fqla_cp_async_wait_all();
             }
             fqla_fence_async_smem();
             __syncthreads();
@@ -328,25 +369,25 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
             if (wg == 0) {
                 /* KS;  X = V - diag(e) K S;  Y = diag(beta) X;  U = T~ Y */
                 float ks[32], x[32];
-                const int64_t vb = batch * p.v_sb + t0 * p.v_st + (int64_t)hv * p.v_sh + v0;
                 fqla_wg_issue(ks, [&] { fqla_wg_split<64, 0, 1, QK_LO>(ks, Kt, St, 0, KD, false); });
-                uint32_t vp[2][8]; /* v (i, c), (i, c + 1), loaded under the product */
+                uint32_t vr[16]; /* v at the accumulator places, raw pairs, read under the product */
+                if constexpr (L::VSM) {
+                    fqla_wg_load_raw<64>(s0 + L::v, C, vr, 0);
+                } else {
 #pragma unroll
-                for (int hh = 0; hh < 2; hh++)
+                    for (int hh = 0; hh < 2; hh++)
 #pragma unroll
-                    for (int j = 0; j < 8; j++)
-                        vp[hh][j] = r0 + 8 * hh < nvalid && 8 * j < vw
-                                        ? ld_pair<T>(p.v, vb + (int64_t)(r0 + 8 * hh) * p.v_st + 8 * j + 2 * t4)
-                                        : 0u;
+                        for (int j = 0; j < 8; j++)
+                            vr[2 * j + hh] = r0 + 8 * hh < nvalid && 8 * j < vw
+                                                 ? ld_pair<T>(p.v, vb + (int64_t)(r0 + 8 * hh) * p.v_st + 8 * j + 2 * t4)
+                                                 : 0u;
+                }
                 fqla_wg_retire(ks);
 #pragma unroll
-                for (int j = 0; j < 8; j++)
-#pragma unroll
-                    for (int hh = 0; hh < 2; hh++) {
-                        const int a = 4 * j + 2 * hh;
-                        x[a] = bwd_widen<T>(vp[hh][j] & 0xffffu);
-                        x[a + 1] = bwd_widen<T>(vp[hh][j] >> 16);
-                    }
+                for (int a = 0; a < 32; a += 2) {
+                    x[a] = bwd_widen<T>(vr[a >> 1] & 0xffffu);
+                    x[a + 1] = bwd_widen<T>(vr[a >> 1] >> 16);
+                }
                 float acc[32];
 #pragma unroll
                 for (int a = 0; a < 32; a++) {
@@ -408,30 +449,28 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
 
                 /* dO S^T: de_i += scale q_i . (dO S^T)_i;  dQ += scale diag(e) dO S^T */
                 float g2[NK];
-                fqla_wg_issue(g2, [&] { fqla_wg_split<KD, 0, 0, DO_LO>(g2, dOt, St, 0, VS, false); });
-                uint32_t qp[2][KD / 8]; /* q (i, c), (i, c + 1) as raw pairs, loaded under the product */
+                fqla_wg_run(g2, [&] { fqla_wg_split<KD, 0, 0, DO_LO>(g2, dOt, St, 0, VS, false); });
+                /* q (normalised where the kernel does it) from its tile, 64 columns at a time */
+                float sq[2] = {0.f, 0.f};
 #pragma unroll
-                for (int hh = 0; hh < 2; hh++)
+                for (int c0 = 0; c0 < KD; c0 += 64) {
+                    float qh[32];
+                    fqla_wg_load<64>(Qt, qh, c0);
 #pragma unroll
-                    for (int j = 0; j < KD / 8; j++)
-                        qp[hh][j] = r0 + 8 * hh < nvalid
-                                        ? ld_pair<T>(p.q, qb + (int64_t)(r0 + 8 * hh) * p.q_st + 8 * j + 2 * t4)
-                                        : 0u;
-                fqla_wg_retire(g2);
+                    for (int a = 0; a < 32; a++) sq[(a >> 1) & 1] += qh[a] * g2[c0 / 2 + a];
+                }
 #pragma unroll
                 for (int hh = 0; hh < 2; hh++) {
                     const int i = r0 + 8 * hh;
                     const float ei = scale * ss.e[i];
-                    float s = 0.f;
 #pragma unroll
                     for (int j = 0; j < KD / 8; j++) {
                         const int a = 4 * j + 2 * hh;
-                        s += bwd_widen<T>(qp[hh][j] & 0xffffu) * g2[a] + bwd_widen<T>(qp[hh][j] >> 16) * g2[a + 1];
                         dQK[a] += ei * g2[a];
                         dQK[a + 1] += ei * g2[a + 1];
                     }
-                    s = quad_sum(s);
-                    if (t4 == 0) ss.de[i] += scale * s * (p.l2norm && i < nvalid ? p.rq[rrow + i] : 1.f);
+                    const float s = quad_sum(sq[hh]);
+                    if (t4 == 0) ss.de[i] += scale * s;
                 }
             } else {
                 /* KdS';  dU = P~^T dO + diag(f) K dS' */
@@ -477,7 +516,6 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
 
         /* ---- after the slices ---- */
         __syncthreads(); /* the slice tiles and state slices are free */
-        load_rows<T, KD>(Qt, p.q, qb, p.q_st, nvalid, p.l2norm ? p.rq + rrow : nullptr);
         if (wg == 0) {
             /* strict lower dT~ into W0 */
 #pragma unroll
@@ -518,13 +556,8 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
              * R_ij = beta_i gdl KK + dP~ P~ (j < i); dQ~ = scale Gamma dP~ (j <= i) */
             float kk[32], dl[32];
             fqla_wg_issue(kk, [&] { fqla_wg_split<64, 0, 0, QK_LO, QK_LO>(kk, Kt, Kt, 0, KD, false); });
-            const float *Pg = bp.Pt + tile * C * C;
-            float2 pg[2][8]; /* P~ (i, j), (i, j + 1), loaded under the product */
-#pragma unroll
-            for (int hh = 0; hh < 2; hh++)
-#pragma unroll
-                for (int j = 0; j < 8; j++)
-                    pg[hh][j] = *reinterpret_cast<const float2 *>(Pg + (r0 + 8 * hh) * C + 8 * j + 2 * t4);
+            float pg[32]; /* P~ (hi + lo) at the accumulator places, read under the product */
+            fqla_wg_load<64>(Pt, pg, 0);
             fqla_wg_retire(kk);
             await(m1_ready, h);
             fqla_wg_run(dl, [&] { fqla_wg_split<64, 0, 0>(dl, W1, Tt, 0, C, false); });
@@ -542,7 +575,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
                         const float gdl = jj < i ? -dl[a] * G : 0.f;
                         s += gdl * kk[a];
                         const float dp = dP[a];
-                        const float R = jj < i ? bi * gdl * kk[a] + dp * (c2 ? pg[hh][j].y : pg[hh][j].x) : 0.f;
+                        const float R = jj < i ? bi * gdl * kk[a] + dp * pg[a] : 0.f;
                         dl[a] = bi * gdl;          /* M */
                         Rs[i * LDR + jj] = R;
                         dP[a] = scale * G * dp;    /* dQ~ */
@@ -621,8 +654,8 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
                     bp.dg[batch * bp.dg_sb + tt * bp.dg_st + (int64_t)hv * bp.dg_sh] = dgv;
                     bp.dbeta[batch * bp.db_sb + tt * bp.db_st + (int64_t)hv * bp.db_sh] = dbv;
                 }
-                ss.part[0][t] = part_a;
-                ss.part[1][t] = part_d;
+                gpart[0][t] = part_a;
+                gpart[1][t] = part_d;
             }
         }
         if (bp.gate_part) {
@@ -631,8 +664,8 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
             if (tid == 0) {
                 float sa = 0.f, sd = 0.f;
                 for (int i = 0; i < C; i++) {
-                    sa += ss.part[0][i];
-                    sd += ss.part[1][i];
+                    sa += gpart[0][i];
+                    sd += gpart[1][i];
                 }
                 bp.gate_part[2 * tile] = sa;
                 bp.gate_part[2 * tile + 1] = sd;
@@ -677,14 +710,26 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
     }
 }
 
+/* Whether every dO and v row starts on a 16-byte boundary (the slices'
+ * cp.async copies). */
+int rows_vec(const fqla_bwd_params &b)
+{
+    const fqla_fwd_params &p = b.f;
+    if ((uintptr_t)p.v % 16 || (uintptr_t)b.d_o % 16) return 0;
+    const int64_t st[6] = {p.v_sb, p.v_st, p.v_sh, b.do_sb, b.do_st, b.do_sh};
+    for (int i = 0; i < 6; i++)
+        if (st[i] % 8) return 0;
+    return 1;
+}
+
 template <typename T, int KD, bool QK_LO> cudaError_t launch(const fqla_bwd_params &p, cudaStream_t stream)
 {
     static fqla_smem_cache cache;
-    const size_t smem = gw_layout<KD>::bytes;
+    const size_t smem = gw_layout<KD, QK_LO, !std::is_same<T, __nv_bfloat16>::value>::bytes;
     cudaError_t e = fqla_smem_limit(cache, bwd_grads_kernel<T, KD, QK_LO>, smem);
     if (e != cudaSuccess) return e;
     return fqla_launch(bwd_grads_kernel<T, KD, QK_LO>, dim3((unsigned)p.f.slots, (unsigned)p.f.H), dim3(THREADS), smem,
-                       stream, 0, p);
+                       stream, 0, p, rows_vec(p));
 }
 
 /* bf16 io with or without the l2norm (q / k exact or not), or fp16 */

@@ -127,6 +127,21 @@ template <int N> FQLA_DEVICE_INLINE void fqla_wg_load(const fqla_wg_tile &t, flo
     }
 }
 
+/* A plane's raw 2-byte elements at the accumulator places of columns c0 ..
+ * c0 + N: x[a / 2] holds elements a, a + 1 (first in the low half), so a
+ * tile of any 2-byte type (fp16 inputs too) is read as it is stored. */
+template <int N> FQLA_DEVICE_INLINE void fqla_wg_load_raw(uint32_t plane, int rows, uint32_t (&x)[N / 4], int c0)
+{
+    const fqla_wg_frag_row f = fqla_wg_frag_lane();
+#pragma unroll
+    for (int j = 0; j < N / 8; j += 2) {
+        uint32_t h[4];
+        fqla_ldsm_x4_at(h, plane + fqla_wg_frag_at(f, rows, c0, j));
+#pragma unroll
+        for (int q = 0; q < 4; q++) x[2 * (j + (q >> 1)) + (q & 1)] = h[q];
+    }
+}
+
 /* Descriptor of k-step kk of a plane used K-major (MN = 0) or MN-major. */
 template <int MN> FQLA_DEVICE_INLINE uint64_t fqla_wg_desc(uint32_t plane, int rows, int kk)
 {

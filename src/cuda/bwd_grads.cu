@@ -37,9 +37,11 @@
  * value heads of its GVA group in order, summing dq (warpgroup 0's
  * registers) and dk (warpgroup 1's) over the group without atomics. Per
  * value head, value columns in slices of 64 (a last one of 32 padded with
- * zeros); per slice:
+ * zeros). q and k are loaded once for the CTA (the group's heads share
+ * them); per value head T~ and P~ (fp32 -> split); per slice:
  *
- *   all     S, dS' (fp32 -> split) and dO of the slice into shared memory
+ *   all     dO (bf16: as it is) and the raw value slice by cp.async, S and
+ *           dS' (fp32 -> split) through registers, into shared memory
  *   wg 0    KS; X = V - diag(e) KS, Y = diag(beta) X; U = T~ Y  -> u_ready
  *   wg 1    KdS'; dU = P~^T dO + diag(f) KdS'                  -> du_ready
  *   wg 0    dY = T~^T dU, dT~ += dU Y^T: dv, dbeta (x . dy), de (-beta KS . dy);
@@ -52,6 +54,18 @@
  * wg 1 K K^T, dL = -M1 T~^T and the element-wise terms (dbeta's, R, M,
  * dQ~) -> dqt_ready; wg 0 dQ += dQ~ K; wg 1 dK += dQ~^T Q + M K + M^T K;
  * then dg and dbeta per token.
+ *
+ * Nothing in a slice waits on a global load but the slice's own copies at
+ * its start: v, q and P~ are read from their tiles where a product needs
+ * them as values (the first form loaded them from global memory as 4-byte
+ * pairs under the products, and reloaded q every head: the kernel ran
+ * 6.07 ms against 4.10 now on hk16_hv32 32k_1seq, H100). Shared memory
+ * stays at most 196 KiB for bf16 q / k (gw_layout): two variants that
+ * staged the next inputs (T~ and P~, or the next slice's dS') in the
+ * ~30 KiB above it were 3 % and 21 % slower on the H100 / H200. Likely
+ * (not measured) why: at a 196 KiB carve-out the SM keeps 60 KiB of L1, at
+ * 228 KiB 28, and L1 holds the register spills and the fp32 state loads
+ * (docs/history/2026-12-05-gpu3.md).
  */
 #include "cuda/bwd_common.cuh"
 #include "cuda/fwd_prepare_common.cuh"
@@ -125,6 +139,9 @@ template <int KD, bool QK_LO, bool DO_LO> struct gw_layout {
                       sl % 1024 == 0,
                   "tile planes must be 1024-aligned");
     static_assert(bytes <= 227 * 1024, "over the H100 / H200 shared memory a block may have");
+    /* with the 1 KiB the system reserves a block: the carve-out that keeps
+     * L1 at 60 KiB (the header says why) */
+    static_assert(QK_LO || bytes + 1024 <= 196 * 1024, "bf16 q / k: keep the 196 KiB shared-memory carve-out");
 };
 
 __device__ __forceinline__ float quad_sum(float v)

@@ -107,7 +107,9 @@ template <int KD, bool REVERSE, bool CONVERT> struct chain_layout {
  * `vec`: a thread's pieces are one column chunk in rows a multiple of 8
  * apart, so one swizzled address and one source pointer, each stepped by a
  * constant (the general indexing cost ~1000 instructions a chunk). Else
- * element by element (misaligned rows: rare, kept rolled). */
+ * element by element (kept rolled): never taken through the API, whose
+ * validation refuses rows off 16-byte boundaries (bwd_grads.cu's copy_raw64
+ * says why the branch stays for now). */
 template <int COLS>
 __device__ __forceinline__ void copy_plane(unsigned char *plane, const uint16_t *src, int64_t st, int valid, int nvalid,
                                            bool vec)
@@ -480,20 +482,6 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_chain_kernel(const fqla_bwd_pa
         }
 }
 
-/* Whether every 2-byte row the chains copy starts on a 16-byte boundary. */
-int rows_vec(const fqla_bwd_params &b)
-{
-    const fqla_fwd_params &p = b.f;
-    const void *base[4] = {p.q, p.k, p.v, b.d_o};
-    const int64_t st[12] = {p.q_sb, p.q_st, p.q_sh, p.k_sb, p.k_st, p.k_sh,
-                            p.v_sb, p.v_st, p.v_sh, b.do_sb, b.do_st, b.do_sh};
-    for (int i = 0; i < 4; i++)
-        if ((uintptr_t)base[i] % 16) return 0;
-    for (int i = 0; i < 12; i++)
-        if (st[i] % 8) return 0;
-    return 1;
-}
-
 /* Grid: sequences (CHAIN_WHOLE) or segment indices (with CP), value heads,
  * pairs of 64-column slices of V (the pre-pass: and of the K identity
  * columns). */
@@ -509,7 +497,7 @@ cudaError_t launch(const fqla_bwd_params &p, int mode, cudaStream_t stream)
     return fqla_launch(bwd_chain_kernel<T, KD, REVERSE, CONVERT>,
                        dim3((unsigned)rows, (unsigned)p.f.HV, (unsigned)((slices + NWG - 1) / NWG)), dim3(THREADS),
                        smem, stream, 0, p,
-                       rows_vec(p), mode);
+                       fqla_bwd_rows16(p, FQLA_BWD_ROWS_ALL), mode);
 }
 
 /* bf16 io with or without l2norm, or fp16 (always converted) */

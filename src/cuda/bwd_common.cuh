@@ -109,6 +109,27 @@ static inline fqla_bwd_ws_layout fqla_bwd_ws(int64_t slots, int64_t H, int64_t H
     return L;
 }
 
+/* Whether every row of the 2-byte tensors named by `which` (FQLA_BWD_ROWS_*)
+ * starts on a 16-byte boundary, so that the kernels copy them by 16-byte
+ * cp.async. (The backward's validation already refuses other rows: this is
+ * the kernels' own guard.) */
+enum { FQLA_BWD_ROWS_Q = 1, FQLA_BWD_ROWS_K = 2, FQLA_BWD_ROWS_V = 4, FQLA_BWD_ROWS_DO = 8, FQLA_BWD_ROWS_ALL = 15 };
+static inline int fqla_bwd_rows16(const fqla_bwd_params &b, int which)
+{
+    const fqla_fwd_params &p = b.f;
+    const struct {
+        int bit;
+        const void *base;
+        int64_t sb, st, sh;
+    } t[4] = {{FQLA_BWD_ROWS_Q, p.q, p.q_sb, p.q_st, p.q_sh},
+              {FQLA_BWD_ROWS_K, p.k, p.k_sb, p.k_st, p.k_sh},
+              {FQLA_BWD_ROWS_V, p.v, p.v_sb, p.v_st, p.v_sh},
+              {FQLA_BWD_ROWS_DO, b.d_o, b.do_sb, b.do_st, b.do_sh}};
+    for (int i = 0; i < 4; i++)
+        if ((which & t[i].bit) && ((uintptr_t)t[i].base % 16 || t[i].sb % 8 || t[i].st % 8 || t[i].sh % 8)) return 0;
+    return 1;
+}
+
 /* Launchers (enqueue on stream; return the launch error). */
 cudaError_t fqla_bwd_launch_prepare(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream);
 cudaError_t fqla_bwd_launch_states(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream);

@@ -203,7 +203,11 @@ __device__ __forceinline__ void load_rows(const fqla_wg_tile &dst, const void *x
 /* 64 rows of 64 2-byte elements (row i at src + i * st; zeros past nvalid
  * rows and valid columns, a multiple of 8) into a plane of 64 rows as they
  * are: cp.async, 16 bytes a piece where `vec` (every row 16-byte aligned),
- * element by element otherwise. The caller commits and waits. */
+ * element by element otherwise. The caller commits and waits. The
+ * backward's validation (check_aligned, src/validate.c) refuses rows off
+ * 16-byte boundaries, so `vec` is always 1; dropping the other branch (and
+ * the chains' alike) moved ptxas' spills here from 80 to 128 bytes a
+ * thread, so it waits for a timed A/B. */
 __device__ __forceinline__ void copy_raw64(unsigned char *base, const uint16_t *src, int64_t st, int nvalid, int valid,
                                            bool vec)
 {
@@ -727,18 +731,6 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
     }
 }
 
-/* Whether every dO and v row starts on a 16-byte boundary (the slices'
- * cp.async copies). */
-int rows_vec(const fqla_bwd_params &b)
-{
-    const fqla_fwd_params &p = b.f;
-    if ((uintptr_t)p.v % 16 || (uintptr_t)b.d_o % 16) return 0;
-    const int64_t st[6] = {p.v_sb, p.v_st, p.v_sh, b.do_sb, b.do_st, b.do_sh};
-    for (int i = 0; i < 6; i++)
-        if (st[i] % 8) return 0;
-    return 1;
-}
-
 template <typename T, int KD, bool QK_LO> cudaError_t launch(const fqla_bwd_params &p, cudaStream_t stream)
 {
     static fqla_smem_cache cache;
@@ -746,7 +738,7 @@ template <typename T, int KD, bool QK_LO> cudaError_t launch(const fqla_bwd_para
     cudaError_t e = fqla_smem_limit(cache, bwd_grads_kernel<T, KD, QK_LO>, smem);
     if (e != cudaSuccess) return e;
     return fqla_launch(bwd_grads_kernel<T, KD, QK_LO>, dim3((unsigned)p.f.slots, (unsigned)p.f.H), dim3(THREADS), smem,
-                       stream, 0, p, rows_vec(p));
+                       stream, 0, p, fqla_bwd_rows16(p, FQLA_BWD_ROWS_V | FQLA_BWD_ROWS_DO));
 }
 
 /* bf16 io with or without the l2norm (q / k exact or not), or fp16 */

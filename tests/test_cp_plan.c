@@ -350,6 +350,56 @@ static void bwd_chain_plan(void)
     }
 }
 
+/* The chunked fp32 kernel's plan (fqla_cp_plan_f32; route_plan.h gives it
+ * the share FQLA_ROUTE_CP_MSKIP = 0.75): CP on the long rows with few
+ * heads that ran 0.37-0.5x FLA's fp32 forward without it (H100,
+ * fwd-fp32-h100-2026-12-05.txt), none where the chains fill the SMs;
+ * segment lengths that cover the sequence, slice widths the kernel has
+ * (64 only where the columns allow), the pre-pass's width for V + K. */
+static void plan_f32(void)
+{
+    fqla_cp_problem q = problem(1, 32768, 8, 0, NULL); /* 397B TP8 1x32768: 7.8 ms on 32 CTAs */
+    q.H = 2;
+    q.m_skipped = 0.75;
+    fqla_cp_f32_plan f = fqla_cp_plan_f32(&q);
+    CHECK(f.seg_chunks >= 8 && f.seg_chunks <= 128, "TP8 1x32768: L = %lld, CP expected", (long long)f.seg_chunks);
+    q.m_skipped = 0.0;
+    CHECK(fqla_cp_plan_f32(&q).seg_chunks > 0, "TP8 1x32768 at full price: CP expected");
+    q = problem(4, 8192, 32, 0, NULL); /* Sym h32 8192x4: 256 CTAs of 64 columns */
+    q.m_skipped = 0.75;
+    f = fqla_cp_plan_f32(&q);
+    CHECK(f.seg_chunks == 0 && f.bv == 64, "Sym h32 8192x4: L = %lld bv %d, no CP at 64 columns expected",
+          (long long)f.seg_chunks, f.bv);
+    q = problem(1, 8192, 32, 0, NULL); /* 35B TP1 1x8192: 128 CTAs of 32 columns fill the SMs */
+    q.m_skipped = 0.75;
+    CHECK(fqla_cp_plan_f32(&q).seg_chunks == 0, "HV=32 1x8192: no CP expected");
+    q = problem(1, 64, 2, 0, NULL);
+    q.m_skipped = 0.75;
+    CHECK(fqla_cp_plan_f32(&q).seg_chunks == 0, "one chunk: no CP");
+    q = problem(0, 0, 2, 0, NULL);
+    CHECK(fqla_cp_plan_f32(&q).seg_chunks == 0, "no sequences: no CP");
+
+    const int64_t HVs[] = {1, 2, 4, 8, 16, 32, 64};
+    const int trials = check_quick() ? 200 : 1000;
+    for (int trial = 0; trial < trials; trial++) {
+        int64_t cu[17];
+        const int N = random_batch(cu, 0.2, 0.5, 64, 40000);
+        fqla_cp_problem p = problem(N, cu[N], HVs[(int)(check_uniform() * 7) % 7], 1, cu);
+        p.K = check_uniform() < 0.5 ? 64 : 128;
+        p.V = 32 * (1 + (int64_t)(check_uniform() * 8));
+        p.m_skipped = check_uniform() < 0.5 ? 0.75 : 0.0;
+        f = fqla_cp_plan_f32(&p);
+        const int64_t chunks = (fqla_cp_longest(cu, N) + 63) / 64;
+        CHECK(f.bv == 32 || (f.bv == 64 && p.V % 64 == 0), "trial %d: V=%lld bv %d", trial, (long long)p.V, f.bv);
+        if (f.seg_chunks == 0) continue;
+        CHECK(f.seg_chunks >= 2 && 2 * f.seg_chunks <= chunks, "trial %d: L = %lld over %lld chunks", trial,
+              (long long)f.seg_chunks, (long long)chunks);
+        CHECK(f.pre_bv == 32 || (f.pre_bv == 64 && (p.V + p.K) % 64 == 0), "trial %d: V=%lld pre-pass bv %d", trial,
+              (long long)p.V, f.pre_bv);
+        CHECK(fqla_cp_segs(1, cu[N], N, f.seg_chunks) * p.HV <= 0x7fffffffLL, "trial %d: grid", trial);
+    }
+}
+
 int main(void)
 {
     check_rng_seed(check_seed());
@@ -361,5 +411,6 @@ int main(void)
     CHECK_RUN(plan_consistency);
     CHECK_RUN(plan_skip_share);
     CHECK_RUN(bwd_chain_plan);
+    CHECK_RUN(plan_f32);
     return check_summary();
 }

@@ -28,7 +28,7 @@
 
 #define CASES(X)                                                                                 \
     X(fwd_lengths) X(fwd_varlen) X(fwd_varlen_i64_zero_len) X(fwd_fused_waves) X(fwd_fused_l2norm) X(fwd_trailing_rows) X(fwd_gva)       \
-    X(fwd_many_heads) X(fwd_many_sequences) X(fwd_head_dims) X(fwd_fp16) X(fwd_fp32) X(fwd_tail_nonfinite) X(fwd_options) X(fwd_v_first_bf16_state) X(fwd_decay_extremes) X(fwd_raw_keys_strong_decay) \
+    X(fwd_many_heads) X(fwd_many_sequences) X(fwd_head_dims) X(fwd_fp16) X(fwd_fp32) X(fwd_fp32_cp) X(fwd_tail_nonfinite) X(fwd_options) X(fwd_v_first_bf16_state) X(fwd_decay_extremes) X(fwd_raw_keys_strong_decay) \
     X(fwd_variants) X(fwd_chunk_kernels) X(fwd_context_parallel) X(fwd_final_only) X(fwd_robustness) X(fwd_graph_replay) X(fwd_routes) X(fwd_not_supported)
 
 #ifdef FQLA_HAVE_CUDA
@@ -91,7 +91,8 @@ typedef struct spec {
     fqla_dtype io, gate, h0_dtype, ht_dtype;
     int h0, ht, v_first, l2norm, gate_in, beta_sig, neg_eig;
     int decay;           /* 0 normal, 1 strong (g = -20), 2 none (g = 0), 3 normal with g = -inf at token 70,
-                            4 per-head strength spread 0..16, 5 g = -6 */
+                            4 per-head strength spread 0..16, 5 g = -6, 6 g ~ -0.15 (a segment's
+                            last ~120 tokens decay past e^-17) */
     int raw_keys;        /* q, k N(0, 1) rows without the in-kernel l2norm: ||k||^2 ~ K */
     int beta_mode;       /* 0 sigmoid(randn), 1 beta in {0, 1} and near 2, 2 sigmoid(randn) or 0.01 by the
                             parity of (64-token chunk + value head) */
@@ -160,6 +161,7 @@ static void draw(prob *p)
         else if (s->decay == 3 && (i / s->HV) % s->T == 70) gv = -INFINITY;
         else if (s->decay == 4) gv = -(16.0 * hv / (s->HV > 1 ? s->HV - 1 : 1)) * check_uniform();
         else if (s->decay == 5) gv = -6.0 + 0.5 * check_uniform();
+        else if (s->decay == 6) gv = -0.1 - 0.1 * check_uniform();
         else gv = (hv % 4 == 3) ? 0.0 : -log1p(exp(-x)) / 16.0 * (1 + hv % 3);
         p->g[i] = round_to(s->gate, gv);
         double b;
@@ -904,20 +906,124 @@ static void fwd_fp32(void)
             const int chunked = (s[i].K == 64 || s[i].K == 128) && s[i].V % 32 == 0;
             const int longest = s[i].ncu ? 129 : s[i].T;
             if (r == 0) {
-                expect_route(&s[i], chunked && longest > 8 ? FQLA_FWD_CHUNK_F32 : FQLA_FWD_RECURRENT, 0, what);
+                /* the varlen case's 774-token sequence on 4 heads: CP (fwd_fp32_cp) */
+                expect_route(&s[i], chunked && longest > 8 ? FQLA_FWD_CHUNK_F32 + (i == 1 ? 8 : 0) : FQLA_FWD_RECURRENT,
+                             0, what);
                 continue;
             }
 #ifdef FQLA_DEV
             /* T = 0 (no chunk to run: either kernel only copies h0 to the
              * final state) is not held to a route */
             const int want = f32[r] == 1 && chunked && s[i].T > 0 ? FQLA_FWD_CHUNK_F32 : FQLA_FWD_RECURRENT;
-            CHECK(fqla_cuda_fwd_last_route() == want || (s[i].T == 0 && f32[r] == 1), "%s: ran route %d, %d forced",
-                  what, fqla_cuda_fwd_last_route(), want);
+            const int ran = fqla_cuda_fwd_last_route() & 7; /* with or without CP */
+            CHECK(ran == want || (s[i].T == 0 && f32[r] == 1), "%s: ran route %d, %d forced", what, ran, want);
 #endif
         }
     }
     fqla_cuda_fwd_tune_recurrent(0);
     fqla_cuda_fwd_tune_f32(-1, 0);
+}
+
+/* Context parallelism on the chunked fp32 kernel (fwd.cu run_cp_f32: its
+ * pre-pass over V + K columns, fwd_cp.cu's scan, its main pass), at the
+ * fp32 threshold. First the plan's own choice on long sequences with few
+ * heads: unit decay, moderate decay with the in-kernel l2norm (the
+ * shortcut starts a segment's end state a few chunks before its end), and
+ * varlen with heads from ungated to strongly decayed. Then, in a developer
+ * build, segments forced to 1-3 chunks on fwd_fp32's edge shapes (varlen
+ * with empty and one-token sequences, the in-kernel options, bf16 states in
+ * the [V][K] layout, V = 96, o absent) with the shortcut on and off, at 32
+ * and 64 columns. Under g = -20 a token the shortcut must have left out
+ * every transition the pre-pass would compute (the result alone cannot
+ * tell: M is ~e^-1000 either way). */
+static int64_t cp_pairs(const spec *s, int L);
+static void check_final_only(prob *p, const char *what);
+
+static void fwd_fp32_cp(void)
+{
+    const int quick = check_quick();
+    {
+        spec s = base_spec(1, quick ? 1000 : 2000, 1, 2, 128);
+        s.io = FQLA_DTYPE_F32;
+        check_spec(&s, "fp32 CP plan T=2000 H=1 HV=2");
+        expect_route(&s, FQLA_FWD_CHUNK_F32 + 8, 0, "fp32 CP plan T=2000 H=1 HV=2");
+        s = base_spec(1, quick ? 1024 : 4096, 2, 4, 64);
+        s.io = FQLA_DTYPE_F32;
+        s.decay = 6;
+        s.l2norm = 1;
+        check_spec(&s, "fp32 CP plan K=V=64 T=4096 H=2 HV=4 g~-0.15 l2norm");
+        expect_route(&s, FQLA_FWD_CHUNK_F32 + 8, 0, "fp32 CP plan K=V=64 T=4096 H=2 HV=4 g~-0.15 l2norm");
+        const int64_t cu[] = {0, 1500, 1501, 3000};
+        s = base_spec(1, 3000, 1, 2, 128);
+        set_cu(&s, cu, 4);
+        s.io = FQLA_DTYPE_F32;
+        s.decay = 4;
+        s.cu_host = 1;
+        check_spec(&s, "fp32 CP plan varlen [0,1500,1501,3000] decay 0..16 over heads");
+        expect_route(&s, FQLA_FWD_CHUNK_F32 + 8, 0, "fp32 CP plan varlen [0,1500,1501,3000] decay 0..16 over heads");
+    }
+    if (!dev_part("fp32 CP forced segments")) return;
+    enum { NS = 8 };
+    spec s[NS];
+    const int64_t cu_edges[] = {0, 0, 1, 2, 131};
+    s[0] = base_spec(1, 131, 2, 2, 128);
+    set_cu(&s[0], cu_edges, 5);
+    s[1] = base_spec(1, 150, 2, 4, 128);
+    s[1].l2norm = s[1].gate_in = s[1].beta_sig = s[1].neg_eig = 1;
+    s[1].gate = FQLA_DTYPE_BF16;
+    s[1].v_first = 1;
+    s[2] = base_spec(2, 130, 1, 3, 64);
+    s[2].h0_dtype = s[2].ht_dtype = FQLA_DTYPE_BF16;
+    s[2].v_first = 1;
+    s[3] = base_spec(1, 200, 1, 2, 128);
+    s[3].V = 96;
+    s[4] = base_spec(2, 200, 2, 4, 128);
+    s[4].decay = 1;
+    s[5] = base_spec(1, 300, 1, 4, 64);
+    s[5].decay = 6;
+    s[5].l2norm = 1;
+    s[6] = base_spec(2, 0, 2, 4, 128);
+    s[7] = base_spec(2, 260, 2, 4, 64);
+    s[7].decay = 4;
+    const char *names[NS] = {"fp32 varlen [0,0,1,2,131]", "fp32 l2norm + gate + beta sigmoid (neg) bf16 g/beta [V][K]",
+                             "fp32 K=V=64 GVA 3 bf16 h0/ht [V][K] B=2 T=130", "fp32 K=128 V=96 T=200",
+                             "fp32 strong decay B=2 T=200", "fp32 K=V=64 g~-0.15 l2norm T=300", "fp32 B=2 T=0",
+                             "fp32 K=V=64 decay 0..16 over heads B=2 T=260"};
+    /* (chunks a segment, shortcut, columns) */
+    enum { NR = 5 };
+    const int runs[NR][3] = {{1, 0, 32}, {1, 1, 64}, {2, 1, 32}, {3, 0, 64}, {3, 1, 64}};
+    for (int i = 0; i < NS; i++) {
+        prob p;
+        s[i].io = FQLA_DTYPE_F32;
+        prob_init(&p, &s[i]);
+        upload_all(&p);
+        run_ref(&p);
+        for (int r = 0; r < NR; r++) {
+            if (quick && r % 2) continue;
+            char what[192];
+            snprintf(what, sizeof what, "%s [CP, %d-chunk segments, skip %d, %d columns]", names[i], runs[r][0],
+                     runs[r][1], runs[r][2]);
+            fqla_cuda_fwd_tune_f32(1, runs[r][2]);
+            fqla_cuda_fwd_tune_cp(runs[r][0]);
+            fqla_cuda_fwd_tune_cp_skip(runs[r][1]);
+            check_prob(&p, what);
+            if (s[i].T > 0) CHECK(fqla_cuda_fwd_last_route() == FQLA_FWD_CHUNK_F32 + 8, "%s: ran route %d", what,
+                                  fqla_cuda_fwd_last_route());
+            if (runs[r][1] && s[i].decay == 1) {
+                const int64_t got = fqla_cuda_fwd_debug_cp_skipped(), want = cp_pairs(&s[i], runs[r][0]);
+                CHECK(got == want, "%s: %lld transitions left out, %lld expected", what, (long long)got,
+                      (long long)want);
+            }
+            if (r == 2 && s[i].T > 0) {
+                snprintf(what, sizeof what, "%s [CP, 2-chunk segments, final state alone]", names[i]);
+                check_final_only(&p, what);
+            }
+        }
+        fqla_cuda_fwd_tune_f32(-1, 0);
+        fqla_cuda_fwd_tune_cp(-1);
+        fqla_cuda_fwd_tune_cp_skip(1);
+        prob_free(&p);
+    }
 }
 
 /* NaN in every input row past cu[N] (rows no sequence owns, which a caller

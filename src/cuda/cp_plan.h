@@ -311,4 +311,83 @@ static inline int64_t fqla_cp_plan(const fqla_cp_problem *q)
     return fqla_cp_plan_priced(q);
 }
 
+/* ---- CP on the chunked fp32 forward (fwd_chunk_f32.cu) -------------------
+ *
+ * That kernel walks a chunk in ~15-18 us (one CTA per SM, latency-bound
+ * between its four CTA barriers), ten times the bf16 chain's step, so a few
+ * long sequences on few heads leave most SMs idle for milliseconds: 397B
+ * TP8 1x32768 (8 value heads) ran 7.8 ms on 32 CTAs of 132 SMs (H100),
+ * against FLA's fp32 forward at 2.9. The same three launches as the bf16
+ * CP (the kernel's state-only pre-pass over V + K columns, fwd_cp.cu's
+ * scan, the main pass from the scanned start states) in a model of whole
+ * chunk steps: without CP every CTA walks the longest sequence; with
+ * segments of L chunks the main pass and the pre-pass each walk L chunks a
+ * wave (the pre-pass over every segment but a sequence's last, with the K
+ * transition columns beside the V ones), and the scan costs a step per
+ * segment. Both passes pick their own slice width (32 or 64 columns). The
+ * step costs were measured on the H100 (fwd-fp32-h100-2026-12-05.txt:
+ * 32 columns 15.3 us a chunk, 1x32768; 64 columns 17.7-18.4, 8192x4 and
+ * 4096x8); the transition columns are priced in full (the shortcut that
+ * leaves out negligible ones depends on the gates). CP where the model
+ * saves 10 %. */
+#define FQLA_CP_F32_US32 15.3
+#define FQLA_CP_F32_US64 18.0
+#define FQLA_CP_F32_US_LAUNCH 10.0
+
+typedef struct fqla_cp_f32_plan {
+    int64_t seg_chunks; /* L, or 0: no CP */
+    int bv;             /* the main pass's (or, without CP, the kernel's) value columns per CTA */
+    int pre_bv;         /* the pre-pass's (cp) */
+} fqla_cp_f32_plan;
+
+/* The faster slice width for ctas64 = rows x HV x (V / 64) chains of steps
+ * chunks (32 columns where V is not a multiple of 64); its time in *us. */
+static inline int fqla_cp_f32_width(int64_t rows, int64_t HV, int64_t cols, int64_t steps, int64_t sms, double *us)
+{
+    const double t32 = (double)(fqla_cp_waves(rows * HV * (cols / 32), sms) * steps) * FQLA_CP_F32_US32;
+    if (cols % 64 != 0) {
+        *us = t32;
+        return 32;
+    }
+    const double t64 = (double)(fqla_cp_waves(rows * HV * (cols / 64), sms) * steps) * FQLA_CP_F32_US64;
+    *us = t64 <= t32 ? t64 : t32;
+    return t64 <= t32 ? 64 : 32;
+}
+
+/* The plan for q's shape (q->K in {64, 128}, q->V % 32 = 0; prep_saving is
+ * not read): m_skipped, the share of the pre-pass's CTAs of segments of
+ * FQLA_CP_SKIP_MIN_L chunks or more that the shortcut ends early, is priced
+ * as absent. */
+static inline fqla_cp_f32_plan fqla_cp_plan_f32(const fqla_cp_problem *q)
+{
+    const int64_t C = FQLA_CP_CHUNK;
+    fqla_cp_f32_plan r = {0, 32, 32};
+    if (q->N <= 0 || q->sms <= 0) return r;
+    const int64_t *cu = q->varlen ? q->cu_host : 0;
+    const int64_t maxlen = cu ? fqla_cp_longest(cu, q->N) : q->varlen ? (q->T + q->N - 1) / q->N : q->T;
+    const int64_t chunks = (maxlen + C - 1) / C;
+    double base;
+    r.bv = fqla_cp_f32_width(q->N, q->HV, q->V, chunks, q->sms, &base);
+    base = 0.9 * (base + FQLA_CP_F32_US_LAUNCH);
+    for (int64_t L = 2; 2 * L <= chunks; L *= 2) {
+        const int64_t segs = cu ? fqla_cp_real_segs(cu, q->N, L) : q->N * ((chunks + L - 1) / L);
+        double t_main, t_pre;
+        const int bv = fqla_cp_f32_width(segs, q->HV, q->V, L, q->sms, &t_main);
+        /* the share of pre-pass CTAs the shortcut is expected to end early */
+        double skip = L >= FQLA_CP_SKIP_MIN_L ? q->m_skipped : 0.0;
+        skip = !(skip > 0.0) ? 0.0 : skip > 1.0 ? 1.0 : skip; /* NaN: none */
+        const int64_t live = (int64_t)((1.0 - skip) * (double)(segs - q->N) + 0.999);
+        const int pre_bv = fqla_cp_f32_width(live, q->HV, q->V + q->K, L, q->sms, &t_pre);
+        const double t = t_main + t_pre + (double)((chunks + L - 1) / L) * FQLA_CP_US_SCAN + FQLA_CP_US_SCAN0 +
+                         3 * FQLA_CP_F32_US_LAUNCH;
+        if (t < base) {
+            base = t;
+            r.seg_chunks = L;
+            r.bv = bv;
+            r.pre_bv = pre_bv;
+        }
+    }
+    return r;
+}
+
 #endif

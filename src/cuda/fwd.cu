@@ -101,20 +101,72 @@ fqla_fwd_route plan(const fqla_context *ctx, const fqla_problem *p, const fqla_f
     return r;
 }
 
-/* The workspace of route r over shape s (none for the fp32 kernels). */
-fqla_fwd_ws_layout ws_layout(const fqla_fwd_shape *s, const fqla_fwd_route *r)
+} // namespace
+
+/* The workspace of route r over shape s: none for the fp32 recurrence, CP's
+ * segment states and flags alone for the chunked fp32 kernel (it needs no
+ * prepare kernel), else the prepare kernel's outputs and CP's. */
+fqla_fwd_ws_layout fqla_fwd_route_ws(const fqla_fwd_shape *s, const fqla_fwd_route *r)
 {
-    if (r->path == FQLA_FWD_RECURRENT || r->path == FQLA_FWD_CHUNK_F32) {
+    const int64_t L = r->seg_chunks;
+    if (r->path == FQLA_FWD_RECURRENT || (r->path == FQLA_FWD_CHUNK_F32 && L == 0)) {
         fqla_fwd_ws_layout none;
         memset(&none, 0, sizeof none);
         return none;
     }
-    const int64_t L = r->seg_chunks;
+    if (r->path == FQLA_FWD_CHUNK_F32) return fqla_fwd_ws(0, 0, s->HV, 0, 4, fqla_route_segs(s, L), s->K, s->V);
     return fqla_fwd_ws(fqla_route_slots(s), s->H, s->HV, s->l2norm, 2, L > 0 ? fqla_route_segs(s, L) : 0, s->K,
                        s->V);
 }
 
-} // namespace
+/* CP on the chunked fp32 kernel (route_plan.h fqla_route_f32_cp): its
+ * state-only pre-pass over every segment but each sequence's last, H | M
+ * into seg_hm (with the shortcut, cp_skip: a negligible M flagged instead,
+ * and H from where the segment's decay leaves earlier chunks negligible);
+ * the scan (fwd_cp.cu, 3xTF32: ~fp32) of the start states into seg_s0; the
+ * main pass over every segment from its start state, o and (from each
+ * sequence's last segment) the final state. Without o, the main pass runs
+ * the last segments alone. */
+static fqla_status run_cp_f32(fqla_context *ctx, const fqla_fwd_shape *s, const fqla_fwd_route *r,
+                              fqla_fwd_params k, unsigned char *ws, const fqla_fwd_ws_layout &L, cudaStream_t stream)
+{
+    k.seg_chunks = r->seg_chunks;
+    k.segs = fqla_route_segs(s, r->seg_chunks);
+    k.seg_hm = (float *)(ws + L.seg_hm);
+    k.seg_s0 = (float *)(ws + L.seg_s0);
+    k.seg_flag = (int *)(ws + L.seg_flag);
+    k.cp_skip = r->cp_skip;
+    k.pdl = 0;
+    const int64_t VX = s->V + s->K;
+
+    fqla_fwd_params pre = k;
+    pre.cp_mode = 1;
+    pre.o = NULL;
+    pre.h0 = NULL;
+    pre.ht = k.seg_hm;
+    pre.ht_bf16 = 0;
+    pre.ht_sn = s->HV * s->K * VX;
+    pre.ht_sh = s->K * VX;
+    pre.ht_s2 = VX;
+    pre.v_first = 0;
+    pre.ht_v_first = 0;
+    fqla_status st = fqla_cuda_check(ctx, fqla_fwd_launch_chunk_f32(pre, r->pre_bv, stream),
+                                     "CUDA forward: fp32 CP pre-pass launch");
+    if (st != FQLA_STATUS_SUCCESS) return st;
+    st = fqla_cuda_check(ctx, fqla_fwd_launch_cp_scan(k, r->scan_cb, (int)r->sms, stream),
+                         "CUDA forward: fp32 CP scan launch");
+    if (st != FQLA_STATUS_SUCCESS) return st;
+
+    fqla_fwd_params mp = k;
+    mp.cp_mode = 2;
+    mp.h0 = k.seg_s0;
+    mp.h0_bf16 = 0;
+    mp.h0_sn = s->HV * s->K * s->V;
+    mp.h0_sh = s->K * s->V;
+    mp.h0_s2 = s->V;
+    mp.v_first = 0; /* the start states; the final state keeps the caller's layout */
+    return fqla_cuda_check(ctx, fqla_fwd_launch_chunk_f32(mp, r->bv, stream), "CUDA forward: fp32 CP main pass launch");
+}
 
 /* Context parallelism: the prepare kernel, then the pre-pass (the TMA
  * chunk kernel without output: H | M of every segment but each sequence's
@@ -318,7 +370,7 @@ fqla_status fqla_cuda_fwd_workspace(fqla_context *ctx, const fqla_problem *p, co
     if (st != FQLA_STATUS_SUCCESS) return st;
     fqla_fwd_shape s;
     const fqla_fwd_route r = plan(ctx, p, a, &s, 0, NULL);
-    *bytes = ws_layout(&s, &r).total;
+    *bytes = fqla_fwd_route_ws(&s, &r).total;
     return FQLA_STATUS_SUCCESS;
 }
 
@@ -330,7 +382,7 @@ fqla_status fqla_cuda_fwd_run(fqla_context *ctx, const fqla_problem *p, const fq
     fqla_fwd_shape s;
     const fqla_fwd_route r = plan(ctx, p, a, &s, 1, workspace);
     const int64_t uniform = r.uniform;
-    const fqla_fwd_ws_layout L = ws_layout(&s, &r);
+    const fqla_fwd_ws_layout L = fqla_fwd_route_ws(&s, &r);
     if (workspace_bytes < L.total || (L.total > 0 && !workspace))
         return fqla_fail(ctx, FQLA_STATUS_WORKSPACE_TOO_SMALL, "workspace: %zu bytes given, %zu bytes needed",
                          workspace_bytes, L.total);
@@ -369,10 +421,12 @@ fqla_status fqla_cuda_fwd_run(fqla_context *ctx, const fqla_problem *p, const fq
     if (r.path == FQLA_FWD_RECURRENT || (p->ht_only && s.T == 0))
         return fqla_cuda_check(ctx, fqla_fwd_launch_recurrent(k, (int)r.sms, r.rec_rows, stream),
                                "CUDA forward: fp32 recurrent kernel launch");
+    unsigned char *ws = (unsigned char *)workspace;
+    if (r.path == FQLA_FWD_CHUNK_F32 && r.cp && fqla_route_segs(&s, r.seg_chunks) > 0)
+        return run_cp_f32(ctx, &s, &r, k, ws, L, stream);
     if (r.path == FQLA_FWD_CHUNK_F32)
         return fqla_cuda_check(ctx, fqla_fwd_launch_chunk_f32(k, r.bv, stream),
                                "CUDA forward: fp32 chunk kernel launch");
-    unsigned char *ws = (unsigned char *)workspace;
     k.gam = (float *)(ws + L.gam);
     k.rq = p->opt.use_qk_l2norm ? (float *)(ws + L.rq) : NULL;
     k.rk = p->opt.use_qk_l2norm ? (float *)(ws + L.rk) : NULL;

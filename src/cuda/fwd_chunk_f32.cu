@@ -54,8 +54,19 @@
  * (gamma by a warp scan, e, f, beta) into the buffer of that chunk's
  * parity at the end of the chunk.
  *
- * Grid: x = (sequence, value head), plus TAIL CTAs that zero o's rows after
- * the last sequence (varlen); y = the V / BV slices. Shared memory (fp32
+ * Context parallelism (cp_mode, fwd.cu run_cp_f32): where a few long
+ * sequences leave SMs idle, the rows are segments (fqla_fwd_span). The
+ * pre-pass (cp_mode 1) runs every segment but a sequence's last from a zero
+ * state with the K transition columns beside the V ones (they start from I
+ * and see V = 0) and stores H | M; with the shortcut (cp_skip) it first
+ * reads the segment's gates and key norms (f32_segment_reach) to leave out
+ * a negligible M and to start H where the earlier chunks are negligible at
+ * the segment's end. fwd_cp.cu's scan forms the start states, and the main
+ * pass (cp_mode 2) runs every segment from its own.
+ *
+ * Grid: x = (sequence or segment, value head), plus TAIL CTAs that zero o's
+ * rows after the last sequence (varlen); y = the V / BV slices (the
+ * pre-pass: (V + K) / BV). Shared memory (fp32
  * words): Q, K (split in place), V (then X), S^T (split), L^T, P, U^T and
  * Kt (split), and the per-token factors (gamma, e, f, beta by chunk
  * parity; rq, rk): 213 KB at K = 128, 64 columns.
@@ -119,6 +130,79 @@ __device__ __forceinline__ void copy_rows(float *dst, int ld, const float *src, 
     fqla_cp_async_commit();
 }
 
+/* CP's pre-pass with the negligible-transition shortcut (p.cp_skip): how
+ * much of a segment (len tokens from start, keys kb) its zero-start end
+ * state H needs, and whether its transition M is negligible. Every token
+ * t with 0 <= beta_t ||k_t||^2 <= 2 (normalised keys where the kernel
+ * normalises them) has ||I - beta_t k_t k_t^T||_2 <= 1, so the chain over
+ * a span of such tokens has norm at most e^(the span's sum of g). Where the
+ * chunks after chunk c sum to <= -17 (e^-17 ~ 4e-8, below fp32 rounding;
+ * the bf16 CP's test, fwd_common.cuh fqla_cp_m_negligible) and hold only
+ * such tokens, whatever chunks 0 .. c add to the state reaches the end
+ * damped below rounding: H is run from a zero state from chunk c + 1 on
+ * (returned; 0 where no such c exists). M is negligible where the whole
+ * segment passes the test (*m_neg; only computed with whole, which reads
+ * every chunk; else the walk stops at the first c found). The chunks are
+ * read from the end, eight at a time (a warp each: the 64 tokens' finished
+ * gates and beta, their keys' squared norms), and summed in one order by
+ * every thread, so all threads (and every CTA of the segment) agree. A
+ * block-wide call. */
+template <int KD>
+__device__ int64_t f32_segment_reach(const fqla_fwd_params &p, const float *kb, int64_t batch, int64_t start,
+                                     int64_t len, int hv, bool whole, int *m_neg, float *scratch)
+{
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int64_t nch = (len + C - 1) / C;
+    int *good_of = reinterpret_cast<int *>(scratch + NT / 32);
+    float acc = 0.f; /* the sum of g over the chunks walked */
+    int ok = 1;      /* they hold only tokens that pass */
+    int64_t first = -1;
+    for (int64_t top = nch; top > 0; top -= NT / 32) {
+        const int64_t c = top - 1 - warp;
+        float sg = 0.f;
+        int good = 1;
+        if (c >= 0) {
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int64_t t = c * C + lane + 32 * h;
+                if (t >= len) continue;
+                const int64_t tt = start + t;
+                float gg = load_gate(p.g, p.g_bf16, batch * p.g_sb + tt * p.g_st + hv * p.g_sh);
+                float bb = load_gate(p.beta, p.beta_bf16, batch * p.b_sb + tt * p.b_st + hv * p.b_sh);
+                finish_gate_beta(p, hv, gg, bb);
+                const float4 *kr = reinterpret_cast<const float4 *>(kb + t * p.k_st);
+                float kk = 0.f;
+#pragma unroll 8
+                for (int j = 0; j < KD / 4; j++) {
+                    const float4 x = kr[j];
+                    kk = fmaf(x.x, x.x, fmaf(x.y, x.y, fmaf(x.z, x.z, fmaf(x.w, x.w, kk))));
+                }
+                if (p.l2norm) kk = kk / (kk + 1e-6f); /* ||rk k||^2 */
+                const float bk = bb * kk;
+                sg += gg;
+                good &= bk >= 0.f && bk <= 2.f; /* false for NaN */
+            }
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) sg += __shfl_xor_sync(0xffffffffu, sg, o);
+            good = __all_sync(0xffffffffu, good);
+        }
+        if (lane == 0) {
+            scratch[warp] = sg;
+            good_of[warp] = good;
+        }
+        __syncthreads();
+        for (int w = 0; w < NT / 32 && top - 1 - w >= 0; w++) {
+            if (first < 0 && ok && acc <= -17.f) first = top - w; /* chunks top - w .. nch - 1 suffice */
+            acc += scratch[w];
+            ok &= good_of[w];
+        }
+        __syncthreads(); /* scratch is rewritten next round */
+        if (first >= 0 && !whole) break;
+    }
+    if (whole) *m_neg = ok && acc <= -17.f;
+    return first > 0 ? first : 0;
+}
+
 template <int KD, int BV>
 __global__ void __launch_bounds__(NT, 1) fwd_chunk_f32_kernel(const __grid_constant__ fqla_fwd_params p)
 {
@@ -133,10 +217,12 @@ __global__ void __launch_bounds__(NT, 1) fwd_chunk_f32_kernel(const __grid_const
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, tq = lane & 3;
-    const int64_t chains = p.N * p.HV;
+    /* rows: sequences, or with CP segment indices (cp_mode 1: the
+     * pre-pass, cp_mode 2: the main pass; fwd_common.cuh) */
+    const int64_t chains = (p.cp_mode ? p.segs : p.N) * p.HV;
     if ((int64_t)blockIdx.x >= chains) {
         /* o's rows after the last sequence (varlen): exact zeros */
-        if (!p.varlen || !p.o || blockIdx.y != 0) return;
+        if (!p.varlen || !p.o || p.cp_mode == 1 || blockIdx.y != 0) return;
         const int64_t end = fqla_fwd_cu(p, p.N), per_row = (int64_t)p.HV * p.V;
         for (int64_t i = ((int64_t)blockIdx.x - chains) * NT + tid; i < (p.T - end) * per_row; i += (int64_t)TAIL * NT) {
             const int64_t t = end + i / per_row, r = i % per_row;
@@ -144,13 +230,27 @@ __global__ void __launch_bounds__(NT, 1) fwd_chunk_f32_kernel(const __grid_const
         }
         return;
     }
-    const int64_t n = blockIdx.x / p.HV;
+    const int64_t ns = blockIdx.x / p.HV; /* the state's row: the sequence, or the segment */
     const int hv = blockIdx.x % p.HV;
     const int hq = hv / p.group;
     const int v0 = blockIdx.y * BV;
 
-    int64_t batch, start, len, slot0;
-    fqla_fwd_seq(p, n, batch, start, len, slot0);
+    int64_t n, batch, start, len, slot0;
+    bool last;
+    /* The pre-pass leaves out each sequence's last segment (the main pass
+     * runs it on to the final state); without o the main pass runs only
+     * that one (the final state alone). */
+    if (!fqla_fwd_span(p, ns, n, batch, start, len, slot0, last) || (p.cp_mode == 1 && last) ||
+        (p.cp_mode == 2 && !p.o && !last)) {
+        if (p.cp_mode == 1 && p.cp_skip && v0 == p.V && tid == 0) p.seg_flag[ns * p.HV + hv] = 0; /* defined */
+        return;
+    }
+    /* the pre-pass's transition columns: the state's columns v0 - V .. start
+     * from the identity and see V = 0 (fwd_cp.cu). Read from the parameters
+     * where used (held in a register through the chunk loop, this and the
+     * span's values spilled at K = 128, 64 columns) */
+    auto ident_cols = [&]() { return p.cp_mode == 1 && (int)blockIdx.y * BV >= p.V; };
+    const bool ident = ident_cols();
     const int64_t nch = (len + C - 1) / C;
 
     /* S^T fragments: warp w holds m-tile smt (value columns 16 smt..) and
@@ -162,9 +262,9 @@ __global__ void __launch_bounds__(NT, 1) fwd_chunk_f32_kernel(const __grid_const
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             const int v = 16 * smt + g + 8 * (e >> 1), r = 8 * (snt0 + ni) + 2 * tq + (e & 1);
-            float x = 0.f;
+            float x = ident && v0 + v - p.V == r ? 1.f : 0.f;
             if (p.h0) {
-                const int64_t off = fqla_fwd_state_off(n, hv, r, v0 + v, p.h0_sn, p.h0_sh, p.h0_s2, p.v_first);
+                const int64_t off = fqla_fwd_state_off(ns, hv, r, v0 + v, p.h0_sn, p.h0_sh, p.h0_s2, p.v_first);
                 x = p.h0_bf16 ? __bfloat162float(((const __nv_bfloat16 *)p.h0)[off]) : ((const float *)p.h0)[off];
             }
             S[ni][e] = x;
@@ -182,7 +282,23 @@ __global__ void __launch_bounds__(NT, 1) fwd_chunk_f32_kernel(const __grid_const
     const float *qb = (const float *)p.q + batch * p.q_sb + start * p.q_st + hq * p.q_sh;
     const float *kb = (const float *)p.k + batch * p.k_sb + start * p.k_st + hq * p.k_sh;
     const float *vb = (const float *)p.v + batch * p.v_sb + start * p.v_st + hv * p.v_sh + v0;
-    float *ob = p.o ? (float *)p.o + batch * p.o_sb + start * p.o_st + hv * p.o_sh + v0 : NULL;
+    float *ob = p.o && p.cp_mode != 1 ? (float *)p.o + batch * p.o_sb + start * p.o_st + hv * p.o_sh + v0 : NULL;
+
+    /* the pre-pass with the shortcut: where the segment's decay makes its
+     * early chunks negligible at its end, H starts later (c_first), and a
+     * negligible M is left out and flagged for the scan (one flag per
+     * segment and head, written by the first transition slice; every
+     * slice decides alike) */
+    int64_t c_first = 0;
+    if (p.cp_mode == 1 && p.cp_skip) {
+        int m_neg = 0;
+        c_first = f32_segment_reach<KD>(p, kb, batch, start, len, hv, ident, &m_neg, sm);
+        if (ident) {
+            if (v0 == p.V && tid == 0) p.seg_flag[ns * p.HV + hv] = m_neg;
+            if (m_neg) return;
+            c_first = 0; /* M needs every chunk */
+        }
+    }
     /* o's element pairs 8-byte aligned (the contract asks 4): one store a pair */
     const bool o_pairs = ((uintptr_t)ob & 7) == 0 && (p.o_st & 1) == 0;
 
@@ -237,19 +353,20 @@ __global__ void __launch_bounds__(NT, 1) fwd_chunk_f32_kernel(const __grid_const
             v4[3 * C + i] = bb[h];
         }
     };
-    if (nch > 0 && warp == 0) {
-        load_gates(0);
-        finish_gates(0);
+    if (c_first < nch && warp == 0) {
+        load_gates(c_first);
+        finish_gates(c_first);
     }
-    if (nch > 0) {
-        const int nv = (int)min((int64_t)C, len);
-        copy_rows<KD>(Qs, LDQ, qb, p.q_st, 0, nv, tid);
-        copy_rows<KD>(Ks, LDQ, kb, p.k_st, 0, nv, tid);
-        copy_rows<BV>(Vs, LDV, vb, p.v_st, 0, nv, tid);
+    if (c_first < nch) {
+        const int64_t t0 = c_first * C;
+        const int nv = (int)min((int64_t)C, len - t0);
+        copy_rows<KD>(Qs, LDQ, qb, p.q_st, t0, nv, tid);
+        copy_rows<KD>(Ks, LDQ, kb, p.k_st, t0, nv, tid);
+        if (!ident) copy_rows<BV>(Vs, LDV, vb, p.v_st, t0, nv, tid);
         write_st();
     }
 
-    for (int64_t c = 0; c < nch; c++) {
+    for (int64_t c = c_first; c < nch; c++) {
         const int64_t t0 = c * C;
         const int nvalid = (int)min((int64_t)C, len - t0);
         fqla_cp_async_wait_all();
@@ -364,7 +481,8 @@ __global__ void __launch_bounds__(NT, 1) fwd_chunk_f32_kernel(const __grid_const
                 const int col = n0 + 8 * nt + 2 * tq;
                 float2 *x0 = reinterpret_cast<float2 *>(Vs + r0 * LDV + col);
                 float2 *x1 = reinterpret_cast<float2 *>(Vs + r1 * LDV + col);
-                const float2 a = *x0, b = *x1;
+                const bool vz = ident_cols();
+                const float2 a = vz ? make_float2(0.f, 0.f) : *x0, b = vz ? make_float2(0.f, 0.f) : *x1;
                 *x0 = make_float2(b0 * (a.x - u0 * aKS[nt][0]), b0 * (a.y - u0 * aKS[nt][1]));
                 *x1 = make_float2(b1 * (b.x - u1 * aKS[nt][2]), b1 * (b.y - u1 * aKS[nt][3]));
                 aQS[nt][0] *= o0;
@@ -436,7 +554,7 @@ __global__ void __launch_bounds__(NT, 1) fwd_chunk_f32_kernel(const __grid_const
             }
         }
         __syncthreads(); /* D: U written; X read for the last time */
-        if (c + 1 < nch) copy_rows<BV>(Vs, LDV, vb, p.v_st, t0 + C, (int)min((int64_t)C, len - t0 - C), tid);
+        if (c + 1 < nch && !ident_cols()) copy_rows<BV>(Vs, LDV, vb, p.v_st, t0 + C, (int)min((int64_t)C, len - t0 - C), tid);
         if (c + 1 < nch && warp == 0) load_gates(c + 1); /* in flight through the O and state products */
 
         /* O += P U (P lower triangular: k-tiles 0 .. mw) */
@@ -496,13 +614,21 @@ __global__ void __launch_bounds__(NT, 1) fwd_chunk_f32_kernel(const __grid_const
          * is read in this chunk before A */
     }
 
+    /* the final state (the main pass: from a sequence's last segment), or
+     * the pre-pass's H | M of the segment */
     if (p.ht) {
+        int64_t row = ns;
+        if (p.cp_mode == 2) { /* the sequence's final state, from its last segment */
+            fqla_fwd_span(p, ns, n, batch, start, len, slot0, last);
+            if (!last) return;
+            row = n;
+        }
 #pragma unroll
         for (int ni = 0; ni < NTW; ni++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int v = 16 * smt + g + 8 * (e >> 1), r = 8 * (snt0 + ni) + 2 * tq + (e & 1);
-                const int64_t off = fqla_fwd_state_off(n, hv, r, v0 + v, p.ht_sn, p.ht_sh, p.ht_s2, p.ht_v_first);
+                const int64_t off = fqla_fwd_state_off(row, hv, r, v0 + v, p.ht_sn, p.ht_sh, p.ht_s2, p.ht_v_first);
                 if (p.ht_bf16) ((__nv_bfloat16 *)p.ht)[off] = __float2bfloat16_rn(S[ni][e]);
                 else ((float *)p.ht)[off] = S[ni][e];
             }
@@ -516,7 +642,10 @@ cudaError_t launch(const fqla_fwd_params &p, cudaStream_t stream)
     static fqla_smem_cache cache;
     cudaError_t err = fqla_smem_limit(cache, fwd_chunk_f32_kernel<KD, BV>, cfg::bytes);
     if (err != cudaSuccess) return err;
-    const dim3 grid((unsigned)(p.N * p.HV + (p.varlen && p.o ? TAIL : 0)), (unsigned)(p.V / BV));
+    /* rows: sequences or segments; columns: V slices (the pre-pass: and the
+     * K transition columns); the TAIL CTAs where o's rows past cu[N] are zeroed */
+    const int64_t rows = p.cp_mode ? p.segs : p.N, cols = p.cp_mode == 1 ? p.V + p.K : p.V;
+    const dim3 grid((unsigned)(rows * p.HV + (p.varlen && p.o && p.cp_mode != 1 ? TAIL : 0)), (unsigned)(cols / BV));
     return fqla_launch(fwd_chunk_f32_kernel<KD, BV>, grid, dim3(NT), cfg::bytes, stream, 0, p);
 }
 
@@ -525,7 +654,7 @@ cudaError_t launch(const fqla_fwd_params &p, cudaStream_t stream)
 cudaError_t fqla_fwd_launch_chunk_f32(const fqla_fwd_params &p, int bv, cudaStream_t stream)
 {
     if (p.N * p.HV == 0) return cudaSuccess;
-    if (bv == 64 && p.V % 64 != 0) return cudaErrorInvalidValue;
+    if (bv == 64 && p.V % 64 != 0) return cudaErrorInvalidValue; /* (then V + K too) */
     if (p.K == 64 && bv == 32) return launch<64, 32>(p, stream);
     if (p.K == 64 && bv == 64) return launch<64, 64>(p, stream);
     if (p.K == 128 && bv == 32) return launch<128, 32>(p, stream);

@@ -236,6 +236,9 @@ static inline fqla_fwd_ws_layout fqla_fwd_ws(int64_t slots, int64_t H, int64_t H
     return L;
 }
 
+/* The workspace of route r over the shape its kernels run (fwd.cu). */
+fqla_fwd_ws_layout fqla_fwd_route_ws(const fqla_fwd_shape *s, const fqla_fwd_route *r);
+
 __device__ __forceinline__ int64_t fqla_fwd_cu(const fqla_fwd_params &p, int64_t i)
 {
     return fqla_cp_cu(p.cu, p.cu64, i);
@@ -380,10 +383,11 @@ cudaError_t fqla_fwd_launch_recurrent(const fqla_fwd_params &p, int sms, int row
  * head dim K (fqla_cuda_fwd_supported keeps it within gridDim.x). */
 int64_t fqla_fwd_recurrent_ctas(int64_t N, int64_t HV, int64_t K, int64_t V, int varlen);
 /* fp32 q/k/v, chunked (fwd_chunk_f32.cu): the whole forward in one kernel
- * (no workspace, no prepare kernel), products on mma.sync in bf16x3; K = 64
- * or 128, V a multiple of 32, q/k/v rows 16-byte aligned (route_plan.h,
- * fqla_route_f32_chunked); bv value columns per CTA (32 or 64; 64 needs V a
- * multiple of 64). */
+ * (no prepare kernel; a workspace only for CP), products on mma.sync in
+ * bf16x3; K = 64 or 128, V a multiple of 32, q/k/v rows 16-byte aligned
+ * (route_plan.h, fqla_route_f32_chunked); bv value columns per CTA (32 or
+ * 64; 64 needs V a multiple of 64). With cp_mode, CP's pre-pass (1) or
+ * main pass (2), as the wgmma chunk kernel's. */
 cudaError_t fqla_fwd_launch_chunk_f32(const fqla_fwd_params &p, int bv, cudaStream_t stream);
 /* The CP scan (fwd_cp.cu): p as for the pre-pass and main pass (seg_*,
  * seg_chunks), with the caller's h0 / ht; K = 64 or 128; cb value columns

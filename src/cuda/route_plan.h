@@ -67,12 +67,15 @@ typedef struct fqla_fwd_route {
     int64_t sms;        /* the SM count planned with */
     int tma;            /* the TMA kernels' shape and alignment conditions hold */
     int nwg;            /* FUSED / WGMMA: warpgroups per CTA on the chain (1, 2; with cp, the main pass's) */
-    int bv;             /* MMA's and CHUNK_F32's value columns per CTA (32, 64); also MMA's fallback's */
+    int bv;             /* MMA's and CHUNK_F32's value columns per CTA (32, 64); also MMA's fallback's;
+                           with cp, CHUNK_F32's main pass's */
+    int pre_bv;         /* CHUNK_F32 with cp: the pre-pass's value columns per CTA (32, 64) */
     int64_t fused_split;/* FUSED without cp: chains run with two warpgroups before the split last wave, else 0 */
     int pdl;            /* the kernels after the prepare kernel launch with PDL */
     int64_t seg_chunks; /* the CP plan, chunks per segment (0: none); it sizes the workspace */
-    int cp;             /* CP runs (seg_chunks > 0 on the TMA kernels) */
-    int cp_skip;        /* the prepare kernel flags chunks for the negligible-transition shortcut */
+    int cp;             /* CP runs (seg_chunks > 0 on the TMA kernels or CHUNK_F32) */
+    int cp_skip;        /* the negligible-transition shortcut: the prepare kernel flags chunks for
+                           it (CHUNK_F32: its pre-pass reads the gates and keys itself) */
     int scan_cb;        /* cp: value columns per CTA of the CP scan (8, 16, 32) */
     /* Variants the product build never changes (a developer build's hook may):
      * prep_variant 0 (3xTF32 merges in the prepare kernel), late -1 (the
@@ -388,6 +391,29 @@ static inline int fqla_route_scan_cb(const fqla_fwd_shape *s, int64_t sms)
     return heads * (s->V / 8) <= sms ? 8 : heads * (s->V / 16) <= sms ? 16 : 32;
 }
 
+/* The chunked fp32 kernel's CP plan (cp_plan.h, fqla_cp_plan_f32), with the
+ * benchmark's share of pre-pass CTAs that the shortcut ends early
+ * (FQLA_ROUTE_CP_MSKIP: a quarter of the heads ungated; on the others it
+ * leaves out the transition and starts the end state a few chunks before
+ * the segment's end). Unlike the bf16 CP's chain the fp32 one pays little
+ * for that guess where it is wrong: the pre-pass's work does not depend on
+ * the segment length, only its waves do, so with no transition negligible
+ * the shorter segments it picks cost about what the longer ones would
+ * (397B TP8 1x32768 in the model: 3.45 ms at 32 or 64 chunks, against 7.8
+ * without CP). Without CP the slice width of fqla_route_bv. The scan's
+ * width as for the bf16 CP. */
+static inline void fqla_route_f32_cp(const fqla_fwd_shape *s, int64_t sms, fqla_fwd_route *r)
+{
+    const fqla_cp_problem q = fqla_route_cp_problem(s, sms, 0, FQLA_ROUTE_CP_MSKIP);
+    const fqla_cp_f32_plan f = fqla_cp_plan_f32(&q);
+    r->seg_chunks = f.seg_chunks;
+    r->cp = f.seg_chunks > 0;
+    r->cp_skip = r->cp;
+    r->bv = r->cp ? f.bv : fqla_route_bv(s, sms);
+    r->pre_bv = r->cp ? f.pre_bv : 0;
+    r->scan_cb = r->cp ? fqla_route_scan_cb(s, sms) : 0;
+}
+
 /* The plan for shape s (as validated) on device d; *ps receives the shape
  * the kernels run (the padded view where r->uniform > 0). */
 static inline void fqla_fwd_plan(const fqla_route_device *d, const fqla_fwd_shape *s, fqla_fwd_route *r,
@@ -411,9 +437,10 @@ static inline void fqla_fwd_plan(const fqla_route_device *d, const fqla_fwd_shap
     r->prep_variant = 0;
     r->late = -1;
     r->rec_rows = 0;
+    r->pre_bv = 0;
     if (s->io_f32) {
         r->path = fqla_route_f32_chunked(s) ? FQLA_FWD_CHUNK_F32 : FQLA_FWD_RECURRENT;
-        if (r->path == FQLA_FWD_CHUNK_F32) r->bv = fqla_route_bv(s, sms);
+        if (r->path == FQLA_FWD_CHUNK_F32) fqla_route_f32_cp(s, sms, r);
         return;
     }
     r->tma = fqla_route_tma_ok(s->K, s->V, s->T, fqla_route_slots(s), s->HV, s->o_base16, s->o_sb, s->o_st, s->o_sh,

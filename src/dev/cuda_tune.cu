@@ -124,8 +124,22 @@ void f32_retune(const fqla_fwd_shape *s, fqla_fwd_route *r)
 {
     if (g_f32 == 0 || (g_f32 == 1 && fqla_route_f32_covers(s))) r->path = g_f32 == 1 ? FQLA_FWD_CHUNK_F32 : FQLA_FWD_RECURRENT;
     if (r->path == FQLA_FWD_CHUNK_F32) {
-        if (!r->bv) r->bv = fqla_route_bv(s, r->sms);
-        if (g_f32_bv == 32 || (g_f32_bv == 64 && s->V % 64 == 0)) r->bv = g_f32_bv;
+        if (!r->bv) fqla_route_f32_cp(s, r->sms, r);
+        /* CP forced off, or on at g_cp chunks a segment */
+        const int64_t segs = g_cp > 0 ? fqla_route_segs(s, g_cp) : 0; /* 0 for a padded batch of no tokens */
+        if (g_cp == 0 || (segs > 0 && segs * s->HV <= 0x7fffffffLL)) {
+            r->seg_chunks = g_cp;
+            r->cp = g_cp > 0;
+            r->bv = fqla_route_bv(s, r->sms);
+            r->pre_bv = r->cp ? r->bv : 0;
+            r->scan_cb = r->cp ? (g_scan_cb ? g_scan_cb : fqla_route_scan_cb(s, r->sms)) : 0;
+        }
+        r->cp_skip = r->cp && g_cp_skip;
+        if (g_f32_bv == 32 || (g_f32_bv == 64 && s->V % 64 == 0)) r->bv = r->pre_bv = g_f32_bv;
+        if (!r->cp) r->pre_bv = 0;
+    } else {
+        r->seg_chunks = 0;
+        r->cp = r->cp_skip = 0;
     }
     r->rec_rows = r->path == FQLA_FWD_RECURRENT ? g_rec_rows : 0;
 }
@@ -142,10 +156,9 @@ void fqla_dev_fwd_route(const fqla_route_device *d, const fqla_fwd_shape *s, fql
     g_last_route = r->path + (r->cp ? 8 : 0);
     g_flags = NULL;
     if (r->cp && r->cp_skip && workspace) {
-        const int64_t segs = fqla_route_segs(s, r->seg_chunks);
-        const fqla_fwd_ws_layout L = fqla_fwd_ws(fqla_route_slots(s), s->H, s->HV, s->l2norm, 2, segs, s->K, s->V);
+        const fqla_fwd_ws_layout L = fqla_fwd_route_ws(s, r);
         g_flags = (const int *)((const unsigned char *)workspace + L.seg_flag);
-        g_flag_count = segs * s->HV;
+        g_flag_count = fqla_route_segs(s, r->seg_chunks) * s->HV;
     }
 }
 

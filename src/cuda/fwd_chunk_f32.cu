@@ -203,7 +203,7 @@ __device__ int64_t f32_segment_reach(const fqla_fwd_params &p, const float *kb, 
     return first > 0 ? first : 0;
 }
 
-template <int KD, int BV>
+template <int KD, int BV, bool OUT>
 __global__ void __launch_bounds__(NT, 1) fwd_chunk_f32_kernel(const __grid_constant__ fqla_fwd_params p)
 {
     typedef f32_cfg<KD, BV> cfg;
@@ -360,7 +360,7 @@ __global__ void __launch_bounds__(NT, 1) fwd_chunk_f32_kernel(const __grid_const
     if (c_first < nch) {
         const int64_t t0 = c_first * C;
         const int nv = (int)min((int64_t)C, len - t0);
-        copy_rows<KD>(Qs, LDQ, qb, p.q_st, t0, nv, tid);
+        if (OUT) copy_rows<KD>(Qs, LDQ, qb, p.q_st, t0, nv, tid);
         copy_rows<KD>(Ks, LDQ, kb, p.k_st, t0, nv, tid);
         if (!ident) copy_rows<BV>(Vs, LDV, vb, p.v_st, t0, nv, tid);
         write_st();
@@ -386,22 +386,26 @@ __global__ void __launch_bounds__(NT, 1) fwd_chunk_f32_kernel(const __grid_const
             for (int m = 0; m < M; m++) {
                 const int col = 2 * (sub + 8 * m);
                 float *q0 = Qs + i0 * LDQ + col, *q1 = q0 + LDQ, *k0 = Ks + i0 * LDQ + col, *k1 = k0 + LDQ;
-                const float2 a0 = *reinterpret_cast<const float2 *>(q0), a1 = *reinterpret_cast<const float2 *>(q1);
                 kx[m][0] = *reinterpret_cast<const float2 *>(k0);
                 kx[m][1] = *reinterpret_cast<const float2 *>(k1);
-                sq0 = fmaf(a0.x, a0.x, fmaf(a0.y, a0.y, sq0));
-                sq1 = fmaf(a1.x, a1.x, fmaf(a1.y, a1.y, sq1));
+                if (OUT) {
+                    const float2 a0 = *reinterpret_cast<const float2 *>(q0), a1 = *reinterpret_cast<const float2 *>(q1);
+                    sq0 = fmaf(a0.x, a0.x, fmaf(a0.y, a0.y, sq0));
+                    sq1 = fmaf(a1.x, a1.x, fmaf(a1.y, a1.y, sq1));
+                    *reinterpret_cast<uint2 *>(q0) = fqla_x3_split(a0.x, a0.y);
+                    *reinterpret_cast<uint2 *>(q1) = fqla_x3_split(a1.x, a1.y);
+                }
                 sk0 = fmaf(kx[m][0].x, kx[m][0].x, fmaf(kx[m][0].y, kx[m][0].y, sk0));
                 sk1 = fmaf(kx[m][1].x, kx[m][1].x, fmaf(kx[m][1].y, kx[m][1].y, sk1));
-                *reinterpret_cast<uint2 *>(q0) = fqla_x3_split(a0.x, a0.y);
-                *reinterpret_cast<uint2 *>(q1) = fqla_x3_split(a1.x, a1.y);
                 *reinterpret_cast<uint2 *>(k0) = fqla_x3_split(kx[m][0].x, kx[m][0].y);
                 *reinterpret_cast<uint2 *>(k1) = fqla_x3_split(kx[m][1].x, kx[m][1].y);
             }
 #pragma unroll
             for (int o = 1; o < 8; o <<= 1) {
-                sq0 += __shfl_xor_sync(0xffffffffu, sq0, o);
-                sq1 += __shfl_xor_sync(0xffffffffu, sq1, o);
+                if (OUT) {
+                    sq0 += __shfl_xor_sync(0xffffffffu, sq0, o);
+                    sq1 += __shfl_xor_sync(0xffffffffu, sq1, o);
+                }
                 sk0 += __shfl_xor_sync(0xffffffffu, sk0, o);
                 sk1 += __shfl_xor_sync(0xffffffffu, sk1, o);
             }
@@ -438,13 +442,13 @@ __global__ void __launch_bounds__(NT, 1) fwd_chunk_f32_kernel(const __grid_const
         for (int ks = 0; ks < KD / 16; ks++) {
             fqla_x3_a ak, aq;
             fqla_x3_load_a(ak, Ks, LDQ, 16 * mw, 16 * ks, lane);
-            fqla_x3_load_a(aq, Qs, LDQ, 16 * mw, 16 * ks, lane);
+            if (OUT) fqla_x3_load_a(aq, Qs, LDQ, 16 * mw, 16 * ks, lane);
 #pragma unroll
             for (int nt = 0; nt < CNT; nt++) {
                 fqla_x3_b b;
                 fqla_x3_load_b_nk(b, St, LDQ, 16 * ks, n0 + 8 * nt, lane);
                 fqla_x3_mma(aKS[nt], ak, b);
-                fqla_x3_mma(aQS[nt], aq, b);
+                if (OUT) fqla_x3_mma(aQS[nt], aq, b);
             }
 #pragma unroll
             for (int nt = 0; nt < 4; nt++) {
@@ -452,7 +456,7 @@ __global__ void __launch_bounds__(NT, 1) fwd_chunk_f32_kernel(const __grid_const
                 fqla_x3_b b;
                 fqla_x3_load_b_nk(b, Ks, LDQ, 16 * ks, j0 + 8 * nt, lane);
                 fqla_x3_mma(aKK[nt], ak, b);
-                fqla_x3_mma(aQK[nt], aq, b);
+                if (OUT) fqla_x3_mma(aQK[nt], aq, b);
             }
         }
         const int r0 = 16 * mw + g, r1 = r0 + 8;
@@ -465,16 +469,18 @@ __global__ void __launch_bounds__(NT, 1) fwd_chunk_f32_kernel(const __grid_const
                 const int i = e < 2 ? r0 : r1, j = j0 + 8 * nt + 2 * tq + (e & 1);
                 const float G = i >= j ? expf(gam[i] - gam[j]) : 0.f;
                 Lt[j * LDC + i] = i > j ? bv[i] * rk[i] * rk[j] * G * aKK[nt][e] : 0.f;
-                pv[e] = p.scale * rq[i] * rk[j] * G * aQK[nt][e];
+                if (OUT) pv[e] = p.scale * rq[i] * rk[j] * G * aQK[nt][e];
             }
-            const int col = j0 + 8 * nt + 2 * tq;
-            *reinterpret_cast<uint2 *>(Ps + r0 * LDC + col) = fqla_x3_split(pv[0], pv[1]);
-            *reinterpret_cast<uint2 *>(Ps + r1 * LDC + col) = fqla_x3_split(pv[2], pv[3]);
+            if (OUT) {
+                const int col = j0 + 8 * nt + 2 * tq;
+                *reinterpret_cast<uint2 *>(Ps + r0 * LDC + col) = fqla_x3_split(pv[0], pv[1]);
+                *reinterpret_cast<uint2 *>(Ps + r1 * LDC + col) = fqla_x3_split(pv[2], pv[3]);
+            }
         }
         /* X = diag(beta) (V - diag(e rk) KS), in place of V; O's first term */
         {
             const float u0 = ev[r0] * rk[r0], u1 = ev[r1] * rk[r1];
-            const float o0 = p.scale * rq[r0] * ev[r0], o1 = p.scale * rq[r1] * ev[r1];
+            const float o0 = OUT ? p.scale * rq[r0] * ev[r0] : 0.f, o1 = OUT ? p.scale * rq[r1] * ev[r1] : 0.f;
             const float b0 = bv[r0], b1 = bv[r1];
 #pragma unroll
             for (int nt = 0; nt < CNT; nt++) {
@@ -494,7 +500,7 @@ __global__ void __launch_bounds__(NT, 1) fwd_chunk_f32_kernel(const __grid_const
         __syncthreads(); /* C: L^T, P, X written; Q, K and S^T read for the last time */
         if (c + 1 < nch) {
             const int nv = (int)min((int64_t)C, len - t0 - C);
-            copy_rows<KD>(Qs, LDQ, qb, p.q_st, t0 + C, nv, tid);
+            if (OUT) copy_rows<KD>(Qs, LDQ, qb, p.q_st, t0 + C, nv, tid);
             copy_rows<KD>(Ks, LDQ, kb, p.k_st, t0 + C, nv, tid);
         }
 
@@ -558,7 +564,7 @@ __global__ void __launch_bounds__(NT, 1) fwd_chunk_f32_kernel(const __grid_const
         if (c + 1 < nch && warp == 0) load_gates(c + 1); /* in flight through the O and state products */
 
         /* O += P U (P lower triangular: k-tiles 0 .. mw) */
-        if (ob) {
+        if (OUT && ob) {
 #pragma unroll
             for (int kt = 0; kt < 4; kt++) {
                 if (kt > mw) break;
@@ -635,18 +641,27 @@ __global__ void __launch_bounds__(NT, 1) fwd_chunk_f32_kernel(const __grid_const
     }
 }
 
-template <int KD, int BV>
+/* OUT: the variant that forms o; without it (CP's pre-pass, the final
+ * state alone) q is never loaded and Q S, Q K^T, P and P U are not formed
+ * (~40 % of a chunk's products at K = 128, 64 columns). */
+template <int KD, int BV, bool OUT>
 cudaError_t launch(const fqla_fwd_params &p, cudaStream_t stream)
 {
     typedef f32_cfg<KD, BV> cfg;
     static fqla_smem_cache cache;
-    cudaError_t err = fqla_smem_limit(cache, fwd_chunk_f32_kernel<KD, BV>, cfg::bytes);
+    cudaError_t err = fqla_smem_limit(cache, fwd_chunk_f32_kernel<KD, BV, OUT>, cfg::bytes);
     if (err != cudaSuccess) return err;
     /* rows: sequences or segments; columns: V slices (the pre-pass: and the
      * K transition columns); the TAIL CTAs where o's rows past cu[N] are zeroed */
     const int64_t rows = p.cp_mode ? p.segs : p.N, cols = p.cp_mode == 1 ? p.V + p.K : p.V;
-    const dim3 grid((unsigned)(rows * p.HV + (p.varlen && p.o && p.cp_mode != 1 ? TAIL : 0)), (unsigned)(cols / BV));
-    return fqla_launch(fwd_chunk_f32_kernel<KD, BV>, grid, dim3(NT), cfg::bytes, stream, 0, p);
+    const dim3 grid((unsigned)(rows * p.HV + (p.varlen && OUT ? TAIL : 0)), (unsigned)(cols / BV));
+    return fqla_launch(fwd_chunk_f32_kernel<KD, BV, OUT>, grid, dim3(NT), cfg::bytes, stream, 0, p);
+}
+
+template <int KD, int BV>
+cudaError_t launch_out(const fqla_fwd_params &p, cudaStream_t stream)
+{
+    return p.o && p.cp_mode != 1 ? launch<KD, BV, true>(p, stream) : launch<KD, BV, false>(p, stream);
 }
 
 } // namespace
@@ -655,9 +670,9 @@ cudaError_t fqla_fwd_launch_chunk_f32(const fqla_fwd_params &p, int bv, cudaStre
 {
     if (p.N * p.HV == 0) return cudaSuccess;
     if (bv == 64 && p.V % 64 != 0) return cudaErrorInvalidValue; /* (then V + K too) */
-    if (p.K == 64 && bv == 32) return launch<64, 32>(p, stream);
-    if (p.K == 64 && bv == 64) return launch<64, 64>(p, stream);
-    if (p.K == 128 && bv == 32) return launch<128, 32>(p, stream);
-    if (p.K == 128 && bv == 64) return launch<128, 64>(p, stream);
+    if (p.K == 64 && bv == 32) return launch_out<64, 32>(p, stream);
+    if (p.K == 64 && bv == 64) return launch_out<64, 64>(p, stream);
+    if (p.K == 128 && bv == 32) return launch_out<128, 32>(p, stream);
+    if (p.K == 128 && bv == 64) return launch_out<128, 64>(p, stream);
     return cudaErrorInvalidValue;
 }

@@ -316,23 +316,29 @@ static inline int64_t fqla_cp_plan(const fqla_cp_problem *q)
  * That kernel walks a chunk in ~15-18 us (one CTA per SM, latency-bound
  * between its four CTA barriers), ten times the bf16 chain's step, so a few
  * long sequences on few heads leave most SMs idle for milliseconds: 397B
- * TP8 1x32768 (8 value heads) ran 7.8 ms on 32 CTAs of 132 SMs (H100),
- * against FLA's fp32 forward at 2.9. The same three launches as the bf16
+ * TP8 1x32768 (8 value heads) ran 7.9 ms on 32 CTAs of 132 SMs (H100),
+ * against FLA's fp32 forward at 3.0. The same three launches as the bf16
  * CP (the kernel's state-only pre-pass over V + K columns, fwd_cp.cu's
  * scan, the main pass from the scanned start states) in a model of whole
  * chunk steps: without CP every CTA walks the longest sequence; with
- * segments of L chunks the main pass and the pre-pass each walk L chunks a
- * wave (the pre-pass over every segment but a sequence's last, with the K
- * transition columns beside the V ones), and the scan costs a step per
- * segment. Both passes pick their own slice width (32 or 64 columns). The
- * step costs were measured on the H100 (fwd-fp32-h100-2026-12-05.txt:
- * 32 columns 15.3 us a chunk, 1x32768; 64 columns 17.7-18.4, 8192x4 and
- * 4096x8); the transition columns are priced in full (the shortcut that
- * leaves out negligible ones depends on the gates). CP where the model
- * saves 10 %. */
+ * segments of L chunks the main pass walks L chunks a wave, the scan costs
+ * a step per segment, and the pre-pass runs every segment but a sequence's
+ * last. There, on the share m_skipped of its (segment, head) pairs, the
+ * shortcut leaves the transition out and starts H WINDOW chunks before the
+ * segment's end (the benchmark's gated heads, ~-0.05 a token, reach e^-17
+ * in ~5.3 chunks); the other pairs walk all L chunks over V + K columns.
+ * The pre-pass takes the longer of those long CTAs' waves and all its work
+ * spread over the SMs. Each pass picks its slice width (32 or 64 columns).
+ * Step costs measured on the H100 (fwd-fp32-h100-2026-12-05.txt: 32
+ * columns 15.3 us a chunk, 1x32768; 64 columns 17.7-18.4, 8192x4 and
+ * 4096x8); CP_SCALE is what the CP launches measured over this model on
+ * 38 rows of 397B TP8 / TP4 and 27B TP2 (x1.04-1.26; many CTAs at once
+ * take longer a step than one wave of few). CP where the model saves 10 %. */
 #define FQLA_CP_F32_US32 15.3
 #define FQLA_CP_F32_US64 18.0
 #define FQLA_CP_F32_US_LAUNCH 10.0
+#define FQLA_CP_F32_WINDOW 6
+#define FQLA_CP_F32_CP_SCALE 1.15
 
 typedef struct fqla_cp_f32_plan {
     int64_t seg_chunks; /* L, or 0: no CP */
@@ -340,8 +346,8 @@ typedef struct fqla_cp_f32_plan {
     int pre_bv;         /* the pre-pass's (cp) */
 } fqla_cp_f32_plan;
 
-/* The faster slice width for ctas64 = rows x HV x (V / 64) chains of steps
- * chunks (32 columns where V is not a multiple of 64); its time in *us. */
+/* The faster slice width for rows x HV chains of steps chunks over cols
+ * value columns (32 where cols is not a multiple of 64); its time in *us. */
 static inline int fqla_cp_f32_width(int64_t rows, int64_t HV, int64_t cols, int64_t steps, int64_t sms, double *us)
 {
     const double t32 = (double)(fqla_cp_waves(rows * HV * (cols / 32), sms) * steps) * FQLA_CP_F32_US32;
@@ -354,10 +360,32 @@ static inline int fqla_cp_f32_width(int64_t rows, int64_t HV, int64_t cols, int6
     return t64 <= t32 ? 64 : 32;
 }
 
+/* The pre-pass over `full` (segment, head) rows that walk all L chunks
+ * over V + K columns and `short_rows` whose H alone walks WINDOW chunks
+ * (HV heads each): the faster slice width, its time in *us. */
+static inline int fqla_cp_f32_pre(int64_t full, int64_t short_rows, int64_t HV, int64_t K, int64_t V, int64_t L,
+                                  int64_t sms, double *us)
+{
+    const int64_t w = L < FQLA_CP_F32_WINDOW ? L : FQLA_CP_F32_WINDOW;
+    int best = 32;
+    *us = -1.0;
+    for (int bv = 32; bv <= 64; bv += 32) {
+        if ((V + K) % bv != 0 || V % bv != 0) continue;
+        const int64_t lc = full * HV * ((V + K) / bv), sc = short_rows * HV * (V / bv);
+        const int64_t waves = fqla_cp_waves(lc, sms) * L, spread = fqla_cp_waves(lc * L + sc * w, sms);
+        const double t = (double)(waves > spread ? waves : spread) * (bv == 64 ? FQLA_CP_F32_US64 : FQLA_CP_F32_US32);
+        if (*us < 0.0 || t < *us) {
+            *us = t;
+            best = bv;
+        }
+    }
+    return best;
+}
+
 /* The plan for q's shape (q->K in {64, 128}, q->V % 32 = 0; prep_saving is
- * not read): m_skipped, the share of the pre-pass's CTAs of segments of
- * FQLA_CP_SKIP_MIN_L chunks or more that the shortcut ends early, is priced
- * as absent. */
+ * not read): m_skipped, the share of the pre-pass's (segment, head) pairs
+ * the shortcut shortens, applies to segments of FQLA_CP_SKIP_MIN_L chunks
+ * or more. */
 static inline fqla_cp_f32_plan fqla_cp_plan_f32(const fqla_cp_problem *q)
 {
     const int64_t C = FQLA_CP_CHUNK;
@@ -373,13 +401,12 @@ static inline fqla_cp_f32_plan fqla_cp_plan_f32(const fqla_cp_problem *q)
         const int64_t segs = cu ? fqla_cp_real_segs(cu, q->N, L) : q->N * ((chunks + L - 1) / L);
         double t_main, t_pre;
         const int bv = fqla_cp_f32_width(segs, q->HV, q->V, L, q->sms, &t_main);
-        /* the share of pre-pass CTAs the shortcut is expected to end early */
         double skip = L >= FQLA_CP_SKIP_MIN_L ? q->m_skipped : 0.0;
         skip = !(skip > 0.0) ? 0.0 : skip > 1.0 ? 1.0 : skip; /* NaN: none */
-        const int64_t live = (int64_t)((1.0 - skip) * (double)(segs - q->N) + 0.999);
-        const int pre_bv = fqla_cp_f32_width(live, q->HV, q->V + q->K, L, q->sms, &t_pre);
-        const double t = t_main + t_pre + (double)((chunks + L - 1) / L) * FQLA_CP_US_SCAN + FQLA_CP_US_SCAN0 +
-                         3 * FQLA_CP_F32_US_LAUNCH;
+        const int64_t full = (int64_t)((1.0 - skip) * (double)(segs - q->N) + 0.999);
+        const int pre_bv = fqla_cp_f32_pre(full, segs - q->N - full, q->HV, q->K, q->V, L, q->sms, &t_pre);
+        const double t = FQLA_CP_F32_CP_SCALE * (t_main + t_pre + (double)((chunks + L - 1) / L) * FQLA_CP_US_SCAN +
+                                                 FQLA_CP_US_SCAN0 + 3 * FQLA_CP_F32_US_LAUNCH);
         if (t < base) {
             base = t;
             r.seg_chunks = L;

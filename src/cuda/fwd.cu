@@ -119,6 +119,40 @@ fqla_fwd_ws_layout fqla_fwd_route_ws(const fqla_fwd_shape *s, const fqla_fwd_rou
                        s->V);
 }
 
+/* CP's segments and their workspace into k (route r over shape s), and the
+ * parameters of its two passes over them: the pre-pass (cp_mode 1: no h0,
+ * H | M of every segment into seg_hm) and the main pass (cp_mode 2: the
+ * start states from seg_s0; the final state keeps the caller's layout).
+ * The caller sets k's cp_skip and pdl first. */
+static void cp_passes(const fqla_fwd_shape *s, const fqla_fwd_route *r, unsigned char *ws, const fqla_fwd_ws_layout &L,
+                      fqla_fwd_params &k, fqla_fwd_params &pre, fqla_fwd_params &mp)
+{
+    k.seg_chunks = r->seg_chunks;
+    k.segs = fqla_route_segs(s, r->seg_chunks);
+    k.seg_hm = (float *)(ws + L.seg_hm);
+    k.seg_s0 = (float *)(ws + L.seg_s0);
+    k.seg_flag = (int *)(ws + L.seg_flag);
+    const int64_t VX = s->V + s->K;
+    pre = k;
+    pre.cp_mode = 1;
+    pre.h0 = NULL;
+    pre.ht = k.seg_hm;
+    pre.ht_bf16 = 0;
+    pre.ht_sn = s->HV * s->K * VX;
+    pre.ht_sh = s->K * VX;
+    pre.ht_s2 = VX;
+    pre.v_first = 0;
+    pre.ht_v_first = 0;
+    mp = k;
+    mp.cp_mode = 2;
+    mp.h0 = k.seg_s0;
+    mp.h0_bf16 = 0;
+    mp.h0_sn = s->HV * s->K * s->V;
+    mp.h0_sh = s->K * s->V;
+    mp.h0_s2 = s->V;
+    mp.v_first = 0;
+}
+
 /* CP on the chunked fp32 kernel (route_plan.h fqla_route_f32_cp): its
  * state-only pre-pass over every segment but each sequence's last, H | M
  * into seg_hm (with the shortcut, cp_skip: a negligible M flagged instead,
@@ -130,41 +164,16 @@ fqla_fwd_ws_layout fqla_fwd_route_ws(const fqla_fwd_shape *s, const fqla_fwd_rou
 static fqla_status run_cp_f32(fqla_context *ctx, const fqla_fwd_shape *s, const fqla_fwd_route *r,
                               fqla_fwd_params k, unsigned char *ws, const fqla_fwd_ws_layout &L, cudaStream_t stream)
 {
-    k.seg_chunks = r->seg_chunks;
-    k.segs = fqla_route_segs(s, r->seg_chunks);
-    k.seg_hm = (float *)(ws + L.seg_hm);
-    k.seg_s0 = (float *)(ws + L.seg_s0);
-    k.seg_flag = (int *)(ws + L.seg_flag);
     k.cp_skip = r->cp_skip;
     k.pdl = 0;
-    const int64_t VX = s->V + s->K;
-
-    fqla_fwd_params pre = k;
-    pre.cp_mode = 1;
-    pre.o = NULL;
-    pre.h0 = NULL;
-    pre.ht = k.seg_hm;
-    pre.ht_bf16 = 0;
-    pre.ht_sn = s->HV * s->K * VX;
-    pre.ht_sh = s->K * VX;
-    pre.ht_s2 = VX;
-    pre.v_first = 0;
-    pre.ht_v_first = 0;
+    fqla_fwd_params pre, mp;
+    cp_passes(s, r, ws, L, k, pre, mp);
     fqla_status st = fqla_cuda_check(ctx, fqla_fwd_launch_chunk_f32(pre, r->pre_bv, stream),
                                      "CUDA forward: fp32 CP pre-pass launch");
     if (st != FQLA_STATUS_SUCCESS) return st;
     st = fqla_cuda_check(ctx, fqla_fwd_launch_cp_scan(k, r->scan_cb, (int)r->sms, stream),
                          "CUDA forward: fp32 CP scan launch");
     if (st != FQLA_STATUS_SUCCESS) return st;
-
-    fqla_fwd_params mp = k;
-    mp.cp_mode = 2;
-    mp.h0 = k.seg_s0;
-    mp.h0_bf16 = 0;
-    mp.h0_sn = s->HV * s->K * s->V;
-    mp.h0_sh = s->K * s->V;
-    mp.h0_s2 = s->V;
-    mp.v_first = 0; /* the start states; the final state keeps the caller's layout */
     return fqla_cuda_check(ctx, fqla_fwd_launch_chunk_f32(mp, r->bv, stream), "CUDA forward: fp32 CP main pass launch");
 }
 
@@ -190,23 +199,10 @@ static fqla_status run_cp(fqla_context *ctx, const fqla_fwd_shape *s, const fqla
                           unsigned char *ws, const fqla_fwd_ws_layout &L, int io_bf16, int state_only,
                           cudaStream_t stream)
 {
-    k.seg_chunks = r->seg_chunks;
-    k.segs = fqla_route_segs(s, r->seg_chunks);
     k.pdl = r->pdl;
-    k.seg_hm = (float *)(ws + L.seg_hm);
-    k.seg_s0 = (float *)(ws + L.seg_s0);
-    k.seg_flag = (int *)(ws + L.seg_flag);
     k.cp_skip = k.chunk_ok != NULL;
-    const int64_t VX = s->V + s->K;
-
-    fqla_fwd_params mp = k;
-    mp.cp_mode = 2;
-    mp.h0 = k.seg_s0;
-    mp.h0_bf16 = 0;
-    mp.h0_sn = s->HV * s->K * s->V;
-    mp.h0_sh = s->K * s->V;
-    mp.h0_s2 = s->V;
-    mp.v_first = 0; /* the start states; the final state keeps the caller's layout */
+    fqla_fwd_params pre, mp;
+    cp_passes(s, r, ws, L, k, pre, mp);
     const int main_nwg = r->nwg;
     int fused = r->path == FQLA_FWD_FUSED;
     int used = 0;
@@ -221,16 +217,6 @@ static fqla_status run_cp(fqla_context *ctx, const fqla_fwd_shape *s, const fqla
         if (err != cudaSuccess) return fqla_cuda_check(ctx, err, "CUDA forward: prepare kernel launch");
     }
 
-    fqla_fwd_params pre = k;
-    pre.cp_mode = 1;
-    pre.h0 = NULL;
-    pre.ht = k.seg_hm;
-    pre.ht_bf16 = 0;
-    pre.ht_sn = s->HV * s->K * VX;
-    pre.ht_sh = s->K * VX;
-    pre.ht_s2 = VX;
-    pre.v_first = 0;
-    pre.ht_v_first = 0;
     err = fqla_fwd_launch_chunk_wg(pre, io_bf16, 1, stream, &used);
     if (err != cudaSuccess) return fqla_cuda_check(ctx, err, "CUDA forward: CP pre-pass launch");
     if (!used && fused) /* the same maps were encoded for the prepare kernel */

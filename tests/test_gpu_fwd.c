@@ -906,9 +906,9 @@ static void fwd_fp32(void)
             const int chunked = (s[i].K == 64 || s[i].K == 128) && s[i].V % 32 == 0;
             const int longest = s[i].ncu ? 129 : s[i].T;
             if (r == 0) {
-                /* the varlen case's 774-token sequence on 4 heads: CP (fwd_fp32_cp) */
-                expect_route(&s[i], chunked && longest > 8 ? FQLA_FWD_CHUNK_F32 + (i == 1 ? 8 : 0) : FQLA_FWD_RECURRENT,
-                             0, what);
+                /* with CP where its plan says (fwd_fp32_cp holds the plan to it) */
+                const int cp = planned(&s[i]).cp ? 8 : 0;
+                expect_route(&s[i], chunked && longest > 8 ? FQLA_FWD_CHUNK_F32 + cp : FQLA_FWD_RECURRENT, 0, what);
                 continue;
             }
 #ifdef FQLA_DEV

@@ -114,11 +114,12 @@ def _prepared(bound):
 
 def slower_than_fla(dtype, device_type):
     """Why FLA should keep a call flashqla could run, or None: fp32 CUDA
-    tensors run flashqla's chunked fp32 kernel (bf16x3 products), still
-    slower than FLA's own fp32 chunked kernels (0.74x on an H100, 35B TP1
-    1x8192; the token recurrence it replaced was 0.27-0.5x). FLA's are
-    tf32-accurate (~1e-3), flashqla's fp32-class (~1e-5): a caller who
-    needs the latter calls flashqla directly."""
+    tensors run flashqla's chunked fp32 kernel (bf16x3 products, with
+    context parallelism for few long sequences), still slower than FLA's
+    own fp32 chunked kernels on most rows (0.89x geomean over 57 rows on an
+    H100, 0.58-1.35x; faster only on one or two long sequences with few
+    heads). FLA's are tf32-accurate (~1e-3), flashqla's fp32-class (~1e-5):
+    a caller who needs the latter calls flashqla directly."""
     if device_type == "cuda" and dtype == torch.float32:
         return "flashqla: fp32 on CUDA is slower than FLA's chunked fp32 kernels"
     return None

@@ -121,7 +121,9 @@ static void each_path(void)
 
     /* fp32 q/k/v: the chunked fp32 kernel where it covers the call (K = 64
      * or 128, V % 32 = 0, aligned rows, a sequence of more than 8 tokens),
-     * else the recurrence; neither has CP or a workspace */
+     * with CP where few long sequences leave SMs idle (cp_plan.h
+     * fqla_cp_plan_f32; its decisions are test_cp_plan's plan_f32), else the
+     * recurrence, which has neither CP nor a workspace */
     s = shape(1, 32768, 8, 8, 128, 128);
     s.io_f32 = 1;
     r = plan(132, &s);
@@ -130,12 +132,15 @@ static void each_path(void)
           r.rec_rows);
     s.f32_rows16 = 1;
     r = plan(132, &s);
-    CHECK(r.path == FQLA_FWD_CHUNK_F32 && r.bv == 32 && !r.cp && r.seg_chunks == 0,
-          "fp32 1x32768 HV 8: %s bv %d cp %d", path_name(r.path), r.bv, r.cp);
+    CHECK(r.path == FQLA_FWD_CHUNK_F32 && r.cp && r.cp_skip && r.seg_chunks > 0 && r.bv == 64 && r.pre_bv == 64 &&
+              r.scan_cb == 8 && r.rec_rows == 0,
+          "fp32 1x32768 HV 8: %s bv %d cp %d L %lld pre_bv %d scan %d", path_name(r.path), r.bv, r.cp,
+          (long long)r.seg_chunks, r.pre_bv, r.scan_cb);
     s = shape(8, 1024, 16, 32, 128, 128);
     s.io_f32 = s.f32_rows16 = 1;
     r = plan(132, &s);
-    CHECK(r.path == FQLA_FWD_CHUNK_F32 && r.bv == 64, "fp32 8x1024 HV 32: %s bv %d", path_name(r.path), r.bv);
+    CHECK(r.path == FQLA_FWD_CHUNK_F32 && r.bv == 64 && !r.cp && r.seg_chunks == 0 && r.pre_bv == 0,
+          "fp32 8x1024 HV 32: %s bv %d cp %d", path_name(r.path), r.bv, r.cp);
     s.V = 96;
     r = plan(132, &s);
     CHECK(r.path == FQLA_FWD_CHUNK_F32 && r.bv == 32, "fp32 V = 96: %s bv %d", path_name(r.path), r.bv);

@@ -174,8 +174,9 @@ class Config:
     """
 
     def __init__(self, name, exact=False, pass1="bf16", state="bf16", x="recompute", tt="fp32",
-                 prec="bf16", dg="terms", out="bf16"):
+                 prec="bf16", dg="terms", out="bf16", dsform="direct"):
         self.name = name
+        self.dsform = dsform
         self.exact = exact
         if isinstance(pass1, str):
             pass1 = {p: pass1 for p in PASS1}
@@ -406,8 +407,18 @@ def pass2(inp, h, states, xs, cfg):
         dKc = f32(-e[:, None] * G2k)
         dKc = f32(dKc + cfg.mm("UdS", f32(f[:, None] * U), dS.T))
         deC = (S * dS).sum()
-        Z = np.concatenate([f32(scale * e[:, None] * dOc), f32(-e[:, None] * dX)])
-        dS_new = f32(f32(eC * dS) + cfg.mm("dS", np.concatenate([Qc, Kc]).T, Z))
+        if cfg.dsform == "folded":
+            # FlashQLA's form of the reverse chain: with A = T~ diag(e beta) K (chunk inputs only),
+            # dS <- e_C dS - (diag(f) A)^T (K dS') + (scale diag(e) Q - P~ A)^T dO: two dependent
+            # products a chunk (K dS', then W1^T of it) instead of three (K dS', T~^T dU, K^T dY);
+            # A and W2 at dS's precision (the chain's split products)
+            A = cfg.mm("dS", Tt, f32(f32(e * b)[:, None] * Kc))
+            W1 = f32(f[:, None] * A)
+            W2 = f32(f32(scale * e[:, None] * Qc) - cfg.mm("dS", P, A))
+            dS_new = f32(f32(f32(eC * dS) - cfg.mm("dS", W1.T, KdS)) + cfg.mm("dS", W2.T, dOc))
+        else:
+            Z = np.concatenate([f32(scale * e[:, None] * dOc), f32(-e[:, None] * dX)])
+            dS_new = f32(f32(eC * dS) + cfg.mm("dS", np.concatenate([Qc, Kc]).T, Z))
         # through the inverse
         M1 = cfg.mm("dL", Tt.T, dT)
         dL = -np.tril(cfg.mm("dL", M1, Tt.T), -1)
@@ -609,6 +620,28 @@ def short_sweep(seeds):
     return lines
 
 
+def fold_sweep(seeds):
+    """The reverse chain in FlashQLA's folded form (Config dsform) against today's, every pass 2
+    product split and the states fp32 (the GPU kernels' precision): few-token sequences on the
+    bench inputs, and the long sequences where a chain's rounding is carried furthest
+    (g = 0, beta near 2)."""
+    split = {p: X3 for p in PRODUCTS}
+    cs = [rec("direct (today's chain)", state="fp32", prec=split),
+          rec("folded (FlashQLA's form)", state="fp32", prec=split, dsform="folded")]
+    many = list(range(max(len(seeds), 1) * 10))
+    lines = ["", "### 7. The reverse chain folded: two dependent products a chunk instead of three", "",
+             "| case | T | config | " + " | ".join(GRADS) + " |", "|---|---|---|" + "---|" * len(GRADS)]
+    for case, T, H, sd in [("bench", 1, 4, many), ("bench", 2, 4, many), ("bench", 5, 4, many),
+                           ("bench", 64, 4, many), ("bench", 1024, 4, seeds), ("strong", 3000, 1, seeds),
+                           ("neg_eig", 2048, 1, seeds), ("nodecay", 4096, 1, seeds)]:
+        res = run([case], cs, sd, T=T, H=H)
+        for c in cs:
+            r = res[(case, c.name)]
+            lines.append("| %s | %d | %s | " % (case, T, c.name) + " | ".join(fmt(r[n], LIMIT[n]) for n in GRADS)
+                         + " |")
+    return lines
+
+
 # --------------------------------------------------------------------------- bytes and MACs
 H200_BW = 4.2e12          # B/s, copy rate
 H200_BF16 = 989.5e12 / 2  # MAC/s, dense bf16 tensor peak (tf32: half)
@@ -756,6 +789,8 @@ def main():
         emit(length_sweep(seeds))
     if "short" in only:
         emit(short_sweep(seeds))
+    if "fold" in only:
+        emit(fold_sweep(seeds))
     emit(["", "(%.0f s)" % (time.time() - t0)])
     if a.markdown:
         with open(a.markdown, "w") as fh:

@@ -399,6 +399,8 @@ static inline fqla_cp_f32_plan fqla_cp_plan_f32(const fqla_cp_problem *q)
     base = 0.9 * (base + FQLA_CP_F32_US_LAUNCH);
     for (int64_t L = 2; 2 * L <= chunks; L *= 2) {
         const int64_t segs = cu ? fqla_cp_real_segs(cu, q->N, L) : q->N * ((chunks + L - 1) / L);
+        /* the passes' grid rows: segment indices x heads (+ the tail's CTAs) in gridDim.x */
+        if ((fqla_cp_segs(q->varlen, q->T, q->N, L) + 1) * q->HV > 0x7fffffffLL) continue;
         double t_main, t_pre;
         const int bv = fqla_cp_f32_width(segs, q->HV, q->V, L, q->sms, &t_main);
         double skip = L >= FQLA_CP_SKIP_MIN_L ? q->m_skipped : 0.0;

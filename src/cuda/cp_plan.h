@@ -206,12 +206,18 @@ static inline int64_t fqla_cp_waves(int64_t ctas, int64_t slots) { return (ctas 
  * H (V / 64) and of the transition M (K / 64) per segment and value head;
  * the M slices the shortcut leaves out (m_skipped) exit at once and are not
  * counted. With m_skipped = 0: segs HV (V + K) / 64. */
+/* The share of the shortcut priced at segments of L chunks: q's m_skipped,
+ * clamped to [0, 1] (NaN: none), from FQLA_CP_SKIP_MIN_L chunks on. */
+static inline double fqla_cp_skip_share(const fqla_cp_problem *q, int64_t L)
+{
+    const double skip = L >= FQLA_CP_SKIP_MIN_L ? q->m_skipped : 0.0;
+    return !(skip > 0.0) ? 0.0 : skip > 1.0 ? 1.0 : skip;
+}
+
 static inline int64_t fqla_cp_pre_ctas(const fqla_cp_problem *q, int64_t segs, int64_t L)
 {
     const int64_t h = segs * q->HV * (q->V / 64), m = segs * q->HV * (q->K / 64);
-    double skip = L >= FQLA_CP_SKIP_MIN_L ? q->m_skipped : 0.0;
-    skip = !(skip > 0.0) ? 0.0 : skip > 1.0 ? 1.0 : skip; /* NaN: none */
-    return h + m - (int64_t)(skip * (double)m); /* rounds the live slices up */
+    return h + m - (int64_t)(fqla_cp_skip_share(q, L) * (double)m); /* rounds the live slices up */
 }
 
 /* The chunk kernel over rows x HV recurrences of `steps` chunks, with the
@@ -403,9 +409,7 @@ static inline fqla_cp_f32_plan fqla_cp_plan_f32(const fqla_cp_problem *q)
         if ((fqla_cp_segs(q->varlen, q->T, q->N, L) + 1) * q->HV > 0x7fffffffLL) continue;
         double t_main, t_pre;
         const int bv = fqla_cp_f32_width(segs, q->HV, q->V, L, q->sms, &t_main);
-        double skip = L >= FQLA_CP_SKIP_MIN_L ? q->m_skipped : 0.0;
-        skip = !(skip > 0.0) ? 0.0 : skip > 1.0 ? 1.0 : skip; /* NaN: none */
-        const int64_t full = (int64_t)((1.0 - skip) * (double)(segs - q->N) + 0.999);
+        const int64_t full = (int64_t)((1.0 - fqla_cp_skip_share(q, L)) * (double)(segs - q->N) + 0.999);
         const int pre_bv = fqla_cp_f32_pre(full, segs - q->N - full, q->HV, q->K, q->V, L, q->sms, &t_pre);
         const double t = FQLA_CP_F32_CP_SCALE * (t_main + t_pre + (double)((chunks + L - 1) / L) * FQLA_CP_US_SCAN +
                                                  FQLA_CP_US_SCAN0 + 3 * FQLA_CP_F32_US_LAUNCH);

@@ -408,8 +408,7 @@ fqla_status fqla_cuda_fwd_run(fqla_context *ctx, const fqla_problem *p, const fq
         return fqla_cuda_check(ctx, fqla_fwd_launch_recurrent(k, (int)r.sms, r.rec_rows, stream),
                                "CUDA forward: fp32 recurrent kernel launch");
     unsigned char *ws = (unsigned char *)workspace;
-    if (r.path == FQLA_FWD_CHUNK_F32 && r.cp && fqla_route_segs(&s, r.seg_chunks) > 0)
-        return run_cp_f32(ctx, &s, &r, k, ws, L, stream);
+    if (r.path == FQLA_FWD_CHUNK_F32 && r.cp) return run_cp_f32(ctx, &s, &r, k, ws, L, stream);
     if (r.path == FQLA_FWD_CHUNK_F32)
         return fqla_cuda_check(ctx, fqla_fwd_launch_chunk_f32(k, r.bv, stream),
                                "CUDA forward: fp32 chunk kernel launch");

@@ -222,7 +222,7 @@ __global__ void __launch_bounds__(NT, 1) fwd_chunk_f32_kernel(const __grid_const
     const int64_t chains = (p.cp_mode ? p.segs : p.N) * p.HV;
     if ((int64_t)blockIdx.x >= chains) {
         /* o's rows after the last sequence (varlen): exact zeros */
-        if (!p.varlen || !p.o || p.cp_mode == 1 || blockIdx.y != 0) return;
+        if (!p.varlen || !OUT || blockIdx.y != 0) return;
         const int64_t end = fqla_fwd_cu(p, p.N), per_row = (int64_t)p.HV * p.V;
         for (int64_t i = ((int64_t)blockIdx.x - chains) * NT + tid; i < (p.T - end) * per_row; i += (int64_t)TAIL * NT) {
             const int64_t t = end + i / per_row, r = i % per_row;
@@ -282,7 +282,7 @@ __global__ void __launch_bounds__(NT, 1) fwd_chunk_f32_kernel(const __grid_const
     const float *qb = (const float *)p.q + batch * p.q_sb + start * p.q_st + hq * p.q_sh;
     const float *kb = (const float *)p.k + batch * p.k_sb + start * p.k_st + hq * p.k_sh;
     const float *vb = (const float *)p.v + batch * p.v_sb + start * p.v_st + hv * p.v_sh + v0;
-    float *ob = p.o && p.cp_mode != 1 ? (float *)p.o + batch * p.o_sb + start * p.o_st + hv * p.o_sh + v0 : NULL;
+    float *ob = OUT ? (float *)p.o + batch * p.o_sb + start * p.o_st + hv * p.o_sh + v0 : NULL;
 
     /* the pre-pass with the shortcut: where the segment's decay makes its
      * early chunks negligible at its end, H starts later (c_first), and a
@@ -564,7 +564,7 @@ __global__ void __launch_bounds__(NT, 1) fwd_chunk_f32_kernel(const __grid_const
         if (c + 1 < nch && warp == 0) load_gates(c + 1); /* in flight through the O and state products */
 
         /* O += P U (P lower triangular: k-tiles 0 .. mw) */
-        if (OUT && ob) {
+        if (OUT) {
 #pragma unroll
             for (int kt = 0; kt < 4; kt++) {
                 if (kt > mw) break;
@@ -641,8 +641,9 @@ __global__ void __launch_bounds__(NT, 1) fwd_chunk_f32_kernel(const __grid_const
     }
 }
 
-/* OUT: the variant that forms o; without it (CP's pre-pass, the final
- * state alone) q is never loaded and Q S, Q K^T, P and P U are not formed
+/* OUT: the variant that forms o, launched exactly where o is given and the
+ * call is not CP's pre-pass (the kernel reads OUT for both); without it
+ * (the pre-pass, the final state alone) q is never loaded and Q S, Q K^T, P and P U are not formed
  * (~40 % of a chunk's products at K = 128, 64 columns). */
 template <int KD, int BV, bool OUT>
 cudaError_t launch(const fqla_fwd_params &p, cudaStream_t stream)

@@ -313,40 +313,47 @@ static void plan_skip_share(void)
 /* The backward chains' plan (fqla_cp_bwd_seg_chunks) on rows measured on
  * the H200 (132 SMs) and on the GPU tests' shapes: CP where few chain CTAs
  * walk long sequences, none where they fill the SMs; segments of at least
- * 4 chunks that cover the sequence. */
+ * 4 chunks that cover the sequence. Both chains run in one launch (2), the
+ * reverse chain alone for dh0 alone (1). */
 static void bwd_chain_plan(void)
 {
-    /* hk2_hv4 8k_1seq: 16 chain CTAs; with CP the chains took 1.76 -> 0.52 ms */
-    int64_t L = fqla_cp_bwd_seg_chunks(1, 8192, 4, 128, 128, 132);
+    /* hk2_hv4 8k_1seq: 16 chain warpgroups; with CP the chains took 1.76 -> 0.52 ms
+     * (one launch a chain then) */
+    int64_t L = fqla_cp_bwd_seg_chunks(1, 8192, 4, 128, 128, 2, 132);
     CHECK(L >= 4 && L < 128, "hk2_hv4 1x8192: CP expected, L = %lld", (long long)L);
-    /* hk16_hv32 32k_1seq: 64 chain CTAs (one warpgroup a 64-column slice) leave half the SMs idle */
-    L = fqla_cp_bwd_seg_chunks(1, 32768, 32, 128, 128, 132);
-    CHECK(L >= 4 && L < 512, "hk16_hv32 1x32768: CP expected, L = %lld", (long long)L);
+    /* hk16_hv32 32k_1seq: 64 warpgroups a chain. One chain alone leaves half
+     * the SMs idle (CP); both chains' 128 fill them, and CP's pre-pass would
+     * cost more than it spreads */
+    L = fqla_cp_bwd_seg_chunks(1, 32768, 32, 128, 128, 1, 132);
+    CHECK(L >= 4 && L < 512, "hk16_hv32 1x32768, one chain: CP expected, L = %lld", (long long)L);
+    L = fqla_cp_bwd_seg_chunks(1, 32768, 32, 128, 128, 2, 132);
+    CHECK(L == 0, "hk16_hv32 1x32768, both chains: no CP expected, L = %lld", (long long)L);
     /* hk16_hv32 8k_8seq (packed varlen, the longest from the host copy or bounded by T): 1024 chain CTAs */
-    L = fqla_cp_bwd_seg_chunks(8, 1024, 32, 128, 128, 132);
+    L = fqla_cp_bwd_seg_chunks(8, 1024, 32, 128, 128, 2, 132);
     CHECK(L == 0, "hk16_hv32 8x1024: no CP expected, L = %lld", (long long)L);
-    L = fqla_cp_bwd_seg_chunks(8, 8192, 32, 128, 128, 132);
+    L = fqla_cp_bwd_seg_chunks(8, 8192, 32, 128, 128, 2, 132);
     CHECK(L == 0, "hk16_hv32 8x1024 without a host copy: no CP expected, L = %lld", (long long)L);
-    /* hk2_hv4 32k_4seq: 64 chain CTAs over 128 chunks (1.13 ms without CP, which T's bound
+    /* hk2_hv4 32k_4seq: 64 chain warpgroups over 128 chunks (1.13 ms without CP, which T's bound
      * had planned as one 512-chunk segment each) */
-    L = fqla_cp_bwd_seg_chunks(4, 8192, 4, 128, 128, 132);
+    L = fqla_cp_bwd_seg_chunks(4, 8192, 4, 128, 128, 2, 132);
     CHECK(L >= 4 && L < 128, "hk2_hv4 4x8192: CP expected, L = %lld", (long long)L);
     /* tests/test_gpu_bwd.c's strong decay case: one head, 3000 tokens */
-    L = fqla_cp_bwd_seg_chunks(1, 3000, 1, 128, 128, 132);
+    L = fqla_cp_bwd_seg_chunks(1, 3000, 1, 128, 128, 2, 132);
     CHECK(L > 0, "1 head x 3000 tokens: CP expected (the GPU test's CP case)");
     /* too short to cut, or nothing to run */
-    CHECK(fqla_cp_bwd_seg_chunks(1, 7 * 64, 1, 128, 128, 132) == 0, "7 chunks: no CP");
-    CHECK(fqla_cp_bwd_seg_chunks(0, 8192, 4, 128, 128, 132) == 0, "no sequences: no CP");
-    CHECK(fqla_cp_bwd_seg_chunks(1, 0, 4, 128, 128, 132) == 0, "T = 0: no CP");
-    /* random shapes: L at least 4 chunks, and never more segments than chunks / 4 */
+    CHECK(fqla_cp_bwd_seg_chunks(1, 7 * 64, 1, 128, 128, 2, 132) == 0, "7 chunks: no CP");
+    CHECK(fqla_cp_bwd_seg_chunks(0, 8192, 4, 128, 128, 2, 132) == 0, "no sequences: no CP");
+    CHECK(fqla_cp_bwd_seg_chunks(1, 0, 4, 128, 128, 2, 132) == 0, "T = 0: no CP");
+    /* random shapes, one chain or two: L at least 4 chunks, and never more segments than chunks / 4 */
     for (int trial = 0; trial < 2000; trial++) {
         const int64_t N = 1 + (int64_t)(check_uniform() * 8), T = (int64_t)(check_uniform() * 200000);
         const int64_t HV = 1 + (int64_t)(check_uniform() * 64), K = check_uniform() < 0.5 ? 64 : 128;
         const int64_t V = 32 * (1 + (int64_t)(check_uniform() * 8)), sms = 1 + (int64_t)(check_uniform() * 200);
-        const int64_t l = fqla_cp_bwd_seg_chunks(N, T, HV, K, V, sms), chunks = (T + 63) / 64;
+        const int64_t chains = check_uniform() < 0.5 ? 1 : 2;
+        const int64_t l = fqla_cp_bwd_seg_chunks(N, T, HV, K, V, chains, sms), chunks = (T + 63) / 64;
         CHECK(l == 0 || (l >= 4 && l < chunks && (chunks + l - 1) / l <= chunks / 4 + 1),
-              "N=%lld T=%lld HV=%lld K=%lld V=%lld sms=%lld: L = %lld", (long long)N, (long long)T, (long long)HV,
-              (long long)K, (long long)V, (long long)sms, (long long)l);
+              "N=%lld T=%lld HV=%lld K=%lld V=%lld chains=%lld sms=%lld: L = %lld", (long long)N, (long long)T,
+              (long long)HV, (long long)K, (long long)V, (long long)chains, (long long)sms, (long long)l);
     }
 }
 

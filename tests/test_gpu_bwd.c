@@ -1099,7 +1099,7 @@ static void check_dh0_only(const spec *s, const char *what, int want_cp)
     fqla_device_info info;
     CHECK(fqla_context_info(gpu, &info) == FQLA_STATUS_SUCCESS, "context info: %s", fqla_last_error(gpu));
     const int64_t longest = s->ncu && s->cu_host ? fqla_cp_longest(s->cu, p.N) : s->T;
-    const int64_t L = fqla_cp_bwd_seg_chunks(p.N, longest, s->HV, s->K, s->V, info.sm_count);
+    const int64_t L = fqla_cp_bwd_seg_chunks(p.N, longest, s->HV, s->K, s->V, 1, info.sm_count); /* the reverse chain alone */
     CHECK((L > 0) == want_cp, "%s: the chains' plan gives segments of %lld chunks on %d SMs; the case wants %s",
           what, (long long)L, info.sm_count, want_cp ? "CP" : "no CP");
 

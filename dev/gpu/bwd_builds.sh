@@ -15,6 +15,8 @@
 #   mkdir -p .bwdbuilds/LABEL && cp build/libflashqla.so build/tests/test_gpu_bwd .bwdbuilds/LABEL/
 # then dev/gpu/pack.sh .bwdbuilds and carry .bwdbuilds (about 5 MB a build).
 # Output under $OUT: summary.txt (everything that matters) and logs.tgz.
+# QUICK_ROWS: the timed shapes (bwd_quick.py --rows, e.g. '16,32,32768,1;2,4,8192,1').
+# SKIP_TESTS: builds (space-separated labels) whose checks are skipped (e.g. a base already checked).
 set -u
 OUT=${OUT:-/tmp/bwd_builds}
 mkdir -p "$OUT" /tmp/bwd_builds_logs
@@ -28,6 +30,7 @@ labels=$(cd "$BIN" && ls -d */ | tr -d / | awk '$0 == "main" { print; next } { r
   tr '\n' ' ')
 echo "builds: $labels" | tee -a "$S"
 for b in $labels; do
+  case " ${SKIP_TESTS:-} " in *" $b "*) echo "== $b: checks skipped" | tee -a "$S"; continue ;; esac
   echo "== $b: test_gpu_bwd" | tee -a "$S"
   LD_LIBRARY_PATH=$BIN/$b timeout 200 "$BIN/$b/test_gpu_bwd" > "$LOG/$b.test.log" 2>&1
   echo "rc=$? $(tail -n 1 "$LOG/$b.test.log")" | tee -a "$S"
@@ -43,6 +46,7 @@ for round in 1 2; do
   for b in $order; do
     echo "== round $round, $b: timing" | tee -a "$S"
     PYTHONPATH=python FLASHQLA_LIB=$BIN/$b/libflashqla.so timeout 120 python3 dev/gpu/bwd_quick.py --time-only \
+      ${QUICK_ROWS:+--rows "$QUICK_ROWS"} \
       2>&1 | grep -vE "Warn|_warn_once" | tee -a "$S"
   done
 done

@@ -148,9 +148,13 @@ def timing(H, HV, T, N, K=128, V=128, reps=10):
             import re
             m = re.search(r"(\w+_kernel)", ev.name)
             name = m.group(1) if m else ev.name[:40]
-            c = re.search(r"bwd_chain_kernel<[^,]+, *\(?(?:int)?\)?\d+, *\(?(?:bool)?\)?(true|false|1|0)", ev.name)
-            if c:  # the two chains apart: states (false) and dstates (true)
-                name = "dstates" if c.group(1) in ("true", "1") else "states"
+            c = re.search(r"bwd_chain_kernel<([^>]*)>", ev.name)
+            if c:  # builds before both chains ran in one launch: <T, KD, REVERSE, CONVERT>
+                args = [x.strip() for x in c.group(1).split(",")]
+                if len(args) == 4:
+                    name = "dstates" if args[2] in ("true", "1", "(bool)1") else "states"
+                else:
+                    name = "chains"
             per[name] = per.get(name, 0.0) + ev.device_time_total / 1e3
     print("   kernels (ms): " + ", ".join(f"{n}={t:.3f}" for n, t in sorted(per.items(), key=lambda x: -x[1])[:8]))
 
@@ -159,9 +163,12 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--no-time", action="store_true")
     ap.add_argument("--time-only", action="store_true", help="skip the checks (e.g. timing a base build)")
+    ap.add_argument("--rows", default="16,32,32768,1;2,4,8192,1",
+                    help="timed shapes H,HV,T,N separated by ';' (default: %(default)s)")
     a = ap.parse_args()
+    rows = [tuple(int(x) for x in r.split(",")) for r in a.rows.split(";") if r]
     if a.time_only:
-        for H, HV, T, N in ((16, 32, 32768, 1), (2, 4, 8192, 1)):
+        for H, HV, T, N in rows:
             timing(H, HV, T, N)
         return 0
     strong = lambda *s: torch.full(s, -20.0)
@@ -182,7 +189,7 @@ def main():
     ok &= check("V32 l2 fp16", 1, 700, 1, 2, 128, 32, dtype=torch.float16, l2=True)
     print("ALL OK" if ok else "SOME FAILED")
     if not a.no_time:
-        for H, HV, T, N in ((16, 32, 32768, 1), (2, 4, 8192, 1)):
+        for H, HV, T, N in rows:
             timing(H, HV, T, N)
     return 0 if ok else 1
 

@@ -36,7 +36,7 @@ int64_t slots_of(const fqla_problem *p)
 int64_t seg_chunks_of(const fqla_context *ctx, const fqla_problem *p)
 {
     const int64_t longest = p->varlen && p->cu_host ? fqla_cp_longest(p->cu_host, p->N) : p->T;
-    return fqla_cp_bwd_seg_chunks(p->N, longest, p->HV, p->K, p->V, ctx->info.sm_count);
+    return fqla_cp_bwd_seg_chunks(p->N, longest, p->HV, p->K, p->V, p->dh0_only ? 1 : 2, ctx->info.sm_count);
 }
 
 fqla_bwd_ws_layout layout_of(const fqla_context *ctx, const fqla_problem *p)
@@ -44,15 +44,6 @@ fqla_bwd_ws_layout layout_of(const fqla_context *ctx, const fqla_problem *p)
     const int64_t L = seg_chunks_of(ctx, p);
     return fqla_bwd_ws(slots_of(p), p->H, p->HV, p->K, p->V, p->opt.use_qk_l2norm, p->opt.use_gate_in_kernel,
                        L ? fqla_cp_segs(p->varlen, p->T, p->N, L) : 0, p->dh0_only);
-}
-
-cudaError_t scan_states(const fqla_bwd_params &p, int, cudaStream_t stream)
-{
-    return fqla_bwd_launch_chain_scan(p, false, stream);
-}
-cudaError_t scan_dstates(const fqla_bwd_params &p, int, cudaStream_t stream)
-{
-    return fqla_bwd_launch_chain_scan(p, true, stream);
 }
 
 } // namespace
@@ -149,7 +140,12 @@ fqla_status fqla_cuda_bwd_run(fqla_context *ctx, const fqla_problem *p, const fq
     b.S = p->dh0_only ? NULL : (float *)(ws + L.S);
     b.dS = (float *)(ws + L.dS);
     b.gate_part = p->opt.use_gate_in_kernel && !p->dh0_only ? (float *)(ws + L.gate_part) : NULL;
-    b.cp_hm = k.cp_mode ? (float *)(ws + L.cp_hm) : NULL;
+    if (k.cp_mode) { /* the two chains' pre-passes run in one launch: each its own [H | M] */
+        const size_t hm = fqla_fwd_align256((size_t)fqla_cp_segs(p->varlen, p->T, p->N, k.seg_chunks) * p->HV * p->K *
+                                            (p->V + p->K) * sizeof(float));
+        b.cp_hm[1] = (float *)(ws + L.cp_hm);
+        b.cp_hm[0] = p->dh0_only ? NULL : (float *)(ws + L.cp_hm + hm);
+    }
     if (k.cp_mode) { /* the negligible-transition shortcut (bwd_chain_cp.cu) */
         k.cp_skip = 1;
         k.chunk_ok = (int *)(ws + L.chunk_ok);
@@ -160,7 +156,8 @@ fqla_status fqla_cuda_bwd_run(fqla_context *ctx, const fqla_problem *p, const fq
     /* dh0 alone (p->dh0_only) runs only prepare and the reverse chain: the
      * reverse chain reads prepare's gam, bet, rq / rk, T~, P~ and chunk_ok,
      * and its own pre-pass's cp_hm and seg_flag, never a state of the
-     * forward chain, and dh0 is written by the reverse chain itself */
+     * forward chain, and dh0 is written by the reverse chain itself (the
+     * chains' launches leave the state chain out where b.S is NULL) */
     static const struct {
         cudaError_t (*launch)(const fqla_bwd_params &, int, cudaStream_t);
         const char *what;
@@ -168,12 +165,9 @@ fqla_status fqla_cuda_bwd_run(fqla_context *ctx, const fqla_problem *p, const fq
         int full; /* 1: not for dh0 alone */
     } steps[] = {
         {fqla_bwd_launch_prepare, "CUDA backward: prepare kernel launch", 0, 0},
-        {fqla_bwd_launch_states_prepass, "CUDA backward: state pass CP pre-pass launch", 1, 1},
-        {scan_states, "CUDA backward: state pass CP scan launch", 1, 1},
-        {fqla_bwd_launch_states, "CUDA backward: state pass launch", 0, 1},
-        {fqla_bwd_launch_dstates_prepass, "CUDA backward: reverse state pass CP pre-pass launch", 1, 0},
-        {scan_dstates, "CUDA backward: reverse state pass CP scan launch", 1, 0},
-        {fqla_bwd_launch_dstates, "CUDA backward: reverse state pass launch", 0, 0},
+        {fqla_bwd_launch_chains_prepass, "CUDA backward: chains' CP pre-pass launch", 1, 0},
+        {fqla_bwd_launch_chains_scan, "CUDA backward: chains' CP scan launch", 1, 0},
+        {fqla_bwd_launch_chains, "CUDA backward: chains launch", 0, 0},
         {fqla_bwd_launch_grads, "CUDA backward: gradient kernel launch", 0, 1},
         {fqla_bwd_launch_finish, "CUDA backward: finishing kernel launch", 0, 1},
     };
@@ -182,8 +176,9 @@ fqla_status fqla_cuda_bwd_run(fqla_context *ctx, const fqla_problem *p, const fq
         if (s.full && p->dh0_only) continue;
         /* no chunk slots (T = 0 in a padded batch): only the reverse chain, which
          * gives every (empty) sequence dh0 = d_final_state, and the finish
-         * (dA_log = ddt_bias = 0) have work */
-        if (k.slots == 0 && s.launch != fqla_bwd_launch_dstates && s.launch != fqla_bwd_launch_finish) continue;
+         * (dA_log = ddt_bias = 0) have work (the state chain's CTAs, with
+         * no chunk, store nothing) */
+        if (k.slots == 0 && s.launch != fqla_bwd_launch_chains && s.launch != fqla_bwd_launch_finish) continue;
         st = fqla_cuda_check(ctx, s.launch(b, io_bf16, stream), s.what);
         if (st != FQLA_STATUS_SUCCESS) return st;
     }

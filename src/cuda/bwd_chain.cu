@@ -5,7 +5,7 @@
  * past V), two slices of one (sequence, value head) a CTA, which share the
  * chunk's K, Q, T~, P~ and their conversion: value columns never mix in
  * either chain, so the slices run independently, as the forward's chunk
- * kernels do.
+ * kernels do. Both chains run in one launch (bwd_chain_kernel below).
  *
  * states (forward, chunk by chunk; S the state entering the chunk):
  *   store S;  X = V - diag(e) K S;  Y = diag(beta) X;  U = T~ Y;
@@ -227,14 +227,13 @@ __device__ __forceinline__ int row8_of(int a) { return 8 * ((a >> 1) & 1); }
  * l2norm in the kernel): converted in place, with lo planes. A template
  * parameter so that every product's number of terms is known to the
  * compiler. One CTA an SM (registers: ~230 a thread); shared memory at
- * K = 128: states 82 (98) KB, dstates 162 (194) KB. */
+ * K = 128: states 82 (98) KB, dstates 162 (194) KB, the launch of both
+ * the larger. */
 template <typename T, int KD, bool REVERSE, bool CONVERT>
-__global__ void __launch_bounds__(THREADS, 1) bwd_chain_kernel(const fqla_bwd_params bp, int vec, int mode)
+__device__ __forceinline__ void chain_run(const fqla_bwd_params &bp, int vec, int mode, int zpair, unsigned char *sm)
 {
     using L = chain_layout<KD, REVERSE, CONVERT>;
     const fqla_fwd_params &p = bp.f;
-    extern __shared__ unsigned char smem_raw[];
-    unsigned char *sm = (unsigned char *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
     const uint32_t s0 = fqla_smem_u32(sm);
     chain_rows *rows = reinterpret_cast<chain_rows *>(sm + L::rows);
     chain_coef &cf = *reinterpret_cast<chain_coef *>(sm + L::coef);
@@ -246,10 +245,10 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_chain_kernel(const fqla_bwd_pa
     const int hv = blockIdx.y, hk = hv / p.group;
     /* slices: ceil(V / 64) of the value columns, then (the pre-pass) K / 64
      * of the identity columns (zero input, state I); warpgroup wg runs slice
-     * NWG blockIdx.z + wg, if there is one */
+     * NWG zpair + wg, if there is one */
     const int nreal = (p.V + VS - 1) / VS, nslices = nreal + (mode == CHAIN_PREPASS ? KD / VS : 0);
     const int tid = threadIdx.x, wg = tid >> 7, vr = 16 * ((tid >> 5) & 3) + ((tid & 31) >> 2), t4 = tid & 3;
-    const int slice0 = NWG * (int)blockIdx.z, slice = slice0 + wg;
+    const int slice0 = NWG * zpair, slice = slice0 + wg;
     const bool ident = mode == CHAIN_PREPASS && slice >= nreal;
     const int v0 = ident ? p.V + VS * (slice - nreal) : VS * slice;
     const int vw = ident ? VS : (p.V - v0 < VS ? p.V - v0 : VS); /* the slice's columns */
@@ -465,7 +464,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_chain_kernel(const fqla_bwd_pa
     if (!active) return;
     if (mode == CHAIN_PREPASS) { /* the segment's [H | M] */
         const int64_t W = p.V + KD;
-        float *hm = bp.cp_hm + ((size_t)blockIdx.x * p.HV + hv) * KD * W + v0;
+        float *hm = bp.cp_hm[REVERSE] + ((size_t)blockIdx.x * p.HV + hv) * KD * W + v0;
 #pragma unroll
         for (int a = 0; a < NS; a++) {
             const int v = vr + row8_of(a);
@@ -482,57 +481,69 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_chain_kernel(const fqla_bwd_pa
         }
 }
 
+/* The two chains in one launch. They are independent (each reads only
+ * prepare's workspace and the inputs), so their CTAs share the GPU: where
+ * sequences x value heads leave SMs idle, one launch fills twice as many as
+ * two launches one after the other, and where they fill it, one chain's
+ * last wave overlaps the other's first. blockIdx.z: the reverse chain's
+ * slice pairs first (its chunk step is the longer), then the state
+ * chain's; a grid of the first zpairs alone runs the reverse chain alone
+ * (dh0 alone: the state chain feeds only the gradient kernel). Both bodies
+ * are inlined here, so the kernel takes the larger shared-memory layout,
+ * the reverse chain's. */
+template <typename T, int KD, bool CONVERT>
+__global__ void __launch_bounds__(THREADS, 1) bwd_chain_kernel(const fqla_bwd_params bp, int vec, int mode, int zpairs)
+{
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char *sm = (unsigned char *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+    const int z = (int)blockIdx.z;
+    if (z < zpairs)
+        chain_run<T, KD, true, CONVERT>(bp, vec, mode, z, sm);
+    else
+        chain_run<T, KD, false, CONVERT>(bp, vec, mode, z - zpairs, sm);
+}
+
 /* Grid: sequences (CHAIN_WHOLE) or segment indices (with CP), value heads,
- * pairs of 64-column slices of V (the pre-pass: and of the K identity
- * columns). */
-template <typename T, int KD, bool REVERSE, bool CONVERT>
-cudaError_t launch(const fqla_bwd_params &p, int mode, cudaStream_t stream)
+ * per chain the pairs of 64-column slices of V (the pre-pass: and of the K
+ * identity columns); the state chain only where its states are stored
+ * (bp.S; not with dh0 alone). */
+template <typename T, int KD, bool CONVERT> cudaError_t launch(const fqla_bwd_params &p, int mode, cudaStream_t stream)
 {
     static fqla_smem_cache cache;
-    const size_t smem = chain_layout<KD, REVERSE, CONVERT>::bytes;
-    cudaError_t e = fqla_smem_limit(cache, bwd_chain_kernel<T, KD, REVERSE, CONVERT>, smem);
+    using LR = chain_layout<KD, true, CONVERT>;
+    static_assert(LR::bytes >= chain_layout<KD, false, CONVERT>::bytes, "the reverse chain's layout is the larger");
+    const size_t smem = LR::bytes;
+    cudaError_t e = fqla_smem_limit(cache, bwd_chain_kernel<T, KD, CONVERT>, smem);
     if (e != cudaSuccess) return e;
     const int64_t rows = mode == CHAIN_WHOLE ? p.f.N : fqla_cp_segs(p.f.varlen, p.f.T, p.f.N, p.f.seg_chunks);
     const int64_t slices = (p.f.V + VS - 1) / VS + (mode == CHAIN_PREPASS ? KD / VS : 0);
-    return fqla_launch(bwd_chain_kernel<T, KD, REVERSE, CONVERT>,
-                       dim3((unsigned)rows, (unsigned)p.f.HV, (unsigned)((slices + NWG - 1) / NWG)), dim3(THREADS),
-                       smem, stream, 0, p,
-                       fqla_bwd_rows16(p, FQLA_BWD_ROWS_ALL), mode);
+    const int zpairs = (int)((slices + NWG - 1) / NWG);
+    return fqla_launch(bwd_chain_kernel<T, KD, CONVERT>,
+                       dim3((unsigned)rows, (unsigned)p.f.HV, (unsigned)(zpairs * (p.S ? 2 : 1))), dim3(THREADS),
+                       smem, stream, 0, p, fqla_bwd_rows16(p, FQLA_BWD_ROWS_ALL), mode, zpairs);
 }
 
 /* bf16 io with or without l2norm, or fp16 (always converted) */
-template <int KD, bool REVERSE>
-cudaError_t launch_io(const fqla_bwd_params &p, int io_bf16, int mode, cudaStream_t stream)
+template <int KD> cudaError_t launch_io(const fqla_bwd_params &p, int io_bf16, int mode, cudaStream_t stream)
 {
-    if (!io_bf16) return launch<__half, KD, REVERSE, true>(p, mode, stream);
-    return p.f.l2norm ? launch<__nv_bfloat16, KD, REVERSE, true>(p, mode, stream)
-                      : launch<__nv_bfloat16, KD, REVERSE, false>(p, mode, stream);
+    if (!io_bf16) return launch<__half, KD, true>(p, mode, stream);
+    return p.f.l2norm ? launch<__nv_bfloat16, KD, true>(p, mode, stream)
+                      : launch<__nv_bfloat16, KD, false>(p, mode, stream);
 }
 
-template <bool REVERSE> cudaError_t launch_kd(const fqla_bwd_params &p, int io_bf16, int mode, cudaStream_t stream)
+cudaError_t launch_chains(const fqla_bwd_params &p, int io_bf16, int mode, cudaStream_t stream)
 {
-    return p.f.K == 64 ? launch_io<64, REVERSE>(p, io_bf16, mode, stream)
-                       : launch_io<128, REVERSE>(p, io_bf16, mode, stream);
+    return p.f.K == 64 ? launch_io<64>(p, io_bf16, mode, stream) : launch_io<128>(p, io_bf16, mode, stream);
 }
 
 } // namespace
 
-cudaError_t fqla_bwd_launch_states(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream)
+cudaError_t fqla_bwd_launch_chains(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream)
 {
-    return launch_kd<false>(p, io_bf16, p.f.cp_mode ? CHAIN_MAIN : CHAIN_WHOLE, stream);
+    return launch_chains(p, io_bf16, p.f.cp_mode ? CHAIN_MAIN : CHAIN_WHOLE, stream);
 }
 
-cudaError_t fqla_bwd_launch_dstates(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream)
+cudaError_t fqla_bwd_launch_chains_prepass(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream)
 {
-    return launch_kd<true>(p, io_bf16, p.f.cp_mode ? CHAIN_MAIN : CHAIN_WHOLE, stream);
-}
-
-cudaError_t fqla_bwd_launch_states_prepass(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream)
-{
-    return launch_kd<false>(p, io_bf16, CHAIN_PREPASS, stream);
-}
-
-cudaError_t fqla_bwd_launch_dstates_prepass(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream)
-{
-    return launch_kd<true>(p, io_bf16, CHAIN_PREPASS, stream);
+    return launch_chains(p, io_bf16, CHAIN_PREPASS, stream);
 }

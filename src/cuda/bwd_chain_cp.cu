@@ -33,15 +33,14 @@ namespace {
 constexpr int SCAN_THREADS = 256;
 constexpr int SCAN_COLS = 32; /* value columns per CTA */
 
-/* One CTA per (sequence, value head, 32 value columns). Dynamic shared
- * memory: M (K x K) and the state slice (K x 32), fp32. */
-template <int KD, bool REVERSE> __global__ void __launch_bounds__(SCAN_THREADS) bwd_chain_scan_kernel(const fqla_bwd_params bp)
+/* One CTA per (sequence, value head, 32 value columns) of a chain, in
+ * shared memory (scan_smem) M (K x K) and the state slice (K x 32), fp32. */
+template <int KD, bool REVERSE> __device__ __forceinline__ void scan_run(const fqla_bwd_params &bp, int zcol, float *scan_smem)
 {
     const fqla_fwd_params &p = bp.f;
-    extern __shared__ __align__(16) float scan_smem[];
     float *M = scan_smem, *S = scan_smem + KD * KD;
     const int64_t n = blockIdx.x;
-    const int hv = blockIdx.y, v0 = blockIdx.z * SCAN_COLS;
+    const int hv = blockIdx.y, v0 = zcol * SCAN_COLS;
     const int tid = threadIdx.x, c = tid % SCAN_COLS, r0 = tid / SCAN_COLS;
     constexpr int RSTEP = SCAN_THREADS / SCAN_COLS;
     const int64_t W = p.V + KD; /* [H | M] row length */
@@ -69,14 +68,14 @@ template <int KD, bool REVERSE> __global__ void __launch_bounds__(SCAN_THREADS) 
         for (int r = r0; r < KD; r += RSTEP) dst[(int64_t)r * p.V + c] = S[r * SCAN_COLS + c];
         if (it == nseg - 1) break;
         /* S <- M S + H of segment j */
-        const float *HM = bp.cp_hm + ((size_t)(sbase + j) * p.HV + hv) * KD * W;
+        const float *HM = bp.cp_hm[REVERSE] + ((size_t)(sbase + j) * p.HV + hv) * KD * W;
         /* the segment after next into L2: its loads below then wait on L2 only.
          * Never the chain's last segment: its [H | M] is not applied, and this
          * chain's pre-pass skips it, so its seg_flag may be unwritten (with dh0
          * alone the other chain's pre-pass, which writes it, does not run) */
         if (it + 3 < nseg) {
             const int64_t jn = REVERSE ? j - 2 : j + 2;
-            const float *HMn = bp.cp_hm + ((size_t)(sbase + jn) * p.HV + hv) * KD * W;
+            const float *HMn = bp.cp_hm[REVERSE] + ((size_t)(sbase + jn) * p.HV + hv) * KD * W;
             const int lines = m_zero(sbase + jn) ? 1 : KD / 32 + 1; /* 1 of H, K / 32 of M */
             for (int idx = tid; idx < KD * lines; idx += SCAN_THREADS) {
                 const int r = idx / lines, l = idx % lines;
@@ -115,21 +114,35 @@ template <int KD, bool REVERSE> __global__ void __launch_bounds__(SCAN_THREADS) 
     }
 }
 
-template <int KD, bool REVERSE> cudaError_t launch(const fqla_bwd_params &p, cudaStream_t stream)
+/* Both chains' scans in one launch, as bwd_chain.cu's passes: blockIdx.z
+ * the reverse chain's column groups first, then the state chain's (only
+ * where its states are stored, bp.S). */
+template <int KD> __global__ void __launch_bounds__(SCAN_THREADS, 1) bwd_chain_scan_kernel(const fqla_bwd_params bp, int zcols)
+{
+    extern __shared__ __align__(16) float scan_smem[];
+    const int z = (int)blockIdx.z;
+    if (z < zcols)
+        scan_run<KD, true>(bp, z, scan_smem);
+    else
+        scan_run<KD, false>(bp, z - zcols, scan_smem);
+}
+
+template <int KD> cudaError_t launch(const fqla_bwd_params &p, cudaStream_t stream)
 {
     static fqla_smem_cache cache;
     const size_t smem = (size_t)(KD * KD + KD * SCAN_COLS) * sizeof(float);
-    cudaError_t e = fqla_smem_limit(cache, bwd_chain_scan_kernel<KD, REVERSE>, smem);
+    cudaError_t e = fqla_smem_limit(cache, bwd_chain_scan_kernel<KD>, smem);
     if (e != cudaSuccess) return e;
-    return fqla_launch(bwd_chain_scan_kernel<KD, REVERSE>,
-                       dim3((unsigned)p.f.N, (unsigned)p.f.HV, (unsigned)(p.f.V / SCAN_COLS)), dim3(SCAN_THREADS), smem,
-                       stream, 0, p);
+    const int zcols = (int)(p.f.V / SCAN_COLS);
+    return fqla_launch(bwd_chain_scan_kernel<KD>,
+                       dim3((unsigned)p.f.N, (unsigned)p.f.HV, (unsigned)(zcols * (p.S ? 2 : 1))), dim3(SCAN_THREADS),
+                       smem, stream, 0, p, zcols);
 }
 
 } // namespace
 
-cudaError_t fqla_bwd_launch_chain_scan(const fqla_bwd_params &p, bool reverse, cudaStream_t stream)
+cudaError_t fqla_bwd_launch_chains_scan(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream)
 {
-    if (p.f.K == 64) return reverse ? launch<64, true>(p, stream) : launch<64, false>(p, stream);
-    return reverse ? launch<128, true>(p, stream) : launch<128, false>(p, stream);
+    (void)io_bf16;
+    return p.f.K == 64 ? launch<64>(p, stream) : launch<128>(p, stream);
 }

@@ -7,18 +7,20 @@
  *   prepare   (bwd_prepare.cu)  chunk-parallel: gamma, beta, the l2norm row
  *             factors, T~ = (I + StrictLower(diag(beta) (Gamma . K K^T)))^-1
  *             and P~ = scale Gamma . tril(Q K^T), per chunk and value head;
- *   states    (bwd_chain.cu)    the forward's state chain again, storing the
- *             state entering every chunk (fp32);
- *   dstates   (bwd_chain.cu)    the reverse chain, storing the gradient with
- *             respect to the state leaving every chunk (fp32), and dh0;
+ *   chains    (bwd_chain.cu)    in one launch, two independent chains:
+ *             the forward's state chain again, storing the state entering
+ *             every chunk (fp32), and the reverse chain, storing the
+ *             gradient with respect to the state leaving every chunk (fp32),
+ *             and dh0;
  *   grads     (bwd_grads.cu)    chunk-parallel, on wgmma: every per-token
  *             gradient of a chunk from its two stored states (dq, dk summed
  *             over the GVA group inside the CTA, in order);
  *   finish    (bwd_finish.cu)   dA_log / ddt_bias summed over the chunks in
  *             a fixed order; rows past the last sequence zeroed.
- * Where sequences x value heads leave the SMs idle, each chain runs with
+ * Where sequences x value heads leave the SMs idle, the chains run with
  * context parallelism instead (bwd_chain_cp.cu: a pre-pass over segments,
- * a scan, the main pass; the plan is cp_plan.h's fqla_cp_bwd_seg_chunks).
+ * a scan, the main pass, each one launch for both chains; the plan is
+ * cp_plan.h's fqla_cp_bwd_seg_chunks).
  * Nothing is reduced with atomics, so a rerun gives bit-identical gradients.
  *
  * Precision (the numerics model dev/models/bwd_chunked.py and its results in
@@ -74,7 +76,8 @@ struct fqla_bwd_params {
     float *S, *dS;            /* [slots][HV][K][V] entering state (NULL with dh0 alone); gradient
                                  w.r.t. the leaving state */
     float *gate_part;         /* [slots][HV][2] per-chunk dA_log, ddt_bias (gate in kernel) */
-    float *cp_hm;             /* chains' CP (f.cp_mode): [segs][HV][K][V + K] the pre-pass's [H | M] */
+    float *cp_hm[2];          /* chains' CP (f.cp_mode): [segs][HV][K][V + K] the pre-pass's [H | M],
+                                 of the state chain [0] and of the reverse chain [1] (both run at once) */
     /* with CP also f.cp_skip = 1 and the shortcut's flags:
      * f.chunk_ok [slots][HV] (prepare) and f.seg_flag [segs][HV] (pre-pass) */
 };
@@ -102,7 +105,8 @@ static inline fqla_bwd_ws_layout fqla_bwd_ws(int64_t slots, int64_t H, int64_t H
     L.S = off;   off += dh0_only ? 0 : fqla_fwd_align256(tiles * K * V * sizeof(float));
     L.dS = off;  off += fqla_fwd_align256(tiles * K * V * sizeof(float));
     L.gate_part = off; off += gate_in_kernel && !dh0_only ? fqla_fwd_align256(tiles * 2 * sizeof(float)) : 0;
-    L.cp_hm = off; off += fqla_fwd_align256((size_t)segs * HV * K * (V + K) * sizeof(float));
+    L.cp_hm = off; /* the reverse chain's; after it the state chain's (not with dh0 alone) */
+    off += (dh0_only ? 1 : 2) * fqla_fwd_align256((size_t)segs * HV * K * (V + K) * sizeof(float));
     L.chunk_ok = off; off += segs ? fqla_fwd_align256(tiles * sizeof(int)) : 0;
     L.seg_flag = off; off += fqla_fwd_align256((size_t)segs * HV * sizeof(int));
     L.total = off;
@@ -132,15 +136,17 @@ static inline int fqla_bwd_rows16(const fqla_bwd_params &b, int which)
 
 /* Launchers (enqueue on stream; return the launch error). */
 cudaError_t fqla_bwd_launch_prepare(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream);
-cudaError_t fqla_bwd_launch_states(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream);
-cudaError_t fqla_bwd_launch_dstates(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream);
+/* The two chains (bwd_chain.cu) in one launch, the reverse chain alone
+ * where no state is stored (S NULL: dh0 alone): whole sequences, or with CP
+ * (f.cp_mode) the main pass. */
+cudaError_t fqla_bwd_launch_chains(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream);
 cudaError_t fqla_bwd_launch_grads(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream);
 cudaError_t fqla_bwd_launch_finish(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream);
-/* The chains with CP (f.cp_mode, bwd_chain_cp.cu): the pre-pass of segments
- * into cp_hm, and the scan that writes each segment's starting state. */
-cudaError_t fqla_bwd_launch_states_prepass(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream);
-cudaError_t fqla_bwd_launch_dstates_prepass(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream);
-cudaError_t fqla_bwd_launch_chain_scan(const fqla_bwd_params &p, bool reverse, cudaStream_t stream);
+/* The chains' CP steps (bwd_chain_cp.cu), for the same chains: the pre-pass
+ * of segments into cp_hm, and the scan that writes each segment's starting
+ * state. */
+cudaError_t fqla_bwd_launch_chains_prepass(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream);
+cudaError_t fqla_bwd_launch_chains_scan(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream);
 
 static_assert(FQLA_BWD_VS == FQLA_CP_BWD_COLS && FQLA_BWD_C == FQLA_CP_CHUNK,
               "cp_plan.h's backward plan counts the chains' CTAs in these units");

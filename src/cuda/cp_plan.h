@@ -115,35 +115,38 @@ FQLA_CP_HD int64_t fqla_cp_segs(int varlen, int64_t T, int64_t N, int64_t L)
 }
 
 /* The backward's chains (src/cuda/bwd_chain.cu, bwd_chain_cp.cu): value
- * columns per chain CTA (one warpgroup; a last slice of V may be half
- * full), and chain CTAs an SM holds (the state chain two, the reverse
- * chain one at K = 128: the model takes two). */
+ * columns per chain warpgroup (a last slice of V may be half full), and
+ * chain warpgroups an SM holds (one CTA of two: both chains' launch takes
+ * the reverse chain's shared memory and ~230 registers a thread). */
 #define FQLA_CP_BWD_COLS 64
 #define FQLA_CP_BWD_CTAS_PER_SM 2
 
 /* The backward chains' segment length in chunks, 0 for no CP: N sequences
  * of at most `longest` tokens (a padded batch's T; for packed varlen input
  * the longest of a host cu_seqlens, or the total T, which bounds it), HV
- * value heads, K x V states. A cost model in chunk steps: without CP every
- * chain CTA (N HV ceil(V / 64) of them) walks the longest sequence's chunks, in as
- * many waves as the SMs' chain slots take them; with nseg segments of L
- * chunks, the pre-pass (K / 64 more CTAs a segment than the main pass,
- * every segment but the last) and the main pass each walk L chunks per wave,
- * and the scan costs about one chunk step per segment. Segments of at least
- * 4 chunks, CP only where it is cheaper in this model. */
-FQLA_CP_HD int64_t fqla_cp_bwd_seg_chunks(int64_t N, int64_t longest, int64_t HV, int64_t K, int64_t V, int64_t sms)
+ * value heads, K x V states, `chains` chains in each launch (2: the state
+ * chain and the reverse chain; 1: the reverse chain alone, for dh0 alone).
+ * A cost model in chunk steps: without CP every chain warpgroup (chains N HV
+ * ceil(V / 64) of them) walks the longest sequence's chunks, in as many
+ * waves as the SMs' slots take them; with nseg segments of L chunks, the
+ * pre-pass (K / 64 more warpgroups a segment than the main pass, every
+ * segment but the last) and the main pass each walk L chunks per wave,
+ * and the scan costs about one chunk step per segment. Segments of at
+ * least 4 chunks, CP only where it is cheaper in this model. */
+FQLA_CP_HD int64_t fqla_cp_bwd_seg_chunks(int64_t N, int64_t longest, int64_t HV, int64_t K, int64_t V, int64_t chains,
+                                          int64_t sms)
 {
     const int64_t chunks = (longest + FQLA_CP_CHUNK - 1) / FQLA_CP_CHUNK;
     const int64_t slots = FQLA_CP_BWD_CTAS_PER_SM * (sms > 0 ? sms : 1);
     const int64_t slices = (V + FQLA_CP_BWD_COLS - 1) / FQLA_CP_BWD_COLS;
-    const int64_t ctas = N * HV * slices;
+    const int64_t ctas = chains * N * HV * slices;
     int64_t best, bestL = 0;
     if (ctas <= 0 || chunks < 8) return 0;
     best = chunks * ((ctas + slots - 1) / slots);
     for (int64_t nseg = 2; nseg <= 256 && chunks / nseg >= 4; nseg *= 2) {
         const int64_t L = (chunks + nseg - 1) / nseg;
         /* the pre-pass leaves out the segment that ends each chain */
-        const int64_t pre = N * HV * (slices + K / FQLA_CP_BWD_COLS) * (nseg - 1), main = ctas * nseg;
+        const int64_t pre = chains * N * HV * (slices + K / FQLA_CP_BWD_COLS) * (nseg - 1), main = ctas * nseg;
         const int64_t cost = L * ((pre + slots - 1) / slots + (main + slots - 1) / slots) + nseg;
         if (cost < best) {
             best = cost;

@@ -321,13 +321,16 @@ static void bwd_chain_plan(void)
      * (one launch a chain then) */
     int64_t L = fqla_cp_bwd_seg_chunks(1, 8192, 4, 128, 128, 2, 132);
     CHECK(L >= 4 && L < 128, "hk2_hv4 1x8192: CP expected, L = %lld", (long long)L);
-    /* hk16_hv32 32k_1seq: 64 warpgroups a chain. One chain alone leaves half
-     * the SMs idle (CP); both chains' 128 fill them, and CP's pre-pass would
-     * cost more than it spreads */
-    L = fqla_cp_bwd_seg_chunks(1, 32768, 32, 128, 128, 1, 132);
-    CHECK(L >= 4 && L < 512, "hk16_hv32 1x32768, one chain: CP expected, L = %lld", (long long)L);
+    /* hk16_hv32 32k_1seq: 64 warpgroups a chain, both chains' 128 in 64 CTAs on
+     * 132 SMs; with the shortcut's priced share (the gated heads' pre-pass
+     * walks a window) CP spreads them. Without the shortcut it would not pay:
+     * the 8k row, whose segments are too short for the shortcut's price */
     L = fqla_cp_bwd_seg_chunks(1, 32768, 32, 128, 128, 2, 132);
-    CHECK(L == 0, "hk16_hv32 1x32768, both chains: no CP expected, L = %lld", (long long)L);
+    CHECK(L >= FQLA_CP_SKIP_MIN_L && L < 512, "hk16_hv32 1x32768: CP expected, L = %lld", (long long)L);
+    L = fqla_cp_bwd_seg_chunks(1, 32768, 32, 128, 128, 1, 132);
+    CHECK(L >= FQLA_CP_SKIP_MIN_L && L < 512, "hk16_hv32 1x32768, one chain: CP expected, L = %lld", (long long)L);
+    L = fqla_cp_bwd_seg_chunks(2, 8192, 32, 128, 128, 2, 132);
+    CHECK(L == 0, "hk16_hv32 2x4096: no CP expected (the chains fill the SMs), L = %lld", (long long)L);
     /* hk16_hv32 8k_8seq (packed varlen, the longest from the host copy or bounded by T): 1024 chain CTAs */
     L = fqla_cp_bwd_seg_chunks(8, 1024, 32, 128, 128, 2, 132);
     CHECK(L == 0, "hk16_hv32 8x1024: no CP expected, L = %lld", (long long)L);

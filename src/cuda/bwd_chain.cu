@@ -223,6 +223,61 @@ __device__ __forceinline__ void rs_run(float (&acc)[N], uint32_t (&hi)[KS][4], u
 __device__ __forceinline__ int col_of(int a) { return 8 * (a >> 2) + 2 * (threadIdx.x & 3) + (a & 1); }
 __device__ __forceinline__ int row8_of(int a) { return 8 * ((a >> 1) & 1); }
 
+/* The CP pre-pass's window (the gate-driven shortcut of the end state H):
+ * how many of a segment's chunks the chain must walk, counted from the
+ * segment's end for the state chain (the state leaving it), from its start
+ * for the reverse chain (the gradient entering it). The chunks beyond the
+ * window reach that end through the window's transitions, each contractive
+ * (chunk_ok: every beta ||k||^2 in [0, 2]) and together decaying by
+ * e^(sum of their gamma_C) <= e^-17, the bound fqla_cp_m_negligible uses for
+ * M: so the pre-pass leaves them out. The whole segment where no window
+ * qualifies. Warp 0 walks the chunks 32 at a time (an inclusive scan of
+ * gamma_C in walk order, stopped at the first chunk that fails chunk_ok);
+ * block-wide (every thread calls it; a __syncthreads inside), and every CTA
+ * of a (segment, value head) gets the same answer. */
+template <bool REVERSE>
+__device__ int chain_window(const fqla_fwd_params &p, int chunks, int64_t slot0, int hv, int *scratch)
+{
+    if (threadIdx.x < 32) {
+        const int lane = threadIdx.x;
+        int win = chunks;
+        float run = 0.f; /* gamma_C summed over the chunks walked before this round */
+        for (int base = 0; base < chunks; base += 32) {
+            const int w = base + lane; /* walk position: 0 is the segment's end (state chain) or start */
+            float gC = 0.f;
+            int ok = 0;
+            if (w < chunks) {
+                const int c = REVERSE ? w : chunks - 1 - w;
+                const int64_t i = (slot0 + c) * p.HV + hv;
+                gC = p.gam[i * C + C - 1];
+                ok = p.chunk_ok[i];
+            }
+            float inc = gC; /* the inclusive scan over the lanes, in lane order */
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                const float y = __shfl_up_sync(0xffffffffu, inc, o);
+                if (lane >= o) inc += y;
+            }
+            const float tot = run + inc;
+            const unsigned bad = __ballot_sync(0xffffffffu, w < chunks && !ok);
+            const unsigned done = __ballot_sync(0xffffffffu, w < chunks && ok && tot <= -17.f);
+            /* the first lane whose window qualifies, if no failing chunk comes before it */
+            const int first_done = done ? __ffs(done) - 1 : 32, first_bad = bad ? __ffs(bad) - 1 : 32;
+            if (first_done < first_bad) {
+                win = base + first_done + 1;
+                break;
+            }
+            if (first_bad < 32) break; /* a chunk that is not contractive: the whole segment */
+            run = __shfl_sync(0xffffffffu, tot, 31);
+        }
+        if (lane == 0) *scratch = win;
+    }
+    __syncthreads();
+    const int win = *scratch;
+    __syncthreads(); /* every thread has read it before the scratch is reused */
+    return win;
+}
+
 /* CONVERT: q / k are not exact bf16 numbers as they come (fp16 io, or
  * l2norm in the kernel): converted in place, with lo planes. A template
  * parameter so that every product's number of terms is known to the
@@ -273,6 +328,12 @@ __device__ __forceinline__ void chain_run(const fqla_bwd_params &bp, int vec, in
     }
     if (!__syncthreads_or(active)) return; /* no slice left to this CTA */
     const int chunks = (int)((len + C - 1) / C); /* < 2^31: the slots are int64 only as offsets */
+    /* the pre-pass of a CTA whose slices are all real (H alone) walks only
+     * the shortcut's window: the last chunks of the segment (states) or the
+     * first (dstates), chain_window */
+    int it0 = 0;
+    if (mode == CHAIN_PREPASS && p.cp_skip && !__syncthreads_or(active && ident))
+        it0 = chunks - chain_window<REVERSE>(p, chunks, slot0, hv, reinterpret_cast<int *>(sm + L::coef));
     /* a segment's starting state is in the workspace (the scan wrote it) */
     const bool from_ws = mode == CHAIN_MAIN && chunks > 0;
 
@@ -339,8 +400,8 @@ __device__ __forceinline__ void chain_run(const fqla_bwd_params &bp, int vec, in
 
     const fqla_wg_tile Tt{s0 + L::tp, s0 + L::tp + TILE, C};
     const fqla_wg_tile Pt{s0 + L::tp + 2 * TILE, s0 + L::tp + 3 * TILE, C};
-    if (chunks > 0) issue(chunk_at(0), 0);
-    for (int it = 0; it < chunks; it++) {
+    if (chunks > it0) issue(chunk_at(it0), it0 & 1);
+    for (int it = it0; it < chunks; it++) {
         const int c = chunk_at(it), s = it & 1, nv = nvalid_of(c);
         const size_t tile = (size_t)(slot0 + c) * p.HV + hv;
         unsigned char *st = stage(s);

@@ -121,6 +121,23 @@ FQLA_CP_HD int64_t fqla_cp_segs(int varlen, int64_t T, int64_t N, int64_t L)
 #define FQLA_CP_BWD_COLS 64
 #define FQLA_CP_BWD_CTAS_PER_SM 2
 
+/* The shortest segment, in chunks, whose transitions the plans discount (m_skipped, FQLA_CP_BWD_SKIP):
+ * 512 tokens, where a gate of mean log-decay -0.033 per token sums to the
+ * shortcut's -17 (the benchmark's gated heads, ~-0.05: from 8 chunks on, not
+ * at 4). */
+#define FQLA_CP_SKIP_MIN_L 8
+
+/* The pre-pass's shortcut as the backward chains' plan prices it (the
+ * kernels decide from the gates, which the plan does not see): a share
+ * FQLA_CP_BWD_SKIP of the (segment, value head) pairs, from
+ * FQLA_CP_SKIP_MIN_L chunks on, walks only a window of FQLA_CP_BWD_WINDOW
+ * chunks without M (bwd_chain.cu's chain_window: the benchmark's gated
+ * heads, log-decay ~-0.05 a token, pass e^-17 within 6 chunks; a quarter of
+ * its heads are ungated, as the forward's route assumes,
+ * FQLA_ROUTE_CP_MSKIP). */
+#define FQLA_CP_BWD_SKIP 0.75
+#define FQLA_CP_BWD_WINDOW 6
+
 /* The backward chains' segment length in chunks, 0 for no CP: N sequences
  * of at most `longest` tokens (a padded batch's T; for packed varlen input
  * the longest of a host cu_seqlens, or the total T, which bounds it), HV
@@ -129,10 +146,12 @@ FQLA_CP_HD int64_t fqla_cp_segs(int varlen, int64_t T, int64_t N, int64_t L)
  * A cost model in chunk steps: without CP every chain warpgroup (chains N HV
  * ceil(V / 64) of them) walks the longest sequence's chunks, in as many
  * waves as the SMs' slots take them; with nseg segments of L chunks, the
- * pre-pass (K / 64 more warpgroups a segment than the main pass, every
- * segment but the last) and the main pass each walk L chunks per wave,
- * and the scan costs about one chunk step per segment. Segments of at
- * least 4 chunks, CP only where it is cheaper in this model. */
+ * main pass walks L chunks per wave, the pre-pass (every segment but the
+ * last) L chunks per wave for the pairs the shortcut does not cut (over V
+ * and the K identity columns), a window for the others (V only), at the
+ * longer of the full pairs' waves and all its work spread over the slots;
+ * the scan costs about one chunk step per segment. Segments of at least 4
+ * chunks, CP only where it is cheaper in this model. */
 FQLA_CP_HD int64_t fqla_cp_bwd_seg_chunks(int64_t N, int64_t longest, int64_t HV, int64_t K, int64_t V, int64_t chains,
                                           int64_t sms)
 {
@@ -146,8 +165,16 @@ FQLA_CP_HD int64_t fqla_cp_bwd_seg_chunks(int64_t N, int64_t longest, int64_t HV
     for (int64_t nseg = 2; nseg <= 256 && chunks / nseg >= 4; nseg *= 2) {
         const int64_t L = (chunks + nseg - 1) / nseg;
         /* the pre-pass leaves out the segment that ends each chain */
-        const int64_t pre = chains * N * HV * (slices + K / FQLA_CP_BWD_COLS) * (nseg - 1), main = ctas * nseg;
-        const int64_t cost = L * ((pre + slots - 1) / slots + (main + slots - 1) / slots) + nseg;
+        const int64_t rows = N * HV * (nseg - 1);
+        const double skip = L >= FQLA_CP_SKIP_MIN_L ? FQLA_CP_BWD_SKIP : 0.0;
+        const int64_t full = rows - (int64_t)(skip * (double)rows);
+        const int64_t full_units = chains * full * (slices + K / FQLA_CP_BWD_COLS);
+        const int64_t short_units = chains * (rows - full) * slices;
+        const int64_t w = L < FQLA_CP_BWD_WINDOW ? L : FQLA_CP_BWD_WINDOW;
+        const int64_t waves = L * ((full_units + slots - 1) / slots);
+        const int64_t spread = (full_units * L + short_units * w + slots - 1) / slots;
+        const int64_t pre = waves > spread ? waves : spread, main = L * ((ctas * nseg + slots - 1) / slots);
+        const int64_t cost = pre + main + nseg;
         if (cost < best) {
             best = cost;
             bestL = L;
@@ -174,12 +201,6 @@ typedef struct fqla_cp_problem {
                                which the plan does not see; it only decides
                                whether CP runs (fqla_cp_plan). */
 } fqla_cp_problem;
-
-/* The shortest segment, in chunks, whose transitions m_skipped discounts:
- * 512 tokens, where a gate of mean log-decay -0.033 per token sums to the
- * shortcut's -17 (the benchmark's gated heads, ~-0.05: from 8 chunks on, not
- * at 4). */
-#define FQLA_CP_SKIP_MIN_L 8
 
 /* Measured costs on the H200, us: one chunk
  * step of the chunk kernel with one consumer warpgroup at one CTA per SM,

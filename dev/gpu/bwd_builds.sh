@@ -15,7 +15,8 @@
 #   mkdir -p .bwdbuilds/LABEL && cp build/libflashqla.so build/tests/test_gpu_bwd .bwdbuilds/LABEL/
 # then dev/gpu/pack.sh .bwdbuilds and carry .bwdbuilds (about 5 MB a build).
 # Output under $OUT: summary.txt (everything that matters) and logs.tgz.
-# QUICK_ROWS: the timed shapes (bwd_quick.py --rows, e.g. '16,32,32768,1;2,4,8192,1').
+# QUICK_ROWS: the timed shapes (bwd_quick.py --rows, e.g. '16,32,32768,1;2,4,8192,1');
+# QUICK_ARGS: more bwd_quick.py options for the timing (e.g. --ungated 0.25).
 # SKIP_TESTS: builds (space-separated labels) whose checks are skipped (e.g. a base already checked).
 set -u
 OUT=${OUT:-/tmp/bwd_builds}
@@ -46,7 +47,7 @@ for round in 1 2; do
   for b in $order; do
     echo "== round $round, $b: timing" | tee -a "$S"
     PYTHONPATH=python FLASHQLA_LIB=$BIN/$b/libflashqla.so timeout 120 python3 dev/gpu/bwd_quick.py --time-only \
-      ${QUICK_ROWS:+--rows "$QUICK_ROWS"} \
+      ${QUICK_ROWS:+--rows "$QUICK_ROWS"} ${QUICK_ARGS:-} \
       2>&1 | grep -vE "Warn|_warn_once" | tee -a "$S"
   done
 done

@@ -109,13 +109,16 @@ def check(name, B, T, H, HV, K, V, h0=True, gate=None, dtype=torch.bfloat16, cu=
     return ok and same
 
 
-def timing(H, HV, T, N, K=128, V=128, reps=10):
+def timing(H, HV, T, N, K=128, V=128, reps=10, ungated=0.0):
     torch.manual_seed(0)
     B = 1
     q = torch.nn.functional.normalize(torch.randn(B, T, H, K), dim=-1).cuda().bfloat16().requires_grad_()
     k = torch.nn.functional.normalize(torch.randn(B, T, H, K), dim=-1).cuda().bfloat16().requires_grad_()
     v = torch.randn(B, T, HV, V).cuda().bfloat16().requires_grad_()
-    g = (torch.nn.functional.logsigmoid(torch.randn(B, T, HV)) / 16).cuda().requires_grad_()
+    g = torch.nn.functional.logsigmoid(torch.randn(B, T, HV)) / 16
+    if ungated > 0:  # as bench/bench_fwd.py's make_inputs: that share of the value heads without decay
+        g[:, :, torch.randperm(HV)[: math.ceil(ungated * HV)]] = 0.0
+    g = g.cuda().requires_grad_()
     beta = torch.rand(B, T, HV).cuda().requires_grad_()
     L = T // N
     cu = torch.arange(0, T + 1, L, dtype=torch.int32)
@@ -137,7 +140,7 @@ def timing(H, HV, T, N, K=128, V=128, reps=10):
         flashqla.chunk_gated_delta_rule(q.detach(), k.detach(), v.detach(), g.detach(), beta.detach(), **kw)
     torch.cuda.synchronize()
     tf = (time.perf_counter() - t0) / reps * 1e3
-    print(f"timing hk{H}_hv{HV} T={T} N={N}: bwd {tb:.3f} ms  fwd {tf:.3f} ms")
+    print(f"timing hk{H}_hv{HV} T={T} N={N} ungated {ungated:g}: bwd {tb:.3f} ms  fwd {tf:.3f} ms")
     from torch.profiler import ProfilerActivity, profile
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         torch.autograd.grad(o, (q, k, v, g, beta), do, retain_graph=True)
@@ -163,13 +166,15 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--no-time", action="store_true")
     ap.add_argument("--time-only", action="store_true", help="skip the checks (e.g. timing a base build)")
+    ap.add_argument("--ungated", type=float, default=0.0,
+                    help="share of the value heads timed without decay (the benchmark's inputs: 0.25)")
     ap.add_argument("--rows", default="16,32,32768,1;2,4,8192,1",
                     help="timed shapes H,HV,T,N separated by ';' (default: %(default)s)")
     a = ap.parse_args()
     rows = [tuple(int(x) for x in r.split(",")) for r in a.rows.split(";") if r]
     if a.time_only:
         for H, HV, T, N in rows:
-            timing(H, HV, T, N)
+            timing(H, HV, T, N, ungated=a.ungated)
         return 0
     strong = lambda *s: torch.full(s, -20.0)
     zero = lambda *s: torch.zeros(s)
@@ -190,7 +195,7 @@ def main():
     print("ALL OK" if ok else "SOME FAILED")
     if not a.no_time:
         for H, HV, T, N in rows:
-            timing(H, HV, T, N)
+            timing(H, HV, T, N, ungated=a.ungated)
     return 0 if ok else 1
 
 

@@ -10,7 +10,7 @@
  *     the segment's end state is M S_in + H: the real columns give H, the
  *     identity columns give M (K x K). Stored as [H | M], K x (V + K) fp32
  *     per (segment, value head).
- *   scan (here): per (sequence, value head, 32 value columns), the segments
+ *   scan (here): per (sequence, value head, 16 value columns), the segments
  *     in chain order: S_in of the next segment = M S_in + H, in fp32 on CUDA
  *     cores; = H where the segment's decay makes M negligible (the
  *     forward's shortcut, fqla_cp_m_negligible: the pre-pass then leaves
@@ -31,10 +31,15 @@
 namespace {
 
 constexpr int SCAN_THREADS = 256;
-constexpr int SCAN_COLS = 32; /* value columns per CTA */
+/* value columns per CTA: a step (M S + H) is bound by M's load and the
+ * CTA's FMAs, so narrower CTAs finish a step sooner (16 against 32: the scan
+ * 0.114 -> 0.075 ms on hk2_hv4 8k_1seq, a quarter of the heads ungated,
+ * H100) while M's loads repeat from L2 */
+constexpr int SCAN_COLS = 16;
 
-/* One CTA per (sequence, value head, 32 value columns) of a chain, in
- * shared memory (scan_smem) M (K x K) and the state slice (K x 32), fp32. */
+/* One CTA per (sequence, value head, SCAN_COLS value columns) of a chain,
+ * in shared memory (scan_smem) M (K x K) and the state slice (K x
+ * SCAN_COLS), fp32. */
 template <int KD, bool REVERSE> __device__ __forceinline__ void scan_run(const fqla_bwd_params &bp, int zcol, float *scan_smem)
 {
     const fqla_fwd_params &p = bp.f;

@@ -228,6 +228,22 @@ __device__ __forceinline__ void copy_raw64(unsigned char *base, const uint16_t *
     }
 }
 
+/* The chunk's q or k rows as they are (bf16, exact: no lo plane, no
+ * l2norm factor) into a [64][KD] plane by 16-byte cp.async, zeros past
+ * nvalid rows; the caller commits and waits. Every row is 16-byte aligned
+ * (the backward's validation, check_aligned). */
+template <int KD> __device__ __forceinline__ void copy_rows_async(unsigned char *plane, const void *x, int64_t base,
+                                                                  int64_t st, int nvalid)
+{
+    const uint16_t *src = (const uint16_t *)x + base;
+#pragma unroll
+    for (int n = 0; n < C * KD / 8 / THREADS; n++) {
+        const int idx = threadIdx.x + n * THREADS, i = idx / (KD / 8), j = 8 * (idx % (KD / 8));
+        const bool ok = i < nvalid;
+        fqla_cp_async16(plane + fqla_wg_off(C, i, j), ok ? src + (int64_t)i * st + j : src, ok ? 16 : 0);
+    }
+}
+
 /* A [ROWS][64] block of two fp32 row-major matrices x, y (row pitch ld,
  * columns from c0) into the split tiles dx, dy; returns this thread's sum of
  * x * y. All of a thread's loads are issued before its first store. */
@@ -329,13 +345,33 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
     auto await = [&](gw_signal x, uint32_t use) { fqla_mbar_wait(&ss.signal[x], use & 1u); };
     uint32_t n_slice = 0; /* slices done (uses of the per-slice signals) */
 
-    load_rows<T, KD>(Kt, p.k, batch * p.k_sb + t0 * p.k_st + (int64_t)hk * p.k_sh, p.k_st, nvalid,
-                     p.l2norm ? p.rk + rrow : nullptr);
+    /* q and k: exact bf16 rows by cp.async, in flight beside the first
+     * head's T~ / P~ loads (waited for with the first slice's copies); else
+     * (fp16, or the l2norm's factors) converted through registers */
+    const int64_t kb = batch * p.k_sb + t0 * p.k_st + (int64_t)hk * p.k_sh;
     const int64_t qb = batch * p.q_sb + t0 * p.q_st + (int64_t)hk * p.q_sh;
-    load_rows<T, KD>(Qt, p.q, qb, p.q_st, nvalid, p.l2norm ? p.rq + rrow : nullptr);
+    if constexpr (!QK_LO) {
+        copy_rows_async<KD>(sm + L::k, p.k, kb, p.k_st, nvalid);
+        copy_rows_async<KD>(sm + L::q, p.q, qb, p.q_st, nvalid);
+        fqla_cp_async_commit();
+    } else {
+        load_rows<T, KD>(Kt, p.k, kb, p.k_st, nvalid, p.l2norm ? p.rk + rrow : nullptr);
+        load_rows<T, KD>(Qt, p.q, qb, p.q_st, nvalid, p.l2norm ? p.rq + rrow : nullptr);
+    }
 
     float dQK[NK]; /* warpgroup 0: dQ, warpgroup 1: dK (rows r0, r0 + 8; KD columns) */
     zero(dQK);
+
+    /* a slice's dO and value columns as they are, by cp.async, where exact
+     * in bf16 (dO) or kept raw (v): one group, waited for at the slice's start */
+    auto copy_slice = [&](int hv, int v0) {
+        const int vw = p.V - v0 < VS ? p.V - v0 : VS;
+        const int64_t ob = batch * bp.do_sb + t0 * bp.do_st + (int64_t)hv * bp.do_sh + v0;
+        const int64_t vb = batch * p.v_sb + t0 * p.v_st + (int64_t)hv * p.v_sh + v0;
+        if constexpr (!DO_LO) copy_raw64(sm + L::dO, (const uint16_t *)bp.d_o + ob, bp.do_st, nvalid, vw, vec);
+        if constexpr (L::VSM) copy_raw64(sm + L::v, (const uint16_t *)p.v + vb, p.v_st, nvalid, vw, vec);
+        fqla_cp_async_commit();
+    };
 
     for (int h = 0; h < p.group; h++) {
         const int hv = hk * p.group + h;
@@ -360,12 +396,10 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
             const int64_t vb = batch * p.v_sb + t0 * p.v_st + (int64_t)hv * p.v_sh + v0;
             __syncthreads(); /* the previous slice's reads are done */
             {
-                /* dO and the value slice first, in flight with S's and dS' loads: as they
-                 * are by cp.async where exact in bf16 (dO) or kept raw (v), else split */
+                /* dO and the value slice first (the head's first slice: issued at the
+                 * head's start), in flight with S's and dS' loads; fp16 dO split */
                 const int64_t ob = batch * bp.do_sb + t0 * bp.do_st + (int64_t)hv * bp.do_sh + v0;
-                if constexpr (!DO_LO) copy_raw64(sm + L::dO, (const uint16_t *)bp.d_o + ob, bp.do_st, nvalid, vw, vec);
-                if constexpr (L::VSM) copy_raw64(sm + L::v, (const uint16_t *)p.v + vb, p.v_st, nvalid, vw, vec);
-                fqla_cp_async_commit();
+                copy_slice(hv, v0);
                 constexpr int ND = C * VS / 8 / THREADS;
                 float x[DO_LO ? ND : 1][8];
                 if constexpr (DO_LO)

@@ -38,7 +38,9 @@
  * registers) and dk (warpgroup 1's) over the group without atomics. Per
  * value head, value columns in slices of 64 (a last one of 32 padded with
  * zeros). q and k are loaded once for the CTA (the group's heads share
- * them); per value head T~ and P~ (fp32 -> split); per slice:
+ * them; exact bf16 rows by cp.async, in flight beside the first head's
+ * loads: 10 % of the kernel against loading them through registers); per
+ * value head T~ and P~ (fp32 -> split); per slice:
  *
  *   all     dO (bf16: as it is) and the raw value slice by cp.async, S and
  *           dS' (fp32 -> split) through registers, into shared memory

@@ -1,6 +1,6 @@
 """dev/emu: the library built with its CUDA kernels on the CPU emulator (dev/emu/build.sh),
 and a few of the GPU tests' cases run under it against the fp64 reference: the backward's
-five kernels (wgmma, mbarriers, named barriers, cp.async), the forward's routes (TMA,
+kernels (wgmma, mbarriers, named barriers, cp.async; its chains' CP), the forward's routes (TMA,
 wgmma, mma.sync) and CP on the chunked fp32 kernel. Needs a C++ compiler and the CUDA toolkit's headers (no GPU); a few minutes on
 two cores."""
 
@@ -47,6 +47,15 @@ def test_backward_reverse_thread_order_copies_at_issue(built):
     # threads still read overwrites it under them); the cases above land them at their wait
     out = run(built, "test_gpu_bwd", "bwd_varlen_edges", order=1, async_at="issue")
     assert "ok   bwd_varlen_edges" in out
+
+
+def test_backward_chains_cp_under_emulator(built):
+    # the chains' CP (2048 tokens, segments of 4-6 chunks): both chains' pre-passes, scans and main
+    # passes in one launch each, the pre-pass window under moderate decay and none at g = 0, varlen with
+    # an empty sequence; then the same calls for dh0 alone (the reverse chain alone)
+    out = run(built, "test_gpu_bwd", "bwd_dh0_only")
+    assert "ok   bwd_dh0_only" in out
+    assert "CP segments of 4 chunks" in out
 
 
 def test_forward_under_emulator(built):

@@ -1,8 +1,9 @@
 /*
  * bwd.cu - the CUDA backward's entry points (declared in cuda_backend.h):
- * what the kernels cover, the exact workspace, and the five launches on the
- * caller's stream (bwd_common.cuh says what each computes; with only
- * d_initial_state asked for, prepare and the reverse chain alone). Nothing here
+ * what the kernels cover, the exact workspace, and the four launches (six
+ * with the chains' CP) on the caller's stream (bwd_common.cuh says what each
+ * computes; with only d_initial_state asked for, prepare and the reverse
+ * chain alone). Nothing here
  * allocates, synchronises or reads device memory on the host, so a call
  * can be captured in a CUDA graph; the workspace is a function of the
  * shapes alone.

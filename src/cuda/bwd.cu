@@ -141,13 +141,10 @@ fqla_status fqla_cuda_bwd_run(fqla_context *ctx, const fqla_problem *p, const fq
     b.S = p->dh0_only ? NULL : (float *)(ws + L.S);
     b.dS = (float *)(ws + L.dS);
     b.gate_part = p->opt.use_gate_in_kernel && !p->dh0_only ? (float *)(ws + L.gate_part) : NULL;
-    if (k.cp_mode) { /* the two chains' pre-passes run in one launch: each its own [H | M] */
-        const size_t hm = fqla_fwd_align256((size_t)fqla_cp_segs(p->varlen, p->T, p->N, k.seg_chunks) * p->HV * p->K *
-                                            (p->V + p->K) * sizeof(float));
-        b.cp_hm[1] = (float *)(ws + L.cp_hm);
-        b.cp_hm[0] = p->dh0_only ? NULL : (float *)(ws + L.cp_hm + hm);
-    }
-    if (k.cp_mode) { /* the negligible-transition shortcut (bwd_chain_cp.cu) */
+    if (k.cp_mode) { /* both chains' pre-passes run in one launch: each its own [H | M];
+                        the negligible-transition shortcut (bwd_chain_cp.cu) */
+        b.cp_hm[1] = (float *)(ws + L.cp_hm[1]);
+        b.cp_hm[0] = p->dh0_only ? NULL : (float *)(ws + L.cp_hm[0]);
         k.cp_skip = 1;
         k.chunk_ok = (int *)(ws + L.chunk_ok);
         k.seg_flag = (int *)(ws + L.seg_flag);

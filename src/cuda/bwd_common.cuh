@@ -83,7 +83,7 @@ struct fqla_bwd_params {
 };
 
 struct fqla_bwd_ws_layout {
-    size_t gam, bet, rq, rk, Tt, Pt, S, dS, gate_part, cp_hm, chunk_ok, seg_flag, total;
+    size_t gam, bet, rq, rk, Tt, Pt, S, dS, gate_part, cp_hm[2], chunk_ok, seg_flag, total;
 };
 
 /* segs: the chains' CP segment indices (fqla_cp_segs), 0 without CP.
@@ -105,8 +105,10 @@ static inline fqla_bwd_ws_layout fqla_bwd_ws(int64_t slots, int64_t H, int64_t H
     L.S = off;   off += dh0_only ? 0 : fqla_fwd_align256(tiles * K * V * sizeof(float));
     L.dS = off;  off += fqla_fwd_align256(tiles * K * V * sizeof(float));
     L.gate_part = off; off += gate_in_kernel && !dh0_only ? fqla_fwd_align256(tiles * 2 * sizeof(float)) : 0;
-    L.cp_hm = off; /* the reverse chain's; after it the state chain's (not with dh0 alone) */
-    off += (dh0_only ? 1 : 2) * fqla_fwd_align256((size_t)segs * HV * K * (V + K) * sizeof(float));
+    /* the reverse chain's [H | M] (cp_hm[1]); after it the state chain's (not with dh0 alone) */
+    const size_t hm = fqla_fwd_align256((size_t)segs * HV * K * (V + K) * sizeof(float));
+    L.cp_hm[1] = off; off += hm;
+    L.cp_hm[0] = off; off += dh0_only ? 0 : hm;
     L.chunk_ok = off; off += segs ? fqla_fwd_align256(tiles * sizeof(int)) : 0;
     L.seg_flag = off; off += fqla_fwd_align256((size_t)segs * HV * sizeof(int));
     L.total = off;

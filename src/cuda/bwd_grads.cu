@@ -364,17 +364,6 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
     float dQK[NK]; /* warpgroup 0: dQ, warpgroup 1: dK (rows r0, r0 + 8; KD columns) */
     zero(dQK);
 
-    /* a slice's dO and value columns as they are, by cp.async, where exact
-     * in bf16 (dO) or kept raw (v): one group, waited for at the slice's start */
-    auto copy_slice = [&](int hv, int v0) {
-        const int vw = p.V - v0 < VS ? p.V - v0 : VS;
-        const int64_t ob = batch * bp.do_sb + t0 * bp.do_st + (int64_t)hv * bp.do_sh + v0;
-        const int64_t vb = batch * p.v_sb + t0 * p.v_st + (int64_t)hv * p.v_sh + v0;
-        if constexpr (!DO_LO) copy_raw64(sm + L::dO, (const uint16_t *)bp.d_o + ob, bp.do_st, nvalid, vw, vec);
-        if constexpr (L::VSM) copy_raw64(sm + L::v, (const uint16_t *)p.v + vb, p.v_st, nvalid, vw, vec);
-        fqla_cp_async_commit();
-    };
-
     for (int h = 0; h < p.group; h++) {
         const int hv = hk * p.group + h;
         const size_t tile = (size_t)slot * p.HV + hv;
@@ -398,10 +387,12 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
             const int64_t vb = batch * p.v_sb + t0 * p.v_st + (int64_t)hv * p.v_sh + v0;
             __syncthreads(); /* the previous slice's reads are done */
             {
-                /* dO and the value slice first (the head's first slice: issued at the
-                 * head's start), in flight with S's and dS' loads; fp16 dO split */
+                /* dO and the value slice first, in flight with S's and dS' loads: as they
+                 * are by cp.async where exact in bf16 (dO) or kept raw (v), else split */
                 const int64_t ob = batch * bp.do_sb + t0 * bp.do_st + (int64_t)hv * bp.do_sh + v0;
-                copy_slice(hv, v0);
+                if constexpr (!DO_LO) copy_raw64(sm + L::dO, (const uint16_t *)bp.d_o + ob, bp.do_st, nvalid, vw, vec);
+                if constexpr (L::VSM) copy_raw64(sm + L::v, (const uint16_t *)p.v + vb, p.v_st, nvalid, vw, vec);
+                fqla_cp_async_commit();
                 constexpr int ND = C * VS / 8 / THREADS;
                 float x[DO_LO ? ND : 1][8];
                 if constexpr (DO_LO)

@@ -349,8 +349,10 @@ __device__ __forceinline__ void chain_run(const fqla_bwd_params &bp, int vec, in
             s = ident && k == v0 - p.V + v ? 1.f : 0.f;
         } else if (v < vw) {
             if (from_ws) {
+                /* fp32 [KD][64] there (fqla_bwd_state_slice), overwritten below by this chunk's store */
                 const int64_t c = REVERSE ? chunks - 1 : 0;
-                s = (REVERSE ? bp.dS : bp.S)[((size_t)(slot0 + c) * p.HV + hv) * KD * p.V + (int64_t)k * p.V + v0 + v];
+                const size_t tile = (size_t)(slot0 + c) * p.HV + hv;
+                s = (REVERSE ? bp.dS : bp.S)[fqla_bwd_state_slice(tile, p.V, KD, v0) + k * 64 + v];
             } else {
                 s = bwd_start_state<REVERSE>(bp, n, hv, k, v0 + v);
             }
@@ -431,23 +433,30 @@ __device__ __forceinline__ void chain_run(const fqla_bwd_params &bp, int vec, in
         __syncthreads(); /* (b) the planes and factors; the staging tiles are free */
 
         if (it + 1 < chunks) issue(chunk_at(it + 1), s ^ 1);
-        /* store the state entering (states) / the gradient leaving (dstates) this chunk */
+        uint32_t sh[KK][4], sl[KK][4];
+        float ks[32];
+        fqla_wg_frags(S, sh, sl);
+        /* store the state entering (states) / the gradient leaving (dstates)
+         * this chunk: S^T's hi / lo pairs as they lie in the gradient
+         * kernel's [64][KD] planes (fqla_bwd_state_slice; rows past V are
+         * zeros). Pair q of k-step kk: row vr + 8 (q & 1), columns
+         * 16 kk + 8 (q >> 1) + 2 t4, + 1 (fqla_wg_frags) */
         if (active && mode != CHAIN_PREPASS) {
-            float *dst = (REVERSE ? bp.dS : bp.S) + tile * KD * p.V + v0;
+            unsigned char *dst = (unsigned char *)((REVERSE ? bp.dS : bp.S) + fqla_bwd_state_slice(tile, p.V, KD, v0));
 #pragma unroll
-            for (int a = 0; a < NS; a++) {
-                const int v = vr + row8_of(a);
-                if (v < vw) dst[(int64_t)kc(a) * p.V + v] = S[a];
-            }
+            for (int kk = 0; kk < KK; kk++)
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    const uint32_t o = fqla_wg_off(C, vr + 8 * (q & 1), 16 * kk + 8 * (q >> 1) + 2 * t4);
+                    *reinterpret_cast<uint32_t *>(dst + o) = sh[kk][q];
+                    *reinterpret_cast<uint32_t *>(dst + C * KD * 2 + o) = sl[kk][q];
+                }
         }
         /* (K S)^T or (K dS)^T: [value row][token]. Nothing between a wgmma's
          * issue and its wait branches (ptxas serializes wgmma in flight
          * across a branch it cannot prove uniform: its C7518), and a
          * warpgroup without a slice runs the products too, on zeros, its
          * results unused. */
-        uint32_t sh[KK][4], sl[KK][4];
-        float ks[32];
-        fqla_wg_frags(S, sh, sl);
         pin_a(sh, sl);
         fqla_wg_issue(ks, [&] { fqla_wg_rs_split<64, 0, true, CONVERT>(ks, sh, sl, Kt, false); });
         uint32_t xr[4][4]; /* V^T or dO^T, raw pairs (identity slices, no slice: zeros) */

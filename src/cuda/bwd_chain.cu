@@ -42,8 +42,10 @@
  * cancelling sums (dev/models/bwd_chunked.py).
  *
  * Inputs arrive a chunk ahead by cp.async: the raw q / k rows and the V or
- * dO slice into a two-stage ring, T~ (and P~) as fp32 into one staging
- * tile, split into planes at the start of their chunk. (The chains'
+ * dO slice into a two-stage ring, T~ (and P~) as the hi / lo planes
+ * bwd_prepare.cu stores, into a set of planes for even and one for odd
+ * chunks (until 2b4754c they came as fp32 into one staging tile and every
+ * chunk split them between its two barriers). (The chains'
  * first form, 16 x 16 mma.sync tiles over 8 warps with the intermediates
  * in shared memory and three CTA barriers a chunk, took 1.77 / 2.7 ms on
  * hk16_hv32 32k_1seq; docs/history/2026-12-04-bwd.md.)
@@ -90,13 +92,13 @@ template <int KD, bool REVERSE, bool CONVERT> struct chain_layout {
     static constexpr int NTP = REVERSE ? 2 : 1;               /* T~ (, P~) */
     static constexpr int STAGE = NQK * KP + NWG * TILE;       /* k (, q) raw / hi planes; each chain's V or dO slice */
     static constexpr int ring = 0;                            /* two stages */
-    static constexpr int tp = 2 * STAGE;                      /* T~ (, P~) hi, lo planes */
+    static constexpr int tp = 2 * STAGE;                      /* T~ (, P~) hi, lo planes: even chunks */
     static constexpr int lo = tp + 2 * NTP * TILE;            /* CONVERT: k (, q) lo planes */
-    static constexpr int f32 = lo + (CONVERT ? NQK * KP : 0); /* T~ (, P~) fp32 staging */
-    static constexpr int rows = f32 + NTP * C * C * 4;        /* chain_rows[2] */
+    static constexpr int tp1 = lo + (CONVERT ? NQK * KP : 0); /* T~ (, P~) hi, lo planes: odd chunks */
+    static constexpr int rows = tp1 + 2 * NTP * TILE;         /* chain_rows[2] */
     static constexpr int coef = rows + 2 * (int)sizeof(chain_rows);
     static constexpr int bytes = coef + (int)sizeof(chain_coef) + 1024; /* + the base's alignment */
-    static_assert(KP % 1024 == 0 && STAGE % 1024 == 0 && tp % 1024 == 0 && lo % 1024 == 0,
+    static_assert(KP % 1024 == 0 && STAGE % 1024 == 0 && tp % 1024 == 0 && lo % 1024 == 0 && tp1 % 1024 == 0,
                   "wgmma planes must be 1024-aligned");
     static_assert(bytes <= 227 * 1024, "over the H100 / H200 shared memory a block may have");
 };
@@ -136,26 +138,14 @@ __device__ __forceinline__ void copy_plane(unsigned char *plane, const uint16_t 
     }
 }
 
-/* A 64 x 64 fp32 workspace tile (T~ or P~) into staging by cp.async. */
-__device__ __forceinline__ void copy_f32(float *dst, const float *src)
+/* T~ or P~ (its hi / lo planes as bwd_prepare.cu stores them, 16 KB) into
+ * place by cp.async. */
+__device__ __forceinline__ void copy_tile(unsigned char *dst, const float *src)
 {
 #pragma unroll
     for (int n = 0; n < C * C / 4 / THREADS; n++) {
         const int idx = threadIdx.x + n * THREADS;
-        fqla_cp_async16(dst + 4 * idx, src + 4 * idx, 16);
-    }
-}
-
-/* A staged fp32 tile into its hi / lo planes. */
-__device__ __forceinline__ void split_f32(const fqla_wg_tile &t, const float *src)
-{
-#pragma unroll
-    for (int n = 0; n < C * C / 8 / THREADS; n++) {
-        const int idx = threadIdx.x + n * THREADS, r = idx >> 3, c = 8 * (idx & 7);
-        const float4 a = *reinterpret_cast<const float4 *>(src + r * C + c);
-        const float4 b = *reinterpret_cast<const float4 *>(src + r * C + c + 4);
-        const float x[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-        fqla_wg_put8(t, r, c, x);
+        fqla_cp_async16(dst + 16 * idx, src + 4 * idx, 16);
     }
 }
 
@@ -292,7 +282,8 @@ __device__ __forceinline__ void chain_run(const fqla_bwd_params &bp, int vec, in
     const uint32_t s0 = fqla_smem_u32(sm);
     chain_rows *rows = reinterpret_cast<chain_rows *>(sm + L::rows);
     chain_coef &cf = *reinterpret_cast<chain_coef *>(sm + L::coef);
-    float *stage_t = reinterpret_cast<float *>(sm + L::f32), *stage_p = stage_t + C * C;
+    /* T~ (, P~): hi, lo (, hi, lo) planes, a set for even and one for odd chunks */
+    auto tp_of = [&](int s) { return s ? L::tp1 : L::tp; };
     /* dO is exact bf16 unless fp16 */
     constexpr bool IO_BF16 = std::is_same<T, __nv_bfloat16>::value;
     static_assert(IO_BF16 || CONVERT, "fp16 q / k always need their lo planes");
@@ -363,7 +354,7 @@ __device__ __forceinline__ void chain_run(const fqla_bwd_params &bp, int vec, in
     auto chunk_at = [&](int it) { return REVERSE ? chunks - 1 - it : it; };
     auto nvalid_of = [&](int c) { return (int)(len - c * C < C ? len - c * C : C); };
     auto stage = [&](int s) { return sm + L::ring + s * L::STAGE; };
-    /* chunk c's copies into ring stage s and the fp32 staging: one cp.async group */
+    /* chunk c's copies into ring stage s and T~ (, P~) set s: one cp.async group */
     auto issue = [&](int c, int s) {
         const int64_t slot = slot0 + c, t0 = start + (int64_t)c * C;
         const int nv = nvalid_of(c);
@@ -374,7 +365,7 @@ __device__ __forceinline__ void chain_run(const fqla_bwd_params &bp, int vec, in
         if constexpr (REVERSE) {
             copy_plane<KD>(st + L::KP, (const uint16_t *)p.q + batch * p.q_sb + t0 * p.q_st + (int64_t)hk * p.q_sh,
                            p.q_st, KD, nv, vec);
-            copy_f32(stage_p, bp.Pt + tile * C * C);
+            copy_tile(sm + tp_of(s) + 2 * TILE, bp.Pt + tile * C * C);
         }
         /* each real slice's V or dO columns (identity slices have zero input, never read) */
 #pragma unroll
@@ -386,7 +377,7 @@ __device__ __forceinline__ void chain_run(const fqla_bwd_params &bp, int vec, in
             copy_plane<VS>(st + L::NQK * L::KP + w * TILE, (const uint16_t *)(REVERSE ? bp.d_o : p.v) + off,
                            REVERSE ? bp.do_st : p.v_st, p.V - c0, nv, vec);
         }
-        copy_f32(stage_t, bp.Tt + tile * C * C);
+        copy_tile(sm + tp_of(s), bp.Tt + tile * C * C);
         if (tid < C / 4) { /* the workspace rows: 16-byte aligned always */
             chain_rows &r = rows[s];
             fqla_cp_async16(&r.gam[4 * tid], p.gam + tile * C + 4 * tid, 16);
@@ -400,14 +391,14 @@ __device__ __forceinline__ void chain_run(const fqla_bwd_params &bp, int vec, in
         fqla_cp_async_commit();
     };
 
-    const fqla_wg_tile Tt{s0 + L::tp, s0 + L::tp + TILE, C};
-    const fqla_wg_tile Pt{s0 + L::tp + 2 * TILE, s0 + L::tp + 3 * TILE, C};
     if (chunks > it0) issue(chunk_at(it0), it0 & 1);
     for (int it = it0; it < chunks; it++) {
         const int c = chunk_at(it), s = it & 1, nv = nvalid_of(c);
         const size_t tile = (size_t)(slot0 + c) * p.HV + hv;
         unsigned char *st = stage(s);
         const uint32_t k_hi = fqla_smem_u32(st), q_hi = k_hi + L::KP;
+        const uint32_t tp = s0 + tp_of(s);
+        const fqla_wg_tile Tt{tp, tp + TILE, C}, Pt{tp + 2 * TILE, tp + 3 * TILE, C};
         const fqla_wg_tile Kt{k_hi, CONVERT ? s0 + L::lo : 0u, C};
         const fqla_wg_tile Qt{q_hi, CONVERT ? s0 + L::lo + L::KP : 0u, C};
         const fqla_wg_tile Xt{fqla_smem_u32(st + L::NQK * L::KP + wg * TILE), 0u, C};
@@ -416,8 +407,6 @@ __device__ __forceinline__ void chain_run(const fqla_bwd_params &bp, int vec, in
         fqla_cp_async_wait_all(); /* this chunk's copies (this thread's) */
         fqla_fence_async_smem();  /* cp.async wrote through the generic proxy; wgmma reads through the async one */
         __syncthreads();          /* (a) every thread's copies; chunk it - 1 fully read */
-        split_f32(Tt, stage_t);
-        if constexpr (REVERSE) split_f32(Pt, stage_p);
         if constexpr (CONVERT) {
             split_plane<T, KD>(st, sm + L::lo, p.l2norm ? r.rk : nullptr, nv);
             if constexpr (REVERSE) split_plane<T, KD>(st + L::KP, sm + L::lo + L::KP, p.l2norm ? r.rq : nullptr, nv);
@@ -430,7 +419,7 @@ __device__ __forceinline__ void chain_run(const fqla_bwd_params &bp, int vec, in
             cf.b[tid] = REVERSE ? -e * r.bet[tid] : r.bet[tid];
         }
         fqla_fence_async_smem();
-        __syncthreads(); /* (b) the planes and factors; the staging tiles are free */
+        __syncthreads(); /* (b) the converted planes and the factors */
 
         if (it + 1 < chunks) issue(chunk_at(it + 1), s ^ 1);
         uint32_t sh[KK][4], sl[KK][4];

@@ -40,7 +40,8 @@
  * zeros). q and k are loaded once for the CTA (the group's heads share
  * them; exact bf16 rows by cp.async, in flight beside the first head's
  * loads: 10 % of the kernel against loading them through registers); per
- * value head T~ and P~ (fp32 -> split); per slice:
+ * value head T~ and P~ (their planes as bwd_prepare.cu stores them, by
+ * bulk copies issued during the previous head's tail); per slice:
  *
  *   all     dO (bf16: as it is) and the raw value slice by cp.async; S^T
  *           and dS'^T (their hi / lo planes as the chains stored them,
@@ -115,6 +116,7 @@ __device__ __forceinline__ void gw_sync(gw_bar id, uint32_t n)
 struct gw_small {
     uint64_t signal[n_signals]; /* mbarriers of the hand-offs */
     uint64_t states;            /* a slice's S and dS' planes landed (bulk copies) */
+    uint64_t tp;                /* a value head's T~ and P~ planes landed (bulk copies) */
     float gam[C], bet[C], e[C], f[C], df[C], db[C], de[C];
     float wsum[THREADS / 32], deC;
 };
@@ -253,43 +255,6 @@ template <int KD> __device__ __forceinline__ void copy_rows_async(unsigned char 
     }
 }
 
-/* A [ROWS][64] block of two fp32 row-major matrices x, y (row pitch ld,
- * columns from c0) into the split tiles dx, dy; returns this thread's sum of
- * x * y. All of a thread's loads are issued before its first store. */
-template <int ROWS>
-__device__ __forceinline__ float load_f32_pair(const fqla_wg_tile &dx, const float *x, const fqla_wg_tile &dy,
-                                               const float *y, int64_t ld, int c0, int cols)
-{
-    /* 16-byte pieces of 8 values a thread, per matrix, all in flight at once
-     * (registers: 16 N): one round trip (two, when issued two at a time,
-     * cost the gradient kernel 5 % more on the H100) */
-    constexpr int N = ROWS * 8 / THREADS;
-    float dot = 0.f;
-    float4 a[N][2], b[N][2];
-#pragma unroll
-    for (int n = 0; n < N; n++) {
-        const int idx = threadIdx.x + n * THREADS, r = idx >> 3, c = 8 * (idx & 7);
-        const float4 *xs = reinterpret_cast<const float4 *>(x + (int64_t)r * ld + c0 + c);
-        const float4 *ys = reinterpret_cast<const float4 *>(y + (int64_t)r * ld + c0 + c);
-        const float4 z = make_float4(0.f, 0.f, 0.f, 0.f);
-        a[n][0] = c < cols ? xs[0] : z;
-        a[n][1] = c < cols ? xs[1] : z;
-        b[n][0] = c < cols ? ys[0] : z;
-        b[n][1] = c < cols ? ys[1] : z;
-    }
-#pragma unroll
-    for (int n = 0; n < N; n++) {
-        const int idx = threadIdx.x + n * THREADS, r = idx >> 3, c = 8 * (idx & 7);
-        const float v[8] = {a[n][0].x, a[n][0].y, a[n][0].z, a[n][0].w, a[n][1].x, a[n][1].y, a[n][1].z, a[n][1].w};
-        const float w[8] = {b[n][0].x, b[n][0].y, b[n][0].z, b[n][0].w, b[n][1].x, b[n][1].y, b[n][1].z, b[n][1].w};
-        fqla_wg_put8(dx, r, c, v);
-        fqla_wg_put8(dy, r, c, w);
-#pragma unroll
-        for (int i = 0; i < 8; i++) dot += v[i] * w[i];
-    }
-    return dot;
-}
-
 /* Elements off, off + 1 as their raw 2-byte bits (first in the low half). */
 template <typename T> __device__ __forceinline__ uint32_t ld_pair(const void *base, int64_t off)
 {
@@ -352,6 +317,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
     if (tid < n_signals) fqla_mbar_init(&ss.signal[tid], 128);
     if (tid == 0) {
         fqla_mbar_init(&ss.states, 1);
+        fqla_mbar_init(&ss.tp, 1);
         fqla_mbar_init_fence(); /* the bulk copies' completions reach it */
     }
     /* (the first CTA barrier below orders the inits before any other use) */
@@ -363,7 +329,18 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
         fqla_bulk_load(sm + L::st, bp.S + o, 2 * L::SP, &ss.states);
         fqla_bulk_load(sm + L::st + 2 * L::SP, bp.dS + o, 2 * L::SP, &ss.states);
     };
-    if (tid == 0) copy_states(0, 0);
+    /* value head h's T~ and P~ planes (bwd_prepare.cu), the same way (the
+     * previous head's products with them done) */
+    auto copy_tp = [&](int h) {
+        const size_t tile = (size_t)slot * p.HV + hk * p.group + h;
+        fqla_mbar_arrive_tx(&ss.tp, 4 * TILE);
+        fqla_bulk_load(sm + L::t, bp.Tt + tile * C * C, 2 * TILE, &ss.tp);
+        fqla_bulk_load(sm + L::pt, bp.Pt + tile * C * C, 2 * TILE, &ss.tp);
+    };
+    if (tid == 0) {
+        copy_tp(0);
+        copy_states(0, 0);
+    }
     auto signal = [&](gw_signal x) { fqla_mbar_arrive(&ss.signal[x]); };
     auto await = [&](gw_signal x, uint32_t use) { fqla_mbar_wait(&ss.signal[x], use & 1u); };
     auto await_states = [&](uint32_t use) { fqla_mbar_wait(&ss.states, use & 1u); };
@@ -390,7 +367,6 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
         const int hv = hk * p.group + h;
         const size_t tile = (size_t)slot * p.HV + hv;
         __syncthreads(); /* the previous head's reads are done */
-        load_f32_pair<C>(Tt, bp.Tt + tile * C * C, Pt, bp.Pt + tile * C * C, C, 0, C);
         if (tid < C) {
             const float gm = p.gam[tile * C + tid];
             ss.gam[tid] = gm;
@@ -434,6 +410,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
                  * factor), every element once (the same offset in every plane is
                  * the same element), in a fixed order */
                 await_states(n_slice);
+                if (v0 == 0) fqla_mbar_wait(&ss.tp, (uint32_t)h & 1u);
                 constexpr int NP = L::SP / 16 / THREADS;
 #pragma unroll
                 for (int n = 0; n < NP; n++) {
@@ -685,7 +662,8 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
                 fqla_wg_split<KD, 1, 1, true, QK_LO>(dQK, W1, Kt, 0, C, true);
             });
         }
-        __syncthreads();
+        __syncthreads(); /* T~ and P~ read for the last time */
+        if (tid == 0 && h + 1 < p.group) copy_tp(h + 1);
         {
             /* R as row prefix sums sum_{j < t} R_it: four threads a row, 16
              * columns each, then the quad's segment totals */

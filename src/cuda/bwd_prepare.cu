@@ -9,6 +9,10 @@
  *   Tt    T~ = (I + L)^-1, L = StrictLower(diag(beta) (Gamma . K K^T)): the
  *         gated system, which stays bounded for any keys (docs/design.md §2);
  *   Pt    P~ = scale Gamma . tril(Q K^T);
+ *         both as the operand tiles the chains and the gradient kernel
+ *         take by plain copies: the fp32 values' hi and lo bf16 planes
+ *         (kernel/wg_split.cuh's swizzled [64][64] layout, 8 KB each, hi
+ *         first; the same bytes as fp32);
  *   chunk_ok  with the chains' CP: 1 where every row has beta ||k||^2 in
  *         [0, 2] (from K K^T's diagonal), the shortcut's test
  *         (fqla_cp_m_negligible).
@@ -24,6 +28,7 @@
  */
 #include "cuda/bwd_common.cuh"
 #include "cuda/fwd_prepare_common.cuh"
+#include "cuda/kernel/wg_split.cuh"
 #include "cuda/ptx/cp_async.cuh"
 #include "cuda/ptx/mma_sync.cuh"
 
@@ -233,21 +238,51 @@ __global__ void __launch_bounds__(256, 4) bwd_prepare_kernel(const fqla_bwd_para
         mma_rows<T, KD>(qk, sm.a.q, sm.b.k, m0, n0);
         __syncthreads(); /* q and k are read: L and T~ go over them */
         const float scale = p.scale;
-        float *Pt = bp.Pt + tile * C * C;
         bwd_each(kk, m0, n0, [&](int i, int j, float v) {
             v *= sm.rk[i] * sm.rk[j];
             sm.a.L[i * LDM + j] = j < i ? sm.bet[i] * __expf(sm.gam[i] - sm.gam[j]) * v : 0.f;
             if (i == j) bad |= !(sm.bet[i] * v >= 0.f && sm.bet[i] * v <= 2.f);
         });
-        bwd_each(qk, m0, n0, [&](int i, int j, float v) {
-            Pt[i * C + j] = j <= i ? scale * __expf(sm.gam[i] - sm.gam[j]) * (sm.rq[i] * sm.rk[j] * v) : 0.f;
-        });
+        /* P~ by column pairs (accumulator elements e, e + 1), hi / lo planes */
+        unsigned char *Pt = (unsigned char *)(bp.Pt + tile * C * C);
+        const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++) {
+                const int i = m0 + g + 8 * hh, j = n0 + 8 * nt + 2 * t;
+                float v[2];
+#pragma unroll
+                for (int c = 0; c < 2; c++)
+                    v[c] = j + c <= i ? scale * __expf(sm.gam[i] - sm.gam[j + c]) *
+                                            (sm.rq[i] * sm.rk[j + c] * qk[0][nt][2 * hh + c])
+                                      : 0.f;
+                const uint32_t hi = fqla_wg_bf2(v[0], v[1]);
+                const float2 h = fqla_wg_unbf2(hi);
+                const uint32_t o = fqla_wg_off(C, i, j);
+                *reinterpret_cast<uint32_t *>(Pt + o) = hi;
+                *reinterpret_cast<uint32_t *>(Pt + C * C * 2 + o) = fqla_wg_bf2(v[0] - h.x, v[1] - h.y);
+            }
     }
     bad = __syncthreads_or(bad);
     if (p.chunk_ok && tid == 0) p.chunk_ok[tile] = !bad;
     invert_unit_lower(sm.a.L, sm.b.T, sm.tmp);
-    float *Tt = bp.Tt + tile * C * C;
-    for (int i = tid; i < C * C; i += blockDim.x) Tt[i] = sm.b.T[(i >> 6) * LDM + (i & 63)];
+    /* T~'s hi / lo planes, 8 elements (16 bytes) a store */
+    unsigned char *Tt = (unsigned char *)(bp.Tt + tile * C * C);
+    for (int idx = tid; idx < C * C / 8; idx += blockDim.x) {
+        const int r = idx >> 3, c = 8 * (idx & 7);
+        uint32_t h[4], l[4];
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            const float a = sm.b.T[r * LDM + c + 2 * q], b = sm.b.T[r * LDM + c + 2 * q + 1];
+            h[q] = fqla_wg_bf2(a, b);
+            const float2 hf = fqla_wg_unbf2(h[q]);
+            l[q] = fqla_wg_bf2(a - hf.x, b - hf.y);
+        }
+        const uint32_t o = fqla_wg_off(C, r, c);
+        *reinterpret_cast<uint4 *>(Tt + o) = make_uint4(h[0], h[1], h[2], h[3]);
+        *reinterpret_cast<uint4 *>(Tt + C * C * 2 + o) = make_uint4(l[0], l[1], l[2], l[3]);
+    }
 }
 
 template <typename T, int KD> cudaError_t launch(const fqla_bwd_params &p, cudaStream_t stream)

@@ -44,7 +44,7 @@
  * Inputs arrive a chunk ahead by cp.async: the raw q / k rows and the V or
  * dO slice into a two-stage ring, T~ (and P~) as the hi / lo planes
  * bwd_prepare.cu stores, into a set of planes for even and one for odd
- * chunks (until 2b4754c they came as fp32 into one staging tile and every
+ * chunks (until 9b09672 they came as fp32 into one staging tile and every
  * chunk split them between its two barriers). (The chains'
  * first form, 16 x 16 mma.sync tiles over 8 warps with the intermediates
  * in shared memory and three CTA barriers a chunk, took 1.77 / 2.7 ms on
@@ -340,10 +340,8 @@ __device__ __forceinline__ void chain_run(const fqla_bwd_params &bp, int vec, in
             s = ident && k == v0 - p.V + v ? 1.f : 0.f;
         } else if (v < vw) {
             if (from_ws) {
-                /* fp32 [KD][64] there (fqla_bwd_state_slice), overwritten below by this chunk's store */
                 const int64_t c = REVERSE ? chunks - 1 : 0;
-                const size_t tile = (size_t)(slot0 + c) * p.HV + hv;
-                s = (REVERSE ? bp.dS : bp.S)[fqla_bwd_state_slice(tile, p.V, KD, v0) + k * 64 + v];
+                s = (REVERSE ? bp.dS : bp.S)[((size_t)(slot0 + c) * p.HV + hv) * KD * p.V + (int64_t)k * p.V + v0 + v];
             } else {
                 s = bwd_start_state<REVERSE>(bp, n, hv, k, v0 + v);
             }
@@ -422,30 +420,23 @@ __device__ __forceinline__ void chain_run(const fqla_bwd_params &bp, int vec, in
         __syncthreads(); /* (b) the converted planes and the factors */
 
         if (it + 1 < chunks) issue(chunk_at(it + 1), s ^ 1);
-        uint32_t sh[KK][4], sl[KK][4];
-        float ks[32];
-        fqla_wg_frags(S, sh, sl);
-        /* store the state entering (states) / the gradient leaving (dstates)
-         * this chunk: S^T's hi / lo pairs as they lie in the gradient
-         * kernel's [64][KD] planes (fqla_bwd_state_slice; rows past V are
-         * zeros). Pair q of k-step kk: row vr + 8 (q & 1), columns
-         * 16 kk + 8 (q >> 1) + 2 t4, + 1 (fqla_wg_frags) */
+        /* store the state entering (states) / the gradient leaving (dstates) this chunk */
         if (active && mode != CHAIN_PREPASS) {
-            unsigned char *dst = (unsigned char *)((REVERSE ? bp.dS : bp.S) + fqla_bwd_state_slice(tile, p.V, KD, v0));
+            float *dst = (REVERSE ? bp.dS : bp.S) + tile * KD * p.V + v0;
 #pragma unroll
-            for (int kk = 0; kk < KK; kk++)
-#pragma unroll
-                for (int q = 0; q < 4; q++) {
-                    const uint32_t o = fqla_wg_off(C, vr + 8 * (q & 1), 16 * kk + 8 * (q >> 1) + 2 * t4);
-                    *reinterpret_cast<uint32_t *>(dst + o) = sh[kk][q];
-                    *reinterpret_cast<uint32_t *>(dst + C * KD * 2 + o) = sl[kk][q];
-                }
+            for (int a = 0; a < NS; a++) {
+                const int v = vr + row8_of(a);
+                if (v < vw) dst[(int64_t)kc(a) * p.V + v] = S[a];
+            }
         }
         /* (K S)^T or (K dS)^T: [value row][token]. Nothing between a wgmma's
          * issue and its wait branches (ptxas serializes wgmma in flight
          * across a branch it cannot prove uniform: its C7518), and a
          * warpgroup without a slice runs the products too, on zeros, its
          * results unused. */
+        uint32_t sh[KK][4], sl[KK][4];
+        float ks[32];
+        fqla_wg_frags(S, sh, sl);
         pin_a(sh, sl);
         fqla_wg_issue(ks, [&] { fqla_wg_rs_split<64, 0, true, CONVERT>(ks, sh, sl, Kt, false); });
         uint32_t xr[4][4]; /* V^T or dO^T, raw pairs (identity slices, no slice: zeros) */

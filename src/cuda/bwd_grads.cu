@@ -43,10 +43,8 @@
  * value head T~ and P~ (their planes as bwd_prepare.cu stores them, by
  * bulk copies issued during the previous head's tail); per slice:
  *
- *   all     dO (bf16: as it is) and the raw value slice by cp.async; S^T
- *           and dS'^T (their hi / lo planes as the chains stored them,
- *           fqla_bwd_state_slice) by two bulk copies, a value head's first
- *           slice issued while the previous head's tail runs; <S, dS'>
+ *   all     dO (bf16: as it is) and the raw value slice by cp.async, S and
+ *           dS' (fp32 -> split) through registers, into shared memory
  *   wg 0    KS; X = V - diag(e) KS, Y = diag(beta) X; U = T~ Y  -> u_ready
  *   wg 1    KdS'; dU = P~^T dO + diag(f) KdS'                  -> du_ready
  *   wg 0    dY = T~^T dU, dT~ += dU Y^T: dv, dbeta (x . dy), de (-beta KS . dy);
@@ -61,9 +59,7 @@
  * then dg and dbeta per token.
  *
  * Nothing in a slice waits on a global load but the slice's own copies at
- * its start (before the states came as planes, each thread loaded its
- * share of them as fp32 through registers and split it: 64 registers of
- * loads in flight): v, q and P~ are read from their tiles where a product needs
+ * its start: v, q and P~ are read from their tiles where a product needs
  * them as values (the first form loaded them from global memory as 4-byte
  * pairs under the products, and reloaded q every head: the kernel ran
  * 6.07 ms against 4.10 now on hk16_hv32 32k_1seq, H100). Shared memory
@@ -113,9 +109,10 @@ __device__ __forceinline__ void gw_sync(gw_bar id, uint32_t n)
     fqla_bar_sync(id, n);
 }
 
+constexpr int align1k(int x) { return (x + 1023) & ~1023; }
+
 struct gw_small {
     uint64_t signal[n_signals]; /* mbarriers of the hand-offs */
-    uint64_t states;            /* a slice's S and dS' planes landed (bulk copies) */
     uint64_t tp;                /* a value head's T~ and P~ planes landed (bulk copies) */
     float gam[C], bet[C], e[C], f[C], df[C], db[C], de[C];
     float wsum[THREADS / 32], deC;
@@ -124,10 +121,7 @@ struct gw_small {
 /* Shared memory (byte offsets from a 1024-aligned base). q and k are kept
  * for the whole CTA (read by every value head of the group); a lo plane
  * only where the operand is not exact in bf16 (QK_LO, DO_LO); the value
- * slice as raw 2-byte rows (VSM: where it fits, i.e. without q / k lo
- * planes). The state slices are written only by bulk copies, so the next
- * value head's first ones land while this head's tail (R, dg) runs in the
- * dO / v / dU tiles. */
+ * slice as raw 2-byte rows (VSM: where it fits, i.e. without q / k lo planes). */
 template <int KD, bool QK_LO, bool DO_LO> struct gw_layout {
     static constexpr bool VSM = !QK_LO;
     static constexpr int KP = C * KD * 2;      /* a [64][KD] plane */
@@ -138,12 +132,12 @@ template <int KD, bool QK_LO, bool DO_LO> struct gw_layout {
     static constexpr int q = k + NQK * KP;     /* Q hi (, lo) */
     static constexpr int t = q + NQK * KP;     /* T~ hi, lo */
     static constexpr int pt = t + 2 * TILE;    /* P~ hi, lo */
-    static constexpr int st = pt + 2 * TILE;   /* slices: S^T hi, lo, dS'^T hi, lo (fqla_bwd_state_slice) */
-    static constexpr int dO = st + 4 * SP;     /* dO hi (, lo); after the slices: R, the gate parts */
+    static constexpr int st = pt + 2 * TILE;   /* slices: S hi, lo, dS' hi, lo; after them: R, the gate parts */
+    static constexpr int st_bytes = 4 * SP > RB + 2 * C * 4 ? 4 * SP : RB + 2 * C * 4;
+    static constexpr int dO = st + align1k(st_bytes); /* dO hi (, lo) */
     static constexpr int v = dO + (DO_LO ? 2 : 1) * TILE; /* VSM: the value slice, raw */
-    static constexpr int sl = v + (VSM ? TILE : 0); /* slices: dU, Y, U (hi, lo); after them: -, W0, W1 */
+    static constexpr int sl = v + (VSM ? TILE : 0); /* slices: Y, U, dU (hi, lo); after them: W0, W1 */
     static constexpr int small = sl + 6 * TILE;
-    static_assert(sl + 2 * TILE - dO >= RB + 2 * C * 4, "R and the gate parts fit over dO, v and dU");
     static constexpr int bytes = small + (int)sizeof(gw_small) + 1024; /* + the base's alignment */
     /* wgmma's 128-byte swizzle: every plane 1024-aligned */
     static_assert(KP % 1024 == 0 && SP % 1024 == 0 && TILE % 1024 == 0 && st % 1024 == 0 && dO % 1024 == 0 &&
@@ -255,6 +249,43 @@ template <int KD> __device__ __forceinline__ void copy_rows_async(unsigned char 
     }
 }
 
+/* A [ROWS][64] block of two fp32 row-major matrices x, y (row pitch ld,
+ * columns from c0) into the split tiles dx, dy; returns this thread's sum of
+ * x * y. All of a thread's loads are issued before its first store. */
+template <int ROWS>
+__device__ __forceinline__ float load_f32_pair(const fqla_wg_tile &dx, const float *x, const fqla_wg_tile &dy,
+                                               const float *y, int64_t ld, int c0, int cols)
+{
+    /* 16-byte pieces of 8 values a thread, per matrix, all in flight at once
+     * (registers: 16 N): one round trip (two, when issued two at a time,
+     * cost the gradient kernel 5 % more on the H100) */
+    constexpr int N = ROWS * 8 / THREADS;
+    float dot = 0.f;
+    float4 a[N][2], b[N][2];
+#pragma unroll
+    for (int n = 0; n < N; n++) {
+        const int idx = threadIdx.x + n * THREADS, r = idx >> 3, c = 8 * (idx & 7);
+        const float4 *xs = reinterpret_cast<const float4 *>(x + (int64_t)r * ld + c0 + c);
+        const float4 *ys = reinterpret_cast<const float4 *>(y + (int64_t)r * ld + c0 + c);
+        const float4 z = make_float4(0.f, 0.f, 0.f, 0.f);
+        a[n][0] = c < cols ? xs[0] : z;
+        a[n][1] = c < cols ? xs[1] : z;
+        b[n][0] = c < cols ? ys[0] : z;
+        b[n][1] = c < cols ? ys[1] : z;
+    }
+#pragma unroll
+    for (int n = 0; n < N; n++) {
+        const int idx = threadIdx.x + n * THREADS, r = idx >> 3, c = 8 * (idx & 7);
+        const float v[8] = {a[n][0].x, a[n][0].y, a[n][0].z, a[n][0].w, a[n][1].x, a[n][1].y, a[n][1].z, a[n][1].w};
+        const float w[8] = {b[n][0].x, b[n][0].y, b[n][0].z, b[n][0].w, b[n][1].x, b[n][1].y, b[n][1].z, b[n][1].w};
+        fqla_wg_put8(dx, r, c, v);
+        fqla_wg_put8(dy, r, c, w);
+#pragma unroll
+        for (int i = 0; i < 8; i++) dot += v[i] * w[i];
+    }
+    return dot;
+}
+
 /* Elements off, off + 1 as their raw 2-byte bits (first in the low half). */
 template <typename T> __device__ __forceinline__ uint32_t ld_pair(const void *base, int64_t off)
 {
@@ -281,7 +312,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
     extern __shared__ unsigned char smem_raw[];
     unsigned char *sm = (unsigned char *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
     gw_small &ss = *reinterpret_cast<gw_small *>(sm + L::small);
-    float *Rs = reinterpret_cast<float *>(sm + L::dO);
+    float *Rs = reinterpret_cast<float *>(sm + L::st);
     float(*gpart)[C] = reinterpret_cast<float(*)[C]>(Rs + C * LDR); /* dA_log, ddt_bias per token */
     const uint32_t s0 = fqla_smem_u32(sm);
     constexpr int NK = KD / 2; /* accumulators of a 64 x KD product */
@@ -306,31 +337,16 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
     const fqla_wg_tile Kt{s0 + L::k, QK_LO ? s0 + L::k + L::KP : 0u, C};
     const fqla_wg_tile Qt{s0 + L::q, QK_LO ? s0 + L::q + L::KP : 0u, C};
     const fqla_wg_tile Tt{s0 + L::t, s0 + L::t + TILE, C}, Pt{s0 + L::pt, s0 + L::pt + TILE, C};
-    const fqla_wg_tile St{s0 + L::st, s0 + L::st + L::SP, C}; /* S^T, [value][KD] */
-    const fqla_wg_tile dSt{s0 + L::st + 2 * L::SP, s0 + L::st + 3 * L::SP, C};
+    const fqla_wg_tile St{s0 + L::st, s0 + L::st + L::SP, KD};
+    const fqla_wg_tile dSt{s0 + L::st + 2 * L::SP, s0 + L::st + 3 * L::SP, KD};
     const fqla_wg_tile dOt{s0 + L::dO, DO_LO ? s0 + L::dO + TILE : 0u, C};
-    const fqla_wg_tile dUt{s0 + L::sl, s0 + L::sl + TILE, C};
-    const fqla_wg_tile Yt{s0 + L::sl + 2 * TILE, s0 + L::sl + 3 * TILE, C};
-    const fqla_wg_tile Ut{s0 + L::sl + 4 * TILE, s0 + L::sl + 5 * TILE, C};
-    const fqla_wg_tile &W0 = Yt, &W1 = Ut;
+    const fqla_wg_tile Yt{s0 + L::sl, s0 + L::sl + TILE, C}, Ut{s0 + L::sl + 2 * TILE, s0 + L::sl + 3 * TILE, C};
+    const fqla_wg_tile dUt{s0 + L::sl + 4 * TILE, s0 + L::sl + 5 * TILE, C};
+    const fqla_wg_tile W0{s0 + L::sl, s0 + L::sl + TILE, C}, W1{s0 + L::sl + 2 * TILE, s0 + L::sl + 3 * TILE, C};
 
     if (tid < n_signals) fqla_mbar_init(&ss.signal[tid], 128);
-    if (tid == 0) {
-        fqla_mbar_init(&ss.states, 1);
-        fqla_mbar_init(&ss.tp, 1);
-        fqla_mbar_init_fence(); /* the bulk copies' completions reach it */
-    }
-    /* (the first CTA barrier below orders the inits before any other use) */
-    /* value head h's slice at v0: its S and dS' blocks by two bulk copies
-     * (one thread; the slice before it fully read) */
-    auto copy_states = [&](int h, int v0) {
-        const size_t tile = (size_t)slot * p.HV + hk * p.group + h, o = fqla_bwd_state_slice(tile, p.V, KD, v0);
-        fqla_mbar_arrive_tx(&ss.states, 4 * L::SP);
-        fqla_bulk_load(sm + L::st, bp.S + o, 2 * L::SP, &ss.states);
-        fqla_bulk_load(sm + L::st + 2 * L::SP, bp.dS + o, 2 * L::SP, &ss.states);
-    };
-    /* value head h's T~ and P~ planes (bwd_prepare.cu), the same way (the
-     * previous head's products with them done) */
+    /* value head h's T~ and P~ planes (bwd_prepare.cu) by two bulk copies (one
+     * thread; the previous head's products with them done) */
     auto copy_tp = [&](int h) {
         const size_t tile = (size_t)slot * p.HV + hk * p.group + h;
         fqla_mbar_arrive_tx(&ss.tp, 4 * TILE);
@@ -338,12 +354,13 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
         fqla_bulk_load(sm + L::pt, bp.Pt + tile * C * C, 2 * TILE, &ss.tp);
     };
     if (tid == 0) {
+        fqla_mbar_init(&ss.tp, 1);
+        fqla_mbar_init_fence(); /* the bulk copies' completions reach it */
         copy_tp(0);
-        copy_states(0, 0);
     }
+    /* (the first CTA barrier below orders the inits before any other use) */
     auto signal = [&](gw_signal x) { fqla_mbar_arrive(&ss.signal[x]); };
     auto await = [&](gw_signal x, uint32_t use) { fqla_mbar_wait(&ss.signal[x], use & 1u); };
-    auto await_states = [&](uint32_t use) { fqla_mbar_wait(&ss.states, use & 1u); };
     uint32_t n_slice = 0; /* slices done (uses of the per-slice signals) */
 
     /* q and k: exact bf16 rows by cp.async, in flight beside the first
@@ -384,7 +401,6 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
             const int vw = p.V - v0 < VS ? p.V - v0 : VS; /* 64, or 32 in a last half slice (zeros past it) */
             const int64_t vb = batch * p.v_sb + t0 * p.v_st + (int64_t)hv * p.v_sh + v0;
             __syncthreads(); /* the previous slice's reads are done */
-            if (tid == 0 && v0 > 0) copy_states(h, v0); /* a head's first slice is on its way already */
             {
                 /* dO and the value slice first, in flight with S's and dS' loads: as they
                  * are by cp.async where exact in bf16 (dO) or kept raw (v), else split */
@@ -400,32 +416,15 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
                         const int idx = tid + n * THREADS, i = idx >> 3, c = 8 * (idx & 7);
                         load8<T>(bp.d_o, ob + (int64_t)i * bp.do_st + c, i < nvalid && c < vw, x[n]);
                     }
+                const float *Sg = bp.S + tile * KD * p.V, *dSg = bp.dS + tile * KD * p.V;
+                deC += load_f32_pair<KD>(St, Sg, dSt, dSg, p.V, v0, vw);
                 if constexpr (DO_LO)
 #pragma unroll
                     for (int n = 0; n < ND; n++) {
                         const int idx = tid + n * THREADS;
                         fqla_wg_put8(dOt, idx >> 3, 8 * (idx & 7), x[n]);
                     }
-                /* <S, dS'> from the planes (hi + lo: ~16 significant bits of each
-                 * factor), every element once (the same offset in every plane is
-                 * the same element), in a fixed order */
-                await_states(n_slice);
-                if (v0 == 0) fqla_mbar_wait(&ss.tp, (uint32_t)h & 1u);
-                constexpr int NP = L::SP / 16 / THREADS;
-#pragma unroll
-                for (int n = 0; n < NP; n++) {
-                    const uint4 *pl = reinterpret_cast<const uint4 *>(sm + L::st) + tid + n * THREADS;
-                    constexpr int PL = L::SP / 16; /* one plane, in uint4 */
-                    const uint4 a4 = pl[0], b4 = pl[PL], c4 = pl[2 * PL], d4 = pl[3 * PL];
-                    const uint32_t a[4] = {a4.x, a4.y, a4.z, a4.w}, b[4] = {b4.x, b4.y, b4.z, b4.w};
-                    const uint32_t c[4] = {c4.x, c4.y, c4.z, c4.w}, d[4] = {d4.x, d4.y, d4.z, d4.w};
-#pragma unroll
-                    for (int i = 0; i < 4; i++) {
-                        const float2 sh = fqla_wg_unbf2(a[i]), sl = fqla_wg_unbf2(b[i]);
-                        const float2 dh = fqla_wg_unbf2(c[i]), dl = fqla_wg_unbf2(d[i]);
-                        deC += (sh.x + sl.x) * (dh.x + dl.x) + (sh.y + sl.y) * (dh.y + dl.y);
-                    }
-                }
+                if (v0 == 0) fqla_mbar_wait(&ss.tp, (uint32_t)h & 1u); /* this head's T~ and P~ */
                 fqla_cp_async_wait_all();
             }
             fqla_fence_async_smem();
@@ -434,7 +433,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
             if (wg == 0) {
                 /* KS;  X = V - diag(e) K S;  Y = diag(beta) X;  U = T~ Y */
                 float ks[32], x[32];
-                fqla_wg_issue(ks, [&] { fqla_wg_split<64, 0, 0, QK_LO>(ks, Kt, St, 0, KD, false); });
+                fqla_wg_issue(ks, [&] { fqla_wg_split<64, 0, 1, QK_LO>(ks, Kt, St, 0, KD, false); });
                 uint32_t vr[16]; /* v at the accumulator places, raw pairs, read under the product */
                 if constexpr (L::VSM) {
                     fqla_wg_load_raw<64>(s0 + L::v, C, vr, 0);
@@ -514,7 +513,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
 
                 /* dO S^T: de_i += scale q_i . (dO S^T)_i;  dQ += scale diag(e) dO S^T */
                 float g2[NK];
-                fqla_wg_run(g2, [&] { fqla_wg_split<KD, 0, 1, DO_LO>(g2, dOt, St, 0, VS, false); });
+                fqla_wg_run(g2, [&] { fqla_wg_split<KD, 0, 0, DO_LO>(g2, dOt, St, 0, VS, false); });
                 /* q (normalised where the kernel does it) from its tile, 64 columns at a time */
                 float sq[2] = {0.f, 0.f};
 #pragma unroll
@@ -540,7 +539,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
             } else {
                 /* KdS';  dU = P~^T dO + diag(f) K dS' */
                 float kds[32], acc[32];
-                fqla_wg_run(kds, [&] { fqla_wg_split<64, 0, 0, QK_LO>(kds, Kt, dSt, 0, KD, false); });
+                fqla_wg_run(kds, [&] { fqla_wg_split<64, 0, 1, QK_LO>(kds, Kt, dSt, 0, KD, false); });
                 fqla_wg_run(acc, [&] { fqla_wg_split<64, 1, 1, true, DO_LO>(acc, Pt, dOt, 0, C, false); });
 #pragma unroll
                 for (int a = 0; a < 32; a++) acc[a] += ss.f[r0 + 8 * ((a >> 1) & 1)] * kds[a];
@@ -573,15 +572,14 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
                 /* dK += -diag(e beta) dY S^T + diag(f) U dS'^T */
                 await(yp_ready, n_slice);
                 fqla_wg_run(dQK, [&] {
-                    fqla_wg_split<KD, 0, 1>(dQK, Yt, St, 0, VS, true);
-                    fqla_wg_split<KD, 0, 1>(dQK, Ut, dSt, 0, VS, true);
+                    fqla_wg_split<KD, 0, 0>(dQK, Yt, St, 0, VS, true);
+                    fqla_wg_split<KD, 0, 0>(dQK, Ut, dSt, 0, VS, true);
                 });
             }
         }
 
         /* ---- after the slices ---- */
         __syncthreads(); /* the slice tiles and state slices are free */
-        if (tid == 0 && h + 1 < p.group) copy_states(h + 1, 0);
         if (wg == 0) {
             /* strict lower dT~ into W0 */
 #pragma unroll

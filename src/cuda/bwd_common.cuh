@@ -6,7 +6,8 @@
  * forward's chunk slots (fwd_common.cuh):
  *   prepare   (bwd_prepare.cu)  chunk-parallel: gamma, beta, the l2norm row
  *             factors, T~ = (I + StrictLower(diag(beta) (Gamma . K K^T)))^-1
- *             and P~ = scale Gamma . tril(Q K^T), per chunk and value head;
+ *             and P~ = scale Gamma . tril(Q K^T), per chunk and value head
+ *             (these two stored as the hi / lo planes their consumers take);
  *   chains    (bwd_chain.cu)    in one launch, two independent chains:
  *             the forward's state chain again, storing the state entering
  *             every chunk (fp32), and the reverse chain, storing the
@@ -29,7 +30,8 @@
  * exact bf16 input split into hi / lo bf16 planes (kernel/wg_split.cuh:
  * three products, ~16 significant bits per operand), fp32 accumulation;
  * T~ is solved in fp32 on CUDA cores; the per-chunk states are stored in
- * fp32; dg is assembled from per-term products, never from differences of
+ * fp32 (as hi / lo planes, <S, dS'> lost a one-token dg: history
+ * 2026-12-05-bwdplanes.md); dg is assembled from per-term products, never from differences of
  * cumulative sums. Plain bf16 or tf32 products, or bf16 stored states, held
  * the thresholds on long sequences but not on the short ones of
  * tests/test_gpu_bwd.c, where a gradient of one token is a single sum whose

@@ -165,12 +165,8 @@ __device__ __forceinline__ void split_plane(unsigned char *hi, unsigned char *lo
         const float s = r ? (i < nvalid ? r[i] : 0.f) : 1.f;
         uint32_t h[4], l[4];
 #pragma unroll
-        for (int q = 0; q < 4; q++) {
-            const float a = bwd_widen<T>(x[q] & 0xffffu) * s, b = bwd_widen<T>(x[q] >> 16) * s;
-            h[q] = fqla_wg_bf2(a, b);
-            const float2 hf = fqla_wg_unbf2(h[q]);
-            l[q] = fqla_wg_bf2(a - hf.x, b - hf.y);
-        }
+        for (int q = 0; q < 4; q++)
+            fqla_wg_hilo(bwd_widen<T>(x[q] & 0xffffu) * s, bwd_widen<T>(x[q] >> 16) * s, h[q], l[q]);
         *w = make_uint4(h[0], h[1], h[2], h[3]);
         *reinterpret_cast<uint4 *>(lo + o) = make_uint4(l[0], l[1], l[2], l[3]);
     }

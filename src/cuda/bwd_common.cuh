@@ -31,8 +31,8 @@
  * three products, ~16 significant bits per operand), fp32 accumulation;
  * T~ is solved in fp32 on CUDA cores; the per-chunk states are stored in
  * fp32 (as hi / lo planes, <S, dS'> lost a one-token dg: history
- * 2026-12-05-bwdplanes.md); dg is assembled from per-term products, never from differences of
- * cumulative sums. Plain bf16 or tf32 products, or bf16 stored states, held
+ * 2026-12-05-bwdplanes.md); dg is assembled from per-term products, never
+ * from differences of cumulative sums. Plain bf16 or tf32 products, or bf16 stored states, held
  * the thresholds on long sequences but not on the short ones of
  * tests/test_gpu_bwd.c, where a gradient of one token is a single sum whose
  * terms cancel (e.g. de_C = <S, dS'> against sum e_i de_i).

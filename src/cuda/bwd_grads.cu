@@ -205,7 +205,7 @@ __device__ __forceinline__ void load_rows(const fqla_wg_tile &dst, const void *x
     }
 }
 
-/* 64 rows of 64 2-byte elements (row i at src + i * st; zeros past nvalid
+/* 64 rows of COLS 2-byte elements (row i at src + i * st; zeros past nvalid
  * rows and valid columns, a multiple of 8) into a plane of 64 rows as they
  * are: cp.async, 16 bytes a piece where `vec` (every row 16-byte aligned),
  * element by element otherwise. The caller commits and waits. The
@@ -213,39 +213,25 @@ __device__ __forceinline__ void load_rows(const fqla_wg_tile &dst, const void *x
  * 16-byte boundaries, so `vec` is always 1; dropping the other branch (and
  * the chains' alike) moved ptxas' spills here from 80 to 128 bytes a
  * thread, so it waits for a timed A/B. */
-__device__ __forceinline__ void copy_raw64(unsigned char *base, const uint16_t *src, int64_t st, int nvalid, int valid,
-                                           bool vec)
+template <int COLS>
+__device__ __forceinline__ void copy_raw(unsigned char *base, const uint16_t *src, int64_t st, int nvalid, int valid,
+                                         bool vec)
 {
     if (vec) {
 #pragma unroll
-        for (int n = 0; n < C * 8 / THREADS; n++) {
-            const int idx = threadIdx.x + n * THREADS, i = idx >> 3, j = 8 * (idx & 7);
+        for (int n = 0; n < C * COLS / 8 / THREADS; n++) {
+            const unsigned idx = threadIdx.x + n * THREADS; /* unsigned: / and % are shifts */
+            const int i = (int)(idx / (COLS / 8)), j = (int)(8 * (idx % (COLS / 8)));
             const bool ok = i < nvalid && j < valid;
             fqla_cp_async16(base + fqla_wg_off(C, i, j), ok ? src + (int64_t)i * st + j : src, ok ? 16 : 0);
         }
     } else {
 #pragma unroll 1
-        for (int idx = threadIdx.x; idx < C * 64; idx += THREADS) {
-            const int i = idx >> 6, j = idx & 63;
+        for (int idx = threadIdx.x; idx < C * COLS; idx += THREADS) {
+            const int i = idx / COLS, j = idx % COLS;
             *reinterpret_cast<uint16_t *>(base + fqla_wg_off(C, i, j)) =
                 i < nvalid && j < valid ? src[(int64_t)i * st + j] : (uint16_t)0;
         }
-    }
-}
-
-/* The chunk's q or k rows as they are (bf16, exact: no lo plane, no
- * l2norm factor) into a [64][KD] plane by 16-byte cp.async, zeros past
- * nvalid rows; the caller commits and waits. Every row is 16-byte aligned
- * (the backward's validation, check_aligned). */
-template <int KD> __device__ __forceinline__ void copy_rows_async(unsigned char *plane, const void *x, int64_t base,
-                                                                  int64_t st, int nvalid)
-{
-    const uint16_t *src = (const uint16_t *)x + base;
-#pragma unroll
-    for (int n = 0; n < C * KD / 8 / THREADS; n++) {
-        const int idx = threadIdx.x + n * THREADS, i = idx / (KD / 8), j = 8 * (idx % (KD / 8));
-        const bool ok = i < nvalid;
-        fqla_cp_async16(plane + fqla_wg_off(C, i, j), ok ? src + (int64_t)i * st + j : src, ok ? 16 : 0);
     }
 }
 
@@ -369,8 +355,8 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
     const int64_t kb = batch * p.k_sb + t0 * p.k_st + (int64_t)hk * p.k_sh;
     const int64_t qb = batch * p.q_sb + t0 * p.q_st + (int64_t)hk * p.q_sh;
     if constexpr (!QK_LO) {
-        copy_rows_async<KD>(sm + L::k, p.k, kb, p.k_st, nvalid);
-        copy_rows_async<KD>(sm + L::q, p.q, qb, p.q_st, nvalid);
+        copy_raw<KD>(sm + L::k, (const uint16_t *)p.k + kb, p.k_st, nvalid, KD, true);
+        copy_raw<KD>(sm + L::q, (const uint16_t *)p.q + qb, p.q_st, nvalid, KD, true);
         fqla_cp_async_commit();
     } else {
         load_rows<T, KD>(Kt, p.k, kb, p.k_st, nvalid, p.l2norm ? p.rk + rrow : nullptr);
@@ -405,8 +391,8 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
                 /* dO and the value slice first, in flight with S's and dS' loads: as they
                  * are by cp.async where exact in bf16 (dO) or kept raw (v), else split */
                 const int64_t ob = batch * bp.do_sb + t0 * bp.do_st + (int64_t)hv * bp.do_sh + v0;
-                if constexpr (!DO_LO) copy_raw64(sm + L::dO, (const uint16_t *)bp.d_o + ob, bp.do_st, nvalid, vw, vec);
-                if constexpr (L::VSM) copy_raw64(sm + L::v, (const uint16_t *)p.v + vb, p.v_st, nvalid, vw, vec);
+                if constexpr (!DO_LO) copy_raw<64>(sm + L::dO, (const uint16_t *)bp.d_o + ob, bp.do_st, nvalid, vw, vec);
+                if constexpr (L::VSM) copy_raw<64>(sm + L::v, (const uint16_t *)p.v + vb, p.v_st, nvalid, vw, vec);
                 fqla_cp_async_commit();
                 constexpr int ND = C * VS / 8 / THREADS;
                 float x[DO_LO ? ND : 1][8];

@@ -257,11 +257,11 @@ __global__ void __launch_bounds__(256, 4) bwd_prepare_kernel(const fqla_bwd_para
                     v[c] = j + c <= i ? scale * __expf(sm.gam[i] - sm.gam[j + c]) *
                                             (sm.rq[i] * sm.rk[j + c] * qk[0][nt][2 * hh + c])
                                       : 0.f;
-                const uint32_t hi = fqla_wg_bf2(v[0], v[1]);
-                const float2 h = fqla_wg_unbf2(hi);
+                uint32_t hi, lo;
+                fqla_wg_hilo(v[0], v[1], hi, lo);
                 const uint32_t o = fqla_wg_off(C, i, j);
                 *reinterpret_cast<uint32_t *>(Pt + o) = hi;
-                *reinterpret_cast<uint32_t *>(Pt + C * C * 2 + o) = fqla_wg_bf2(v[0] - h.x, v[1] - h.y);
+                *reinterpret_cast<uint32_t *>(Pt + C * C * 2 + o) = lo;
             }
     }
     bad = __syncthreads_or(bad);
@@ -273,12 +273,7 @@ __global__ void __launch_bounds__(256, 4) bwd_prepare_kernel(const fqla_bwd_para
         const int r = idx >> 3, c = 8 * (idx & 7);
         uint32_t h[4], l[4];
 #pragma unroll
-        for (int q = 0; q < 4; q++) {
-            const float a = sm.b.T[r * LDM + c + 2 * q], b = sm.b.T[r * LDM + c + 2 * q + 1];
-            h[q] = fqla_wg_bf2(a, b);
-            const float2 hf = fqla_wg_unbf2(h[q]);
-            l[q] = fqla_wg_bf2(a - hf.x, b - hf.y);
-        }
+        for (int q = 0; q < 4; q++) fqla_wg_hilo(sm.b.T[r * LDM + c + 2 * q], sm.b.T[r * LDM + c + 2 * q + 1], h[q], l[q]);
         const uint32_t o = fqla_wg_off(C, r, c);
         *reinterpret_cast<uint4 *>(Tt + o) = make_uint4(h[0], h[1], h[2], h[3]);
         *reinterpret_cast<uint4 *>(Tt + C * C * 2 + o) = make_uint4(l[0], l[1], l[2], l[3]);

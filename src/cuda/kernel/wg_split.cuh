@@ -54,17 +54,20 @@ FQLA_DEVICE_INLINE uint32_t fqla_wg_bf2(float a, float b)
     return *reinterpret_cast<const uint32_t *>(&h);
 }
 FQLA_DEVICE_INLINE float2 fqla_wg_unbf2(uint32_t x) { return make_float2(__uint_as_float(x << 16), __uint_as_float(x & 0xffff0000u)); }
+/* a, b split: hi = bf16(a, b), lo = bf16(a - hi_a, b - hi_b), a in the low halves */
+FQLA_DEVICE_INLINE void fqla_wg_hilo(float a, float b, uint32_t &hi, uint32_t &lo)
+{
+    hi = fqla_wg_bf2(a, b);
+    const float2 h = fqla_wg_unbf2(hi);
+    lo = fqla_wg_bf2(a - h.x, b - h.y);
+}
 
 /* Elements (r, c .. c + 7) (c a multiple of 8): one 16-byte store a plane. */
 FQLA_DEVICE_INLINE void fqla_wg_put8(const fqla_wg_tile &t, int r, int c, const float (&x)[8])
 {
     uint32_t h[4], l[4];
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-        h[i] = fqla_wg_bf2(x[2 * i], x[2 * i + 1]);
-        const float2 hf = fqla_wg_unbf2(h[i]);
-        l[i] = fqla_wg_bf2(x[2 * i] - hf.x, x[2 * i + 1] - hf.y);
-    }
+    for (int i = 0; i < 4; i++) fqla_wg_hilo(x[2 * i], x[2 * i + 1], h[i], l[i]);
     const uint32_t o = fqla_wg_off(t.rows, r, c);
     fqla_st_shared_v4(t.hi + o, h[0], h[1], h[2], h[3]);
     if (t.lo) fqla_st_shared_v4(t.lo + o, l[0], l[1], l[2], l[3]);
@@ -98,9 +101,7 @@ template <int N> FQLA_DEVICE_INLINE void fqla_wg_store(const fqla_wg_tile &t, co
 #pragma unroll
         for (int q = 0; q < 4; q++) {
             const int a = 4 * (j + (q >> 1)) + 2 * (q & 1);
-            h[q] = fqla_wg_bf2(v[a], v[a + 1]);
-            const float2 hf = fqla_wg_unbf2(h[q]);
-            l[q] = fqla_wg_bf2(v[a] - hf.x, v[a + 1] - hf.y);
+            fqla_wg_hilo(v[a], v[a + 1], h[q], l[q]);
         }
         const uint32_t o = fqla_wg_frag_at(f, t.rows, c0, j);
         fqla_stsm_x4_at(t.hi + o, h[0], h[1], h[2], h[3]);
@@ -200,12 +201,7 @@ FQLA_DEVICE_INLINE void fqla_wg_frags(const float (&x)[8 * KS], uint32_t (&hi)[K
 #pragma unroll
     for (int kk = 0; kk < KS; kk++)
 #pragma unroll
-        for (int q = 0; q < 4; q++) {
-            const float a = x[8 * kk + 2 * q], b = x[8 * kk + 2 * q + 1];
-            hi[kk][q] = fqla_wg_bf2(a, b);
-            const float2 h = fqla_wg_unbf2(hi[kk][q]);
-            lo[kk][q] = fqla_wg_bf2(a - h.x, b - h.y);
-        }
+        for (int q = 0; q < 4; q++) fqla_wg_hilo(x[8 * kk + 2 * q], x[8 * kk + 2 * q + 1], hi[kk][q], lo[kk][q]);
 }
 
 /* Issues acc (+)= A B over KS k-steps with A in registers (fqla_wg_frags;

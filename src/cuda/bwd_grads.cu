@@ -22,18 +22,33 @@
  * Products: warpgroup MMA (wgmma m64nNk16, bf16, fp32 accumulate), every
  * one a warpgroup's 64 chunk rows, operands in shared memory as bf16 hi /
  * lo planes in the 128-byte swizzle (kernel/wg_split.cuh), read in
- * whichever orientation a product needs. Every operand that is not an exact
- * bf16 input carries its lo plane (three products a k-step, ~16 significant
- * bits): the numerics model (dev/models/bwd_chunked.py,
- * bench/results/bwd-model.md section 6) has a one-token sequence's dbeta
- * and dg fail with X, K dS' or dY in plain bf16; P~ in plain bf16 failed a
- * one-token sequence of tests/test_gpu_bwd.c (dbeta 6e-2). The l2norm'd or
- * fp16 q / k and fp16 dO are not exact in bf16 and carry lo planes too.
+ * whichever orientation a product needs. Two precisions, chosen per chunk
+ * (gw_route, one launch each):
+ *   - a partial chunk (the last of a sequence whose length is not a
+ *     multiple of 64, so every chunk of a sequence under 64 tokens): every
+ *     operand that is not an exact bf16 input carries its lo plane (three
+ *     products a k-step, ~16 significant bits). The numerics model
+ *     (dev/models/bwd_chunked.py, bench/results/bwd-model.md section 6) has
+ *     a one-token sequence's dbeta and dg fail with X, K dS' or dY in plain
+ *     bf16; P~ in plain bf16 failed a one-token sequence of
+ *     tests/test_gpu_bwd.c (dbeta 6e-2).
+ *   - a full chunk ("lean"): only K dS' and dY = T~^T dU keep split
+ *     operands (the model's recommended mix, section 2: each gradient
+ *     within its threshold on long sequences, strong decay and beta near
+ *     2 included, at about FlashQLA's plain-bf16 level: dk 5.5e-3 of 8e-3
+ *     at beta near 2), every other product takes the hi planes alone, half
+ *     the tensor work; the planes no value read needs (S, Y, W0 / W1) are
+ *     not stored. H100: the kernel -15 % (3.39 -> 2.88 ms on hk16_hv32
+ *     32k_1seq), the whole backward -9 %; dk 5.5e-3 at beta near 2
+ *     (bench/results/bwd-builds-h100-2026-12-06.txt).
+ * The l2norm'd or fp16 q / k and fp16 dO are not exact in bf16 and carry lo
+ * planes in both; fp16 io runs every chunk split (the model covers bf16).
  * (The first form of this kernel ran every product as 16 warps of 16 x 16
  * mma.sync tiles between CTA barriers: 10 % slower on the 32k row, ncu had
  * its tensor pipe 18 % busy; docs/history/2026-12-04-bwd.md.)
  *
- * Grid (slots, H), 256 threads: one CTA per chunk and q/k head runs the
+ * Grid (slots, H) for every chunk or the full ones, (sequences, H) for the
+ * partial last chunks; 256 threads: one CTA per chunk and q/k head runs the
  * value heads of its GVA group in order, summing dq (warpgroup 0's
  * registers) and dk (warpgroup 1's) over the group without atomics. Per
  * value head, value columns in slices of 64 (a last one of 32 padded with
@@ -286,12 +301,23 @@ template <int N> __device__ __forceinline__ void zero(float (&a)[N])
     for (int i = 0; i < N; i++) a[i] = 0.f;
 }
 
+/* Which chunks a launch runs, and at which precision (the header says why):
+ * every chunk with every intermediate split (fp16 io); the full chunks with
+ * the lean products (bf16 io; a partial chunk's CTA exits); the partial
+ * last chunk of each sequence, split (bf16 io; a CTA per sequence). */
+enum class gw_route { every_chunk, full_chunks, tails };
+
 /* QK_LO: q / k carry lo planes (fp16 io, or the l2norm in the kernel): a
  * template parameter, so that which products run is known to ptxas. */
-template <typename T, int KD, bool QK_LO>
+template <typename T, int KD, bool QK_LO, gw_route ROUTE>
 __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_params bp, int vec)
 {
     constexpr bool IO_BF16 = std::is_same<T, __nv_bfloat16>::value;
+    /* LEAN: the products that tolerate plain bf16 operands drop the lo
+     * planes of the intermediates (S, Y, U, T~ and P~ outside dY, dS' in
+     * U dS'^T, W0 / W1); a plane no value read needs is not stored */
+    constexpr bool LEAN = ROUTE == gw_route::full_chunks;
+    constexpr bool LO = !LEAN; /* an intermediate's lo plane in a product */
     constexpr bool DO_LO = !IO_BF16; /* dO exact in bf16 only for bf16 inputs */
     using L = gw_layout<KD, QK_LO, DO_LO>;
     const fqla_fwd_params &p = bp.f;
@@ -302,7 +328,14 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
     float(*gpart)[C] = reinterpret_cast<float(*)[C]>(Rs + C * LDR); /* dA_log, ddt_bias per token */
     const uint32_t s0 = fqla_smem_u32(sm);
     constexpr int NK = KD / 2; /* accumulators of a 64 x KD product */
-    const int64_t slot = blockIdx.x;
+    int64_t slot = blockIdx.x;
+    if constexpr (ROUTE == gw_route::tails) {
+        /* sequence blockIdx.x's last chunk, where it is partial */
+        int64_t b, start, len, slot0;
+        fqla_fwd_seq(p, blockIdx.x, b, start, len, slot0);
+        if (len % C == 0) return;
+        slot = slot0 + (len - 1) / C;
+    }
     const int hk = blockIdx.y;
     const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
     const int r0 = 16 * ((tid >> 5) & 3) + g; /* this thread's accumulator rows: r0, r0 + 8 */
@@ -318,17 +351,20 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
             }
         return;
     }
+    if (LEAN && nvalid < C) return; /* a partial chunk: the tails' launch */
     const size_t rrow = ((size_t)slot * p.H + hk) * C;
     static_assert(IO_BF16 || QK_LO, "fp16 q / k always carry lo planes");
     const fqla_wg_tile Kt{s0 + L::k, QK_LO ? s0 + L::k + L::KP : 0u, C};
     const fqla_wg_tile Qt{s0 + L::q, QK_LO ? s0 + L::q + L::KP : 0u, C};
     const fqla_wg_tile Tt{s0 + L::t, s0 + L::t + TILE, C}, Pt{s0 + L::pt, s0 + L::pt + TILE, C};
-    const fqla_wg_tile St{s0 + L::st, s0 + L::st + L::SP, KD};
+    const fqla_wg_tile St{s0 + L::st, LO ? s0 + L::st + L::SP : 0u, KD};
     const fqla_wg_tile dSt{s0 + L::st + 2 * L::SP, s0 + L::st + 3 * L::SP, KD};
     const fqla_wg_tile dOt{s0 + L::dO, DO_LO ? s0 + L::dO + TILE : 0u, C};
-    const fqla_wg_tile Yt{s0 + L::sl, s0 + L::sl + TILE, C}, Ut{s0 + L::sl + 2 * TILE, s0 + L::sl + 3 * TILE, C};
+    /* U keeps its lo plane in both precisions: df reads U's values */
+    const fqla_wg_tile Yt{s0 + L::sl, LO ? s0 + L::sl + TILE : 0u, C}, Ut{s0 + L::sl + 2 * TILE, s0 + L::sl + 3 * TILE, C};
     const fqla_wg_tile dUt{s0 + L::sl + 4 * TILE, s0 + L::sl + 5 * TILE, C};
-    const fqla_wg_tile W0{s0 + L::sl, s0 + L::sl + TILE, C}, W1{s0 + L::sl + 2 * TILE, s0 + L::sl + 3 * TILE, C};
+    const fqla_wg_tile W0{s0 + L::sl, LO ? s0 + L::sl + TILE : 0u, C};
+    const fqla_wg_tile W1{s0 + L::sl + 2 * TILE, LO ? s0 + L::sl + 3 * TILE : 0u, C};
 
     if (tid < n_signals) fqla_mbar_init(&ss.signal[tid], 128);
     /* value head h's T~ and P~ planes (bwd_prepare.cu) by two bulk copies (one
@@ -419,7 +455,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
             if (wg == 0) {
                 /* KS;  X = V - diag(e) K S;  Y = diag(beta) X;  U = T~ Y */
                 float ks[32], x[32];
-                fqla_wg_issue(ks, [&] { fqla_wg_split<64, 0, 1, QK_LO>(ks, Kt, St, 0, KD, false); });
+                fqla_wg_issue(ks, [&] { fqla_wg_split<64, 0, 1, QK_LO, LO>(ks, Kt, St, 0, KD, false); });
                 uint32_t vr[16]; /* v at the accumulator places, raw pairs, read under the product */
                 if constexpr (L::VSM) {
                     fqla_wg_load_raw<64>(s0 + L::v, C, vr, 0);
@@ -448,7 +484,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
                 fqla_wg_store<64>(Yt, acc, 0);
                 fqla_fence_async_smem();
                 gw_sync(gw_bar::wg0, 128); /* Y is stored */
-                fqla_wg_run(acc, [&] { fqla_wg_split<64, 0, 1>(acc, Tt, Yt, 0, C, false); });
+                fqla_wg_run(acc, [&] { fqla_wg_split<64, 0, 1, LO, LO>(acc, Tt, Yt, 0, C, false); });
                 fqla_wg_store<64>(Ut, acc, 0);
                 fqla_fence_async_smem();
                 signal(u_ready);
@@ -459,7 +495,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
                 fqla_reg_fence(dT);
                 fqla_wg_issue(acc, [&] {
                     fqla_wg_split<64, 1, 1>(acc, Tt, dUt, 0, C, false);
-                    fqla_wg_split<64, 0, 0>(dT, dUt, Yt, 0, VS, true);
+                    fqla_wg_split<64, 0, 0, LO, LO>(dT, dUt, Yt, 0, VS, true);
                 });
                 fqla_wg_retire(acc);
                 fqla_reg_fence(dT);
@@ -499,7 +535,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
 
                 /* dO S^T: de_i += scale q_i . (dO S^T)_i;  dQ += scale diag(e) dO S^T */
                 float g2[NK];
-                fqla_wg_run(g2, [&] { fqla_wg_split<KD, 0, 0, DO_LO>(g2, dOt, St, 0, VS, false); });
+                fqla_wg_run(g2, [&] { fqla_wg_split<KD, 0, 0, DO_LO, LO>(g2, dOt, St, 0, VS, false); });
                 /* q (normalised where the kernel does it) from its tile, 64 columns at a time */
                 float sq[2] = {0.f, 0.f};
 #pragma unroll
@@ -526,7 +562,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
                 /* KdS';  dU = P~^T dO + diag(f) K dS' */
                 float kds[32], acc[32];
                 fqla_wg_run(kds, [&] { fqla_wg_split<64, 0, 1, QK_LO>(kds, Kt, dSt, 0, KD, false); });
-                fqla_wg_run(acc, [&] { fqla_wg_split<64, 1, 1, true, DO_LO>(acc, Pt, dOt, 0, C, false); });
+                fqla_wg_run(acc, [&] { fqla_wg_split<64, 1, 1, LO, DO_LO>(acc, Pt, dOt, 0, C, false); });
 #pragma unroll
                 for (int a = 0; a < 32; a++) acc[a] += ss.f[r0 + 8 * ((a >> 1) & 1)] * kds[a];
                 fqla_wg_store<64>(dUt, acc, 0);
@@ -548,7 +584,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
                     s = quad_sum(s);
                     if (t4 == 0) ss.df[i] += s;
                 }
-                fqla_wg_run(dP, [&] { fqla_wg_split<64, 0, 0, DO_LO>(dP, dOt, Ut, 0, VS, true); });
+                fqla_wg_run(dP, [&] { fqla_wg_split<64, 0, 0, DO_LO, LO>(dP, dOt, Ut, 0, VS, true); });
                 /* U <- diag(f) U (this warpgroup's reads of U are done) */
 #pragma unroll
                 for (int a = 0; a < 32; a++) acc[a] *= ss.f[r0 + 8 * ((a >> 1) & 1)];
@@ -558,8 +594,8 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
                 /* dK += -diag(e beta) dY S^T + diag(f) U dS'^T */
                 await(yp_ready, n_slice);
                 fqla_wg_run(dQK, [&] {
-                    fqla_wg_split<KD, 0, 0>(dQK, Yt, St, 0, VS, true);
-                    fqla_wg_split<KD, 0, 0>(dQK, Ut, dSt, 0, VS, true);
+                    fqla_wg_split<KD, 0, 0, LO, LO>(dQK, Yt, St, 0, VS, true);
+                    fqla_wg_split<KD, 0, 0, LO, LO>(dQK, Ut, dSt, 0, VS, true);
                 });
             }
         }
@@ -593,13 +629,13 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
         if (wg == 0) {
             /* M1 = T~^T (strict lower dT~) into W1 */
             float acc[32];
-            fqla_wg_run(acc, [&] { fqla_wg_split<64, 1, 1>(acc, Tt, W0, 0, C, false); });
+            fqla_wg_run(acc, [&] { fqla_wg_split<64, 1, 1, LO, LO>(acc, Tt, W0, 0, C, false); });
             fqla_wg_store<64>(W1, acc, 0);
             fqla_fence_async_smem();
             signal(m1_ready);
             await(dqt_ready, h);
             /* dQ += dQ~ K */
-            fqla_wg_run(dQK, [&] { fqla_wg_split<KD, 0, 1, true, QK_LO>(dQK, W0, Kt, 0, C, true); });
+            fqla_wg_run(dQK, [&] { fqla_wg_split<KD, 0, 1, LO, QK_LO>(dQK, W0, Kt, 0, C, true); });
         } else {
             /* K K^T;  dL = -M1 T~^T (strict lower);  per element (i, j):
              * gdl = Gamma dL; dbeta_i += sum_j gdl KK; M = diag(beta) gdl;
@@ -610,7 +646,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
             fqla_wg_load<64>(Pt, pg, 0);
             fqla_wg_retire(kk);
             await(m1_ready, h);
-            fqla_wg_run(dl, [&] { fqla_wg_split<64, 0, 0>(dl, W1, Tt, 0, C, false); });
+            fqla_wg_run(dl, [&] { fqla_wg_split<64, 0, 0, LO, LO>(dl, W1, Tt, 0, C, false); });
 #pragma unroll
             for (int hh = 0; hh < 2; hh++) {
                 const int i = r0 + 8 * hh;
@@ -641,9 +677,9 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
             signal(dqt_ready);
             /* dK += dQ~^T Q + M K + M^T K */
             fqla_wg_run(dQK, [&] {
-                fqla_wg_split<KD, 1, 1, true, QK_LO>(dQK, W0, Qt, 0, C, true);
-                fqla_wg_split<KD, 0, 1, true, QK_LO>(dQK, W1, Kt, 0, C, true);
-                fqla_wg_split<KD, 1, 1, true, QK_LO>(dQK, W1, Kt, 0, C, true);
+                fqla_wg_split<KD, 1, 1, LO, QK_LO>(dQK, W0, Qt, 0, C, true);
+                fqla_wg_split<KD, 0, 1, LO, QK_LO>(dQK, W1, Kt, 0, C, true);
+                fqla_wg_split<KD, 1, 1, LO, QK_LO>(dQK, W1, Kt, 0, C, true);
             });
         }
         __syncthreads(); /* T~ and P~ read for the last time */
@@ -761,14 +797,28 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
     }
 }
 
-template <typename T, int KD, bool QK_LO> cudaError_t launch(const fqla_bwd_params &p, cudaStream_t stream)
+template <typename T, int KD, bool QK_LO, gw_route R>
+cudaError_t launch_route(const fqla_bwd_params &p, unsigned ctas, int vec, cudaStream_t stream)
 {
     static fqla_smem_cache cache;
     const size_t smem = gw_layout<KD, QK_LO, !std::is_same<T, __nv_bfloat16>::value>::bytes;
-    cudaError_t e = fqla_smem_limit(cache, bwd_grads_kernel<T, KD, QK_LO>, smem);
+    cudaError_t e = fqla_smem_limit(cache, bwd_grads_kernel<T, KD, QK_LO, R>, smem);
     if (e != cudaSuccess) return e;
-    return fqla_launch(bwd_grads_kernel<T, KD, QK_LO>, dim3((unsigned)p.f.slots, (unsigned)p.f.H), dim3(THREADS), smem,
-                       stream, 0, p, fqla_bwd_rows16(p, FQLA_BWD_ROWS_V | FQLA_BWD_ROWS_DO));
+    return fqla_launch(bwd_grads_kernel<T, KD, QK_LO, R>, dim3(ctas, (unsigned)p.f.H), dim3(THREADS), smem, stream, 0,
+                       p, vec);
+}
+
+template <typename T, int KD, bool QK_LO> cudaError_t launch(const fqla_bwd_params &p, cudaStream_t stream)
+{
+    const int vec = fqla_bwd_rows16(p, FQLA_BWD_ROWS_V | FQLA_BWD_ROWS_DO);
+    const unsigned slots = (unsigned)p.f.slots;
+    if constexpr (!std::is_same<T, __nv_bfloat16>::value) {
+        return launch_route<T, KD, QK_LO, gw_route::every_chunk>(p, slots, vec, stream);
+    } else {
+        cudaError_t e = launch_route<T, KD, QK_LO, gw_route::full_chunks>(p, slots, vec, stream);
+        if (e != cudaSuccess || p.f.N == 0) return e;
+        return launch_route<T, KD, QK_LO, gw_route::tails>(p, (unsigned)p.f.N, vec, stream);
+    }
 }
 
 /* bf16 io with or without the l2norm (q / k exact or not), or fp16 */

@@ -816,7 +816,10 @@ template <typename T, int KD, bool QK_LO> cudaError_t launch(const fqla_bwd_para
         return launch_route<T, KD, QK_LO, gw_route::every_chunk>(p, slots, vec, stream);
     } else {
         cudaError_t e = launch_route<T, KD, QK_LO, gw_route::full_chunks>(p, slots, vec, stream);
-        if (e != cudaSuccess || p.f.N == 0) return e;
+        /* no partial chunk: no sequence, or a padded batch of whole chunks
+         * (varlen lengths live on the device: their CTAs find out) */
+        const bool whole = !p.f.varlen && p.f.T % C == 0;
+        if (e != cudaSuccess || p.f.N == 0 || whole) return e;
         return launch_route<T, KD, QK_LO, gw_route::tails>(p, (unsigned)p.f.N, vec, stream);
     }
 }

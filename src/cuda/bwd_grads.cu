@@ -173,11 +173,12 @@ template <int KD, bool QK_LO, bool DO_LO, bool LEAN> struct gw_layout {
     static constexpr int st = pt + 2 * TILE;
     static constexpr int SET = 2 * SP;
     static constexpr int dsl = st + NB * SET;  /* lean: dS'^T lo */
-    static constexpr int st_bytes = LEAN ? NB * SET + SP : (4 * SP > RB ? 4 * SP : RB);
+    static constexpr int ssl = dsl + SP;       /* lean: S^T lo (<S, dS'> alone reads it) */
+    static constexpr int st_bytes = LEAN ? NB * SET + 2 * SP : (4 * SP > RB ? 4 * SP : RB);
     static constexpr int DOB = (DO_LO ? 2 : 1) * TILE;
     static constexpr int dO = st + align1k(st_bytes); /* NB x dO hi (, lo) */
-    static constexpr int v = dO + NB * DOB;    /* VSM: NB x the value slice, raw */
-    static constexpr int sl = v + (VSM ? NB * TILE : 0); /* slices: Y hi (, lo), U, dU (hi, lo); after them: W0, W1 */
+    static constexpr int v = dO + NB * DOB;    /* VSM: the value slice, raw (NB 2: refilled once read) */
+    static constexpr int sl = v + (VSM ? TILE : 0); /* slices: Y hi (, lo), U, dU (hi, lo); after them: W0, W1 */
     static constexpr int NY = LEAN ? 1 : 2;    /* Y's planes (lean: its lo plane is never read) */
     static constexpr int u = sl + NY * TILE;
     static constexpr int du = u + 2 * TILE;
@@ -188,7 +189,7 @@ template <int KD, bool QK_LO, bool DO_LO, bool LEAN> struct gw_layout {
     static constexpr int bytes = small + (int)sizeof(gw_small) + 1024; /* + the base's alignment */
     /* wgmma's 128-byte swizzle: every plane 1024-aligned */
     static_assert(KP % 1024 == 0 && SP % 1024 == 0 && TILE % 1024 == 0 && st % 1024 == 0 && dO % 1024 == 0 &&
-                      sl % 1024 == 0 && dsl % 1024 == 0,
+                      sl % 1024 == 0 && dsl % 1024 == 0 && ssl % 1024 == 0,
                   "tile planes must be 1024-aligned");
     static_assert(bytes <= 227 * 1024, "over the H100 / H200 shared memory a block may have");
     /* with the 1 KiB the system reserves a block: the carve-out that keeps
@@ -260,22 +261,23 @@ __device__ __forceinline__ void load_rows(const fqla_wg_tile &dst, const void *x
  * backward's validation (check_aligned, src/validate.c) refuses rows off
  * 16-byte boundaries, so `vec` is always 1; dropping the other branch (and
  * the chains' alike) moved ptxas' spills here from 80 to 128 bytes a
- * thread, so it waits for a timed A/B. */
-template <int COLS>
+ * thread, so it waits for a timed A/B. NT: the threads that copy, those
+ * of threadIdx.x < NT. */
+template <int COLS, int NT = THREADS>
 __device__ __forceinline__ void copy_raw(unsigned char *base, const uint16_t *src, int64_t st, int nvalid, int valid,
                                          bool vec)
 {
     if (vec) {
 #pragma unroll
-        for (int n = 0; n < C * COLS / 8 / THREADS; n++) {
-            const unsigned idx = threadIdx.x + n * THREADS; /* unsigned: / and % are shifts */
+        for (int n = 0; n < C * COLS / 8 / NT; n++) {
+            const unsigned idx = threadIdx.x + n * NT; /* unsigned: / and % are shifts */
             const int i = (int)(idx / (COLS / 8)), j = (int)(8 * (idx % (COLS / 8)));
             const bool ok = i < nvalid && j < valid;
             fqla_cp_async16(base + fqla_wg_off(C, i, j), ok ? src + (int64_t)i * st + j : src, ok ? 16 : 0);
         }
     } else {
 #pragma unroll 1
-        for (int idx = threadIdx.x; idx < C * COLS; idx += THREADS) {
+        for (int idx = threadIdx.x; idx < C * COLS; idx += NT) {
             const int i = idx / COLS, j = idx % COLS;
             *reinterpret_cast<uint16_t *>(base + fqla_wg_off(C, i, j)) =
                 i < nvalid && j < valid ? src[(int64_t)i * st + j] : (uint16_t)0;
@@ -425,39 +427,37 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
     /* the CTA's slices in order: n = h * nsl + v0 / 64 */
     const int nsl = (p.V + VS - 1) / VS, ns = p.group * nsl;
     auto slice_tile = [&](int n) { return (size_t)slot * p.HV + hk * p.group + n / nsl; };
-    /* lean: slice n's state planes into set b by bulk copies (one thread;
-     * the set's previous slice fully read): S^T hi and dS'^T hi (hi), and
-     * dS'^T lo (lo), all completing on the set's mbarrier */
+    /* lean: slice n's state planes by bulk copies (one thread), all
+     * completing on set b's mbarrier: S^T hi and dS'^T hi into set b (the
+     * set's previous slice fully read), and the lo planes, which have one
+     * copy each (the slice before fully read them) */
     auto copy_states_hi = [&](int n, int b) {
         const size_t o = fqla_bwd_state_slice(slice_tile(n), p.V, KD, VS * (n % nsl));
-        fqla_mbar_arrive_tx(&ss.states[b], 3 * L::SP);
+        fqla_mbar_arrive_tx(&ss.states[b], 4 * L::SP);
         fqla_bulk_load(sm + L::st + b * L::SET, bp.S + o, L::SP, &ss.states[b]);
         fqla_bulk_load(sm + L::st + b * L::SET + L::SP, bp.dS + o, L::SP, &ss.states[b]);
     };
     auto copy_states_lo = [&](int n, int b) {
         const size_t o = fqla_bwd_state_slice(slice_tile(n), p.V, KD, VS * (n % nsl));
         fqla_bulk_load(sm + L::dsl, (const unsigned char *)(bp.dS + o) + L::SP, L::SP, &ss.states[b]);
+        fqla_bulk_load(sm + L::ssl, (const unsigned char *)(bp.S + o) + L::SP, L::SP, &ss.states[b]);
     };
-    /* lean: slice n's S^T lo plane into L2 (warpgroup 1 reads it for <S, dS'>) */
-    auto prefetch_s_lo = [&](int n) {
-        if (tid < L::SP / 128) {
-            const size_t o = fqla_bwd_state_slice(slice_tile(n), p.V, KD, VS * (n % nsl));
-            fqla_prefetch_l2((const unsigned char *)(bp.S + o) + L::SP + 128 * tid);
-        }
-    };
-    /* slice n's dO and value columns into set b by cp.async (every thread
-     * its pieces, uncommitted): dO as it is where exact in bf16, v raw */
-    auto copy_slice_rows = [&](int n, int b) {
+    /* slice n's dO (into set b) and value columns by cp.async (every
+     * thread its pieces, uncommitted): dO as it is where exact in bf16, v
+     * raw; `threads`: how many copy (v: warpgroup 0 alone, once it has
+     * read the slice before, where NB is 2) */
+    auto copy_dO = [&](int n, int b) {
         const int hv = hk * p.group + n / nsl, v0 = VS * (n % nsl), vw = p.V - v0 < VS ? p.V - v0 : VS;
-        if constexpr (!DO_LO) {
-            const int64_t ob = batch * bp.do_sb + t0 * bp.do_st + (int64_t)hv * bp.do_sh + v0;
-            copy_raw<64>(sm + L::dO + b * L::DOB, (const uint16_t *)bp.d_o + ob, bp.do_st, nvalid, vw, vec);
-        }
-        if constexpr (L::VSM) {
-            const int64_t vb = batch * p.v_sb + t0 * p.v_st + (int64_t)hv * p.v_sh + v0;
-            copy_raw<64>(sm + L::v + b * TILE, (const uint16_t *)p.v + vb, p.v_st, nvalid, vw, vec);
-        }
+        const int64_t ob = batch * bp.do_sb + t0 * bp.do_st + (int64_t)hv * bp.do_sh + v0;
+        copy_raw<64>(sm + L::dO + b * L::DOB, (const uint16_t *)bp.d_o + ob, bp.do_st, nvalid, vw, vec);
     };
+    auto copy_v = [&](int n, auto threads) {
+        const int hv = hk * p.group + n / nsl, v0 = VS * (n % nsl), vw = p.V - v0 < VS ? p.V - v0 : VS;
+        const int64_t vb = batch * p.v_sb + t0 * p.v_st + (int64_t)hv * p.v_sh + v0;
+        copy_raw<64, decltype(threads)::value>(sm + L::v, (const uint16_t *)p.v + vb, p.v_st, nvalid, vw, vec);
+    };
+    using all_threads = std::integral_constant<int, THREADS>;
+    using wg_threads = std::integral_constant<int, 128>;
     if (tid == 0) {
         fqla_mbar_init(&ss.tp, 1);
         fqla_mbar_init(&ss.states[0], 1);
@@ -470,8 +470,8 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
         }
     }
     if (NB == 2) {
-        copy_slice_rows(0, 0); /* committed with q and k's copies below */
-        prefetch_s_lo(0);
+        copy_dO(0, 0); /* committed with q and k's copies below */
+        copy_v(0, all_threads{});
     }
     /* (the first CTA barrier below orders the inits before any other use) */
     auto signal = [&](gw_signal x) { fqla_mbar_arrive(&ss.signal[x]); };
@@ -527,22 +527,21 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
                 const bool next = (int)n_slice + 1 < ns;
                 if (next) {
                     if (tid == 0) copy_states_hi((int)n_slice + 1, b ^ 1);
-                    copy_slice_rows((int)n_slice + 1, b ^ 1);
-                    prefetch_s_lo((int)n_slice + 1);
+                    copy_dO((int)n_slice + 1, b ^ 1);
                 }
                 fqla_cp_async_commit();
-                fqla_cp_async_wait<1>(); /* this slice's rows (issued a slice ago) */
+                fqla_cp_async_wait<1>(); /* this slice's dO and v (issued during the slice before) */
                 if (v0 == 0) fqla_mbar_wait(&ss.tp, (uint32_t)h & 1u); /* this head's T~ and P~ */
                 fqla_mbar_wait(&ss.states[b], (n_slice / NB) & 1u);
             } else {
                 /* dO and the value slice first, in flight with the states: as they
                  * are by cp.async where exact in bf16 (dO) or kept raw (v), else split */
-                copy_slice_rows((int)n_slice, 0);
+                if constexpr (!DO_LO) copy_dO((int)n_slice, 0);
+                if constexpr (L::VSM) copy_v((int)n_slice, all_threads{});
                 if (LEAN && tid == 0) {
                     copy_states_hi((int)n_slice, 0);
                     copy_states_lo((int)n_slice, 0);
                 }
-                if (LEAN) prefetch_s_lo((int)n_slice);
                 fqla_cp_async_commit();
                 constexpr int ND = C * VS / 8 / THREADS;
                 float x[DO_LO ? ND : 1][8];
@@ -577,7 +576,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
                 fqla_wg_issue(ks, [&] { fqla_wg_split<64, 0, TB_KS, QK_LO, LO>(ks, Kt, St, 0, KD, false); });
                 uint32_t vr[16]; /* v at the accumulator places, raw pairs, read under the product */
                 if constexpr (L::VSM) {
-                    fqla_wg_load_raw<64>(s0 + L::v + b * TILE, C, vr, 0);
+                    fqla_wg_load_raw<64>(s0 + L::v, C, vr, 0);
                 } else {
 #pragma unroll
                     for (int hh = 0; hh < 2; hh++)
@@ -602,7 +601,12 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
                 }
                 fqla_wg_store<64>(Yt, acc, 0);
                 fqla_fence_async_smem();
-                gw_sync(gw_bar::wg0, 128); /* Y is stored */
+                gw_sync(gw_bar::wg0, 128); /* Y is stored; v is read */
+                if constexpr (NB == 2) {
+                    /* the next slice's v, over this one's (its group waited for at that slice's start) */
+                    if ((int)n_slice + 1 < ns) copy_v((int)n_slice + 1, wg_threads{});
+                    fqla_cp_async_commit();
+                }
                 fqla_wg_run(acc, [&] { fqla_wg_split<64, 0, 1, LO, LO>(acc, Tt, Yt, 0, C, false); });
                 fqla_wg_store<64>(Ut, acc, 0);
                 fqla_fence_async_smem();
@@ -690,23 +694,17 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
                 if constexpr (LEAN) {
                     /* <S, dS'> while warpgroup 0 forms U, from the planes (hi + lo of
                      * each factor, the same offset in every plane the same element), in
-                     * a fixed order. S^T's lo plane, which no lean product reads, comes
-                     * from global memory (in L2: prefetched a slice ahead); with S^T's
-                     * hi alone dg was 2-3x less accurate (1.4e-2 of the 2e-2
+                     * a fixed order. S^T's lo plane is copied for this alone: with
+                     * S^T's hi alone dg was 2-3x less accurate (1.4e-2 of the 2e-2
                      * threshold on 64-token sequences, under the emulator) */
-                    constexpr int PL = L::SP / 16, NL = PL / 128; /* one plane, in uint4; a thread's */
+                    constexpr int PL = L::SP / 16; /* one plane, in uint4 */
                     const uint4 *ps = reinterpret_cast<const uint4 *>(sm + L::st + b * L::SET);
                     const uint4 *pdh = ps + PL, *pdl = reinterpret_cast<const uint4 *>(sm + L::dsl);
-                    const uint4 *gsl = reinterpret_cast<const uint4 *>(
-                        (const unsigned char *)(bp.S + fqla_bwd_state_slice(tile, p.V, KD, v0)) + L::SP);
-                    uint4 lo4[NL];
-#pragma unroll
-                    for (int j = 0; j < NL; j++) lo4[j] = __ldg(gsl + (tid - 128) + 128 * j);
-#pragma unroll
-                    for (int j = 0; j < NL; j++) {
-                        const int n = (tid - 128) + 128 * j;
-                        const uint4 a4 = ps[n], c4 = pdh[n], d4 = pdl[n];
-                        const uint32_t a[4] = {a4.x, a4.y, a4.z, a4.w}, l[4] = {lo4[j].x, lo4[j].y, lo4[j].z, lo4[j].w},
+                    const uint4 *psl = reinterpret_cast<const uint4 *>(sm + L::ssl);
+#pragma unroll 4
+                    for (int n = tid - 128; n < PL; n += 128) {
+                        const uint4 a4 = ps[n], l4 = psl[n], c4 = pdh[n], d4 = pdl[n];
+                        const uint32_t a[4] = {a4.x, a4.y, a4.z, a4.w}, l[4] = {l4.x, l4.y, l4.z, l4.w},
                                        c[4] = {c4.x, c4.y, c4.z, c4.w}, d[4] = {d4.x, d4.y, d4.z, d4.w};
 #pragma unroll
                         for (int i = 0; i < 4; i++) {
@@ -716,7 +714,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
                         }
                     }
                     if constexpr (NB == 2) {
-                        /* dS'^T lo read for the last time (K dS', above): the next
+                        /* the lo planes read for the last time (K dS', above): the next
                          * slice's, on that slice's set's mbarrier */
                         gw_sync(gw_bar::wg1, 128);
                         if (tid == 128 && (int)n_slice + 1 < ns) copy_states_lo((int)n_slice + 1, b ^ 1);

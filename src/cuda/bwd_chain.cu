@@ -336,10 +336,8 @@ __device__ __forceinline__ void chain_run(const fqla_bwd_params &bp, int vec, in
             s = ident && k == v0 - p.V + v ? 1.f : 0.f;
         } else if (v < vw) {
             if (from_ws) {
-                /* fp32 [KD][64] there (fqla_bwd_state_slice), overwritten below by this chunk's store */
                 const int64_t c = REVERSE ? chunks - 1 : 0;
-                const size_t tile = (size_t)(slot0 + c) * p.HV + hv;
-                s = (REVERSE ? bp.dS : bp.S)[fqla_bwd_state_slice(tile, p.V, KD, v0) + k * 64 + v];
+                s = (REVERSE ? bp.dS : bp.S)[((size_t)(slot0 + c) * p.HV + hv) * KD * p.V + (int64_t)k * p.V + v0 + v];
             } else {
                 s = bwd_start_state<REVERSE>(bp, n, hv, k, v0 + v);
             }
@@ -418,44 +416,13 @@ __device__ __forceinline__ void chain_run(const fqla_bwd_params &bp, int vec, in
         __syncthreads(); /* (b) the converted planes and the factors */
 
         if (it + 1 < chunks) issue(chunk_at(it + 1), s ^ 1);
-        uint32_t sh[KK][4], sl[KK][4];
-        float ks[32];
-        fqla_wg_frags(S, sh, sl);
-        /* store the state entering (states) / the gradient leaving (dstates)
-         * this chunk, in the form fqla_bwd_state_slice gives it */
+        /* store the state entering (states) / the gradient leaving (dstates) this chunk */
         if (active && mode != CHAIN_PREPASS) {
-            float *blk = (REVERSE ? bp.dS : bp.S) + fqla_bwd_state_slice(tile, p.V, KD, v0);
-            if (fqla_bwd_state_planes(IO_BF16, nv)) {
-                /* S^T's (dS'^T's) hi, lo planes, [64][KD] each (rows past V
-                 * are zeros). Pair q of k-step kk: row vr + 8 (q & 1), columns
-                 * 16 kk + 8 (q >> 1) + 2 t4, + 1 (fqla_wg_frags). Neighbouring
-                 * lanes swap a pair first, so that each store is 8 bytes and a
-                 * warp's store fills whole 32-byte sectors (the 16-byte chunks
-                 * 2 m, 2 m + 1 of a row stay neighbours under the swizzle): with
-                 * a 4-byte store each, half sectors, the chains took 1.85x as
-                 * long (docs/history/2026-12-05-bwdplanes.md) */
-                unsigned char *dst = (unsigned char *)blk;
-                const int odd = t4 & 1, c0 = 2 * (t4 & ~1); /* odd lanes store the second chunk */
+            float *dst = (REVERSE ? bp.dS : bp.S) + tile * KD * p.V + v0;
 #pragma unroll
-                for (int kk = 0; kk < KK; kk++)
-#pragma unroll
-                    for (int rh = 0; rh < 2; rh++) {
-                        const uint32_t o = fqla_wg_off(C, vr + 8 * rh, 16 * kk + 8 * odd + c0);
-#pragma unroll
-                        for (int pl = 0; pl < 2; pl++) {
-                            const uint32_t a = pl ? sl[kk][rh] : sh[kk][rh], b = pl ? sl[kk][rh + 2] : sh[kk][rh + 2];
-                            const uint32_t got = __shfl_xor_sync(0xffffffffu, odd ? a : b, 1);
-                            *reinterpret_cast<uint2 *>(dst + pl * C * KD * 2 + o) =
-                                odd ? make_uint2(got, b) : make_uint2(a, got);
-                        }
-                    }
-            } else {
-                /* fp32 [KD][64] */
-#pragma unroll
-                for (int a = 0; a < NS; a++) {
-                    const int v = vr + row8_of(a);
-                    if (v < vw) blk[kc(a) * 64 + v] = S[a];
-                }
+            for (int a = 0; a < NS; a++) {
+                const int v = vr + row8_of(a);
+                if (v < vw) dst[(int64_t)kc(a) * p.V + v] = S[a];
             }
         }
         /* (K S)^T or (K dS)^T: [value row][token]. Nothing between a wgmma's
@@ -463,6 +430,9 @@ __device__ __forceinline__ void chain_run(const fqla_bwd_params &bp, int vec, in
          * across a branch it cannot prove uniform: its C7518), and a
          * warpgroup without a slice runs the products too, on zeros, its
          * results unused. */
+        uint32_t sh[KK][4], sl[KK][4];
+        float ks[32];
+        fqla_wg_frags(S, sh, sl);
         pin_a(sh, sl);
         fqla_wg_issue(ks, [&] { fqla_wg_rs_split<64, 0, true, CONVERT>(ks, sh, sl, Kt, false); });
         uint32_t xr[4][4]; /* V^T or dO^T, raw pairs (identity slices, no slice: zeros) */

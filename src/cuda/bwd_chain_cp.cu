@@ -68,10 +68,9 @@ template <int KD, bool REVERSE> __device__ __forceinline__ void scan_run(const f
         /* the chunk whose stored state this segment starts from */
         const int64_t c0 = REVERSE ? (j + 1) * L < chunks ? (j + 1) * L - 1 : chunks - 1 : j * L;
         const size_t tile = (size_t)(slot0 + c0) * p.HV + hv;
-        /* fp32 [KD][64] (fqla_bwd_state_slice), where the main pass reads it */
-        float *dst = (REVERSE ? bp.dS : bp.S) + fqla_bwd_state_slice(tile, p.V, KD, v0 & ~63) + (v0 & 63);
+        float *dst = (REVERSE ? bp.dS : bp.S) + tile * KD * p.V + v0;
         __syncthreads(); /* S complete */
-        for (int r = r0; r < KD; r += RSTEP) dst[r * 64 + c] = S[r * SCAN_COLS + c];
+        for (int r = r0; r < KD; r += RSTEP) dst[(int64_t)r * p.V + c] = S[r * SCAN_COLS + c];
         if (it == nseg - 1) break;
         /* S <- M S + H of segment j */
         const float *HM = bp.cp_hm[REVERSE] + ((size_t)(sbase + j) * p.HV + hv) * KD * W;

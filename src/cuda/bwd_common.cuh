@@ -10,9 +10,9 @@
  *             (these two stored as the hi / lo planes their consumers take);
  *   chains    (bwd_chain.cu)    in one launch, two independent chains:
  *             the forward's state chain again, storing the state entering
- *             every chunk, and the reverse chain, storing the gradient with
- *             respect to the state leaving every chunk (fqla_bwd_state_slice
- *             below says in which form), and dh0;
+ *             every chunk (fp32), and the reverse chain, storing the
+ *             gradient with respect to the state leaving every chunk (fp32),
+ *             and dh0;
  *   grads     (bwd_grads.cu)    chunk-parallel, on wgmma: every per-token
  *             gradient of a chunk from its two stored states (dq, dk summed
  *             over the GVA group inside the CTA, in order);
@@ -29,11 +29,9 @@
  * products run on bf16 tensor cores with every operand that is not an
  * exact bf16 input split into hi / lo bf16 planes (kernel/wg_split.cuh:
  * three products, ~16 significant bits per operand), fp32 accumulation;
- * T~ is solved in fp32 on CUDA cores; the per-chunk states of partial
- * chunks are stored in fp32 (as hi / lo planes, <S, dS'> lost a one-token
- * dg: history 2026-12-05-bwdplanes.md), of full chunks as the planes the
- * gradient kernel's lean products take (fqla_bwd_state_slice); dg is
- * assembled from per-term products, never
+ * T~ is solved in fp32 on CUDA cores; the per-chunk states are stored in
+ * fp32 (as hi / lo planes, <S, dS'> lost a one-token dg: history
+ * 2026-12-05-bwdplanes.md); dg is assembled from per-term products, never
  * from differences of cumulative sums. Plain bf16 or tf32 products, or bf16 stored states, held
  * the thresholds on long sequences but not on the short ones of
  * tests/test_gpu_bwd.c, where a gradient of one token is a single sum whose
@@ -77,8 +75,8 @@ struct fqla_bwd_params {
     float *bet;               /* [slots][HV][64] beta (f.gam: the chunk-local cumsum of the log
                                  decay, where the forward's CP test fqla_cp_m_negligible reads it) */
     float *Tt, *Pt;           /* [slots][HV] T~ and P~, each as its hi / lo bf16 planes (bwd_prepare.cu) */
-    float *S, *dS;            /* entering state (NULL with dh0 alone); gradient w.r.t. the leaving
-                                 state: per chunk slot and value head, fqla_bwd_state_slice */
+    float *S, *dS;            /* [slots][HV][K][V] entering state (NULL with dh0 alone); gradient
+                                 w.r.t. the leaving state */
     float *gate_part;         /* [slots][HV][2] per-chunk dA_log, ddt_bias (gate in kernel) */
     float *cp_hm[2];          /* chains' CP (f.cp_mode): [segs][HV][K][V + K] the pre-pass's [H | M],
                                  of the state chain [0] and of the reverse chain [1] (both run at once) */
@@ -89,34 +87,6 @@ struct fqla_bwd_params {
 struct fqla_bwd_ws_layout {
     size_t gam, bet, rq, rk, Tt, Pt, S, dS, gate_part, cp_hm[2], chunk_ok, seg_flag, total;
 };
-
-/* V rounded up to whole 64-column slices. */
-static inline __host__ __device__ int64_t fqla_bwd_vpad(int64_t V) { return (V + 63) / 64 * 64; }
-
-/* The per-chunk states S and dS' of chunk slot x value head `tile`: for
- * each slice of 64 value columns (v0 a multiple of 64) a block of
- * KD x 64 x 4 bytes at the returned float offset, in one of two forms:
- *   - fp32 [KD][64] (zeros past V are not stored): every chunk of fp16 io
- *     and every partial chunk (the gradient kernel's split route). The CP
- *     scan writes a segment's starting state in this form too; the main
- *     pass reads it and then stores the chunk's own form over it.
- *   - planes (fqla_bwd_state_planes: bf16 io, a full chunk): the slice of
- *     S^T (64 value rows x KD, zero rows past V) as the gradient kernel's
- *     lean products read it, each plane as wg_split.cuh lays out a [64][KD]
- *     tile in shared memory (swizzled), so that a bulk copy moves it into
- *     place with no conversion: the hi plane, then the lo plane (the lean
- *     products read S^T's hi and dS'^T's hi and lo; <S, dS'> all four). */
-static inline __host__ __device__ size_t fqla_bwd_state_slice(size_t tile, int64_t V, int KD, int v0)
-{
-    return (tile * (size_t)(fqla_bwd_vpad(V) / 64) + (size_t)(v0 / 64)) * (size_t)KD * 64;
-}
-
-/* Which form a chunk's states take (fqla_bwd_state_slice): the chains and
- * the gradient kernel's routes decide alike. */
-static inline __host__ __device__ bool fqla_bwd_state_planes(bool io_bf16, int nvalid)
-{
-    return io_bf16 && nvalid == FQLA_BWD_C;
-}
 
 /* segs: the chains' CP segment indices (fqla_cp_segs), 0 without CP.
  * dh0_only: only prepare and the reverse chain run (fqla_problem.dh0_only),
@@ -134,9 +104,8 @@ static inline fqla_bwd_ws_layout fqla_bwd_ws(int64_t slots, int64_t H, int64_t H
     L.rk = off;  off += l2norm ? fqla_fwd_align256((size_t)slots * H * 64 * sizeof(float)) : 0;
     L.Tt = off;  off += fqla_fwd_align256(tiles * 64 * 64 * sizeof(float));
     L.Pt = off;  off += fqla_fwd_align256(tiles * 64 * 64 * sizeof(float));
-    const size_t state = tiles * (size_t)K * fqla_bwd_vpad(V) * sizeof(float); /* fqla_bwd_state_slice */
-    L.S = off;   off += dh0_only ? 0 : fqla_fwd_align256(state);
-    L.dS = off;  off += fqla_fwd_align256(state);
+    L.S = off;   off += dh0_only ? 0 : fqla_fwd_align256(tiles * K * V * sizeof(float));
+    L.dS = off;  off += fqla_fwd_align256(tiles * K * V * sizeof(float));
     L.gate_part = off; off += gate_in_kernel && !dh0_only ? fqla_fwd_align256(tiles * 2 * sizeof(float)) : 0;
     /* the reverse chain's [H | M] (cp_hm[1]); after it the state chain's (not with dh0 alone) */
     const size_t hm = fqla_fwd_align256((size_t)segs * HV * K * (V + K) * sizeof(float));

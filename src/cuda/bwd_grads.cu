@@ -58,10 +58,10 @@
  * value head T~ and P~ (their planes as bwd_prepare.cu stores them, by
  * bulk copies issued during the previous head's tail); per slice:
  *
- *   all     the slice's inputs in shared memory (below)
+ *   all     dO (bf16: as it is) and the raw value slice by cp.async, S and
+ *           dS' (fp32 -> split) through registers, into shared memory
  *   wg 0    KS; X = V - diag(e) KS, Y = diag(beta) X; U = T~ Y  -> u_ready
- *   wg 1    KdS'; dU = P~^T dO + diag(f) KdS'                  -> du_ready;
- *           (lean) <S, dS'> from the planes
+ *   wg 1    KdS'; dU = P~^T dO + diag(f) KdS'                  -> du_ready
  *   wg 0    dY = T~^T dU, dT~ += dU Y^T: dv, dbeta (x . dy), de (-beta KS . dy);
  *           Y <- -diag(e beta) dY                              -> yp_ready;
  *           dO S^T: de (scale q . ), dQ += scale diag(e) dO S^T
@@ -73,29 +73,17 @@
  * dQ~) -> dqt_ready; wg 0 dQ += dQ~ K; wg 1 dK += dQ~^T Q + M K + M^T K;
  * then dg and dbeta per token.
  *
- * The slice's inputs: dO (bf16: as it is) and the raw value slice by
- * cp.async; the states (fqla_bwd_state_slice) on the split route as fp32
- * through registers (split here, <S, dS'> from the fp32 values), on the
- * lean route as the planes the chains stored, by bulk copies. The lean
- * route keeps two sets of them (K = 128 with bf16 q / k: 219 KiB of shared
- * memory), so that the next slice's inputs (the next value head's first
- * slice across a head's tail) land while this one runs: the states' hi
- * planes and dO / v at the slice's start, dS'^T's lo plane (one copy,
- * read by K dS' alone) once warpgroup 1 has read it. Before, every slice
- * began with its own loads: 64 KiB of fp32 states through registers, the
- * kernel's main stall (ncu: 45 % of the warp samples on long scoreboard,
- * the tensor pipe 21 % busy). Nothing else in a slice waits on a global
- * load: v, q and P~ are read from their tiles where a product needs
+ * Nothing in a slice waits on a global load but the slice's own copies at
+ * its start: v, q and P~ are read from their tiles where a product needs
  * them as values (the first form loaded them from global memory as 4-byte
  * pairs under the products, and reloaded q every head: the kernel ran
- * 6.07 ms against 4.10 now on hk16_hv32 32k_1seq, H100). The split route's
- * shared memory stays at most 196 KiB for bf16 q / k (gw_layout): two
- * variants that staged the next inputs (T~ and P~, or the next slice's
- * dS') through registers in the ~30 KiB above it were 3 % and 21 % slower
- * on the H100 / H200. Likely (not measured) why: at a 196 KiB carve-out the
- * SM keeps 60 KiB of L1, at 228 KiB 28, and L1 holds the register spills
- * and the fp32 state loads (docs/history/2026-12-05-gpu3.md); the lean
- * route's bulk copies do not pass through L1.
+ * 6.07 ms against 4.10 now on hk16_hv32 32k_1seq, H100). Shared memory
+ * stays at most 196 KiB for bf16 q / k (gw_layout): two variants that
+ * staged the next inputs (T~ and P~, or the next slice's dS') in the
+ * ~30 KiB above it were 3 % and 21 % slower on the H100 / H200. Likely
+ * (not measured) why: at a 196 KiB carve-out the SM keeps 60 KiB of L1, at
+ * 228 KiB 28, and L1 holds the register spills and the fp32 state loads
+ * (docs/history/2026-12-05-gpu3.md).
  */
 #include "cuda/bwd_common.cuh"
 #include "cuda/fwd_prepare_common.cuh"
@@ -141,7 +129,6 @@ constexpr int align1k(int x) { return (x + 1023) & ~1023; }
 struct gw_small {
     uint64_t signal[n_signals]; /* mbarriers of the hand-offs */
     uint64_t tp;                /* a value head's T~ and P~ planes landed (bulk copies) */
-    uint64_t states[2];         /* lean: a set of state planes landed (bulk copies) */
     float gam[C], bet[C], e[C], f[C], df[C], db[C], de[C];
     float wsum[THREADS / 32], deC;
 };
@@ -149,53 +136,32 @@ struct gw_small {
 /* Shared memory (byte offsets from a 1024-aligned base). q and k are kept
  * for the whole CTA (read by every value head of the group); a lo plane
  * only where the operand is not exact in bf16 (QK_LO, DO_LO); the value
- * slice as raw 2-byte rows (VSM: where it fits, i.e. without q / k lo planes).
- * The slice inputs (the states, dO, v) come in NB sets: with the lean
- * products two where shared memory allows, so that the next slice's land
- * while this one runs (the states by bulk copies, as the chains stored
- * them: fqla_bwd_state_slice), else one, filled at the slice's start (the
- * split route converts fp32 states through registers). */
-template <int KD, bool QK_LO, bool DO_LO, bool LEAN> struct gw_layout {
+ * slice as raw 2-byte rows (VSM: where it fits, i.e. without q / k lo planes). */
+template <int KD, bool QK_LO, bool DO_LO> struct gw_layout {
     static constexpr bool VSM = !QK_LO;
-    static constexpr int NB = LEAN && !QK_LO ? 2 : 1;
     static constexpr int KP = C * KD * 2;      /* a [64][KD] plane */
-    static constexpr int SP = KD * VS * 2;     /* a [KD][64] plane (split) or [64][KD] (lean) */
-    static constexpr int RB = C * LDR * 4 + 2 * C * 4; /* R, the gate parts */
+    static constexpr int SP = KD * VS * 2;     /* a [KD][64] plane */
+    static constexpr int RB = C * LDR * 4;     /* R */
     static constexpr int NQK = QK_LO ? 2 : 1;  /* q / k planes */
     static constexpr int k = 0;                /* K hi (, lo) */
     static constexpr int q = k + NQK * KP;     /* Q hi (, lo) */
     static constexpr int t = q + NQK * KP;     /* T~ hi, lo */
     static constexpr int pt = t + 2 * TILE;    /* P~ hi, lo */
-    /* the states: split, S hi, lo, dS' hi, lo ([KD][64]), R over them after
-     * the slices; lean, NB sets of S^T hi and dS'^T hi ([64][KD]), then
-     * dS'^T lo (K dS' alone reads it, early in a slice: one copy, refilled
-     * for the next slice once read), R over the set of a head's last slice */
-    static constexpr int st = pt + 2 * TILE;
-    static constexpr int SET = 2 * SP;
-    static constexpr int dsl = st + NB * SET;  /* lean: dS'^T lo */
-    static constexpr int ssl = dsl + SP;       /* lean: S^T lo (<S, dS'> alone reads it) */
-    static constexpr int st_bytes = LEAN ? NB * SET + 2 * SP : (4 * SP > RB ? 4 * SP : RB);
-    static constexpr int DOB = (DO_LO ? 2 : 1) * TILE;
-    static constexpr int dO = st + align1k(st_bytes); /* NB x dO hi (, lo) */
-    static constexpr int v = dO + NB * DOB;    /* VSM: the value slice, raw (NB 2: refilled once read) */
-    static constexpr int sl = v + (VSM ? TILE : 0); /* slices: Y hi (, lo), U, dU (hi, lo); after them: W0, W1 */
-    static constexpr int NY = LEAN ? 1 : 2;    /* Y's planes (lean: its lo plane is never read) */
-    static constexpr int u = sl + NY * TILE;
-    static constexpr int du = u + 2 * TILE;
-    /* lean: R over a set where it fits (K = 128), else a region of its own */
-    static constexpr bool R_OWN = LEAN && SET < RB;
-    static constexpr int r = du + 2 * TILE;
-    static constexpr int small = r + (R_OWN ? align1k(RB) : 0);
+    static constexpr int st = pt + 2 * TILE;   /* slices: S hi, lo, dS' hi, lo; after them: R, the gate parts */
+    static constexpr int st_bytes = 4 * SP > RB + 2 * C * 4 ? 4 * SP : RB + 2 * C * 4;
+    static constexpr int dO = st + align1k(st_bytes); /* dO hi (, lo) */
+    static constexpr int v = dO + (DO_LO ? 2 : 1) * TILE; /* VSM: the value slice, raw */
+    static constexpr int sl = v + (VSM ? TILE : 0); /* slices: Y, U, dU (hi, lo); after them: W0, W1 */
+    static constexpr int small = sl + 6 * TILE;
     static constexpr int bytes = small + (int)sizeof(gw_small) + 1024; /* + the base's alignment */
     /* wgmma's 128-byte swizzle: every plane 1024-aligned */
     static_assert(KP % 1024 == 0 && SP % 1024 == 0 && TILE % 1024 == 0 && st % 1024 == 0 && dO % 1024 == 0 &&
-                      sl % 1024 == 0 && dsl % 1024 == 0 && ssl % 1024 == 0,
+                      sl % 1024 == 0,
                   "tile planes must be 1024-aligned");
     static_assert(bytes <= 227 * 1024, "over the H100 / H200 shared memory a block may have");
     /* with the 1 KiB the system reserves a block: the carve-out that keeps
-     * L1 at 60 KiB for the split route, whose fp32 state loads go through
-     * L1 (the header says why) */
-    static_assert(LEAN || QK_LO || bytes + 1024 <= 196 * 1024, "bf16 q / k: keep the 196 KiB shared-memory carve-out");
+     * L1 at 60 KiB (the header says why) */
+    static_assert(QK_LO || bytes + 1024 <= 196 * 1024, "bf16 q / k: keep the 196 KiB shared-memory carve-out");
 };
 
 __device__ __forceinline__ float quad_sum(float v)
@@ -261,23 +227,22 @@ __device__ __forceinline__ void load_rows(const fqla_wg_tile &dst, const void *x
  * backward's validation (check_aligned, src/validate.c) refuses rows off
  * 16-byte boundaries, so `vec` is always 1; dropping the other branch (and
  * the chains' alike) moved ptxas' spills here from 80 to 128 bytes a
- * thread, so it waits for a timed A/B. NT: the threads that copy, those
- * of threadIdx.x < NT. */
-template <int COLS, int NT = THREADS>
+ * thread, so it waits for a timed A/B. */
+template <int COLS>
 __device__ __forceinline__ void copy_raw(unsigned char *base, const uint16_t *src, int64_t st, int nvalid, int valid,
                                          bool vec)
 {
     if (vec) {
 #pragma unroll
-        for (int n = 0; n < C * COLS / 8 / NT; n++) {
-            const unsigned idx = threadIdx.x + n * NT; /* unsigned: / and % are shifts */
+        for (int n = 0; n < C * COLS / 8 / THREADS; n++) {
+            const unsigned idx = threadIdx.x + n * THREADS; /* unsigned: / and % are shifts */
             const int i = (int)(idx / (COLS / 8)), j = (int)(8 * (idx % (COLS / 8)));
             const bool ok = i < nvalid && j < valid;
             fqla_cp_async16(base + fqla_wg_off(C, i, j), ok ? src + (int64_t)i * st + j : src, ok ? 16 : 0);
         }
     } else {
 #pragma unroll 1
-        for (int idx = threadIdx.x; idx < C * COLS; idx += NT) {
+        for (int idx = threadIdx.x; idx < C * COLS; idx += THREADS) {
             const int i = idx / COLS, j = idx % COLS;
             *reinterpret_cast<uint16_t *>(base + fqla_wg_off(C, i, j)) =
                 i < nvalid && j < valid ? src[(int64_t)i * st + j] : (uint16_t)0;
@@ -354,17 +319,13 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
     constexpr bool LEAN = ROUTE == gw_route::full_chunks;
     constexpr bool LO = !LEAN; /* an intermediate's lo plane in a product */
     constexpr bool DO_LO = !IO_BF16; /* dO exact in bf16 only for bf16 inputs */
-    using L = gw_layout<KD, QK_LO, DO_LO, LEAN>;
-    constexpr int NB = L::NB;
-    /* the states' orientation as a product's B operand: split, S and dS'
-     * as [KD][64] (K S reads them K-major... TB 1); lean, S^T and dS'^T as
-     * the chains stored them, [64][KD] (fqla_bwd_state_slice) */
-    constexpr int TB_KS = LEAN ? 0 : 1;  /* K S, K dS' */
-    constexpr int TB_XS = LEAN ? 1 : 0;  /* dO S^T, Y S^T, U dS'^T */
+    using L = gw_layout<KD, QK_LO, DO_LO>;
     const fqla_fwd_params &p = bp.f;
     extern __shared__ unsigned char smem_raw[];
     unsigned char *sm = (unsigned char *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
     gw_small &ss = *reinterpret_cast<gw_small *>(sm + L::small);
+    float *Rs = reinterpret_cast<float *>(sm + L::st);
+    float(*gpart)[C] = reinterpret_cast<float(*)[C]>(Rs + C * LDR); /* dA_log, ddt_bias per token */
     const uint32_t s0 = fqla_smem_u32(sm);
     constexpr int NK = KD / 2; /* accumulators of a 64 x KD product */
     int64_t slot = blockIdx.x;
@@ -396,24 +357,14 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
     const fqla_wg_tile Kt{s0 + L::k, QK_LO ? s0 + L::k + L::KP : 0u, C};
     const fqla_wg_tile Qt{s0 + L::q, QK_LO ? s0 + L::q + L::KP : 0u, C};
     const fqla_wg_tile Tt{s0 + L::t, s0 + L::t + TILE, C}, Pt{s0 + L::pt, s0 + L::pt + TILE, C};
-    /* the slice inputs of set b (L::NB sets) */
-    auto S_of = [&](int b) {
-        const uint32_t o = s0 + L::st + b * L::SET;
-        return LEAN ? fqla_wg_tile{o, 0u, C} : fqla_wg_tile{o, LO ? o + L::SP : 0u, KD};
-    };
-    auto dS_of = [&](int b) {
-        const uint32_t o = s0 + L::st + b * L::SET;
-        return LEAN ? fqla_wg_tile{o + L::SP, s0 + L::dsl, C} : fqla_wg_tile{o + 2 * L::SP, o + 3 * L::SP, KD};
-    };
-    auto dO_of = [&](int b) {
-        const uint32_t o = s0 + L::dO + b * L::DOB;
-        return fqla_wg_tile{o, DO_LO ? o + TILE : 0u, C};
-    };
+    const fqla_wg_tile St{s0 + L::st, LO ? s0 + L::st + L::SP : 0u, KD};
+    const fqla_wg_tile dSt{s0 + L::st + 2 * L::SP, s0 + L::st + 3 * L::SP, KD};
+    const fqla_wg_tile dOt{s0 + L::dO, DO_LO ? s0 + L::dO + TILE : 0u, C};
     /* U keeps its lo plane in both precisions: df reads U's values */
-    const fqla_wg_tile Yt{s0 + L::sl, LO ? s0 + L::sl + TILE : 0u, C}, Ut{s0 + L::u, s0 + L::u + TILE, C};
-    const fqla_wg_tile dUt{s0 + L::du, s0 + L::du + TILE, C};
+    const fqla_wg_tile Yt{s0 + L::sl, LO ? s0 + L::sl + TILE : 0u, C}, Ut{s0 + L::sl + 2 * TILE, s0 + L::sl + 3 * TILE, C};
+    const fqla_wg_tile dUt{s0 + L::sl + 4 * TILE, s0 + L::sl + 5 * TILE, C};
     const fqla_wg_tile W0{s0 + L::sl, LO ? s0 + L::sl + TILE : 0u, C};
-    const fqla_wg_tile W1{s0 + L::u, LO ? s0 + L::u + TILE : 0u, C};
+    const fqla_wg_tile W1{s0 + L::sl + 2 * TILE, LO ? s0 + L::sl + 3 * TILE : 0u, C};
 
     if (tid < n_signals) fqla_mbar_init(&ss.signal[tid], 128);
     /* value head h's T~ and P~ planes (bwd_prepare.cu) by two bulk copies (one
@@ -424,54 +375,10 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
         fqla_bulk_load(sm + L::t, bp.Tt + tile * C * C, 2 * TILE, &ss.tp);
         fqla_bulk_load(sm + L::pt, bp.Pt + tile * C * C, 2 * TILE, &ss.tp);
     };
-    /* the CTA's slices in order: n = h * nsl + v0 / 64 */
-    const int nsl = (p.V + VS - 1) / VS, ns = p.group * nsl;
-    auto slice_tile = [&](int n) { return (size_t)slot * p.HV + hk * p.group + n / nsl; };
-    /* lean: slice n's state planes by bulk copies (one thread), all
-     * completing on set b's mbarrier: S^T hi and dS'^T hi into set b (the
-     * set's previous slice fully read), and the lo planes, which have one
-     * copy each (the slice before fully read them) */
-    auto copy_states_hi = [&](int n, int b) {
-        const size_t o = fqla_bwd_state_slice(slice_tile(n), p.V, KD, VS * (n % nsl));
-        fqla_mbar_arrive_tx(&ss.states[b], 4 * L::SP);
-        fqla_bulk_load(sm + L::st + b * L::SET, bp.S + o, L::SP, &ss.states[b]);
-        fqla_bulk_load(sm + L::st + b * L::SET + L::SP, bp.dS + o, L::SP, &ss.states[b]);
-    };
-    auto copy_states_lo = [&](int n, int b) {
-        const size_t o = fqla_bwd_state_slice(slice_tile(n), p.V, KD, VS * (n % nsl));
-        fqla_bulk_load(sm + L::dsl, (const unsigned char *)(bp.dS + o) + L::SP, L::SP, &ss.states[b]);
-        fqla_bulk_load(sm + L::ssl, (const unsigned char *)(bp.S + o) + L::SP, L::SP, &ss.states[b]);
-    };
-    /* slice n's dO (into set b) and value columns by cp.async (every
-     * thread its pieces, uncommitted): dO as it is where exact in bf16, v
-     * raw; `threads`: how many copy (v: warpgroup 0 alone, once it has
-     * read the slice before, where NB is 2) */
-    auto copy_dO = [&](int n, int b) {
-        const int hv = hk * p.group + n / nsl, v0 = VS * (n % nsl), vw = p.V - v0 < VS ? p.V - v0 : VS;
-        const int64_t ob = batch * bp.do_sb + t0 * bp.do_st + (int64_t)hv * bp.do_sh + v0;
-        copy_raw<64>(sm + L::dO + b * L::DOB, (const uint16_t *)bp.d_o + ob, bp.do_st, nvalid, vw, vec);
-    };
-    auto copy_v = [&](int n, auto threads) {
-        const int hv = hk * p.group + n / nsl, v0 = VS * (n % nsl), vw = p.V - v0 < VS ? p.V - v0 : VS;
-        const int64_t vb = batch * p.v_sb + t0 * p.v_st + (int64_t)hv * p.v_sh + v0;
-        copy_raw<64, decltype(threads)::value>(sm + L::v, (const uint16_t *)p.v + vb, p.v_st, nvalid, vw, vec);
-    };
-    using all_threads = std::integral_constant<int, THREADS>;
-    using wg_threads = std::integral_constant<int, 128>;
     if (tid == 0) {
         fqla_mbar_init(&ss.tp, 1);
-        fqla_mbar_init(&ss.states[0], 1);
-        fqla_mbar_init(&ss.states[1], 1);
-        fqla_mbar_init_fence(); /* the bulk copies' completions reach them */
+        fqla_mbar_init_fence(); /* the bulk copies' completions reach it */
         copy_tp(0);
-        if (NB == 2) { /* the first slice, ahead of the loop (NB 1: at its start) */
-            copy_states_hi(0, 0);
-            copy_states_lo(0, 0);
-        }
-    }
-    if (NB == 2) {
-        copy_dO(0, 0); /* committed with q and k's copies below */
-        copy_v(0, all_threads{});
     }
     /* (the first CTA barrier below orders the inits before any other use) */
     auto signal = [&](gw_signal x) { fqla_mbar_arrive(&ss.signal[x]); };
@@ -515,48 +422,24 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
         for (int v0 = 0; v0 < p.V; v0 += VS, n_slice++) {
             const int vw = p.V - v0 < VS ? p.V - v0 : VS; /* 64, or 32 in a last half slice (zeros past it) */
             const int64_t vb = batch * p.v_sb + t0 * p.v_st + (int64_t)hv * p.v_sh + v0;
-            /* lean: the bulk copies below write over what the generic proxy
-             * wrote (R and the gate parts of the previous head's tail) */
-            if constexpr (LEAN) fqla_fence_async_smem();
             __syncthreads(); /* the previous slice's reads are done */
-            const int b = (int)(n_slice % NB); /* this slice's set */
-            const fqla_wg_tile St = S_of(b), dSt = dS_of(b), dOt = dO_of(b);
-            if constexpr (NB == 2) {
-                /* the next slice's inputs into the other set, whose slice
-                 * (or, over it, the previous head's R) is read */
-                const bool next = (int)n_slice + 1 < ns;
-                if (next) {
-                    if (tid == 0) copy_states_hi((int)n_slice + 1, b ^ 1);
-                    copy_dO((int)n_slice + 1, b ^ 1);
-                }
-                fqla_cp_async_commit();
-                fqla_cp_async_wait<1>(); /* this slice's dO and v (issued during the slice before) */
-                if (v0 == 0) fqla_mbar_wait(&ss.tp, (uint32_t)h & 1u); /* this head's T~ and P~ */
-                fqla_mbar_wait(&ss.states[b], (n_slice / NB) & 1u);
-            } else {
-                /* dO and the value slice first, in flight with the states: as they
+            {
+                /* dO and the value slice first, in flight with S's and dS' loads: as they
                  * are by cp.async where exact in bf16 (dO) or kept raw (v), else split */
-                if constexpr (!DO_LO) copy_dO((int)n_slice, 0);
-                if constexpr (L::VSM) copy_v((int)n_slice, all_threads{});
-                if (LEAN && tid == 0) {
-                    copy_states_hi((int)n_slice, 0);
-                    copy_states_lo((int)n_slice, 0);
-                }
+                const int64_t ob = batch * bp.do_sb + t0 * bp.do_st + (int64_t)hv * bp.do_sh + v0;
+                if constexpr (!DO_LO) copy_raw<64>(sm + L::dO, (const uint16_t *)bp.d_o + ob, bp.do_st, nvalid, vw, vec);
+                if constexpr (L::VSM) copy_raw<64>(sm + L::v, (const uint16_t *)p.v + vb, p.v_st, nvalid, vw, vec);
                 fqla_cp_async_commit();
                 constexpr int ND = C * VS / 8 / THREADS;
                 float x[DO_LO ? ND : 1][8];
-                const int64_t ob = batch * bp.do_sb + t0 * bp.do_st + (int64_t)hv * bp.do_sh + v0;
                 if constexpr (DO_LO)
 #pragma unroll
                     for (int n = 0; n < ND; n++) {
                         const int idx = tid + n * THREADS, i = idx >> 3, c = 8 * (idx & 7);
                         load8<T>(bp.d_o, ob + (int64_t)i * bp.do_st + c, i < nvalid && c < vw, x[n]);
                     }
-                if constexpr (!LEAN) {
-                    /* fp32 [KD][64] blocks (fqla_bwd_state_slice), split here */
-                    const size_t o = fqla_bwd_state_slice(tile, p.V, KD, v0);
-                    deC += load_f32_pair<KD>(St, bp.S + o, dSt, bp.dS + o, 64, 0, vw);
-                }
+                const float *Sg = bp.S + tile * KD * p.V, *dSg = bp.dS + tile * KD * p.V;
+                deC += load_f32_pair<KD>(St, Sg, dSt, dSg, p.V, v0, vw);
                 if constexpr (DO_LO)
 #pragma unroll
                     for (int n = 0; n < ND; n++) {
@@ -564,7 +447,6 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
                         fqla_wg_put8(dOt, idx >> 3, 8 * (idx & 7), x[n]);
                     }
                 if (v0 == 0) fqla_mbar_wait(&ss.tp, (uint32_t)h & 1u); /* this head's T~ and P~ */
-                if (LEAN) fqla_mbar_wait(&ss.states[0], n_slice & 1u);
                 fqla_cp_async_wait_all();
             }
             fqla_fence_async_smem();
@@ -573,7 +455,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
             if (wg == 0) {
                 /* KS;  X = V - diag(e) K S;  Y = diag(beta) X;  U = T~ Y */
                 float ks[32], x[32];
-                fqla_wg_issue(ks, [&] { fqla_wg_split<64, 0, TB_KS, QK_LO, LO>(ks, Kt, St, 0, KD, false); });
+                fqla_wg_issue(ks, [&] { fqla_wg_split<64, 0, 1, QK_LO, LO>(ks, Kt, St, 0, KD, false); });
                 uint32_t vr[16]; /* v at the accumulator places, raw pairs, read under the product */
                 if constexpr (L::VSM) {
                     fqla_wg_load_raw<64>(s0 + L::v, C, vr, 0);
@@ -601,12 +483,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
                 }
                 fqla_wg_store<64>(Yt, acc, 0);
                 fqla_fence_async_smem();
-                gw_sync(gw_bar::wg0, 128); /* Y is stored; v is read */
-                if constexpr (NB == 2) {
-                    /* the next slice's v, over this one's (its group waited for at that slice's start) */
-                    if ((int)n_slice + 1 < ns) copy_v((int)n_slice + 1, wg_threads{});
-                    fqla_cp_async_commit();
-                }
+                gw_sync(gw_bar::wg0, 128); /* Y is stored */
                 fqla_wg_run(acc, [&] { fqla_wg_split<64, 0, 1, LO, LO>(acc, Tt, Yt, 0, C, false); });
                 fqla_wg_store<64>(Ut, acc, 0);
                 fqla_fence_async_smem();
@@ -658,7 +535,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
 
                 /* dO S^T: de_i += scale q_i . (dO S^T)_i;  dQ += scale diag(e) dO S^T */
                 float g2[NK];
-                fqla_wg_run(g2, [&] { fqla_wg_split<KD, 0, TB_XS, DO_LO, LO>(g2, dOt, St, 0, VS, false); });
+                fqla_wg_run(g2, [&] { fqla_wg_split<KD, 0, 0, DO_LO, LO>(g2, dOt, St, 0, VS, false); });
                 /* q (normalised where the kernel does it) from its tile, 64 columns at a time */
                 float sq[2] = {0.f, 0.f};
 #pragma unroll
@@ -684,42 +561,13 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
             } else {
                 /* KdS';  dU = P~^T dO + diag(f) K dS' */
                 float kds[32], acc[32];
-                fqla_wg_run(kds, [&] { fqla_wg_split<64, 0, TB_KS, QK_LO>(kds, Kt, dSt, 0, KD, false); });
+                fqla_wg_run(kds, [&] { fqla_wg_split<64, 0, 1, QK_LO>(kds, Kt, dSt, 0, KD, false); });
                 fqla_wg_run(acc, [&] { fqla_wg_split<64, 1, 1, LO, DO_LO>(acc, Pt, dOt, 0, C, false); });
 #pragma unroll
                 for (int a = 0; a < 32; a++) acc[a] += ss.f[r0 + 8 * ((a >> 1) & 1)] * kds[a];
                 fqla_wg_store<64>(dUt, acc, 0);
                 fqla_fence_async_smem();
                 signal(du_ready);
-                if constexpr (LEAN) {
-                    /* <S, dS'> while warpgroup 0 forms U, from the planes (hi + lo of
-                     * each factor, the same offset in every plane the same element), in
-                     * a fixed order. S^T's lo plane is copied for this alone: with
-                     * S^T's hi alone dg was 2-3x less accurate (1.4e-2 of the 2e-2
-                     * threshold on 64-token sequences, under the emulator) */
-                    constexpr int PL = L::SP / 16; /* one plane, in uint4 */
-                    const uint4 *ps = reinterpret_cast<const uint4 *>(sm + L::st + b * L::SET);
-                    const uint4 *pdh = ps + PL, *pdl = reinterpret_cast<const uint4 *>(sm + L::dsl);
-                    const uint4 *psl = reinterpret_cast<const uint4 *>(sm + L::ssl);
-#pragma unroll 4
-                    for (int n = tid - 128; n < PL; n += 128) {
-                        const uint4 a4 = ps[n], l4 = psl[n], c4 = pdh[n], d4 = pdl[n];
-                        const uint32_t a[4] = {a4.x, a4.y, a4.z, a4.w}, l[4] = {l4.x, l4.y, l4.z, l4.w},
-                                       c[4] = {c4.x, c4.y, c4.z, c4.w}, d[4] = {d4.x, d4.y, d4.z, d4.w};
-#pragma unroll
-                        for (int i = 0; i < 4; i++) {
-                            const float2 sh = fqla_wg_unbf2(a[i]), sl = fqla_wg_unbf2(l[i]);
-                            const float2 dh = fqla_wg_unbf2(c[i]), dl = fqla_wg_unbf2(d[i]);
-                            deC += (sh.x + sl.x) * (dh.x + dl.x) + (sh.y + sl.y) * (dh.y + dl.y);
-                        }
-                    }
-                    if constexpr (NB == 2) {
-                        /* the lo planes read for the last time (K dS', above): the next
-                         * slice's, on that slice's set's mbarrier */
-                        gw_sync(gw_bar::wg1, 128);
-                        if (tid == 128 && (int)n_slice + 1 < ns) copy_states_lo((int)n_slice + 1, b ^ 1);
-                    }
-                }
 
                 /* df_i += (K dS')_i . u_i;  dP~ += dO U^T */
                 await(u_ready, n_slice);
@@ -746,18 +594,13 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
                 /* dK += -diag(e beta) dY S^T + diag(f) U dS'^T */
                 await(yp_ready, n_slice);
                 fqla_wg_run(dQK, [&] {
-                    fqla_wg_split<KD, 0, TB_XS, LO, LO>(dQK, Yt, St, 0, VS, true);
-                    fqla_wg_split<KD, 0, TB_XS, LO, LO>(dQK, Ut, dSt, 0, VS, true);
+                    fqla_wg_split<KD, 0, 0, LO, LO>(dQK, Yt, St, 0, VS, true);
+                    fqla_wg_split<KD, 0, 0, LO, LO>(dQK, Ut, dSt, 0, VS, true);
                 });
             }
         }
 
         /* ---- after the slices ---- */
-        /* R and the gate parts: over the split states, or (lean) over the
-         * set of this head's last slice (the next slice's lands in the other) */
-        float *Rs = reinterpret_cast<float *>(
-            sm + (L::R_OWN ? L::r : L::st + (LEAN ? (int)((n_slice - 1) % NB) * L::SET : 0)));
-        float(*gpart)[C] = reinterpret_cast<float(*)[C]>(Rs + C * LDR); /* dA_log, ddt_bias per token */
         __syncthreads(); /* the slice tiles and state slices are free */
         if (wg == 0) {
             /* strict lower dT~ into W0 */
@@ -958,8 +801,7 @@ template <typename T, int KD, bool QK_LO, gw_route R>
 cudaError_t launch_route(const fqla_bwd_params &p, unsigned ctas, int vec, cudaStream_t stream)
 {
     static fqla_smem_cache cache;
-    const size_t smem =
-        gw_layout<KD, QK_LO, !std::is_same<T, __nv_bfloat16>::value, R == gw_route::full_chunks>::bytes;
+    const size_t smem = gw_layout<KD, QK_LO, !std::is_same<T, __nv_bfloat16>::value>::bytes;
     cudaError_t e = fqla_smem_limit(cache, bwd_grads_kernel<T, KD, QK_LO, R>, smem);
     if (e != cudaSuccess) return e;
     return fqla_launch(bwd_grads_kernel<T, KD, QK_LO, R>, dim3(ctas, (unsigned)p.f.H), dim3(THREADS), smem, stream, 0,

@@ -88,6 +88,8 @@ typedef struct spec {
     int h0, dht, v_first, l2norm, gate_in, beta_sig, neg_eig;
     int decay;           /* 0 normal (g = 0 on every fourth head), 1 g = -20 everywhere, 2 g = 0 everywhere */
     int beta_high;       /* beta in [1.9, 2) (with neg_eig: raw b in [2.95, 4.95)) */
+    int beta_mix;        /* beta_high on tokens 128 n + 64 .. 128 n + 127 only: near-reflections
+                            every other chunk (the CP shortcut's chunk_ok fails on them) */
     int optional;        /* outside the coverage contract: NOT_SUPPORTED is reported as skipped */
 } spec;
 
@@ -162,8 +164,9 @@ static void draw(prob *p)
         else if (s->decay == 2) gv = 0.0;
         else gv = (hv % 4 == 3) ? 0.0 : -log1p(exp(-x)) / 16.0 * (1 + hv % 3);
         p->g[i] = round_to(s->gate, gv);
-        if (s->beta_sig) b = s->beta_high ? 2.95 + 2.0 * check_uniform() : 2.0 * check_normal();
-        else b = s->beta_high ? 1.9 + 0.099 * check_uniform() : sigm(check_normal());
+        const int high = s->beta_high || (s->beta_mix && (i / s->HV) % s->T % 128 >= 64);
+        if (s->beta_sig) b = high ? 2.95 + 2.0 * check_uniform() : 2.0 * check_normal();
+        else b = high ? 1.9 + 0.099 * check_uniform() : sigm(check_normal());
         p->beta[i] = round_to(s->gate, b);
     }
     for (int64_t i = 0; i < p->ns; i++) {
@@ -806,6 +809,15 @@ static void bwd_neg_eigval(void)
     s.beta_high = 1;
     char what[64];
     snprintf(what, sizeof what, "allow_neg_eigval beta in [1.9, 2) T=%d", s.T);
+    check_spec(&s, what);
+    /* beta near 2 on every other chunk, sigmoid beta (in (0, 1)) between:
+     * one sequence on few heads, so the chains run with CP, and their
+     * pre-pass window stops at the first chunk that fails chunk_ok (a
+     * precision switched per chunk by this flag was tried on this case:
+     * docs/history/2026-12-06-bwdbytes.md) */
+    s = base_spec(1, check_quick() ? 384 : 2048, 2, 4, 128);
+    s.beta_mix = 1;
+    snprintf(what, sizeof what, "beta near 2 on every other chunk T=%d", s.T);
     check_spec(&s, what);
 }
 

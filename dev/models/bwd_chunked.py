@@ -26,7 +26,7 @@ sums) and the output rounding.
 How to run (numpy + torch on the CPU; ~90 s on 2 cores with --seeds 2)
     make CUDA=0 -j2
     PYTHONPATH=python FLASHQLA_LIB=build/libflashqla.so python3 dev/models/bwd_chunked.py \
-        [--seeds N] [--only storage,precision,dg,bytes,length] [--markdown OUT.md]
+        [--seeds N] [--only storage,precision,dg,bytes,length,short,fold,mild] [--markdown OUT.md]
     bench/results/bwd-model.md is its output with --seeds 2.
 
 Cases (CASES): bench (docs/benchmarks.md inputs: unit q/k, g = logsigmoid(randn)/16 with one
@@ -642,6 +642,40 @@ def fold_sweep(seeds):
     return lines
 
 
+def mild_sweep(seeds):
+    """The chains' mild chunks (tried on the GPU, not merged: docs/history/2026-12-06-bwdbytes.md):
+    where every row has beta ||k||^2 in [0, 1], the state chain (pass 1) runs plain bf16 and so
+    do the reverse chain's dU and dS update; K dS' and dY stay split, and the gradient products
+    are the GPU's lean ones. Against
+    today's chains (every chain product split), on the inputs the flag admits (sigmoid beta,
+    unit keys): few chunks under the strong decay, where the precision matters most, to the
+    longest sequences. Rows "plain ..." show what the flag keeps split, and why."""
+    def plain(**split):
+        d = {p: "bf16" for p in PRODUCTS}
+        d.update({k: X3 for k in split})
+        return d
+    cs = [Config("split chains (S_c fp32; K dS', dU, dY, dS split)", pass1=REC_PASS1, state="fp32",
+                 prec=plain(KdS=1, dU=1, dY=1, dS=1)),
+          Config("mild (pass 1 bf16, S_c fp32; K dS', dY split)", pass1="bf16", state="fp32",
+                 prec=plain(KdS=1, dY=1)),
+          Config("plain chains: pass 1 split, every pass 2 product bf16", pass1=REC_PASS1, prec=plain()),
+          Config("plain chains + dY split", pass1=REC_PASS1, prec=plain(dY=1)),
+          Config("plain chains + K dS' split", pass1=REC_PASS1, prec=plain(KdS=1))]
+    many = list(range(max(len(seeds), 1) * 5))
+    lines = ["", "### 8. The chains' mild chunks: plain bf16 where beta ||k||^2 <= 1", "",
+             "| case | T | config | " + " | ".join(GRADS) + " |", "|---|---|---|" + "---|" * len(GRADS)]
+    for case, T, H, sd in [("strong", 64, 4, many), ("strong", 128, 2, many), ("strong", 512, 2, many),
+                           ("strong", 3000, 1, seeds), ("bench", 64, 4, many), ("bench", 128, 4, many),
+                           ("bench", 1024, 4, seeds), ("bench", 8192, 2, seeds[:1]),
+                           ("nodecay", 4096, 1, seeds), ("nodecay", 32768, 1, seeds[:1])]:
+        res = run([case], cs, sd, T=T, H=H)
+        for c in cs:
+            r = res[(case, c.name)]
+            lines.append("| %s | %d | %s | " % (case, T, c.name) + " | ".join(fmt(r[n], LIMIT[n]) for n in GRADS)
+                         + " |")
+    return lines
+
+
 # --------------------------------------------------------------------------- bytes and MACs
 H200_BW = 4.2e12          # B/s, copy rate
 H200_BF16 = 989.5e12 / 2  # MAC/s, dense bf16 tensor peak (tf32: half)
@@ -791,6 +825,8 @@ def main():
         emit(short_sweep(seeds))
     if "fold" in only:
         emit(fold_sweep(seeds))
+    if "mild" in only:
+        emit(mild_sweep(seeds))
     emit(["", "(%.0f s)" % (time.time() - t0)])
     if a.markdown:
         with open(a.markdown, "w") as fh:

@@ -89,7 +89,7 @@ typedef struct spec {
     int decay;           /* 0 normal (g = 0 on every fourth head), 1 g = -20 everywhere, 2 g = 0 everywhere */
     int beta_high;       /* beta in [1.9, 2) (with neg_eig: raw b in [2.95, 4.95)) */
     int beta_mix;        /* beta_high on tokens 128 n + 64 .. 128 n + 127 only: near-reflections
-                            every other chunk (the CP shortcut's chunk_ok fails on them) */
+                            (beta ||k||^2 near 2) every other chunk */
     int optional;        /* outside the coverage contract: NOT_SUPPORTED is reported as skipped */
 } spec;
 
@@ -811,9 +811,9 @@ static void bwd_neg_eigval(void)
     snprintf(what, sizeof what, "allow_neg_eigval beta in [1.9, 2) T=%d", s.T);
     check_spec(&s, what);
     /* beta near 2 on every other chunk, sigmoid beta (in (0, 1)) between:
-     * one sequence on few heads, so the chains run with CP, and their
-     * pre-pass window stops at the first chunk that fails chunk_ok (a
-     * precision switched per chunk by this flag was tried on this case:
+     * near-reflections, whose rounding errors no decay damps, beside
+     * contracting chunks in one sequence (plain chain products on the
+     * contracting chunks alone were tried on this case:
      * docs/history/2026-12-06-bwdbytes.md) */
     s = base_spec(1, check_quick() ? 384 : 2048, 2, 4, 128);
     s.beta_mix = 1;

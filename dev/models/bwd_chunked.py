@@ -620,6 +620,18 @@ def short_sweep(seeds):
     return lines
 
 
+def case_table(title, cs, plan):
+    """A markdown table of every config of cs on each (case, T, heads, seeds) of plan."""
+    lines = ["", title, "", "| case | T | config | " + " | ".join(GRADS) + " |", "|---|---|---|" + "---|" * len(GRADS)]
+    for case, T, H, sd in plan:
+        res = run([case], cs, sd, T=T, H=H)
+        for c in cs:
+            r = res[(case, c.name)]
+            lines.append("| %s | %d | %s | " % (case, T, c.name) + " | ".join(fmt(r[n], LIMIT[n]) for n in GRADS)
+                         + " |")
+    return lines
+
+
 def fold_sweep(seeds):
     """The reverse chain in FlashQLA's folded form (Config dsform) against today's, every pass 2
     product split and the states fp32 (the GPU kernels' precision): few-token sequences on the
@@ -629,27 +641,20 @@ def fold_sweep(seeds):
     cs = [rec("direct (today's chain)", state="fp32", prec=split),
           rec("folded (FlashQLA's form)", state="fp32", prec=split, dsform="folded")]
     many = list(range(max(len(seeds), 1) * 10))
-    lines = ["", "### 7. The reverse chain folded: two dependent products a chunk instead of three", "",
-             "| case | T | config | " + " | ".join(GRADS) + " |", "|---|---|---|" + "---|" * len(GRADS)]
-    for case, T, H, sd in [("bench", 1, 4, many), ("bench", 2, 4, many), ("bench", 5, 4, many),
-                           ("bench", 64, 4, many), ("bench", 1024, 4, seeds), ("strong", 3000, 1, seeds),
-                           ("neg_eig", 2048, 1, seeds), ("nodecay", 4096, 1, seeds)]:
-        res = run([case], cs, sd, T=T, H=H)
-        for c in cs:
-            r = res[(case, c.name)]
-            lines.append("| %s | %d | %s | " % (case, T, c.name) + " | ".join(fmt(r[n], LIMIT[n]) for n in GRADS)
-                         + " |")
-    return lines
+    return case_table("### 7. The reverse chain folded: two dependent products a chunk instead of three", cs,
+                      [("bench", 1, 4, many), ("bench", 2, 4, many), ("bench", 5, 4, many),
+                       ("bench", 64, 4, many), ("bench", 1024, 4, seeds), ("strong", 3000, 1, seeds),
+                       ("neg_eig", 2048, 1, seeds), ("nodecay", 4096, 1, seeds)])
 
 
 def mild_sweep(seeds):
     """The chains' mild chunks (tried on the GPU, not merged: docs/history/2026-12-06-bwdbytes.md):
     where every row has beta ||k||^2 in [0, 1], the state chain (pass 1) runs plain bf16 and so
     do the reverse chain's dU and dS update; K dS' and dY stay split, and the gradient products
-    are the GPU's lean ones. Against
-    today's chains (every chain product split), on the inputs the flag admits (sigmoid beta,
-    unit keys): few chunks under the strong decay, where the precision matters most, to the
-    longest sequences. Rows "plain ..." show what the flag keeps split, and why."""
+    are the GPU's lean ones. Against today's chains (every chain product split), on the inputs
+    the flag admits (sigmoid beta, unit keys): few chunks under the strong decay, where the
+    precision matters most, to the longest sequences. Rows "plain ..." show what the flag
+    keeps split, and why."""
     def plain(**split):
         d = {p: "bf16" for p in PRODUCTS}
         d.update({k: X3 for k in split})
@@ -662,18 +667,11 @@ def mild_sweep(seeds):
           Config("plain chains + dY split", pass1=REC_PASS1, prec=plain(dY=1)),
           Config("plain chains + K dS' split", pass1=REC_PASS1, prec=plain(KdS=1))]
     many = list(range(max(len(seeds), 1) * 5))
-    lines = ["", "### 8. The chains' mild chunks: plain bf16 where beta ||k||^2 <= 1", "",
-             "| case | T | config | " + " | ".join(GRADS) + " |", "|---|---|---|" + "---|" * len(GRADS)]
-    for case, T, H, sd in [("strong", 64, 4, many), ("strong", 128, 2, many), ("strong", 512, 2, many),
-                           ("strong", 3000, 1, seeds), ("bench", 64, 4, many), ("bench", 128, 4, many),
-                           ("bench", 1024, 4, seeds), ("bench", 8192, 2, seeds[:1]),
-                           ("nodecay", 4096, 1, seeds), ("nodecay", 32768, 1, seeds[:1])]:
-        res = run([case], cs, sd, T=T, H=H)
-        for c in cs:
-            r = res[(case, c.name)]
-            lines.append("| %s | %d | %s | " % (case, T, c.name) + " | ".join(fmt(r[n], LIMIT[n]) for n in GRADS)
-                         + " |")
-    return lines
+    return case_table("### 8. The chains' mild chunks: plain bf16 where beta ||k||^2 <= 1", cs,
+                      [("strong", 64, 4, many), ("strong", 128, 2, many), ("strong", 512, 2, many),
+                       ("strong", 3000, 1, seeds), ("bench", 64, 4, many), ("bench", 128, 4, many),
+                       ("bench", 1024, 4, seeds), ("bench", 8192, 2, seeds[:1]),
+                       ("nodecay", 4096, 1, seeds), ("nodecay", 32768, 1, seeds[:1])])
 
 
 # --------------------------------------------------------------------------- bytes and MACs

@@ -26,7 +26,7 @@ sums) and the output rounding.
 How to run (numpy + torch on the CPU; ~90 s on 2 cores with --seeds 2)
     make CUDA=0 -j2
     PYTHONPATH=python FLASHQLA_LIB=build/libflashqla.so python3 dev/models/bwd_chunked.py \
-        [--seeds N] [--only storage,precision,dg,bytes,length,short,fold,mild] [--markdown OUT.md]
+        [--seeds N] [--only storage,precision,dg,bytes,length,short,fold,mild,xdy] [--markdown OUT.md]
     bench/results/bwd-model.md is its output with --seeds 2.
 
 Cases (CASES): bench (docs/benchmarks.md inputs: unit q/k, g = logsigmoid(randn)/16 with one
@@ -171,11 +171,15 @@ class Config:
     dg         "terms" (per-term products, chunked_bwd.c) or "cumsum" (FLA's d(gamma)
                followed by a reverse cumulative sum)
     out        rounding of dq, dk, dv as written (bf16: q's dtype); dg, dbeta, dh0 fp32
+    xdy        the operands of dbeta's x . dy: "fp32" (as the products leave them), or
+               rounded to bf16 first: "dy", "x" or "both" (a fused kernel that passes them
+               between warpgroups as bf16 planes)
     """
 
     def __init__(self, name, exact=False, pass1="bf16", state="bf16", x="recompute", tt="fp32",
-                 prec="bf16", dg="terms", out="bf16", dsform="direct"):
+                 prec="bf16", dg="terms", out="bf16", dsform="direct", xdy="fp32"):
         self.name = name
+        self.xdy = xdy
         self.dsform = dsform
         self.exact = exact
         if isinstance(pass1, str):
@@ -397,7 +401,9 @@ def pass2(inp, h, states, xs, cfg):
         dP = np.tril(cfg.mm("dP", dOc, U.T))
         dT = np.tril(cfg.mm("dT", dU, Y.T), -1)
         dY = cfg.mm("dY", Tt.T, dU)
-        dbeta = (X * dY).sum(1)
+        bx = to_f32(to_bf16(X)) if cfg.xdy in ("x", "both") else X
+        by = to_f32(to_bf16(dY)) if cfg.xdy in ("dy", "both") else dY
+        dbeta = (bx * by).sum(1)
         dX = f32(b[:, None] * dY)
         dv[sl] = dX
         G2 = cfg.mm("G2", np.concatenate([dOc, dX]), S.T)
@@ -674,6 +680,19 @@ def mild_sweep(seeds):
                        ("nodecay", 4096, 1, seeds), ("nodecay", 32768, 1, seeds[:1])])
 
 
+def xdy_sweep(seeds):
+    """dbeta's x . dy with either operand rounded to bf16 (the recommended products otherwise):
+    what a fused reverse pass may pass between its warpgroups as bf16 planes
+    (docs/history/2026-12-06-bwdbytes.md, its shared-memory ledger)."""
+    cs = [rec("x, dy fp32 (recommended)"), rec("dy bf16", xdy="dy"), rec("x bf16", xdy="x"),
+          rec("both bf16", xdy="both")]
+    many = list(range(max(len(seeds), 1) * 10))
+    return case_table("### 9. dbeta's x . dy from bf16 planes", cs,
+                      [("strong", 64, 4, many), ("strong", 128, 2, many), ("strong", 512, 2, many[:5]),
+                       ("strong", 3000, 1, seeds), ("bench", 64, 4, many), ("bench", 1024, 4, seeds),
+                       ("neg_eig", 2048, 2, seeds), ("nodecay", 4096, 1, seeds)])
+
+
 # --------------------------------------------------------------------------- bytes and MACs
 H200_BW = 4.2e12          # B/s, copy rate
 H200_BF16 = 989.5e12 / 2  # MAC/s, dense bf16 tensor peak (tf32: half)
@@ -825,6 +844,8 @@ def main():
         emit(fold_sweep(seeds))
     if "mild" in only:
         emit(mild_sweep(seeds))
+    if "xdy" in only:
+        emit(xdy_sweep(seeds))
     emit(["", "(%.0f s)" % (time.time() - t0)])
     if a.markdown:
         with open(a.markdown, "w") as fh:

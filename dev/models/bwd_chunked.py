@@ -401,8 +401,8 @@ def pass2(inp, h, states, xs, cfg):
         dP = np.tril(cfg.mm("dP", dOc, U.T))
         dT = np.tril(cfg.mm("dT", dU, Y.T), -1)
         dY = cfg.mm("dY", Tt.T, dU)
-        bx = to_f32(to_bf16(X)) if cfg.xdy in ("x", "both") else X
-        by = to_f32(to_bf16(dY)) if cfg.xdy in ("dy", "both") else dY
+        bx = STORE["bf16"](X) if cfg.xdy in ("x", "both") else X
+        by = STORE["bf16"](dY) if cfg.xdy in ("dy", "both") else dY
         dbeta = (bx * by).sum(1)
         dX = f32(b[:, None] * dY)
         dv[sl] = dX

@@ -74,7 +74,13 @@
  * then dg and dbeta per token.
  *
  * Nothing in a slice waits on a global load but the slice's own copies at
- * its start: v, q and P~ are read from their tiles where a product needs
+ * its start, and those wait on L2 only: each slice prefetches the next
+ * one's S, dS', dO and v rows into L2 (prefetch_slice; -6 % for this kernel
+ * on the H100 and the H200, bench/results/bwd-builds-h100-2026-12-06g.txt;
+ * prefetching also the next head's T~ / P~ planes, which come by bulk copy
+ * during the previous head's tail anyway, was 6 % slower than this, and the
+ * first slice of the CTA dispatched next, guessed as this index + %nsmid,
+ * +6 %). v, q and P~ are read from their tiles where a product needs
  * them as values (the first form loaded them from global memory as 4-byte
  * pairs under the products, and reloaded q every head: the kernel ran
  * 6.07 ms against 4.10 now on hk16_hv32 32k_1seq, H100). Shared memory
@@ -301,6 +307,31 @@ template <int N> __device__ __forceinline__ void zero(float (&a)[N])
     for (int i = 0; i < N; i++) a[i] = 0.f;
 }
 
+/* A slice's global inputs into L2 (prefetch.global.L2: hints, nothing waits
+ * on them): S and dS' of value head (hk, h)'s columns v0 .. v0 + 63 (two
+ * lines a row) and its dO and v rows (one or two lines each). */
+template <int KD>
+__device__ __forceinline__ void prefetch_slice(const fqla_bwd_params &bp, int64_t slot, int hk, int h, int v0,
+                                               int64_t batch, int64_t t0, int nvalid)
+{
+    const fqla_fwd_params &p = bp.f;
+    const int tid = threadIdx.x, hv = hk * p.group + h;
+    const int r = tid >> 1, half = tid & 1;
+    if (r < KD && 32 * half < p.V - v0) {
+        const int64_t o = ((int64_t)slot * p.HV + hv) * KD * p.V + (int64_t)r * p.V + v0 + 32 * half;
+        fqla_prefetch_l2(bp.S + o);
+        fqla_prefetch_l2(bp.dS + o);
+    }
+    const int i = tid & 63, which = tid >> 6;
+    if (i < nvalid && which < 2) {
+        const uint16_t *row =
+            which == 0 ? (const uint16_t *)bp.d_o + batch * bp.do_sb + (t0 + i) * bp.do_st + (int64_t)hv * bp.do_sh + v0
+                       : (const uint16_t *)p.v + batch * p.v_sb + (t0 + i) * p.v_st + (int64_t)hv * p.v_sh + v0;
+        fqla_prefetch_l2(row);
+        fqla_prefetch_l2(row + 63); /* a row not 128-byte aligned spans two lines */
+    }
+}
+
 /* Which chunks a launch runs, and at which precision (the header says why):
  * every chunk with every intermediate split (fp16 io); the full chunks with
  * the lean products (bf16 io; a partial chunk's CTA exits); the partial
@@ -440,6 +471,16 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
                     }
                 const float *Sg = bp.S + tile * KD * p.V, *dSg = bp.dS + tile * KD * p.V;
                 deC += load_f32_pair<KD>(St, Sg, dSt, dSg, p.V, v0, vw);
+                {
+                    /* the next slice's inputs into L2 while this one computes (its
+                     * loads at its start then wait on L2 only) */
+                    int hn = h, vn = v0 + VS;
+                    if (vn >= p.V) {
+                        hn = h + 1;
+                        vn = 0;
+                    }
+                    if (hn < p.group) prefetch_slice<KD>(bp, slot, hk, hn, vn, batch, t0, nvalid);
+                }
                 if constexpr (DO_LO)
 #pragma unroll
                     for (int n = 0; n < ND; n++) {

@@ -449,6 +449,37 @@ static double rel_block(const grad *g, int64_t base, int64_t rows, int64_t strid
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
+/* dA_log and ddt_bias are sums over every token of a value head: ddt_bias
+ * of the raw-gate gradient dg_t, dA_log of g_t (dg / dx)_t = dg_t
+ * softplus(x_t) / sigmoid(x_t) (x = raw g + dt_bias). Where the terms cancel,
+ * a sum's relative error is its terms' error times the cancellation (one
+ * seed in ~50 had ddt_bias at 2.1e-2 from dg at 5.9e-3 of its own
+ * threshold, main 921f834, H100), so these two are judged against the sum
+ * of their terms' magnitudes, the scale of any floating-point sum's error
+ * (docs/testing.md). */
+static double rel_sum(const prob *p, int which)
+{
+    const spec *s = &p->s;
+    const grad *g = &p->gr[which], *dg = &p->gr[G_DG];
+    double num = 0, den = 0;
+    for (int h = 0; h < s->HV; h++) {
+        if (!isfinite(g->got[h]) && isfinite(g->want[h])) return INFINITY;
+        double mag = 0;
+        for (int64_t i = h; i < p->ng; i += s->HV) {
+            double t = fabs(dg->want[i]);
+            if (which == G_DA) {
+                const double x = p->g[i] + p->dt_bias[h];
+                t *= (x > 20 ? x : log1p(exp(x))) / sigm(x);
+            }
+            mag += t;
+        }
+        const double d = g->got[h] - g->want[h];
+        num += d * d;
+        den += mag * mag;
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
 /* Compares every present gradient with the reference (run_ref done). */
 static void compare(prob *p, const char *what)
 {
@@ -480,8 +511,8 @@ static void compare(prob *p, const char *what)
         }
     }
     if (s->gate_in) {
-        WORST(G_DA, rel_block(&p->gr[G_DA], 0, 1, 0, s->HV), -1, -1);
-        WORST(G_DDT, rel_block(&p->gr[G_DDT], 0, 1, 0, s->HV), -1, -1);
+        WORST(G_DA, rel_sum(p, G_DA), -1, -1);
+        WORST(G_DDT, rel_sum(p, G_DDT), -1, -1);
     }
 #undef WORST
     for (int i = 0; i < NGRAD; i++) {

@@ -740,6 +740,7 @@ inline void fqla_bulk_load(void *dst, const void *src, uint32_t bytes, uint64_t 
     memcpy(dst, src, bytes);
     fqla_emu::mbar_complete_tx(fqla_emu::u32_of(bar), bytes);
 }
+inline void fqla_bulk_store(void *dst, const void *src, uint32_t bytes) { memcpy(dst, src, bytes); }
 inline void fqla_tma_store_4d(const CUtensorMap *m, const void *src, int c0, int c1, int c2, int c3)
 {
     const int c[4] = {c0, c1, c2, c3};

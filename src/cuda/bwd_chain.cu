@@ -8,7 +8,10 @@
  * kernels do. Both chains run in one launch (bwd_chain_kernel below).
  *
  * states (forward, chunk by chunk; S the state entering the chunk):
- *   store S;  X = V - diag(e) K S;  Y = diag(beta) X;  U = T~ Y;
+ *   store S (fp32, or where bwd_state_bf16 says its bf16 plane: staged by
+ *   stmatrix.trans from the A fragments the first product takes anyway,
+ *   written by one bulk copy a warpgroup);
+ *   X = V - diag(e) K S;  Y = diag(beta) X;  U = T~ Y;
  *   S <- e_C S + K^T diag(f) U
  * dstates (reverse; dS the gradient w.r.t. the state leaving the chunk,
  * starting from d_final_state):
@@ -52,8 +55,10 @@
  */
 #include "cuda/bwd_common.cuh"
 #include "cuda/fwd_prepare_common.cuh"
+#include "cuda/kernel/named_barrier.cuh"
 #include "cuda/kernel/wg_split.cuh"
 #include "cuda/ptx/cp_async.cuh"
+#include "cuda/ptx/tma.cuh"
 
 #include <type_traits>
 
@@ -69,6 +74,9 @@ constexpr int TILE = C * 64 * 2; /* a 64 x 64 bf16 plane */
  * the pre-pass of segments (from zero / identity states, [H | M] out) or
  * the main pass (from the scan's segment states, every chunk's state out). */
 enum { CHAIN_WHOLE = 0, CHAIN_PREPASS = 1, CHAIN_MAIN = 2 };
+
+/* Named barriers: a warpgroup's staging plane written (one id a warpgroup). */
+enum class chain_bar : uint32_t { staged = 1 };
 
 /* One stage's per-token rows (fp32, from the workspace). */
 struct chain_rows {
@@ -98,6 +106,11 @@ template <int KD, bool REVERSE, bool CONVERT> struct chain_layout {
     static constexpr int rows = tp1 + 2 * NTP * TILE;         /* chain_rows[2] */
     static constexpr int coef = rows + 2 * (int)sizeof(chain_rows);
     static constexpr int bytes = coef + (int)sizeof(chain_coef) + 1024; /* + the base's alignment */
+    /* the state chain's staging of its bf16 states (bwd_state_bf16), a [K][64]
+     * plane a warpgroup; inside the reverse chain's layout, which sizes the
+     * launch (static_assert in launch) */
+    static constexpr int stg = (coef + (int)sizeof(chain_coef) + 1023) & ~1023;
+    static constexpr int stg_end = stg + NWG * KD * 128;
     static_assert(KP % 1024 == 0 && STAGE % 1024 == 0 && tp % 1024 == 0 && lo % 1024 == 0 && tp1 % 1024 == 0,
                   "wgmma planes must be 1024-aligned");
     static_assert(bytes <= 227 * 1024, "over the H100 / H200 shared memory a block may have");
@@ -412,12 +425,17 @@ __device__ __forceinline__ void chain_run(const fqla_bwd_params &bp, int vec, in
             cf.f[tid] = __expf(gC - gm);
             cf.b[tid] = REVERSE ? -e * r.bet[tid] : r.bet[tid];
         }
+        /* the previous chunk's bulk copy has read its staging plane */
+        if (!REVERSE && IO_BF16 && (tid & 127) == 0) fqla_bulk_wait_read<0>();
         fqla_fence_async_smem();
-        __syncthreads(); /* (b) the converted planes and the factors */
+        __syncthreads(); /* (b) the converted planes and the factors; the staging planes free */
 
         if (it + 1 < chunks) issue(chunk_at(it + 1), s ^ 1);
+        /* the state entering a full chunk past its sequence's or segment's first:
+         * its bf16 plane, staged and written by one bulk copy (below) */
+        const bool s16 = !REVERSE && IO_BF16 && active && mode != CHAIN_PREPASS && bwd_state_bf16(c, nv);
         /* store the state entering (states) / the gradient leaving (dstates) this chunk */
-        if (active && mode != CHAIN_PREPASS) {
+        if (active && mode != CHAIN_PREPASS && !s16) {
             float *dst = (REVERSE ? bp.dS : bp.S) + tile * KD * p.V + v0;
 #pragma unroll
             for (int a = 0; a < NS; a++) {
@@ -433,6 +451,29 @@ __device__ __forceinline__ void chain_run(const fqla_bwd_params &bp, int vec, in
         uint32_t sh[KK][4], sl[KK][4];
         float ks[32];
         fqla_wg_frags(S, sh, sl);
+        if constexpr (!REVERSE && IO_BF16) {
+            if (s16) {
+                /* S's hi values (S^T's A fragments) into the staging plane [k][v]
+                 * by stmatrix.trans: k-step kk's four 8 x 8 matrices (value rows
+                 * +0 / +8, key columns +0 / +8), lane l addressing row l % 8 of
+                 * matrix l / 8; then one bulk copy of the plane (the gradient
+                 * kernel's S tile as it stores it, bwd_grads.cu) */
+                unsigned char *pl = sm + L::stg + wg * KD * 128;
+                const int lane = tid & 31, m = lane >> 3, chunk = 2 * ((tid >> 5) & 3) + (m & 1);
+#pragma unroll
+                for (int kk = 0; kk < KK; kk++) {
+                    const int k = 16 * kk + 8 * (m >> 1) + (lane & 7);
+                    fqla_stsm_x4_t(pl + k * 128 + ((chunk ^ (k & 7)) << 4), sh[kk][0], sh[kk][1], sh[kk][2], sh[kk][3]);
+                }
+                fqla_fence_async_smem();
+                fqla_bar_sync(chain_bar::staged, 128, (uint32_t)wg);
+                if ((tid & 127) == 0) {
+                    fqla_bulk_store(reinterpret_cast<unsigned char *>(bp.S + tile * KD * p.V) + (v0 / VS) * KD * 128, pl,
+                                    KD * 128);
+                    fqla_bulk_commit();
+                }
+            }
+        }
         pin_a(sh, sl);
         fqla_wg_issue(ks, [&] { fqla_wg_rs_split<64, 0, true, CONVERT>(ks, sh, sl, Kt, false); });
         uint32_t xr[4][4]; /* V^T or dO^T, raw pairs (identity slices, no slice: zeros) */
@@ -507,6 +548,9 @@ __device__ __forceinline__ void chain_run(const fqla_bwd_params &bp, int vec, in
             pin_a(yh, yl);
         }
     }
+    /* the bulk copies of the staged states done before the CTA (and its shared
+     * memory) goes */
+    if (!REVERSE && IO_BF16 && (tid & 127) == 0) fqla_bulk_wait<0>();
     if (!active) return;
     if (mode == CHAIN_PREPASS) { /* the segment's [H | M] */
         const int64_t W = p.V + KD;
@@ -560,6 +604,7 @@ template <typename T, int KD, bool CONVERT> cudaError_t launch(const fqla_bwd_pa
     static fqla_smem_cache cache;
     using LR = chain_layout<KD, true, CONVERT>;
     static_assert(LR::bytes >= chain_layout<KD, false, CONVERT>::bytes, "the reverse chain's layout is the larger");
+    static_assert(LR::bytes >= chain_layout<KD, false, CONVERT>::stg_end + 1024, "the state chain's staging fits");
     const size_t smem = LR::bytes;
     cudaError_t e = fqla_smem_limit(cache, bwd_chain_kernel<T, KD, CONVERT>, smem);
     if (e != cudaSuccess) return e;

@@ -75,8 +75,9 @@ struct fqla_bwd_params {
     float *bet;               /* [slots][HV][64] beta (f.gam: the chunk-local cumsum of the log
                                  decay, where the forward's CP test fqla_cp_m_negligible reads it) */
     float *Tt, *Pt;           /* [slots][HV] T~ and P~, each as its hi / lo bf16 planes (bwd_prepare.cu) */
-    float *S, *dS;            /* [slots][HV][K][V] entering state (NULL with dh0 alone); gradient
-                                 w.r.t. the leaving state */
+    float *S, *dS;            /* [slots][HV][K][V] entering state (NULL with dh0 alone), fp32, or
+                                 where bwd_state_bf16 says, a bf16 plane a 64-column slice at the
+                                 tile's start; gradient w.r.t. the leaving state, fp32 */
     float *gate_part;         /* [slots][HV][2] per-chunk dA_log, ddt_bias (gate in kernel) */
     float *cp_hm[2];          /* chains' CP (f.cp_mode): [segs][HV][K][V + K] the pre-pass's [H | M],
                                  of the state chain [0] and of the reverse chain [1] (both run at once) */
@@ -215,13 +216,27 @@ __device__ __forceinline__ float bwd_start_state(const fqla_bwd_params &bp, int6
     return p.h0_bf16 ? __bfloat162float(((const __nv_bfloat16 *)p.h0)[o]) : ((const float *)p.h0)[o];
 }
 
+/* Whether the state chain stores the state entering a chunk (bf16 io only)
+ * as bf16 planes instead of fp32: c the chunk's index in its span (the
+ * sequence, or with the chains' CP its segment), nvalid its rows. A plane
+ * is what the gradient kernel's lean products read of S (its hi plane),
+ * in that kernel's tile layout ([K][64] bf16, kernel/wg_split.cuh's swizzle,
+ * one per 64-column slice, KD x 128 bytes each, back to back from the tile's
+ * start), so the chains write it with one bulk copy and the gradient kernel
+ * reads it with one: half the bytes, and no conversion. fp32 stays
+ *   - on partial chunks (their gradients split S: the tails' launch);
+ *   - on a span's first chunk: a sequence's is h0, whose rounding fails a
+ *     one-token sequence's dg (bench/results/bwd-model.md section 6), and a
+ *     segment's is written by the CP scan in fp32. */
+__device__ __forceinline__ bool bwd_state_bf16(int64_t c, int nvalid) { return c > 0 && nvalid == FQLA_BWD_C; }
+
 /* The chunk of chunk slot `slot` (fwd_common.cuh): its batch row, first
- * token and valid rows; false where the slot holds no chunk. Every thread of
- * a warp calls it (find_slot votes across the warp). */
+ * token, valid rows and index c in its sequence; false where the slot holds
+ * no chunk. Every thread of a warp calls it (find_slot votes across the warp). */
 __device__ __forceinline__ bool bwd_slot_chunk(const fqla_fwd_params &p, int64_t slot, int64_t &batch, int64_t &t0,
-                                               int &nvalid)
+                                               int &nvalid, int64_t &c)
 {
-    int64_t c, start, len;
+    int64_t start, len;
     if (p.varlen) {
         if (!find_slot(p, slot, c, start, len)) return false;
         batch = 0;
@@ -235,6 +250,13 @@ __device__ __forceinline__ bool bwd_slot_chunk(const fqla_fwd_params &p, int64_t
     t0 = start + c * FQLA_BWD_C;
     nvalid = (int)(len - c * FQLA_BWD_C < FQLA_BWD_C ? len - c * FQLA_BWD_C : FQLA_BWD_C);
     return true;
+}
+/* The same without the chunk's index in its sequence (c). */
+__device__ __forceinline__ bool bwd_slot_chunk(const fqla_fwd_params &p, int64_t slot, int64_t &batch, int64_t &t0,
+                                               int &nvalid)
+{
+    int64_t c;
+    return bwd_slot_chunk(p, slot, batch, t0, nvalid, c);
 }
 
 #endif /* __CUDACC__ */

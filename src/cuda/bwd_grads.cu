@@ -59,7 +59,9 @@
  * bulk copies issued during the previous head's tail); per slice:
  *
  *   all     dO (bf16: as it is) and the raw value slice by cp.async, S and
- *           dS' (fp32 -> split) through registers, into shared memory
+ *           dS' (fp32 -> split) through registers, into shared memory; on
+ *           the lean route S mostly as the bf16 plane the chains stored
+ *           (bwd_state_bf16), by one bulk copy
  *   wg 0    KS; X = V - diag(e) KS, Y = diag(beta) X; U = T~ Y  -> u_ready
  *   wg 1    KdS'; dU = P~^T dO + diag(f) KdS'                  -> du_ready
  *   wg 0    dY = T~^T dU, dT~ += dU Y^T: dv, dbeta (x . dy), de (-beta KS . dy);
@@ -135,6 +137,7 @@ constexpr int align1k(int x) { return (x + 1023) & ~1023; }
 struct gw_small {
     uint64_t signal[n_signals]; /* mbarriers of the hand-offs */
     uint64_t tp;                /* a value head's T~ and P~ planes landed (bulk copies) */
+    uint64_t sb;                /* a slice's bf16 S plane landed (bulk copy; bwd_state_bf16) */
     float gam[C], bet[C], e[C], f[C], df[C], db[C], de[C];
     float wsum[THREADS / 32], deC;
 };
@@ -293,6 +296,49 @@ __device__ __forceinline__ float load_f32_pair(const fqla_wg_tile &dx, const flo
     return dot;
 }
 
+/* dS' for a slice whose S came as its bf16 plane (bwd_state_bf16): y's
+ * [ROWS][64] block (fp32, row pitch ld, columns from c0) into the split tile
+ * dy, and this thread's share of <S, dS'> from S's hi plane x ([ROWS][64]
+ * bf16, swizzled) once its bulk copy
+ * has landed (bar's phase `parity`), the same elements in the same order as
+ * load_f32_pair. */
+template <int ROWS>
+__device__ __forceinline__ float load_f32_dot_plane(const fqla_wg_tile &dy, const float *y, const unsigned char *x,
+                                                    int64_t ld, int c0, int cols, uint64_t *bar, uint32_t parity)
+{
+    constexpr int N = ROWS * 8 / THREADS;
+    float4 b[N][2];
+#pragma unroll
+    for (int n = 0; n < N; n++) {
+        const int idx = threadIdx.x + n * THREADS, r = idx >> 3, c = 8 * (idx & 7);
+        const float4 *ys = reinterpret_cast<const float4 *>(y + (int64_t)r * ld + c0 + c);
+        const float4 z = make_float4(0.f, 0.f, 0.f, 0.f);
+        b[n][0] = c < cols ? ys[0] : z;
+        b[n][1] = c < cols ? ys[1] : z;
+    }
+#pragma unroll
+    for (int n = 0; n < N; n++) {
+        const int idx = threadIdx.x + n * THREADS, r = idx >> 3, c = 8 * (idx & 7);
+        const float w[8] = {b[n][0].x, b[n][0].y, b[n][0].z, b[n][0].w, b[n][1].x, b[n][1].y, b[n][1].z, b[n][1].w};
+        fqla_wg_put8(dy, r, c, w);
+    }
+    fqla_mbar_wait(bar, parity);
+    float dot = 0.f;
+#pragma unroll
+    for (int n = 0; n < N; n++) {
+        const int idx = threadIdx.x + n * THREADS, r = idx >> 3, c = 8 * (idx & 7);
+        const uint4 u = *reinterpret_cast<const uint4 *>(x + fqla_wg_off(ROWS, r, c));
+        const uint32_t h[4] = {u.x, u.y, u.z, u.w};
+        const float w[8] = {b[n][0].x, b[n][0].y, b[n][0].z, b[n][0].w, b[n][1].x, b[n][1].y, b[n][1].z, b[n][1].w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const float2 v = fqla_wg_unbf2(h[i]);
+            dot += v.x * w[2 * i] + v.y * w[2 * i + 1];
+        }
+    }
+    return dot;
+}
+
 /* Elements off, off + 1 as their raw 2-byte bits (first in the low half). */
 template <typename T> __device__ __forceinline__ uint32_t ld_pair(const void *base, int64_t off)
 {
@@ -312,16 +358,19 @@ template <int N> __device__ __forceinline__ void zero(float (&a)[N])
  * lines a row) and its dO and v rows (one or two lines each). */
 template <int KD>
 __device__ __forceinline__ void prefetch_slice(const fqla_bwd_params &bp, int64_t slot, int hk, int h, int v0,
-                                               int64_t batch, int64_t t0, int nvalid)
+                                               int64_t batch, int64_t t0, int nvalid, bool s16)
 {
     const fqla_fwd_params &p = bp.f;
     const int tid = threadIdx.x, hv = hk * p.group + h;
     const int r = tid >> 1, half = tid & 1;
+    const int64_t tile = ((int64_t)slot * p.HV + hv) * KD * p.V;
     if (r < KD && 32 * half < p.V - v0) {
-        const int64_t o = ((int64_t)slot * p.HV + hv) * KD * p.V + (int64_t)r * p.V + v0 + 32 * half;
-        fqla_prefetch_l2(bp.S + o);
+        const int64_t o = tile + (int64_t)r * p.V + v0 + 32 * half;
+        if (!s16) fqla_prefetch_l2(bp.S + o);
         fqla_prefetch_l2(bp.dS + o);
     }
+    if (s16 && tid < KD) /* S's bf16 plane (bwd_state_bf16): KD lines */
+        fqla_prefetch_l2(reinterpret_cast<const unsigned char *>(bp.S + tile) + (v0 / VS) * KD * 128 + 128 * tid);
     const int i = tid & 63, which = tid >> 6;
     if (i < nvalid && which < 2) {
         const uint16_t *row =
@@ -372,9 +421,9 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
     const int r0 = 16 * ((tid >> 5) & 3) + g; /* this thread's accumulator rows: r0, r0 + 8 */
     const float scale = p.scale;
 
-    int64_t batch, t0;
+    int64_t batch, t0, cseq;
     int nvalid;
-    if (!bwd_slot_chunk(p, slot, batch, t0, nvalid)) {
+    if (!bwd_slot_chunk(p, slot, batch, t0, nvalid, cseq)) {
         if (bp.gate_part)
             for (int h = tid; h < p.group; h += blockDim.x) {
                 const size_t tile = (size_t)slot * p.HV + hk * p.group + h;
@@ -383,6 +432,9 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
         return;
     }
     if (LEAN && nvalid < C) return; /* a partial chunk: the tails' launch */
+    /* S of this chunk as the state chain stored it: bf16 planes (the lean
+     * products' hi plane, by bulk copy), or fp32 (split here) */
+    const bool s16 = LEAN && IO_BF16 && bwd_state_bf16(p.cp_mode ? cseq % p.seg_chunks : cseq, nvalid);
     const size_t rrow = ((size_t)slot * p.H + hk) * C;
     static_assert(IO_BF16 || QK_LO, "fp16 q / k always carry lo planes");
     const fqla_wg_tile Kt{s0 + L::k, QK_LO ? s0 + L::k + L::KP : 0u, C};
@@ -408,6 +460,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
     };
     if (tid == 0) {
         fqla_mbar_init(&ss.tp, 1);
+        fqla_mbar_init(&ss.sb, 1);
         fqla_mbar_init_fence(); /* the bulk copies' completions reach it */
         copy_tp(0);
     }
@@ -415,6 +468,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
     auto signal = [&](gw_signal x) { fqla_mbar_arrive(&ss.signal[x]); };
     auto await = [&](gw_signal x, uint32_t use) { fqla_mbar_wait(&ss.signal[x], use & 1u); };
     uint32_t n_slice = 0; /* slices done (uses of the per-slice signals) */
+    uint32_t n_sb = 0;    /* bf16 S planes loaded (uses of ss.sb) */
 
     /* q and k: exact bf16 rows by cp.async, in flight beside the first
      * head's T~ / P~ loads (waited for with the first slice's copies); else
@@ -470,7 +524,16 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
                         load8<T>(bp.d_o, ob + (int64_t)i * bp.do_st + c, i < nvalid && c < vw, x[n]);
                     }
                 const float *Sg = bp.S + tile * KD * p.V, *dSg = bp.dS + tile * KD * p.V;
-                deC += load_f32_pair<KD>(St, Sg, dSt, dSg, p.V, v0, vw);
+                if (s16) {
+                    if (tid == 0) {
+                        fqla_mbar_arrive_tx(&ss.sb, KD * 128);
+                        fqla_bulk_load(sm + L::st, reinterpret_cast<const unsigned char *>(Sg) + (v0 / VS) * KD * 128,
+                                       KD * 128, &ss.sb);
+                    }
+                    deC += load_f32_dot_plane<KD>(dSt, dSg, sm + L::st, p.V, v0, vw, &ss.sb, n_sb++ & 1u);
+                } else {
+                    deC += load_f32_pair<KD>(St, Sg, dSt, dSg, p.V, v0, vw);
+                }
                 {
                     /* the next slice's inputs into L2 while this one computes (its
                      * loads at its start then wait on L2 only) */
@@ -479,7 +542,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
                         hn = h + 1;
                         vn = 0;
                     }
-                    if (hn < p.group) prefetch_slice<KD>(bp, slot, hk, hn, vn, batch, t0, nvalid);
+                    if (hn < p.group) prefetch_slice<KD>(bp, slot, hk, hn, vn, batch, t0, nvalid, s16);
                 }
                 if constexpr (DO_LO)
 #pragma unroll

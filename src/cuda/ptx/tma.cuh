@@ -46,6 +46,14 @@ FQLA_DEVICE_INLINE void fqla_bulk_load(void *dst, const void *src, uint32_t byte
                  "l"(src), "r"(bytes), "r"(fqla_smem_u32(bar))
                  : "memory");
 }
+/* cp.async.bulk shared -> global: contiguous bytes (a multiple of 16, both
+ * addresses 16-aligned), in this thread's bulk async-group. */
+FQLA_DEVICE_INLINE void fqla_bulk_store(void *dst, const void *src, uint32_t bytes)
+{
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst), "r"(fqla_smem_u32(src)),
+                 "r"(bytes)
+                 : "memory");
+}
 /* cp.async.bulk.tensor.4d shared -> global (box elements outside the tensor
  * are not written), in this thread's bulk async-group. */
 FQLA_DEVICE_INLINE void fqla_tma_store_4d(const CUtensorMap *m, const void *src, int c0, int c1, int c2, int c3)

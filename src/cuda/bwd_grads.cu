@@ -296,12 +296,11 @@ __device__ __forceinline__ float load_f32_pair(const fqla_wg_tile &dx, const flo
     return dot;
 }
 
-/* dS' for a slice whose S came as its bf16 plane (bwd_state_bf16): y's
+/* dS' for a slice whose S comes as its bf16 plane (bwd_state_bf16): y's
  * [ROWS][64] block (fp32, row pitch ld, columns from c0) into the split tile
- * dy, and this thread's share of <S, dS'> from S's hi plane x ([ROWS][64]
- * bf16, swizzled) once its bulk copy
- * has landed (bar's phase `parity`), the same elements in the same order as
- * load_f32_pair. */
+ * dy; then, once the plane's bulk copy has landed (bar's phase `parity`),
+ * this thread's share of <S, dS'> from S's hi plane x ([ROWS][64] bf16,
+ * swizzled), the same elements in the same order as load_f32_pair. */
 template <int ROWS>
 __device__ __forceinline__ float load_f32_dot_plane(const fqla_wg_tile &dy, const float *y, const unsigned char *x,
                                                     int64_t ld, int c0, int cols, uint64_t *bar, uint32_t parity)
@@ -354,8 +353,9 @@ template <int N> __device__ __forceinline__ void zero(float (&a)[N])
 }
 
 /* A slice's global inputs into L2 (prefetch.global.L2: hints, nothing waits
- * on them): S and dS' of value head (hk, h)'s columns v0 .. v0 + 63 (two
- * lines a row) and its dO and v rows (one or two lines each). */
+ * on them): dS' of value head (hk, h)'s columns v0 .. v0 + 63 (two lines a
+ * row), S alike or, with s16, its bf16 plane (KD lines), and the slice's dO
+ * and v rows (one or two lines each). */
 template <int KD>
 __device__ __forceinline__ void prefetch_slice(const fqla_bwd_params &bp, int64_t slot, int hk, int h, int v0,
                                                int64_t batch, int64_t t0, int nvalid, bool s16)

@@ -463,13 +463,12 @@ __device__ __forceinline__ void chain_run(const fqla_bwd_params &bp, int vec, in
 #pragma unroll
                 for (int kk = 0; kk < KK; kk++) {
                     const int k = 16 * kk + 8 * (m >> 1) + (lane & 7);
-                    fqla_stsm_x4_t(pl + k * 128 + ((chunk ^ (k & 7)) << 4), sh[kk][0], sh[kk][1], sh[kk][2], sh[kk][3]);
+                    fqla_stsm_x4_t(pl + fqla_wg_off(KD, k, 8 * chunk), sh[kk][0], sh[kk][1], sh[kk][2], sh[kk][3]);
                 }
                 fqla_fence_async_smem();
                 fqla_bar_sync(chain_bar::staged, 128, (uint32_t)wg);
                 if ((tid & 127) == 0) {
-                    fqla_bulk_store(reinterpret_cast<unsigned char *>(bp.S + tile * KD * p.V) + (v0 / VS) * KD * 128, pl,
-                                    KD * 128);
+                    fqla_bulk_store(bwd_state_plane<KD>(bp.S, tile, p.V, v0), pl, KD * 128);
                     fqla_bulk_commit();
                 }
             }

@@ -230,6 +230,15 @@ __device__ __forceinline__ float bwd_start_state(const fqla_bwd_params &bp, int6
  *     segment's is written by the CP scan in fp32. */
 __device__ __forceinline__ bool bwd_state_bf16(int64_t c, int nvalid) { return c > 0 && nvalid == FQLA_BWD_C; }
 
+/* The bf16 plane of a stored state (bwd_state_bf16) for the 64 value columns
+ * from v0: KD x 128 bytes, the slices' planes back to back from the start of
+ * the state's [K][V] fp32 tile `tile`. */
+template <int KD>
+__device__ __forceinline__ unsigned char *bwd_state_plane(float *S, size_t tile, int64_t V, int v0)
+{
+    return reinterpret_cast<unsigned char *>(S + tile * KD * V) + (size_t)(v0 / FQLA_BWD_VS) * KD * 128;
+}
+
 /* The chunk of chunk slot `slot` (fwd_common.cuh): its batch row, first
  * token, valid rows and index c in its sequence; false where the slot holds
  * no chunk. Every thread of a warp calls it (find_slot votes across the warp). */

@@ -259,6 +259,21 @@ __device__ __forceinline__ void copy_raw(unsigned char *base, const uint16_t *sr
     }
 }
 
+/* Elements (r, c0 + c .. c0 + c + 7) of a row-major fp32 matrix (row pitch
+ * ld) as two 16-byte loads; zeros from column cols on. */
+__device__ __forceinline__ void load_f32x8(const float *x, int64_t ld, int r, int c0, int c, int cols, float4 (&v)[2])
+{
+    const float4 *xs = reinterpret_cast<const float4 *>(x + (int64_t)r * ld + c0 + c);
+    const float4 z = make_float4(0.f, 0.f, 0.f, 0.f);
+    v[0] = c < cols ? xs[0] : z;
+    v[1] = c < cols ? xs[1] : z;
+}
+__device__ __forceinline__ void unpack_f32x8(const float4 (&v)[2], float (&o)[8])
+{
+    o[0] = v[0].x, o[1] = v[0].y, o[2] = v[0].z, o[3] = v[0].w;
+    o[4] = v[1].x, o[5] = v[1].y, o[6] = v[1].z, o[7] = v[1].w;
+}
+
 /* A [ROWS][64] block of two fp32 row-major matrices x, y (row pitch ld,
  * columns from c0) into the split tiles dx, dy; returns this thread's sum of
  * x * y. All of a thread's loads are issued before its first store. */
@@ -275,19 +290,15 @@ __device__ __forceinline__ float load_f32_pair(const fqla_wg_tile &dx, const flo
 #pragma unroll
     for (int n = 0; n < N; n++) {
         const int idx = threadIdx.x + n * THREADS, r = idx >> 3, c = 8 * (idx & 7);
-        const float4 *xs = reinterpret_cast<const float4 *>(x + (int64_t)r * ld + c0 + c);
-        const float4 *ys = reinterpret_cast<const float4 *>(y + (int64_t)r * ld + c0 + c);
-        const float4 z = make_float4(0.f, 0.f, 0.f, 0.f);
-        a[n][0] = c < cols ? xs[0] : z;
-        a[n][1] = c < cols ? xs[1] : z;
-        b[n][0] = c < cols ? ys[0] : z;
-        b[n][1] = c < cols ? ys[1] : z;
+        load_f32x8(x, ld, r, c0, c, cols, a[n]);
+        load_f32x8(y, ld, r, c0, c, cols, b[n]);
     }
 #pragma unroll
     for (int n = 0; n < N; n++) {
         const int idx = threadIdx.x + n * THREADS, r = idx >> 3, c = 8 * (idx & 7);
-        const float v[8] = {a[n][0].x, a[n][0].y, a[n][0].z, a[n][0].w, a[n][1].x, a[n][1].y, a[n][1].z, a[n][1].w};
-        const float w[8] = {b[n][0].x, b[n][0].y, b[n][0].z, b[n][0].w, b[n][1].x, b[n][1].y, b[n][1].z, b[n][1].w};
+        float v[8], w[8];
+        unpack_f32x8(a[n], v);
+        unpack_f32x8(b[n], w);
         fqla_wg_put8(dx, r, c, v);
         fqla_wg_put8(dy, r, c, w);
 #pragma unroll
@@ -310,15 +321,13 @@ __device__ __forceinline__ float load_f32_dot_plane(const fqla_wg_tile &dy, cons
 #pragma unroll
     for (int n = 0; n < N; n++) {
         const int idx = threadIdx.x + n * THREADS, r = idx >> 3, c = 8 * (idx & 7);
-        const float4 *ys = reinterpret_cast<const float4 *>(y + (int64_t)r * ld + c0 + c);
-        const float4 z = make_float4(0.f, 0.f, 0.f, 0.f);
-        b[n][0] = c < cols ? ys[0] : z;
-        b[n][1] = c < cols ? ys[1] : z;
+        load_f32x8(y, ld, r, c0, c, cols, b[n]);
     }
 #pragma unroll
     for (int n = 0; n < N; n++) {
         const int idx = threadIdx.x + n * THREADS, r = idx >> 3, c = 8 * (idx & 7);
-        const float w[8] = {b[n][0].x, b[n][0].y, b[n][0].z, b[n][0].w, b[n][1].x, b[n][1].y, b[n][1].z, b[n][1].w};
+        float w[8];
+        unpack_f32x8(b[n], w);
         fqla_wg_put8(dy, r, c, w);
     }
     fqla_mbar_wait(bar, parity);
@@ -328,7 +337,8 @@ __device__ __forceinline__ float load_f32_dot_plane(const fqla_wg_tile &dy, cons
         const int idx = threadIdx.x + n * THREADS, r = idx >> 3, c = 8 * (idx & 7);
         const uint4 u = *reinterpret_cast<const uint4 *>(x + fqla_wg_off(ROWS, r, c));
         const uint32_t h[4] = {u.x, u.y, u.z, u.w};
-        const float w[8] = {b[n][0].x, b[n][0].y, b[n][0].z, b[n][0].w, b[n][1].x, b[n][1].y, b[n][1].z, b[n][1].w};
+        float w[8];
+        unpack_f32x8(b[n], w);
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             const float2 v = fqla_wg_unbf2(h[i]);
@@ -363,14 +373,14 @@ __device__ __forceinline__ void prefetch_slice(const fqla_bwd_params &bp, int64_
     const fqla_fwd_params &p = bp.f;
     const int tid = threadIdx.x, hv = hk * p.group + h;
     const int r = tid >> 1, half = tid & 1;
-    const int64_t tile = ((int64_t)slot * p.HV + hv) * KD * p.V;
+    const size_t tile = (size_t)slot * p.HV + hv;
     if (r < KD && 32 * half < p.V - v0) {
-        const int64_t o = tile + (int64_t)r * p.V + v0 + 32 * half;
+        const int64_t o = (int64_t)tile * KD * p.V + (int64_t)r * p.V + v0 + 32 * half;
         if (!s16) fqla_prefetch_l2(bp.S + o);
         fqla_prefetch_l2(bp.dS + o);
     }
     if (s16 && tid < KD) /* S's bf16 plane (bwd_state_bf16): KD lines */
-        fqla_prefetch_l2(reinterpret_cast<const unsigned char *>(bp.S + tile) + (v0 / VS) * KD * 128 + 128 * tid);
+        fqla_prefetch_l2(bwd_state_plane<KD>(bp.S, tile, p.V, v0) + 128 * tid);
     const int i = tid & 63, which = tid >> 6;
     if (i < nvalid && which < 2) {
         const uint16_t *row =
@@ -527,8 +537,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
                 if (s16) {
                     if (tid == 0) {
                         fqla_mbar_arrive_tx(&ss.sb, KD * 128);
-                        fqla_bulk_load(sm + L::st, reinterpret_cast<const unsigned char *>(Sg) + (v0 / VS) * KD * 128,
-                                       KD * 128, &ss.sb);
+                        fqla_bulk_load(sm + L::st, bwd_state_plane<KD>(bp.S, tile, p.V, v0), KD * 128, &ss.sb);
                     }
                     deC += load_f32_dot_plane<KD>(dSt, dSg, sm + L::st, p.V, v0, vw, &ss.sb, n_sb++ & 1u);
                 } else {

@@ -433,7 +433,7 @@ __device__ __forceinline__ void chain_run(const fqla_bwd_params &bp, int vec, in
         if (it + 1 < chunks) issue(chunk_at(it + 1), s ^ 1);
         /* the state entering a full chunk past its sequence's or segment's first:
          * its bf16 plane, staged and written by one bulk copy (below) */
-        const bool s16 = !REVERSE && IO_BF16 && active && mode != CHAIN_PREPASS && bwd_state_bf16(c, nv);
+        const bool s16 = !REVERSE && IO_BF16 && active && mode != CHAIN_PREPASS && bwd_state_bf16(c, nv, seq_len);
         /* store the state entering (states) / the gradient leaving (dstates) this chunk */
         if (active && mode != CHAIN_PREPASS && !s16) {
             float *dst = (REVERSE ? bp.dS : bp.S) + tile * KD * p.V + v0;

@@ -52,6 +52,13 @@
 
 #define FQLA_BWD_C 64 /* chunk */
 #define FQLA_BWD_VS 64 /* value columns per chain CTA (a last slice of V may be half full) */
+/* A sequence of at most this many chunks runs every chunk's gradients with
+ * split operands, as a partial chunk does (bwd_grads.cu's tails launch,
+ * FQLA_BWD_SHORT_CHUNKS CTAs a sequence), and keeps its states fp32: the
+ * lean products' dg has a heavy tail on short sequences (the numerics model,
+ * bench/results/bwd-model-tail.md: 1 in 4000 (sequence, head) draws of 64
+ * tokens over 2e-2, 128 tokens up to 1.6e-2; split ~1e-4). */
+#define FQLA_BWD_SHORT_CHUNKS 4
 
 struct fqla_bwd_params {
     fqla_fwd_params f;        /* the forward's inputs, shapes, options, slots; f.rq, f.rk: the
@@ -216,9 +223,14 @@ __device__ __forceinline__ float bwd_start_state(const fqla_bwd_params &bp, int6
     return p.h0_bf16 ? __bfloat162float(((const __nv_bfloat16 *)p.h0)[o]) : ((const float *)p.h0)[o];
 }
 
+/* Whether a sequence of len tokens is short (FQLA_BWD_SHORT_CHUNKS): all its
+ * chunks split, its states fp32. */
+__device__ __forceinline__ bool bwd_seq_short(int64_t len) { return len <= FQLA_BWD_SHORT_CHUNKS * FQLA_BWD_C; }
+
 /* Whether the state chain stores the state entering a chunk (bf16 io only)
  * as bf16 planes instead of fp32: c the chunk's index in its span (the
- * sequence, or with the chains' CP its segment), nvalid its rows. A plane
+ * sequence, or with the chains' CP its segment), nvalid its rows, seq_len
+ * its sequence's tokens. A plane
  * is what the gradient kernel's lean products read of S (its hi plane),
  * in that kernel's tile layout ([K][64] bf16, kernel/wg_split.cuh's swizzle,
  * one per 64-column slice, KD x 128 bytes each, back to back from the tile's
@@ -227,8 +239,12 @@ __device__ __forceinline__ float bwd_start_state(const fqla_bwd_params &bp, int6
  *   - on partial chunks (their gradients split S: the tails' launch);
  *   - on a span's first chunk: a sequence's is h0, whose rounding fails a
  *     one-token sequence's dg (bench/results/bwd-model.md section 6), and a
- *     segment's is written by the CP scan in fp32. */
-__device__ __forceinline__ bool bwd_state_bf16(int64_t c, int nvalid) { return c > 0 && nvalid == FQLA_BWD_C; }
+ *     segment's is written by the CP scan in fp32;
+ *   - on every chunk of a short sequence (bwd_seq_short: split products). */
+__device__ __forceinline__ bool bwd_state_bf16(int64_t c, int nvalid, int64_t seq_len)
+{
+    return c > 0 && nvalid == FQLA_BWD_C && !bwd_seq_short(seq_len);
+}
 
 /* The bf16 plane of a stored state (bwd_state_bf16) for the 64 value columns
  * from v0: KD x 128 bytes, the slices' planes back to back from the start of
@@ -243,9 +259,9 @@ __device__ __forceinline__ unsigned char *bwd_state_plane(float *S, size_t tile,
  * token, valid rows and index c in its sequence; false where the slot holds
  * no chunk. Every thread of a warp calls it (find_slot votes across the warp). */
 __device__ __forceinline__ bool bwd_slot_chunk(const fqla_fwd_params &p, int64_t slot, int64_t &batch, int64_t &t0,
-                                               int &nvalid, int64_t &c)
+                                               int &nvalid, int64_t &c, int64_t &len)
 {
-    int64_t start, len;
+    int64_t start;
     if (p.varlen) {
         if (!find_slot(p, slot, c, start, len)) return false;
         batch = 0;
@@ -260,12 +276,13 @@ __device__ __forceinline__ bool bwd_slot_chunk(const fqla_fwd_params &p, int64_t
     nvalid = (int)(len - c * FQLA_BWD_C < FQLA_BWD_C ? len - c * FQLA_BWD_C : FQLA_BWD_C);
     return true;
 }
-/* The same without the chunk's index in its sequence (c). */
+/* The same without the chunk's index in its sequence (c) and the sequence's
+ * length. */
 __device__ __forceinline__ bool bwd_slot_chunk(const fqla_fwd_params &p, int64_t slot, int64_t &batch, int64_t &t0,
                                                int &nvalid)
 {
-    int64_t c;
-    return bwd_slot_chunk(p, slot, batch, t0, nvalid, c);
+    int64_t c, len;
+    return bwd_slot_chunk(p, slot, batch, t0, nvalid, c, len);
 }
 
 #endif /* __CUDACC__ */

@@ -25,7 +25,9 @@
  * whichever orientation a product needs. Two precisions, chosen per chunk
  * (gw_route, one launch each):
  *   - a partial chunk (the last of a sequence whose length is not a
- *     multiple of 64, so every chunk of a sequence under 64 tokens): every
+ *     multiple of 64, so every chunk of a sequence under 64 tokens), and
+ *     every chunk of a sequence of at most FQLA_BWD_SHORT_CHUNKS chunks
+ *     (the lean mix's dg has a heavy tail there, bwd_common.cuh): every
  *     operand that is not an exact bf16 input carries its lo plane (three
  *     products a k-step, ~16 significant bits). The numerics model
  *     (dev/models/bwd_chunked.py, bench/results/bwd-model.md section 6) has
@@ -392,9 +394,11 @@ __device__ __forceinline__ void prefetch_slice(const fqla_bwd_params &bp, int64_
 }
 
 /* Which chunks a launch runs, and at which precision (the header says why):
- * every chunk with every intermediate split (fp16 io); the full chunks with
- * the lean products (bf16 io; a partial chunk's CTA exits); the partial
- * last chunk of each sequence, split (bf16 io; a CTA per sequence). */
+ * every chunk with every intermediate split (fp16 io); the full chunks of
+ * sequences longer than FQLA_BWD_SHORT_CHUNKS chunks with the lean products
+ * (bf16 io; any other chunk's CTA exits); the others, split (bf16 io: a
+ * short sequence's chunks and a longer one's partial last chunk,
+ * FQLA_BWD_SHORT_CHUNKS CTAs a sequence). */
 enum class gw_route { every_chunk, full_chunks, tails };
 
 /* QK_LO: q / k carry lo planes (fp16 io, or the l2norm in the kernel): a
@@ -420,20 +424,30 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
     constexpr int NK = KD / 2; /* accumulators of a 64 x KD product */
     int64_t slot = blockIdx.x;
     if constexpr (ROUTE == gw_route::tails) {
-        /* sequence blockIdx.x's last chunk, where it is partial */
+        /* FQLA_BWD_SHORT_CHUNKS CTAs per sequence: chunk j of a short
+         * sequence (bwd_seq_short), or (j = 0) a longer one's last chunk
+         * where it is partial */
+        const int64_t n = blockIdx.x / FQLA_BWD_SHORT_CHUNKS;
+        const int j = (int)(blockIdx.x % FQLA_BWD_SHORT_CHUNKS);
         int64_t b, start, len, slot0;
-        fqla_fwd_seq(p, blockIdx.x, b, start, len, slot0);
-        if (len % C == 0) return;
-        slot = slot0 + (len - 1) / C;
+        fqla_fwd_seq(p, n, b, start, len, slot0);
+        const int64_t chunks = (len + C - 1) / C;
+        if (bwd_seq_short(len)) {
+            if (j >= chunks) return;
+            slot = slot0 + j;
+        } else {
+            if (j != 0 || len % C == 0) return;
+            slot = slot0 + chunks - 1;
+        }
     }
     const int hk = blockIdx.y;
     const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
     const int r0 = 16 * ((tid >> 5) & 3) + g; /* this thread's accumulator rows: r0, r0 + 8 */
     const float scale = p.scale;
 
-    int64_t batch, t0, cseq;
+    int64_t batch, t0, cseq, seq_len;
     int nvalid;
-    if (!bwd_slot_chunk(p, slot, batch, t0, nvalid, cseq)) {
+    if (!bwd_slot_chunk(p, slot, batch, t0, nvalid, cseq, seq_len)) {
         if (bp.gate_part)
             for (int h = tid; h < p.group; h += blockDim.x) {
                 const size_t tile = (size_t)slot * p.HV + hk * p.group + h;
@@ -441,10 +455,10 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
             }
         return;
     }
-    if (LEAN && nvalid < C) return; /* a partial chunk: the tails' launch */
+    if (LEAN && (nvalid < C || bwd_seq_short(seq_len))) return; /* the tails' launch */
     /* S of this chunk as the state chain stored it: bf16 planes (the lean
      * products' hi plane, by bulk copy), or fp32 (split here) */
-    const bool s16 = LEAN && IO_BF16 && bwd_state_bf16(p.cp_mode ? cseq % p.seg_chunks : cseq, nvalid);
+    const bool s16 = LEAN && IO_BF16 && bwd_state_bf16(p.cp_mode ? cseq % p.seg_chunks : cseq, nvalid, seq_len);
     const size_t rrow = ((size_t)slot * p.H + hk) * C;
     static_assert(IO_BF16 || QK_LO, "fp16 q / k always carry lo planes");
     const fqla_wg_tile Kt{s0 + L::k, QK_LO ? s0 + L::k + L::KP : 0u, C};
@@ -929,11 +943,12 @@ template <typename T, int KD, bool QK_LO> cudaError_t launch(const fqla_bwd_para
         return launch_route<T, KD, QK_LO, gw_route::every_chunk>(p, slots, vec, stream);
     } else {
         cudaError_t e = launch_route<T, KD, QK_LO, gw_route::full_chunks>(p, slots, vec, stream);
-        /* no partial chunk: no sequence, or a padded batch of whole chunks
-         * (varlen lengths live on the device: their CTAs find out) */
-        const bool whole = !p.f.varlen && p.f.T % C == 0;
+        /* nothing for the tails: no sequence, or a padded batch of whole
+         * chunks, none short (varlen lengths live on the device: their CTAs
+         * find out) */
+        const bool whole = !p.f.varlen && p.f.T % C == 0 && p.f.T > FQLA_BWD_SHORT_CHUNKS * C;
         if (e != cudaSuccess || p.f.N == 0 || whole) return e;
-        return launch_route<T, KD, QK_LO, gw_route::tails>(p, (unsigned)p.f.N, vec, stream);
+        return launch_route<T, KD, QK_LO, gw_route::tails>(p, (unsigned)(p.f.N * FQLA_BWD_SHORT_CHUNKS), vec, stream);
     }
 }
 

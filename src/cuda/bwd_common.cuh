@@ -235,7 +235,8 @@ __device__ __forceinline__ bool bwd_seq_short(int64_t len) { return len <= FQLA_
  * in that kernel's tile layout ([K][64] bf16, kernel/wg_split.cuh's swizzle,
  * one per 64-column slice, KD x 128 bytes each, back to back from the tile's
  * start), so the chains write it with one bulk copy and the gradient kernel
- * reads it with one: half the bytes, and no conversion. fp32 stays
+ * copies it as it is, 16 bytes a thread: half the bytes, and no conversion.
+ * fp32 stays
  *   - on partial chunks (their gradients split S: the tails' launch);
  *   - on a span's first chunk: a sequence's is h0, whose rounding fails a
  *     one-token sequence's dg (bench/results/bwd-model.md section 6), and a

@@ -63,7 +63,9 @@
  *   all     dO (bf16: as it is) and the raw value slice by cp.async, S and
  *           dS' (fp32 -> split) through registers, into shared memory; on
  *           the lean route S mostly as the bf16 plane the chains stored
- *           (bwd_state_bf16), by one bulk copy
+ *           (bwd_state_bf16), through registers beside dS' (a bulk copy
+ *           of the plane on an mbarrier, then <S, dS'> read back from it,
+ *           timed 3-4 % slower for this kernel on the H100)
  *   wg 0    KS; X = V - diag(e) KS, Y = diag(beta) X; U = T~ Y  -> u_ready
  *   wg 1    KdS'; dU = P~^T dO + diag(f) KdS'                  -> du_ready
  *   wg 0    dY = T~^T dU, dT~ += dU Y^T: dv, dbeta (x . dy), de (-beta KS . dy);
@@ -139,7 +141,6 @@ constexpr int align1k(int x) { return (x + 1023) & ~1023; }
 struct gw_small {
     uint64_t signal[n_signals]; /* mbarriers of the hand-offs */
     uint64_t tp;                /* a value head's T~ and P~ planes landed (bulk copies) */
-    uint64_t sb;                /* a slice's bf16 S plane landed (bulk copy; bwd_state_bf16) */
     float gam[C], bet[C], e[C], f[C], df[C], db[C], de[C];
     float wsum[THREADS / 32], deC;
 };
@@ -311,36 +312,34 @@ __device__ __forceinline__ float load_f32_pair(const fqla_wg_tile &dx, const flo
 
 /* dS' for a slice whose S comes as its bf16 plane (bwd_state_bf16): y's
  * [ROWS][64] block (fp32, row pitch ld, columns from c0) into the split tile
- * dy; then, once the plane's bulk copy has landed (bar's phase `parity`),
- * this thread's share of <S, dS'> from S's hi plane x ([ROWS][64] bf16,
- * swizzled), the same elements in the same order as load_f32_pair. */
+ * dy, and S's hi plane from its global copy xg ([ROWS][64] bf16 in the tile
+ * layout, as the chains stored it) into the shared plane xs, 16 bytes a
+ * thread through registers, every load in flight before the first store;
+ * returns this thread's share of <S, dS'> from the same registers (the
+ * elements and order of load_f32_pair). */
 template <int ROWS>
-__device__ __forceinline__ float load_f32_dot_plane(const fqla_wg_tile &dy, const float *y, const unsigned char *x,
-                                                    int64_t ld, int c0, int cols, uint64_t *bar, uint32_t parity)
+__device__ __forceinline__ float load_plane_f32(const fqla_wg_tile &dy, const float *y, unsigned char *xs,
+                                                const unsigned char *xg, int64_t ld, int c0, int cols)
 {
     constexpr int N = ROWS * 8 / THREADS;
     float4 b[N][2];
+    uint4 u[N];
 #pragma unroll
     for (int n = 0; n < N; n++) {
         const int idx = threadIdx.x + n * THREADS, r = idx >> 3, c = 8 * (idx & 7);
         load_f32x8(y, ld, r, c0, c, cols, b[n]);
+        u[n] = *reinterpret_cast<const uint4 *>(xg + fqla_wg_off(ROWS, r, c));
     }
-#pragma unroll
-    for (int n = 0; n < N; n++) {
-        const int idx = threadIdx.x + n * THREADS, r = idx >> 3, c = 8 * (idx & 7);
-        float w[8];
-        unpack_f32x8(b[n], w);
-        fqla_wg_put8(dy, r, c, w);
-    }
-    fqla_mbar_wait(bar, parity);
     float dot = 0.f;
 #pragma unroll
     for (int n = 0; n < N; n++) {
         const int idx = threadIdx.x + n * THREADS, r = idx >> 3, c = 8 * (idx & 7);
-        const uint4 u = *reinterpret_cast<const uint4 *>(x + fqla_wg_off(ROWS, r, c));
-        const uint32_t h[4] = {u.x, u.y, u.z, u.w};
+        const uint32_t off = fqla_wg_off(ROWS, r, c);
         float w[8];
         unpack_f32x8(b[n], w);
+        fqla_wg_put8(dy, r, c, w);
+        *reinterpret_cast<uint4 *>(xs + off) = u[n];
+        const uint32_t h[4] = {u[n].x, u[n].y, u[n].z, u[n].w};
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             const float2 v = fqla_wg_unbf2(h[i]);
@@ -457,7 +456,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
     }
     if (LEAN && (nvalid < C || bwd_seq_short(seq_len))) return; /* the tails' launch */
     /* S of this chunk as the state chain stored it: bf16 planes (the lean
-     * products' hi plane, by bulk copy), or fp32 (split here) */
+     * products' hi plane), or fp32 (split here) */
     const bool s16 = LEAN && IO_BF16 && bwd_state_bf16(p.cp_mode ? cseq % p.seg_chunks : cseq, nvalid, seq_len);
     const size_t rrow = ((size_t)slot * p.H + hk) * C;
     static_assert(IO_BF16 || QK_LO, "fp16 q / k always carry lo planes");
@@ -484,7 +483,6 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
     };
     if (tid == 0) {
         fqla_mbar_init(&ss.tp, 1);
-        fqla_mbar_init(&ss.sb, 1);
         fqla_mbar_init_fence(); /* the bulk copies' completions reach it */
         copy_tp(0);
     }
@@ -492,7 +490,6 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
     auto signal = [&](gw_signal x) { fqla_mbar_arrive(&ss.signal[x]); };
     auto await = [&](gw_signal x, uint32_t use) { fqla_mbar_wait(&ss.signal[x], use & 1u); };
     uint32_t n_slice = 0; /* slices done (uses of the per-slice signals) */
-    uint32_t n_sb = 0;    /* bf16 S planes loaded (uses of ss.sb) */
 
     /* q and k: exact bf16 rows by cp.async, in flight beside the first
      * head's T~ / P~ loads (waited for with the first slice's copies); else
@@ -549,11 +546,8 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
                     }
                 const float *Sg = bp.S + tile * KD * p.V, *dSg = bp.dS + tile * KD * p.V;
                 if (s16) {
-                    if (tid == 0) {
-                        fqla_mbar_arrive_tx(&ss.sb, KD * 128);
-                        fqla_bulk_load(sm + L::st, bwd_state_plane<KD>(bp.S, tile, p.V, v0), KD * 128, &ss.sb);
-                    }
-                    deC += load_f32_dot_plane<KD>(dSt, dSg, sm + L::st, p.V, v0, vw, &ss.sb, n_sb++ & 1u);
+                    deC += load_plane_f32<KD>(dSt, dSg, sm + L::st, bwd_state_plane<KD>(bp.S, tile, p.V, v0), p.V, v0,
+                                              vw);
                 } else {
                     deC += load_f32_pair<KD>(St, Sg, dSt, dSg, p.V, v0, vw);
                 }

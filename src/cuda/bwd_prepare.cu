@@ -21,10 +21,10 @@
  * Grid (slots, HV); 256 threads. q and k rows by cp.async, every copy of
  * the CTA in one commit group, in flight while warp 0 forms the gates. K K^T
  * and Q K^T by m16n8k16 mma.sync on the 2-byte rows (warp w: rows 16 (w % 4),
- * columns 32 (w / 4)); T~ in fp32 on CUDA cores: the four
- * diagonal 16 x 16 blocks by forward substitution (one warp each, a lane per
- * column), then block row i's off-diagonal blocks T_ij = -D_i sum_m L_im T_mj
- * for i = 1, 2, 3. About 45 k FMAs per head: small beside the products.
+ * columns 32 (w / 4)); T~ in fp32: the four diagonal 16 x 16 blocks by
+ * forward substitution on CUDA cores (one warp each, a lane per column),
+ * then block row i's off-diagonal blocks T_ij = -D_i sum_m L_im T_mj for
+ * i = 1, 2, 3 by 3xTF32 mma.sync (invert_unit_lower).
  */
 #include "cuda/bwd_common.cuh"
 #include "cuda/fwd_prepare_common.cuh"
@@ -54,7 +54,7 @@ template <int KD> struct prep_smem {
         uint16_t k[C * LDK];
         float T[C * LDM];
     } b;
-    float tmp[3 * 16 * 17];
+    float tmp[8 * 16 * 9]; /* invert_unit_lower's staging blocks */
     float gam[C], bet[C];
     float rq[C], rk[C]; /* l2norm row factors (1 without) */
 };
@@ -136,12 +136,37 @@ __device__ __forceinline__ void mma_rows(float (&acc)[1][NT][4], const uint16_t 
     }
 }
 
-/* T = (I + L)^-1 for a strictly lower L (both 64 x 64, stride LDM). */
+/* acc += A B for a 16 x 16 block A (row stride LDM) and a 16 x 8 block B
+ * (row stride ldb), fp32 in shared memory: m16n8k8 tf32 mma in 3xTF32
+ * (fwd_prepare_common.cuh: about fp32 accuracy). */
+__device__ __forceinline__ void mm16x8(float (&acc)[4], const float *a, const float *b, int ldb, int lane)
+{
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int ks = 0; ks < 2; ks++) {
+        const float *ak = a + 8 * ks, *bk = b + 8 * ks * ldb;
+        const tf32_a<3> af(ak[g * LDM + t], ak[(g + 8) * LDM + t], ak[g * LDM + t + 4], ak[(g + 8) * LDM + t + 4]);
+        mma_f32<3>(acc, af, bk[t * ldb + g], bk[(t + 4) * ldb + g]);
+    }
+}
+
+constexpr int LDR = 9; /* a warp's 16 x 8 fp32 staging block (tmp) */
+
+/* T = (I + L)^-1 for a strictly lower L (both 64 x 64, stride LDM); tmp
+ * holds 8 x 16 x LDR floats. The diagonal 16 x 16 blocks D_i by forward
+ * substitution (a lane per column), then block row i = 1, 2, 3 of the
+ * rest, T_ij = -D_i sum_{m = j}^{i - 1} L_im T_mj, by 3xTF32 mma, a warp
+ * per 16 x 8 half of a block: the sum into the warp's staging block, then
+ * D_i times it. (On CUDA cores, FMAs fed from shared memory, these rounds
+ * were a third of the kernel's samples: docs/history/2026-12-05-gpu2.md.) */
 __device__ void invert_unit_lower(const float *L, float *T, float *tmp)
 {
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    for (int i = tid; i < C * LDM; i += blockDim.x) T[i] = 0.f;
-    __syncthreads();
+    /* the blocks above the diagonal: zeros (the planes store all of T) */
+    for (int e = tid; e < 6 * 256; e += blockDim.x) {
+        const int b = e >> 8, bi = b < 3 ? 0 : b < 5 ? 1 : 2, bj = b < 3 ? b + 1 : b < 5 ? b - 1 : 3;
+        T[(16 * bi + ((e >> 4) & 15)) * LDM + 16 * bj + (e & 15)] = 0.f;
+    }
     if (warp < 4 && lane < 16) { /* diagonal block warp, column lane */
         const int b = 16 * warp, c = lane;
         float col[16];
@@ -156,18 +181,26 @@ __device__ void invert_unit_lower(const float *L, float *T, float *tmp)
         for (int r = 0; r < 16; r++) T[(b + r) * LDM + b + c] = col[r];
     }
     __syncthreads();
-    const int r = tid >> 4, c = tid & 15;
+    const int g = lane >> 2, t = lane & 3;
+    float *R = tmp + warp * 16 * LDR;
     for (int i = 1; i < 4; i++) {
-        for (int j = 0; j < i; j++) { /* R_ij = sum_{m = j}^{i - 1} L_im T_mj */
-            float acc = 0.f;
-            for (int x = 16 * j; x < 16 * i; x++) acc += L[(16 * i + r) * LDM + x] * T[x * LDM + 16 * j + c];
-            tmp[(j * 16 + r) * 17 + c] = acc;
-        }
-        __syncthreads();
-        for (int j = 0; j < i; j++) { /* T_ij = -D_i R_ij */
-            float acc = 0.f;
-            for (int x = 0; x <= r; x++) acc += T[(16 * i + r) * LDM + 16 * i + x] * tmp[(j * 16 + x) * 17 + c];
-            T[(16 * i + r) * LDM + 16 * j + c] = -acc;
+        if (warp < 2 * i) { /* block (i, j), columns 8 h .. 8 h + 7 */
+            const int j = warp >> 1, c0 = 16 * j + 8 * (warp & 1);
+            float acc[4] = {0.f, 0.f, 0.f, 0.f};
+            for (int m = j; m < i; m++) mm16x8(acc, L + 16 * i * LDM + 16 * m, T + 16 * m * LDM + c0, LDM, lane);
+            R[g * LDR + 2 * t] = acc[0];
+            R[g * LDR + 2 * t + 1] = acc[1];
+            R[(g + 8) * LDR + 2 * t] = acc[2];
+            R[(g + 8) * LDR + 2 * t + 1] = acc[3];
+            __syncwarp();
+            float d[4] = {0.f, 0.f, 0.f, 0.f};
+            mm16x8(d, T + 16 * i * LDM + 16 * i, R, LDR, lane);
+            float *o = T + (16 * i + g) * LDM + c0 + 2 * t;
+            o[0] = -d[0];
+            o[1] = -d[1];
+            o[8 * LDM] = -d[2];
+            o[8 * LDM + 1] = -d[3];
+            __syncwarp(); /* R is read before the next round's stores */
         }
         __syncthreads();
     }

@@ -582,37 +582,66 @@ __device__ __forceinline__ void chain_run(const fqla_bwd_params &bp, int vec, in
  * (dh0 alone: the state chain feeds only the gradient kernel). Both bodies
  * are inlined here, so the kernel takes the larger shared-memory layout,
  * the reverse chain's. */
-template <typename T, int KD, bool CONVERT>
+enum chain_dirs { CHAINS_BOTH, CHAIN_REVERSE_ONLY, CHAIN_STATES_ONLY };
+template <typename T, int KD, bool CONVERT, int DIRS>
 __global__ void __launch_bounds__(THREADS, 1) bwd_chain_kernel(const fqla_bwd_params bp, int vec, int mode, int zpairs)
 {
     extern __shared__ unsigned char smem_raw[];
     unsigned char *sm = (unsigned char *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
     const int z = (int)blockIdx.z;
-    if (z < zpairs)
+    if constexpr (DIRS == CHAIN_REVERSE_ONLY) {
         chain_run<T, KD, true, CONVERT>(bp, vec, mode, z, sm);
-    else
-        chain_run<T, KD, false, CONVERT>(bp, vec, mode, z - zpairs, sm);
+    } else if constexpr (DIRS == CHAIN_STATES_ONLY) {
+        chain_run<T, KD, false, CONVERT>(bp, vec, mode, z, sm);
+    } else {
+        if (z < zpairs)
+            chain_run<T, KD, true, CONVERT>(bp, vec, mode, z, sm);
+        else
+            chain_run<T, KD, false, CONVERT>(bp, vec, mode, z - zpairs, sm);
+    }
 }
 
 /* Grid: sequences (CHAIN_WHOLE) or segment indices (with CP), value heads,
  * per chain the pairs of 64-column slices of V (the pre-pass: and of the K
  * identity columns); the state chain only where its states are stored
  * (bp.S; not with dh0 alone). */
-template <typename T, int KD, bool CONVERT> cudaError_t launch(const fqla_bwd_params &p, int mode, cudaStream_t stream)
+template <typename T, int KD, bool CONVERT, int DIRS>
+cudaError_t launch_dirs(const fqla_bwd_params &p, int mode, dim3 grid, int zpairs, cudaStream_t stream)
 {
     static fqla_smem_cache cache;
     using LR = chain_layout<KD, true, CONVERT>;
-    static_assert(LR::bytes >= chain_layout<KD, false, CONVERT>::bytes, "the reverse chain's layout is the larger");
-    static_assert(LR::bytes >= chain_layout<KD, false, CONVERT>::stg_end + 1024, "the state chain's staging fits");
-    const size_t smem = LR::bytes;
-    cudaError_t e = fqla_smem_limit(cache, bwd_chain_kernel<T, KD, CONVERT>, smem);
+    using LS = chain_layout<KD, false, CONVERT>;
+    static_assert(LR::bytes >= LS::bytes, "the reverse chain's layout is the larger");
+    static_assert(LR::bytes >= LS::stg_end + 1024, "the state chain's staging fits");
+    const size_t smem = DIRS == CHAIN_STATES_ONLY ? (LS::bytes > LS::stg_end + 1024 ? LS::bytes : LS::stg_end + 1024)
+                                                  : LR::bytes;
+    cudaError_t e = fqla_smem_limit(cache, bwd_chain_kernel<T, KD, CONVERT, DIRS>, smem);
     if (e != cudaSuccess) return e;
+    return fqla_launch(bwd_chain_kernel<T, KD, CONVERT, DIRS>, grid, dim3(THREADS), smem, stream, 0, p,
+                       fqla_bwd_rows16(p, FQLA_BWD_ROWS_ALL), mode, zpairs);
+}
+
+/* Without CP (CHAIN_WHOLE) the two chains run as two kernels, one after the
+ * other, each compiled with its own body only, where that costs no wave of
+ * CTAs (one an SM) against running them side by side in one launch: there
+ * the chains took 3-5 % less (hk16_hv32 and hk8_hv16 8k_8seq, H100), and on
+ * hk2_hv4 8k_8seq, where one launch runs both directions in one wave, two
+ * took +50 % (docs/history/2026-12-06-bwdprep.md). */
+template <typename T, int KD, bool CONVERT> cudaError_t launch(const fqla_bwd_params &p, int mode, cudaStream_t stream)
+{
     const int64_t rows = mode == CHAIN_WHOLE ? p.f.N : fqla_cp_segs(p.f.varlen, p.f.T, p.f.N, p.f.seg_chunks);
     const int64_t slices = (p.f.V + VS - 1) / VS + (mode == CHAIN_PREPASS ? KD / VS : 0);
     const int zpairs = (int)((slices + NWG - 1) / NWG);
-    return fqla_launch(bwd_chain_kernel<T, KD, CONVERT>,
-                       dim3((unsigned)rows, (unsigned)p.f.HV, (unsigned)(zpairs * (p.S ? 2 : 1))), dim3(THREADS),
-                       smem, stream, 0, p, fqla_bwd_rows16(p, FQLA_BWD_ROWS_ALL), mode, zpairs);
+    const dim3 one((unsigned)rows, (unsigned)p.f.HV, (unsigned)zpairs);
+    const int64_t n = rows * p.f.HV * zpairs, sms = p.sms > 0 ? p.sms : 1;
+    auto waves = [&](int64_t ctas) { return (ctas + sms - 1) / sms; };
+    if (mode == CHAIN_WHOLE && p.S && waves(2 * n) >= 2 * waves(n)) {
+        cudaError_t e = launch_dirs<T, KD, CONVERT, CHAIN_REVERSE_ONLY>(p, mode, one, zpairs, stream);
+        if (e != cudaSuccess) return e;
+        return launch_dirs<T, KD, CONVERT, CHAIN_STATES_ONLY>(p, mode, one, zpairs, stream);
+    }
+    const dim3 both((unsigned)rows, (unsigned)p.f.HV, (unsigned)(zpairs * (p.S ? 2 : 1)));
+    return launch_dirs<T, KD, CONVERT, CHAINS_BOTH>(p, mode, both, zpairs, stream);
 }
 
 /* bf16 io with or without l2norm, or fp16 (always converted) */

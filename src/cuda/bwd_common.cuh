@@ -90,6 +90,7 @@ struct fqla_bwd_params {
                                  of the state chain [0] and of the reverse chain [1] (both run at once) */
     /* with CP also f.cp_skip = 1 and the shortcut's flags:
      * f.chunk_ok [slots][HV] (prepare) and f.seg_flag [segs][HV] (pre-pass) */
+    int64_t sms;              /* the device's SMs (the chains' launch shape, bwd_chain.cu) */
 };
 
 struct fqla_bwd_ws_layout {

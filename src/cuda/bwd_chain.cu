@@ -575,8 +575,9 @@ __device__ __forceinline__ void chain_run(const fqla_bwd_params &bp, int vec, in
  * sequences x value heads leave SMs idle, one launch fills twice as many as
  * two launches one after the other (with the CP pre-pass's window, faster
  * on every CP row timed; where the chains fill the SMs without CP a step
- * is 6-10 % slower than with two separate kernels, cause not found:
- * docs/history/2026-12-05-bwdchains.md). blockIdx.z: the reverse chain's
+ * is 3-10 % slower than with two separate kernels, cause not found:
+ * docs/history/2026-12-05-bwdchains.md, so there launch() runs the
+ * single-direction instances, DIRS). blockIdx.z: the reverse chain's
  * slice pairs first (its chunk step is the longer), then the state
  * chain's; a grid of the first zpairs alone runs the reverse chain alone
  * (dh0 alone: the state chain feeds only the gradient kernel). Both bodies

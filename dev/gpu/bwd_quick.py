@@ -152,9 +152,15 @@ def timing(H, HV, T, N, K=128, V=128, reps=10, ungated=0.0):
             m = re.search(r"(\w+_kernel)", ev.name)
             name = m.group(1) if m else ev.name[:40]
             c = re.search(r"bwd_chain_kernel<([^>]*)>", ev.name)
-            if c:  # builds before both chains ran in one launch: <T, KD, REVERSE, CONVERT>
+            if c:
+                # <T, KD, CONVERT, DIRS> since b08227a (DIRS 0: both chains in one launch,
+                # 1: the reverse chain alone, 2: the state chain alone); builds before both
+                # chains ran in one launch had <T, KD, REVERSE, CONVERT>; between them <T, KD, CONVERT>
                 args = [x.strip() for x in c.group(1).split(",")]
-                if len(args) == 4:
+                last = re.sub(r"^\(\w+\)", "", args[-1]) if args else ""
+                if len(args) == 4 and last.isdigit():
+                    name = {"1": "dstates", "2": "states"}.get(last, "chains")
+                elif len(args) == 4:
                     name = "dstates" if args[2] in ("true", "1", "(bool)1") else "states"
                 else:
                     name = "chains"

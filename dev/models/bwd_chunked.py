@@ -27,6 +27,7 @@ How to run (numpy + torch on the CPU; ~90 s on 2 cores with --seeds 2)
     make CUDA=0 -j2
     PYTHONPATH=python FLASHQLA_LIB=build/libflashqla.so python3 dev/models/bwd_chunked.py \
         [--seeds N] [--only storage,precision,dg,bytes,length,short,fold,mild,xdy,tail] [--markdown OUT.md]
+        [--tail-lengths 64:1000,128:600,512:100]
     bench/results/bwd-model.md is its output with --seeds 2.
 
 Cases (CASES): bench (docs/benchmarks.md inputs: unit q/k, g = logsigmoid(randn)/16 with one
@@ -322,7 +323,10 @@ def pass1(inp, h, cfg):
         Kc, Vc, b = Kh[sl], Vh[sl], beta[sl]
         e, f, eC, Gam = chunk_gates(g[sl], cfg)
         Tt, _ = chunk_inverse(Kc, b, Gam, cfg)
-        states.append(STORE[cfg.state](S))
+        # "gpu": the CUDA chains' rule (bwd_state_bf16, without the short-sequence split):
+        # bf16 past a sequence's first chunk where the chunk is full, else fp32
+        store = cfg.state if cfg.state != "gpu" else ("bf16" if c0 > 0 and c0 + C <= T else "fp32")
+        states.append(STORE[store](S))
         KS = product(p["KS"], Kc, S, cfg.exact)
         X = cfg.f32(Vc - cfg.f32(e[:, None] * KS))
         xs.append(X)
@@ -626,7 +630,7 @@ def short_sweep(seeds):
     return lines
 
 
-def tail_sweep():
+def tail_sweep(lengths=((64, 1000), (128, 600), (512, 100))):
     """dg's spread over many draws on short sequences, where the lean products run a
     sequence's only (or first) full chunk with S_c in fp32 (the GPU's rule,
     bwd_state_bf16): per (draw, value head) rel, its median, 99th percentile and maximum,
@@ -634,11 +638,12 @@ def tail_sweep():
     tail before it shows as a flaky test (docs/history/2026-12-06-bwdprefetch.md, 6)."""
     split = {p: X3 for p in PRODUCTS}
     cs = [rec("lean (S_c fp32, recommended)", state="fp32"), rec("split (S_c fp32, pass 2 all split)", state="fp32",
-                                                                  prec=split)]
+                                                                  prec=split),
+          rec("lean, S_c bf16 past the first chunk (the GPU's storage)", state="gpu")]
     H = 4
     lines = ["", "### 10. dg's tail on short sequences (bench inputs, 4 value heads, per (draw, head))", "",
              "| T | draws | config | median | p99 | max | over 2e-2 |", "|---|---|---|---|---|---|---|"]
-    for T, n in ((64, 1000), (128, 600), (512, 100)):
+    for T, n in lengths:
         vals = {c.name: [] for c in cs}
         for seed in range(n):
             inp = draw("bench", 10000 + seed, T, H)
@@ -816,6 +821,8 @@ def main():
     ap.add_argument("--seeds", type=int, default=1)
     ap.add_argument("--only", default="storage,precision,dg,bytes,length,short")
     ap.add_argument("--markdown", default=None, help="also write the output to this file")
+    ap.add_argument("--tail-lengths", default="64:1000,128:600,512:100",
+                    help="tail: the sequence lengths T and draws n, as T:n,...")
     a = ap.parse_args()
     seeds = list(range(a.seeds))
     only = a.only.split(",")
@@ -876,7 +883,7 @@ def main():
     if "xdy" in only:
         emit(xdy_sweep(seeds))
     if "tail" in only:
-        emit(tail_sweep())
+        emit(tail_sweep(tuple(tuple(int(x) for x in t.split(":")) for t in a.tail_lengths.split(","))))
     emit(["", "(%.0f s)" % (time.time() - t0)])
     if a.markdown:
         with open(a.markdown, "w") as fh:

@@ -725,6 +725,13 @@ static void bwd_gva(void)
         snprintf(what, sizeof what, "GVA group %d: H=%d HV=%d T=%d", hh[i][1] / hh[i][0], hh[i][0], hh[i][1], s.T);
         check_spec(&s, what);
     }
+    /* enough chain CTAs (3 x 24 a direction) that without CP the two chains run
+     * as two kernels (bwd_chain.cu), on sequences long enough for the lean
+     * products and the bf16 state planes */
+    if (!check_quick()) {
+        spec w = base_spec(3, 320, 6, 24, 128);
+        check_spec(&w, "B=3 T=320 H=6 HV=24 (two chain kernels)");
+    }
     /* a group with varlen */
     const int64_t cu[] = {0, 70, 75, 260};
     spec s = base_spec(1, 260, 2, 16, 128);

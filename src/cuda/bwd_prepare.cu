@@ -39,7 +39,7 @@ namespace {
 constexpr int C = FQLA_BWD_C;
 constexpr int LDM = 65; /* 64 x 64 fp32 tiles */
 
-/* Shared memory, ~38 KB at K = 128, so that four CTAs share an SM (the
+/* Shared memory, ~40 KB at K = 128, so that four CTAs share an SM (the
  * kernel is bound by the latency of its steps, not by a pipe): q and k rows
  * as they come (2-byte io elements; the l2norm factors go into the
  * products' epilogues), then L and T~ over them once the products are in

@@ -111,6 +111,7 @@ template <int KD, bool REVERSE, bool CONVERT> struct chain_layout {
      * launch (static_assert in launch) */
     static constexpr int stg = (coef + (int)sizeof(chain_coef) + 1023) & ~1023;
     static constexpr int stg_end = stg + NWG * KD * 128;
+    static constexpr int staged_bytes = stg_end + 1024; /* the state chain's launch with its staging */
     static_assert(KP % 1024 == 0 && STAGE % 1024 == 0 && tp % 1024 == 0 && lo % 1024 == 0 && tp1 % 1024 == 0,
                   "wgmma planes must be 1024-aligned");
     static_assert(bytes <= 227 * 1024, "over the H100 / H200 shared memory a block may have");
@@ -613,9 +614,8 @@ cudaError_t launch_dirs(const fqla_bwd_params &p, int mode, dim3 grid, int zpair
     using LR = chain_layout<KD, true, CONVERT>;
     using LS = chain_layout<KD, false, CONVERT>;
     static_assert(LR::bytes >= LS::bytes, "the reverse chain's layout is the larger");
-    static_assert(LR::bytes >= LS::stg_end + 1024, "the state chain's staging fits");
-    const size_t smem = DIRS == CHAIN_STATES_ONLY ? (LS::bytes > LS::stg_end + 1024 ? LS::bytes : LS::stg_end + 1024)
-                                                  : LR::bytes;
+    static_assert(LR::bytes >= LS::staged_bytes && LS::staged_bytes >= LS::bytes, "the state chain's staging fits");
+    const size_t smem = DIRS == CHAIN_STATES_ONLY ? LS::staged_bytes : LR::bytes;
     cudaError_t e = fqla_smem_limit(cache, bwd_chain_kernel<T, KD, CONVERT, DIRS>, smem);
     if (e != cudaSuccess) return e;
     return fqla_launch(bwd_chain_kernel<T, KD, CONVERT, DIRS>, grid, dim3(THREADS), smem, stream, 0, p,
@@ -635,8 +635,7 @@ template <typename T, int KD, bool CONVERT> cudaError_t launch(const fqla_bwd_pa
     const int zpairs = (int)((slices + NWG - 1) / NWG);
     const dim3 one((unsigned)rows, (unsigned)p.f.HV, (unsigned)zpairs);
     const int64_t n = rows * p.f.HV * zpairs, sms = p.sms > 0 ? p.sms : 1;
-    auto waves = [&](int64_t ctas) { return (ctas + sms - 1) / sms; };
-    if (mode == CHAIN_WHOLE && p.S && waves(2 * n) >= 2 * waves(n)) {
+    if (mode == CHAIN_WHOLE && p.S && fqla_cp_waves(2 * n, sms) >= 2 * fqla_cp_waves(n, sms)) {
         cudaError_t e = launch_dirs<T, KD, CONVERT, CHAIN_REVERSE_ONLY>(p, mode, one, zpairs, stream);
         if (e != cudaSuccess) return e;
         return launch_dirs<T, KD, CONVERT, CHAIN_STATES_ONLY>(p, mode, one, zpairs, stream);

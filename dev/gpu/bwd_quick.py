@@ -10,6 +10,7 @@ The tests proper are tests/test_gpu_bwd.c and python/tests/test_gpu.py.
 """
 import argparse
 import math
+import re
 import sys
 import time
 
@@ -146,25 +147,28 @@ def timing(H, HV, T, N, K=128, V=128, reps=10, ungated=0.0):
         torch.autograd.grad(o, (q, k, v, g, beta), do, retain_graph=True)
         torch.cuda.synchronize()
     per = {}
-    for ev in prof.events():
-        if ev.device_type.name == "CUDA":
-            import re
-            m = re.search(r"(\w+_kernel)", ev.name)
-            name = m.group(1) if m else ev.name[:40]
-            c = re.search(r"bwd_chain_kernel<([^>]*)>", ev.name)
-            if c:
-                # <T, KD, CONVERT, DIRS> since b08227a (DIRS 0: both chains in one launch,
-                # 1: the reverse chain alone, 2: the state chain alone); builds before both
-                # chains ran in one launch had <T, KD, REVERSE, CONVERT>; between them <T, KD, CONVERT>
-                args = [x.strip() for x in c.group(1).split(",")]
-                last = re.sub(r"^\(\w+\)", "", args[-1]) if args else ""
-                if len(args) == 4 and last.isdigit():
-                    name = {"1": "dstates", "2": "states"}.get(last, "chains")
-                elif len(args) == 4:
-                    name = "dstates" if args[2] in ("true", "1", "(bool)1") else "states"
-                else:
-                    name = "chains"
-            per[name] = per.get(name, 0.0) + ev.device_time_total / 1e3
+    evs = sorted((ev for ev in prof.events() if ev.device_type.name == "CUDA"), key=lambda ev: ev.time_range.start)
+    # with CP the chains' kernel runs twice: the pre-pass (before the scan) and the main pass
+    scan_at = [ev.time_range.start for ev in evs if "bwd_chain_scan_kernel" in ev.name]
+    for ev in evs:
+        m = re.search(r"(\w+_kernel)", ev.name)
+        name = m.group(1) if m else ev.name[:40]
+        c = re.search(r"bwd_chain_kernel<([^>]*)>", ev.name)
+        if c:
+            # <T, KD, CONVERT, DIRS> since b08227a (DIRS 0: both chains in one launch,
+            # 1: the reverse chain alone, 2: the state chain alone); builds before both
+            # chains ran in one launch had <T, KD, REVERSE, CONVERT>; between them <T, KD, CONVERT>
+            args = [x.strip() for x in c.group(1).split(",")]
+            last = re.sub(r"^\(\w+\)", "", args[-1]) if args else ""
+            if len(args) == 4 and last.isdigit():
+                name = {"1": "dstates", "2": "states"}.get(last, "chains")
+            elif len(args) == 4:
+                name = "dstates" if args[2] in ("true", "1", "(bool)1") else "states"
+            else:
+                name = "chains"
+            if scan_at and ev.time_range.start < scan_at[0]:
+                name += ".pre"
+        per[name] = per.get(name, 0.0) + ev.device_time_total / 1e3
     print("   kernels (ms): " + ", ".join(f"{n}={t:.3f}" for n, t in sorted(per.items(), key=lambda x: -x[1])[:8]))
 
 

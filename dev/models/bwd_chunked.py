@@ -26,7 +26,7 @@ sums) and the output rounding.
 How to run (numpy + torch on the CPU; ~90 s on 2 cores with --seeds 2)
     make CUDA=0 -j2
     PYTHONPATH=python FLASHQLA_LIB=build/libflashqla.so python3 dev/models/bwd_chunked.py \
-        [--seeds N] [--only storage,precision,dg,bytes,length,short,fold,mild,xdy,tail] [--markdown OUT.md]
+        [--seeds N] [--only storage,precision,dg,bytes,length,short,fold,mild,xdy,tail,trim,held] [--markdown OUT.md]
         [--tail-lengths 64:1000,128:600,512:100]
     bench/results/bwd-model.md is its output with --seeds 2.
 
@@ -178,8 +178,10 @@ class Config:
     """
 
     def __init__(self, name, exact=False, pass1="bf16", state="bf16", x="recompute", tt="fp32",
-                 prec="bf16", dg="terms", out="bf16", dsform="direct", xdy="fp32"):
+                 prec="bf16", dg="terms", out="bf16", dsform="direct", xdy="fp32", dsq=None, dsheld="fp32"):
         self.name = name
+        self.dsheld = dsheld
+        self.dsq = dsq
         self.xdy = xdy
         self.dsform = dsform
         self.exact = exact
@@ -426,6 +428,12 @@ def pass2(inp, h, states, xs, cfg):
             W1 = f32(f[:, None] * A)
             W2 = f32(f32(scale * e[:, None] * Qc) - cfg.mm("dS", P, A))
             dS_new = f32(f32(f32(eC * dS) - cfg.mm("dS", W1.T, KdS)) + cfg.mm("dS", W2.T, dOc))
+        elif cfg.dsq is not None:
+            # the update's two terms as two products, Q^T (scale e dO) at its own precision
+            # (the GPU chain runs them as two wgmma chains into one accumulator)
+            tq = cfg.mm("dS", Qc.T, f32(scale * e[:, None] * dOc), cfg.dsq)
+            tk = cfg.mm("dS", Kc.T, f32(-e[:, None] * dX))
+            dS_new = f32(f32(eC * dS) + f32(tq + tk))
         else:
             Z = np.concatenate([f32(scale * e[:, None] * dOc), f32(-e[:, None] * dX)])
             dS_new = f32(f32(eC * dS) + cfg.mm("dS", np.concatenate([Qc, Kc]).T, Z))
@@ -449,6 +457,11 @@ def pass2(inp, h, states, xs, cfg):
         else:
             dgc = dg_cumsum(de, df, deC, e, f, eC, Rl + Rp, cfg)
         dq[sl], dk[sl], dgo[sl], dbo[sl] = dQc, dKc, dgc, f32(dbeta)
+        if cfg.dsheld == "hilo" and not cfg.exact:
+            # the chain's state held between chunks as bf16 hi / lo planes (a fused
+            # reverse pass keeping dS' in shared memory): 16 significant bits
+            hi = to_bf16(dS_new)
+            dS_new = to_f32(hi + to_bf16(to_f32(dS_new) - hi))
         dS = dS_new
     return dq, dk, dv, dgo, dbo, dS
 
@@ -714,6 +727,57 @@ def mild_sweep(seeds):
                        ("nodecay", 4096, 1, seeds), ("nodecay", 32768, 1, seeds[:1])])
 
 
+def trim_sweep(seeds):
+    """The reverse chain's products that need no split: today's GPU chains split every
+    operand that is not exact in bf16 (P~ in dU = P~^T dO, and scale e dO in the update's
+    Q^T (scale e dO) included). The states as the GPU stores them; the gradient products as
+    the GPU runs them: every one split on sequences of at most four chunks, the lean mix
+    on longer ones. The model has one dU for both passes, so "dU plain" also takes the
+    gradient products' dU plain (on short sequences the GPU keeps that one split): a
+    pessimistic stand-in for the chain's alone."""
+    split = {p: X3 for p in PRODUCTS}
+    lean = dict(RECOMMENDED, dU=X3)
+
+    def three(base):
+        return [Config("GPU chains (every chain product split)", pass1=REC_PASS1, state="gpu", prec=base),
+                Config("dU plain", pass1=REC_PASS1, state="gpu", prec=dict(base, dU="bf16")),
+                Config("dU plain, update's dO term plain", pass1=REC_PASS1, state="gpu",
+                       prec=dict(base, dU="bf16"), dsq="bf16")]
+    many = list(range(max(len(seeds), 1) * 10))
+    title = "### 10. The reverse chain's products without a split"
+    short = case_table(title + ": short sequences (gradient products split)", three(split),
+                       [("bench", 1, 4, many), ("bench", 2, 4, many), ("bench", 64, 4, many),
+                        ("strong", 64, 4, many), ("neg_eig", 130, 1, many[:5])])
+    long = case_table(title + ": longer sequences (lean gradient products)", three(lean),
+                      [("bench", 512, 4, many[:5]), ("strong", 512, 2, many[:5]), ("strong", 3000, 1, seeds),
+                       ("bench", 1024, 4, seeds), ("neg_eig", 2048, 2, seeds), ("nodecay", 4096, 1, seeds)])
+    return short + long
+
+
+def held_sweep(seeds):
+    """A fused reverse pass whose gradient warpgroups run the chain's update themselves, the
+    chain's state dS' held in shared memory between chunks as bf16 hi / lo planes (the form
+    the products read) instead of in fp32 registers: rounded to 16 significant bits once a
+    chunk. The gradient products as the GPU runs them (split on sequences of at most four
+    chunks, the lean mix on longer ones), the states stored as the GPU stores them, every
+    chain product split."""
+    split = {p: X3 for p in PRODUCTS}
+    lean = dict(RECOMMENDED, dU=X3)
+
+    def two(base):
+        return [Config("dS' fp32 in registers (today)", pass1=REC_PASS1, state="gpu", prec=base),
+                Config("dS' held as hi / lo planes", pass1=REC_PASS1, state="gpu", prec=base, dsheld="hilo")]
+    many = list(range(max(len(seeds), 1) * 10))
+    title = "### 11. The reverse chain's state held as bf16 hi / lo planes"
+    short = case_table(title + ": short sequences (gradient products split)", two(split),
+                       [("bench", 2, 4, many), ("bench", 64, 4, many), ("strong", 128, 2, many[:5]),
+                        ("neg_eig", 130, 1, many[:5])])
+    long = case_table(title + ": longer sequences (lean gradient products)", two(lean),
+                      [("bench", 1024, 4, seeds), ("strong", 3000, 1, seeds), ("neg_eig", 2048, 2, seeds),
+                       ("neg_eig", 8192, 1, seeds), ("nodecay", 8192, 1, seeds), ("nodecay", 32768, 1, seeds[:1])])
+    return short + long
+
+
 def xdy_sweep(seeds):
     """dbeta's x . dy with either operand rounded to bf16 (the recommended products otherwise):
     what a fused reverse pass may pass between its warpgroups as bf16 planes
@@ -882,6 +946,10 @@ def main():
         emit(mild_sweep(seeds))
     if "xdy" in only:
         emit(xdy_sweep(seeds))
+    if "trim" in only:
+        emit(trim_sweep(seeds))
+    if "held" in only:
+        emit(held_sweep(seeds))
     if "tail" in only:
         emit(tail_sweep(tuple(tuple(int(x) for x in t.split(":")) for t in a.tail_lengths.split(","))))
     emit(["", "(%.0f s)" % (time.time() - t0)])

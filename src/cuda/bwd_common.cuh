@@ -186,6 +186,27 @@ template <> __device__ __forceinline__ float bwd_widen<__half>(uint32_t x)
 template <typename T> __device__ __forceinline__ T bwd_cvt(float x);
 template <> __device__ __forceinline__ __nv_bfloat16 bwd_cvt<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 template <> __device__ __forceinline__ __half bwd_cvt<__half>(float x) { return __float2half_rn(x); }
+/* Two floats as an io pair (the first in the low half), and its store at
+ * o (one 4-byte store where o allows it). */
+template <typename T> __device__ __forceinline__ uint32_t bwd_pack2(float a, float b)
+{
+    const uint32_t lo = __bfloat16_as_ushort(__float2bfloat16_rn(a)), hi = __bfloat16_as_ushort(__float2bfloat16_rn(b));
+    return lo | (hi << 16);
+}
+template <> __device__ __forceinline__ uint32_t bwd_pack2<__half>(float a, float b)
+{
+    const uint32_t lo = __half_as_ushort(__float2half_rn(a)), hi = __half_as_ushort(__float2half_rn(b));
+    return lo | (hi << 16);
+}
+template <typename T> __device__ __forceinline__ void bwd_store2(T *o, uint32_t pair)
+{
+    if (((uintptr_t)o & 3) == 0) {
+        *reinterpret_cast<uint32_t *>(o) = pair;
+    } else {
+        reinterpret_cast<uint16_t *>(o)[0] = (uint16_t)(pair & 0xffffu);
+        reinterpret_cast<uint16_t *>(o)[1] = (uint16_t)(pair >> 16);
+    }
+}
 
 template <int MT, int NT> __device__ __forceinline__ void bwd_zero(float (&acc)[MT][NT][4])
 {

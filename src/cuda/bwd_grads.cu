@@ -620,7 +620,9 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
                 });
                 fqla_wg_retire(acc);
                 fqla_reg_fence(dT);
-                const int64_t db0 = batch * bp.dv_sb + t0 * bp.dv_st + (int64_t)hv * bp.dv_sh + v0;
+                /* dv in io pairs, stored once Y' is handed over (below): the fence
+                 * before that signal (MEMBAR.ALL.CTA) then waits on no global store */
+                uint32_t dvp[16];
 #pragma unroll
                 for (int hh = 0; hh < 2; hh++) {
                     const int i = r0 + 8 * hh;
@@ -628,14 +630,10 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
                     float sb = 0.f, se = 0.f;
 #pragma unroll
                     for (int j = 0; j < 8; j++) {
-                        const int c = 8 * j + 2 * t4, a = 4 * j + 2 * hh;
+                        const int a = 4 * j + 2 * hh;
                         sb += x[a] * acc[a] + x[a + 1] * acc[a + 1];
                         se += ks[a] * acc[a] + ks[a + 1] * acc[a + 1];
-                        if (i < nvalid && c < vw) {
-                            T *o = (T *)bp.dv + db0 + (int64_t)i * bp.dv_st + c;
-                            o[0] = bwd_cvt<T>(bi * acc[a]);
-                            o[1] = bwd_cvt<T>(bi * acc[a + 1]);
-                        }
+                        dvp[2 * j + hh] = bwd_pack2<T>(bi * acc[a], bi * acc[a + 1]);
                     }
                     sb = quad_sum(sb);
                     se = quad_sum(se);
@@ -653,6 +651,18 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
                 fqla_wg_store<64>(Yt, acc, 0);
                 fqla_fence_async_smem();
                 signal(yp_ready);
+                {
+                    const int64_t db0 = batch * bp.dv_sb + t0 * bp.dv_st + (int64_t)hv * bp.dv_sh + v0;
+#pragma unroll
+                    for (int hh = 0; hh < 2; hh++) {
+                        const int i = r0 + 8 * hh;
+#pragma unroll
+                        for (int j = 0; j < 8; j++) {
+                            const int c = 8 * j + 2 * t4;
+                            if (i < nvalid && c < vw) bwd_store2<T>((T *)bp.dv + db0 + (int64_t)i * bp.dv_st + c, dvp[2 * j + hh]);
+                        }
+                    }
+                }
 
                 /* dO S^T: de_i += scale q_i . (dO S^T)_i;  dQ += scale diag(e) dO S^T */
                 float g2[NK];

@@ -141,6 +141,7 @@ fqla_status fqla_cuda_bwd_run(fqla_context *ctx, const fqla_problem *p, const fq
     b.S = p->dh0_only ? NULL : (float *)(ws + L.S);
     b.dS = (float *)(ws + L.dS);
     b.sms = ctx->info.sm_count;
+    b.uniform = !p->varlen || (p->cu_host && fqla_cp_uniform_len(p->cu_host, p->N, p->T) > 0);
     b.gate_part = p->opt.use_gate_in_kernel && !p->dh0_only ? (float *)(ws + L.gate_part) : NULL;
     if (k.cp_mode) { /* both chains' pre-passes run in one launch: each its own [H | M];
                         the negligible-transition shortcut (bwd_chain_cp.cu) */

@@ -624,10 +624,15 @@ cudaError_t launch_dirs(const fqla_bwd_params &p, int mode, dim3 grid, int zpair
 
 /* Without CP (CHAIN_WHOLE) the two chains run as two kernels, one after the
  * other, each compiled with its own body only, where that costs no wave of
- * CTAs (one an SM) against running them side by side in one launch: there
- * the chains took 3-5 % less (hk16_hv32 and hk8_hv16 8k_8seq, H100), and on
- * hk2_hv4 8k_8seq, where one launch runs both directions in one wave, two
- * took +50 % (docs/history/2026-12-06-bwdprep.md). */
+ * CTAs (one an SM) against running them side by side in one launch and every
+ * sequence has the same length: there the chains took 3-5 % less (hk16_hv32
+ * and hk8_hv16, 8 x 1024 tokens, H100), and on hk2_hv4 8k_8seq, where one
+ * launch runs both directions in one wave, two took +50 %
+ * (docs/history/2026-12-06-bwdprep.md). With unequal lengths each of two
+ * launches waits for its longest sequence, where one launch starts the other
+ * chain's CTAs as the short sequences' finish: the bench's hk16_hv32 8k_4seq
+ * (5809 + 1244 + 406 + 733 tokens) took 1.89 ms against 1.53 in one launch
+ * (docs/history/2026-12-06-bwdnext.md). */
 template <typename T, int KD, bool CONVERT> cudaError_t launch(const fqla_bwd_params &p, int mode, cudaStream_t stream)
 {
     const int64_t rows = mode == CHAIN_WHOLE ? p.f.N : fqla_cp_segs(p.f.varlen, p.f.T, p.f.N, p.f.seg_chunks);
@@ -635,7 +640,7 @@ template <typename T, int KD, bool CONVERT> cudaError_t launch(const fqla_bwd_pa
     const int zpairs = (int)((slices + NWG - 1) / NWG);
     const dim3 one((unsigned)rows, (unsigned)p.f.HV, (unsigned)zpairs);
     const int64_t n = rows * p.f.HV * zpairs, sms = p.sms > 0 ? p.sms : 1;
-    if (mode == CHAIN_WHOLE && p.S && fqla_cp_waves(2 * n, sms) >= 2 * fqla_cp_waves(n, sms)) {
+    if (mode == CHAIN_WHOLE && p.S && p.uniform && fqla_cp_waves(2 * n, sms) >= 2 * fqla_cp_waves(n, sms)) {
         cudaError_t e = launch_dirs<T, KD, CONVERT, CHAIN_REVERSE_ONLY>(p, mode, one, zpairs, stream);
         if (e != cudaSuccess) return e;
         return launch_dirs<T, KD, CONVERT, CHAIN_STATES_ONLY>(p, mode, one, zpairs, stream);

@@ -91,6 +91,8 @@ struct fqla_bwd_params {
     /* with CP also f.cp_skip = 1 and the shortcut's flags:
      * f.chunk_ok [slots][HV] (prepare) and f.seg_flag [segs][HV] (pre-pass) */
     int64_t sms;              /* the device's SMs (the chains' launch shape, bwd_chain.cu) */
+    int uniform;              /* 1: every sequence has the same length (a padded batch, or packed
+                                 sequences whose host cu_seqlens shows it); the chains' launch shape */
 };
 
 struct fqla_bwd_ws_layout {

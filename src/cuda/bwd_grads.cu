@@ -652,14 +652,14 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
                 fqla_fence_async_smem();
                 signal(yp_ready);
                 {
-                    const int64_t db0 = batch * bp.dv_sb + t0 * bp.dv_st + (int64_t)hv * bp.dv_sh + v0;
+                    T *dv0 = (T *)bp.dv + batch * bp.dv_sb + t0 * bp.dv_st + (int64_t)hv * bp.dv_sh + v0;
 #pragma unroll
                     for (int hh = 0; hh < 2; hh++) {
                         const int i = r0 + 8 * hh;
 #pragma unroll
                         for (int j = 0; j < 8; j++) {
                             const int c = 8 * j + 2 * t4;
-                            if (i < nvalid && c < vw) bwd_store2<T>((T *)bp.dv + db0 + (int64_t)i * bp.dv_st + c, dvp[2 * j + hh]);
+                            if (i < nvalid && c < vw) bwd_store2<T>(dv0 + (int64_t)i * bp.dv_st + c, dvp[2 * j + hh]);
                         }
                     }
                 }

@@ -727,6 +727,21 @@ def mild_sweep(seeds):
                        ("nodecay", 4096, 1, seeds), ("nodecay", 32768, 1, seeds[:1])])
 
 
+def gpu_mix_tables(title, configs, short_plan, long_plan):
+    """Two case tables of the configs that configs(base) makes from the GPU's product mix:
+    short sequences (at most four chunks) with every gradient product split, longer ones
+    with the lean mix (K dS', dY split; the chain's dU split too)."""
+    split = {p: X3 for p in PRODUCTS}
+    lean = dict(RECOMMENDED, dU=X3)
+    return (case_table(title + ": short sequences (gradient products split)", configs(split), short_plan)
+            + case_table(title + ": longer sequences (lean gradient products)", configs(lean), long_plan))
+
+
+def gpu_config(name, prec, **kw):
+    """The chains' split pass 1 and the GPU's state storage, with the given products."""
+    return Config(name, pass1=REC_PASS1, state="gpu", prec=prec, **kw)
+
+
 def trim_sweep(seeds):
     """The reverse chain's products that need no split: today's GPU chains split every
     operand that is not exact in bf16 (P~ in dU = P~^T dO, and scale e dO in the update's
@@ -735,23 +750,16 @@ def trim_sweep(seeds):
     on longer ones. The model has one dU for both passes, so "dU plain" also takes the
     gradient products' dU plain (on short sequences the GPU keeps that one split): a
     pessimistic stand-in for the chain's alone."""
-    split = {p: X3 for p in PRODUCTS}
-    lean = dict(RECOMMENDED, dU=X3)
-
-    def three(base):
-        return [Config("GPU chains (every chain product split)", pass1=REC_PASS1, state="gpu", prec=base),
-                Config("dU plain", pass1=REC_PASS1, state="gpu", prec=dict(base, dU="bf16")),
-                Config("dU plain, update's dO term plain", pass1=REC_PASS1, state="gpu",
-                       prec=dict(base, dU="bf16"), dsq="bf16")]
+    def configs(base):
+        return [gpu_config("GPU chains (every chain product split)", base),
+                gpu_config("dU plain", dict(base, dU="bf16")),
+                gpu_config("dU plain, update's dO term plain", dict(base, dU="bf16"), dsq="bf16")]
     many = list(range(max(len(seeds), 1) * 10))
-    title = "### 10. The reverse chain's products without a split"
-    short = case_table(title + ": short sequences (gradient products split)", three(split),
-                       [("bench", 1, 4, many), ("bench", 2, 4, many), ("bench", 64, 4, many),
-                        ("strong", 64, 4, many), ("neg_eig", 130, 1, many[:5])])
-    long = case_table(title + ": longer sequences (lean gradient products)", three(lean),
-                      [("bench", 512, 4, many[:5]), ("strong", 512, 2, many[:5]), ("strong", 3000, 1, seeds),
-                       ("bench", 1024, 4, seeds), ("neg_eig", 2048, 2, seeds), ("nodecay", 4096, 1, seeds)])
-    return short + long
+    return gpu_mix_tables("### 10. The reverse chain's products without a split", configs,
+                          [("bench", 1, 4, many), ("bench", 2, 4, many), ("bench", 64, 4, many),
+                           ("strong", 64, 4, many), ("neg_eig", 130, 1, many[:5])],
+                          [("bench", 512, 4, many[:5]), ("strong", 512, 2, many[:5]), ("strong", 3000, 1, seeds),
+                           ("bench", 1024, 4, seeds), ("neg_eig", 2048, 2, seeds), ("nodecay", 4096, 1, seeds)])
 
 
 def held_sweep(seeds):
@@ -761,21 +769,16 @@ def held_sweep(seeds):
     chunk. The gradient products as the GPU runs them (split on sequences of at most four
     chunks, the lean mix on longer ones), the states stored as the GPU stores them, every
     chain product split."""
-    split = {p: X3 for p in PRODUCTS}
-    lean = dict(RECOMMENDED, dU=X3)
-
-    def two(base):
-        return [Config("dS' fp32 in registers (today)", pass1=REC_PASS1, state="gpu", prec=base),
-                Config("dS' held as hi / lo planes", pass1=REC_PASS1, state="gpu", prec=base, dsheld="hilo")]
+    def configs(base):
+        return [gpu_config("dS' fp32 in registers (today)", base),
+                gpu_config("dS' held as hi / lo planes", base, dsheld="hilo")]
     many = list(range(max(len(seeds), 1) * 10))
-    title = "### 11. The reverse chain's state held as bf16 hi / lo planes"
-    short = case_table(title + ": short sequences (gradient products split)", two(split),
-                       [("bench", 2, 4, many), ("bench", 64, 4, many), ("strong", 128, 2, many[:5]),
-                        ("neg_eig", 130, 1, many[:5])])
-    long = case_table(title + ": longer sequences (lean gradient products)", two(lean),
-                      [("bench", 1024, 4, seeds), ("strong", 3000, 1, seeds), ("neg_eig", 2048, 2, seeds),
-                       ("neg_eig", 8192, 1, seeds), ("nodecay", 8192, 1, seeds), ("nodecay", 32768, 1, seeds[:1])])
-    return short + long
+    return gpu_mix_tables("### 11. The reverse chain's state held as bf16 hi / lo planes", configs,
+                          [("bench", 2, 4, many), ("bench", 64, 4, many), ("strong", 128, 2, many[:5]),
+                           ("neg_eig", 130, 1, many[:5])],
+                          [("bench", 1024, 4, seeds), ("strong", 3000, 1, seeds), ("neg_eig", 2048, 2, seeds),
+                           ("neg_eig", 8192, 1, seeds), ("nodecay", 8192, 1, seeds),
+                           ("nodecay", 32768, 1, seeds[:1])])
 
 
 def xdy_sweep(seeds):

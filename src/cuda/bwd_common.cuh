@@ -189,7 +189,10 @@ template <typename T> __device__ __forceinline__ T bwd_cvt(float x);
 template <> __device__ __forceinline__ __nv_bfloat16 bwd_cvt<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 template <> __device__ __forceinline__ __half bwd_cvt<__half>(float x) { return __float2half_rn(x); }
 /* Two floats as an io pair (the first in the low half), and its store at
- * o (one 4-byte store where o allows it). */
+ * o (one 4-byte store where o allows it). The pack is kernel/io.cuh's
+ * fqla_io<T>::pack by integer halves: through that one's reinterpreted
+ * bf162 the gradient kernel compiled to other code, with more spills in its
+ * lean l2norm instance (56 / 80 -> 60 / 88 bytes), than the code timed. */
 template <typename T> __device__ __forceinline__ uint32_t bwd_pack2(float a, float b)
 {
     const uint32_t lo = __bfloat16_as_ushort(__float2bfloat16_rn(a)), hi = __bfloat16_as_ushort(__float2bfloat16_rn(b));

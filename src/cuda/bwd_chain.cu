@@ -589,7 +589,10 @@ template <typename T, int KD, bool CONVERT, int DIRS>
 __global__ void __launch_bounds__(THREADS, 1) bwd_chain_kernel(const fqla_bwd_params bp, int vec, int mode, int zpairs)
 {
     extern __shared__ unsigned char smem_raw[];
-    unsigned char *sm = (unsigned char *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+    /* 1024-aligned by an offset from smem_raw, not a round trip through an
+     * integer: the compiler then still knows the pointers below are shared and
+     * emits LDS / STS, not generic LD / ST (fwd_chunk_wg.cu's reason) */
+    unsigned char *sm = smem_raw + ((1024u - (fqla_smem_u32(smem_raw) & 1023u)) & 1023u);
     const int z = (int)blockIdx.z;
     if constexpr (DIRS == CHAIN_REVERSE_ONLY) {
         chain_run<T, KD, true, CONVERT>(bp, vec, mode, z, sm);

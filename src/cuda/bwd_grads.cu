@@ -415,7 +415,10 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
     using L = gw_layout<KD, QK_LO, DO_LO>;
     const fqla_fwd_params &p = bp.f;
     extern __shared__ unsigned char smem_raw[];
-    unsigned char *sm = (unsigned char *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+    /* 1024-aligned by an offset from smem_raw, not a round trip through an
+     * integer: the compiler then still knows the pointers below are shared and
+     * emits LDS / STS, not generic LD / ST (fwd_chunk_wg.cu's reason) */
+    unsigned char *sm = smem_raw + ((1024u - (fqla_smem_u32(smem_raw) & 1023u)) & 1023u);
     gw_small &ss = *reinterpret_cast<gw_small *>(sm + L::small);
     float *Rs = reinterpret_cast<float *>(sm + L::st);
     float(*gpart)[C] = reinterpret_cast<float(*)[C]>(Rs + C * LDR); /* dA_log, ddt_bias per token */

@@ -16,6 +16,9 @@
  */
 #include "cuda/bwd_common.cuh"
 #include "cuda/cuda_backend.h"
+#ifdef FQLA_DEV
+#include "dev/dev_hooks.h" /* the developer build's CP override */
+#endif
 
 #include <string.h>
 
@@ -37,7 +40,13 @@ int64_t slots_of(const fqla_problem *p)
 int64_t seg_chunks_of(const fqla_context *ctx, const fqla_problem *p)
 {
     const int64_t longest = p->varlen && p->cu_host ? fqla_cp_longest(p->cu_host, p->N) : p->T;
-    return fqla_cp_bwd_seg_chunks(p->N, longest, p->HV, p->K, p->V, p->dh0_only ? 1 : 2, ctx->info.sm_count);
+    const int64_t L =
+        fqla_cp_bwd_seg_chunks(p->N, longest, p->HV, p->K, p->V, p->dh0_only ? 1 : 2, ctx->info.sm_count);
+#ifdef FQLA_DEV
+    return fqla_dev_bwd_seg_chunks(p, L);
+#else
+    return L;
+#endif
 }
 
 fqla_bwd_ws_layout layout_of(const fqla_context *ctx, const fqla_problem *p)

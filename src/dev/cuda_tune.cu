@@ -3,8 +3,9 @@
  * CUDA backend (make DEV=1; never in the shipped library). The benchmarks
  * (bench/bench_fwd.py, bench/bench_decode.py) and the dev-only cases of the
  * GPU tests call the exported fqla_cuda_* functions below; the backend asks
- * fqla_dev_fwd_route / fqla_dev_decode_route (dev_hooks.h) once per call,
- * after its own planner, and they apply the settings. The settings are
+ * fqla_dev_fwd_route / fqla_dev_bwd_seg_chunks / fqla_dev_decode_route
+ * (dev_hooks.h) once per call, after its own planner, and they apply the
+ * settings. The settings are
  * process globals, set from one thread before the calls they steer; the
  * records of the last call (route, CP flags) are written by every call and
  * meant for single-threaded tests.
@@ -35,6 +36,10 @@ int g_f32 = -1, g_f32_bv = 0;  /* fqla_cuda_fwd_tune_f32 */
 int g_last_route = 0;
 const int *g_flags = NULL;
 int64_t g_flag_count = 0;
+
+/* backward settings */
+int64_t g_bwd_cp = -1;   /* fqla_cuda_bwd_tune_cp */
+int64_t g_bwd_last = -1; /* the last backward's segment length (its workspace query's or run's) */
 
 /* decode settings */
 int g_wv = 0, g_streaming = -1, g_warps = 0, g_ks = 0, g_dpdl = -1, g_prefetch = -1;
@@ -245,6 +250,19 @@ FQLA_DEV_API int64_t fqla_cuda_fwd_debug_cp_skipped(void)
     return n;
 }
 
+int64_t fqla_dev_bwd_seg_chunks(const fqla_problem *p, int64_t planned)
+{
+    int64_t L = planned;
+    if (g_bwd_cp == 0) L = 0;
+    else if (g_bwd_cp > 0) {
+        /* a forced length whose segment index would not fit the grid keeps the plan */
+        const int64_t segs = fqla_cp_segs(p->varlen, p->T, p->N, g_bwd_cp);
+        if (segs > 0 && segs * p->HV <= 0x7fffffffLL) L = g_bwd_cp;
+    }
+    g_bwd_last = L;
+    return L;
+}
+
 void fqla_dev_decode_route(const fqla_problem *p, int sm_count, fqla_decode_route *r)
 {
     const int esize = (int)fqla_dtype_size(p->state_dtype);
@@ -274,6 +292,15 @@ void fqla_dev_decode_route(const fqla_problem *p, int sm_count, fqla_decode_rout
     if (g_prefetch >= 0) r->prefetch = g_prefetch != 0;
     if (g_streaming >= 0) r->streaming = g_streaming;
 }
+
+/* The backward chains' CP segment length in chunks: 0 forces CP off, -1
+ * (the default) leaves the planner's choice (cp_plan.h's
+ * fqla_cp_bwd_seg_chunks); set before the workspace query, which sizes the
+ * segments' states by it. dev/gpu/bwd_cp_sweep.py sweeps it. */
+FQLA_DEV_API void fqla_cuda_bwd_tune_cp(int64_t seg_chunks) { g_bwd_cp = seg_chunks < 0 ? -1 : seg_chunks; }
+
+/* The segment length the last backward call (or workspace query) ran with. */
+FQLA_DEV_API int64_t fqla_cuda_bwd_last_seg_chunks(void) { return g_bwd_last; }
 
 /* A fixed V-slice width per warp (0: the default choice) and the streaming
  * cache hints on the state (-1: the default, off). */

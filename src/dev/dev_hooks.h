@@ -22,6 +22,11 @@ extern "C" {
 void fqla_dev_fwd_route(const fqla_route_device *d, const fqla_fwd_shape *s, fqla_fwd_route *r, int run,
                         const void *workspace);
 
+/* The backward: the chains' CP segment length (chunks, 0: no CP) for
+ * problem p, given the planner's choice `planned`; called for the
+ * workspace query and for the run alike, so both see the same plan. */
+int64_t fqla_dev_bwd_seg_chunks(const fqla_problem *p, int64_t planned);
+
 /* Decode and verify: r as chosen for problem p. */
 void fqla_dev_decode_route(const fqla_problem *p, int sm_count, fqla_decode_route *r);
 

@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""bwd_cp_sweep.py - the CUDA backward's time against the chains' CP segment
+length, on bench/bench_bwd.py's rows and inputs (its sequence splits, a
+quarter of the value heads ungated), to calibrate cp_plan.h's backward plan
+against the GPU rather than against its own step count.
+
+Needs a developer build (make DEV=1), whose fqla_cuda_bwd_tune_cp forces the
+length. Per row: the planner's choice ("plan"), CP off (L = 0) and a ladder of
+lengths below the longest sequence's chunk count, each as its own workspace
+query and call; every call's gradients are compared with the plan's (CP only
+reorders fp32 sums of the state chains, so they agree to ~1e-3; a larger
+difference is reported, not timed as if fine). Times by bench_fwd.py's CUDA-graph replay with the
+L2 flushed. One CSV line per (row, L) in --out; per row a summary line: the
+plan's length and time, the best length and its time.
+
+    python3 dev/gpu/bwd_cp_sweep.py --lib build-dev/libflashqla.so [--rows hk8_hv16:8k_4seq,...]
+"""
+import argparse
+import ctypes as C
+import csv
+import os
+import sys
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import bench_bwd as bb  # noqa: E402  (BWD_SPLITS, FqlaBwd, the anchors' rows)
+import bench_fwd as bf  # noqa: E402  (Lib, make_inputs, time_graph)
+
+LADDER = [4, 6, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 128, 192, 256]
+
+
+def rel(x, ref):
+    return ((x.float() - ref.float()).norm() / ref.float().norm().clamp_min(1e-30)).item()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lib", default=os.path.join(ROOT, "build-dev", "libflashqla.so"))
+    ap.add_argument("--rows", default="", help="comma-separated model:seqlens (default: all 32)")
+    ap.add_argument("--calls", type=int, default=4)
+    ap.add_argument("--replays", type=int, default=7)
+    ap.add_argument("--out", default="bwd-cp-sweep.csv")
+    a = ap.parse_args()
+
+    lib = bf.Lib(a.lib, "dev")
+    tune = getattr(lib.L, "fqla_cuda_bwd_tune_cp", None)
+    last = getattr(lib.L, "fqla_cuda_bwd_last_seg_chunks", None)
+    if tune is None or last is None:
+        sys.exit("bwd_cp_sweep.py: %s is not a developer build (make DEV=1)" % a.lib)
+    tune.argtypes = [C.c_int64]
+    last.restype = C.c_int64
+
+    rows = [(r["model"], int(r["h_qk"]), int(r["h_v"]), r["seqlens"]) for r in bb.load_anchors().values()]
+    if a.rows:
+        want = [tuple(w.split(":")) for w in a.rows.split(",")]
+        rows = [r for r in rows if (r[0], r[3]) in want]
+    flush = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.float32, device="cuda")
+    gpu = torch.cuda.get_device_name().replace(" ", "_")
+    f = open(a.out, "a", newline="")
+    w = csv.writer(f)
+    if f.tell() == 0:
+        w.writerow(["model", "seqlens", "seg_chunks", "planned", "ms", "max_rel_vs_plan", "gpu"])
+    for ri, (model, hq, hv, sl) in enumerate(rows):
+        lens = bb.BWD_SPLITS[sl]
+        q, k, v, g, beta, h0, cu, cu_host = bf.make_inputs(hq, hv, lens, seed=ri)
+        gen = torch.Generator(device="cuda").manual_seed(1000 + ri)
+        do = torch.randn(v.shape, device="cuda", generator=gen).to(v.dtype)
+        dht = (torch.randn(h0.shape, device="cuda", generator=gen) / 8).float()
+        chunks = (max(lens) + 63) // 64
+        results, ref = [], None
+        for L in [-1, 0] + [x for x in LADDER if x < chunks]:
+            tune(L)
+            call = bb.FqlaBwd(lib, q, k, v, g, beta, h0, cu, cu_host, do, dht)
+            used = int(last())
+            if L > 0 and used != L:
+                continue  # refused (the plan's length): already timed
+            call()
+            torch.cuda.synchronize()
+            grads = {n: x.clone() for n, x in call.grads.items()}
+            if ref is None:
+                ref, planned = grads, used
+            err = max(rel(grads[n], ref[n]) for n in grads)
+            ms = bf.time_graph(call, flush, a.calls, a.replays)
+            results.append((L, used, ms, err))
+            w.writerow([model, sl, used, int(L == -1), "%.4f" % ms, "%.1e" % err, gpu])
+            f.flush()
+            del call
+        tune(-1)
+        torch.cuda.empty_cache()
+        plan_ms = results[0][2]
+        best = min(results, key=lambda r: r[2])
+        bad = [r for r in results if r[3] > 1e-2]
+        print("%-10s %-9s plan L=%3d %.3f ms | best L=%3d %.3f ms (x%.3f) | %s%s" % (
+            model, sl, planned, plan_ms, best[1], best[2], best[2] / plan_ms,
+            " ".join("%d:%.3f" % (r[1], r[2]) for r in results[1:]),
+            "  DIFFERS at L=%s" % ",".join(str(r[1]) for r in bad) if bad else ""), flush=True)
+    f.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -347,14 +347,60 @@ static void bwd_chain_plan(void)
     CHECK(fqla_cp_bwd_seg_chunks(1, 7 * 64, 1, 128, 128, 2, 132) == 0, "7 chunks: no CP");
     CHECK(fqla_cp_bwd_seg_chunks(0, 8192, 4, 128, 128, 2, 132) == 0, "no sequences: no CP");
     CHECK(fqla_cp_bwd_seg_chunks(1, 0, 4, 128, 128, 2, 132) == 0, "T = 0: no CP");
-    /* random shapes, one chain or two: L at least 4 chunks, and never more segments than chunks / 4 */
+    /* packed sequences of unequal lengths, planned from the host cu_seqlens
+     * (fqla_cp_bwd_seg_chunks_cu), against what the GPU measured
+     * (bench/results/bwd-cp-sweep-h100-2026-12-06.csv, the backward's time
+     * against a forced segment length): the bench's 8k_4seq (5809, 1244,
+     * 406, 733 tokens: 91, 20, 7, 12 chunks) at 16 value heads ran best at 20
+     * chunks (-10 % against no CP, which pricing every sequence at the
+     * longest one's length chose), at 4 value heads at 10 (-20 % against the
+     * 23 of that plan); 32k_8seq at 8 value heads best at 40 (-12 % against
+     * no CP) */
+    const int64_t cu4[] = {0, 5809, 7053, 7459, 8192};
+    L = fqla_cp_bwd_seg_chunks_cu(cu4, 4, 16, 128, 128, 2, 132);
+    CHECK(L >= 14 && L <= 32, "hk8_hv16 8k_4seq: CP at 14-32 chunks expected, L = %lld", (long long)L);
+    CHECK(fqla_cp_bwd_seg_chunks(4, 5809, 16, 128, 128, 2, 132) == 0,
+          "hk8_hv16 8k_4seq priced at its longest sequence: no CP (the plan without the lengths)");
+    L = fqla_cp_bwd_seg_chunks_cu(cu4, 4, 4, 128, 128, 2, 132);
+    CHECK(L >= 8 && L <= 14, "hk2_hv4 8k_4seq: CP at 8-14 chunks expected, L = %lld", (long long)L);
+    const int64_t cu32[] = {0, 3274, 4303, 7212, 12273, 14284, 18077, 28009, 32768};
+    L = fqla_cp_bwd_seg_chunks_cu(cu32, 8, 8, 128, 128, 2, 132);
+    CHECK(L >= 28 && L <= 56, "hk4_hv8 32k_8seq: CP at 28-56 chunks expected, L = %lld", (long long)L);
+    const int64_t cu8[] = {0, 161, 2089, 5246, 5809, 7053, 7282, 7459, 8192};
+    L = fqla_cp_bwd_seg_chunks_cu(cu8, 8, 32, 128, 128, 2, 132);
+    CHECK(L == 0, "hk16_hv32 8k_8seq: no CP expected, L = %lld", (long long)L);
+    /* equal lengths: the same plan as the padded batch */
+    const int64_t cue[] = {0, 8192, 16384, 24576, 32768};
+    CHECK(fqla_cp_bwd_seg_chunks_cu(cue, 4, 4, 128, 128, 2, 132) == fqla_cp_bwd_seg_chunks(4, 8192, 4, 128, 128, 2, 132),
+          "4 x 8192 packed: the padded batch's plan");
+    /* random packed batches: L at least 4 chunks and under the longest sequence's chunks; equal to
+     * the padded plan where the lengths are equal */
+    for (int trial = 0; trial < 2000; trial++) {
+        const int64_t N = 1 + (int64_t)(check_uniform() * 12), HV = 1 + (int64_t)(check_uniform() * 64);
+        const int64_t K = check_uniform() < 0.5 ? 64 : 128, V = 32 * (1 + (int64_t)(check_uniform() * 8));
+        const int64_t sms = 1 + (int64_t)(check_uniform() * 200), chains = check_uniform() < 0.5 ? 1 : 2;
+        const int equal = check_uniform() < 0.2;
+        int64_t cu[13] = {0}, longest = 0;
+        const int64_t len0 = (int64_t)(check_uniform() * 20000);
+        for (int64_t n = 0; n < N; n++) {
+            const int64_t len = equal ? len0 : (int64_t)(check_uniform() * check_uniform() * 40000);
+            cu[n + 1] = cu[n] + len;
+            if (len > longest) longest = len;
+        }
+        const int64_t l = fqla_cp_bwd_seg_chunks_cu(cu, N, HV, K, V, chains, sms), chunks = (longest + 63) / 64;
+        CHECK(l == 0 || (l >= 4 && l < chunks && (chunks + l - 1) / l <= FQLA_CP_BWD_MAX_SEGS), "packed N=%lld HV=%lld K=%lld V=%lld chains=%lld sms=%lld: L = %lld",
+              (long long)N, (long long)HV, (long long)K, (long long)V, (long long)chains, (long long)sms, (long long)l);
+        if (equal && len0 > 0)
+            CHECK(l == fqla_cp_bwd_seg_chunks(N, len0, HV, K, V, chains, sms), "equal lengths: the padded plan");
+    }
+    /* random shapes, one chain or two: L at least 4 chunks, at most FQLA_CP_BWD_MAX_SEGS segments */
     for (int trial = 0; trial < 2000; trial++) {
         const int64_t N = 1 + (int64_t)(check_uniform() * 8), T = (int64_t)(check_uniform() * 200000);
         const int64_t HV = 1 + (int64_t)(check_uniform() * 64), K = check_uniform() < 0.5 ? 64 : 128;
         const int64_t V = 32 * (1 + (int64_t)(check_uniform() * 8)), sms = 1 + (int64_t)(check_uniform() * 200);
         const int64_t chains = check_uniform() < 0.5 ? 1 : 2;
         const int64_t l = fqla_cp_bwd_seg_chunks(N, T, HV, K, V, chains, sms), chunks = (T + 63) / 64;
-        CHECK(l == 0 || (l >= 4 && l < chunks && (chunks + l - 1) / l <= chunks / 4 + 1),
+        CHECK(l == 0 || (l >= 4 && l < chunks && (chunks + l - 1) / l <= FQLA_CP_BWD_MAX_SEGS),
               "N=%lld T=%lld HV=%lld K=%lld V=%lld chains=%lld sms=%lld: L = %lld", (long long)N, (long long)T,
               (long long)HV, (long long)K, (long long)V, (long long)chains, (long long)sms, (long long)l);
     }

@@ -669,6 +669,15 @@ static void bwd_varlen(void)
     set_cu(&s3, cu3, 4);
     s3.cu_host = 1;
     check_spec(&s3, "varlen 3 x 200 + host copy");
+    /* a skewed packed batch with its host copy: the chains' plan counts the
+     * real segments (cp_plan.h's fqla_cp_bwd_seg_chunks_cu): CP on 132 SMs
+     * (8-chunk segments), where pricing every sequence at the longest one's
+     * length gives none */
+    const int64_t cu4[] = {0, 2400, 2464, 2528, 2592};
+    spec s4 = base_spec(1, 2592, 4, 8, 128);
+    set_cu(&s4, cu4, 5);
+    s4.cu_host = 1;
+    check_spec(&s4, "skewed varlen [0,2400,2464,2528,2592] + host copy");
 }
 
 /* Empty and one-token sequences, at chunk edges, with both dtypes of
@@ -1157,8 +1166,9 @@ static void check_dh0_only(const spec *s, const char *what, int want_cp)
     }
     fqla_device_info info;
     CHECK(fqla_context_info(gpu, &info) == FQLA_STATUS_SUCCESS, "context info: %s", fqla_last_error(gpu));
-    const int64_t longest = s->ncu && s->cu_host ? fqla_cp_longest(s->cu, p.N) : s->T;
-    const int64_t L = fqla_cp_bwd_seg_chunks(p.N, longest, s->HV, s->K, s->V, 1, info.sm_count); /* the reverse chain alone */
+    /* the reverse chain alone, planned as src/cuda/bwd.cu plans it */
+    const int64_t L = s->ncu && s->cu_host ? fqla_cp_bwd_seg_chunks_cu(s->cu, p.N, s->HV, s->K, s->V, 1, info.sm_count)
+                                           : fqla_cp_bwd_seg_chunks(p.N, s->T, s->HV, s->K, s->V, 1, info.sm_count);
     CHECK((L > 0) == want_cp, "%s: the chains' plan gives segments of %lld chunks on %d SMs; the case wants %s",
           what, (long long)L, info.sm_count, want_cp ? "CP" : "no CP");
 
@@ -1215,13 +1225,13 @@ static void bwd_dh0_only(void)
     check_dh0_only(&s, "dh0 alone CP T=2048 H=2 HV=4 + l2norm", 1);
     /* CP with varlen: an empty sequence, the host copy (planned from the
      * longest sequence), fp16, the in-kernel gate (strong: the shortcut) */
-    const int64_t cu[] = {0, 1500, 1500, 2048};
-    s = base_spec(1, 2048, 1, 4, 128);
+    const int64_t cu[] = {0, 2500, 2500, 3048};
+    s = base_spec(1, 3048, 1, 4, 128);
     set_cu(&s, cu, 4);
     s.cu_host = 1;
     s.io = FQLA_DTYPE_F16;
     s.gate_in = s.beta_sig = 1;
-    check_dh0_only(&s, "dh0 alone CP varlen [0,1500,1500,2048] fp16 + gate", 1);
+    check_dh0_only(&s, "dh0 alone CP varlen [0,2500,2500,3048] fp16 + gate", 1);
     /* CP without the shortcut: no decay anywhere, every segment's transition applied */
     s = base_spec(1, 2048, 1, 2, 128);
     s.decay = 2;

@@ -35,13 +35,15 @@ int64_t slots_of(const fqla_problem *p)
 }
 
 /* The chains' CP segment length (cp_plan.h), 0: none. For packed varlen
- * input the longest sequence comes from cu_seqlens_host when given (so the
- * workspace, as the forward's, follows its values), else T bounds it. */
+ * input the plan counts the sequences' lengths from cu_seqlens_host when
+ * given (so the workspace, as the forward's, follows its values), else T
+ * bounds the longest. */
 int64_t seg_chunks_of(const fqla_context *ctx, const fqla_problem *p)
 {
-    const int64_t longest = p->varlen && p->cu_host ? fqla_cp_longest(p->cu_host, p->N) : p->T;
-    const int64_t L =
-        fqla_cp_bwd_seg_chunks(p->N, longest, p->HV, p->K, p->V, p->dh0_only ? 1 : 2, ctx->info.sm_count);
+    const int64_t chains = p->dh0_only ? 1 : 2;
+    const int64_t L = p->varlen && p->cu_host
+                          ? fqla_cp_bwd_seg_chunks_cu(p->cu_host, p->N, p->HV, p->K, p->V, chains, ctx->info.sm_count)
+                          : fqla_cp_bwd_seg_chunks(p->N, p->T, p->HV, p->K, p->V, chains, ctx->info.sm_count);
 #ifdef FQLA_DEV
     return fqla_dev_bwd_seg_chunks(p, L);
 #else

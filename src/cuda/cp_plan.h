@@ -138,20 +138,102 @@ FQLA_CP_HD int64_t fqla_cp_segs(int varlen, int64_t T, int64_t N, int64_t L)
 #define FQLA_CP_BWD_SKIP 0.75
 #define FQLA_CP_BWD_WINDOW 6
 
+/* The backward chains' step model, calibrated on the GPU: the backward's
+ * time against a forced segment length on the 32 bench rows
+ * (dev/gpu/bwd_cp_sweep.py on a make DEV=1 build, H100,
+ * bench/results/bwd-cp-sweep-h100-2026-12-06.csv), fitted as the row's
+ * fixed time plus a step time x this model's steps (docs/history/
+ * 2026-12-06-bwdcp.md, section 3). Every wave of chain CTAs costs
+ * FQLA_CP_BWD_WAVE_STEPS chunk steps beyond its walk (its launch, the
+ * inputs' and the state's first loads); the scan FQLA_CP_BWD_SCAN_STEPS
+ * per segment of the longest sequence; a pre-pass step
+ * FQLA_CP_BWD_PRE_WEIGHT main-pass steps (its CTAs carry the K identity
+ * columns' stores). The plan then picks, among the lengths it tried there,
+ * one within 1 % of the row's best in the geomean over the rows, 6 % on
+ * the worst (the plan before it: 2.8 %, 25 %). */
+#define FQLA_CP_BWD_WAVE_STEPS 4
+#define FQLA_CP_BWD_SCAN_STEPS 2
+#define FQLA_CP_BWD_PRE_WEIGHT 1.25
+/* at most this many segments a sequence: the workspace holds a K x (V + K)
+ * fp32 state per segment and value head */
+#define FQLA_CP_BWD_MAX_SEGS 256
+
+/* The model's cost in chunk steps of segments of L chunks: nseg segments
+ * of the longest sequence (`chunks` chunks), segs segments in all (the real
+ * ones: fqla_cp_real_segs, or N nseg for N sequences of one length), units
+ * chain warpgroups a (sequence or segment) row (chains HV ceil(V / 64)).
+ * The main pass walks L chunks a wave; the pre-pass (every segment but the
+ * one that ends its sequence) L chunks a wave for the pairs the shortcut
+ * does not cut (over V and the K identity columns) and a window of
+ * FQLA_CP_BWD_WINDOW chunks for the others (V only), at the longer of the
+ * full pairs' waves and all its work spread over the slots. */
+FQLA_CP_HD double fqla_cp_bwd_cost(int64_t L, int64_t nseg, int64_t segs, int64_t N, int64_t HV, int64_t K,
+                                   int64_t slices, int64_t chains, int64_t slots)
+{
+    const double wave = (double)FQLA_CP_BWD_WAVE_STEPS;
+    const int64_t rows = HV * (segs - N);
+    const double skip = L >= FQLA_CP_SKIP_MIN_L ? FQLA_CP_BWD_SKIP : 0.0;
+    const int64_t full = rows - (int64_t)(skip * (double)rows);
+    const int64_t full_units = chains * full * (slices + K / FQLA_CP_BWD_COLS);
+    const int64_t short_units = chains * (rows - full) * slices;
+    const int64_t w = L < FQLA_CP_BWD_WINDOW ? L : FQLA_CP_BWD_WINDOW;
+    double pre = 0.0;
+    if (rows > 0) {
+        const double waves = ((double)L + wave) * (double)((full_units + slots - 1) / slots);
+        const double spread =
+            ((double)full_units * ((double)L + wave) + (double)short_units * ((double)w + wave)) / (double)slots;
+        pre = FQLA_CP_BWD_PRE_WEIGHT * (waves > spread ? waves : spread);
+    }
+    const double main = ((double)L + wave) * (double)((chains * HV * slices * segs + slots - 1) / slots);
+    return pre + main + (double)FQLA_CP_BWD_SCAN_STEPS * (double)nseg;
+}
+
+/* The segment lengths the plan tries (chunks): the ones the calibration
+ * timed. */
+#define FQLA_CP_BWD_NLADDER 24
+FQLA_CP_HD int64_t fqla_cp_bwd_ladder(int i)
+{
+    const int64_t l[FQLA_CP_BWD_NLADDER] = {4,  6,  8,  10, 12, 14, 16,  20,  24,  28,  32,  40,
+                                            48, 56, 64, 80, 96, 128, 192, 256, 384, 512, 768, 1024};
+    return l[i];
+}
+
+/* The plan over the ladder: nseg(L) segments of the longest sequence
+ * (`chunks` chunks), segs(L) in all (cu: the real segments of a host
+ * cu_seqlens, else N nseg), against `nocp` without CP. */
+FQLA_CP_HD int64_t fqla_cp_bwd_pick(const int64_t *cu, int64_t N, int64_t chunks, int64_t HV, int64_t K,
+                                    int64_t slices, int64_t chains, int64_t slots, double nocp)
+{
+    double best = nocp;
+    int64_t bestL = 0;
+    for (int i = 0; i < FQLA_CP_BWD_NLADDER; i++) {
+        const int64_t L = fqla_cp_bwd_ladder(i);
+        if (L >= chunks) break;
+        const int64_t nseg = (chunks + L - 1) / L;
+        if (nseg > FQLA_CP_BWD_MAX_SEGS) continue;
+        int64_t segs = N * nseg;
+        if (cu) {
+            segs = 0;
+            for (int64_t n = 0; n < N; n++) segs += fqla_cp_nseg(cu[n + 1] - cu[n], L);
+        }
+        const double cost = fqla_cp_bwd_cost(L, nseg, segs, N, HV, K, slices, chains, slots);
+        if (cost < best) {
+            best = cost;
+            bestL = L;
+        }
+    }
+    return bestL;
+}
+
 /* The backward chains' segment length in chunks, 0 for no CP: N sequences
- * of at most `longest` tokens (a padded batch's T; for packed varlen input
- * the longest of a host cu_seqlens, or the total T, which bounds it), HV
+ * of `longest` tokens each (a padded batch's T; for packed varlen input
+ * without a host cu_seqlens the total T, which bounds the longest), HV
  * value heads, K x V states, `chains` chains in each launch (2: the state
  * chain and the reverse chain; 1: the reverse chain alone, for dh0 alone).
- * A cost model in chunk steps: without CP every chain warpgroup (chains N HV
- * ceil(V / 64) of them) walks the longest sequence's chunks, in as many
- * waves as the SMs' slots take them; with nseg segments of L chunks, the
- * main pass walks L chunks per wave, the pre-pass (every segment but the
- * last) L chunks per wave for the pairs the shortcut does not cut (over V
- * and the K identity columns), a window for the others (V only), at the
- * longer of the full pairs' waves and all its work spread over the slots;
- * the scan costs about one chunk step per segment. Segments of at least 4
- * chunks, CP only where it is cheaper in this model. */
+ * Without CP the chain warpgroups (chains N HV ceil(V / 64)) walk the
+ * whole sequence in as many waves as the SMs' slots take them; CP where
+ * the model above prices a segment length lower. Sequences under 8 chunks
+ * are not cut. */
 FQLA_CP_HD int64_t fqla_cp_bwd_seg_chunks(int64_t N, int64_t longest, int64_t HV, int64_t K, int64_t V, int64_t chains,
                                           int64_t sms)
 {
@@ -159,28 +241,34 @@ FQLA_CP_HD int64_t fqla_cp_bwd_seg_chunks(int64_t N, int64_t longest, int64_t HV
     const int64_t slots = FQLA_CP_BWD_CTAS_PER_SM * (sms > 0 ? sms : 1);
     const int64_t slices = (V + FQLA_CP_BWD_COLS - 1) / FQLA_CP_BWD_COLS;
     const int64_t ctas = chains * N * HV * slices;
-    int64_t best, bestL = 0;
     if (ctas <= 0 || chunks < 8) return 0;
-    best = chunks * ((ctas + slots - 1) / slots);
-    for (int64_t nseg = 2; nseg <= 256 && chunks / nseg >= 4; nseg *= 2) {
-        const int64_t L = (chunks + nseg - 1) / nseg;
-        /* the pre-pass leaves out the segment that ends each chain */
-        const int64_t rows = N * HV * (nseg - 1);
-        const double skip = L >= FQLA_CP_SKIP_MIN_L ? FQLA_CP_BWD_SKIP : 0.0;
-        const int64_t full = rows - (int64_t)(skip * (double)rows);
-        const int64_t full_units = chains * full * (slices + K / FQLA_CP_BWD_COLS);
-        const int64_t short_units = chains * (rows - full) * slices;
-        const int64_t w = L < FQLA_CP_BWD_WINDOW ? L : FQLA_CP_BWD_WINDOW;
-        const int64_t waves = L * ((full_units + slots - 1) / slots);
-        const int64_t spread = (full_units * L + short_units * w + slots - 1) / slots;
-        const int64_t pre = waves > spread ? waves : spread, main = L * ((ctas * nseg + slots - 1) / slots);
-        const int64_t cost = pre + main + nseg;
-        if (cost < best) {
-            best = cost;
-            bestL = L;
-        }
-    }
-    return bestL;
+    const int64_t waves = (ctas + slots - 1) / slots;
+    const double nocp = (double)waves * (double)(chunks + FQLA_CP_BWD_WAVE_STEPS);
+    return fqla_cp_bwd_pick(0, N, chunks, HV, K, slices, chains, slots, nocp);
+}
+
+/* The same for packed sequences from their host cu_seqlens (N + 1
+ * offsets): segments counted per sequence (fqla_cp_real_segs), so a short
+ * sequence adds one segment rather than the longest one's count; without
+ * CP the chains take the longer of the longest sequence and all their
+ * chunk steps spread over the slots (a CTA of a short sequence frees its
+ * slot for the next). Equal lengths: the padded batch's plan. */
+static inline int64_t fqla_cp_bwd_seg_chunks_cu(const int64_t *cu, int64_t N, int64_t HV, int64_t K, int64_t V,
+                                                int64_t chains, int64_t sms)
+{
+    if (N < 1) return 0;
+    if (fqla_cp_uniform_len(cu, N, cu[N]) > 0) return fqla_cp_bwd_seg_chunks(N, cu[1], HV, K, V, chains, sms);
+    const int64_t chunks = (fqla_cp_longest(cu, N) + FQLA_CP_CHUNK - 1) / FQLA_CP_CHUNK;
+    const int64_t slots = FQLA_CP_BWD_CTAS_PER_SM * (sms > 0 ? sms : 1);
+    const int64_t slices = (V + FQLA_CP_BWD_COLS - 1) / FQLA_CP_BWD_COLS;
+    const int64_t units = chains * HV * slices; /* chain warpgroups a sequence or segment */
+    if (units <= 0 || chunks < 8) return 0;
+    int64_t all = 0; /* chunks of every sequence */
+    for (int64_t n = 0; n < N; n++) all += (cu[n + 1] - cu[n] + FQLA_CP_CHUNK - 1) / FQLA_CP_CHUNK;
+    const double spread = (double)((units * all + slots - 1) / slots);
+    const double nocp = (spread > (double)chunks ? spread : (double)chunks) +
+                        (double)FQLA_CP_BWD_WAVE_STEPS * (double)((units * N + slots - 1) / slots);
+    return fqla_cp_bwd_pick(cu, N, chunks, HV, K, slices, chains, slots, nocp);
 }
 
 /* What the plan needs to know of a forward call. */

@@ -9,9 +9,10 @@ length. Per row: the planner's choice ("plan"), CP off (L = 0) and a ladder of
 lengths below the longest sequence's chunk count, each as its own workspace
 query and call; every call's gradients are compared with the plan's (CP only
 reorders fp32 sums of the state chains, so they agree to ~1e-3; a larger
-difference is reported, not timed as if fine). Times by bench_fwd.py's CUDA-graph replay with the
-L2 flushed. One CSV line per (row, L) in --out; per row a summary line: the
-plan's length and time, the best length and its time.
+difference marks the row's summary line DIFFERS at that length). Times by
+bench_fwd.py's CUDA-graph replay with the L2 flushed. One CSV line per (row,
+L) in --out; per row a summary line: the plan's length and time, the best
+length and its time.
 
     python3 dev/gpu/bwd_cp_sweep.py --lib build-dev/libflashqla.so [--rows hk8_hv16:8k_4seq,...]
 """

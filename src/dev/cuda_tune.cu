@@ -5,10 +5,10 @@
  * GPU tests call the exported fqla_cuda_* functions below; the backend asks
  * fqla_dev_fwd_route / fqla_dev_bwd_seg_chunks / fqla_dev_decode_route
  * (dev_hooks.h) once per call, after its own planner, and they apply the
- * settings. The settings are
- * process globals, set from one thread before the calls they steer; the
- * records of the last call (route, CP flags) are written by every call and
- * meant for single-threaded tests.
+ * settings. The settings are process globals, set from one thread before
+ * the calls they steer; the records of the last call (route, CP flags,
+ * the backward's segment length) are written by every call and meant for
+ * single-threaded tests.
  */
 #include "cuda/cuda_backend.h"
 #include "cuda/decode_launch.cuh"

@@ -27,14 +27,10 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
-import bench_bwd as bb  # noqa: E402  (BWD_SPLITS, FqlaBwd, the anchors' rows)
+import bench_bwd as bb  # noqa: E402  (BWD_SPLITS, FqlaBwd, rel, the anchors' rows)
 import bench_fwd as bf  # noqa: E402  (Lib, make_inputs, time_graph)
 
 LADDER = [4, 6, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 128, 192, 256]
-
-
-def rel(x, ref):
-    return ((x.float() - ref.float()).norm() / ref.float().norm().clamp_min(1e-30)).item()
 
 
 def main():
@@ -83,7 +79,7 @@ def main():
             grads = {n: x.clone() for n, x in call.grads.items()}
             if ref is None:
                 ref, planned = grads, used
-            err = max(rel(grads[n], ref[n]) for n in grads)
+            err = max(bb.rel(grads[n], ref[n]) for n in grads)
             ms = bf.time_graph(call, flush, a.calls, a.replays)
             results.append((L, used, ms, err))
             w.writerow([model, sl, used, int(L == -1), "%.4f" % ms, "%.1e" % err, gpu])

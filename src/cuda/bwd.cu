@@ -51,9 +51,9 @@ int64_t seg_chunks_of(const fqla_context *ctx, const fqla_problem *p)
 #endif
 }
 
-fqla_bwd_ws_layout layout_of(const fqla_context *ctx, const fqla_problem *p)
+/* The workspace of problem p with the chains' segment length L (seg_chunks_of). */
+fqla_bwd_ws_layout layout_of(const fqla_problem *p, int64_t L)
 {
-    const int64_t L = seg_chunks_of(ctx, p);
     return fqla_bwd_ws(slots_of(p), p->H, p->HV, p->K, p->V, p->opt.use_qk_l2norm, p->opt.use_gate_in_kernel,
                        L ? fqla_cp_segs(p->varlen, p->T, p->N, L) : 0, p->dh0_only);
 }
@@ -83,7 +83,7 @@ fqla_status fqla_cuda_bwd_workspace(fqla_context *ctx, const fqla_problem *p, co
 {
     fqla_status st = fqla_cuda_bwd_supported(ctx, p, a);
     if (st != FQLA_STATUS_SUCCESS) return st;
-    *bytes = layout_of(ctx, p).total;
+    *bytes = layout_of(p, seg_chunks_of(ctx, p)).total;
     return FQLA_STATUS_SUCCESS;
 }
 
@@ -92,7 +92,8 @@ fqla_status fqla_cuda_bwd_run(fqla_context *ctx, const fqla_problem *p, const fq
 {
     fqla_status st = fqla_cuda_bwd_supported(ctx, p, a);
     if (st != FQLA_STATUS_SUCCESS) return st;
-    const fqla_bwd_ws_layout L = layout_of(ctx, p);
+    const int64_t seg_chunks = seg_chunks_of(ctx, p);
+    const fqla_bwd_ws_layout L = layout_of(p, seg_chunks);
     if (workspace_bytes < L.total || (L.total > 0 && !workspace))
         return fqla_fail(ctx, FQLA_STATUS_WORKSPACE_TOO_SMALL, "workspace: %zu bytes given, %zu bytes needed",
                          workspace_bytes, L.total);
@@ -111,7 +112,7 @@ fqla_status fqla_cuda_bwd_run(fqla_context *ctx, const fqla_problem *p, const fq
     k.N = p->N;
     k.slots = slots_of(p);
     k.cps = (p->T + FQLA_BWD_C - 1) / FQLA_BWD_C;
-    k.seg_chunks = seg_chunks_of(ctx, p);
+    k.seg_chunks = seg_chunks;
     k.cp_mode = k.seg_chunks > 0;
 
     b.d_o = a->d_o.data;

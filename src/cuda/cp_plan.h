@@ -167,8 +167,8 @@ FQLA_CP_HD int64_t fqla_cp_segs(int varlen, int64_t T, int64_t N, int64_t L)
  * does not cut (over V and the K identity columns) and a window of
  * FQLA_CP_BWD_WINDOW chunks for the others (V only), at the longer of the
  * full pairs' waves and all its work spread over the slots. */
-FQLA_CP_HD double fqla_cp_bwd_cost(int64_t L, int64_t nseg, int64_t segs, int64_t N, int64_t HV, int64_t K,
-                                   int64_t slices, int64_t chains, int64_t slots)
+static inline double fqla_cp_bwd_cost(int64_t L, int64_t nseg, int64_t segs, int64_t N, int64_t HV, int64_t K,
+                                       int64_t slices, int64_t chains, int64_t slots)
 {
     const double wave = (double)FQLA_CP_BWD_WAVE_STEPS;
     const int64_t rows = HV * (segs - N);
@@ -191,7 +191,7 @@ FQLA_CP_HD double fqla_cp_bwd_cost(int64_t L, int64_t nseg, int64_t segs, int64_
 /* The segment lengths the plan tries (chunks): the ones the calibration
  * timed. */
 #define FQLA_CP_BWD_NLADDER 24
-FQLA_CP_HD int64_t fqla_cp_bwd_ladder(int i)
+static inline int64_t fqla_cp_bwd_ladder(int i)
 {
     const int64_t l[FQLA_CP_BWD_NLADDER] = {4,  6,  8,  10, 12, 14, 16,  20,  24,  28,  32,  40,
                                             48, 56, 64, 80, 96, 128, 192, 256, 384, 512, 768, 1024};
@@ -201,8 +201,8 @@ FQLA_CP_HD int64_t fqla_cp_bwd_ladder(int i)
 /* The plan over the ladder: nseg(L) segments of the longest sequence
  * (`chunks` chunks), segs(L) in all (cu: the real segments of a host
  * cu_seqlens, else N nseg), against `nocp` without CP. */
-FQLA_CP_HD int64_t fqla_cp_bwd_pick(const int64_t *cu, int64_t N, int64_t chunks, int64_t HV, int64_t K,
-                                    int64_t slices, int64_t chains, int64_t slots, double nocp)
+static inline int64_t fqla_cp_bwd_pick(const int64_t *cu, int64_t N, int64_t chunks, int64_t HV, int64_t K,
+                                        int64_t slices, int64_t chains, int64_t slots, double nocp)
 {
     double best = nocp;
     int64_t bestL = 0;
@@ -211,11 +211,7 @@ FQLA_CP_HD int64_t fqla_cp_bwd_pick(const int64_t *cu, int64_t N, int64_t chunks
         if (L >= chunks) break;
         const int64_t nseg = (chunks + L - 1) / L;
         if (nseg > FQLA_CP_BWD_MAX_SEGS) continue;
-        int64_t segs = N * nseg;
-        if (cu) {
-            segs = 0;
-            for (int64_t n = 0; n < N; n++) segs += fqla_cp_nseg(cu[n + 1] - cu[n], L);
-        }
+        const int64_t segs = cu ? fqla_cp_real_segs(cu, N, L) : N * nseg;
         const double cost = fqla_cp_bwd_cost(L, nseg, segs, N, HV, K, slices, chains, slots);
         if (cost < best) {
             best = cost;
@@ -234,8 +230,8 @@ FQLA_CP_HD int64_t fqla_cp_bwd_pick(const int64_t *cu, int64_t N, int64_t chunks
  * whole sequence in as many waves as the SMs' slots take them; CP where
  * the model above prices a segment length lower. Sequences under 8 chunks
  * are not cut. */
-FQLA_CP_HD int64_t fqla_cp_bwd_seg_chunks(int64_t N, int64_t longest, int64_t HV, int64_t K, int64_t V, int64_t chains,
-                                          int64_t sms)
+static inline int64_t fqla_cp_bwd_seg_chunks(int64_t N, int64_t longest, int64_t HV, int64_t K, int64_t V,
+                                              int64_t chains, int64_t sms)
 {
     const int64_t chunks = (longest + FQLA_CP_CHUNK - 1) / FQLA_CP_CHUNK;
     const int64_t slots = FQLA_CP_BWD_CTAS_PER_SM * (sms > 0 ? sms : 1);

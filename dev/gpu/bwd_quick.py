@@ -9,7 +9,9 @@ few benchmark shapes beside the forward's, in one process.
 The tests proper are tests/test_gpu_bwd.c and python/tests/test_gpu.py.
 """
 import argparse
+import itertools
 import math
+import os
 import re
 import sys
 import time
@@ -110,8 +112,11 @@ def check(name, B, T, H, HV, K, V, h0=True, gate=None, dtype=torch.bfloat16, cu=
     return ok and same
 
 
-def timing(H, HV, T, N, K=128, V=128, reps=10, ungated=0.0):
+def timing(H, HV, T, N, K=128, V=128, reps=10, ungated=0.0, lengths=None):
+    """lengths: the sequences' lengths (T and N follow from them), else N of T // N."""
     torch.manual_seed(0)
+    if lengths:
+        T, N = sum(lengths), len(lengths)
     B = 1
     q = torch.nn.functional.normalize(torch.randn(B, T, H, K), dim=-1).cuda().bfloat16().requires_grad_()
     k = torch.nn.functional.normalize(torch.randn(B, T, H, K), dim=-1).cuda().bfloat16().requires_grad_()
@@ -121,8 +126,10 @@ def timing(H, HV, T, N, K=128, V=128, reps=10, ungated=0.0):
         g[:, :, torch.randperm(HV)[: math.ceil(ungated * HV)]] = 0.0
     g = g.cuda().requires_grad_()
     beta = torch.rand(B, T, HV).cuda().requires_grad_()
-    L = T // N
-    cu = torch.arange(0, T + 1, L, dtype=torch.int32)
+    if lengths:
+        cu = torch.tensor([0] + list(itertools.accumulate(lengths)), dtype=torch.int32)
+    else:
+        cu = torch.arange(0, T + 1, T // N, dtype=torch.int32)
     # the host copy as bench/bench_bwd.py passes it: the chains' CP plan reads
     # the longest sequence from it
     kw = dict(cu_seqlens=cu.cuda(), cu_seqlens_cpu=cu)
@@ -141,7 +148,8 @@ def timing(H, HV, T, N, K=128, V=128, reps=10, ungated=0.0):
         flashqla.chunk_gated_delta_rule(q.detach(), k.detach(), v.detach(), g.detach(), beta.detach(), **kw)
     torch.cuda.synchronize()
     tf = (time.perf_counter() - t0) / reps * 1e3
-    print(f"timing hk{H}_hv{HV} T={T} N={N} ungated {ungated:g}: bwd {tb:.3f} ms  fwd {tf:.3f} ms")
+    shape = f"lengths {'+'.join(map(str, lengths))}" if lengths else f"T={T} N={N}"
+    print(f"timing hk{H}_hv{HV} {shape} ungated {ungated:g}: bwd {tb:.3f} ms  fwd {tf:.3f} ms")
     from torch.profiler import ProfilerActivity, profile
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         torch.autograd.grad(o, (q, k, v, g, beta), do, retain_graph=True)
@@ -168,8 +176,22 @@ def timing(H, HV, T, N, K=128, V=128, reps=10, ungated=0.0):
                 name = "chains"
             if scan_at and ev.time_range.start < scan_at[0]:
                 name += ".pre"
+        if name == "bwd_grads_kernel" and re.search(r"gw_route\)?2>|gw_route::tails", ev.name):
+            name += ".tails"
         per[name] = per.get(name, 0.0) + ev.device_time_total / 1e3
     print("   kernels (ms): " + ", ".join(f"{n}={t:.3f}" for n, t in sorted(per.items(), key=lambda x: -x[1])[:8]))
+
+
+def parse_row(r):
+    """H,HV,T,N or H,HV,SPLIT (a name of bench_bwd.py's BWD_SPLITS) -> (H, HV, T, N, lengths or None)."""
+    f = r.split(",")
+    if len(f) == 3:
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+        from bench_bwd import BWD_SPLITS
+        lens = list(BWD_SPLITS[f[2]])
+        return int(f[0]), int(f[1]), sum(lens), len(lens), lens
+    H, HV, T, N = (int(x) for x in f)
+    return H, HV, T, N, None
 
 
 def main():
@@ -179,12 +201,13 @@ def main():
     ap.add_argument("--ungated", type=float, default=0.0,
                     help="share of the value heads timed without decay (the benchmark's inputs: 0.25)")
     ap.add_argument("--rows", default="16,32,32768,1;2,4,8192,1",
-                    help="timed shapes H,HV,T,N separated by ';' (default: %(default)s)")
+                    help="timed shapes H,HV,T,N, or H,HV,SPLIT with a split of bench/bench_bwd.py's "
+                         "BWD_SPLITS (e.g. 4,8,8k_8seq), separated by ';' (default: %(default)s)")
     a = ap.parse_args()
-    rows = [tuple(int(x) for x in r.split(",")) for r in a.rows.split(";") if r]
+    rows = [parse_row(r) for r in a.rows.split(";") if r]
     if a.time_only:
-        for H, HV, T, N in rows:
-            timing(H, HV, T, N, ungated=a.ungated)
+        for H, HV, T, N, lens in rows:
+            timing(H, HV, T, N, ungated=a.ungated, lengths=lens)
         return 0
     strong = lambda *s: torch.full(s, -20.0)
     zero = lambda *s: torch.zeros(s)
@@ -204,8 +227,8 @@ def main():
     ok &= check("V32 l2 fp16", 1, 700, 1, 2, 128, 32, dtype=torch.float16, l2=True)
     print("ALL OK" if ok else "SOME FAILED")
     if not a.no_time:
-        for H, HV, T, N in rows:
-            timing(H, HV, T, N, ungated=a.ungated)
+        for H, HV, T, N, lens in rows:
+            timing(H, HV, T, N, ungated=a.ungated, lengths=lens)
     return 0 if ok else 1
 
 

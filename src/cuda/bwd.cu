@@ -58,6 +58,27 @@ fqla_bwd_ws_layout layout_of(const fqla_problem *p, int64_t L)
                        L ? fqla_cp_segs(p->varlen, p->T, p->N, L) : 0, p->dh0_only);
 }
 
+/* The chains' longest-first order of the sequences (fqla_bwd_params.
+ * seq_order), from the host cu_seqlens: only where it changes something
+ * (varlen sequences of unequal lengths, whole-sequence chains) and fits
+ * the parameters; else n_order = 0, index order. Stable: equal lengths
+ * keep their index order. Only the launch order changes, never what a CTA
+ * computes, so the gradients are the same either way. */
+void order_of(const fqla_problem *p, int cp_mode, int uniform, fqla_bwd_params &b)
+{
+    b.n_order = 0;
+    if (cp_mode || uniform || !p->varlen || !p->cu_host || p->N < 2 || p->N > FQLA_BWD_ORDER_MAX) return;
+    const int64_t *cu = p->cu_host;
+    const int n = (int)p->N;
+    for (int i = 0; i < n; i++) { /* insertion sort, longest first */
+        const int64_t len = cu[i + 1] - cu[i];
+        int j = i;
+        for (; j > 0 && cu[b.seq_order[j - 1] + 1] - cu[b.seq_order[j - 1]] < len; j--) b.seq_order[j] = b.seq_order[j - 1];
+        b.seq_order[j] = (uint16_t)i;
+    }
+    b.n_order = n;
+}
+
 } // namespace
 
 fqla_status fqla_cuda_bwd_supported(fqla_context *ctx, const fqla_problem *p, const fqla_bwd_args *a)
@@ -154,6 +175,7 @@ fqla_status fqla_cuda_bwd_run(fqla_context *ctx, const fqla_problem *p, const fq
     b.dS = (float *)(ws + L.dS);
     b.sms = ctx->info.sm_count;
     b.uniform = !p->varlen || (p->cu_host && fqla_cp_uniform_len(p->cu_host, p->N, p->T) > 0);
+    order_of(p, k.cp_mode, b.uniform, b);
     b.gate_part = p->opt.use_gate_in_kernel && !p->dh0_only ? (float *)(ws + L.gate_part) : NULL;
     if (k.cp_mode) { /* both chains' pre-passes run in one launch: each its own [H | M];
                         the negligible-transition shortcut (bwd_chain_cp.cu) */

@@ -285,7 +285,8 @@ __device__ int chain_window(const fqla_fwd_params &p, int chunks, int64_t slot0,
  * K = 128: states 82 (98) KB, dstates 162 (194) KB, the launch of both
  * the larger. */
 template <typename T, int KD, bool REVERSE, bool CONVERT>
-__device__ __forceinline__ void chain_run(const fqla_bwd_params &bp, int vec, int mode, int zpair, unsigned char *sm)
+__device__ __forceinline__ void chain_run(const fqla_bwd_params &bp, int vec, int mode, int64_t row, int hv, int zpair,
+                                          unsigned char *sm)
 {
     using L = chain_layout<KD, REVERSE, CONVERT>;
     const fqla_fwd_params &p = bp.f;
@@ -298,7 +299,7 @@ __device__ __forceinline__ void chain_run(const fqla_bwd_params &bp, int vec, in
     constexpr bool IO_BF16 = std::is_same<T, __nv_bfloat16>::value;
     static_assert(IO_BF16 || CONVERT, "fp16 q / k always need their lo planes");
     constexpr int NS = KD / 2, KK = KD / 16; /* S^T's accumulators a thread; its k-steps */
-    const int hv = blockIdx.y, hk = hv / p.group;
+    const int hk = hv / p.group;
     /* slices: ceil(V / 64) of the value columns, then (the pre-pass) K / 64
      * of the identity columns (zero input, state I); warpgroup wg runs slice
      * NWG zpair + wg, if there is one */
@@ -309,10 +310,10 @@ __device__ __forceinline__ void chain_run(const fqla_bwd_params &bp, int vec, in
     const int v0 = ident ? p.V + VS * (slice - nreal) : VS * slice;
     const int vw = ident ? VS : (p.V - v0 < VS ? p.V - v0 : VS); /* the slice's columns */
     bool active = slice < nslices;
-    /* the span: sequence blockIdx.x (CHAIN_WHOLE), or segment blockIdx.x */
+    /* the span: sequence `row` (CHAIN_WHOLE), or segment `row` */
     int64_t n, batch, start, len, slot0;
     bool last;
-    if (!fqla_fwd_span(p, blockIdx.x, n, batch, start, len, slot0, last)) return;
+    if (!fqla_fwd_span(p, row, n, batch, start, len, slot0, last)) return;
     int64_t seq_start, seq_len, seq_slot0;
     fqla_fwd_seq(p, n, batch, seq_start, seq_len, seq_slot0);
     const bool first = start == seq_start;
@@ -324,7 +325,7 @@ __device__ __forceinline__ void chain_run(const fqla_bwd_params &bp, int vec, in
      * alike). A block-wide test, made by every CTA that has an identity slice. */
     if (mode == CHAIN_PREPASS && p.cp_skip && slice0 + NWG > nreal && slice0 < nslices) {
         const int neg = fqla_cp_m_negligible(p, len, slot0, hv);
-        if (tid == 0 && slice0 <= nreal && nreal < slice0 + NWG) p.seg_flag[blockIdx.x * p.HV + hv] = neg;
+        if (tid == 0 && slice0 <= nreal && nreal < slice0 + NWG) p.seg_flag[row * p.HV + hv] = neg;
         if (neg && ident) active = false;
     }
     if (!__syncthreads_or(active)) return; /* no slice left to this CTA */
@@ -554,7 +555,7 @@ __device__ __forceinline__ void chain_run(const fqla_bwd_params &bp, int vec, in
     if (!active) return;
     if (mode == CHAIN_PREPASS) { /* the segment's [H | M] */
         const int64_t W = p.V + KD;
-        float *hm = bp.cp_hm[REVERSE] + ((size_t)blockIdx.x * p.HV + hv) * KD * W + v0;
+        float *hm = bp.cp_hm[REVERSE] + ((size_t)row * p.HV + hv) * KD * W + v0;
 #pragma unroll
         for (int a = 0; a < NS; a++) {
             const int v = vr + row8_of(a);
@@ -585,6 +586,30 @@ __device__ __forceinline__ void chain_run(const fqla_bwd_params &bp, int vec, in
  * are inlined here, so the kernel takes the larger shared-memory layout,
  * the reverse chain's. */
 enum chain_dirs { CHAINS_BOTH, CHAIN_REVERSE_ONLY, CHAIN_STATES_ONLY };
+
+/* This CTA's work: its row (sequence or segment), value head and slice
+ * pair (blockIdx.z's meaning). CTAs start in the order of their linear
+ * index, x fastest. Whole sequences of unequal lengths (bp.n_order) are
+ * taken longest first: all CTAs of the longest sequence (the reverse
+ * chain's slice pairs before the state chain's, its step is the longer),
+ * then the next, so that the long walks start in the first wave and the
+ * short ones fill the SMs behind them (the longest-processing-time-first
+ * list schedule; in index order a long sequence's CTAs can start in the last
+ * wave: on the bench's hk16_hv32 8k_8seq, 32k_4seq and 32k_8seq rows a
+ * model of the launch puts the chains' span 21-24 % over this order's). */
+__device__ __forceinline__ void chain_cta(const fqla_bwd_params &bp, int mode, int64_t &row, int &hv, int &z)
+{
+    row = blockIdx.x;
+    hv = (int)blockIdx.y;
+    z = (int)blockIdx.z;
+    if (mode != CHAIN_WHOLE || bp.n_order == 0) return;
+    const int64_t per = (int64_t)gridDim.y * gridDim.z; /* CTAs a sequence */
+    const int64_t lin = blockIdx.x + (int64_t)gridDim.x * (blockIdx.y + (int64_t)gridDim.y * blockIdx.z);
+    const int64_t rank = lin / per, rest = lin % per;
+    z = (int)(rest / gridDim.y);
+    hv = (int)(rest % gridDim.y);
+    row = rank < bp.n_order ? bp.seq_order[rank] : rank;
+}
 template <typename T, int KD, bool CONVERT, int DIRS>
 __global__ void __launch_bounds__(THREADS, 1) bwd_chain_kernel(const fqla_bwd_params bp, int vec, int mode, int zpairs)
 {
@@ -593,16 +618,18 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_chain_kernel(const fqla_bwd_pa
      * integer: the compiler then still knows the pointers below are shared and
      * emits LDS / STS, not generic LD / ST (fwd_chunk_wg.cu's reason) */
     unsigned char *sm = smem_raw + ((1024u - (fqla_smem_u32(smem_raw) & 1023u)) & 1023u);
-    const int z = (int)blockIdx.z;
+    int64_t row;
+    int hv, z;
+    chain_cta(bp, mode, row, hv, z);
     if constexpr (DIRS == CHAIN_REVERSE_ONLY) {
-        chain_run<T, KD, true, CONVERT>(bp, vec, mode, z, sm);
+        chain_run<T, KD, true, CONVERT>(bp, vec, mode, row, hv, z, sm);
     } else if constexpr (DIRS == CHAIN_STATES_ONLY) {
-        chain_run<T, KD, false, CONVERT>(bp, vec, mode, z, sm);
+        chain_run<T, KD, false, CONVERT>(bp, vec, mode, row, hv, z, sm);
     } else {
         if (z < zpairs)
-            chain_run<T, KD, true, CONVERT>(bp, vec, mode, z, sm);
+            chain_run<T, KD, true, CONVERT>(bp, vec, mode, row, hv, z, sm);
         else
-            chain_run<T, KD, false, CONVERT>(bp, vec, mode, z - zpairs, sm);
+            chain_run<T, KD, false, CONVERT>(bp, vec, mode, row, hv, z - zpairs, sm);
     }
 }
 

@@ -60,6 +60,11 @@
  * tokens over 2e-2, 128 tokens up to 1.6e-2; split ~1e-4). */
 #define FQLA_BWD_SHORT_CHUNKS 4
 
+/* Sequences the chains' longest-first order covers (fqla_bwd_params.
+ * seq_order): 512 bytes of kernel parameters. Longer batches run in index
+ * order. */
+#define FQLA_BWD_ORDER_MAX 256
+
 struct fqla_bwd_params {
     fqla_fwd_params f;        /* the forward's inputs, shapes, options, slots; f.rq, f.rk: the
                                  l2norm row factors [slots][H][64] (l2norm only) */
@@ -93,6 +98,12 @@ struct fqla_bwd_params {
     int64_t sms;              /* the device's SMs (the chains' launch shape, bwd_chain.cu) */
     int uniform;              /* 1: every sequence has the same length (a padded batch, or packed
                                  sequences whose host cu_seqlens shows it); the chains' launch shape */
+    /* The chains' whole-sequence launch takes its sequences longest first
+     * (bwd_chain.cu, chain_cta): seq_order[r] is the sequence of rank r, for
+     * the first n_order ranks (0: in index order). From the host cu_seqlens
+     * (bwd.cu's order_of), so at most FQLA_BWD_ORDER_MAX sequences. */
+    int n_order;
+    uint16_t seq_order[FQLA_BWD_ORDER_MAX];
 };
 
 struct fqla_bwd_ws_layout {

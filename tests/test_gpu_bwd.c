@@ -712,7 +712,7 @@ static void bwd_varlen_edges(void)
     /* with the host copy the chains take the sequences longest first
      * (bwd.cu's order_of), where CP does not run */
     s3.cu_host = 1;
-    check_spec(&s3, "varlen 40 sequences (0..130 tokens) + 20 rows after + host copy");
+    if (!check_quick()) check_spec(&s3, "varlen 40 sequences (0..130 tokens) + 20 rows after + host copy");
 }
 
 /* Rows after the last sequence: their gradients come back as zeros (the

@@ -719,6 +719,19 @@ inline void fqla_pdl_trigger() {}
 template <int R> inline void fqla_setmaxnreg_inc() {}
 template <int R> inline void fqla_setmaxnreg_dec() {}
 inline void fqla_fence_async_smem() {}
+inline void fqla_fence_async_global() {}
+/* ptx/misc.cuh's acquire load, and the CUDA built-ins the flags around it
+ * take: one CTA runs at a time, so plain accesses (a spin that never ends
+ * yields, as the mbarrier waits do) */
+inline int fqla_ld_acquire_gpu(const int *p) { return *(const volatile int *)p; }
+inline void __threadfence() {}
+inline void __nanosleep(unsigned) { fqla_emu::yield(); }
+inline int atomicAdd(int *p, int v)
+{
+    const int old = *p;
+    *p = old + v;
+    return old;
+}
 /* ptx/tma.cuh: every copy completes at its issue */
 inline void fqla_tma_prefetch(const CUtensorMap *) {}
 inline void fqla_tma_load_4d(void *dst, const CUtensorMap *m, uint64_t *bar, int c0, int c1, int c2, int c3)

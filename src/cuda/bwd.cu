@@ -51,11 +51,28 @@ int64_t seg_chunks_of(const fqla_context *ctx, const fqla_problem *p)
 #endif
 }
 
+/* Whether the chains take the sequences longest first (order_of): packed
+ * sequences of unequal lengths, known on the host, not too many, run as
+ * whole sequences (L = 0: no CP). */
+bool ordered(const fqla_problem *p, int64_t L)
+{
+    return L == 0 && p->varlen && p->cu_host && p->N >= 2 && p->N <= FQLA_BWD_ORDER_MAX &&
+           fqla_cp_uniform_len(p->cu_host, p->N, p->T) <= 0;
+}
+
+/* Whether the gradient kernel runs beside the chains (fqla_bwd_params.
+ * chain_done): where they take the sequences longest first, the short ones
+ * finish early and leave SMs idle while the long ones walk. */
+bool overlapped(const fqla_problem *p, int64_t L)
+{
+    return ordered(p, L) && !p->dh0_only && p->io_dtype == FQLA_DTYPE_BF16; /* bf16: bwd_grads.cu's instances */
+}
+
 /* The workspace of problem p with the chains' segment length L (seg_chunks_of). */
 fqla_bwd_ws_layout layout_of(const fqla_problem *p, int64_t L)
 {
     return fqla_bwd_ws(slots_of(p), p->H, p->HV, p->K, p->V, p->opt.use_qk_l2norm, p->opt.use_gate_in_kernel,
-                       L ? fqla_cp_segs(p->varlen, p->T, p->N, L) : 0, p->dh0_only);
+                       L ? fqla_cp_segs(p->varlen, p->T, p->N, L) : 0, p->dh0_only, overlapped(p, L) ? p->N : 0);
 }
 
 /* The chains' longest-first order of the sequences (fqla_bwd_params.
@@ -64,10 +81,10 @@ fqla_bwd_ws_layout layout_of(const fqla_problem *p, int64_t L)
  * the parameters; else n_order = 0, index order. Stable: equal lengths
  * keep their index order. Only the launch order changes, never what a CTA
  * computes, so the gradients are the same either way. */
-void order_of(const fqla_problem *p, int cp_mode, int uniform, fqla_bwd_params &b)
+void order_of(const fqla_problem *p, int64_t L, fqla_bwd_params &b)
 {
     b.n_order = 0;
-    if (cp_mode || uniform || !p->varlen || !p->cu_host || p->N < 2 || p->N > FQLA_BWD_ORDER_MAX) return;
+    if (!ordered(p, L)) return;
     const int64_t *cu = p->cu_host;
     const int n = (int)p->N;
     for (int i = 0; i < n; i++) { /* insertion sort, longest first */
@@ -77,6 +94,12 @@ void order_of(const fqla_problem *p, int cp_mode, int uniform, fqla_bwd_params &
         b.seq_order[j] = (uint16_t)i;
     }
     b.n_order = n;
+    /* the gradient kernel's order, shortest first: its chunk slots' prefix sums */
+    b.done_cum[0] = 0;
+    for (int r = 0; r < n; r++) {
+        const int i = b.seq_order[n - 1 - r];
+        b.done_cum[r + 1] = b.done_cum[r] + (int32_t)((cu[i + 1] - cu[i] + FQLA_BWD_C - 1) / FQLA_BWD_C);
+    }
 }
 
 } // namespace
@@ -175,7 +198,7 @@ fqla_status fqla_cuda_bwd_run(fqla_context *ctx, const fqla_problem *p, const fq
     b.dS = (float *)(ws + L.dS);
     b.sms = ctx->info.sm_count;
     b.uniform = !p->varlen || (p->cu_host && fqla_cp_uniform_len(p->cu_host, p->N, p->T) > 0);
-    order_of(p, k.cp_mode, b.uniform, b);
+    order_of(p, seg_chunks, b);
     b.gate_part = p->opt.use_gate_in_kernel && !p->dh0_only ? (float *)(ws + L.gate_part) : NULL;
     if (k.cp_mode) { /* both chains' pre-passes run in one launch: each its own [H | M];
                         the negligible-transition shortcut (bwd_chain_cp.cu) */
@@ -184,6 +207,20 @@ fqla_status fqla_cuda_bwd_run(fqla_context *ctx, const fqla_problem *p, const fq
         k.cp_skip = 1;
         k.chunk_ok = (int *)(ws + L.chunk_ok);
         k.seg_flag = (int *)(ws + L.seg_flag);
+    }
+
+    if (overlapped(p, seg_chunks)) {
+        /* the chains count their CTAs per (sequence, value head) from zero; a
+         * gradient CTA whose chunk has no sequence does nothing in this mode,
+         * so the gate parts of those slots are zeros from here */
+        b.chain_done = (int *)(ws + L.chain_done);
+        b.n_chain_ctas = 2 * (int)((p->V + 2 * FQLA_BWD_VS - 1) / (2 * FQLA_BWD_VS));
+        st = fqla_cuda_check(ctx, cudaMemsetAsync(b.chain_done, 0, (size_t)p->N * p->HV * sizeof(int), stream),
+                             "CUDA backward: zeroing the chains' counts");
+        if (st == FQLA_STATUS_SUCCESS && b.gate_part)
+            st = fqla_cuda_check(ctx, cudaMemsetAsync(b.gate_part, 0, (size_t)k.slots * p->HV * 2 * sizeof(float), stream),
+                                 "CUDA backward: zeroing the gate parts");
+        if (st != FQLA_STATUS_SUCCESS) return st;
     }
 
     const int io_bf16 = p->io_dtype == FQLA_DTYPE_BF16;

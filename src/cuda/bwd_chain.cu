@@ -54,6 +54,7 @@
  * hk16_hv32 32k_1seq; docs/history/2026-12-04-bwd.md.)
  */
 #include "cuda/bwd_common.cuh"
+#include "cuda/ptx/pdl.cuh"
 #include "cuda/fwd_prepare_common.cuh"
 #include "cuda/kernel/named_barrier.cuh"
 #include "cuda/kernel/wg_split.cuh"
@@ -621,6 +622,10 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_chain_kernel(const fqla_bwd_pa
     int64_t row;
     int hv, z;
     chain_cta(bp, mode, row, hv, z);
+    /* the gradient kernel may start beside the chains (bp.chain_done): once
+     * every chain CTA has started, so none of them waits for an SM behind a
+     * gradient CTA that waits for it */
+    fqla_pdl_trigger();
     if constexpr (DIRS == CHAIN_REVERSE_ONLY) {
         chain_run<T, KD, true, CONVERT>(bp, vec, mode, row, hv, z, sm);
     } else if constexpr (DIRS == CHAIN_STATES_ONLY) {
@@ -630,6 +635,18 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_chain_kernel(const fqla_bwd_pa
             chain_run<T, KD, true, CONVERT>(bp, vec, mode, row, hv, z, sm);
         else
             chain_run<T, KD, false, CONVERT>(bp, vec, mode, row, hv, z - zpairs, sm);
+    }
+    if (bp.chain_done && mode == CHAIN_WHOLE) {
+        /* this CTA's states are stored (its bulk copies waited for in
+         * chain_run): count it for its (sequence, value head), releasing
+         * every thread's stores (the barrier orders them before thread 0's
+         * fence, which is cumulative) */
+        if ((threadIdx.x & 127) == 0) fqla_fence_async_global(); /* the bulk stores' issuers */
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            __threadfence();
+            atomicAdd(&bp.chain_done[row * bp.f.HV + hv], 1);
+        }
     }
 }
 

@@ -104,10 +104,22 @@ struct fqla_bwd_params {
      * (bwd.cu's order_of), so at most FQLA_BWD_ORDER_MAX sequences. */
     int n_order;
     uint16_t seq_order[FQLA_BWD_ORDER_MAX];
+    /* The gradient kernel beside the chains (bwd.cu's overlap_of; with
+     * n_order, no CP, not dh0 alone): chain_done[n HV + hv] counts the chain
+     * CTAs of sequence n, value head hv that have stored all their states
+     * (zeroed before the chains; n_chain_ctas of them, both chains, every
+     * slice pair), and the gradient kernel's launches start during the
+     * chains' (PDL), take the sequences shortest first (so in about the
+     * order their chains finish: done_cum[r] is the chunk slots of the r
+     * shortest, every sequence's ceil(len / 64)), and each CTA waits for its
+     * sequence's count before it reads a state. NULL: launches in sequence. */
+    int *chain_done;
+    int n_chain_ctas;
+    int32_t done_cum[FQLA_BWD_ORDER_MAX + 1];
 };
 
 struct fqla_bwd_ws_layout {
-    size_t gam, bet, rq, rk, Tt, Pt, S, dS, gate_part, cp_hm[2], chunk_ok, seg_flag, total;
+    size_t gam, bet, rq, rk, Tt, Pt, S, dS, gate_part, cp_hm[2], chunk_ok, seg_flag, chain_done, total;
 };
 
 /* segs: the chains' CP segment indices (fqla_cp_segs), 0 without CP.
@@ -115,7 +127,7 @@ struct fqla_bwd_ws_layout {
  * so S and gate_part, which only the state chain, grads and finish touch,
  * take no space. */
 static inline fqla_bwd_ws_layout fqla_bwd_ws(int64_t slots, int64_t H, int64_t HV, int64_t K, int64_t V, int l2norm,
-                                             int gate_in_kernel, int64_t segs, int dh0_only)
+                                             int gate_in_kernel, int64_t segs, int dh0_only, int64_t done_seqs)
 {
     fqla_bwd_ws_layout L;
     size_t off = 0;
@@ -135,6 +147,7 @@ static inline fqla_bwd_ws_layout fqla_bwd_ws(int64_t slots, int64_t H, int64_t H
     L.cp_hm[0] = off; off += dh0_only ? 0 : hm;
     L.chunk_ok = off; off += segs ? fqla_fwd_align256(tiles * sizeof(int)) : 0;
     L.seg_flag = off; off += fqla_fwd_align256((size_t)segs * HV * sizeof(int));
+    L.chain_done = off; off += fqla_fwd_align256((size_t)done_seqs * HV * sizeof(int));
     L.total = off;
     return L;
 }

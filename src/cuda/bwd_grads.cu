@@ -103,6 +103,7 @@
 #include "cuda/kernel/wg_split.cuh"
 #include "cuda/ptx/cp_async.cuh"
 #include "cuda/ptx/mbarrier.cuh"
+#include "cuda/ptx/pdl.cuh"
 #include "cuda/ptx/tma.cuh"
 
 #include <type_traits>
@@ -402,8 +403,8 @@ enum class gw_route { every_chunk, full_chunks, tails };
 
 /* QK_LO: q / k carry lo planes (fp16 io, or the l2norm in the kernel): a
  * template parameter, so that which products run is known to ptxas. */
-template <typename T, int KD, bool QK_LO, gw_route ROUTE>
-__global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_params bp, int vec)
+template <typename T, int KD, bool QK_LO, gw_route ROUTE, bool BESIDE>
+__device__ __forceinline__ void grads_cta(const fqla_bwd_params &bp, int vec)
 {
     constexpr bool IO_BF16 = std::is_same<T, __nv_bfloat16>::value;
     /* LEAN: the products that tolerate plain bf16 operands drop the lo
@@ -425,11 +426,44 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
     const uint32_t s0 = fqla_smem_u32(sm);
     constexpr int NK = KD / 2; /* accumulators of a 64 x KD product */
     int64_t slot = blockIdx.x;
+    /* Beside the chains (BESIDE: bp.chain_done): the r-th sequence is the r-th
+     * shortest (the chains' order reversed, bwd_common.cuh), and a CTA with a
+     * chunk waits until the chains of its sequence have stored every state of
+     * the group's value heads (both chains, every slice pair). Every chain
+     * CTA started before this CTA could (PDL), so the wait ends. */
+    auto shortest = [&](int64_t r) -> int64_t { return bp.seq_order[bp.n_order - 1 - r]; };
+    auto wait_chains = [&](int64_t n) {
+        if (threadIdx.x == 0)
+            for (int h = 0; h < p.group; h++) {
+                const int *done = bp.chain_done + n * p.HV + (int64_t)blockIdx.y * p.group + h;
+                while (fqla_ld_acquire_gpu(done) < bp.n_chain_ctas) __nanosleep(1000);
+            }
+        __syncthreads();
+    };
+    if constexpr (ROUTE != gw_route::tails && BESIDE) {
+        { /* slot index r of the sequences taken shortest first */
+            const int64_t r = blockIdx.x;
+            if (r >= bp.done_cum[bp.n_order]) return; /* no chunk: its gate parts were zeroed */
+            int lo = 0, hi = bp.n_order - 1; /* the last rank whose first slot index is <= r */
+            while (lo < hi) {
+                const int mid = (lo + hi + 1) >> 1;
+                if (bp.done_cum[mid] <= r) lo = mid;
+                else hi = mid - 1;
+            }
+            int64_t b, start, len, slot0;
+            const int64_t n = shortest(lo), c = r - bp.done_cum[lo];
+            fqla_fwd_seq(p, n, b, start, len, slot0);
+            if (LEAN && ((c + 1) * C > len || bwd_seq_short(len))) return; /* the tails' launch (below) */
+            slot = slot0 + c;
+            wait_chains(n);
+        }
+    }
     if constexpr (ROUTE == gw_route::tails) {
         /* FQLA_BWD_SHORT_CHUNKS CTAs per sequence: chunk j of a short
          * sequence (bwd_seq_short), or (j = 0) a longer one's last chunk
          * where it is partial */
-        const int64_t n = blockIdx.x / FQLA_BWD_SHORT_CHUNKS;
+        int64_t n = blockIdx.x / FQLA_BWD_SHORT_CHUNKS;
+        if constexpr (BESIDE) n = shortest(n);
         const int j = (int)(blockIdx.x % FQLA_BWD_SHORT_CHUNKS);
         int64_t b, start, len, slot0;
         fqla_fwd_seq(p, n, b, start, len, slot0);
@@ -441,6 +475,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
             if (j != 0 || len % C == 0) return;
             slot = slot0 + chunks - 1;
         }
+        if constexpr (BESIDE) wait_chains(n);
     }
     const int hk = blockIdx.y;
     const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
@@ -931,15 +966,48 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_pa
     }
 }
 
-template <typename T, int KD, bool QK_LO, gw_route R>
+/* The bf16 launches overlap: the full chunks' launch (plain, after the
+ * chains) lets the tails' launch start as soon as every one of its CTAs has
+ * started (programmatic dependent launch, ptx/pdl.cuh), so the tails' CTAs,
+ * whose split products make them the longer, take the SMs the full chunks'
+ * last wave leaves idle instead of running after it as a wave of their own
+ * (0.06-0.12 ms on the bench's 8k_8seq rows, most SMs idle: 15 CTAs a q/k
+ * head there). The tails read only what the full chunks' launch does not
+ * write (the chains' states, prepare's workspace, the inputs), and both were
+ * complete before that launch began, so the tails need no wait before they
+ * start; they write other chunks' rows. One CTA of the tails waits for the
+ * full chunks' launch at its end (griddepcontrol.wait), so the tails' launch
+ * completes after it, and the finishing kernel, launched plainly, reads
+ * every chunk's gate parts complete. (Waiting at the end in every CTA would
+ * let CTAs without a chunk, most of this grid, hold SMs until then.)
+ * BESIDE (bp.chain_done, bwd_common.cuh): both launches also start beside the
+ * chains (the full chunks' after the chains' with PDL), take the sequences
+ * shortest first and wait per sequence for its chains (grads_cta); the full
+ * chunks' CTA (0, 0) then waits for the chains' launch at its end, so the
+ * launches still complete in order. */
+template <typename T, int KD, bool QK_LO, gw_route ROUTE, bool BESIDE>
+__global__ void __launch_bounds__(THREADS, 1) bwd_grads_kernel(const fqla_bwd_params bp, int vec)
+{
+    if constexpr (ROUTE == gw_route::full_chunks) fqla_pdl_trigger();
+    grads_cta<T, KD, QK_LO, ROUTE, BESIDE>(bp, vec);
+    /* (only in the instances that need it: ptxas spills more around it, 12 / 28
+     * bytes -> 56 / 56 in the full chunks' kernel) */
+    if constexpr (BESIDE || ROUTE == gw_route::tails)
+        if (blockIdx.x == 0 && blockIdx.y == 0) fqla_pdl_wait();
+}
+
+template <typename T, int KD, bool QK_LO, gw_route R, bool BESIDE = false>
 cudaError_t launch_route(const fqla_bwd_params &p, unsigned ctas, int vec, cudaStream_t stream)
 {
     static fqla_smem_cache cache;
     const size_t smem = gw_layout<KD, QK_LO, !std::is_same<T, __nv_bfloat16>::value>::bytes;
-    cudaError_t e = fqla_smem_limit(cache, bwd_grads_kernel<T, KD, QK_LO, R>, smem);
+    cudaError_t e = fqla_smem_limit(cache, bwd_grads_kernel<T, KD, QK_LO, R, BESIDE>, smem);
     if (e != cudaSuccess) return e;
-    return fqla_launch(bwd_grads_kernel<T, KD, QK_LO, R>, dim3(ctas, (unsigned)p.f.H), dim3(THREADS), smem, stream, 0,
-                       p, vec);
+    /* the tails' launch follows the full chunks' with PDL (bwd_grads_kernel),
+     * and beside the chains (bp.chain_done) every launch does */
+    const int pdl = R == gw_route::tails || BESIDE;
+    return fqla_launch(bwd_grads_kernel<T, KD, QK_LO, R, BESIDE>, dim3(ctas, (unsigned)p.f.H), dim3(THREADS), smem, stream,
+                       pdl, p, vec);
 }
 
 template <typename T, int KD, bool QK_LO> cudaError_t launch(const fqla_bwd_params &p, cudaStream_t stream)
@@ -949,6 +1017,12 @@ template <typename T, int KD, bool QK_LO> cudaError_t launch(const fqla_bwd_para
     if constexpr (!std::is_same<T, __nv_bfloat16>::value) {
         return launch_route<T, KD, QK_LO, gw_route::every_chunk>(p, slots, vec, stream);
     } else {
+        if (p.chain_done) { /* beside the chains (bwd_common.cuh): bf16 packed sequences, so the tails too */
+            cudaError_t e = launch_route<T, KD, QK_LO, gw_route::full_chunks, true>(p, slots, vec, stream);
+            if (e != cudaSuccess) return e;
+            return launch_route<T, KD, QK_LO, gw_route::tails, true>(p, (unsigned)(p.f.N * FQLA_BWD_SHORT_CHUNKS),
+                                                                     vec, stream);
+        }
         cudaError_t e = launch_route<T, KD, QK_LO, gw_route::full_chunks>(p, slots, vec, stream);
         /* nothing for the tails: no sequence, or a padded batch of whole
          * chunks, none short (varlen lengths live on the device: their CTAs

@@ -13,5 +13,9 @@
 /* fence.proxy.async.shared::cta: this thread's generic-proxy shared-memory
  * writes -> visible to the async proxy (wgmma operands, TMA stores). */
 FQLA_DEVICE_INLINE void fqla_fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+/* The executing thread's async-proxy (bulk copy) accesses of global memory
+ * ordered with its generic ones: after a bulk store has completed
+ * (cp.async.bulk.wait_group), before a generic release that publishes it. */
+FQLA_DEVICE_INLINE void fqla_fence_async_global() { asm volatile("fence.proxy.async.global;" ::: "memory"); }
 
 #endif

@@ -1,6 +1,6 @@
 /*
  * ptx/misc.cuh - single instructions of no larger family: ex2.approx,
- * cvt.rna.tf32, prefetch.global.L2 and st.shared.v4.
+ * cvt.rna.tf32, prefetch.global.L2, st.shared.v4 and ld.acquire.gpu.
  */
 #ifndef FQLA_CUDA_PTX_MISC_CUH
 #define FQLA_CUDA_PTX_MISC_CUH
@@ -27,6 +27,16 @@ FQLA_DEVICE_INLINE uint32_t fqla_cvt_rna_tf32(float x)
 FQLA_DEVICE_INLINE void fqla_prefetch_l2(const void *p)
 {
     asm volatile("prefetch.global.L2 [%0];" ::"l"(__cvta_generic_to_global(p)));
+}
+
+/* ld.acquire.gpu.b32: a flag another grid releases (fence, then atomic):
+ * the loads after it, and those of the threads a barrier orders after it,
+ * see what the release published. */
+FQLA_DEVICE_INLINE int fqla_ld_acquire_gpu(const int *p)
+{
+    int v;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(__cvta_generic_to_global(p)) : "memory");
+    return v;
 }
 
 /* st.shared.v4.b32 by shared-window address. Volatile (it keeps its order

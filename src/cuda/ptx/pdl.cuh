@@ -18,6 +18,12 @@
  * before the wait": reads whose values only steer prefetch.global.L2 hints
  * (decode_kernel.cuh). L2 is the point of coherence, so a prefetch cannot
  * make a later load stale, and a stale value only warms the wrong lines.
+ * A second exception: a kernel that reads nothing its predecessor writes,
+ * only what was complete before the predecessor began (the predecessor was
+ * launched plainly), may read it without waiting: the backward's tails
+ * launch after its full chunks' (bwd_grads.cu). Such a kernel must still
+ * complete after its predecessor where a later kernel reads both: one of
+ * its CTAs waits before it exits.
  */
 #ifndef FQLA_CUDA_PTX_PDL_CUH
 #define FQLA_CUDA_PTX_PDL_CUH

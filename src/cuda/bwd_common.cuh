@@ -115,6 +115,8 @@ struct fqla_bwd_params {
      * sequence's count before it reads a state. NULL: launches in sequence. */
     int *chain_done;
     int n_chain_ctas;
+    int no_tails; /* 1: no chunk for the gradient kernel's tails launch (every sequence empty, or whole
+                     chunks and longer than bwd_seq_short), from the host cu_seqlens */
     int32_t done_cum[FQLA_BWD_ORDER_MAX + 1];
 };
 

@@ -432,14 +432,7 @@ __device__ __forceinline__ void grads_cta(const fqla_bwd_params &bp, int vec)
      * the group's value heads (both chains, every slice pair). Every chain
      * CTA started before this CTA could (PDL), so the wait ends. */
     auto shortest = [&](int64_t r) -> int64_t { return bp.seq_order[bp.n_order - 1 - r]; };
-    auto wait_chains = [&](int64_t n) {
-        if (threadIdx.x == 0)
-            for (int h = 0; h < p.group; h++) {
-                const int *done = bp.chain_done + n * p.HV + (int64_t)blockIdx.y * p.group + h;
-                while (fqla_ld_acquire_gpu(done) < bp.n_chain_ctas) __nanosleep(1000);
-            }
-        __syncthreads();
-    };
+    int64_t wait_seq = 0; /* BESIDE: the sequence whose chains this CTA waits for */
     if constexpr (ROUTE != gw_route::tails && BESIDE) {
         { /* slot index r of the sequences taken shortest first */
             const int64_t r = blockIdx.x;
@@ -455,7 +448,7 @@ __device__ __forceinline__ void grads_cta(const fqla_bwd_params &bp, int vec)
             fqla_fwd_seq(p, n, b, start, len, slot0);
             if (LEAN && ((c + 1) * C > len || bwd_seq_short(len))) return; /* the tails' launch (below) */
             slot = slot0 + c;
-            wait_chains(n);
+            wait_seq = n;
         }
     }
     if constexpr (ROUTE == gw_route::tails) {
@@ -475,7 +468,7 @@ __device__ __forceinline__ void grads_cta(const fqla_bwd_params &bp, int vec)
             if (j != 0 || len % C == 0) return;
             slot = slot0 + chunks - 1;
         }
-        if constexpr (BESIDE) wait_chains(n);
+        wait_seq = n;
     }
     const int hk = blockIdx.y;
     const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
@@ -545,6 +538,17 @@ __device__ __forceinline__ void grads_cta(const fqla_bwd_params &bp, int vec)
 
     float dQK[NK]; /* warpgroup 0: dQ, warpgroup 1: dK (rows r0, r0 + 8; KD columns) */
     zero(dQK);
+
+    if constexpr (BESIDE) {
+        /* the chains' states: the wait overlaps the copies issued above (q,
+         * k, T~, P~), which read only inputs and prepare's workspace; one
+         * thread a value head of the group polls */
+        if (tid < p.group) {
+            const int *done = bp.chain_done + wait_seq * p.HV + hk * p.group + tid;
+            while (fqla_ld_acquire_gpu(done) < bp.n_chain_ctas) __nanosleep(500);
+        }
+        __syncthreads();
+    }
 
     for (int h = 0; h < p.group; h++) {
         const int hv = hk * p.group + h;
@@ -1017,17 +1021,17 @@ template <typename T, int KD, bool QK_LO> cudaError_t launch(const fqla_bwd_para
     if constexpr (!std::is_same<T, __nv_bfloat16>::value) {
         return launch_route<T, KD, QK_LO, gw_route::every_chunk>(p, slots, vec, stream);
     } else {
-        if (p.chain_done) { /* beside the chains (bwd_common.cuh): bf16 packed sequences, so the tails too */
+        if (p.chain_done) { /* beside the chains (bwd_common.cuh): bf16 packed sequences */
             cudaError_t e = launch_route<T, KD, QK_LO, gw_route::full_chunks, true>(p, slots, vec, stream);
-            if (e != cudaSuccess) return e;
+            if (e != cudaSuccess || p.no_tails) return e;
             return launch_route<T, KD, QK_LO, gw_route::tails, true>(p, (unsigned)(p.f.N * FQLA_BWD_SHORT_CHUNKS),
                                                                      vec, stream);
         }
         cudaError_t e = launch_route<T, KD, QK_LO, gw_route::full_chunks>(p, slots, vec, stream);
-        /* nothing for the tails: no sequence, or a padded batch of whole
-         * chunks, none short (varlen lengths live on the device: their CTAs
-         * find out) */
-        const bool whole = !p.f.varlen && p.f.T % C == 0 && p.f.T > FQLA_BWD_SHORT_CHUNKS * C;
+        /* nothing for the tails: no sequence, or whole chunks, none short (a
+         * padded batch; packed sequences where the host cu_seqlens shows it,
+         * p.no_tails; else their CTAs find out) */
+        const bool whole = (!p.f.varlen && p.f.T % C == 0 && p.f.T > FQLA_BWD_SHORT_CHUNKS * C) || p.no_tails;
         if (e != cudaSuccess || p.f.N == 0 || whole) return e;
         return launch_route<T, KD, QK_LO, gw_route::tails>(p, (unsigned)(p.f.N * FQLA_BWD_SHORT_CHUNKS), vec, stream);
     }

@@ -1,12 +1,14 @@
 /*
  * bwd.cu - the CUDA backward's entry points (declared in cuda_backend.h):
  * what the kernels cover, the exact workspace, and the four launches (six
- * with the chains' CP) on the caller's stream (bwd_common.cuh says what each
- * computes; with only d_initial_state asked for, prepare and the reverse
- * chain alone). Nothing here
- * allocates, synchronises or reads device memory on the host, so a call
- * can be captured in a CUDA graph; the workspace is a function of the
- * shapes alone.
+ * with the chains' CP; the gradient kernel's are two for bf16 with tails)
+ * on the caller's stream (bwd_common.cuh says what each computes; with only
+ * d_initial_state asked for, prepare and the reverse chain alone), and two
+ * memsets before them where the gradient kernel runs beside the chains.
+ * Nothing here allocates, synchronises or reads device memory on the host,
+ * so a call can be captured in a CUDA graph; the workspace is a function of
+ * the shapes and of cu_seqlens_host where given (the chains' CP plan and
+ * order).
  *
  * Covered: q/k/v bf16 or fp16; K in {64, 128}; V a multiple of 32; g, beta
  * f32 or bf16; h0 f32 or bf16, d_final_state / d_initial_state f32, either

@@ -201,7 +201,7 @@ fqla_status fqla_cuda_bwd_run(fqla_context *ctx, const fqla_problem *p, const fq
     b.sms = ctx->info.sm_count;
     b.uniform = !p->varlen || (p->cu_host && fqla_cp_uniform_len(p->cu_host, p->N, p->T) > 0);
     order_of(p, seg_chunks, b);
-    if (p->varlen && p->cu_host) {
+    if (p->varlen && p->cu_host) { /* the gradient kernel's tails launch has no chunk (bwd_grads.cu) */
         b.no_tails = 1;
         for (int64_t i = 0; i < p->N && b.no_tails; i++) {
             const int64_t len = p->cu_host[i + 1] - p->cu_host[i];

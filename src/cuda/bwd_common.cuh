@@ -104,7 +104,7 @@ struct fqla_bwd_params {
      * (bwd.cu's order_of), so at most FQLA_BWD_ORDER_MAX sequences. */
     int n_order;
     uint16_t seq_order[FQLA_BWD_ORDER_MAX];
-    /* The gradient kernel beside the chains (bwd.cu's overlap_of; with
+    /* The gradient kernel beside the chains (bwd.cu's overlapped(): with
      * n_order, no CP, not dh0 alone): chain_done[n HV + hv] counts the chain
      * CTAs of sequence n, value head hv that have stored all their states
      * (zeroed before the chains; n_chain_ctas of them, both chains, every

@@ -104,6 +104,19 @@ void order_of(const fqla_problem *p, int64_t L, fqla_bwd_params &b)
     }
 }
 
+/* 1 where the host cu_seqlens shows that the gradient kernel's tails launch
+ * (bwd_grads.cu) has no chunk: every sequence empty, or of whole chunks and
+ * not short. */
+int no_tails_of(const fqla_problem *p)
+{
+    if (!p->varlen || !p->cu_host) return 0;
+    for (int64_t i = 0; i < p->N; i++) {
+        const int64_t len = p->cu_host[i + 1] - p->cu_host[i];
+        if (len > 0 && (len % FQLA_BWD_C != 0 || bwd_seq_short(len))) return 0;
+    }
+    return 1;
+}
+
 } // namespace
 
 fqla_status fqla_cuda_bwd_supported(fqla_context *ctx, const fqla_problem *p, const fqla_bwd_args *a)
@@ -201,13 +214,7 @@ fqla_status fqla_cuda_bwd_run(fqla_context *ctx, const fqla_problem *p, const fq
     b.sms = ctx->info.sm_count;
     b.uniform = !p->varlen || (p->cu_host && fqla_cp_uniform_len(p->cu_host, p->N, p->T) > 0);
     order_of(p, seg_chunks, b);
-    if (p->varlen && p->cu_host) { /* the gradient kernel's tails launch has no chunk (bwd_grads.cu) */
-        b.no_tails = 1;
-        for (int64_t i = 0; i < p->N && b.no_tails; i++) {
-            const int64_t len = p->cu_host[i + 1] - p->cu_host[i];
-            if (len > 0 && (len % FQLA_BWD_C != 0 || len <= FQLA_BWD_SHORT_CHUNKS * FQLA_BWD_C)) b.no_tails = 0;
-        }
-    }
+    b.no_tails = no_tails_of(p);
     b.gate_part = p->opt.use_gate_in_kernel && !p->dh0_only ? (float *)(ws + L.gate_part) : NULL;
     if (k.cp_mode) { /* both chains' pre-passes run in one launch: each its own [H | M];
                         the negligible-transition shortcut (bwd_chain_cp.cu) */

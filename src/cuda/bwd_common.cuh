@@ -277,8 +277,8 @@ __device__ __forceinline__ float bwd_start_state(const fqla_bwd_params &bp, int6
 }
 
 /* Whether a sequence of len tokens is short (FQLA_BWD_SHORT_CHUNKS): all its
- * chunks split, its states fp32. */
-__device__ __forceinline__ bool bwd_seq_short(int64_t len) { return len <= FQLA_BWD_SHORT_CHUNKS * FQLA_BWD_C; }
+ * chunks split, its states fp32. (On the host too: bwd.cu's tails test.) */
+__host__ __device__ __forceinline__ bool bwd_seq_short(int64_t len) { return len <= FQLA_BWD_SHORT_CHUNKS * FQLA_BWD_C; }
 
 /* Whether the state chain stores the state entering a chunk (bf16 io only)
  * as bf16 planes instead of fp32: c the chunk's index in its span (the

@@ -433,23 +433,21 @@ __device__ __forceinline__ void grads_cta(const fqla_bwd_params &bp, int vec)
      * CTA started before this CTA could (PDL), so the wait ends. */
     auto shortest = [&](int64_t r) -> int64_t { return bp.seq_order[bp.n_order - 1 - r]; };
     int64_t wait_seq = 0; /* BESIDE: the sequence whose chains this CTA waits for */
-    if constexpr (ROUTE != gw_route::tails && BESIDE) {
-        { /* slot index r of the sequences taken shortest first */
-            const int64_t r = blockIdx.x;
-            if (r >= bp.done_cum[bp.n_order]) return; /* no chunk: its gate parts were zeroed */
-            int lo = 0, hi = bp.n_order - 1; /* the last rank whose first slot index is <= r */
-            while (lo < hi) {
-                const int mid = (lo + hi + 1) >> 1;
-                if (bp.done_cum[mid] <= r) lo = mid;
-                else hi = mid - 1;
-            }
-            int64_t b, start, len, slot0;
-            const int64_t n = shortest(lo), c = r - bp.done_cum[lo];
-            fqla_fwd_seq(p, n, b, start, len, slot0);
-            if (LEAN && ((c + 1) * C > len || bwd_seq_short(len))) return; /* the tails' launch (below) */
-            slot = slot0 + c;
-            wait_seq = n;
+    if constexpr (ROUTE != gw_route::tails && BESIDE) { /* slot index r of the sequences taken shortest first */
+        const int64_t r = blockIdx.x;
+        if (r >= bp.done_cum[bp.n_order]) return; /* no chunk: its gate parts were zeroed */
+        int lo = 0, hi = bp.n_order - 1; /* the last rank whose first slot index is <= r */
+        while (lo < hi) {
+            const int mid = (lo + hi + 1) >> 1;
+            if (bp.done_cum[mid] <= r) lo = mid;
+            else hi = mid - 1;
         }
+        int64_t b, start, len, slot0;
+        const int64_t n = shortest(lo), c = r - bp.done_cum[lo];
+        fqla_fwd_seq(p, n, b, start, len, slot0);
+        if (LEAN && ((c + 1) * C > len || bwd_seq_short(len))) return; /* the tails' launch (below) */
+        slot = slot0 + c;
+        wait_seq = n;
     }
     if constexpr (ROUTE == gw_route::tails) {
         /* FQLA_BWD_SHORT_CHUNKS CTAs per sequence: chunk j of a short

@@ -18,8 +18,10 @@
  *         (fqla_cp_m_negligible).
  * Rows past a sequence's end are zeros (beta 0, g 0), so they drop out.
  *
- * Grid (slots, HV); 256 threads. q and k rows by cp.async, every copy of
- * the CTA in one commit group, in flight while warp 0 forms the gates. K K^T
+ * Grid: slots x HV CTAs, a chunk slot's value heads next to each other (a
+ * GVA group's CTAs then read the same q / k rows while they are in L2);
+ * 256 threads. q and k rows by cp.async, every copy of the CTA in one
+ * commit group, in flight while warp 0 forms the gates. K K^T
  * and Q K^T by m16n8k16 mma.sync on the 2-byte rows (warp w: rows 16 (w % 4),
  * columns 32 (w / 4)); T~ in fp32: the four diagonal 16 x 16 blocks by
  * forward substitution on CUDA cores (one warp each, a lane per column),
@@ -212,8 +214,10 @@ __global__ void __launch_bounds__(256, 4) bwd_prepare_kernel(const fqla_bwd_para
     const fqla_fwd_params &p = bp.f;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     prep_smem<KD> &sm = *reinterpret_cast<prep_smem<KD> *>(smem_raw);
-    const int64_t slot = blockIdx.x;
-    const int hv = blockIdx.y, hk = hv / p.group;
+    /* the value heads of a chunk slot are neighbours in the launch order, so a
+     * GVA group's CTAs read the same q / k rows while they are in L2 */
+    const int64_t slot = blockIdx.x / (unsigned)p.HV;
+    const int hv = (int)(blockIdx.x % (unsigned)p.HV), hk = hv / p.group;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
 
     int64_t batch, t0;
@@ -319,8 +323,7 @@ template <typename T, int KD> cudaError_t launch(const fqla_bwd_params &p, cudaS
     const size_t smem = sizeof(prep_smem<KD>);
     cudaError_t e = fqla_smem_limit(cache, bwd_prepare_kernel<T, KD>, smem);
     if (e != cudaSuccess) return e;
-    return fqla_launch(bwd_prepare_kernel<T, KD>, dim3((unsigned)p.f.slots, (unsigned)p.f.HV), dim3(256), smem,
-                       stream, 0, p);
+    return fqla_launch(bwd_prepare_kernel<T, KD>, dim3((unsigned)(p.f.slots * p.f.HV)), dim3(256), smem, stream, 0, p);
 }
 
 } // namespace

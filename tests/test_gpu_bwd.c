@@ -704,6 +704,15 @@ static void bwd_varlen(void)
     set_cu(&s4, cu4, 5);
     s4.cu_host = 1;
     check_spec(&s4, "skewed varlen [0,2400,2464,2528,2592] + host copy");
+    /* CP with the gradient kernel beside the main pass (bwd.cu's
+     * segments_ranked): segments counted and taken shortest first, an empty
+     * sequence, a partial last chunk and a short sequence in the tails'
+     * launch, which waits per segment too */
+    const int64_t cu5[] = {0, 2500, 2500, 2600, 3048};
+    spec s5 = base_spec(1, 3048, 1, 2, 128);
+    set_cu(&s5, cu5, 5);
+    s5.cu_host = 1;
+    check_spec(&s5, "CP varlen [0,2500,2500,2600,3048] + host copy");
 }
 
 /* Empty and one-token sequences, at chunk edges, with both dtypes of

@@ -62,79 +62,30 @@ bool ordered(const fqla_problem *p, int64_t L)
            fqla_cp_uniform_len(p->cu_host, p->N, p->T) <= 0;
 }
 
-/* Whether the chains' CP main pass can count its segments for the gradient
- * kernel (segments_ranked): packed sequences known on the host, whose real
- * segments fit the order's parameters (at most FQLA_BWD_ORDER_MAX of them,
- * every segment index a uint16). */
-bool segments_ranked(const fqla_problem *p, int64_t L)
-{
-    return L > 0 && p->varlen && p->cu_host && fqla_cp_real_segs(p->cu_host, p->N, L) <= FQLA_BWD_ORDER_MAX &&
-           fqla_cp_segs(p->varlen, p->T, p->N, L) <= 65536;
-}
-
 /* Whether the gradient kernel runs beside the chains (fqla_bwd_params.
  * chain_done): where they take the sequences longest first, the short ones
- * finish early and leave SMs idle while the long ones walk; with CP, the
- * short segments (short sequences, each sequence's last) finish before the
- * others, and the main pass's last wave leaves SMs idle. */
+ * finish early and leave SMs idle while the long ones walk. */
 bool overlapped(const fqla_problem *p, int64_t L)
 {
-    return (ordered(p, L) || segments_ranked(p, L)) && !p->dh0_only &&
-           p->io_dtype == FQLA_DTYPE_BF16; /* bf16: bwd_grads.cu's instances */
+    return ordered(p, L) && !p->dh0_only && p->io_dtype == FQLA_DTYPE_BF16; /* bf16: bwd_grads.cu's instances */
 }
 
 /* The workspace of problem p with the chains' segment length L (seg_chunks_of). */
 fqla_bwd_ws_layout layout_of(const fqla_problem *p, int64_t L)
 {
-    const int64_t segs = L ? fqla_cp_segs(p->varlen, p->T, p->N, L) : 0;
-    return fqla_bwd_ws(slots_of(p), p->H, p->HV, p->K, p->V, p->opt.use_qk_l2norm, p->opt.use_gate_in_kernel, segs,
-                       p->dh0_only, overlapped(p, L) ? (L ? segs : p->N) : 0);
-}
-
-/* With CP and the gradient kernel beside the chains (segments_ranked): the
- * main pass's real segments, longest first (ties: the higher index first, so
- * that the gradient kernel, which takes them in reverse, meets a tie in the
- * main pass's launch order), their chunk counts summed shortest first. */
-void order_segments(const fqla_problem *p, int64_t L, fqla_bwd_params &b)
-{
-    const int64_t *cu = p->cu_host;
-    int32_t chunks[FQLA_BWD_ORDER_MAX];
-    int n = 0;
-    for (int64_t s = 0; s < p->N; s++) {
-        const int64_t len = cu[s + 1] - cu[s], nseg = fqla_cp_nseg(len, L), base = fqla_cp_sbase(1, s, cu[s], 0, L);
-        for (int64_t j = 0; j < nseg; j++, n++) {
-            const int64_t rest = len - j * L * FQLA_BWD_C, seg_len = rest < L * FQLA_BWD_C ? rest : L * FQLA_BWD_C;
-            const int32_t c = (int32_t)((seg_len + FQLA_BWD_C - 1) / FQLA_BWD_C);
-            int i = n; /* insertion: longest first, a tie after the lower index (the later one goes first) */
-            for (; i > 0 && chunks[i - 1] <= c; i--) {
-                chunks[i] = chunks[i - 1];
-                b.seq_order[i] = b.seq_order[i - 1];
-            }
-            chunks[i] = c;
-            b.seq_order[i] = (uint16_t)(base + j);
-        }
-    }
-    b.n_order = n;
-    b.order_segs = 1;
-    b.done_cum[0] = 0;
-    for (int r = 0; r < n; r++) b.done_cum[r + 1] = b.done_cum[r] + chunks[n - 1 - r];
+    return fqla_bwd_ws(slots_of(p), p->H, p->HV, p->K, p->V, p->opt.use_qk_l2norm, p->opt.use_gate_in_kernel,
+                       L ? fqla_cp_segs(p->varlen, p->T, p->N, L) : 0, p->dh0_only, overlapped(p, L) ? p->N : 0);
 }
 
 /* The chains' longest-first order of the sequences (fqla_bwd_params.
  * seq_order), from the host cu_seqlens: only where it changes something
  * (varlen sequences of unequal lengths, whole-sequence chains) and fits
- * the parameters; else n_order = 0, index order (with CP and the gradient
- * kernel beside the chains, the segments' order instead: order_segments). Stable: equal lengths
+ * the parameters; else n_order = 0, index order. Stable: equal lengths
  * keep their index order. Only the launch order changes, never what a CTA
  * computes, so the gradients are the same either way. */
 void order_of(const fqla_problem *p, int64_t L, fqla_bwd_params &b)
 {
     b.n_order = 0;
-    b.order_segs = 0;
-    if (overlapped(p, L) && L > 0) {
-        order_segments(p, L, b);
-        return;
-    }
     if (!ordered(p, L)) return;
     const int64_t *cu = p->cu_host;
     const int n = (int)p->N;
@@ -280,8 +231,7 @@ fqla_status fqla_cuda_bwd_run(fqla_context *ctx, const fqla_problem *p, const fq
          * so the gate parts of those slots are zeros from here */
         b.chain_done = (int *)(ws + L.chain_done);
         b.n_chain_ctas = 2 * (int)((p->V + 2 * FQLA_BWD_VS - 1) / (2 * FQLA_BWD_VS));
-        const int64_t spans = seg_chunks ? fqla_cp_segs(p->varlen, p->T, p->N, seg_chunks) : p->N;
-        st = fqla_cuda_check(ctx, cudaMemsetAsync(b.chain_done, 0, (size_t)spans * p->HV * sizeof(int), stream),
+        st = fqla_cuda_check(ctx, cudaMemsetAsync(b.chain_done, 0, (size_t)p->N * p->HV * sizeof(int), stream),
                              "CUDA backward: zeroing the chains' counts");
         if (st == FQLA_STATUS_SUCCESS && b.gate_part)
             st = fqla_cuda_check(ctx, cudaMemsetAsync(b.gate_part, 0, (size_t)k.slots * p->HV * 2 * sizeof(float), stream),

@@ -636,9 +636,9 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_chain_kernel(const fqla_bwd_pa
         else
             chain_run<T, KD, false, CONVERT>(bp, vec, mode, row, hv, z - zpairs, sm);
     }
-    if (bp.chain_done && mode != CHAIN_PREPASS) {
+    if (bp.chain_done && mode == CHAIN_WHOLE) {
         /* this CTA's states are stored (its bulk copies waited for in
-         * chain_run): count it for its (sequence or segment, value head), releasing
+         * chain_run): count it for its (sequence, value head), releasing
          * every thread's stores (the barrier orders them before thread 0's
          * fence, which is cumulative) */
         if ((threadIdx.x & 127) == 0) fqla_fence_async_global(); /* the bulk stores' issuers */

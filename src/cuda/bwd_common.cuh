@@ -98,27 +98,21 @@ struct fqla_bwd_params {
     int64_t sms;              /* the device's SMs (the chains' launch shape, bwd_chain.cu) */
     int uniform;              /* 1: every sequence has the same length (a padded batch, or packed
                                  sequences whose host cu_seqlens shows it); the chains' launch shape */
-    /* The longest-first order of the chains' spans, from the host cu_seqlens
-     * (bwd.cu's order_of), so at most FQLA_BWD_ORDER_MAX of them: seq_order[r]
-     * is the span of rank r, for the first n_order ranks (0: no order).
-     * Without CP the spans are sequences, and the chains' whole-sequence
-     * launch takes them in this order (bwd_chain.cu, chain_cta); with CP
-     * (order_segs) they are the segments of the main pass, by their index
-     * (fqla_cp_segment; the main pass keeps index order), ranked only for the
-     * gradient kernel. */
+    /* The chains' whole-sequence launch takes its sequences longest first
+     * (bwd_chain.cu, chain_cta): seq_order[r] is the sequence of rank r, for
+     * the first n_order ranks (0: in index order). From the host cu_seqlens
+     * (bwd.cu's order_of), so at most FQLA_BWD_ORDER_MAX sequences. */
     int n_order;
-    int order_segs;
     uint16_t seq_order[FQLA_BWD_ORDER_MAX];
     /* The gradient kernel beside the chains (bwd.cu's overlapped(): with
-     * n_order, not dh0 alone): chain_done[s HV + hv] counts the chain CTAs
-     * of span s (a sequence, or with CP a segment index), value head hv that
-     * have stored all their states (zeroed before the chains; n_chain_ctas
-     * of them, both chains, every slice pair), and the gradient kernel's
-     * launches start during the chains' (PDL), take the spans shortest first
-     * (so in about the order their chains finish: done_cum[r] is the chunk
-     * slots of the r shortest, each span's ceil(len / 64)), and each CTA
-     * waits for its span's count before it reads a state. NULL: launches in
-     * sequence. */
+     * n_order, no CP, not dh0 alone): chain_done[n HV + hv] counts the chain
+     * CTAs of sequence n, value head hv that have stored all their states
+     * (zeroed before the chains; n_chain_ctas of them, both chains, every
+     * slice pair), and the gradient kernel's launches start during the
+     * chains' (PDL), take the sequences shortest first (so in about the
+     * order their chains finish: done_cum[r] is the chunk slots of the r
+     * shortest, every sequence's ceil(len / 64)), and each CTA waits for its
+     * sequence's count before it reads a state. NULL: launches in sequence. */
     int *chain_done;
     int n_chain_ctas;
     int no_tails; /* 1: no chunk for the gradient kernel's tails launch (every sequence empty, or whole
@@ -133,10 +127,9 @@ struct fqla_bwd_ws_layout {
 /* segs: the chains' CP segment indices (fqla_cp_segs), 0 without CP.
  * dh0_only: only prepare and the reverse chain run (fqla_problem.dh0_only),
  * so S and gate_part, which only the state chain, grads and finish touch,
- * take no space. done_spans: the spans the chains count for the gradient
- * kernel beside them (fqla_bwd_params.chain_done), 0 where it does not. */
+ * take no space. */
 static inline fqla_bwd_ws_layout fqla_bwd_ws(int64_t slots, int64_t H, int64_t HV, int64_t K, int64_t V, int l2norm,
-                                             int gate_in_kernel, int64_t segs, int dh0_only, int64_t done_spans)
+                                             int gate_in_kernel, int64_t segs, int dh0_only, int64_t done_seqs)
 {
     fqla_bwd_ws_layout L;
     size_t off = 0;
@@ -156,7 +149,7 @@ static inline fqla_bwd_ws_layout fqla_bwd_ws(int64_t slots, int64_t H, int64_t H
     L.cp_hm[0] = off; off += dh0_only ? 0 : hm;
     L.chunk_ok = off; off += segs ? fqla_fwd_align256(tiles * sizeof(int)) : 0;
     L.seg_flag = off; off += fqla_fwd_align256((size_t)segs * HV * sizeof(int));
-    L.chain_done = off; off += fqla_fwd_align256((size_t)done_spans * HV * sizeof(int));
+    L.chain_done = off; off += fqla_fwd_align256((size_t)done_seqs * HV * sizeof(int));
     L.total = off;
     return L;
 }

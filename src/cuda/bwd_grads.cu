@@ -426,15 +426,14 @@ __device__ __forceinline__ void grads_cta(const fqla_bwd_params &bp, int vec)
     const uint32_t s0 = fqla_smem_u32(sm);
     constexpr int NK = KD / 2; /* accumulators of a 64 x KD product */
     int64_t slot = blockIdx.x;
-    /* Beside the chains (BESIDE: bp.chain_done): the r-th span (a sequence,
-     * or with CP a segment of the main pass) is the r-th shortest (the
-     * order reversed, bwd_common.cuh), and a CTA with a chunk waits until the
-     * chains of its span have stored every state of the group's value heads
-     * (both chains, every slice pair). Every chain CTA started before this
-     * CTA could (PDL), so the wait ends. */
+    /* Beside the chains (BESIDE: bp.chain_done): the r-th sequence is the r-th
+     * shortest (the chains' order reversed, bwd_common.cuh), and a CTA with a
+     * chunk waits until the chains of its sequence have stored every state of
+     * the group's value heads (both chains, every slice pair). Every chain
+     * CTA started before this CTA could (PDL), so the wait ends. */
     auto shortest = [&](int64_t r) -> int64_t { return bp.seq_order[bp.n_order - 1 - r]; };
-    int64_t wait_span = 0; /* BESIDE: the span whose chains this CTA waits for */
-    if constexpr (ROUTE != gw_route::tails && BESIDE) { /* slot index r of the spans taken shortest first */
+    int64_t wait_seq = 0; /* BESIDE: the sequence whose chains this CTA waits for */
+    if constexpr (ROUTE != gw_route::tails && BESIDE) { /* slot index r of the sequences taken shortest first */
         const int64_t r = blockIdx.x;
         if (r >= bp.done_cum[bp.n_order]) return; /* no chunk: its gate parts were zeroed */
         int lo = 0, hi = bp.n_order - 1; /* the last rank whose first slot index is <= r */
@@ -443,43 +442,31 @@ __device__ __forceinline__ void grads_cta(const fqla_bwd_params &bp, int vec)
             if (bp.done_cum[mid] <= r) lo = mid;
             else hi = mid - 1;
         }
-        const int64_t span = shortest(lo);
-        int64_t n = span, c = r - bp.done_cum[lo]; /* c: the chunk's index in its sequence */
-        if (bp.order_segs) {
-            int64_t j;
-            n = fqla_cp_segment(p.cu, p.cu64, p.N, p.T, p.cps, p.seg_chunks, span, &j);
-            c += j * p.seg_chunks;
-        }
         int64_t b, start, len, slot0;
+        const int64_t n = shortest(lo), c = r - bp.done_cum[lo];
         fqla_fwd_seq(p, n, b, start, len, slot0);
         if (LEAN && ((c + 1) * C > len || bwd_seq_short(len))) return; /* the tails' launch (below) */
         slot = slot0 + c;
-        wait_span = span;
+        wait_seq = n;
     }
     if constexpr (ROUTE == gw_route::tails) {
         /* FQLA_BWD_SHORT_CHUNKS CTAs per sequence: chunk j of a short
          * sequence (bwd_seq_short), or (j = 0) a longer one's last chunk
-         * where it is partial; beside the chains the sequences shortest
-         * first, or with CP (whose order ranks segments) in index order */
+         * where it is partial */
         int64_t n = blockIdx.x / FQLA_BWD_SHORT_CHUNKS;
-        if constexpr (BESIDE)
-            if (!bp.order_segs) n = shortest(n);
+        if constexpr (BESIDE) n = shortest(n);
         const int j = (int)(blockIdx.x % FQLA_BWD_SHORT_CHUNKS);
         int64_t b, start, len, slot0;
         fqla_fwd_seq(p, n, b, start, len, slot0);
         const int64_t chunks = (len + C - 1) / C;
-        int64_t c; /* the chunk's index in its sequence */
         if (bwd_seq_short(len)) {
             if (j >= chunks) return;
-            c = j;
+            slot = slot0 + j;
         } else {
             if (j != 0 || len % C == 0) return;
-            c = chunks - 1;
+            slot = slot0 + chunks - 1;
         }
-        slot = slot0 + c;
-        wait_span = n;
-        if constexpr (BESIDE)
-            if (bp.order_segs) wait_span = fqla_cp_sbase(p.varlen, n, start, p.cps, p.seg_chunks) + c / p.seg_chunks;
+        wait_seq = n;
     }
     const int hk = blockIdx.y;
     const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
@@ -555,7 +542,7 @@ __device__ __forceinline__ void grads_cta(const fqla_bwd_params &bp, int vec)
          * k, T~, P~), which read only inputs and prepare's workspace; one
          * thread a value head of the group polls */
         if (tid < p.group) {
-            const int *done = bp.chain_done + wait_span * p.HV + hk * p.group + tid;
+            const int *done = bp.chain_done + wait_seq * p.HV + hk * p.group + tid;
             while (fqla_ld_acquire_gpu(done) < bp.n_chain_ctas) __nanosleep(500);
         }
         __syncthreads();

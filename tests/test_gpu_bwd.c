@@ -705,8 +705,8 @@ static void bwd_varlen(void)
     s4.cu_host = 1;
     check_spec(&s4, "skewed varlen [0,2400,2464,2528,2592] + host copy");
     /* CP (6-chunk segments on 132 SMs) over packed sequences with an empty
-     * one, a partial last chunk and a short sequence (the gradient kernel's
-     * tails launch) beside the CP segments */
+     * one, a partial last chunk and a short sequence: the last two run in the
+     * gradient kernel's tails launch */
     const int64_t cu5[] = {0, 2500, 2500, 2600, 3048};
     spec s5 = base_spec(1, 3048, 1, 2, 128);
     set_cu(&s5, cu5, 5);

@@ -214,8 +214,7 @@ __global__ void __launch_bounds__(256, 4) bwd_prepare_kernel(const fqla_bwd_para
     const fqla_fwd_params &p = bp.f;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     prep_smem<KD> &sm = *reinterpret_cast<prep_smem<KD> *>(smem_raw);
-    /* the value heads of a chunk slot are neighbours in the launch order, so a
-     * GVA group's CTAs read the same q / k rows while they are in L2 */
+    /* slot-major, a slot's value heads adjacent (the header says why) */
     const int64_t slot = blockIdx.x / (unsigned)p.HV;
     const int hv = (int)(blockIdx.x % (unsigned)p.HV), hk = hv / p.group;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -323,6 +322,8 @@ template <typename T, int KD> cudaError_t launch(const fqla_bwd_params &p, cudaS
     const size_t smem = sizeof(prep_smem<KD>);
     cudaError_t e = fqla_smem_limit(cache, bwd_prepare_kernel<T, KD>, smem);
     if (e != cudaSuccess) return e;
+    /* slots x HV < 2^31 (a grid's x limit): the workspace holds two K x V fp32
+     * states per (slot, value head), so that many would be terabytes */
     return fqla_launch(bwd_prepare_kernel<T, KD>, dim3((unsigned)(p.f.slots * p.f.HV)), dim3(256), smem, stream, 0, p);
 }
 

@@ -44,6 +44,10 @@
 #   PYTEST_TIMEOUT=S    default 150
 #   BWD_ROWS            bench_bwd.py --rows (e.g. hk16_hv32:32k_1seq,hk2_hv4:8k_8seq)
 #   BWD_ARGS            other bench_bwd.py options (default --quick when BWD_ROWS is unset)
+#   BWD_LIBS            bench_bwd.py --lib list (label=path,...) instead of $BWD_BIN's library:
+#                       several builds timed in one process beside FLA (paths after unpack.sh,
+#                       e.g. BWD_BIN=.bwdab BWD_LIBS='main=@/main/libflashqla.so,new=@/new/libflashqla.so',
+#                       @ standing for the unpacked $BWD_BIN)
 set -u
 OUT=${OUT:-/tmp/bwd_out}
 mkdir -p "$OUT"
@@ -147,6 +151,7 @@ for s in $steps; do
     wait "$site_pid"
     grep -E "failed" "$LOG/pip.log" && stamp "package install: $(grep failed "$LOG/pip.log" | head -n 3)"
     lib=$BIN/libflashqla.so
+    [ -n "${BWD_LIBS:-}" ] && lib=${BWD_LIBS//@/$BIN}
     rows=()
     [ -n "${BWD_ROWS:-}" ] && rows=(--rows "$BWD_ROWS")
     args=${BWD_ARGS-}

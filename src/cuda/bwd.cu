@@ -104,6 +104,50 @@ void order_of(const fqla_problem *p, int64_t L, fqla_bwd_params &b)
     }
 }
 
+/* A whole-sequence chain step of a CTA of two warpgroups, in steps of a CTA
+ * of one: the two share the SM's tensor cores and the CTA's barriers. The
+ * forward's chunk kernel, whose chain warpgroups run the same kind of RS
+ * wgmma chain, measured 1.42 (docs/history/perf-log.md). */
+#define FQLA_BWD_NWG2_STEP 1.4
+
+/* Chain warpgroups a CTA of the whole-sequence chains (fqla_bwd_params.
+ * chain_nwg; with CP, 2: cp_plan.h prices that shape). One a CTA takes a
+ * chunk step faster, two fill the SMs with half the CTAs (one CTA an SM
+ * either way: shared memory). Priced in the steps of the longest walk:
+ * longest first (bp.n_order), the longer of the longest sequence and all
+ * sequences' chunk steps spread over the SMs; else the waves of CTAs (of
+ * the one launch of both chains, or of the two launches bwd_chain.cu's
+ * launch_nwg makes for equal lengths where that costs no wave). Ties take
+ * two. */
+int chain_nwg_of(const fqla_problem *p, int64_t L, const fqla_bwd_params &b)
+{
+    if (L) return 2;
+    const int64_t slices = (p->V + FQLA_BWD_VS - 1) / FQLA_BWD_VS, chains = p->dh0_only ? 1 : 2;
+    const int64_t sms = b.sms > 0 ? b.sms : 1;
+    double best = 0.0;
+    int pick = 2;
+    for (int nwg = 2; nwg >= 1; nwg--) {
+        const int64_t per = (slices + nwg - 1) / nwg; /* CTAs a (sequence, value head) and chain */
+        double steps;
+        if (b.n_order > 0) {
+            const int64_t all = b.done_cum[b.n_order], longest = all - b.done_cum[b.n_order - 1];
+            const double spread = (double)(chains * p->HV * per * all) / (double)sms;
+            steps = spread > (double)longest ? spread : (double)longest;
+        } else {
+            const int64_t n = p->N * p->HV * per;
+            int64_t w = fqla_cp_waves(chains * n, sms);
+            if (chains == 2 && b.uniform && 2 * fqla_cp_waves(n, sms) < w) w = 2 * fqla_cp_waves(n, sms);
+            steps = (double)w;
+        }
+        const double cost = steps * (nwg == 2 ? FQLA_BWD_NWG2_STEP : 1.0);
+        if (nwg == 2 || cost < best) {
+            best = cost;
+            pick = nwg;
+        }
+    }
+    return pick;
+}
+
 /* 1 where the host cu_seqlens shows that the gradient kernel's tails launch
  * (bwd_grads.cu) has no chunk: every sequence empty, or of whole chunks and
  * not short. */
@@ -214,6 +258,7 @@ fqla_status fqla_cuda_bwd_run(fqla_context *ctx, const fqla_problem *p, const fq
     b.sms = ctx->info.sm_count;
     b.uniform = !p->varlen || (p->cu_host && fqla_cp_uniform_len(p->cu_host, p->N, p->T) > 0);
     order_of(p, seg_chunks, b);
+    b.chain_nwg = chain_nwg_of(p, seg_chunks, b);
     b.no_tails = no_tails_of(p);
     b.gate_part = p->opt.use_gate_in_kernel && !p->dh0_only ? (float *)(ws + L.gate_part) : NULL;
     if (k.cp_mode) { /* both chains' pre-passes run in one launch: each its own [H | M];
@@ -230,7 +275,7 @@ fqla_status fqla_cuda_bwd_run(fqla_context *ctx, const fqla_problem *p, const fq
          * gradient CTA whose chunk has no sequence does nothing in this mode,
          * so the gate parts of those slots are zeros from here */
         b.chain_done = (int *)(ws + L.chain_done);
-        b.n_chain_ctas = 2 * (int)((p->V + 2 * FQLA_BWD_VS - 1) / (2 * FQLA_BWD_VS));
+        b.n_chain_ctas = 2 * (int)((p->V + (int64_t)b.chain_nwg * FQLA_BWD_VS - 1) / ((int64_t)b.chain_nwg * FQLA_BWD_VS));
         st = fqla_cuda_check(ctx, cudaMemsetAsync(b.chain_done, 0, (size_t)p->N * p->HV * sizeof(int), stream),
                              "CUDA backward: zeroing the chains' counts");
         if (st == FQLA_STATUS_SUCCESS && b.gate_part)

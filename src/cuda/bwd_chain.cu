@@ -67,8 +67,9 @@ namespace {
 
 constexpr int C = FQLA_BWD_C;
 constexpr int VS = FQLA_BWD_VS;
-constexpr int NWG = 2; /* chains (warpgroups) a CTA: two 64-column slices of one (span, value head) */
-constexpr int THREADS = 128 * NWG;
+/* NWG, a template parameter below: chain warpgroups a CTA, each a 64-column
+ * slice of one (span, value head), 128 NWG threads (bwd.cu's chain_nwg_of
+ * says which launches take one and which two) */
 constexpr int TILE = C * 64 * 2; /* a 64 x 64 bf16 plane */
 
 /* What a launch runs (bwd_chain_cp.cu): whole sequences (no CP), or with CP
@@ -95,7 +96,7 @@ struct chain_coef {
 };
 
 /* Shared memory (byte offsets from a 1024-aligned base). */
-template <int KD, bool REVERSE, bool CONVERT> struct chain_layout {
+template <int KD, bool REVERSE, bool CONVERT, int NWG> struct chain_layout {
     static constexpr int KP = C * KD * 2;                     /* a [64][KD] plane */
     static constexpr int NQK = REVERSE ? 2 : 1;               /* k (, q) */
     static constexpr int NTP = REVERSE ? 2 : 1;               /* T~ (, P~) */
@@ -113,6 +114,7 @@ template <int KD, bool REVERSE, bool CONVERT> struct chain_layout {
     static constexpr int stg = (coef + (int)sizeof(chain_coef) + 1023) & ~1023;
     static constexpr int stg_end = stg + NWG * KD * 128;
     static constexpr int staged_bytes = stg_end + 1024; /* the state chain's launch with its staging */
+    static_assert(stg_end > stg && staged_bytes > stg_end, "the staging follows the coefficients");
     static_assert(KP % 1024 == 0 && STAGE % 1024 == 0 && tp % 1024 == 0 && lo % 1024 == 0 && tp1 % 1024 == 0,
                   "wgmma planes must be 1024-aligned");
     static_assert(bytes <= 227 * 1024, "over the H100 / H200 shared memory a block may have");
@@ -127,7 +129,7 @@ template <int KD, bool REVERSE, bool CONVERT> struct chain_layout {
  * element by element (kept rolled): never taken through the API, whose
  * validation refuses rows off 16-byte boundaries (bwd_grads.cu's copy_raw64
  * says why the branch stays for now). */
-template <int COLS>
+template <int COLS, int THREADS>
 __device__ __forceinline__ void copy_plane(unsigned char *plane, const uint16_t *src, int64_t st, int valid, int nvalid,
                                            bool vec)
 {
@@ -155,7 +157,7 @@ __device__ __forceinline__ void copy_plane(unsigned char *plane, const uint16_t 
 
 /* T~ or P~ (its hi / lo planes as bwd_prepare.cu stores them, 16 KB) into
  * place by cp.async. */
-__device__ __forceinline__ void copy_tile(unsigned char *dst, const float *src)
+template <int THREADS> __device__ __forceinline__ void copy_tile(unsigned char *dst, const float *src)
 {
 #pragma unroll
     for (int n = 0; n < C * C / 4 / THREADS; n++) {
@@ -167,7 +169,7 @@ __device__ __forceinline__ void copy_tile(unsigned char *dst, const float *src)
 /* Rewrites a [64][KD] plane of raw io elements as its bf16 hi plane in
  * place and lo into lo: row i scaled by r[i] (r nullptr: by 1; rows past
  * nvalid are zeros). */
-template <typename T, int KD>
+template <typename T, int KD, int THREADS>
 __device__ __forceinline__ void split_plane(unsigned char *hi, unsigned char *lo, const float *r, int nvalid)
 {
 #pragma unroll 2
@@ -285,11 +287,12 @@ __device__ int chain_window(const fqla_fwd_params &p, int chunks, int64_t slot0,
  * compiler. One CTA an SM (registers: ~230 a thread); shared memory at
  * K = 128: states 82 (98) KB, dstates 162 (194) KB, the launch of both
  * the larger. */
-template <typename T, int KD, bool REVERSE, bool CONVERT>
+template <typename T, int KD, bool REVERSE, bool CONVERT, int NWG>
 __device__ __forceinline__ void chain_run(const fqla_bwd_params &bp, int vec, int mode, int64_t row, int hv, int zpair,
                                           unsigned char *sm)
 {
-    using L = chain_layout<KD, REVERSE, CONVERT>;
+    using L = chain_layout<KD, REVERSE, CONVERT, NWG>;
+    constexpr int THREADS = 128 * NWG;
     const fqla_fwd_params &p = bp.f;
     const uint32_t s0 = fqla_smem_u32(sm);
     chain_rows *rows = reinterpret_cast<chain_rows *>(sm + L::rows);
@@ -370,12 +373,12 @@ __device__ __forceinline__ void chain_run(const fqla_bwd_params &bp, int vec, in
         const int nv = nvalid_of(c);
         const size_t tile = (size_t)slot * p.HV + hv;
         unsigned char *st = stage(s);
-        copy_plane<KD>(st, (const uint16_t *)p.k + batch * p.k_sb + t0 * p.k_st + (int64_t)hk * p.k_sh, p.k_st, KD, nv,
+        copy_plane<KD, THREADS>(st, (const uint16_t *)p.k + batch * p.k_sb + t0 * p.k_st + (int64_t)hk * p.k_sh, p.k_st, KD, nv,
                        vec);
         if constexpr (REVERSE) {
-            copy_plane<KD>(st + L::KP, (const uint16_t *)p.q + batch * p.q_sb + t0 * p.q_st + (int64_t)hk * p.q_sh,
+            copy_plane<KD, THREADS>(st + L::KP, (const uint16_t *)p.q + batch * p.q_sb + t0 * p.q_st + (int64_t)hk * p.q_sh,
                            p.q_st, KD, nv, vec);
-            copy_tile(sm + tp_of(s) + 2 * TILE, bp.Pt + tile * C * C);
+            copy_tile<THREADS>(sm + tp_of(s) + 2 * TILE, bp.Pt + tile * C * C);
         }
         /* each real slice's V or dO columns (identity slices have zero input, never read) */
 #pragma unroll
@@ -384,10 +387,10 @@ __device__ __forceinline__ void chain_run(const fqla_bwd_params &bp, int vec, in
             if (c0 >= p.V) break;
             const int64_t off = REVERSE ? batch * bp.do_sb + t0 * bp.do_st + (int64_t)hv * bp.do_sh + c0
                                         : batch * p.v_sb + t0 * p.v_st + (int64_t)hv * p.v_sh + c0;
-            copy_plane<VS>(st + L::NQK * L::KP + w * TILE, (const uint16_t *)(REVERSE ? bp.d_o : p.v) + off,
+            copy_plane<VS, THREADS>(st + L::NQK * L::KP + w * TILE, (const uint16_t *)(REVERSE ? bp.d_o : p.v) + off,
                            REVERSE ? bp.do_st : p.v_st, p.V - c0, nv, vec);
         }
-        copy_tile(sm + tp_of(s), bp.Tt + tile * C * C);
+        copy_tile<THREADS>(sm + tp_of(s), bp.Tt + tile * C * C);
         if (tid < C / 4) { /* the workspace rows: 16-byte aligned always */
             chain_rows &r = rows[s];
             fqla_cp_async16(&r.gam[4 * tid], p.gam + tile * C + 4 * tid, 16);
@@ -418,8 +421,8 @@ __device__ __forceinline__ void chain_run(const fqla_bwd_params &bp, int vec, in
         fqla_fence_async_smem();  /* cp.async wrote through the generic proxy; wgmma reads through the async one */
         __syncthreads();          /* (a) every thread's copies; chunk it - 1 fully read */
         if constexpr (CONVERT) {
-            split_plane<T, KD>(st, sm + L::lo, p.l2norm ? r.rk : nullptr, nv);
-            if constexpr (REVERSE) split_plane<T, KD>(st + L::KP, sm + L::lo + L::KP, p.l2norm ? r.rq : nullptr, nv);
+            split_plane<T, KD, THREADS>(st, sm + L::lo, p.l2norm ? r.rk : nullptr, nv);
+            if constexpr (REVERSE) split_plane<T, KD, THREADS>(st + L::KP, sm + L::lo + L::KP, p.l2norm ? r.rq : nullptr, nv);
         }
         const float gC = r.gam[C - 1], eC = __expf(gC);
         if (tid < C) {
@@ -611,8 +614,8 @@ __device__ __forceinline__ void chain_cta(const fqla_bwd_params &bp, int mode, i
     hv = (int)(rest % gridDim.y);
     row = rank < bp.n_order ? bp.seq_order[rank] : rank;
 }
-template <typename T, int KD, bool CONVERT, int DIRS>
-__global__ void __launch_bounds__(THREADS, 1) bwd_chain_kernel(const fqla_bwd_params bp, int vec, int mode, int zpairs)
+template <typename T, int KD, bool CONVERT, int DIRS, int NWG>
+__global__ void __launch_bounds__(128 * NWG, 1) bwd_chain_kernel(const fqla_bwd_params bp, int vec, int mode, int zpairs)
 {
     extern __shared__ unsigned char smem_raw[];
     /* 1024-aligned by an offset from smem_raw, not a round trip through an
@@ -627,14 +630,14 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_chain_kernel(const fqla_bwd_pa
      * gradient CTA that waits for it */
     fqla_pdl_trigger();
     if constexpr (DIRS == CHAIN_REVERSE_ONLY) {
-        chain_run<T, KD, true, CONVERT>(bp, vec, mode, row, hv, z, sm);
+        chain_run<T, KD, true, CONVERT, NWG>(bp, vec, mode, row, hv, z, sm);
     } else if constexpr (DIRS == CHAIN_STATES_ONLY) {
-        chain_run<T, KD, false, CONVERT>(bp, vec, mode, row, hv, z, sm);
+        chain_run<T, KD, false, CONVERT, NWG>(bp, vec, mode, row, hv, z, sm);
     } else {
         if (z < zpairs)
-            chain_run<T, KD, true, CONVERT>(bp, vec, mode, row, hv, z, sm);
+            chain_run<T, KD, true, CONVERT, NWG>(bp, vec, mode, row, hv, z, sm);
         else
-            chain_run<T, KD, false, CONVERT>(bp, vec, mode, row, hv, z - zpairs, sm);
+            chain_run<T, KD, false, CONVERT, NWG>(bp, vec, mode, row, hv, z - zpairs, sm);
     }
     if (bp.chain_done && mode == CHAIN_WHOLE) {
         /* this CTA's states are stored (its bulk copies waited for in
@@ -651,21 +654,21 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_chain_kernel(const fqla_bwd_pa
 }
 
 /* Grid: sequences (CHAIN_WHOLE) or segment indices (with CP), value heads,
- * per chain the pairs of 64-column slices of V (the pre-pass: and of the K
- * identity columns); the state chain only where its states are stored
- * (bp.S; not with dh0 alone). */
-template <typename T, int KD, bool CONVERT, int DIRS>
+ * per chain the groups of NWG 64-column slices of V (the pre-pass: and of
+ * the K identity columns); the state chain only where its states are
+ * stored (bp.S; not with dh0 alone). */
+template <typename T, int KD, bool CONVERT, int DIRS, int NWG>
 cudaError_t launch_dirs(const fqla_bwd_params &p, int mode, dim3 grid, int zpairs, cudaStream_t stream)
 {
     static fqla_smem_cache cache;
-    using LR = chain_layout<KD, true, CONVERT>;
-    using LS = chain_layout<KD, false, CONVERT>;
+    using LR = chain_layout<KD, true, CONVERT, NWG>;
+    using LS = chain_layout<KD, false, CONVERT, NWG>;
     static_assert(LR::bytes >= LS::bytes, "the reverse chain's layout is the larger");
     static_assert(LR::bytes >= LS::staged_bytes && LS::staged_bytes >= LS::bytes, "the state chain's staging fits");
     const size_t smem = DIRS == CHAIN_STATES_ONLY ? LS::staged_bytes : LR::bytes;
-    cudaError_t e = fqla_smem_limit(cache, bwd_chain_kernel<T, KD, CONVERT, DIRS>, smem);
+    cudaError_t e = fqla_smem_limit(cache, bwd_chain_kernel<T, KD, CONVERT, DIRS, NWG>, smem);
     if (e != cudaSuccess) return e;
-    return fqla_launch(bwd_chain_kernel<T, KD, CONVERT, DIRS>, grid, dim3(THREADS), smem, stream, 0, p,
+    return fqla_launch(bwd_chain_kernel<T, KD, CONVERT, DIRS, NWG>, grid, dim3(128 * NWG), smem, stream, 0, p,
                        fqla_bwd_rows16(p, FQLA_BWD_ROWS_ALL), mode, zpairs);
 }
 
@@ -679,8 +682,10 @@ cudaError_t launch_dirs(const fqla_bwd_params &p, int mode, dim3 grid, int zpair
  * launches waits for its longest sequence, where one launch starts the other
  * chain's CTAs as the short sequences' finish: the bench's hk16_hv32 8k_4seq
  * (5809 + 1244 + 406 + 733 tokens) took 1.89 ms against 1.53 in one launch
- * (docs/history/2026-12-06-bwdnext.md). */
-template <typename T, int KD, bool CONVERT> cudaError_t launch(const fqla_bwd_params &p, int mode, cudaStream_t stream)
+ * (docs/history/2026-12-06-bwdnext.md). bwd.cu's chain_nwg_of prices this
+ * choice beside the CTA's warpgroups. */
+template <typename T, int KD, bool CONVERT, int NWG>
+cudaError_t launch_nwg(const fqla_bwd_params &p, int mode, cudaStream_t stream)
 {
     const int64_t rows = mode == CHAIN_WHOLE ? p.f.N : fqla_cp_segs(p.f.varlen, p.f.T, p.f.N, p.f.seg_chunks);
     const int64_t slices = (p.f.V + VS - 1) / VS + (mode == CHAIN_PREPASS ? KD / VS : 0);
@@ -688,12 +693,21 @@ template <typename T, int KD, bool CONVERT> cudaError_t launch(const fqla_bwd_pa
     const dim3 one((unsigned)rows, (unsigned)p.f.HV, (unsigned)zpairs);
     const int64_t n = rows * p.f.HV * zpairs, sms = p.sms > 0 ? p.sms : 1;
     if (mode == CHAIN_WHOLE && p.S && p.uniform && fqla_cp_waves(2 * n, sms) >= 2 * fqla_cp_waves(n, sms)) {
-        cudaError_t e = launch_dirs<T, KD, CONVERT, CHAIN_REVERSE_ONLY>(p, mode, one, zpairs, stream);
+        cudaError_t e = launch_dirs<T, KD, CONVERT, CHAIN_REVERSE_ONLY, NWG>(p, mode, one, zpairs, stream);
         if (e != cudaSuccess) return e;
-        return launch_dirs<T, KD, CONVERT, CHAIN_STATES_ONLY>(p, mode, one, zpairs, stream);
+        return launch_dirs<T, KD, CONVERT, CHAIN_STATES_ONLY, NWG>(p, mode, one, zpairs, stream);
     }
     const dim3 both((unsigned)rows, (unsigned)p.f.HV, (unsigned)(zpairs * (p.S ? 2 : 1)));
-    return launch_dirs<T, KD, CONVERT, CHAINS_BOTH>(p, mode, both, zpairs, stream);
+    return launch_dirs<T, KD, CONVERT, CHAINS_BOTH, NWG>(p, mode, both, zpairs, stream);
+}
+
+/* One warpgroup a CTA where bwd.cu chose it for the whole sequences
+ * (fqla_bwd_params.chain_nwg); CP's passes take two (cp_plan.h prices
+ * their waves so). */
+template <typename T, int KD, bool CONVERT> cudaError_t launch(const fqla_bwd_params &p, int mode, cudaStream_t stream)
+{
+    if (mode == CHAIN_WHOLE && p.chain_nwg == 1) return launch_nwg<T, KD, CONVERT, 1>(p, mode, stream);
+    return launch_nwg<T, KD, CONVERT, 2>(p, mode, stream);
 }
 
 /* bf16 io with or without l2norm, or fp16 (always converted) */

@@ -98,6 +98,8 @@ struct fqla_bwd_params {
     int64_t sms;              /* the device's SMs (the chains' launch shape, bwd_chain.cu) */
     int uniform;              /* 1: every sequence has the same length (a padded batch, or packed
                                  sequences whose host cu_seqlens shows it); the chains' launch shape */
+    int chain_nwg;            /* chain warpgroups a CTA of the whole-sequence chains, 1 or 2 (bwd.cu's
+                                 chain_nwg_of); CP's passes take 2 */
     /* The chains' whole-sequence launch takes its sequences longest first
      * (bwd_chain.cu, chain_cta): seq_order[r] is the sequence of rank r, for
      * the first n_order ranks (0: in index order). From the host cu_seqlens
@@ -108,7 +110,7 @@ struct fqla_bwd_params {
      * n_order, no CP, not dh0 alone): chain_done[n HV + hv] counts the chain
      * CTAs of sequence n, value head hv that have stored all their states
      * (zeroed before the chains; n_chain_ctas of them, both chains, every
-     * slice pair), and the gradient kernel's launches start during the
+     * group of chain_nwg slices), and the gradient kernel's launches start during the
      * chains' (PDL), take the sequences shortest first (so in about the
      * order their chains finish: done_cum[r] is the chunk slots of the r
      * shortest, every sequence's ceil(len / 64)), and each CTA waits for its

@@ -109,13 +109,18 @@ void order_of(const fqla_problem *p, int64_t L, fqla_bwd_params &b)
  * forward's chunk kernel, whose chain warpgroups run the same kind of RS
  * wgmma chain, measured 1.42 (docs/history/perf-log.md). */
 #define FQLA_BWD_NWG2_STEP 1.4
+/* The gradient kernel's SM time a (chunk, value head), in those steps:
+ * ~20 us (2.46 ms x 132 SMs / 16384 on hk16_hv32 32k_1seq, H100) against
+ * a step of ~5 us. */
+#define FQLA_BWD_GRADS_STEPS 4.0
 
 /* Chain warpgroups a CTA of the whole-sequence chains (fqla_bwd_params.
  * chain_nwg; with CP, 2: cp_plan.h prices that shape). One a CTA takes a
- * chunk step faster, two fill the SMs with half the CTAs (one CTA an SM
- * either way: shared memory). Priced in the steps of the longest walk:
- * longest first (bp.n_order), the longer of the longest sequence and all
- * sequences' chunk steps spread over the SMs; else the waves of CTAs (of
+ * chunk step faster, two fill the SMs with half the CTAs and 0.7x the SM
+ * time (one CTA an SM either way: shared memory). Priced in those steps:
+ * taken longest first (bp.n_order), the longer of the longest sequence's
+ * walk and all the work spread over the SMs, the gradient kernel's too
+ * where it runs beside the chains (overlapped); else the waves of CTAs (of
  * the one launch of both chains, or of the two launches bwd_chain.cu's
  * launch_nwg makes for equal lengths where that costs no wave). Ties take
  * two. */
@@ -123,23 +128,24 @@ int chain_nwg_of(const fqla_problem *p, int64_t L, const fqla_bwd_params &b)
 {
     if (L) return 2;
     const int64_t slices = (p->V + FQLA_BWD_VS - 1) / FQLA_BWD_VS, chains = p->dh0_only ? 1 : 2;
-    const int64_t sms = b.sms > 0 ? b.sms : 1;
+    const double sms = b.sms > 0 ? (double)b.sms : 1.0;
     double best = 0.0;
     int pick = 2;
     for (int nwg = 2; nwg >= 1; nwg--) {
         const int64_t per = (slices + nwg - 1) / nwg; /* CTAs a (sequence, value head) and chain */
-        double steps;
+        const double step = nwg == 2 ? FQLA_BWD_NWG2_STEP : 1.0;
+        double cost;
         if (b.n_order > 0) {
             const int64_t all = b.done_cum[b.n_order], longest = all - b.done_cum[b.n_order - 1];
-            const double spread = (double)(chains * p->HV * per * all) / (double)sms;
-            steps = spread > (double)longest ? spread : (double)longest;
+            double work = (double)(chains * p->HV * per * all) * step;
+            if (overlapped(p, L)) work += FQLA_BWD_GRADS_STEPS * (double)(p->HV * all);
+            cost = work / sms > (double)longest * step ? work / sms : (double)longest * step;
         } else {
-            const int64_t n = p->N * p->HV * per;
-            int64_t w = fqla_cp_waves(chains * n, sms);
-            if (chains == 2 && b.uniform && 2 * fqla_cp_waves(n, sms) < w) w = 2 * fqla_cp_waves(n, sms);
-            steps = (double)w;
+            const int64_t n = p->N * p->HV * per, s = b.sms > 0 ? b.sms : 1;
+            int64_t w = fqla_cp_waves(chains * n, s);
+            if (chains == 2 && b.uniform && 2 * fqla_cp_waves(n, s) < w) w = 2 * fqla_cp_waves(n, s);
+            cost = (double)w * step;
         }
-        const double cost = steps * (nwg == 2 ? FQLA_BWD_NWG2_STEP : 1.0);
         if (nwg == 2 || cost < best) {
             best = cost;
             pick = nwg;

@@ -15,6 +15,11 @@ L) in --out; per row a summary line: the plan's length and time, the best
 length and its time.
 
     python3 dev/gpu/bwd_cp_sweep.py --lib build-dev/libflashqla.so [--rows hk8_hv16:8k_4seq,...]
+
+With --nwg it sweeps instead the whole-sequence chains' warpgroups a CTA
+(fqla_cuda_bwd_tune_nwg; bwd.cu's chain_nwg_of picks): the plan, 1 and 2,
+at the planned segment length (CP's passes always take 2, so rows with CP
+time the same kernels thrice).
 """
 import argparse
 import ctypes as C
@@ -40,6 +45,7 @@ def main():
     ap.add_argument("--calls", type=int, default=4)
     ap.add_argument("--replays", type=int, default=7)
     ap.add_argument("--out", default="bwd-cp-sweep.csv")
+    ap.add_argument("--nwg", action="store_true", help="sweep the chains' warpgroups a CTA, not the CP length")
     a = ap.parse_args()
 
     lib = bf.Lib(a.lib, "dev")
@@ -49,6 +55,10 @@ def main():
         sys.exit("bwd_cp_sweep.py: %s is not a developer build (make DEV=1)" % a.lib)
     tune.argtypes = [C.c_int64]
     last.restype = C.c_int64
+    tune_nwg = getattr(lib.L, "fqla_cuda_bwd_tune_nwg", None)
+    last_nwg = getattr(lib.L, "fqla_cuda_bwd_last_nwg", None)
+    if a.nwg and (tune_nwg is None or last_nwg is None):
+        sys.exit("bwd_cp_sweep.py: %s has no fqla_cuda_bwd_tune_nwg (a developer build of 9df5713 or later)" % a.lib)
 
     rows = [(r["model"], int(r["h_qk"]), int(r["h_v"]), r["seqlens"]) for r in bb.load_anchors().values()]
     if a.rows:
@@ -59,7 +69,7 @@ def main():
     f = open(a.out, "a", newline="")
     w = csv.writer(f)
     if f.tell() == 0:
-        w.writerow(["model", "seqlens", "seg_chunks", "planned", "ms", "max_rel_vs_plan", "gpu"])
+        w.writerow(["model", "seqlens", "nwg" if a.nwg else "seg_chunks", "planned", "ms", "max_rel_vs_plan", "gpu"])
     for ri, (model, hq, hv, sl) in enumerate(rows):
         lens = bb.BWD_SPLITS[sl]
         q, k, v, g, beta, h0, cu, cu_host = bf.make_inputs(hq, hv, lens, seed=ri)
@@ -68,14 +78,18 @@ def main():
         dht = (torch.randn(h0.shape, device="cuda", generator=gen) / 8).float()
         chunks = (max(lens) + 63) // 64
         results, ref = [], None
-        for L in [-1, 0] + [x for x in LADDER if x < chunks]:
-            tune(L)
+        sweep = [-1, 1, 2] if a.nwg else [-1, 0] + [x for x in LADDER if x < chunks]
+        for L in sweep:
+            if a.nwg:
+                tune_nwg(L)
+            else:
+                tune(L)
             call = bb.FqlaBwd(lib, q, k, v, g, beta, h0, cu, cu_host, do, dht)
-            used = int(last())
-            if L > 0 and used != L:
-                continue  # refused (the plan's length): already timed
-            call()
+            call()  # the run (not the workspace query) records the warpgroups
             torch.cuda.synchronize()
+            used = int(last_nwg()) if a.nwg else int(last())
+            if L > 0 and used != L and not a.nwg:
+                continue  # refused (the plan's length): already timed
             grads = {n: x.clone() for n, x in call.grads.items()}
             if ref is None:
                 ref, planned = grads, used
@@ -86,14 +100,18 @@ def main():
             f.flush()
             del call
         tune(-1)
+        if a.nwg:
+            tune_nwg(-1)
         torch.cuda.empty_cache()
         plan_ms = results[0][2]
         best = min(results, key=lambda r: r[2])
         bad = [r for r in results if r[3] > 1e-2]
-        print("%-10s %-9s plan L=%3d %.3f ms | best L=%3d %.3f ms (x%.3f) | %s%s" % (
+        what = "nwg" if a.nwg else "L"
+        fmt = "%-10s %-9s plan " + what + "=%3d %.3f ms | best " + what + "=%3d %.3f ms (x%.3f) | %s%s"
+        print(fmt % (
             model, sl, planned, plan_ms, best[1], best[2], best[2] / plan_ms,
             " ".join("%d:%.3f" % (r[1], r[2]) for r in results[1:]),
-            "  DIFFERS at L=%s" % ",".join(str(r[1]) for r in bad) if bad else ""), flush=True)
+            "  DIFFERS at %s=%s" % (what, ",".join(str(r[1]) for r in bad)) if bad else ""), flush=True)
     f.close()
 
 

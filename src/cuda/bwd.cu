@@ -264,7 +264,11 @@ fqla_status fqla_cuda_bwd_run(fqla_context *ctx, const fqla_problem *p, const fq
     b.sms = ctx->info.sm_count;
     b.uniform = !p->varlen || (p->cu_host && fqla_cp_uniform_len(p->cu_host, p->N, p->T) > 0);
     order_of(p, seg_chunks, b);
+#ifdef FQLA_DEV
+    b.chain_nwg = fqla_dev_bwd_chain_nwg(p, chain_nwg_of(p, seg_chunks, b));
+#else
     b.chain_nwg = chain_nwg_of(p, seg_chunks, b);
+#endif
     b.no_tails = no_tails_of(p);
     b.gate_part = p->opt.use_gate_in_kernel && !p->dh0_only ? (float *)(ws + L.gate_part) : NULL;
     if (k.cp_mode) { /* both chains' pre-passes run in one launch: each its own [H | M];

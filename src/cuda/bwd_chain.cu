@@ -2,8 +2,9 @@
  * bwd_chain.cu - the backward's two sequential passes over each sequence
  * (bwd_common.cuh), one warpgroup per (sequence, value head, slice of
  * FQLA_BWD_VS = 64 value columns; a last slice of 32 runs with zero columns
- * past V), two slices of one (sequence, value head) a CTA, which share the
- * chunk's K, Q, T~, P~ and their conversion: value columns never mix in
+ * past V), one or two slices of one (sequence, value head) a CTA (NWG; two
+ * share the chunk's K, Q, T~, P~ and their conversion, one walks a chunk
+ * faster: bwd.cu's chain_nwg_of picks): value columns never mix in
  * either chain, so the slices run independently, as the forward's chunk
  * kernels do. Both chains run in one launch (bwd_chain_kernel below).
  *

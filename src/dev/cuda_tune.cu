@@ -40,6 +40,8 @@ int64_t g_flag_count = 0;
 /* backward settings */
 int64_t g_bwd_cp = -1;   /* fqla_cuda_bwd_tune_cp */
 int64_t g_bwd_last = -1; /* the last backward's segment length (its workspace query's or run's) */
+int g_bwd_nwg = -1;       /* fqla_cuda_bwd_tune_nwg */
+int g_bwd_last_nwg = -1;  /* the last backward run's chain warpgroups a CTA */
 
 /* decode settings */
 int g_wv = 0, g_streaming = -1, g_warps = 0, g_ks = 0, g_dpdl = -1, g_prefetch = -1;
@@ -263,6 +265,13 @@ int64_t fqla_dev_bwd_seg_chunks(const fqla_problem *p, int64_t planned)
     return L;
 }
 
+int fqla_dev_bwd_chain_nwg(const fqla_problem *p, int planned)
+{
+    (void)p;
+    g_bwd_last_nwg = g_bwd_nwg == 1 || g_bwd_nwg == 2 ? g_bwd_nwg : planned;
+    return g_bwd_last_nwg;
+}
+
 void fqla_dev_decode_route(const fqla_problem *p, int sm_count, fqla_decode_route *r)
 {
     const int esize = (int)fqla_dtype_size(p->state_dtype);
@@ -301,6 +310,9 @@ FQLA_DEV_API void fqla_cuda_bwd_tune_cp(int64_t seg_chunks) { g_bwd_cp = seg_chu
 
 /* The segment length the last backward call (or workspace query) ran with. */
 FQLA_DEV_API int64_t fqla_cuda_bwd_last_seg_chunks(void) { return g_bwd_last; }
+/* The whole-sequence chains' warpgroups a CTA: 1 or 2 forced, else (-1) the planner's. */
+FQLA_DEV_API void fqla_cuda_bwd_tune_nwg(int nwg) { g_bwd_nwg = nwg == 1 || nwg == 2 ? nwg : -1; }
+FQLA_DEV_API int fqla_cuda_bwd_last_nwg(void) { return g_bwd_last_nwg; }
 
 /* A fixed V-slice width per warp (0: the default choice) and the streaming
  * cache hints on the state (-1: the default, off). */

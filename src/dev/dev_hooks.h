@@ -27,6 +27,10 @@ void fqla_dev_fwd_route(const fqla_route_device *d, const fqla_fwd_shape *s, fql
  * workspace query and for the run alike, so both see the same plan. */
 int64_t fqla_dev_bwd_seg_chunks(const fqla_problem *p, int64_t planned);
 
+/* The backward: the whole-sequence chains' warpgroups a CTA (1 or 2) for
+ * problem p, given the planner's choice `planned` (bwd.cu's chain_nwg_of). */
+int fqla_dev_bwd_chain_nwg(const fqla_problem *p, int planned);
+
 /* Decode and verify: r as chosen for problem p. */
 void fqla_dev_decode_route(const fqla_problem *p, int sm_count, fqla_decode_route *r);
 

@@ -105,23 +105,23 @@ void order_of(const fqla_problem *p, int64_t L, fqla_bwd_params &b)
 }
 
 /* A whole-sequence chain step of a CTA of two warpgroups, in steps of a CTA
- * of one: the two share the SM's tensor cores and the CTA's barriers. The
+ * of one: the two share the SM's tensor cores and the CTA's barriers. 1.27
+ * measured on long walks (H100, docs/history/2026-12-07-bwdnwg.md; the
  * forward's chunk kernel, whose chain warpgroups run the same kind of RS
- * wgmma chain, measured 1.42 (docs/history/perf-log.md). */
-#define FQLA_BWD_NWG2_STEP 1.4
-/* The gradient kernel's SM time a (chunk, value head), in those steps:
- * ~20 us (2.46 ms x 132 SMs / 16384 on hk16_hv32 32k_1seq, H100) against
- * a step of ~5 us. */
-#define FQLA_BWD_GRADS_STEPS 4.0
+ * wgmma chain, 1.42). */
+#define FQLA_BWD_NWG2_STEP 1.27
 
 /* Chain warpgroups a CTA of the whole-sequence chains (fqla_bwd_params.
  * chain_nwg; with CP, 2: cp_plan.h prices that shape). One a CTA takes a
- * chunk step faster, two fill the SMs with half the CTAs and 0.7x the SM
+ * chunk step faster, two fill the SMs with half the CTAs and 0.64x the SM
  * time (one CTA an SM either way: shared memory). Priced in those steps:
  * taken longest first (bp.n_order), the longer of the longest sequence's
- * walk and all the work spread over the SMs, the gradient kernel's too
- * where it runs beside the chains (overlapped); else the waves of CTAs (of
- * the one launch of both chains, or of the two launches bwd_chain.cu's
+ * walk and all the chains' work spread over the SMs (the gradient kernel
+ * that runs beside them starts on a sequence as soon as its chains are
+ * done, so the longest walk's end matters more than the chains' last CTA:
+ * on the ten bench rows of this kind this picks the faster shape on each,
+ * bench/results/bwd-nwg-sweep-h100-2026-12-07.csv); else the waves of CTAs
+ * (of the one launch of both chains, or of the two launches bwd_chain.cu's
  * launch_nwg makes for equal lengths where that costs no wave). Ties take
  * two. */
 int chain_nwg_of(const fqla_problem *p, int64_t L, const fqla_bwd_params &b)
@@ -137,9 +137,8 @@ int chain_nwg_of(const fqla_problem *p, int64_t L, const fqla_bwd_params &b)
         double cost;
         if (b.n_order > 0) {
             const int64_t all = b.done_cum[b.n_order], longest = all - b.done_cum[b.n_order - 1];
-            double work = (double)(chains * p->HV * per * all) * step;
-            if (overlapped(p, L)) work += FQLA_BWD_GRADS_STEPS * (double)(p->HV * all);
-            cost = work / sms > (double)longest * step ? work / sms : (double)longest * step;
+            const double spread = (double)(chains * p->HV * per * all) * step / sms;
+            cost = spread > (double)longest * step ? spread : (double)longest * step;
         } else {
             const int64_t n = p->N * p->HV * per, s = b.sms > 0 ? b.sms : 1;
             int64_t w = fqla_cp_waves(chains * n, s);
@@ -285,7 +284,8 @@ fqla_status fqla_cuda_bwd_run(fqla_context *ctx, const fqla_problem *p, const fq
          * gradient CTA whose chunk has no sequence does nothing in this mode,
          * so the gate parts of those slots are zeros from here */
         b.chain_done = (int *)(ws + L.chain_done);
-        b.n_chain_ctas = 2 * (int)((p->V + (int64_t)b.chain_nwg * FQLA_BWD_VS - 1) / ((int64_t)b.chain_nwg * FQLA_BWD_VS));
+        const int64_t cols = (int64_t)b.chain_nwg * FQLA_BWD_VS; /* a chain CTA's value columns */
+        b.n_chain_ctas = 2 * (int)((p->V + cols - 1) / cols);
         st = fqla_cuda_check(ctx, cudaMemsetAsync(b.chain_done, 0, (size_t)p->N * p->HV * sizeof(int), stream),
                              "CUDA backward: zeroing the chains' counts");
         if (st == FQLA_STATUS_SUCCESS && b.gate_part)

@@ -286,8 +286,8 @@ __device__ int chain_window(const fqla_fwd_params &p, int chunks, int64_t slot0,
  * l2norm in the kernel): converted in place, with lo planes. A template
  * parameter so that every product's number of terms is known to the
  * compiler. One CTA an SM (registers: ~230 a thread); shared memory at
- * K = 128: states 82 (98) KB, dstates 162 (194) KB, the launch of both
- * the larger. */
+ * K = 128 and NWG = 2: states 82 (98) KB, dstates 162 (194) KB, the launch
+ * of both the larger; 16 KB less at NWG = 1. */
 template <typename T, int KD, bool REVERSE, bool CONVERT, int NWG>
 __device__ __forceinline__ void chain_run(const fqla_bwd_params &bp, int vec, int mode, int64_t row, int hv, int zpair,
                                           unsigned char *sm)
@@ -374,11 +374,12 @@ __device__ __forceinline__ void chain_run(const fqla_bwd_params &bp, int vec, in
         const int nv = nvalid_of(c);
         const size_t tile = (size_t)slot * p.HV + hv;
         unsigned char *st = stage(s);
-        copy_plane<KD, THREADS>(st, (const uint16_t *)p.k + batch * p.k_sb + t0 * p.k_st + (int64_t)hk * p.k_sh, p.k_st, KD, nv,
-                       vec);
+        copy_plane<KD, THREADS>(st, (const uint16_t *)p.k + batch * p.k_sb + t0 * p.k_st + (int64_t)hk * p.k_sh,
+                                p.k_st, KD, nv, vec);
         if constexpr (REVERSE) {
-            copy_plane<KD, THREADS>(st + L::KP, (const uint16_t *)p.q + batch * p.q_sb + t0 * p.q_st + (int64_t)hk * p.q_sh,
-                           p.q_st, KD, nv, vec);
+            copy_plane<KD, THREADS>(st + L::KP,
+                                    (const uint16_t *)p.q + batch * p.q_sb + t0 * p.q_st + (int64_t)hk * p.q_sh,
+                                    p.q_st, KD, nv, vec);
             copy_tile<THREADS>(sm + tp_of(s) + 2 * TILE, bp.Pt + tile * C * C);
         }
         /* each real slice's V or dO columns (identity slices have zero input, never read) */
@@ -389,7 +390,7 @@ __device__ __forceinline__ void chain_run(const fqla_bwd_params &bp, int vec, in
             const int64_t off = REVERSE ? batch * bp.do_sb + t0 * bp.do_st + (int64_t)hv * bp.do_sh + c0
                                         : batch * p.v_sb + t0 * p.v_st + (int64_t)hv * p.v_sh + c0;
             copy_plane<VS, THREADS>(st + L::NQK * L::KP + w * TILE, (const uint16_t *)(REVERSE ? bp.d_o : p.v) + off,
-                           REVERSE ? bp.do_st : p.v_st, p.V - c0, nv, vec);
+                                    REVERSE ? bp.do_st : p.v_st, p.V - c0, nv, vec);
         }
         copy_tile<THREADS>(sm + tp_of(s), bp.Tt + tile * C * C);
         if (tid < C / 4) { /* the workspace rows: 16-byte aligned always */
@@ -423,7 +424,8 @@ __device__ __forceinline__ void chain_run(const fqla_bwd_params &bp, int vec, in
         __syncthreads();          /* (a) every thread's copies; chunk it - 1 fully read */
         if constexpr (CONVERT) {
             split_plane<T, KD, THREADS>(st, sm + L::lo, p.l2norm ? r.rk : nullptr, nv);
-            if constexpr (REVERSE) split_plane<T, KD, THREADS>(st + L::KP, sm + L::lo + L::KP, p.l2norm ? r.rq : nullptr, nv);
+            if constexpr (REVERSE)
+                split_plane<T, KD, THREADS>(st + L::KP, sm + L::lo + L::KP, p.l2norm ? r.rq : nullptr, nv);
         }
         const float gC = r.gam[C - 1], eC = __expf(gC);
         if (tid < C) {
@@ -616,7 +618,8 @@ __device__ __forceinline__ void chain_cta(const fqla_bwd_params &bp, int mode, i
     row = rank < bp.n_order ? bp.seq_order[rank] : rank;
 }
 template <typename T, int KD, bool CONVERT, int DIRS, int NWG>
-__global__ void __launch_bounds__(128 * NWG, 1) bwd_chain_kernel(const fqla_bwd_params bp, int vec, int mode, int zpairs)
+__global__ void __launch_bounds__(128 * NWG, 1)
+    bwd_chain_kernel(const fqla_bwd_params bp, int vec, int mode, int zpairs)
 {
     extern __shared__ unsigned char smem_raw[];
     /* 1024-aligned by an offset from smem_raw, not a round trip through an

@@ -48,7 +48,8 @@
     X(bwd_contract) X(bwd_lengths) X(bwd_varlen) X(bwd_varlen_edges) X(bwd_trailing_rows) X(bwd_gva)     \
     X(bwd_states) X(bwd_v_first) X(bwd_fp16) X(bwd_bf16_gates) X(bwd_options) X(bwd_neg_eigval)          \
     X(bwd_strong_decay) X(bwd_no_decay) X(bwd_head_dims) X(bwd_fp32) X(bwd_robustness)                   \
-    X(bwd_graph_replay) X(bwd_workspace) X(bwd_state_args) X(bwd_not_supported) X(bwd_dh0_only)
+    X(bwd_graph_replay) X(bwd_workspace) X(bwd_state_args) X(bwd_not_supported) X(bwd_dh0_only)         \
+    X(bwd_chain_shapes)
 
 #ifdef FQLA_HAVE_CUDA
 
@@ -56,6 +57,15 @@
 #include "cudart_c.h"
 typedef int cuda_err;
 typedef void *cuda_stream;
+#ifdef FQLA_DEV
+/* the developer build's hook (src/dev/cuda_tune.cu): the chains' warpgroups
+ * a CTA, 1 or 2 forced, -1 the planner's */
+extern void fqla_cuda_bwd_tune_nwg(int nwg);
+#define DEV_BUILD 1
+#else
+#define fqla_cuda_bwd_tune_nwg(nwg) ((void)(nwg))
+#define DEV_BUILD 0
+#endif
 #define H2D CUDART_MEMCPY_H2D
 #define D2H CUDART_MEMCPY_D2H
 
@@ -1245,6 +1255,41 @@ static void check_dh0_only(const spec *s, const char *what, int want_cp)
     free_bytes(alone);
     if (ws) cudaFree(ws);
     prob_free(&p);
+}
+
+/* Both shapes of the chains' CTAs (one or two warpgroups, bwd.cu's
+ * chain_nwg_of) forced where the plan gives the other: whole sequences of
+ * equal lengths, of unequal lengths with a host copy (longest first, the
+ * gradient kernel beside the chains) and V = 96 (a half last slice), and
+ * CP's passes, which the product build runs with two only. The developer
+ * build's hook: reported as skipped in a product build. */
+static void bwd_chain_shapes(void)
+{
+    if (!DEV_BUILD) {
+        check_skip("bwd_chain_shapes", "forces the chains' CTA shape: needs a DEV=1 build");
+        return;
+    }
+    for (int nwg = 1; nwg <= 2; nwg++) {
+        char what[96];
+        fqla_cuda_bwd_tune_nwg(nwg);
+        spec s = base_spec(2, 150, 2, 4, 128);
+        snprintf(what, sizeof what, "B=2 T=150 H=2 HV=4, chain CTAs of %d warpgroup(s)", nwg);
+        check_spec(&s, what);
+        const int64_t cu[] = {0, 64, 64, 200};
+        spec s2 = base_spec(1, 200, 2, 4, 128);
+        set_cu(&s2, cu, 4);
+        s2.cu_host = 1;
+        s2.V = 96;
+        snprintf(what, sizeof what, "varlen [0,64,64,200] + host copy, V=96, chain CTAs of %d", nwg);
+        check_spec(&s2, what);
+        const int64_t cu3[] = {0, 2500, 2500, 2600, 3048};
+        spec s3 = base_spec(1, 3048, 1, 2, 128);
+        set_cu(&s3, cu3, 5);
+        s3.cu_host = 1;
+        snprintf(what, sizeof what, "CP varlen [0,2500,2500,2600,3048] + host copy, chain CTAs of %d", nwg);
+        check_spec(&s3, what);
+    }
+    fqla_cuda_bwd_tune_nwg(-1);
 }
 
 static void bwd_dh0_only(void)

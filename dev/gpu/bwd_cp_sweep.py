@@ -16,10 +16,9 @@ length and its time.
 
     python3 dev/gpu/bwd_cp_sweep.py --lib build-dev/libflashqla.so [--rows hk8_hv16:8k_4seq,...]
 
-With --nwg it sweeps instead the whole-sequence chains' warpgroups a CTA
-(fqla_cuda_bwd_tune_nwg; bwd.cu's chain_nwg_of picks): the plan, 1 and 2,
-at the planned segment length (CP's passes always take 2, so rows with CP
-time the same kernels thrice).
+With --nwg it sweeps instead the chains' warpgroups a CTA
+(fqla_cuda_bwd_tune_nwg; bwd.cu's chain_nwg_of picks, 2 wherever CP runs):
+the plan, 1 and 2, at the planned segment length.
 """
 import argparse
 import ctypes as C

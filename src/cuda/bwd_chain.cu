@@ -705,12 +705,13 @@ cudaError_t launch_nwg(const fqla_bwd_params &p, int mode, cudaStream_t stream)
     return launch_dirs<T, KD, CONVERT, CHAINS_BOTH, NWG>(p, mode, both, zpairs, stream);
 }
 
-/* One warpgroup a CTA where bwd.cu chose it for the whole sequences
- * (fqla_bwd_params.chain_nwg); CP's passes take two (cp_plan.h prices
- * their waves so). */
+/* One warpgroup a CTA where bwd.cu chose it (fqla_bwd_params.chain_nwg:
+ * for whole sequences where it pays; with CP two, the shape cp_plan.h
+ * prices, unless a developer build forces one to time it). */
 template <typename T, int KD, bool CONVERT> cudaError_t launch(const fqla_bwd_params &p, int mode, cudaStream_t stream)
 {
-    if (mode == CHAIN_WHOLE && p.chain_nwg == 1) return launch_nwg<T, KD, CONVERT, 1>(p, mode, stream);
+    (void)mode;
+    if (p.chain_nwg == 1) return launch_nwg<T, KD, CONVERT, 1>(p, mode, stream);
     return launch_nwg<T, KD, CONVERT, 2>(p, mode, stream);
 }
 

@@ -98,8 +98,8 @@ struct fqla_bwd_params {
     int64_t sms;              /* the device's SMs (the chains' launch shape, bwd_chain.cu) */
     int uniform;              /* 1: every sequence has the same length (a padded batch, or packed
                                  sequences whose host cu_seqlens shows it); the chains' launch shape */
-    int chain_nwg;            /* chain warpgroups a CTA of the whole-sequence chains, 1 or 2 (bwd.cu's
-                                 chain_nwg_of); CP's passes take 2 */
+    int chain_nwg;            /* chain warpgroups a CTA of the chains' launches, 1 or 2 (bwd.cu's
+                                 chain_nwg_of: 2 with CP) */
     /* The chains' whole-sequence launch takes its sequences longest first
      * (bwd_chain.cu, chain_cta): seq_order[r] is the sequence of rank r, for
      * the first n_order ranks (0: in index order). From the host cu_seqlens

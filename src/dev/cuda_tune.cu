@@ -310,7 +310,8 @@ FQLA_DEV_API void fqla_cuda_bwd_tune_cp(int64_t seg_chunks) { g_bwd_cp = seg_chu
 
 /* The segment length the last backward call (or workspace query) ran with. */
 FQLA_DEV_API int64_t fqla_cuda_bwd_last_seg_chunks(void) { return g_bwd_last; }
-/* The whole-sequence chains' warpgroups a CTA: 1 or 2 forced, else (-1) the planner's. */
+/* The chains' warpgroups a CTA: 1 or 2 forced (CP's passes too, which the
+ * product build runs with 2), else (-1) the planner's. */
 FQLA_DEV_API void fqla_cuda_bwd_tune_nwg(int nwg) { g_bwd_nwg = nwg == 1 || nwg == 2 ? nwg : -1; }
 FQLA_DEV_API int fqla_cuda_bwd_last_nwg(void) { return g_bwd_last_nwg; }
 

@@ -27,7 +27,7 @@ void fqla_dev_fwd_route(const fqla_route_device *d, const fqla_fwd_shape *s, fql
  * workspace query and for the run alike, so both see the same plan. */
 int64_t fqla_dev_bwd_seg_chunks(const fqla_problem *p, int64_t planned);
 
-/* The backward: the whole-sequence chains' warpgroups a CTA (1 or 2) for
+/* The backward: the chains' warpgroups a CTA (1 or 2; CP's passes too) for
  * problem p, given the planner's choice `planned` (bwd.cu's chain_nwg_of). */
 int fqla_dev_bwd_chain_nwg(const fqla_problem *p, int planned);
 

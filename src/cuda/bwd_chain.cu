@@ -710,7 +710,6 @@ cudaError_t launch_nwg(const fqla_bwd_params &p, int mode, cudaStream_t stream)
  * prices, unless a developer build forces one to time it). */
 template <typename T, int KD, bool CONVERT> cudaError_t launch(const fqla_bwd_params &p, int mode, cudaStream_t stream)
 {
-    (void)mode;
     if (p.chain_nwg == 1) return launch_nwg<T, KD, CONVERT, 1>(p, mode, stream);
     return launch_nwg<T, KD, CONVERT, 2>(p, mode, stream);
 }

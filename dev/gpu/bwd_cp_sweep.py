@@ -84,11 +84,14 @@ def main():
             else:
                 tune(L)
             call = bb.FqlaBwd(lib, q, k, v, g, beta, h0, cu, cu_host, do, dht)
-            call()  # the run (not the workspace query) records the warpgroups
+            if not a.nwg:  # the workspace query recorded the length
+                used = int(last())
+                if L > 0 and used != L:
+                    continue  # refused (the plan's length): already timed
+            call()
             torch.cuda.synchronize()
-            used = int(last_nwg()) if a.nwg else int(last())
-            if L > 0 and used != L and not a.nwg:
-                continue  # refused (the plan's length): already timed
+            if a.nwg:  # the run records the warpgroups
+                used = int(last_nwg())
             grads = {n: x.clone() for n, x in call.grads.items()}
             if ref is None:
                 ref, planned = grads, used

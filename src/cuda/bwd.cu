@@ -104,6 +104,13 @@ void order_of(const fqla_problem *p, int64_t L, fqla_bwd_params &b)
     }
 }
 
+/* A chain's CTAs a (sequence or segment, value head) at nwg 64-column
+ * slices a CTA (a last slice may be half full). */
+int64_t chain_ctas_of(int64_t V, int nwg)
+{
+    return ((V + FQLA_BWD_VS - 1) / FQLA_BWD_VS + nwg - 1) / nwg;
+}
+
 /* A whole-sequence chain step of a CTA of two warpgroups, in steps of a CTA
  * of one: the two share the SM's tensor cores and the CTA's barriers. 1.27
  * measured on long walks (H100, docs/history/2026-12-07-bwdnwg.md; the
@@ -127,22 +134,23 @@ void order_of(const fqla_problem *p, int64_t L, fqla_bwd_params &b)
 int chain_nwg_of(const fqla_problem *p, int64_t L, const fqla_bwd_params &b)
 {
     if (L) return 2;
-    const int64_t slices = (p->V + FQLA_BWD_VS - 1) / FQLA_BWD_VS, chains = p->dh0_only ? 1 : 2;
-    const double sms = b.sms > 0 ? (double)b.sms : 1.0;
+    const int64_t chains = p->dh0_only ? 1 : 2, sms = b.sms > 0 ? b.sms : 1;
+    /* longest first: every sequence's chunks, and the longest one's */
+    const int64_t all = b.n_order > 0 ? b.done_cum[b.n_order] : 0;
+    const int64_t longest = b.n_order > 0 ? all - b.done_cum[b.n_order - 1] : 0;
     double best = 0.0;
     int pick = 2;
     for (int nwg = 2; nwg >= 1; nwg--) {
-        const int64_t per = (slices + nwg - 1) / nwg; /* CTAs a (sequence, value head) and chain */
+        const int64_t per = chain_ctas_of(p->V, nwg);
         const double step = nwg == 2 ? FQLA_BWD_NWG2_STEP : 1.0;
         double cost;
         if (b.n_order > 0) {
-            const int64_t all = b.done_cum[b.n_order], longest = all - b.done_cum[b.n_order - 1];
-            const double spread = (double)(chains * p->HV * per * all) * step / sms;
+            const double spread = (double)(chains * p->HV * per * all) * step / (double)sms;
             cost = spread > (double)longest * step ? spread : (double)longest * step;
         } else {
-            const int64_t n = p->N * p->HV * per, s = b.sms > 0 ? b.sms : 1;
-            int64_t w = fqla_cp_waves(chains * n, s);
-            if (chains == 2 && b.uniform && 2 * fqla_cp_waves(n, s) < w) w = 2 * fqla_cp_waves(n, s);
+            const int64_t n = p->N * p->HV * per;
+            int64_t w = fqla_cp_waves(chains * n, sms);
+            if (chains == 2 && b.uniform && 2 * fqla_cp_waves(n, sms) < w) w = 2 * fqla_cp_waves(n, sms);
             cost = (double)w * step;
         }
         if (nwg == 2 || cost < best) {
@@ -284,8 +292,7 @@ fqla_status fqla_cuda_bwd_run(fqla_context *ctx, const fqla_problem *p, const fq
          * gradient CTA whose chunk has no sequence does nothing in this mode,
          * so the gate parts of those slots are zeros from here */
         b.chain_done = (int *)(ws + L.chain_done);
-        const int64_t cols = (int64_t)b.chain_nwg * FQLA_BWD_VS; /* a chain CTA's value columns */
-        b.n_chain_ctas = 2 * (int)((p->V + cols - 1) / cols);
+        b.n_chain_ctas = 2 * (int)chain_ctas_of(p->V, b.chain_nwg);
         st = fqla_cuda_check(ctx, cudaMemsetAsync(b.chain_done, 0, (size_t)p->N * p->HV * sizeof(int), stream),
                              "CUDA backward: zeroing the chains' counts");
         if (st == FQLA_STATUS_SUCCESS && b.gate_part)

@@ -429,7 +429,7 @@ __device__ __forceinline__ void grads_cta(const fqla_bwd_params &bp, int vec)
     /* Beside the chains (BESIDE: bp.chain_done): the r-th sequence is the r-th
      * shortest (the chains' order reversed, bwd_common.cuh), and a CTA with a
      * chunk waits until the chains of its sequence have stored every state of
-     * the group's value heads (both chains, every slice pair). Every chain
+     * the group's value heads (both chains, every chain CTA). Every chain
      * CTA started before this CTA could (PDL), so the wait ends. */
     auto shortest = [&](int64_t r) -> int64_t { return bp.seq_order[bp.n_order - 1 - r]; };
     int64_t wait_seq = 0; /* BESIDE: the sequence whose chains this CTA waits for */

@@ -18,7 +18,9 @@ length and its time.
 
 With --nwg it sweeps instead the chains' warpgroups a CTA
 (fqla_cuda_bwd_tune_nwg; bwd.cu's chain_nwg_of picks, 2 wherever CP runs):
-the plan, 1 and 2, at the planned segment length.
+the plan, 1 and 2, at the planned segment length. With --both, every length
+of the ladder (and CP off) with one warpgroup a CTA and with two: the data
+for pricing the shape and the length together.
 """
 import argparse
 import ctypes as C
@@ -45,6 +47,7 @@ def main():
     ap.add_argument("--replays", type=int, default=7)
     ap.add_argument("--out", default="bwd-cp-sweep.csv")
     ap.add_argument("--nwg", action="store_true", help="sweep the chains' warpgroups a CTA, not the CP length")
+    ap.add_argument("--both", action="store_true", help="sweep the CP length with 1 and with 2 warpgroups a CTA")
     a = ap.parse_args()
 
     lib = bf.Lib(a.lib, "dev")
@@ -56,7 +59,7 @@ def main():
     last.restype = C.c_int64
     tune_nwg = getattr(lib.L, "fqla_cuda_bwd_tune_nwg", None)
     last_nwg = getattr(lib.L, "fqla_cuda_bwd_last_nwg", None)
-    if a.nwg and (tune_nwg is None or last_nwg is None):
+    if (a.nwg or a.both) and (tune_nwg is None or last_nwg is None):
         sys.exit("bwd_cp_sweep.py: %s has no fqla_cuda_bwd_tune_nwg (a developer build of 9df5713 or later)" % a.lib)
 
     rows = [(r["model"], int(r["h_qk"]), int(r["h_v"]), r["seqlens"]) for r in bb.load_anchors().values()]
@@ -68,7 +71,7 @@ def main():
     f = open(a.out, "a", newline="")
     w = csv.writer(f)
     if f.tell() == 0:
-        w.writerow(["model", "seqlens", "nwg" if a.nwg else "seg_chunks", "planned", "ms", "max_rel_vs_plan", "gpu"])
+        w.writerow(["model", "seqlens", "seg_chunks", "nwg", "planned", "ms", "max_rel_vs_plan", "gpu"])
     for ri, (model, hq, hv, sl) in enumerate(rows):
         lens = bb.BWD_SPLITS[sl]
         q, k, v, g, beta, h0, cu, cu_host = bf.make_inputs(hq, hv, lens, seed=ri)
@@ -76,44 +79,49 @@ def main():
         do = torch.randn(v.shape, device="cuda", generator=gen).to(v.dtype)
         dht = (torch.randn(h0.shape, device="cuda", generator=gen) / 8).float()
         chunks = (max(lens) + 63) // 64
-        results, ref = [], None
-        sweep = [-1, 1, 2] if a.nwg else [-1, 0] + [x for x in LADDER if x < chunks]
-        for L in sweep:
-            if a.nwg:
-                tune_nwg(L)
-            else:
-                tune(L)
+        lengths = [0] + [x for x in LADDER if x < chunks]
+        # (segment length, warpgroups a CTA); -1: the plan's
+        if a.nwg:
+            sweep = [(-1, -1), (-1, 1), (-1, 2)]
+        elif a.both:
+            sweep = [(-1, -1)] + [(L, n) for L in lengths for n in (1, 2)]
+        else:
+            sweep = [(-1, -1)] + [(L, -1) for L in lengths]
+        results, ref, seen = [], None, set()
+        for L, nwg in sweep:
+            tune(L)
+            if tune_nwg is not None:
+                tune_nwg(nwg)
             call = bb.FqlaBwd(lib, q, k, v, g, beta, h0, cu, cu_host, do, dht)
-            if not a.nwg:  # the workspace query recorded the length
-                used = int(last())
-                if L > 0 and used != L:
-                    continue  # refused (the plan's length): already timed
+            used = int(last())  # the workspace query recorded the length
+            if L > 0 and used != L:
+                continue  # refused: a length the workspace or the plan does not take
             call()
             torch.cuda.synchronize()
-            if a.nwg:  # the run records the warpgroups
-                used = int(last_nwg())
+            used_nwg = int(last_nwg()) if last_nwg is not None else 0  # the run records the warpgroups
+            if (used, used_nwg) in seen and L != -1:
+                continue  # the same launch as one timed already (the plan's)
+            seen.add((used, used_nwg))
             grads = {n: x.clone() for n, x in call.grads.items()}
             if ref is None:
-                ref, planned = grads, used
+                ref, planned = grads, (used, used_nwg)
             err = max(bb.rel(grads[n], ref[n]) for n in grads)
             ms = bf.time_graph(call, flush, a.calls, a.replays)
-            results.append((L, used, ms, err))
-            w.writerow([model, sl, used, int(L == -1), "%.4f" % ms, "%.1e" % err, gpu])
+            results.append((used, used_nwg, ms, err))
+            w.writerow([model, sl, used, used_nwg, int(L == -1 and nwg == -1), "%.4f" % ms, "%.1e" % err, gpu])
             f.flush()
             del call
         tune(-1)
-        if a.nwg:
+        if tune_nwg is not None:
             tune_nwg(-1)
         torch.cuda.empty_cache()
         plan_ms = results[0][2]
         best = min(results, key=lambda r: r[2])
         bad = [r for r in results if r[3] > 1e-2]
-        what = "nwg" if a.nwg else "L"
-        fmt = "%-10s %-9s plan " + what + "=%3d %.3f ms | best " + what + "=%3d %.3f ms (x%.3f) | %s%s"
-        print(fmt % (
-            model, sl, planned, plan_ms, best[1], best[2], best[2] / plan_ms,
-            " ".join("%d:%.3f" % (r[1], r[2]) for r in results[1:]),
-            "  DIFFERS at %s=%s" % (what, ",".join(str(r[1]) for r in bad)) if bad else ""), flush=True)
+        print("%-10s %-9s plan L=%3d nwg=%d %.3f ms | best L=%3d nwg=%d %.3f ms (x%.3f) | %s%s" % (
+            model, sl, planned[0], planned[1], plan_ms, best[0], best[1], best[2], best[2] / plan_ms,
+            " ".join("%d/%d:%.3f" % (r[0], r[1], r[2]) for r in results[1:]),
+            "  DIFFERS at %s" % ",".join("%d/%d" % (r[0], r[1]) for r in bad) if bad else ""), flush=True)
     f.close()
 
 

@@ -61,6 +61,8 @@ def main():
     last_nwg = getattr(lib.L, "fqla_cuda_bwd_last_nwg", None)
     if (a.nwg or a.both) and (tune_nwg is None or last_nwg is None):
         sys.exit("bwd_cp_sweep.py: %s has no fqla_cuda_bwd_tune_nwg (a developer build of 9df5713 or later)" % a.lib)
+    if tune_nwg is None:  # an older developer build: one shape, recorded as 0
+        tune_nwg, last_nwg = (lambda n: None), (lambda: 0)
 
     rows = [(r["model"], int(r["h_qk"]), int(r["h_v"]), r["seqlens"]) for r in bb.load_anchors().values()]
     if a.rows:
@@ -90,15 +92,14 @@ def main():
         results, ref, seen = [], None, set()
         for L, nwg in sweep:
             tune(L)
-            if tune_nwg is not None:
-                tune_nwg(nwg)
+            tune_nwg(nwg)
             call = bb.FqlaBwd(lib, q, k, v, g, beta, h0, cu, cu_host, do, dht)
             used = int(last())  # the workspace query recorded the length
             if L > 0 and used != L:
                 continue  # refused: a length the workspace or the plan does not take
             call()
             torch.cuda.synchronize()
-            used_nwg = int(last_nwg()) if last_nwg is not None else 0  # the run records the warpgroups
+            used_nwg = int(last_nwg())  # the run records the warpgroups
             if (used, used_nwg) in seen and L != -1:
                 continue  # the same launch as one timed already (the plan's)
             seen.add((used, used_nwg))
@@ -112,8 +113,7 @@ def main():
             f.flush()
             del call
         tune(-1)
-        if tune_nwg is not None:
-            tune_nwg(-1)
+        tune_nwg(-1)
         torch.cuda.empty_cache()
         plan_ms = results[0][2]
         best = min(results, key=lambda r: r[2])

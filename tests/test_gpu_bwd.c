@@ -49,7 +49,7 @@
     X(bwd_states) X(bwd_v_first) X(bwd_fp16) X(bwd_bf16_gates) X(bwd_options) X(bwd_neg_eigval)          \
     X(bwd_strong_decay) X(bwd_no_decay) X(bwd_head_dims) X(bwd_fp32) X(bwd_robustness)                   \
     X(bwd_graph_replay) X(bwd_workspace) X(bwd_state_args) X(bwd_not_supported) X(bwd_dh0_only)         \
-    X(bwd_chain_shapes)
+    X(bwd_chain_shapes) X(bwd_fused_rev)
 
 #ifdef FQLA_HAVE_CUDA
 
@@ -61,9 +61,17 @@ typedef void *cuda_stream;
 /* the developer build's hook (src/dev/cuda_tune.cu): the chains' warpgroups
  * a CTA, 1 or 2 forced, -1 the planner's */
 extern void fqla_cuda_bwd_tune_nwg(int nwg);
+/* the fused reverse pass under construction (src/dev/bwd_fused_rev.cu), and
+ * the chains' CP segment length (0: off, -1: the planner's) */
+extern void fqla_cuda_bwd_tune_fused_rev(int on);
+extern int fqla_cuda_bwd_last_fused_rev(void);
+extern void fqla_cuda_bwd_tune_cp(int64_t seg_chunks);
 #define DEV_BUILD 1
 #else
 #define fqla_cuda_bwd_tune_nwg(nwg) ((void)(nwg))
+#define fqla_cuda_bwd_tune_fused_rev(on) ((void)(on))
+#define fqla_cuda_bwd_last_fused_rev() 0
+#define fqla_cuda_bwd_tune_cp(L) ((void)(L))
 #define DEV_BUILD 0
 #endif
 #define H2D CUDART_MEMCPY_H2D
@@ -1290,6 +1298,37 @@ static void bwd_chain_shapes(void)
         check_spec(&s3, what);
     }
     fqla_cuda_bwd_tune_nwg(-1);
+}
+
+/* The fused reverse pass under construction (developer build) in place of
+ * the reverse chain, on what it covers (bf16, K = V = 128, no l2norm, no
+ * CP): every gradient against the reference, as any route's; a case that
+ * does not take it fails. Reported as skipped in a product build. */
+static void bwd_fused_rev(void)
+{
+    if (!DEV_BUILD) {
+        check_skip("bwd_fused_rev", "the fused reverse pass under construction: needs a DEV=1 build");
+        return;
+    }
+    fqla_cuda_bwd_tune_fused_rev(1);
+    fqla_cuda_bwd_tune_cp(0);
+    spec cases[4];
+    const char *what[4] = {"fused reverse pass B=2 T=150 H=2 HV=4", "fused reverse pass varlen [0,64,64,200]",
+                           "fused reverse pass strong decay, beta near 2, T=200", "fused reverse pass T=1000 H=1 HV=2"};
+    cases[0] = base_spec(2, 150, 2, 4, 128);
+    const int64_t cu[] = {0, 64, 64, 200};
+    cases[1] = base_spec(1, 200, 2, 4, 128);
+    set_cu(&cases[1], cu, 4);
+    cases[2] = base_spec(1, 200, 2, 4, 128);
+    cases[2].decay = 1;
+    cases[2].beta_sig = cases[2].neg_eig = cases[2].beta_high = 1;
+    cases[3] = base_spec(1, check_quick() ? 300 : 1000, 1, 2, 128);
+    for (int i = 0; i < 4; i++) {
+        check_spec(&cases[i], what[i]);
+        CHECK(fqla_cuda_bwd_last_fused_rev() == 1, "%s: the fused reverse pass did not run", what[i]);
+    }
+    fqla_cuda_bwd_tune_fused_rev(0);
+    fqla_cuda_bwd_tune_cp(-1);
 }
 
 static void bwd_dh0_only(void)

@@ -20,6 +20,7 @@
 #include "cuda/cuda_backend.h"
 #ifdef FQLA_DEV
 #include "dev/dev_hooks.h" /* the developer build's CP override */
+#include "dev/bwd_fused_rev.cuh"
 #endif
 
 #include <string.h>
@@ -320,8 +321,22 @@ fqla_status fqla_cuda_bwd_run(fqla_context *ctx, const fqla_problem *p, const fq
         {fqla_bwd_launch_grads, "CUDA backward: gradient kernel launch", 0, 1},
         {fqla_bwd_launch_finish, "CUDA backward: finishing kernel launch", 0, 1},
     };
+#ifdef FQLA_DEV
+    /* the fused reverse pass under construction in place of the reverse chain */
+    const bool fused_rev = fqla_dev_bwd_fused_rev(p) && fqla_dev_bwd_fused_rev_covers(b, io_bf16);
+    fqla_dev_bwd_fused_rev_used(fused_rev);
+#endif
     for (const auto &s : steps) {
         if (s.cp && !k.cp_mode) continue;
+#ifdef FQLA_DEV
+        if (fused_rev && s.launch == fqla_bwd_launch_chains) {
+            if (b.S) st = fqla_cuda_check(ctx, fqla_bwd_launch_chain_states(b, io_bf16, stream), "CUDA backward: state chain launch");
+            if (st == FQLA_STATUS_SUCCESS)
+                st = fqla_cuda_check(ctx, fqla_dev_bwd_launch_fused_rev(b, stream), "CUDA backward: fused reverse pass launch");
+            if (st != FQLA_STATUS_SUCCESS) return st;
+            continue;
+        }
+#endif
         if (s.full && p->dh0_only) continue;
         /* no chunk slots (T = 0 in a padded batch): only the reverse chain, which
          * gives every (empty) sequence dh0 = d_final_state, and the finish

@@ -727,7 +727,26 @@ cudaError_t launch_chains(const fqla_bwd_params &p, int io_bf16, int mode, cudaS
     return p.f.K == 64 ? launch_io<64>(p, io_bf16, mode, stream) : launch_io<128>(p, io_bf16, mode, stream);
 }
 
+#ifdef FQLA_DEV
+template <typename T, int KD, bool CONVERT, int NWG> cudaError_t launch_states(const fqla_bwd_params &p, cudaStream_t stream)
+{
+    const int zpairs = (int)(((p.f.V + VS - 1) / VS + NWG - 1) / NWG);
+    return launch_dirs<T, KD, CONVERT, CHAIN_STATES_ONLY, NWG>(
+        p, CHAIN_WHOLE, dim3((unsigned)p.f.N, (unsigned)p.f.HV, (unsigned)zpairs), zpairs, stream);
+}
+#endif
+
 } // namespace
+
+#ifdef FQLA_DEV
+cudaError_t fqla_bwd_launch_chain_states(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream)
+{
+    /* the fused reverse pass's coverage: bf16 io, K = 128, no l2norm */
+    if (!io_bf16 || p.f.K != 128 || p.f.l2norm) return cudaErrorNotSupported;
+    return p.chain_nwg == 1 ? launch_states<__nv_bfloat16, 128, false, 1>(p, stream)
+                            : launch_states<__nv_bfloat16, 128, false, 2>(p, stream);
+}
+#endif
 
 cudaError_t fqla_bwd_launch_chains(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream)
 {

@@ -190,6 +190,11 @@ cudaError_t fqla_bwd_launch_finish(const fqla_bwd_params &p, int io_bf16, cudaSt
  * state. */
 cudaError_t fqla_bwd_launch_chains_prepass(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream);
 cudaError_t fqla_bwd_launch_chains_scan(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream);
+#ifdef FQLA_DEV
+/* The state chain alone over whole sequences (the developer build's fused
+ * reverse pass, src/dev/bwd_fused_rev.cu, runs the reverse chain's part). */
+cudaError_t fqla_bwd_launch_chain_states(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream);
+#endif
 
 static_assert(FQLA_BWD_VS == FQLA_CP_BWD_COLS && FQLA_BWD_C == FQLA_CP_CHUNK,
               "cp_plan.h's backward plan counts the chains' CTAs in these units");

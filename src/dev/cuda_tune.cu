@@ -42,6 +42,8 @@ int64_t g_bwd_cp = -1;   /* fqla_cuda_bwd_tune_cp */
 int64_t g_bwd_last = -1; /* the last backward's segment length (its workspace query's or run's) */
 int g_bwd_nwg = -1;       /* fqla_cuda_bwd_tune_nwg */
 int g_bwd_last_nwg = -1;  /* the last backward run's chain warpgroups a CTA */
+int g_bwd_fused_rev = 0;   /* fqla_cuda_bwd_tune_fused_rev */
+int g_bwd_last_fused_rev = 0; /* whether the last backward run took it */
 
 /* decode settings */
 int g_wv = 0, g_streaming = -1, g_warps = 0, g_ks = 0, g_dpdl = -1, g_prefetch = -1;
@@ -272,6 +274,15 @@ int fqla_dev_bwd_chain_nwg(const fqla_problem *p, int planned)
     return g_bwd_last_nwg;
 }
 
+int fqla_dev_bwd_fused_rev(const fqla_problem *p)
+{
+    (void)p;
+    g_bwd_last_fused_rev = 0;
+    return g_bwd_fused_rev;
+}
+
+void fqla_dev_bwd_fused_rev_used(int used_it) { g_bwd_last_fused_rev = used_it; }
+
 void fqla_dev_decode_route(const fqla_problem *p, int sm_count, fqla_decode_route *r)
 {
     const int esize = (int)fqla_dtype_size(p->state_dtype);
@@ -314,6 +325,11 @@ FQLA_DEV_API int64_t fqla_cuda_bwd_last_seg_chunks(void) { return g_bwd_last; }
  * product build runs with 2), else (-1) the planner's. */
 FQLA_DEV_API void fqla_cuda_bwd_tune_nwg(int nwg) { g_bwd_nwg = nwg == 1 || nwg == 2 ? nwg : -1; }
 FQLA_DEV_API int fqla_cuda_bwd_last_nwg(void) { return g_bwd_last_nwg; }
+/* The fused reverse pass under construction (src/dev/bwd_fused_rev.cu) in
+ * place of the reverse chain where it covers the call (1), or not (0, the
+ * default); and whether the last backward run took it. */
+FQLA_DEV_API void fqla_cuda_bwd_tune_fused_rev(int on) { g_bwd_fused_rev = on != 0; }
+FQLA_DEV_API int fqla_cuda_bwd_last_fused_rev(void) { return g_bwd_last_fused_rev; }
 
 /* A fixed V-slice width per warp (0: the default choice) and the streaming
  * cache hints on the state (-1: the default, off). */

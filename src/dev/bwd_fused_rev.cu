@@ -1,0 +1,315 @@
+/*
+ * bwd_fused_rev.cu - (developer build) step 1 of the backward's fused
+ * reverse pass (docs/history/2026-12-07b-bwdfused.md, sections 3-4): the
+ * reverse chain of bwd_chain.cu with the whole V of one (sequence, value
+ * head) in one CTA, split over warpgroups by role instead of by value
+ * columns, so that dS' is in shared memory as hi / lo planes where the
+ * gradient warpgroups of step 2 will read it instead of the workspace.
+ *
+ * Notation of bwd_chain.cu (dS: the gradient w.r.t. the state leaving the
+ * chunk; e, f, e_C from the chunk's gamma; T~, P~ from bwd_prepare.cu):
+ *   dU = P~^T dO + diag(f) K dS;  dY = T~^T dU;
+ *   dS <- e_C dS + Q^T (scale diag(e) dO) - K^T (diag(e beta) dY)
+ *
+ * Roles (384 threads, registers rebalanced by setmaxnreg):
+ *   warpgroup 0 (state): dS^T (V = 128 value rows x K = 128) as two
+ *     m64n128 accumulators; stores dS to the workspace (the gradient
+ *     kernel's input, as the reverse chain does) and publishes it as hi /
+ *     lo planes (ds_ready); during the others' products it forms
+ *     (scale diag(e) dO)^T as split register fragments; after z_ready the
+ *     update, RS for the dO term and SS for Z^T K.
+ *   warpgroup 2 (dU side): K dS' (SS, dS' split), scaled by f, plus
+ *     P~^T dO: dU, stored as hi / lo planes (du_ready).
+ *   warpgroup 1 (dY side): dY = T~^T dU (both split), Z = -diag(e beta) dY
+ *     over dU's planes (z_ready); it also issues the next chunk's copies.
+ * Every product is split where bwd_chain.cu splits it (dS, dU, Z, the
+ * scaled dO, T~, P~); q / k / dO are exact bf16 here (no l2norm, bf16 io).
+ *
+ * Covered (fqla_dev_bwd_fused_rev_covers): bf16 io, K = V = 128, no
+ * in-kernel l2norm, whole sequences (no CP), the chains' gradient kernel
+ * not beside them, 16-byte rows. The chunk walk is a dependent chain
+ * through the three warpgroups (ds_ready -> du_ready -> z_ready), one CTA
+ * barrier a chunk for the copies; nothing here overlaps chunks yet: the
+ * gradient work of step 2 is what fills the waits.
+ *
+ * Shared memory (KiB): two stages of k, q, dO (48 each); T~ and P~ hi / lo
+ * (32, one set: each refilled by its only reader after its product); dS'
+ * hi / lo (64); dU, then Z, hi / lo (32); the gamma / beta rows: ~226.
+ */
+#include "cuda/bwd_common.cuh"
+#include "cuda/kernel/named_barrier.cuh"
+#include "cuda/kernel/wg_split.cuh"
+#include "cuda/launch.cuh"
+#include "cuda/ptx/cp_async.cuh"
+#include "cuda/ptx/setmaxnreg.cuh"
+#include "dev/bwd_fused_rev.cuh"
+
+namespace {
+
+constexpr int C = FQLA_BWD_C;
+constexpr int KD = 128, VD = 128;
+constexpr int THREADS = 384;
+constexpr int PLANE = C * 128 * 2;          /* a [64][128] bf16 plane: k, q, dO, dU / Z */
+constexpr int TILE = C * 64 * 2;            /* a [64][64] bf16 plane: T~, P~ */
+constexpr int STATE_REGS = 232, SIDE_REGS = 136; /* (232 + 2 x 136) x 128 = 384 x 168 */
+
+enum class fr_bar : uint32_t { ds_ready = 1, du_ready, z_ready, side_local };
+
+struct fr_rows {
+    alignas(16) float gam[C];
+    alignas(16) float bet[C];
+};
+
+struct fr_layout {
+    static constexpr int STAGE = 3 * PLANE;          /* k, q, dO */
+    static constexpr int ring = 0;                   /* two stages */
+    static constexpr int tp = 2 * STAGE;             /* T~ hi, lo; P~ hi, lo */
+    static constexpr int ds = tp + 4 * TILE;         /* dS'^T hi, lo: [128 value rows][128] each */
+    static constexpr int du = ds + 2 * 2 * PLANE;    /* dU (then Z) hi, lo: [64][128] each */
+    static constexpr int rows = du + 2 * PLANE;      /* fr_rows[2] */
+    static constexpr int bytes = rows + 2 * (int)sizeof(fr_rows) + 1024;
+    static_assert(bytes <= 227 * 1024, "over the shared memory a block may have");
+};
+
+/* 64 rows of 128 bf16 from src (row i at src + i * st) into a swizzled
+ * [64][128] plane by the 128 threads of one warpgroup (lt: the thread's
+ * index in it); rows past nvalid as zeros. */
+__device__ __forceinline__ void copy_rows128(unsigned char *plane, const uint16_t *src, int64_t st, int nvalid, int lt)
+{
+    const int i0 = lt / 16, j = 8 * (lt % 16); /* 16 pieces a row, 8 rows a pass */
+#pragma unroll
+    for (int n = 0; n < C / 8; n++) {
+        const int i = i0 + 8 * n;
+        const bool ok = i < nvalid;
+        fqla_cp_async16(plane + fqla_wg_off(C, i, j), ok ? src + (int64_t)i * st + j : src, ok ? 16 : 0);
+    }
+}
+
+/* A T~ or P~ tile (hi, lo planes as bwd_prepare.cu stores them) by one warpgroup. */
+__device__ __forceinline__ void copy_tile(unsigned char *dst, const float *src, int lt)
+{
+#pragma unroll
+    for (int n = 0; n < C * C / 4 / 128; n++) {
+        const int idx = lt + 128 * n;
+        fqla_cp_async16(dst + 16 * idx, src + 4 * idx, 16);
+    }
+}
+
+/* The token column of element a of an m64nN accumulator (or of fqla_wg_frags'
+ * order), and its row offset (0 or 8) from the thread's first row. */
+__device__ __forceinline__ int col_of(int a) { return 8 * (a >> 2) + 2 * (threadIdx.x & 3) + (a & 1); }
+__device__ __forceinline__ int row8_of(int a) { return 8 * ((a >> 1) & 1); }
+
+__global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bwd_params bp)
+{
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char *sm = smem_raw + ((1024u - (fqla_smem_u32(smem_raw) & 1023u)) & 1023u);
+    using L = fr_layout;
+    const fqla_fwd_params &p = bp.f;
+    const uint32_t s0 = fqla_smem_u32(sm);
+    fr_rows *rows = reinterpret_cast<fr_rows *>(sm + L::rows);
+    const int tid = threadIdx.x, wg = tid >> 7, lt = tid & 127;
+    const int row0 = 16 * ((tid >> 5) & 3) + ((tid & 31) >> 2); /* the thread's first accumulator row */
+    const int hv = (int)blockIdx.y, hk = hv / p.group;
+    int64_t n, batch, start, len, slot0;
+    bool last; /* (whole sequences: always) */
+    if (!fqla_fwd_span(p, blockIdx.x, n, batch, start, len, slot0, last)) return;
+    (void)last;
+    const int chunks = (int)((len + C - 1) / C);
+    auto chunk_at = [&](int it) { return chunks - 1 - it; };
+    auto nvalid_of = [&](int c) { return (int)(len - (int64_t)c * C < C ? len - (int64_t)c * C : C); };
+    auto stage = [&](int s) { return sm + L::ring + s * L::STAGE; };
+    const fqla_wg_tile Tt{s0 + L::tp, s0 + L::tp + TILE, C}, Pt{s0 + L::tp + 2 * TILE, s0 + L::tp + 3 * TILE, C};
+    const fqla_wg_tile DS{s0 + L::ds, s0 + L::ds + 2 * PLANE, VD}; /* dS'^T: value rows, key columns */
+    const fqla_wg_tile DU{s0 + L::du, s0 + L::du + PLANE, C};      /* dU, then Z: token rows, value columns */
+
+    /* warpgroup 1's copies of chunk c into stage s: k, q, dO and the rows */
+    auto issue_inputs = [&](int c, int s) {
+        const int64_t t0 = start + (int64_t)c * C;
+        const int nv = nvalid_of(c);
+        const size_t tile = (size_t)(slot0 + c) * p.HV + hv;
+        unsigned char *st = stage(s);
+        copy_rows128(st, (const uint16_t *)p.k + batch * p.k_sb + t0 * p.k_st + (int64_t)hk * p.k_sh, p.k_st, nv, lt);
+        copy_rows128(st + PLANE, (const uint16_t *)p.q + batch * p.q_sb + t0 * p.q_st + (int64_t)hk * p.q_sh, p.q_st,
+                     nv, lt);
+        copy_rows128(st + 2 * PLANE, (const uint16_t *)bp.d_o + batch * bp.do_sb + t0 * bp.do_st + (int64_t)hv * bp.do_sh,
+                     bp.do_st, nv, lt);
+        if (lt < C / 4) {
+            fqla_cp_async16(&rows[s].gam[4 * lt], p.gam + tile * C + 4 * lt, 16);
+            fqla_cp_async16(&rows[s].bet[4 * lt], bp.bet + tile * C + 4 * lt, 16);
+        }
+    };
+    auto tile_of = [&](int c) { return (size_t)(slot0 + c) * p.HV + hv; };
+
+    if (wg == 0) fqla_setmaxnreg_inc<STATE_REGS>();
+    else fqla_setmaxnreg_dec<SIDE_REGS>();
+
+    if (chunks > 0) {
+        if (wg == 1) {
+            issue_inputs(chunk_at(0), 0);
+            copy_tile(sm + L::tp, bp.Tt + tile_of(chunk_at(0)) * C * C, lt);
+        } else if (wg == 2) {
+            copy_tile(sm + L::tp + 2 * TILE, bp.Pt + tile_of(chunk_at(0)) * C * C, lt);
+        }
+        fqla_cp_async_commit();
+    }
+
+    if (wg == 0) {
+        /* dS^T, rows 64 h + row0 (+8), key columns col_of(a) */
+        float acc0[64], acc1[64];
+#pragma unroll
+        for (int a = 0; a < 64; a++) {
+            acc0[a] = bwd_start_state<true>(bp, n, hv, col_of(a), row0 + row8_of(a));
+            acc1[a] = bwd_start_state<true>(bp, n, hv, col_of(a), 64 + row0 + row8_of(a));
+        }
+        for (int it = 0; it < chunks; it++) {
+            const int c = chunk_at(it), s = it & 1;
+            unsigned char *st = stage(s);
+            fqla_cp_async_wait_all();
+            fqla_fence_async_smem();
+            __syncthreads(); /* the chunk's copies landed; the previous chunk fully read */
+            /* dS (the gradient leaving chunk c) to the workspace, [k][v] */
+            float *dst = bp.dS + tile_of(c) * KD * p.V;
+#pragma unroll
+            for (int a = 0; a < 64; a++) {
+                dst[(int64_t)col_of(a) * p.V + row0 + row8_of(a)] = acc0[a];
+                dst[(int64_t)col_of(a) * p.V + 64 + row0 + row8_of(a)] = acc1[a];
+            }
+            /* ... and as its planes for warpgroup 2 */
+            fqla_wg_store<128>(DS, acc0, 0);
+            fqla_wg_store<128>(fqla_wg_tile{DS.hi + 64 * 128, DS.lo + 64 * 128, VD}, acc1, 0);
+            fqla_fence_async_smem();
+            fqla_bar_arrive(fr_bar::ds_ready, 256);
+            /* (scale diag(e) dO)^T as split A fragments, both value halves */
+            const fr_rows &r = rows[s];
+            const fqla_wg_tile DO{fqla_smem_u32(st + 2 * PLANE), 0u, C};
+            uint32_t eh0[4][4], el0[4][4], eh1[4][4], el1[4][4];
+            {
+                uint32_t xr[4][4];
+                float x[32];
+                fqla_wg_load_t<4>(DO, xr, 0);
+#pragma unroll
+                for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+                    for (int q = 0; q < 4; q++) {
+                        x[8 * kk + 2 * q] = bwd_widen<__nv_bfloat16>(xr[kk][q] & 0xffffu);
+                        x[8 * kk + 2 * q + 1] = bwd_widen<__nv_bfloat16>(xr[kk][q] >> 16);
+                    }
+#pragma unroll
+                for (int a = 0; a < 32; a++) x[a] *= p.scale * __expf(r.gam[col_of(a)]);
+                fqla_wg_frags(x, eh0, el0);
+                fqla_wg_load_t<4>(DO, xr, 64);
+#pragma unroll
+                for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+                    for (int q = 0; q < 4; q++) {
+                        x[8 * kk + 2 * q] = bwd_widen<__nv_bfloat16>(xr[kk][q] & 0xffffu);
+                        x[8 * kk + 2 * q + 1] = bwd_widen<__nv_bfloat16>(xr[kk][q] >> 16);
+                    }
+#pragma unroll
+                for (int a = 0; a < 32; a++) x[a] *= p.scale * __expf(r.gam[col_of(a)]);
+                fqla_wg_frags(x, eh1, el1);
+            }
+            const float eC = __expf(r.gam[C - 1]);
+#pragma unroll
+            for (int a = 0; a < 64; a++) {
+                acc0[a] *= eC;
+                acc1[a] *= eC;
+            }
+            const fqla_wg_tile Kt{fqla_smem_u32(st), 0u, C}, Qt{fqla_smem_u32(st + PLANE), 0u, C};
+            const fqla_wg_tile Z0{DU.hi, DU.lo, C}, Z1{DU.hi + C * 128, DU.lo + C * 128, C};
+            fqla_bar_sync(fr_bar::z_ready, 256);
+            /* dS^T = e_C dS^T + (scale e dO)^T Q + Z^T K, Z = -diag(e beta) dY */
+            __syncwarp();
+            fqla_reg_fence(acc0);
+            fqla_reg_fence(acc1);
+            fqla_reg_fence_u(eh0); fqla_reg_fence_u(el0); fqla_reg_fence_u(eh1); fqla_reg_fence_u(el1);
+            fqla_wg_fence();
+            fqla_wg_rs_split<128, 1, true, false, 4>(acc0, eh0, el0, Qt, true);
+            fqla_wg_split<128, 1, 1, true, false>(acc0, Z0, Kt, 0, C, true);
+            fqla_wg_rs_split<128, 1, true, false, 4>(acc1, eh1, el1, Qt, true);
+            fqla_wg_split<128, 1, 1, true, false>(acc1, Z1, Kt, 0, C, true);
+            fqla_wg_commit();
+            fqla_wg_wait<0>();
+            fqla_reg_fence(acc0);
+            fqla_reg_fence(acc1);
+            fqla_reg_fence_u(eh0); fqla_reg_fence_u(el0); fqla_reg_fence_u(eh1); fqla_reg_fence_u(el1);
+        }
+        /* the gradient entering the sequence */
+        if (bp.dh0)
+#pragma unroll
+            for (int a = 0; a < 64; a++) {
+                const int k = col_of(a), v = row0 + row8_of(a);
+                bp.dh0[fqla_fwd_state_off(n, hv, k, v, bp.dh0_sn, bp.dh0_sh, bp.dh0_s2, p.v_first)] = acc0[a];
+                bp.dh0[fqla_fwd_state_off(n, hv, k, 64 + v, bp.dh0_sn, bp.dh0_sh, bp.dh0_s2, p.v_first)] = acc1[a];
+            }
+    } else if (wg == 1) {
+        for (int it = 0; it < chunks; it++) {
+            const int s = it & 1;
+            fqla_cp_async_wait_all();
+            fqla_fence_async_smem();
+            __syncthreads();
+            if (it + 1 < chunks) issue_inputs(chunk_at(it + 1), s ^ 1);
+            fqla_cp_async_commit();
+            const fr_rows &r = rows[s];
+            /* Z's row factors: -e_t beta_t for the thread's two rows */
+            const int t0 = row0, t1 = row0 + 8;
+            const float z0 = -__expf(r.gam[t0]) * r.bet[t0], z1 = -__expf(r.gam[t1]) * r.bet[t1];
+            fqla_bar_sync(fr_bar::du_ready, 256);
+            float dy[64];
+            fqla_wg_run(dy, [&] { fqla_wg_split<128, 1, 1, true, true>(dy, Tt, DU, 0, C, false); });
+            /* every warp's part of the product has read T~ and dU */
+            fqla_bar_sync(fr_bar::side_local, 128, 0);
+            if (it + 1 < chunks) copy_tile(sm + L::tp, bp.Tt + tile_of(chunk_at(it + 1)) * C * C, lt);
+            fqla_cp_async_commit();
+#pragma unroll
+            for (int a = 0; a < 64; a++) dy[a] *= row8_of(a) ? z1 : z0;
+            fqla_wg_store<128>(DU, dy, 0);
+            fqla_fence_async_smem();
+            fqla_bar_arrive(fr_bar::z_ready, 256);
+        }
+    } else {
+        for (int it = 0; it < chunks; it++) {
+            const int s = it & 1;
+            unsigned char *st = stage(s);
+            fqla_cp_async_wait_all();
+            fqla_fence_async_smem();
+            __syncthreads();
+            const fr_rows &r = rows[s];
+            const float gC = r.gam[C - 1];
+            const float f0 = __expf(gC - r.gam[row0]), f1 = __expf(gC - r.gam[row0 + 8]);
+            const fqla_wg_tile Kt{fqla_smem_u32(st), 0u, C}, DO{fqla_smem_u32(st + 2 * PLANE), 0u, C};
+            fqla_bar_sync(fr_bar::ds_ready, 256);
+            /* K dS': token rows, value columns */
+            float du[64];
+            fqla_wg_run(du, [&] { fqla_wg_split<128, 0, 0, false, true>(du, Kt, DS, 0, KD, false); });
+#pragma unroll
+            for (int a = 0; a < 64; a++) du[a] *= row8_of(a) ? f1 : f0;
+            /* + P~^T dO */
+            fqla_wg_run(du, [&] { fqla_wg_split<128, 1, 1, true, false>(du, Pt, DO, 0, C, true); });
+            fqla_bar_sync(fr_bar::side_local, 128, 1);
+            if (it + 1 < chunks) copy_tile(sm + L::tp + 2 * TILE, bp.Pt + tile_of(chunk_at(it + 1)) * C * C, lt);
+            fqla_cp_async_commit();
+            fqla_wg_store<128>(DU, du, 0);
+            fqla_fence_async_smem();
+            fqla_bar_arrive(fr_bar::du_ready, 256);
+        }
+    }
+}
+
+} // namespace
+
+bool fqla_dev_bwd_fused_rev_covers(const fqla_bwd_params &p, int io_bf16)
+{
+    return io_bf16 && p.f.K == KD && p.f.V == VD && !p.f.l2norm && !p.f.cp_mode && !p.chain_done &&
+           fqla_bwd_rows16(p, FQLA_BWD_ROWS_Q | FQLA_BWD_ROWS_K | FQLA_BWD_ROWS_DO);
+}
+
+cudaError_t fqla_dev_bwd_launch_fused_rev(const fqla_bwd_params &p, cudaStream_t stream)
+{
+    static fqla_smem_cache cache;
+    cudaError_t e = fqla_smem_limit(cache, bwd_fused_rev_kernel, fr_layout::bytes);
+    if (e != cudaSuccess) return e;
+    return fqla_launch(bwd_fused_rev_kernel, dim3((unsigned)p.f.N, (unsigned)p.f.HV), dim3(THREADS), fr_layout::bytes,
+                       stream, 0, p);
+}

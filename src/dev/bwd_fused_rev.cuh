@@ -1,0 +1,17 @@
+/*
+ * bwd_fused_rev.cuh - (developer build) the fused reverse pass under
+ * construction (bwd_fused_rev.cu), in place of the reverse chain where
+ * fqla_cuda_bwd_tune_fused_rev(1) asks for it and it covers the call.
+ */
+#ifndef FQLA_DEV_BWD_FUSED_REV_CUH
+#define FQLA_DEV_BWD_FUSED_REV_CUH
+
+#include "cuda/bwd_common.cuh"
+
+/* Whether the kernel covers the launch described by p. */
+bool fqla_dev_bwd_fused_rev_covers(const fqla_bwd_params &p, int io_bf16);
+/* The reverse chain's outputs (dS for every chunk, dh0) for every sequence
+ * and value head; the state chain runs apart (fqla_bwd_launch_chain_states). */
+cudaError_t fqla_dev_bwd_launch_fused_rev(const fqla_bwd_params &p, cudaStream_t stream);
+
+#endif

@@ -51,7 +51,8 @@ constexpr int KD = 128, VD = 128;
 constexpr int THREADS = 384;
 constexpr int PLANE = C * 128 * 2;          /* a [64][128] bf16 plane: k, q, dO, dU / Z */
 constexpr int TILE = C * 64 * 2;            /* a [64][64] bf16 plane: T~, P~ */
-constexpr int STATE_REGS = 232, SIDE_REGS = 136; /* (232 + 2 x 136) x 128 = 384 x 168 */
+/* (216 + 2 x 144) x 128 <= 384 x 168; at 240 / 128 the side warpgroups spill */
+constexpr int STATE_REGS = 216, SIDE_REGS = 144;
 
 enum class fr_bar : uint32_t { ds_ready = 1, du_ready, z_ready, side_local };
 
@@ -76,12 +77,17 @@ struct fr_layout {
  * index in it); rows past nvalid as zeros. */
 __device__ __forceinline__ void copy_rows128(unsigned char *plane, const uint16_t *src, int64_t st, int nvalid, int lt)
 {
-    const int i0 = lt / 16, j = 8 * (lt % 16); /* 16 pieces a row, 8 rows a pass */
+    /* 16 pieces a row, 8 rows a pass: a thread's pieces are rows 8 apart in
+     * one column chunk, so one swizzled address and one source pointer, each
+     * stepped by a constant */
+    const int i0 = lt / 16, j = 8 * (lt % 16);
+    unsigned char *d = plane + fqla_wg_off(C, i0, j);
+    const uint16_t *sp = src + (int64_t)i0 * st + j;
+    const int64_t step = 8 * st;
 #pragma unroll
     for (int n = 0; n < C / 8; n++) {
-        const int i = i0 + 8 * n;
-        const bool ok = i < nvalid;
-        fqla_cp_async16(plane + fqla_wg_off(C, i, j), ok ? src + (int64_t)i * st + j : src, ok ? 16 : 0);
+        const bool ok = i0 + 8 * n < nvalid;
+        fqla_cp_async16(d + 8 * 128 * n, ok ? sp + step * n : src, ok ? 16 : 0);
     }
 }
 
@@ -97,8 +103,53 @@ __device__ __forceinline__ void copy_tile(unsigned char *dst, const float *src, 
 
 /* The token column of element a of an m64nN accumulator (or of fqla_wg_frags'
  * order), and its row offset (0 or 8) from the thread's first row. */
+/* A shared-window address the compiler must recompute where it is used:
+ * the tiles' wgmma descriptors are loop-invariant, and hoisted out of the
+ * chunk loop they would hold ~50 registers a thread for the whole walk. */
+__device__ __forceinline__ fqla_wg_tile opaque(fqla_wg_tile t)
+{
+    asm volatile("" : "+r"(t.hi), "+r"(t.lo));
+    return t;
+}
+
 __device__ __forceinline__ int col_of(int a) { return 8 * (a >> 2) + 2 * (threadIdx.x & 3) + (a & 1); }
 __device__ __forceinline__ int row8_of(int a) { return 8 * ((a >> 1) & 1); }
+
+/* (scale diag(e) dO)^T for value rows c0 .. c0 + 63 as split A fragments
+ * over the chunk's tokens: dO's plane read transposed, each token's column
+ * scaled by scale e_t. */
+__device__ __forceinline__ void scaled_do_frags(const fqla_wg_tile &DO, const fr_rows &r, float scale, int c0,
+                                                uint32_t (&eh)[4][4], uint32_t (&el)[4][4])
+{
+    uint32_t xr[4][4];
+    float x[32];
+    fqla_wg_load_t<4>(DO, xr, c0);
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            x[8 * kk + 2 * q] = bwd_widen<__nv_bfloat16>(xr[kk][q] & 0xffffu);
+            x[8 * kk + 2 * q + 1] = bwd_widen<__nv_bfloat16>(xr[kk][q] >> 16);
+        }
+#pragma unroll
+    for (int a = 0; a < 32; a++) x[a] *= scale * __expf(r.gam[col_of(a)]);
+    fqla_wg_frags(x, eh, el);
+}
+
+/* acc (+)= (e dO)^T Q (A: the fragments eh / el) + Z^T K (Z: the plane pair
+ * of this value half), one group, retired. */
+__device__ __forceinline__ void update_half(float (&acc)[64], uint32_t (&eh)[4][4], uint32_t (&el)[4][4],
+                                            const fqla_wg_tile &Qt, const fqla_wg_tile &Z, const fqla_wg_tile &Kt)
+{
+    fqla_reg_fence_u(eh);
+    fqla_reg_fence_u(el);
+    fqla_wg_run(acc, [&] {
+        fqla_wg_rs_split<128, 1, true, false, 4>(acc, eh, el, Qt, true);
+        fqla_wg_split<128, 1, 1, true, false>(acc, Z, Kt, 0, C, true);
+    });
+    fqla_reg_fence_u(eh);
+    fqla_reg_fence_u(el);
+}
 
 __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bwd_params bp)
 {
@@ -141,9 +192,6 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
     };
     auto tile_of = [&](int c) { return (size_t)(slot0 + c) * p.HV + hv; };
 
-    if (wg == 0) fqla_setmaxnreg_inc<STATE_REGS>();
-    else fqla_setmaxnreg_dec<SIDE_REGS>();
-
     if (chunks > 0) {
         if (wg == 1) {
             issue_inputs(chunk_at(0), 0);
@@ -154,7 +202,10 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
         fqla_cp_async_commit();
     }
 
+    /* each role's register budget set at its branch's start (ptxas sizes the
+     * code after a branch join by the smaller) */
     if (wg == 0) {
+        fqla_setmaxnreg_inc<STATE_REGS>();
         /* dS^T, rows 64 h + row0 (+8), key columns col_of(a) */
         float acc0[64], acc1[64];
 #pragma unroll
@@ -180,60 +231,25 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
             fqla_wg_store<128>(fqla_wg_tile{DS.hi + 64 * 128, DS.lo + 64 * 128, VD}, acc1, 0);
             fqla_fence_async_smem();
             fqla_bar_arrive(fr_bar::ds_ready, 256);
-            /* (scale diag(e) dO)^T as split A fragments, both value halves */
             const fr_rows &r = rows[s];
-            const fqla_wg_tile DO{fqla_smem_u32(st + 2 * PLANE), 0u, C};
-            uint32_t eh0[4][4], el0[4][4], eh1[4][4], el1[4][4];
-            {
-                uint32_t xr[4][4];
-                float x[32];
-                fqla_wg_load_t<4>(DO, xr, 0);
-#pragma unroll
-                for (int kk = 0; kk < 4; kk++)
-#pragma unroll
-                    for (int q = 0; q < 4; q++) {
-                        x[8 * kk + 2 * q] = bwd_widen<__nv_bfloat16>(xr[kk][q] & 0xffffu);
-                        x[8 * kk + 2 * q + 1] = bwd_widen<__nv_bfloat16>(xr[kk][q] >> 16);
-                    }
-#pragma unroll
-                for (int a = 0; a < 32; a++) x[a] *= p.scale * __expf(r.gam[col_of(a)]);
-                fqla_wg_frags(x, eh0, el0);
-                fqla_wg_load_t<4>(DO, xr, 64);
-#pragma unroll
-                for (int kk = 0; kk < 4; kk++)
-#pragma unroll
-                    for (int q = 0; q < 4; q++) {
-                        x[8 * kk + 2 * q] = bwd_widen<__nv_bfloat16>(xr[kk][q] & 0xffffu);
-                        x[8 * kk + 2 * q + 1] = bwd_widen<__nv_bfloat16>(xr[kk][q] >> 16);
-                    }
-#pragma unroll
-                for (int a = 0; a < 32; a++) x[a] *= p.scale * __expf(r.gam[col_of(a)]);
-                fqla_wg_frags(x, eh1, el1);
-            }
             const float eC = __expf(r.gam[C - 1]);
 #pragma unroll
             for (int a = 0; a < 64; a++) {
                 acc0[a] *= eC;
                 acc1[a] *= eC;
             }
+            const fqla_wg_tile DO{fqla_smem_u32(st + 2 * PLANE), 0u, C};
             const fqla_wg_tile Kt{fqla_smem_u32(st), 0u, C}, Qt{fqla_smem_u32(st + PLANE), 0u, C};
-            const fqla_wg_tile Z0{DU.hi, DU.lo, C}, Z1{DU.hi + C * 128, DU.lo + C * 128, C};
+            /* dS^T = e_C dS^T + (scale diag(e) dO)^T Q + Z^T K, Z = -diag(e beta) dY,
+             * a value half at a time: the first half's A fragments formed
+             * while the others' products run, the second's after the first
+             * half's update retired (both halves' fragments at once spill) */
+            uint32_t eh[4][4], el[4][4];
+            scaled_do_frags(DO, r, p.scale, 0, eh, el);
             fqla_bar_sync(fr_bar::z_ready, 256);
-            /* dS^T = e_C dS^T + (scale e dO)^T Q + Z^T K, Z = -diag(e beta) dY */
-            __syncwarp();
-            fqla_reg_fence(acc0);
-            fqla_reg_fence(acc1);
-            fqla_reg_fence_u(eh0); fqla_reg_fence_u(el0); fqla_reg_fence_u(eh1); fqla_reg_fence_u(el1);
-            fqla_wg_fence();
-            fqla_wg_rs_split<128, 1, true, false, 4>(acc0, eh0, el0, Qt, true);
-            fqla_wg_split<128, 1, 1, true, false>(acc0, Z0, Kt, 0, C, true);
-            fqla_wg_rs_split<128, 1, true, false, 4>(acc1, eh1, el1, Qt, true);
-            fqla_wg_split<128, 1, 1, true, false>(acc1, Z1, Kt, 0, C, true);
-            fqla_wg_commit();
-            fqla_wg_wait<0>();
-            fqla_reg_fence(acc0);
-            fqla_reg_fence(acc1);
-            fqla_reg_fence_u(eh0); fqla_reg_fence_u(el0); fqla_reg_fence_u(eh1); fqla_reg_fence_u(el1);
+            update_half(acc0, eh, el, Qt, fqla_wg_tile{DU.hi, DU.lo, C}, Kt);
+            scaled_do_frags(DO, r, p.scale, 64, eh, el);
+            update_half(acc1, eh, el, Qt, fqla_wg_tile{DU.hi + C * 128, DU.lo + C * 128, C}, Kt);
         }
         /* the gradient entering the sequence */
         if (bp.dh0)
@@ -244,6 +260,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
                 bp.dh0[fqla_fwd_state_off(n, hv, k, 64 + v, bp.dh0_sn, bp.dh0_sh, bp.dh0_s2, p.v_first)] = acc1[a];
             }
     } else if (wg == 1) {
+        fqla_setmaxnreg_dec<SIDE_REGS>();
         for (int it = 0; it < chunks; it++) {
             const int s = it & 1;
             fqla_cp_async_wait_all();
@@ -257,7 +274,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
             const float z0 = -__expf(r.gam[t0]) * r.bet[t0], z1 = -__expf(r.gam[t1]) * r.bet[t1];
             fqla_bar_sync(fr_bar::du_ready, 256);
             float dy[64];
-            fqla_wg_run(dy, [&] { fqla_wg_split<128, 1, 1, true, true>(dy, Tt, DU, 0, C, false); });
+            fqla_wg_run(dy, [&] { fqla_wg_split<128, 1, 1, true, true>(dy, opaque(Tt), opaque(DU), 0, C, false); });
             /* every warp's part of the product has read T~ and dU */
             fqla_bar_sync(fr_bar::side_local, 128, 0);
             if (it + 1 < chunks) copy_tile(sm + L::tp, bp.Tt + tile_of(chunk_at(it + 1)) * C * C, lt);
@@ -269,6 +286,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
             fqla_bar_arrive(fr_bar::z_ready, 256);
         }
     } else {
+        fqla_setmaxnreg_dec<SIDE_REGS>();
         for (int it = 0; it < chunks; it++) {
             const int s = it & 1;
             unsigned char *st = stage(s);
@@ -282,11 +300,11 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
             fqla_bar_sync(fr_bar::ds_ready, 256);
             /* K dS': token rows, value columns */
             float du[64];
-            fqla_wg_run(du, [&] { fqla_wg_split<128, 0, 0, false, true>(du, Kt, DS, 0, KD, false); });
+            fqla_wg_run(du, [&] { fqla_wg_split<128, 0, 0, false, true>(du, opaque(Kt), opaque(DS), 0, KD, false); });
 #pragma unroll
             for (int a = 0; a < 64; a++) du[a] *= row8_of(a) ? f1 : f0;
             /* + P~^T dO */
-            fqla_wg_run(du, [&] { fqla_wg_split<128, 1, 1, true, false>(du, Pt, DO, 0, C, true); });
+            fqla_wg_run(du, [&] { fqla_wg_split<128, 1, 1, true, false>(du, opaque(Pt), opaque(DO), 0, C, true); });
             fqla_bar_sync(fr_bar::side_local, 128, 1);
             if (it + 1 < chunks) copy_tile(sm + L::tp + 2 * TILE, bp.Pt + tile_of(chunk_at(it + 1)) * C * C, lt);
             fqla_cp_async_commit();

@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""bwd_fused_rev.py - the fused reverse pass under construction
+(src/dev/bwd_fused_rev.cu) against the reverse chain it replaces, on
+bench/bench_bwd.py's rows and inputs, in one process.
+
+Needs a developer build (make DEV=1): fqla_cuda_bwd_tune_fused_rev switches
+the pass, fqla_cuda_bwd_tune_cp(0) holds CP off for both (the pass has no CP
+yet). Per row, four calls timed by CUDA-graph replay with the L2 flushed:
+  dh0   the gradient w.r.t. h0 alone: prepare + the reverse chain (or the
+        fused pass) - the two passes compared with nothing else around them
+  full  the whole backward: the chains (the state chain then the fused pass,
+        or both chains in their usual launches), the gradient kernel, finish
+and the largest relative difference of every gradient between the two
+(both are split-product bf16; ~1e-3 apart is rounding, >1e-2 is a bug).
+
+    python3 dev/gpu/bwd_fused_rev.py --lib build-dev/libflashqla.so [--rows hk16_hv32:32k_1seq,...]
+"""
+import argparse
+import ctypes as C
+import csv
+import os
+import sys
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import bench_bwd as bb  # noqa: E402  (BWD_SPLITS, FqlaBwd, rel, the anchors' rows)
+import bench_fwd as bf  # noqa: E402  (Lib, make_inputs, time_graph)
+
+
+def dh0_only(call):
+    """The same call with only d_initial_state asked for."""
+    a = call.args
+    for name in ("dq", "dk", "dv", "dg", "dbeta"):
+        setattr(a, name, bf.Tensor())
+    n = C.c_size_t()
+    call.lib.check(call.lib.L.fqla_bwd_workspace_size(call.lib.ctx, C.byref(a), C.byref(n)), "workspace")
+    call.ws = torch.empty(max(int(n.value), 1), dtype=torch.uint8, device="cuda")
+    call.ws_bytes = int(n.value)
+    return call
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lib", default=os.path.join(ROOT, "build-dev", "libflashqla.so"))
+    ap.add_argument("--rows", default="", help="comma-separated model:seqlens (default: all 32)")
+    ap.add_argument("--calls", type=int, default=4)
+    ap.add_argument("--replays", type=int, default=7)
+    ap.add_argument("--out", default="bwd-fused-rev.csv")
+    a = ap.parse_args()
+
+    lib = bf.Lib(a.lib, "dev")
+    need = ("fqla_cuda_bwd_tune_fused_rev", "fqla_cuda_bwd_last_fused_rev", "fqla_cuda_bwd_tune_cp")
+    if any(getattr(lib.L, n, None) is None for n in need):
+        sys.exit("bwd_fused_rev.py: %s is not a developer build with the fused reverse pass" % a.lib)
+    tune, used, tune_cp = (getattr(lib.L, n) for n in need)
+    tune_cp.argtypes = [C.c_int64]
+    tune_cp(0)
+
+    rows = [(r["model"], int(r["h_qk"]), int(r["h_v"]), r["seqlens"]) for r in bb.load_anchors().values()]
+    if a.rows:
+        want = [tuple(w.split(":")) for w in a.rows.split(",")]
+        rows = [r for r in rows if (r[0], r[3]) in want]
+    flush = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.float32, device="cuda")
+    gpu = torch.cuda.get_device_name().replace(" ", "_")
+    f = open(a.out, "a", newline="")
+    w = csv.writer(f)
+    if f.tell() == 0:
+        w.writerow(["model", "seqlens", "what", "chain_ms", "fused_ms", "max_rel", "gpu"])
+    print("%-10s %-9s %9s %9s %7s %9s %9s %7s %8s" % ("model", "seqlens", "dh0 rev", "dh0 fused", "x", "full rev",
+                                                      "full fus", "x", "max_rel"), flush=True)
+    for ri, (model, hq, hv, sl) in enumerate(rows):
+        lens = bb.BWD_SPLITS[sl]
+        q, k, v, g, beta, h0, cu, cu_host = bf.make_inputs(hq, hv, lens, seed=ri)
+        gen = torch.Generator(device="cuda").manual_seed(1000 + ri)
+        do = torch.randn(v.shape, device="cuda", generator=gen).to(v.dtype)
+        dht = (torch.randn(h0.shape, device="cuda", generator=gen) / 8).float()
+        res = {}
+        for what in ("dh0", "full"):
+            grads = []
+            for on in (0, 1):
+                tune(on)
+                call = bb.FqlaBwd(lib, q, k, v, g, beta, h0, cu, cu_host, do, dht)
+                if what == "dh0":
+                    call = dh0_only(call)
+                call()
+                torch.cuda.synchronize()
+                if on and used() != 1:
+                    sys.exit("bwd_fused_rev.py: %s %s: the fused reverse pass did not run" % (model, sl))
+                grads.append({n: x.clone() for n, x in call.grads.items()} if what == "full"
+                             else {"dh0": call.grads["dh0"].clone()})
+                res[(what, on)] = bf.time_graph(call, flush, a.calls, a.replays)
+                del call
+            err = max(bb.rel(grads[1][n], grads[0][n]) for n in grads[0])
+            res[(what, "err")] = max(err, res.get(("dh0", "err"), 0.0))
+            w.writerow([model, sl, what, "%.4f" % res[(what, 0)], "%.4f" % res[(what, 1)], "%.1e" % err, gpu])
+            f.flush()
+        tune(0)
+        torch.cuda.empty_cache()
+        print("%-10s %-9s %9.3f %9.3f %7.3f %9.3f %9.3f %7.3f %8.1e%s" % (
+            model, sl, res[("dh0", 0)], res[("dh0", 1)], res[("dh0", 1)] / res[("dh0", 0)], res[("full", 0)],
+            res[("full", 1)], res[("full", 1)] / res[("full", 0)], res[("full", "err")],
+            "  DIFFERS" if res[("full", "err")] > 1e-2 else ""), flush=True)
+    tune_cp(-1)
+    f.close()
+
+
+if __name__ == "__main__":
+    main()

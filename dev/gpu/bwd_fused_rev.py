@@ -5,9 +5,11 @@ bench/bench_bwd.py's rows and inputs, in one process.
 
 Needs a developer build (make DEV=1): fqla_cuda_bwd_tune_fused_rev switches
 the pass, fqla_cuda_bwd_tune_cp(0) holds CP off for both (the pass has no CP
-yet). Per row, four calls timed by CUDA-graph replay with the L2 flushed:
+yet). Per row, five calls timed by CUDA-graph replay with the L2 flushed:
   dh0   the gradient w.r.t. h0 alone: prepare + the reverse chain (or the
         fused pass) - the two passes compared with nothing else around them
+  (and the fused pass without its stores of dS: what a pass that keeps dS'
+        in the SM saves here)
   full  the whole backward: the chains (the state chain then the fused pass,
         or both chains in their usual launches), the gradient kernel, finish
 and the largest relative difference of every gradient between the two
@@ -69,8 +71,8 @@ def main():
     w = csv.writer(f)
     if f.tell() == 0:
         w.writerow(["model", "seqlens", "what", "chain_ms", "fused_ms", "max_rel", "gpu"])
-    print("%-10s %-9s %9s %9s %7s %9s %9s %7s %8s" % ("model", "seqlens", "dh0 rev", "dh0 fused", "x", "full rev",
-                                                      "full fus", "x", "max_rel"), flush=True)
+    print("%-10s %-9s %9s %9s %7s %9s %9s %9s %7s %8s" % ("model", "seqlens", "dh0 rev", "dh0 fused", "x", "no dS st",
+                                                      "full rev", "full fus", "x", "max_rel"), flush=True)
     for ri, (model, hq, hv, sl) in enumerate(rows):
         lens = bb.BWD_SPLITS[sl]
         q, k, v, g, beta, h0, cu, cu_host = bf.make_inputs(hq, hv, lens, seed=ri)
@@ -80,7 +82,7 @@ def main():
         res = {}
         for what in ("dh0", "full"):
             grads = []
-            for on in (0, 1):
+            for on in ((0, 1, 2) if what == "dh0" else (0, 1)):
                 tune(on)
                 call = bb.FqlaBwd(lib, q, k, v, g, beta, h0, cu, cu_host, do, dht)
                 if what == "dh0":
@@ -89,18 +91,21 @@ def main():
                 torch.cuda.synchronize()
                 if on and used() != 1:
                     sys.exit("bwd_fused_rev.py: %s %s: the fused reverse pass did not run" % (model, sl))
-                grads.append({n: x.clone() for n, x in call.grads.items()} if what == "full"
-                             else {"dh0": call.grads["dh0"].clone()})
+                if on < 2:
+                    grads.append({n: x.clone() for n, x in call.grads.items()} if what == "full"
+                                 else {"dh0": call.grads["dh0"].clone()})
                 res[(what, on)] = bf.time_graph(call, flush, a.calls, a.replays)
                 del call
             err = max(bb.rel(grads[1][n], grads[0][n]) for n in grads[0])
             res[(what, "err")] = max(err, res.get(("dh0", "err"), 0.0))
             w.writerow([model, sl, what, "%.4f" % res[(what, 0)], "%.4f" % res[(what, 1)], "%.1e" % err, gpu])
+            if what == "dh0":
+                w.writerow([model, sl, "dh0_nostore", "%.4f" % res[(what, 0)], "%.4f" % res[(what, 2)], "", gpu])
             f.flush()
         tune(0)
         torch.cuda.empty_cache()
-        print("%-10s %-9s %9.3f %9.3f %7.3f %9.3f %9.3f %7.3f %8.1e%s" % (
-            model, sl, res[("dh0", 0)], res[("dh0", 1)], res[("dh0", 1)] / res[("dh0", 0)], res[("full", 0)],
+        print("%-10s %-9s %9.3f %9.3f %7.3f %9.3f %9.3f %9.3f %7.3f %8.1e%s" % (
+            model, sl, res[("dh0", 0)], res[("dh0", 1)], res[("dh0", 1)] / res[("dh0", 0)], res[("dh0", 2)], res[("full", 0)],
             res[("full", 1)], res[("full", 1)] / res[("full", 0)], res[("full", "err")],
             "  DIFFERS" if res[("full", "err")] > 1e-2 else ""), flush=True)
     tune_cp(-1)

@@ -323,7 +323,8 @@ fqla_status fqla_cuda_bwd_run(fqla_context *ctx, const fqla_problem *p, const fq
     };
 #ifdef FQLA_DEV
     /* the fused reverse pass under construction in place of the reverse chain */
-    const bool fused_rev = fqla_dev_bwd_fused_rev(p) && fqla_dev_bwd_fused_rev_covers(b, io_bf16);
+    const int fused_rev_mode = fqla_dev_bwd_fused_rev(p);
+    const bool fused_rev = fused_rev_mode && fqla_dev_bwd_fused_rev_covers(b, io_bf16);
     fqla_dev_bwd_fused_rev_used(fused_rev);
 #endif
     for (const auto &s : steps) {
@@ -332,7 +333,7 @@ fqla_status fqla_cuda_bwd_run(fqla_context *ctx, const fqla_problem *p, const fq
         if (fused_rev && s.launch == fqla_bwd_launch_chains) {
             if (b.S) st = fqla_cuda_check(ctx, fqla_bwd_launch_chain_states(b, io_bf16, stream), "CUDA backward: state chain launch");
             if (st == FQLA_STATUS_SUCCESS)
-                st = fqla_cuda_check(ctx, fqla_dev_bwd_launch_fused_rev(b, stream), "CUDA backward: fused reverse pass launch");
+                st = fqla_cuda_check(ctx, fqla_dev_bwd_launch_fused_rev(b, fused_rev_mode != 2, stream), "CUDA backward: fused reverse pass launch");
             if (st != FQLA_STATUS_SUCCESS) return st;
             continue;
         }

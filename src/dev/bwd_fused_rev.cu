@@ -151,7 +151,7 @@ __device__ __forceinline__ void update_half(float (&acc)[64], uint32_t (&eh)[4][
     fqla_reg_fence_u(el);
 }
 
-__global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bwd_params bp)
+__global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bwd_params bp, int store_ds)
 {
     extern __shared__ unsigned char smem_raw[];
     unsigned char *sm = smem_raw + ((1024u - (fqla_smem_u32(smem_raw) & 1023u)) & 1023u);
@@ -219,12 +219,15 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
             fqla_cp_async_wait_all();
             fqla_fence_async_smem();
             __syncthreads(); /* the chunk's copies landed; the previous chunk fully read */
-            /* dS (the gradient leaving chunk c) to the workspace, [k][v] */
-            float *dst = bp.dS + tile_of(c) * KD * p.V;
+            /* dS (the gradient leaving chunk c) to the workspace, [k][v]
+             * (store_ds 0: left out, to time the pass without it) */
+            if (store_ds) {
+                float *dst = bp.dS + tile_of(c) * KD * p.V;
 #pragma unroll
-            for (int a = 0; a < 64; a++) {
-                dst[(int64_t)col_of(a) * p.V + row0 + row8_of(a)] = acc0[a];
-                dst[(int64_t)col_of(a) * p.V + 64 + row0 + row8_of(a)] = acc1[a];
+                for (int a = 0; a < 64; a++) {
+                    dst[(int64_t)col_of(a) * p.V + row0 + row8_of(a)] = acc0[a];
+                    dst[(int64_t)col_of(a) * p.V + 64 + row0 + row8_of(a)] = acc1[a];
+                }
             }
             /* ... and as its planes for warpgroup 2 */
             fqla_wg_store<128>(DS, acc0, 0);
@@ -323,11 +326,11 @@ bool fqla_dev_bwd_fused_rev_covers(const fqla_bwd_params &p, int io_bf16)
            fqla_bwd_rows16(p, FQLA_BWD_ROWS_Q | FQLA_BWD_ROWS_K | FQLA_BWD_ROWS_DO);
 }
 
-cudaError_t fqla_dev_bwd_launch_fused_rev(const fqla_bwd_params &p, cudaStream_t stream)
+cudaError_t fqla_dev_bwd_launch_fused_rev(const fqla_bwd_params &p, int store_ds, cudaStream_t stream)
 {
     static fqla_smem_cache cache;
     cudaError_t e = fqla_smem_limit(cache, bwd_fused_rev_kernel, fr_layout::bytes);
     if (e != cudaSuccess) return e;
     return fqla_launch(bwd_fused_rev_kernel, dim3((unsigned)p.f.N, (unsigned)p.f.HV), dim3(THREADS), fr_layout::bytes,
-                       stream, 0, p);
+                       stream, 0, p, store_ds);
 }

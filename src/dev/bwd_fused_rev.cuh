@@ -11,7 +11,8 @@
 /* Whether the kernel covers the launch described by p. */
 bool fqla_dev_bwd_fused_rev_covers(const fqla_bwd_params &p, int io_bf16);
 /* The reverse chain's outputs (dS for every chunk, dh0) for every sequence
- * and value head; the state chain runs apart (fqla_bwd_launch_chain_states). */
-cudaError_t fqla_dev_bwd_launch_fused_rev(const fqla_bwd_params &p, cudaStream_t stream);
+ * and value head; the state chain runs apart (fqla_bwd_launch_chain_states).
+ * store_ds 0 leaves dS out (timing only: the gradient kernel reads it). */
+cudaError_t fqla_dev_bwd_launch_fused_rev(const fqla_bwd_params &p, int store_ds, cudaStream_t stream);
 
 #endif

@@ -13,24 +13,28 @@
  *
  * Roles (384 threads, registers rebalanced by setmaxnreg):
  *   warpgroup 0 (state): dS^T (V = 128 value rows x K = 128) as two
- *     m64n128 accumulators; stores dS to the workspace (the gradient
- *     kernel's input, as the reverse chain does) and publishes it as hi /
- *     lo planes (ds_ready); during the others' products it forms
- *     (scale diag(e) dO)^T as split register fragments; after z_ready the
- *     update, RS for the dO term and SS for Z^T K.
+ *     m64n128 accumulators; publishes it as hi / lo planes, then stores it
+ *     to the workspace (the gradient kernel's input, as the reverse chain
+ *     does) while the others run; forms (scale diag(e) dO)^T as split
+ *     register fragments; after z_ready the update, RS for the dO term and
+ *     SS for Z^T K.
  *   warpgroup 2 (dU side): K dS' (SS, dS' split), scaled by f, plus
  *     P~^T dO: dU, stored as hi / lo planes (du_ready).
  *   warpgroup 1 (dY side): dY = T~^T dU (both split), Z = -diag(e beta) dY
  *     over dU's planes (z_ready); it also issues the next chunk's copies.
- * Every product is split where bwd_chain.cu splits it (dS, dU, Z, the
- * scaled dO, T~, P~); q / k / dO are exact bf16 here (no l2norm, bf16 io).
- *
+ * Value columns never mix in the chain, so each hand-off is per value half
+ * (64 columns): warpgroup 2 works on half 1 while warpgroup 1 works on
+ * half 0, and so on, a three-stage pipeline of two items a chunk (the
+ * first form, one hand-off a chunk over all 128 columns with dS stored
+ * before it was published, took 1.28-1.55x the reverse chain's time with
+ * prepare, dh0 alone, on ten bench rows, H100; without the dS stores
+ * 1.03-1.20x).
  * Covered (fqla_dev_bwd_fused_rev_covers): bf16 io, K = V = 128, no
  * in-kernel l2norm, whole sequences (no CP), the chains' gradient kernel
  * not beside them, 16-byte rows. The chunk walk is a dependent chain
  * through the three warpgroups (ds_ready -> du_ready -> z_ready), one CTA
- * barrier a chunk for the copies; nothing here overlaps chunks yet: the
- * gradient work of step 2 is what fills the waits.
+ * barrier a chunk for the copies; the gradient work of step 2 is what
+ * fills the waits.
  *
  * Shared memory (KiB): two stages of k, q, dO (48 each); T~ and P~ hi / lo
  * (32, one set: each refilled by its only reader after its product); dS'
@@ -54,7 +58,9 @@ constexpr int TILE = C * 64 * 2;            /* a [64][64] bf16 plane: T~, P~ */
 /* (216 + 2 x 144) x 128 <= 384 x 168; at 240 / 128 the side warpgroups spill */
 constexpr int STATE_REGS = 216, SIDE_REGS = 144;
 
-enum class fr_bar : uint32_t { ds_ready = 1, du_ready, z_ready, side_local };
+/* per value half h: ds_ready + h, du_ready + h, z_ready + h; side_local + 0 / 1:
+ * warpgroup 1's / 2's own */
+enum class fr_bar : uint32_t { ds_ready = 1, du_ready = 3, z_ready = 5, side_local = 7 };
 
 struct fr_rows {
     alignas(16) float gam[C];
@@ -204,6 +210,10 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
 
     /* each role's register budget set at its branch's start (ptxas sizes the
      * code after a branch join by the smaller) */
+    /* value half h of a [*][128] plane pair (its 64-column block h) */
+    auto half_cols = [](const fqla_wg_tile &t, int h) { return fqla_wg_tile{t.hi + h * t.rows * 128, t.lo ? t.lo + h * t.rows * 128 : 0u, t.rows}; };
+    /* value half h of the dS'^T planes (its 64 rows) */
+    auto half_rows = [&](int h) { return fqla_wg_tile{DS.hi + h * 64 * 128, DS.lo + h * 64 * 128, VD}; };
     if (wg == 0) {
         fqla_setmaxnreg_inc<STATE_REGS>();
         /* dS^T, rows 64 h + row0 (+8), key columns col_of(a) */
@@ -219,8 +229,16 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
             fqla_cp_async_wait_all();
             fqla_fence_async_smem();
             __syncthreads(); /* the chunk's copies landed; the previous chunk fully read */
-            /* dS (the gradient leaving chunk c) to the workspace, [k][v]
-             * (store_ds 0: left out, to time the pass without it) */
+            /* dS (the gradient leaving chunk c) as its planes for warpgroup 2, a
+             * value half at a time so that its products on half 0 start first */
+            fqla_wg_store<128>(half_rows(0), acc0, 0);
+            fqla_fence_async_smem();
+            fqla_bar_arrive(fr_bar::ds_ready, 256, 0);
+            fqla_wg_store<128>(half_rows(1), acc1, 0);
+            fqla_fence_async_smem();
+            fqla_bar_arrive(fr_bar::ds_ready, 256, 1);
+            /* ... and to the workspace, [k][v], while the others run (store_ds 0:
+             * left out, to time the pass without it) */
             if (store_ds) {
                 float *dst = bp.dS + tile_of(c) * KD * p.V;
 #pragma unroll
@@ -229,11 +247,6 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
                     dst[(int64_t)col_of(a) * p.V + 64 + row0 + row8_of(a)] = acc1[a];
                 }
             }
-            /* ... and as its planes for warpgroup 2 */
-            fqla_wg_store<128>(DS, acc0, 0);
-            fqla_wg_store<128>(fqla_wg_tile{DS.hi + 64 * 128, DS.lo + 64 * 128, VD}, acc1, 0);
-            fqla_fence_async_smem();
-            fqla_bar_arrive(fr_bar::ds_ready, 256);
             const fr_rows &r = rows[s];
             const float eC = __expf(r.gam[C - 1]);
 #pragma unroll
@@ -244,15 +257,15 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
             const fqla_wg_tile DO{fqla_smem_u32(st + 2 * PLANE), 0u, C};
             const fqla_wg_tile Kt{fqla_smem_u32(st), 0u, C}, Qt{fqla_smem_u32(st + PLANE), 0u, C};
             /* dS^T = e_C dS^T + (scale diag(e) dO)^T Q + Z^T K, Z = -diag(e beta) dY,
-             * a value half at a time: the first half's A fragments formed
-             * while the others' products run, the second's after the first
-             * half's update retired (both halves' fragments at once spill) */
+             * a value half at a time as its Z arrives; each half's A fragments
+             * formed before its wait (both halves' at once spill) */
             uint32_t eh[4][4], el[4][4];
             scaled_do_frags(DO, r, p.scale, 0, eh, el);
-            fqla_bar_sync(fr_bar::z_ready, 256);
-            update_half(acc0, eh, el, Qt, fqla_wg_tile{DU.hi, DU.lo, C}, Kt);
+            fqla_bar_sync(fr_bar::z_ready, 256, 0);
+            update_half(acc0, eh, el, Qt, half_cols(DU, 0), Kt);
             scaled_do_frags(DO, r, p.scale, 64, eh, el);
-            update_half(acc1, eh, el, Qt, fqla_wg_tile{DU.hi + C * 128, DU.lo + C * 128, C}, Kt);
+            fqla_bar_sync(fr_bar::z_ready, 256, 1);
+            update_half(acc1, eh, el, Qt, half_cols(DU, 1), Kt);
         }
         /* the gradient entering the sequence */
         if (bp.dh0)
@@ -273,20 +286,24 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
             fqla_cp_async_commit();
             const fr_rows &r = rows[s];
             /* Z's row factors: -e_t beta_t for the thread's two rows */
-            const int t0 = row0, t1 = row0 + 8;
-            const float z0 = -__expf(r.gam[t0]) * r.bet[t0], z1 = -__expf(r.gam[t1]) * r.bet[t1];
-            fqla_bar_sync(fr_bar::du_ready, 256);
-            float dy[64];
-            fqla_wg_run(dy, [&] { fqla_wg_split<128, 1, 1, true, true>(dy, opaque(Tt), opaque(DU), 0, C, false); });
-            /* every warp's part of the product has read T~ and dU */
-            fqla_bar_sync(fr_bar::side_local, 128, 0);
+            const float z0 = -__expf(r.gam[row0]) * r.bet[row0], z1 = -__expf(r.gam[row0 + 8]) * r.bet[row0 + 8];
+#pragma unroll 1
+            for (int h = 0; h < 2; h++) {
+                const fqla_wg_tile DUh = half_cols(DU, h);
+                fqla_bar_sync(fr_bar::du_ready, 256, (uint32_t)h);
+                /* dY = T~^T dU on this value half */
+                float dy[32];
+                fqla_wg_run(dy, [&] { fqla_wg_split<64, 1, 1, true, true>(dy, opaque(Tt), opaque(DUh), 0, C, false); });
+                /* every warp's part of the product has read T~ and dU's half */
+                fqla_bar_sync(fr_bar::side_local, 128, 0);
+#pragma unroll
+                for (int a = 0; a < 32; a++) dy[a] *= row8_of(a) ? z1 : z0;
+                fqla_wg_store<64>(DUh, dy, 0);
+                fqla_fence_async_smem();
+                fqla_bar_arrive(fr_bar::z_ready, 256, (uint32_t)h);
+            }
             if (it + 1 < chunks) copy_tile(sm + L::tp, bp.Tt + tile_of(chunk_at(it + 1)) * C * C, lt);
             fqla_cp_async_commit();
-#pragma unroll
-            for (int a = 0; a < 64; a++) dy[a] *= row8_of(a) ? z1 : z0;
-            fqla_wg_store<128>(DU, dy, 0);
-            fqla_fence_async_smem();
-            fqla_bar_arrive(fr_bar::z_ready, 256);
         }
     } else {
         fqla_setmaxnreg_dec<SIDE_REGS>();
@@ -300,20 +317,26 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
             const float gC = r.gam[C - 1];
             const float f0 = __expf(gC - r.gam[row0]), f1 = __expf(gC - r.gam[row0 + 8]);
             const fqla_wg_tile Kt{fqla_smem_u32(st), 0u, C}, DO{fqla_smem_u32(st + 2 * PLANE), 0u, C};
-            fqla_bar_sync(fr_bar::ds_ready, 256);
-            /* K dS': token rows, value columns */
-            float du[64];
-            fqla_wg_run(du, [&] { fqla_wg_split<128, 0, 0, false, true>(du, opaque(Kt), opaque(DS), 0, KD, false); });
+#pragma unroll 1
+            for (int h = 0; h < 2; h++) {
+                fqla_bar_sync(fr_bar::ds_ready, 256, (uint32_t)h);
+                /* K dS' on this value half: token rows, its 64 value columns */
+                float du[32];
+                const fqla_wg_tile DSh = half_rows(h);
+                fqla_wg_run(du, [&] { fqla_wg_split<64, 0, 0, false, true>(du, opaque(Kt), opaque(DSh), 0, KD, false); });
 #pragma unroll
-            for (int a = 0; a < 64; a++) du[a] *= row8_of(a) ? f1 : f0;
-            /* + P~^T dO */
-            fqla_wg_run(du, [&] { fqla_wg_split<128, 1, 1, true, false>(du, opaque(Pt), opaque(DO), 0, C, true); });
+                for (int a = 0; a < 32; a++) du[a] *= row8_of(a) ? f1 : f0;
+                /* + P~^T dO */
+                const fqla_wg_tile DOh = half_cols(DO, h);
+                fqla_wg_run(du, [&] { fqla_wg_split<64, 1, 1, true, false>(du, opaque(Pt), opaque(DOh), 0, C, true); });
+                fqla_wg_store<64>(half_cols(DU, h), du, 0);
+                fqla_fence_async_smem();
+                fqla_bar_arrive(fr_bar::du_ready, 256, (uint32_t)h);
+            }
+            /* every warp's part of the products has read P~ */
             fqla_bar_sync(fr_bar::side_local, 128, 1);
             if (it + 1 < chunks) copy_tile(sm + L::tp + 2 * TILE, bp.Pt + tile_of(chunk_at(it + 1)) * C * C, lt);
             fqla_cp_async_commit();
-            fqla_wg_store<128>(DU, du, 0);
-            fqla_fence_async_smem();
-            fqla_bar_arrive(fr_bar::du_ready, 256);
         }
     }
 }

@@ -66,12 +66,14 @@ extern void fqla_cuda_bwd_tune_nwg(int nwg);
 extern void fqla_cuda_bwd_tune_fused_rev(int on);
 extern int fqla_cuda_bwd_last_fused_rev(void);
 extern void fqla_cuda_bwd_tune_cp(int64_t seg_chunks);
+extern int64_t fqla_cuda_bwd_last_seg_chunks(void);
 #define DEV_BUILD 1
 #else
 #define fqla_cuda_bwd_tune_nwg(nwg) ((void)(nwg))
 #define fqla_cuda_bwd_tune_fused_rev(on) ((void)(on))
 #define fqla_cuda_bwd_last_fused_rev() 0
 #define fqla_cuda_bwd_tune_cp(L) ((void)(L))
+#define fqla_cuda_bwd_last_seg_chunks() ((int64_t)-1)
 #define DEV_BUILD 0
 #endif
 #define H2D CUDART_MEMCPY_H2D
@@ -1301,9 +1303,10 @@ static void bwd_chain_shapes(void)
 }
 
 /* The fused reverse pass under construction (developer build) in place of
- * the reverse chain, on what it covers (bf16, K = V = 128, no l2norm, no
- * CP): every gradient against the reference, as any route's; a case that
- * does not take it fails. Reported as skipped in a product build. */
+ * the reverse chain, on what it covers (bf16, K = V = 128, no l2norm; whole
+ * sequences and CP's main pass): every gradient against the reference, as
+ * any route's; a case that does not take it fails. Reported as skipped in a
+ * product build. */
 static void bwd_fused_rev(void)
 {
     if (!DEV_BUILD) {
@@ -1311,10 +1314,15 @@ static void bwd_fused_rev(void)
         return;
     }
     fqla_cuda_bwd_tune_fused_rev(1);
-    fqla_cuda_bwd_tune_cp(0);
-    spec cases[4];
-    const char *what[4] = {"fused reverse pass B=2 T=150 H=2 HV=4", "fused reverse pass varlen [0,64,64,200]",
-                           "fused reverse pass strong decay, beta near 2, T=200", "fused reverse pass T=1000 H=1 HV=2"};
+    enum { NCASE = 6 };
+    spec cases[NCASE];
+    /* CP segment length forced: 0 off, else chunks (the main pass over segments) */
+    const int64_t cp[NCASE] = {0, 0, 0, 0, 2, 3};
+    const char *what[NCASE] = {"fused reverse pass B=2 T=150 H=2 HV=4", "fused reverse pass varlen [0,64,64,200]",
+                               "fused reverse pass strong decay, beta near 2, T=200",
+                               "fused reverse pass T=1000 H=1 HV=2",
+                               "fused reverse pass, CP of 2 chunks, T=300 H=1 HV=2",
+                               "fused reverse pass, CP of 3 chunks, varlen [0,200,200,520]"};
     cases[0] = base_spec(2, 150, 2, 4, 128);
     const int64_t cu[] = {0, 64, 64, 200};
     cases[1] = base_spec(1, 200, 2, 4, 128);
@@ -1323,9 +1331,16 @@ static void bwd_fused_rev(void)
     cases[2].decay = 1;
     cases[2].beta_sig = cases[2].neg_eig = cases[2].beta_high = 1;
     cases[3] = base_spec(1, check_quick() ? 300 : 1000, 1, 2, 128);
-    for (int i = 0; i < 4; i++) {
+    cases[4] = base_spec(1, 300, 1, 2, 128);
+    const int64_t cu5[] = {0, 200, 200, 520};
+    cases[5] = base_spec(1, 520, 2, 4, 128);
+    set_cu(&cases[5], cu5, 4);
+    for (int i = 0; i < NCASE; i++) {
+        fqla_cuda_bwd_tune_cp(cp[i]);
         check_spec(&cases[i], what[i]);
         CHECK(fqla_cuda_bwd_last_fused_rev() == 1, "%s: the fused reverse pass did not run", what[i]);
+        CHECK(fqla_cuda_bwd_last_seg_chunks() == cp[i], "%s: ran with CP segments of %lld chunks", what[i],
+              (long long)fqla_cuda_bwd_last_seg_chunks());
     }
     fqla_cuda_bwd_tune_fused_rev(0);
     fqla_cuda_bwd_tune_cp(-1);

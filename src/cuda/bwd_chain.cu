@@ -731,8 +731,10 @@ cudaError_t launch_chains(const fqla_bwd_params &p, int io_bf16, int mode, cudaS
 template <typename T, int KD, bool CONVERT, int NWG> cudaError_t launch_states(const fqla_bwd_params &p, cudaStream_t stream)
 {
     const int zpairs = (int)(((p.f.V + VS - 1) / VS + NWG - 1) / NWG);
+    const int mode = p.f.cp_mode ? CHAIN_MAIN : CHAIN_WHOLE;
+    const int64_t rows = mode == CHAIN_WHOLE ? p.f.N : fqla_cp_segs(p.f.varlen, p.f.T, p.f.N, p.f.seg_chunks);
     return launch_dirs<T, KD, CONVERT, CHAIN_STATES_ONLY, NWG>(
-        p, CHAIN_WHOLE, dim3((unsigned)p.f.N, (unsigned)p.f.HV, (unsigned)zpairs), zpairs, stream);
+        p, mode, dim3((unsigned)rows, (unsigned)p.f.HV, (unsigned)zpairs), zpairs, stream);
 }
 #endif
 
@@ -741,6 +743,7 @@ template <typename T, int KD, bool CONVERT, int NWG> cudaError_t launch_states(c
 #ifdef FQLA_DEV
 cudaError_t fqla_bwd_launch_chain_states(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream)
 {
+    /* with CP, the main pass (after both chains' pre-passes and the scan) */
     /* the fused reverse pass's coverage: bf16 io, K = 128, no l2norm */
     if (!io_bf16 || p.f.K != 128 || p.f.l2norm) return cudaErrorNotSupported;
     return p.chain_nwg == 1 ? launch_states<__nv_bfloat16, 128, false, 1>(p, stream)

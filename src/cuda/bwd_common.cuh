@@ -191,7 +191,7 @@ cudaError_t fqla_bwd_launch_finish(const fqla_bwd_params &p, int io_bf16, cudaSt
 cudaError_t fqla_bwd_launch_chains_prepass(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream);
 cudaError_t fqla_bwd_launch_chains_scan(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream);
 #ifdef FQLA_DEV
-/* The state chain alone over whole sequences (the developer build's fused
+/* The state chain alone over whole sequences or CP's main pass (the developer build's fused
  * reverse pass, src/dev/bwd_fused_rev.cu, runs the reverse chain's part). */
 cudaError_t fqla_bwd_launch_chain_states(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream);
 #endif

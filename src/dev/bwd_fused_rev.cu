@@ -30,8 +30,9 @@
  * prepare, dh0 alone, on ten bench rows, H100; without the dS stores
  * 1.03-1.20x).
  * Covered (fqla_dev_bwd_fused_rev_covers): bf16 io, K = V = 128, no
- * in-kernel l2norm, whole sequences (no CP), the chains' gradient kernel
- * not beside them, 16-byte rows. The chunk walk is a dependent chain
+ * in-kernel l2norm, whole sequences or CP's main pass over segments (from
+ * the gradients the reverse chain's pre-pass and the scan leave), the
+ * gradient kernel not beside the chains, 16-byte rows. The chunk walk is a dependent chain
  * through the three warpgroups (ds_ready -> du_ready -> z_ready), one CTA
  * barrier a chunk for the copies; the gradient work of step 2 is what
  * fills the waits.
@@ -169,9 +170,12 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
     const int row0 = 16 * ((tid >> 5) & 3) + ((tid & 31) >> 2); /* the thread's first accumulator row */
     const int hv = (int)blockIdx.y, hk = hv / p.group;
     int64_t n, batch, start, len, slot0;
-    bool last; /* (whole sequences: always) */
+    bool last;
     if (!fqla_fwd_span(p, blockIdx.x, n, batch, start, len, slot0, last)) return;
     (void)last;
+    int64_t seq_batch, seq_start, seq_len, seq_slot0;
+    fqla_fwd_seq(p, n, seq_batch, seq_start, seq_len, seq_slot0);
+    const bool first = start == seq_start; /* the span starts its sequence: dh0 is its gradient */
     const int chunks = (int)((len + C - 1) / C);
     auto chunk_at = [&](int it) { return chunks - 1 - it; };
     auto nvalid_of = [&](int c) { return (int)(len - (int64_t)c * C < C ? len - (int64_t)c * C : C); };
@@ -218,10 +222,14 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
         fqla_setmaxnreg_inc<STATE_REGS>();
         /* dS^T, rows 64 h + row0 (+8), key columns col_of(a) */
         float acc0[64], acc1[64];
+        /* with CP (the main pass over a segment) the scan stored the gradient
+         * leaving the segment in its last chunk's dS tile; else d_final_state */
+        const float *dS_end = p.cp_mode && chunks > 0 ? bp.dS + tile_of(chunks - 1) * KD * p.V : nullptr;
 #pragma unroll
         for (int a = 0; a < 64; a++) {
-            acc0[a] = bwd_start_state<true>(bp, n, hv, col_of(a), row0 + row8_of(a));
-            acc1[a] = bwd_start_state<true>(bp, n, hv, col_of(a), 64 + row0 + row8_of(a));
+            const int k = col_of(a), v = row0 + row8_of(a);
+            acc0[a] = dS_end ? dS_end[(int64_t)k * p.V + v] : bwd_start_state<true>(bp, n, hv, k, v);
+            acc1[a] = dS_end ? dS_end[(int64_t)k * p.V + 64 + v] : bwd_start_state<true>(bp, n, hv, k, 64 + v);
         }
         for (int it = 0; it < chunks; it++) {
             const int c = chunk_at(it), s = it & 1;
@@ -268,7 +276,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
             update_half(acc1, eh, el, Qt, half_cols(DU, 1), Kt);
         }
         /* the gradient entering the sequence */
-        if (bp.dh0)
+        if (bp.dh0 && first)
 #pragma unroll
             for (int a = 0; a < 64; a++) {
                 const int k = col_of(a), v = row0 + row8_of(a);
@@ -345,7 +353,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
 
 bool fqla_dev_bwd_fused_rev_covers(const fqla_bwd_params &p, int io_bf16)
 {
-    return io_bf16 && p.f.K == KD && p.f.V == VD && !p.f.l2norm && !p.f.cp_mode && !p.chain_done &&
+    return io_bf16 && p.f.K == KD && p.f.V == VD && !p.f.l2norm && !p.chain_done &&
            fqla_bwd_rows16(p, FQLA_BWD_ROWS_Q | FQLA_BWD_ROWS_K | FQLA_BWD_ROWS_DO);
 }
 
@@ -354,6 +362,7 @@ cudaError_t fqla_dev_bwd_launch_fused_rev(const fqla_bwd_params &p, int store_ds
     static fqla_smem_cache cache;
     cudaError_t e = fqla_smem_limit(cache, bwd_fused_rev_kernel, fr_layout::bytes);
     if (e != cudaSuccess) return e;
-    return fqla_launch(bwd_fused_rev_kernel, dim3((unsigned)p.f.N, (unsigned)p.f.HV), dim3(THREADS), fr_layout::bytes,
+    const int64_t rows = p.f.cp_mode ? fqla_cp_segs(p.f.varlen, p.f.T, p.f.N, p.f.seg_chunks) : p.f.N;
+    return fqla_launch(bwd_fused_rev_kernel, dim3((unsigned)rows, (unsigned)p.f.HV), dim3(THREADS), fr_layout::bytes,
                        stream, 0, p, store_ds);
 }

@@ -210,6 +210,27 @@ def fla_setup(backend):
     return "triton%s" % guard + ("(triton %s)" % triton.__version__), calls
 
 
+def table_rows(spec=""):
+    """The anchor table's rows as (model, h_qk, h_v, seqlens); with spec
+    ('model:seqlens,...') those it names, in its order."""
+    rows = [(r["model"], int(r["h_qk"]), int(r["h_v"]), r["seqlens"]) for r in load_anchors().values()]
+    if not spec:
+        return rows
+    byk = {(r[0], r[3]): r for r in rows}
+    return [byk[tuple(w.split(":"))] for w in spec.split(",") if tuple(w.split(":")) in byk]
+
+
+def row_inputs(hq, hv, sl, ri):
+    """Row ri's inputs, as every backward benchmark makes them: the forward's
+    (bench_fwd.make_inputs with this row's sequence split, seed ri), then dO
+    and d_final_state (seed 1000 + ri): q, k, v, g, beta, h0, cu, cu_host, do, dht."""
+    q, k, v, g, beta, h0, cu, cu_host = bf.make_inputs(hq, hv, BWD_SPLITS[sl], seed=ri)
+    gen = torch.Generator(device="cuda").manual_seed(1000 + ri)
+    do = torch.randn(v.shape, device="cuda", generator=gen).to(v.dtype)
+    dht = (torch.randn(h0.shape, device="cuda", generator=gen) / 8).float()
+    return q, k, v, g, beta, h0, cu, cu_host, do, dht
+
+
 def first_line(e):
     return (str(e).splitlines() or [repr(e)])[0][:200]
 
@@ -241,14 +262,11 @@ def main():
     a = ap.parse_args()
 
     anchors = load_anchors()
-    rows = [(r["model"], int(r["h_qk"]), int(r["h_v"]), r["seqlens"]) for r in anchors.values()]
     if a.quick and not a.rows:
         a.rows = ",".join(QUICK_ROWS)
+    rows = table_rows(a.rows)
     if a.models:
         rows = [r for r in rows if r[0] in a.models.split(",")]
-    if a.rows:
-        byk = {(r[0], r[3]): r for r in rows}
-        rows = [byk[tuple(w.split(":"))] for w in a.rows.split(",") if tuple(w.split(":")) in byk]
     first_row = {}
     for r in anchors.values():
         first_row.setdefault(r["model"], r["seqlens"])
@@ -298,11 +316,7 @@ def main():
                                                     "adv_fq", "adv_pkg", "grad rel vs the sanity reference"), flush=True)
     tuned = set()
     for ri, (model, hq, hv, sl) in enumerate(rows):
-        lens = BWD_SPLITS[sl]
-        q, k, v, g, beta, h0, cu, cu_host = bf.make_inputs(hq, hv, lens, seed=ri)
-        gen = torch.Generator(device="cuda").manual_seed(1000 + ri)
-        do = torch.randn(v.shape, device="cuda", generator=gen).to(v.dtype)
-        dht = (torch.randn(h0.shape, device="cuda", generator=gen) / 8).float()
+        q, k, v, g, beta, h0, cu, cu_host, do, dht = row_inputs(hq, hv, sl, ri)
         scale = q.shape[-1] ** -0.5
         fla_ms, fla_how, ref, ref_name = float("nan"), "", None, ""
         if not a.no_fla:

@@ -64,10 +64,7 @@ def main():
     if tune_nwg is None:  # an older developer build: one shape, recorded as 0
         tune_nwg, last_nwg = (lambda n: None), (lambda: 0)
 
-    rows = [(r["model"], int(r["h_qk"]), int(r["h_v"]), r["seqlens"]) for r in bb.load_anchors().values()]
-    if a.rows:
-        want = [tuple(w.split(":")) for w in a.rows.split(",")]
-        rows = [r for r in rows if (r[0], r[3]) in want]
+    rows = bb.table_rows(a.rows)
     flush = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.float32, device="cuda")
     gpu = torch.cuda.get_device_name().replace(" ", "_")
     f = open(a.out, "a", newline="")
@@ -76,10 +73,7 @@ def main():
         w.writerow(["model", "seqlens", "seg_chunks", "nwg", "planned", "ms", "max_rel_vs_plan", "gpu"])
     for ri, (model, hq, hv, sl) in enumerate(rows):
         lens = bb.BWD_SPLITS[sl]
-        q, k, v, g, beta, h0, cu, cu_host = bf.make_inputs(hq, hv, lens, seed=ri)
-        gen = torch.Generator(device="cuda").manual_seed(1000 + ri)
-        do = torch.randn(v.shape, device="cuda", generator=gen).to(v.dtype)
-        dht = (torch.randn(h0.shape, device="cuda", generator=gen) / 8).float()
+        q, k, v, g, beta, h0, cu, cu_host, do, dht = bb.row_inputs(hq, hv, sl, ri)
         chunks = (max(lens) + 63) // 64
         lengths = [0] + [x for x in LADDER if x < chunks]
         # (segment length, warpgroups a CTA); -1: the plan's

@@ -85,10 +85,7 @@ def main():
     tune_cp.argtypes = [C.c_int64]
     tune_cp(0 if a.cp_off else -1)
 
-    rows = [(r["model"], int(r["h_qk"]), int(r["h_v"]), r["seqlens"]) for r in bb.load_anchors().values()]
-    if a.rows:
-        want = [tuple(w.split(":")) for w in a.rows.split(",")]
-        rows = [r for r in rows if (r[0], r[3]) in want]
+    rows = bb.table_rows(a.rows)
     flush = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.float32, device="cuda")
     gpu = torch.cuda.get_device_name().replace(" ", "_")
     f = open(a.out, "a", newline="")
@@ -98,11 +95,7 @@ def main():
     print("%-10s %-9s %9s %9s %7s %9s %9s %9s %7s %8s" % ("model", "seqlens", "dh0 rev", "dh0 fused", "x", "no dS st",
                                                       "full rev", "full fus", "x", "max_rel"), flush=True)
     for ri, (model, hq, hv, sl) in enumerate(rows):
-        lens = bb.BWD_SPLITS[sl]
-        q, k, v, g, beta, h0, cu, cu_host = bf.make_inputs(hq, hv, lens, seed=ri)
-        gen = torch.Generator(device="cuda").manual_seed(1000 + ri)
-        do = torch.randn(v.shape, device="cuda", generator=gen).to(v.dtype)
-        dht = (torch.randn(h0.shape, device="cuda", generator=gen) / 8).float()
+        q, k, v, g, beta, h0, cu, cu_host, do, dht = bb.row_inputs(hq, hv, sl, ri)
         res = {("full", 0): float("nan"), ("full", 1): float("nan"), ("full", "err"): float("nan")}
         for what in ("dh0", "full"):
             if not measure(lib, tune, used, what, (q, k, v, g, beta, h0, cu, cu_host, do, dht), flush, a, res):

@@ -190,18 +190,6 @@ __device__ __forceinline__ void split_plane(unsigned char *hi, unsigned char *lo
     }
 }
 
-/* The raw pairs of fqla_wg_load_t as floats (fqla_wg_frags' order). */
-template <typename T> __device__ __forceinline__ void widen_frags(const uint32_t (&x)[4][4], float (&f)[32])
-{
-#pragma unroll
-    for (int kk = 0; kk < 4; kk++)
-#pragma unroll
-        for (int q = 0; q < 4; q++) {
-            f[8 * kk + 2 * q] = bwd_widen<T>(x[kk][q] & 0xffffu);
-            f[8 * kk + 2 * q + 1] = bwd_widen<T>(x[kk][q] >> 16);
-        }
-}
-
 /* Pins register A fragments (hi, lo) in place: before a product's issue,
  * so that they are computed before its wgmma.fence (ptxas otherwise may
  * place their conversions between the wgmma and inject a wait there), and
@@ -494,7 +482,7 @@ __device__ __forceinline__ void chain_run(const fqla_bwd_params &bp, int vec, in
         fqla_wg_retire(ks);
         pin_a(sh, sl);
         float x[32];
-        widen_frags<T>(xr, x);
+        bwd_widen_frags<T>(xr, x);
         if constexpr (!REVERSE) {
             /* Y^T = (V^T - (K S)^T diag(e)) diag(beta);  U^T = Y^T T~^T */
 #pragma unroll

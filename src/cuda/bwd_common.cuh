@@ -218,6 +218,18 @@ template <> __device__ __forceinline__ float bwd_widen<__half>(uint32_t x)
 {
     return __half2float(__ushort_as_half((unsigned short)x));
 }
+/* The raw 2-byte pairs of four k-steps of fqla_wg_load_t (kernel/wg_split.cuh)
+ * as floats, in fqla_wg_frags' order. */
+template <typename T> __device__ __forceinline__ void bwd_widen_frags(const uint32_t (&x)[4][4], float (&f)[32])
+{
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            f[8 * kk + 2 * q] = bwd_widen<T>(x[kk][q] & 0xffffu);
+            f[8 * kk + 2 * q + 1] = bwd_widen<T>(x[kk][q] >> 16);
+        }
+}
 template <typename T> __device__ __forceinline__ T bwd_cvt(float x);
 template <> __device__ __forceinline__ __nv_bfloat16 bwd_cvt<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 template <> __device__ __forceinline__ __half bwd_cvt<__half>(float x) { return __float2half_rn(x); }

@@ -131,13 +131,7 @@ __device__ __forceinline__ void scaled_do_frags(const fqla_wg_tile &DO, const fr
     uint32_t xr[4][4];
     float x[32];
     fqla_wg_load_t<4>(DO, xr, c0);
-#pragma unroll
-    for (int kk = 0; kk < 4; kk++)
-#pragma unroll
-        for (int q = 0; q < 4; q++) {
-            x[8 * kk + 2 * q] = bwd_widen<__nv_bfloat16>(xr[kk][q] & 0xffffu);
-            x[8 * kk + 2 * q + 1] = bwd_widen<__nv_bfloat16>(xr[kk][q] >> 16);
-        }
+    bwd_widen_frags<__nv_bfloat16>(xr, x);
 #pragma unroll
     for (int a = 0; a < 32; a++) x[a] *= scale * __expf(r.gam[col_of(a)]);
     fqla_wg_frags(x, eh, el);

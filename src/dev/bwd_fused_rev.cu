@@ -61,7 +61,12 @@ constexpr int STATE_REGS = 216, SIDE_REGS = 144;
 
 /* per value half h: ds_ready + h, du_ready + h, z_ready + h; side_local + 0 / 1:
  * warpgroup 1's / 2's own */
-enum class fr_bar : uint32_t { ds_ready = 1, du_ready = 3, z_ready = 5, side_local = 7 };
+enum class fr_bar : uint32_t { ds_ready = 1, du_ready = 3, z_ready = 5, side_local = 7, chunk = 9 };
+
+/* The CTA-wide barrier at each chunk's start: a named barrier, not
+ * __syncthreads, because the three roles reach it from three places in the
+ * code (synccheck calls bar.sync 0 from different places divergent). */
+__device__ __forceinline__ void chunk_barrier() { fqla_bar_sync(fr_bar::chunk, THREADS); }
 
 struct fr_rows {
     alignas(16) float gam[C];
@@ -231,7 +236,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
             unsigned char *st = stage(s);
             fqla_cp_async_wait_all();
             fqla_fence_async_smem();
-            __syncthreads(); /* the chunk's copies landed; the previous chunk fully read */
+            chunk_barrier(); /* the chunk's copies landed; the previous chunk fully read */
             /* dS (the gradient leaving chunk c) as its planes for warpgroup 2, a
              * value half at a time so that its products on half 0 start first */
             fqla_wg_store<128>(half_rows(0), acc0, 0);
@@ -283,7 +288,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
             const int s = it & 1;
             fqla_cp_async_wait_all();
             fqla_fence_async_smem();
-            __syncthreads();
+            chunk_barrier();
             if (it + 1 < chunks) issue_inputs(chunk_at(it + 1), s ^ 1);
             fqla_cp_async_commit();
             const fr_rows &r = rows[s];
@@ -314,7 +319,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
             unsigned char *st = stage(s);
             fqla_cp_async_wait_all();
             fqla_fence_async_smem();
-            __syncthreads();
+            chunk_barrier();
             const fr_rows &r = rows[s];
             const float gC = r.gam[C - 1];
             const float f0 = __expf(gC - r.gam[row0]), f1 = __expf(gC - r.gam[row0 + 8]);

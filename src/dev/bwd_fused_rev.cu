@@ -16,10 +16,10 @@
  *     m64n128 accumulators; publishes it as hi / lo planes, then stores it
  *     to the workspace (the gradient kernel's input, as the reverse chain
  *     does) while the others run; forms (scale diag(e) dO)^T as split
- *     register fragments and issues the update's dO term (RS) before Z
- *     arrives, its Z^T K term (SS) after (z_ready).
- *   warpgroup 2 (dU side): P~^T dO before dS' arrives, then K dS' (SS,
- *     dS' split): dU = diag(f) K dS' + P~^T dO as hi / lo planes (du_ready).
+ *     register fragments; after z_ready the update, RS for the dO term and
+ *     SS for Z^T K.
+ *   warpgroup 2 (dU side): K dS' (SS, dS' split), scaled by f, plus
+ *     P~^T dO: dU, stored as hi / lo planes (du_ready).
  *   warpgroup 1 (dY side): dY = T~^T dU (both split), Z = -diag(e beta) dY
  *     over dU's planes (z_ready); it also issues the next chunk's copies.
  * Value columns never mix in the chain, so each hand-off is per value half
@@ -143,17 +143,16 @@ __device__ __forceinline__ void scaled_do_frags(const fqla_wg_tile &DO, const fr
 }
 
 /* acc (+)= (e dO)^T Q (A: the fragments eh / el) + Z^T K (Z: the plane pair
- * of this value half): the dO term is issued first and runs while the
- * warpgroup waits for Z (z_ready + h), then the Z term; both retired. */
+ * of this value half), one group, retired. */
 __device__ __forceinline__ void update_half(float (&acc)[64], uint32_t (&eh)[4][4], uint32_t (&el)[4][4],
-                                            const fqla_wg_tile &Qt, const fqla_wg_tile &Z, const fqla_wg_tile &Kt, int h)
+                                            const fqla_wg_tile &Qt, const fqla_wg_tile &Z, const fqla_wg_tile &Kt)
 {
     fqla_reg_fence_u(eh);
     fqla_reg_fence_u(el);
-    fqla_wg_issue(acc, [&] { fqla_wg_rs_split<128, 1, true, false, 4>(acc, eh, el, Qt, true); });
-    fqla_bar_sync(fr_bar::z_ready, 256, (uint32_t)h);
-    fqla_wg_issue(acc, [&] { fqla_wg_split<128, 1, 1, true, false>(acc, opaque(Z), opaque(Kt), 0, C, true); });
-    fqla_wg_retire(acc);
+    fqla_wg_run(acc, [&] {
+        fqla_wg_rs_split<128, 1, true, false, 4>(acc, eh, el, Qt, true);
+        fqla_wg_split<128, 1, 1, true, false>(acc, Z, Kt, 0, C, true);
+    });
     fqla_reg_fence_u(eh);
     fqla_reg_fence_u(el);
 }
@@ -265,14 +264,15 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
             const fqla_wg_tile DO{fqla_smem_u32(st + 2 * PLANE), 0u, C};
             const fqla_wg_tile Kt{fqla_smem_u32(st), 0u, C}, Qt{fqla_smem_u32(st + PLANE), 0u, C};
             /* dS^T = e_C dS^T + (scale diag(e) dO)^T Q + Z^T K, Z = -diag(e beta) dY,
-             * a value half at a time: its dO term before its Z arrives, the Z
-             * term after (update_half); the second half's A fragments formed
-             * after the first half's update retired (both at once spill) */
+             * a value half at a time as its Z arrives; each half's A fragments
+             * formed before its wait (both halves' at once spill) */
             uint32_t eh[4][4], el[4][4];
             scaled_do_frags(DO, r, p.scale, 0, eh, el);
-            update_half(acc0, eh, el, Qt, half_cols(DU, 0), Kt, 0);
+            fqla_bar_sync(fr_bar::z_ready, 256, 0);
+            update_half(acc0, eh, el, Qt, half_cols(DU, 0), Kt);
             scaled_do_frags(DO, r, p.scale, 64, eh, el);
-            update_half(acc1, eh, el, Qt, half_cols(DU, 1), Kt, 1);
+            fqla_bar_sync(fr_bar::z_ready, 256, 1);
+            update_half(acc1, eh, el, Qt, half_cols(DU, 1), Kt);
         }
         /* the gradient entering the sequence */
         if (bp.dh0 && first)
@@ -324,20 +324,18 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
             const float gC = r.gam[C - 1];
             const float f0 = __expf(gC - r.gam[row0]), f1 = __expf(gC - r.gam[row0 + 8]);
             const fqla_wg_tile Kt{fqla_smem_u32(st), 0u, C}, DO{fqla_smem_u32(st + 2 * PLANE), 0u, C};
-            /* P~^T dO of both value halves, before dS' arrives */
-            float pdo0[32], pdo1[32];
-            fqla_wg_run(pdo0, [&] { fqla_wg_split<64, 1, 1, true, false>(pdo0, opaque(Pt), opaque(half_cols(DO, 0)), 0, C, false); });
-            fqla_wg_run(pdo1, [&] { fqla_wg_split<64, 1, 1, true, false>(pdo1, opaque(Pt), opaque(half_cols(DO, 1)), 0, C, false); });
-#pragma unroll
+#pragma unroll 1
             for (int h = 0; h < 2; h++) {
                 fqla_bar_sync(fr_bar::ds_ready, 256, (uint32_t)h);
                 /* K dS' on this value half: token rows, its 64 value columns */
                 float du[32];
                 const fqla_wg_tile DSh = half_rows(h);
                 fqla_wg_run(du, [&] { fqla_wg_split<64, 0, 0, false, true>(du, opaque(Kt), opaque(DSh), 0, KD, false); });
-                /* dU = diag(f) K dS' + P~^T dO */
 #pragma unroll
-                for (int a = 0; a < 32; a++) du[a] = (row8_of(a) ? f1 : f0) * du[a] + (h ? pdo1[a] : pdo0[a]);
+                for (int a = 0; a < 32; a++) du[a] *= row8_of(a) ? f1 : f0;
+                /* + P~^T dO */
+                const fqla_wg_tile DOh = half_cols(DO, h);
+                fqla_wg_run(du, [&] { fqla_wg_split<64, 1, 1, true, false>(du, opaque(Pt), opaque(DOh), 0, C, true); });
                 fqla_wg_store<64>(half_cols(DU, h), du, 0);
                 fqla_fence_async_smem();
                 fqla_bar_arrive(fr_bar::du_ready, 256, (uint32_t)h);

@@ -24,18 +24,21 @@
  *     over dU's planes (z_ready); it also issues the next chunk's copies.
  * Value columns never mix in the chain, so each hand-off is per value half
  * (64 columns): warpgroup 2 works on half 1 while warpgroup 1 works on
- * half 0, and so on, a three-stage pipeline of two items a chunk (the
- * first form, one hand-off a chunk over all 128 columns with dS stored
- * before it was published, took 1.28-1.55x the reverse chain's time with
- * prepare, dh0 alone, on ten bench rows, H100; without the dS stores
- * 1.03-1.20x).
+ * half 0, and so on, a three-stage pipeline of two items a chunk.
+ * Timed as dh0 alone (prepare + this pass) against the reverse chain, ten
+ * bench rows, H200 (docs/history/2026-12-07c-fusedrev.md): 1.21-1.35x
+ * with CP off, 0.95-0.98x where the plan runs CP; without the dS stores,
+ * which sit on warpgroup 0's path before its update, 0.91-1.05x and
+ * 0.86-0.90x. (The first form, one hand-off a chunk over all 128 columns
+ * with dS stored before it was published: 1.28-1.55x, H100.)
+ *
  * Covered (fqla_dev_bwd_fused_rev_covers): bf16 io, K = V = 128, no
  * in-kernel l2norm, whole sequences or CP's main pass over segments (from
  * the gradients the reverse chain's pre-pass and the scan leave), the
- * gradient kernel not beside the chains, 16-byte rows. The chunk walk is a dependent chain
- * through the three warpgroups (ds_ready -> du_ready -> z_ready), one CTA
- * barrier a chunk for the copies; the gradient work of step 2 is what
- * fills the waits.
+ * gradient kernel not beside the chains, 16-byte rows. The chunk walk is a
+ * dependent chain through the three warpgroups (ds_ready -> du_ready ->
+ * z_ready), one CTA barrier a chunk for the copies; the gradient work of
+ * step 2 is what fills the waits.
  *
  * Shared memory (KiB): two stages of k, q, dO (48 each); T~ and P~ hi / lo
  * (32, one set: each refilled by its only reader after its product); dS'

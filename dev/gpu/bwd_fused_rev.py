@@ -109,7 +109,8 @@ def main():
         tune(0)
         torch.cuda.empty_cache()
         print("%-10s %-9s %9.3f %9.3f %7.3f %9.3f %9.3f %9.3f %7.3f %8.1e%s" % (
-            model, sl, res[("dh0", 0)], res[("dh0", 1)], res[("dh0", 1)] / res[("dh0", 0)], res[("dh0", 2)], res[("full", 0)],
+            model, sl, res[("dh0", 0)], res[("dh0", 1)], res[("dh0", 1)] / res[("dh0", 0)], res[("dh0", 2)],
+            res[("full", 0)],
             res[("full", 1)], res[("full", 1)] / res[("full", 0)], max(res[("full", "err")], res[("dh0", "err")]),
             "  DIFFERS" if max(res[("full", "err")], res[("dh0", "err")]) > 1e-2 else ""), flush=True)
     tune_cp(-1)

@@ -330,10 +330,13 @@ fqla_status fqla_cuda_bwd_run(fqla_context *ctx, const fqla_problem *p, const fq
     for (const auto &s : steps) {
         if (s.cp && !k.cp_mode) continue;
 #ifdef FQLA_DEV
-        if (fused_rev && s.launch == fqla_bwd_launch_chains) {
-            if (b.S) st = fqla_cuda_check(ctx, fqla_bwd_launch_chain_states(b, io_bf16, stream), "CUDA backward: state chain launch");
+        if (fused_rev && s.launch == fqla_bwd_launch_chains) { /* the state chain, then the pass */
+            if (b.S)
+                st = fqla_cuda_check(ctx, fqla_bwd_launch_chain_states(b, io_bf16, stream),
+                                     "CUDA backward: state chain launch");
             if (st == FQLA_STATUS_SUCCESS)
-                st = fqla_cuda_check(ctx, fqla_dev_bwd_launch_fused_rev(b, fused_rev_mode != 2, stream), "CUDA backward: fused reverse pass launch");
+                st = fqla_cuda_check(ctx, fqla_dev_bwd_launch_fused_rev(b, fused_rev_mode != 2, stream),
+                                     "CUDA backward: fused reverse pass launch");
             if (st != FQLA_STATUS_SUCCESS) return st;
             continue;
         }

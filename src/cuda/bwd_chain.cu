@@ -716,7 +716,8 @@ cudaError_t launch_chains(const fqla_bwd_params &p, int io_bf16, int mode, cudaS
 }
 
 #ifdef FQLA_DEV
-template <typename T, int KD, bool CONVERT, int NWG> cudaError_t launch_states(const fqla_bwd_params &p, cudaStream_t stream)
+template <typename T, int KD, bool CONVERT, int NWG>
+cudaError_t launch_states(const fqla_bwd_params &p, cudaStream_t stream)
 {
     const int zpairs = (int)(((p.f.V + VS - 1) / VS + NWG - 1) / NWG);
     const int mode = p.f.cp_mode ? CHAIN_MAIN : CHAIN_WHOLE;
@@ -731,8 +732,8 @@ template <typename T, int KD, bool CONVERT, int NWG> cudaError_t launch_states(c
 #ifdef FQLA_DEV
 cudaError_t fqla_bwd_launch_chain_states(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream)
 {
-    /* with CP, the main pass (after both chains' pre-passes and the scan) */
-    /* the fused reverse pass's coverage: bf16 io, K = 128, no l2norm */
+    /* the fused reverse pass's coverage: bf16 io, K = 128, no l2norm; with CP
+     * the main pass (after both chains' pre-passes and the scan) */
     if (!io_bf16 || p.f.K != 128 || p.f.l2norm) return cudaErrorNotSupported;
     return p.chain_nwg == 1 ? launch_states<__nv_bfloat16, 128, false, 1>(p, stream)
                             : launch_states<__nv_bfloat16, 128, false, 2>(p, stream);

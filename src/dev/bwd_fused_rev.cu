@@ -195,7 +195,8 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
         copy_rows128(st, (const uint16_t *)p.k + batch * p.k_sb + t0 * p.k_st + (int64_t)hk * p.k_sh, p.k_st, nv, lt);
         copy_rows128(st + PLANE, (const uint16_t *)p.q + batch * p.q_sb + t0 * p.q_st + (int64_t)hk * p.q_sh, p.q_st,
                      nv, lt);
-        copy_rows128(st + 2 * PLANE, (const uint16_t *)bp.d_o + batch * bp.do_sb + t0 * bp.do_st + (int64_t)hv * bp.do_sh,
+        copy_rows128(st + 2 * PLANE,
+                     (const uint16_t *)bp.d_o + batch * bp.do_sb + t0 * bp.do_st + (int64_t)hv * bp.do_sh,
                      bp.do_st, nv, lt);
         if (lt < C / 4) {
             fqla_cp_async16(&rows[s].gam[4 * lt], p.gam + tile * C + 4 * lt, 16);
@@ -217,7 +218,10 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
     /* each role's register budget set at its branch's start (ptxas sizes the
      * code after a branch join by the smaller) */
     /* value half h of a [*][128] plane pair (its 64-column block h) */
-    auto half_cols = [](const fqla_wg_tile &t, int h) { return fqla_wg_tile{t.hi + h * t.rows * 128, t.lo ? t.lo + h * t.rows * 128 : 0u, t.rows}; };
+    auto half_cols = [](const fqla_wg_tile &t, int h) {
+        const uint32_t o = (uint32_t)(h * t.rows * 128);
+        return fqla_wg_tile{t.hi + o, t.lo ? t.lo + o : 0u, t.rows};
+    };
     /* value half h of the dS'^T planes (its 64 rows) */
     auto half_rows = [&](int h) { return fqla_wg_tile{DS.hi + h * 64 * 128, DS.lo + h * 64 * 128, VD}; };
     if (wg == 0) {
@@ -333,7 +337,8 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
                 /* K dS' on this value half: token rows, its 64 value columns */
                 float du[32];
                 const fqla_wg_tile DSh = half_rows(h);
-                fqla_wg_run(du, [&] { fqla_wg_split<64, 0, 0, false, true>(du, opaque(Kt), opaque(DSh), 0, KD, false); });
+                fqla_wg_run(du,
+                            [&] { fqla_wg_split<64, 0, 0, false, true>(du, opaque(Kt), opaque(DSh), 0, KD, false); });
 #pragma unroll
                 for (int a = 0; a < 32; a++) du[a] *= row8_of(a) ? f1 : f0;
                 /* + P~^T dO */

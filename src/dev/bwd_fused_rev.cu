@@ -27,10 +27,11 @@
  * half 0, and so on, a three-stage pipeline of two items a chunk.
  * Timed as dh0 alone (prepare + this pass) against the reverse chain, ten
  * bench rows, H200 (docs/history/2026-12-07c-fusedrev.md): 1.21-1.35x
- * with CP off, 0.95-0.98x where the plan runs CP; without the dS stores,
- * which sit on warpgroup 0's path before its update, 0.91-1.05x and
- * 0.86-0.90x. (The first form, one hand-off a chunk over all 128 columns
- * with dS stored before it was published: 1.28-1.55x, H100.)
+ * with CP off; without the dS stores, which sit on warpgroup 0's path
+ * before its update, 0.91-1.05x. (Where the plan runs CP, a form 1-3 %
+ * slower, since reverted: 0.95-0.98x, 0.86-0.90x without the stores. The
+ * first form, one hand-off a chunk over all 128 columns with dS stored
+ * before it was published: 1.28-1.55x, H100.)
  *
  * Covered (fqla_dev_bwd_fused_rev_covers): bf16 io, K = V = 128, no
  * in-kernel l2norm, whole sequences or CP's main pass over segments (from

@@ -679,7 +679,7 @@ cudaError_t launch_dirs(const fqla_bwd_params &p, int mode, dim3 grid, int zpair
 template <typename T, int KD, bool CONVERT, int NWG>
 cudaError_t launch_nwg(const fqla_bwd_params &p, int mode, cudaStream_t stream)
 {
-    const int64_t rows = mode == CHAIN_WHOLE ? p.f.N : fqla_cp_segs(p.f.varlen, p.f.T, p.f.N, p.f.seg_chunks);
+    const int64_t rows = fqla_bwd_chain_rows(p);
     const int64_t slices = (p.f.V + VS - 1) / VS + (mode == CHAIN_PREPASS ? KD / VS : 0);
     const int zpairs = (int)((slices + NWG - 1) / NWG);
     const dim3 one((unsigned)rows, (unsigned)p.f.HV, (unsigned)zpairs);
@@ -720,10 +720,9 @@ template <typename T, int KD, bool CONVERT, int NWG>
 cudaError_t launch_states(const fqla_bwd_params &p, cudaStream_t stream)
 {
     const int zpairs = (int)(((p.f.V + VS - 1) / VS + NWG - 1) / NWG);
-    const int mode = p.f.cp_mode ? CHAIN_MAIN : CHAIN_WHOLE;
-    const int64_t rows = mode == CHAIN_WHOLE ? p.f.N : fqla_cp_segs(p.f.varlen, p.f.T, p.f.N, p.f.seg_chunks);
     return launch_dirs<T, KD, CONVERT, CHAIN_STATES_ONLY, NWG>(
-        p, mode, dim3((unsigned)rows, (unsigned)p.f.HV, (unsigned)zpairs), zpairs, stream);
+        p, p.f.cp_mode ? CHAIN_MAIN : CHAIN_WHOLE,
+        dim3((unsigned)fqla_bwd_chain_rows(p), (unsigned)p.f.HV, (unsigned)zpairs), zpairs, stream);
 }
 #endif
 

@@ -177,6 +177,12 @@ static inline int fqla_bwd_rows16(const fqla_bwd_params &b, int which)
     return 1;
 }
 
+/* The chains' grid rows: sequences, or with CP (f.cp_mode) segment indices. */
+static inline int64_t fqla_bwd_chain_rows(const fqla_bwd_params &b)
+{
+    return b.f.cp_mode ? fqla_cp_segs(b.f.varlen, b.f.T, b.f.N, b.f.seg_chunks) : b.f.N;
+}
+
 /* Launchers (enqueue on stream; return the launch error). */
 cudaError_t fqla_bwd_launch_prepare(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream);
 /* The two chains (bwd_chain.cu) in one launch, the reverse chain alone

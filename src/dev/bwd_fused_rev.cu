@@ -46,10 +46,10 @@
  * hi / lo (64); dU, then Z, hi / lo (32); the gamma / beta rows: ~226.
  */
 #include "cuda/bwd_common.cuh"
+#include "cuda/ptx/cp_async.cuh"
 #include "cuda/kernel/named_barrier.cuh"
 #include "cuda/kernel/wg_split.cuh"
 #include "cuda/launch.cuh"
-#include "cuda/ptx/cp_async.cuh"
 #include "cuda/ptx/setmaxnreg.cuh"
 #include "dev/bwd_fused_rev.cuh"
 
@@ -90,7 +90,9 @@ struct fr_layout {
 
 /* 64 rows of 128 bf16 from src (row i at src + i * st) into a swizzled
  * [64][128] plane by the 128 threads of one warpgroup (lt: the thread's
- * index in it); rows past nvalid as zeros. */
+ * index in it); rows past nvalid as zeros. bwd_chain.cu's copy_plane in
+ * the form this pass needs; that one reads threadIdx.x, and sharing one
+ * helper changed the chains' generated code, untimed, so each keeps its own. */
 __device__ __forceinline__ void copy_rows128(unsigned char *plane, const uint16_t *src, int64_t st, int nvalid, int lt)
 {
     /* 16 pieces a row, 8 rows a pass: a thread's pieces are rows 8 apart in
@@ -119,15 +121,6 @@ __device__ __forceinline__ void copy_tile(unsigned char *dst, const float *src, 
 
 /* The token column of element a of an m64nN accumulator (or of fqla_wg_frags'
  * order), and its row offset (0 or 8) from the thread's first row. */
-/* A shared-window address the compiler must recompute where it is used:
- * the tiles' wgmma descriptors are loop-invariant, and hoisted out of the
- * chunk loop they would hold ~50 registers a thread for the whole walk. */
-__device__ __forceinline__ fqla_wg_tile opaque(fqla_wg_tile t)
-{
-    asm volatile("" : "+r"(t.hi), "+r"(t.lo));
-    return t;
-}
-
 __device__ __forceinline__ int col_of(int a) { return 8 * (a >> 2) + 2 * (threadIdx.x & 3) + (a & 1); }
 __device__ __forceinline__ int row8_of(int a) { return 8 * ((a >> 1) & 1); }
 
@@ -308,7 +301,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
                 fqla_bar_sync(fr_bar::du_ready, 256, (uint32_t)h);
                 /* dY = T~^T dU on this value half */
                 float dy[32];
-                fqla_wg_run(dy, [&] { fqla_wg_split<64, 1, 1, true, true>(dy, opaque(Tt), opaque(DUh), 0, C, false); });
+                fqla_wg_run(dy, [&] { fqla_wg_split<64, 1, 1, true, true>(dy, Tt, DUh, 0, C, false); });
                 /* every warp's part of the product has read T~ and dU's half */
                 fqla_bar_sync(fr_bar::side_local, 128, 0);
 #pragma unroll
@@ -338,13 +331,12 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
                 /* K dS' on this value half: token rows, its 64 value columns */
                 float du[32];
                 const fqla_wg_tile DSh = half_rows(h);
-                fqla_wg_run(du,
-                            [&] { fqla_wg_split<64, 0, 0, false, true>(du, opaque(Kt), opaque(DSh), 0, KD, false); });
+                fqla_wg_run(du, [&] { fqla_wg_split<64, 0, 0, false, true>(du, Kt, DSh, 0, KD, false); });
 #pragma unroll
                 for (int a = 0; a < 32; a++) du[a] *= row8_of(a) ? f1 : f0;
                 /* + P~^T dO */
                 const fqla_wg_tile DOh = half_cols(DO, h);
-                fqla_wg_run(du, [&] { fqla_wg_split<64, 1, 1, true, false>(du, opaque(Pt), opaque(DOh), 0, C, true); });
+                fqla_wg_run(du, [&] { fqla_wg_split<64, 1, 1, true, false>(du, Pt, DOh, 0, C, true); });
                 fqla_wg_store<64>(half_cols(DU, h), du, 0);
                 fqla_fence_async_smem();
                 fqla_bar_arrive(fr_bar::du_ready, 256, (uint32_t)h);
@@ -370,7 +362,6 @@ cudaError_t fqla_dev_bwd_launch_fused_rev(const fqla_bwd_params &p, int store_ds
     static fqla_smem_cache cache;
     cudaError_t e = fqla_smem_limit(cache, bwd_fused_rev_kernel, fr_layout::bytes);
     if (e != cudaSuccess) return e;
-    const int64_t rows = p.f.cp_mode ? fqla_cp_segs(p.f.varlen, p.f.T, p.f.N, p.f.seg_chunks) : p.f.N;
-    return fqla_launch(bwd_fused_rev_kernel, dim3((unsigned)rows, (unsigned)p.f.HV), dim3(THREADS), fr_layout::bytes,
-                       stream, 0, p, store_ds);
+    return fqla_launch(bwd_fused_rev_kernel, dim3((unsigned)fqla_bwd_chain_rows(p), (unsigned)p.f.HV), dim3(THREADS),
+                       fr_layout::bytes, stream, 0, p, store_ds);
 }

@@ -277,7 +277,6 @@ int fqla_dev_bwd_chain_nwg(const fqla_problem *p, int planned)
 int fqla_dev_bwd_fused_rev(const fqla_problem *p)
 {
     (void)p;
-    g_bwd_last_fused_rev = 0;
     return g_bwd_fused_rev;
 }
 

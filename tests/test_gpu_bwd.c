@@ -1304,8 +1304,9 @@ static void bwd_chain_shapes(void)
 
 /* The fused reverse pass under construction (developer build) in place of
  * the reverse chain, on what it covers (bf16, K = V = 128, no l2norm; whole
- * sequences and CP's main pass): every gradient against the reference, as
- * any route's; a case that does not take it fails. Reported as skipped in a
+ * sequences and CP's main pass), in both its forms (the whole V a CTA, a
+ * CTA per value half): every gradient against the reference, as any
+ * route's; a case that does not take it fails. Reported as skipped in a
  * product build. */
 static void bwd_fused_rev(void)
 {
@@ -1313,7 +1314,6 @@ static void bwd_fused_rev(void)
         check_skip("bwd_fused_rev", "the fused reverse pass under construction: needs a DEV=1 build");
         return;
     }
-    fqla_cuda_bwd_tune_fused_rev(1);
     enum { NCASE = 6 };
     spec cases[NCASE];
     /* CP segment length forced: 0 off, else chunks (the main pass over segments) */
@@ -1335,12 +1335,18 @@ static void bwd_fused_rev(void)
     const int64_t cu5[] = {0, 200, 200, 520};
     cases[5] = base_spec(1, 520, 2, 4, 128);
     set_cu(&cases[5], cu5, 4);
-    for (int i = 0; i < NCASE; i++) {
-        fqla_cuda_bwd_tune_cp(cp[i]);
-        check_spec(&cases[i], what[i]);
-        CHECK(fqla_cuda_bwd_last_fused_rev() == 1, "%s: the fused reverse pass did not run", what[i]);
-        CHECK(fqla_cuda_bwd_last_seg_chunks() == cp[i], "%s: ran with CP segments of %lld chunks", what[i],
-              (long long)fqla_cuda_bwd_last_seg_chunks());
+    const int modes[2] = {1, 3}; /* fqla_cuda_bwd_tune_fused_rev: the whole V a CTA; a value half */
+    for (int m = 0; m < 2; m++) {
+        fqla_cuda_bwd_tune_fused_rev(modes[m]);
+        for (int i = 0; i < NCASE; i++) {
+            char name[160];
+            snprintf(name, sizeof name, "%s (%s)", what[i], modes[m] == 1 ? "whole V" : "value halves");
+            fqla_cuda_bwd_tune_cp(cp[i]);
+            check_spec(&cases[i], name);
+            CHECK(fqla_cuda_bwd_last_fused_rev() == 1, "%s: the fused reverse pass did not run", name);
+            CHECK(fqla_cuda_bwd_last_seg_chunks() == cp[i], "%s: ran with CP segments of %lld chunks", name,
+                  (long long)fqla_cuda_bwd_last_seg_chunks());
+        }
     }
     fqla_cuda_bwd_tune_fused_rev(0);
     fqla_cuda_bwd_tune_cp(-1);

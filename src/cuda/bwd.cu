@@ -335,7 +335,7 @@ fqla_status fqla_cuda_bwd_run(fqla_context *ctx, const fqla_problem *p, const fq
                 st = fqla_cuda_check(ctx, fqla_bwd_launch_chain_states(b, io_bf16, stream),
                                      "CUDA backward: state chain launch");
             if (st == FQLA_STATUS_SUCCESS)
-                st = fqla_cuda_check(ctx, fqla_dev_bwd_launch_fused_rev(b, fused_rev_mode != 2, stream),
+                st = fqla_cuda_check(ctx, fqla_dev_bwd_launch_fused_rev(b, fused_rev_mode, stream),
                                      "CUDA backward: fused reverse pass launch");
             if (st != FQLA_STATUS_SUCCESS) return st;
             continue;

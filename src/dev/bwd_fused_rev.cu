@@ -60,8 +60,6 @@ constexpr int KD = 128, VD = 128;
 constexpr int THREADS = 384;
 constexpr int PLANE = C * 128 * 2;          /* a [64][128] bf16 plane: k, q, dO, dU / Z */
 constexpr int TILE = C * 64 * 2;            /* a [64][64] bf16 plane: T~, P~ */
-/* (216 + 2 x 144) x 128 <= 384 x 168; at 240 / 128 the side warpgroups spill */
-constexpr int STATE_REGS = 216, SIDE_REGS = 144;
 
 /* per value half h: ds_ready + h, du_ready + h, z_ready + h; side_local + 0 / 1:
  * warpgroup 1's / 2's own */
@@ -77,35 +75,60 @@ struct fr_rows {
     alignas(16) float bet[C];
 };
 
-struct fr_layout {
-    static constexpr int STAGE = 3 * PLANE;          /* k, q, dO */
+/* NH value halves a CTA (2: the whole V = 128; 1: one 64-column half, a
+ * CTA per half, blockIdx.z). Planes: k, q [64][128]; dO [64][64 NH]; dS'^T
+ * [64 NH value rows][128]; dU / Z [64][64 NH]. */
+template <int NH> struct fr_layout {
+    static constexpr int DOP = NH * TILE;            /* a dO plane */
+    static constexpr int DSP = NH * PLANE;           /* a dS'^T plane */
+    static constexpr int DUP = NH * TILE;            /* a dU / Z plane */
+    static constexpr int STAGE = 2 * PLANE + DOP;    /* k, q, dO */
     static constexpr int ring = 0;                   /* two stages */
     static constexpr int tp = 2 * STAGE;             /* T~ hi, lo; P~ hi, lo */
-    static constexpr int ds = tp + 4 * TILE;         /* dS'^T hi, lo: [128 value rows][128] each */
-    static constexpr int du = ds + 2 * 2 * PLANE;    /* dU (then Z) hi, lo: [64][128] each */
-    static constexpr int rows = du + 2 * PLANE;      /* fr_rows[2] */
+    static constexpr int ds = tp + 4 * TILE;         /* dS'^T hi, lo */
+    static constexpr int du = ds + 2 * DSP;          /* dU (then Z) hi, lo */
+    static constexpr int rows = du + 2 * DUP;        /* fr_rows[2] */
     static constexpr int bytes = rows + 2 * (int)sizeof(fr_rows) + 1024;
     static_assert(bytes <= 227 * 1024, "over the shared memory a block may have");
 };
 
-/* 64 rows of 128 bf16 from src (row i at src + i * st) into a swizzled
- * [64][128] plane by the 128 threads of one warpgroup (lt: the thread's
+/* Registers a thread by role: (STATE + 2 SIDE) x 128 <= 384 x 168. At NH 2,
+ * 240 / 128 spilled the side warpgroups. */
+template <int NH> struct fr_regs {
+    static constexpr int ENTRY = 168; /* 65536 / 384, rounded down to 8 */
+    static constexpr int STATE = NH == 2 ? 216 : 152, SIDE = NH == 2 ? 144 : 176;
+    static_assert(STATE + 2 * SIDE <= 3 * ENTRY, "over the register file");
+};
+
+/* A role's register budget: .dec below the entry count, .inc above. */
+template <int R, int ENTRY> __device__ __forceinline__ void set_regs()
+{
+    if constexpr (R < ENTRY)
+        fqla_setmaxnreg_dec<R>();
+    else if constexpr (R > ENTRY)
+        fqla_setmaxnreg_inc<R>();
+}
+
+/* 64 rows of COLS bf16 from src (row i at src + i * st) into a swizzled
+ * [64][COLS] plane by the 128 threads of one warpgroup (lt: the thread's
  * index in it); rows past nvalid as zeros. bwd_chain.cu's copy_plane in
  * the form this pass needs; that one reads threadIdx.x, and sharing one
  * helper changed the chains' generated code, untimed, so each keeps its own. */
-__device__ __forceinline__ void copy_rows128(unsigned char *plane, const uint16_t *src, int64_t st, int nvalid, int lt)
+template <int COLS>
+__device__ __forceinline__ void copy_rows(unsigned char *plane, const uint16_t *src, int64_t st, int nvalid, int lt)
 {
-    /* 16 pieces a row, 8 rows a pass: a thread's pieces are rows 8 apart in
-     * one column chunk, so one swizzled address and one source pointer, each
-     * stepped by a constant */
-    const int i0 = lt / 16, j = 8 * (lt % 16);
+    /* COLS / 8 pieces a row, R rows a pass: a thread's pieces are rows R
+     * apart in one column chunk, so one swizzled address and one source
+     * pointer, each stepped by a constant */
+    constexpr int P = COLS / 8, R = 128 / P;
+    const int i0 = lt / P, j = 8 * (lt % P);
     unsigned char *d = plane + fqla_wg_off(C, i0, j);
     const uint16_t *sp = src + (int64_t)i0 * st + j;
-    const int64_t step = 8 * st;
+    const int64_t step = R * st;
 #pragma unroll
-    for (int n = 0; n < C / 8; n++) {
-        const bool ok = i0 + 8 * n < nvalid;
-        fqla_cp_async16(d + 8 * 128 * n, ok ? sp + step * n : src, ok ? 16 : 0);
+    for (int n = 0; n < C / R; n++) {
+        const bool ok = i0 + R * n < nvalid;
+        fqla_cp_async16(d + R * 128 * n, ok ? sp + step * n : src, ok ? 16 : 0);
     }
 }
 
@@ -154,17 +177,20 @@ __device__ __forceinline__ void update_half(float (&acc)[64], uint32_t (&eh)[4][
     fqla_reg_fence_u(el);
 }
 
+template <int NH>
 __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bwd_params bp, int store_ds)
 {
     extern __shared__ unsigned char smem_raw[];
     unsigned char *sm = smem_raw + ((1024u - (fqla_smem_u32(smem_raw) & 1023u)) & 1023u);
-    using L = fr_layout;
+    using L = fr_layout<NH>;
+    using R = fr_regs<NH>;
     const fqla_fwd_params &p = bp.f;
     const uint32_t s0 = fqla_smem_u32(sm);
     fr_rows *rows = reinterpret_cast<fr_rows *>(sm + L::rows);
     const int tid = threadIdx.x, wg = tid >> 7, lt = tid & 127;
     const int row0 = 16 * ((tid >> 5) & 3) + ((tid & 31) >> 2); /* the thread's first accumulator row */
     const int hv = (int)blockIdx.y, hk = hv / p.group;
+    const int vb = 64 * (NH == 2 ? 0 : (int)blockIdx.z); /* the CTA's first value column */
     int64_t n, batch, start, len, slot0;
     bool last;
     if (!fqla_fwd_span(p, blockIdx.x, n, batch, start, len, slot0, last)) return;
@@ -177,8 +203,8 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
     auto nvalid_of = [&](int c) { return (int)(len - (int64_t)c * C < C ? len - (int64_t)c * C : C); };
     auto stage = [&](int s) { return sm + L::ring + s * L::STAGE; };
     const fqla_wg_tile Tt{s0 + L::tp, s0 + L::tp + TILE, C}, Pt{s0 + L::tp + 2 * TILE, s0 + L::tp + 3 * TILE, C};
-    const fqla_wg_tile DS{s0 + L::ds, s0 + L::ds + 2 * PLANE, VD}; /* dS'^T: value rows, key columns */
-    const fqla_wg_tile DU{s0 + L::du, s0 + L::du + PLANE, C};      /* dU, then Z: token rows, value columns */
+    const fqla_wg_tile DS{s0 + L::ds, s0 + L::ds + L::DSP, 64 * NH}; /* dS'^T: value rows, key columns */
+    const fqla_wg_tile DU{s0 + L::du, s0 + L::du + L::DUP, C};        /* dU, then Z: token rows, value columns */
 
     /* warpgroup 1's copies of chunk c into stage s: k, q, dO and the rows */
     auto issue_inputs = [&](int c, int s) {
@@ -186,12 +212,12 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
         const int nv = nvalid_of(c);
         const size_t tile = (size_t)(slot0 + c) * p.HV + hv;
         unsigned char *st = stage(s);
-        copy_rows128(st, (const uint16_t *)p.k + batch * p.k_sb + t0 * p.k_st + (int64_t)hk * p.k_sh, p.k_st, nv, lt);
-        copy_rows128(st + PLANE, (const uint16_t *)p.q + batch * p.q_sb + t0 * p.q_st + (int64_t)hk * p.q_sh, p.q_st,
+        copy_rows<128>(st, (const uint16_t *)p.k + batch * p.k_sb + t0 * p.k_st + (int64_t)hk * p.k_sh, p.k_st, nv, lt);
+        copy_rows<128>(st + PLANE, (const uint16_t *)p.q + batch * p.q_sb + t0 * p.q_st + (int64_t)hk * p.q_sh, p.q_st,
                      nv, lt);
-        copy_rows128(st + 2 * PLANE,
-                     (const uint16_t *)bp.d_o + batch * bp.do_sb + t0 * bp.do_st + (int64_t)hv * bp.do_sh,
-                     bp.do_st, nv, lt);
+        copy_rows<64 * NH>(st + 2 * PLANE,
+                           (const uint16_t *)bp.d_o + batch * bp.do_sb + t0 * bp.do_st + (int64_t)hv * bp.do_sh + vb,
+                           bp.do_st, nv, lt);
         if (lt < C / 4) {
             fqla_cp_async16(&rows[s].gam[4 * lt], p.gam + tile * C + 4 * lt, 16);
             fqla_cp_async16(&rows[s].bet[4 * lt], bp.bet + tile * C + 4 * lt, 16);
@@ -217,20 +243,21 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
         return fqla_wg_tile{t.hi + o, t.lo ? t.lo + o : 0u, t.rows};
     };
     /* value half h of the dS'^T planes (its 64 rows) */
-    auto half_rows = [&](int h) { return fqla_wg_tile{DS.hi + h * 64 * 128, DS.lo + h * 64 * 128, VD}; };
+    auto half_rows = [&](int h) { return fqla_wg_tile{DS.hi + h * 64 * 128, DS.lo + h * 64 * 128, 64 * NH}; };
     if (wg == 0) {
-        fqla_setmaxnreg_inc<STATE_REGS>();
-        /* dS^T, rows 64 h + row0 (+8), key columns col_of(a) */
-        float acc0[64], acc1[64];
+        set_regs<R::STATE, R::ENTRY>();
+        /* dS^T, rows 64 h + row0 (+8) of the CTA's value columns, key columns col_of(a) */
+        float acc[NH][64];
         /* with CP (the main pass over a segment) the scan stored the gradient
          * leaving the segment in its last chunk's dS tile; else d_final_state */
         const float *dS_end = p.cp_mode && chunks > 0 ? bp.dS + tile_of(chunks - 1) * KD * p.V : nullptr;
 #pragma unroll
-        for (int a = 0; a < 64; a++) {
-            const int k = col_of(a), v = row0 + row8_of(a);
-            acc0[a] = dS_end ? dS_end[(int64_t)k * p.V + v] : bwd_start_state<true>(bp, n, hv, k, v);
-            acc1[a] = dS_end ? dS_end[(int64_t)k * p.V + 64 + v] : bwd_start_state<true>(bp, n, hv, k, 64 + v);
-        }
+        for (int h = 0; h < NH; h++)
+#pragma unroll
+            for (int a = 0; a < 64; a++) {
+                const int k = col_of(a), v = vb + 64 * h + row0 + row8_of(a);
+                acc[h][a] = dS_end ? dS_end[(int64_t)k * p.V + v] : bwd_start_state<true>(bp, n, hv, k, v);
+            }
         for (int it = 0; it < chunks; it++) {
             const int c = chunk_at(it), s = it & 1;
             unsigned char *st = stage(s);
@@ -239,52 +266,52 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
             chunk_barrier(); /* the chunk's copies landed; the previous chunk fully read */
             /* dS (the gradient leaving chunk c) as its planes for warpgroup 2, a
              * value half at a time so that its products on half 0 start first */
-            fqla_wg_store<128>(half_rows(0), acc0, 0);
-            fqla_fence_async_smem();
-            fqla_bar_arrive(fr_bar::ds_ready, 256, 0);
-            fqla_wg_store<128>(half_rows(1), acc1, 0);
-            fqla_fence_async_smem();
-            fqla_bar_arrive(fr_bar::ds_ready, 256, 1);
+#pragma unroll
+            for (int h = 0; h < NH; h++) {
+                fqla_wg_store<128>(half_rows(h), acc[h], 0);
+                fqla_fence_async_smem();
+                fqla_bar_arrive(fr_bar::ds_ready, 256, (uint32_t)h);
+            }
             /* ... and to the workspace, [k][v], while the others run (store_ds 0:
              * left out, to time the pass without it) */
             if (store_ds) {
-                float *dst = bp.dS + tile_of(c) * KD * p.V;
+                float *dst = bp.dS + tile_of(c) * KD * p.V + vb;
 #pragma unroll
-                for (int a = 0; a < 64; a++) {
-                    dst[(int64_t)col_of(a) * p.V + row0 + row8_of(a)] = acc0[a];
-                    dst[(int64_t)col_of(a) * p.V + 64 + row0 + row8_of(a)] = acc1[a];
-                }
+                for (int h = 0; h < NH; h++)
+#pragma unroll
+                    for (int a = 0; a < 64; a++)
+                        dst[(int64_t)col_of(a) * p.V + 64 * h + row0 + row8_of(a)] = acc[h][a];
             }
             const fr_rows &r = rows[s];
             const float eC = __expf(r.gam[C - 1]);
 #pragma unroll
-            for (int a = 0; a < 64; a++) {
-                acc0[a] *= eC;
-                acc1[a] *= eC;
-            }
+            for (int h = 0; h < NH; h++)
+#pragma unroll
+                for (int a = 0; a < 64; a++) acc[h][a] *= eC;
             const fqla_wg_tile DO{fqla_smem_u32(st + 2 * PLANE), 0u, C};
             const fqla_wg_tile Kt{fqla_smem_u32(st), 0u, C}, Qt{fqla_smem_u32(st + PLANE), 0u, C};
             /* dS^T = e_C dS^T + (scale diag(e) dO)^T Q + Z^T K, Z = -diag(e beta) dY,
              * a value half at a time as its Z arrives; each half's A fragments
              * formed before its wait (both halves' at once spill) */
             uint32_t eh[4][4], el[4][4];
-            scaled_do_frags(DO, r, p.scale, 0, eh, el);
-            fqla_bar_sync(fr_bar::z_ready, 256, 0);
-            update_half(acc0, eh, el, Qt, half_cols(DU, 0), Kt);
-            scaled_do_frags(DO, r, p.scale, 64, eh, el);
-            fqla_bar_sync(fr_bar::z_ready, 256, 1);
-            update_half(acc1, eh, el, Qt, half_cols(DU, 1), Kt);
+#pragma unroll
+            for (int h = 0; h < NH; h++) {
+                scaled_do_frags(DO, r, p.scale, 64 * h, eh, el);
+                fqla_bar_sync(fr_bar::z_ready, 256, (uint32_t)h);
+                update_half(acc[h], eh, el, Qt, half_cols(DU, h), Kt);
+            }
         }
         /* the gradient entering the sequence */
         if (bp.dh0 && first)
 #pragma unroll
-            for (int a = 0; a < 64; a++) {
-                const int k = col_of(a), v = row0 + row8_of(a);
-                bp.dh0[fqla_fwd_state_off(n, hv, k, v, bp.dh0_sn, bp.dh0_sh, bp.dh0_s2, p.v_first)] = acc0[a];
-                bp.dh0[fqla_fwd_state_off(n, hv, k, 64 + v, bp.dh0_sn, bp.dh0_sh, bp.dh0_s2, p.v_first)] = acc1[a];
-            }
+            for (int h = 0; h < NH; h++)
+#pragma unroll
+                for (int a = 0; a < 64; a++) {
+                    const int k = col_of(a), v = vb + 64 * h + row0 + row8_of(a);
+                    bp.dh0[fqla_fwd_state_off(n, hv, k, v, bp.dh0_sn, bp.dh0_sh, bp.dh0_s2, p.v_first)] = acc[h][a];
+                }
     } else if (wg == 1) {
-        fqla_setmaxnreg_dec<SIDE_REGS>();
+        set_regs<R::SIDE, R::ENTRY>();
         for (int it = 0; it < chunks; it++) {
             const int s = it & 1;
             fqla_cp_async_wait_all();
@@ -296,7 +323,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
             /* Z's row factors: -e_t beta_t for the thread's two rows */
             const float z0 = -__expf(r.gam[row0]) * r.bet[row0], z1 = -__expf(r.gam[row0 + 8]) * r.bet[row0 + 8];
 #pragma unroll 1
-            for (int h = 0; h < 2; h++) {
+            for (int h = 0; h < NH; h++) {
                 const fqla_wg_tile DUh = half_cols(DU, h);
                 fqla_bar_sync(fr_bar::du_ready, 256, (uint32_t)h);
                 /* dY = T~^T dU on this value half */
@@ -314,7 +341,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
             fqla_cp_async_commit();
         }
     } else {
-        fqla_setmaxnreg_dec<SIDE_REGS>();
+        set_regs<R::SIDE, R::ENTRY>();
         for (int it = 0; it < chunks; it++) {
             const int s = it & 1;
             unsigned char *st = stage(s);
@@ -326,7 +353,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
             const float f0 = __expf(gC - r.gam[row0]), f1 = __expf(gC - r.gam[row0 + 8]);
             const fqla_wg_tile Kt{fqla_smem_u32(st), 0u, C}, DO{fqla_smem_u32(st + 2 * PLANE), 0u, C};
 #pragma unroll 1
-            for (int h = 0; h < 2; h++) {
+            for (int h = 0; h < NH; h++) {
                 fqla_bar_sync(fr_bar::ds_ready, 256, (uint32_t)h);
                 /* K dS' on this value half: token rows, its 64 value columns */
                 float du[32];
@@ -349,6 +376,15 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
     }
 }
 
+template <int NH> cudaError_t launch(const fqla_bwd_params &p, int store_ds, cudaStream_t stream)
+{
+    static fqla_smem_cache cache;
+    cudaError_t e = fqla_smem_limit(cache, bwd_fused_rev_kernel<NH>, fr_layout<NH>::bytes);
+    if (e != cudaSuccess) return e;
+    return fqla_launch(bwd_fused_rev_kernel<NH>, dim3((unsigned)fqla_bwd_chain_rows(p), (unsigned)p.f.HV, 2 / NH),
+                       dim3(THREADS), fr_layout<NH>::bytes, stream, 0, p, store_ds);
+}
+
 } // namespace
 
 bool fqla_dev_bwd_fused_rev_covers(const fqla_bwd_params &p, int io_bf16)
@@ -357,11 +393,8 @@ bool fqla_dev_bwd_fused_rev_covers(const fqla_bwd_params &p, int io_bf16)
            fqla_bwd_rows16(p, FQLA_BWD_ROWS_Q | FQLA_BWD_ROWS_K | FQLA_BWD_ROWS_DO);
 }
 
-cudaError_t fqla_dev_bwd_launch_fused_rev(const fqla_bwd_params &p, int store_ds, cudaStream_t stream)
+cudaError_t fqla_dev_bwd_launch_fused_rev(const fqla_bwd_params &p, int mode, cudaStream_t stream)
 {
-    static fqla_smem_cache cache;
-    cudaError_t e = fqla_smem_limit(cache, bwd_fused_rev_kernel, fr_layout::bytes);
-    if (e != cudaSuccess) return e;
-    return fqla_launch(bwd_fused_rev_kernel, dim3((unsigned)fqla_bwd_chain_rows(p), (unsigned)p.f.HV), dim3(THREADS),
-                       fr_layout::bytes, stream, 0, p, store_ds);
+    const int store_ds = mode == 1 || mode == 3;
+    return mode >= 3 ? launch<1>(p, store_ds, stream) : launch<2>(p, store_ds, stream);
 }

@@ -12,7 +12,9 @@
 bool fqla_dev_bwd_fused_rev_covers(const fqla_bwd_params &p, int io_bf16);
 /* The reverse chain's outputs (dS for every chunk, dh0) for every sequence
  * and value head; the state chain runs apart (fqla_bwd_launch_chain_states).
- * store_ds 0 leaves dS out (timing only: the gradient kernel reads it). */
-cudaError_t fqla_dev_bwd_launch_fused_rev(const fqla_bwd_params &p, int store_ds, cudaStream_t stream);
+ * mode (fqla_cuda_bwd_tune_fused_rev's): 1 the whole V a CTA, 3 a CTA per
+ * 64-column value half; 2 and 4 the same without the dS stores (timing
+ * only: the gradient kernel reads them). */
+cudaError_t fqla_dev_bwd_launch_fused_rev(const fqla_bwd_params &p, int mode, cudaStream_t stream);
 
 #endif

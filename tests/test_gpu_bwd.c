@@ -1348,6 +1348,45 @@ static void bwd_fused_rev(void)
                   (long long)fqla_cuda_bwd_last_seg_chunks());
         }
     }
+    /* mode 5, the half-width pass with the gradient prototype (timing only:
+     * its other gradients are wrong by design): the chain in it still gives
+     * dh0, asked for alone; with CP and without */
+    for (int m = 0; m < 4; m++) {
+        char what5[120];
+        snprintf(what5, sizeof what5, "%s, dh0 alone, %s", m / 2 ? "gradient prototype" : "value halves",
+                 m % 2 ? "CP of 2 chunks, T=300 H=1 HV=2" : "B=2 T=150 H=2 HV=4");
+        spec s5 = m % 2 ? base_spec(1, 300, 1, 2, 128) : base_spec(2, 150, 2, 4, 128);
+        prob p;
+        prob_init(&p, &s5);
+        upload_all(&p);
+        fqla_cuda_bwd_tune_fused_rev(m / 2 ? 5 : 3);
+        fqla_cuda_bwd_tune_cp(m % 2 ? 2 : 0);
+        fqla_bwd_args a;
+        make_args(&p, 1, &a);
+        a.dq.data = a.dk.data = a.dv.data = a.dg.data = a.dbeta.data = a.dA_log.data = a.ddt_bias.data = NULL;
+        for (int i = 0; i < NGRAD; i++)
+            if (i != G_DH0) p.gr[i].present = 0;
+        size_t need = 0;
+        CHECK(fqla_bwd_workspace_size(gpu, &a, &need) == FQLA_STATUS_SUCCESS, "%s: query: %s", what5,
+              fqla_last_error(gpu));
+        void *ws = NULL;
+        if (need) CU(cudaMalloc(&ws, need));
+        poison(&p);
+        fqla_status st = fqla_bwd(gpu, &a, ws, need, NULL);
+        CHECK(st == FQLA_STATUS_SUCCESS, "%s: fqla_bwd: %s", what5, fqla_last_error(gpu));
+        CHECK(fqla_cuda_bwd_last_fused_rev() == 1, "%s: the fused reverse pass did not run", what5);
+        download(&p, NULL);
+        run_ref(&p);
+        double worst = 0;
+        for (int64_t i = 0; i < (int64_t)p.N * s5.HV; i++) {
+            const double r = rel_block(&p.gr[G_DH0], i * s5.K * s5.V, 1, 0, (int64_t)s5.K * s5.V, 0);
+            if (!(r <= worst)) worst = r;
+        }
+        CHECK(worst <= 8e-3, "%s: dh0 %.2e over 8e-3", what5, worst);
+        printf("  %-52s dh0 %.2e\n", what5, worst);
+        if (ws) cudaFree(ws);
+        prob_free(&p);
+    }
     fqla_cuda_bwd_tune_fused_rev(0);
     fqla_cuda_bwd_tune_cp(-1);
 }

@@ -64,6 +64,8 @@ constexpr int TILE = C * 64 * 2;            /* a [64][64] bf16 plane: T~, P~ */
 /* per value half h: ds_ready + h, du_ready + h, z_ready + h; side_local + 0 / 1:
  * warpgroup 1's / 2's own */
 enum class fr_bar : uint32_t { ds_ready = 1, du_ready = 3, z_ready = 5, side_local = 7, chunk = 9 };
+/* the gradient prototype's hand-offs between warpgroups 1 and 2 */
+enum class gp_bar : uint32_t { u_ready = 10, m1_ready = 11, dqt_ready = 12 };
 
 /* The CTA-wide barrier at each chunk's start: a named barrier, not
  * __syncthreads, because the three roles reach it from three places in the
@@ -73,28 +75,33 @@ __device__ __forceinline__ void chunk_barrier() { fqla_bar_sync(fr_bar::chunk, T
 struct fr_rows {
     alignas(16) float gam[C];
     alignas(16) float bet[C];
+    float part[C]; /* the gradient prototype's row sums (timing only) */
 };
 
 /* NH value halves a CTA (2: the whole V = 128; 1: one 64-column half, a
  * CTA per half, blockIdx.z). Planes: k, q [64][128]; dO [64][64 NH]; dS'^T
  * [64 NH value rows][128]; dU / Z [64][64 NH]. */
-template <int NH> struct fr_layout {
+template <int NH, bool GRAD> struct fr_layout {
     static constexpr int DOP = NH * TILE;            /* a dO plane */
     static constexpr int DSP = NH * PLANE;           /* a dS'^T plane */
     static constexpr int DUP = NH * TILE;            /* a dU / Z plane */
-    static constexpr int STAGE = 2 * PLANE + DOP;    /* k, q, dO */
+    static constexpr int SP = GRAD ? KD * 64 * 2 : 0; /* GRAD: S's bf16 plane, [K][64] */
+    static constexpr int STAGE = 2 * PLANE + DOP + SP; /* k, q, dO (, S) */
     static constexpr int ring = 0;                   /* two stages */
     static constexpr int tp = 2 * STAGE;             /* T~ hi, lo; P~ hi, lo */
     static constexpr int ds = tp + 4 * TILE;         /* dS'^T hi, lo */
     static constexpr int du = ds + 2 * DSP;          /* dU (then Z) hi, lo */
-    static constexpr int rows = du + 2 * DUP;        /* fr_rows[2] */
+    /* GRAD: Y (then dQ~), U (then M), dT~ (then M1), hi planes */
+    static constexpr int yp = du + 2 * DUP, up = yp + (GRAD ? TILE : 0), tq = up + (GRAD ? TILE : 0);
+    static constexpr int rows = tq + (GRAD ? TILE : 0); /* fr_rows[2] */
     static constexpr int bytes = rows + 2 * (int)sizeof(fr_rows) + 1024;
+    static_assert(!GRAD || NH == 1, "the gradient prototype is of the half-width form");
     static_assert(bytes <= 227 * 1024, "over the shared memory a block may have");
 };
 
 /* Registers a thread by role: (STATE + 2 SIDE) x 128 <= 384 x 168. At NH 2,
  * 240 / 128 spilled the side warpgroups. */
-template <int NH> struct fr_regs {
+template <int NH, bool GRAD> struct fr_regs {
     static constexpr int ENTRY = 168; /* 65536 / 384, rounded down to 8 */
     static constexpr int STATE = NH == 2 ? 216 : 152, SIDE = NH == 2 ? 144 : 176;
     static_assert(STATE + 2 * SIDE <= 3 * ENTRY, "over the register file");
@@ -177,13 +184,13 @@ __device__ __forceinline__ void update_half(float (&acc)[64], uint32_t (&eh)[4][
     fqla_reg_fence_u(el);
 }
 
-template <int NH>
+template <int NH, bool GRAD>
 __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bwd_params bp, int store_ds)
 {
     extern __shared__ unsigned char smem_raw[];
     unsigned char *sm = smem_raw + ((1024u - (fqla_smem_u32(smem_raw) & 1023u)) & 1023u);
-    using L = fr_layout<NH>;
-    using R = fr_regs<NH>;
+    using L = fr_layout<NH, GRAD>;
+    using R = fr_regs<NH, GRAD>;
     const fqla_fwd_params &p = bp.f;
     const uint32_t s0 = fqla_smem_u32(sm);
     fr_rows *rows = reinterpret_cast<fr_rows *>(sm + L::rows);
@@ -222,6 +229,13 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
             fqla_cp_async16(&rows[s].gam[4 * lt], p.gam + tile * C + 4 * lt, 16);
             fqla_cp_async16(&rows[s].bet[4 * lt], bp.bet + tile * C + 4 * lt, 16);
         }
+        if constexpr (GRAD) { /* S's bf16 plane as the state chain stored it (not on every chunk: timing only) */
+            const unsigned char *src = bp.S ? bwd_state_plane<KD>(bp.S, tile, p.V, vb) : nullptr;
+#pragma unroll
+            for (int n = 0; n < L::SP / 16 / 128; n++)
+                fqla_cp_async16(st + 2 * PLANE + L::DOP + 16 * (lt + 128 * n), src ? src + 16 * (lt + 128 * n) : st,
+                                src ? 16 : 0);
+        }
     };
     auto tile_of = [&](int c) { return (size_t)(slot0 + c) * p.HV + hv; };
 
@@ -244,6 +258,228 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
     };
     /* value half h of the dS'^T planes (its 64 rows) */
     auto half_rows = [&](int h) { return fqla_wg_tile{DS.hi + h * 64 * 128, DS.lo + h * 64 * 128, 64 * NH}; };
+    /* ---- the gradient prototype (GRAD, timing only: the products, hand-offs
+     * and stores of the gradient work at their shapes, the element-wise math
+     * approximated; its outputs are wrong by design) ---- */
+    const fqla_wg_tile Yp{s0 + L::yp, 0u, C}, Up{s0 + L::up, 0u, C}, Tq{s0 + L::tq, 0u, C};
+    const fqla_wg_tile Th{Tt.hi, 0u, C}; /* T~'s hi plane alone */
+    /* warpgroup 1: X, Y, U from S; dY, dT~ (after du_ready); Z; dv; dQ; M1 */
+    auto proto_u_side = [&] {
+        for (int it = 0; it < chunks; it++) {
+            const int s = it & 1, c = chunk_at(it);
+            unsigned char *st = stage(s);
+            fqla_cp_async_wait_all();
+            fqla_fence_async_smem();
+            chunk_barrier();
+            if (it + 1 < chunks) issue_inputs(chunk_at(it + 1), s ^ 1);
+            fqla_cp_async_commit();
+            const fr_rows &r = rows[s];
+            const fqla_wg_tile Kt{fqla_smem_u32(st), 0u, C}, DO{fqla_smem_u32(st + 2 * PLANE), 0u, C};
+            const fqla_wg_tile Sp{fqla_smem_u32(st + 2 * PLANE + L::DOP), 0u, KD};
+            const int64_t t0 = start + (int64_t)c * C;
+            const int nv = nvalid_of(c);
+            const float e0 = __expf(r.gam[row0]), e1 = __expf(r.gam[row0 + 8]);
+            const float b0 = r.bet[row0], b1 = r.bet[row0 + 8];
+            /* the value rows at the accumulator's places, from global memory */
+            uint32_t vr[16];
+            const uint16_t *vsrc = (const uint16_t *)p.v + batch * p.v_sb + t0 * p.v_st + (int64_t)hv * p.v_sh + vb;
+#pragma unroll
+            for (int a = 0; a < 32; a += 2) {
+                const int i = row0 + row8_of(a);
+                vr[a / 2] = i < nv ? *reinterpret_cast<const uint32_t *>(vsrc + (int64_t)i * p.v_st + col_of(a)) : 0u;
+            }
+            /* X = V - diag(e) K S, Y = diag(beta) X */
+            float x[32];
+            fqla_wg_run(x, [&] { fqla_wg_split<64, 0, 1, false, false>(x, Kt, Sp, 0, KD, false); });
+#pragma unroll
+            for (int a = 0; a < 32; a += 2) {
+                const float2 v2 = fqla_wg_unbf2(vr[a / 2]);
+                const bool hi = row8_of(a);
+                x[a] = (hi ? b1 : b0) * (v2.x - (hi ? e1 : e0) * x[a]);
+                x[a + 1] = (hi ? b1 : b0) * (v2.y - (hi ? e1 : e0) * x[a + 1]);
+            }
+            fqla_wg_store<64>(Yp, x, 0);
+            fqla_fence_async_smem();
+            fqla_bar_sync(fr_bar::side_local, 128, 0);
+            /* U = T~ Y */
+            float u[32];
+            fqla_wg_run(u, [&] { fqla_wg_split<64, 0, 1, false, false>(u, Th, Yp, 0, C, false); });
+            fqla_wg_store<64>(Up, u, 0);
+            fqla_fence_async_smem();
+            fqla_bar_arrive(gp_bar::u_ready, 256);
+            /* dY = T~^T dU, dT~ = dU Y^T */
+            fqla_bar_sync(fr_bar::du_ready, 256, 0);
+            float dy[32], dt[32];
+            fqla_wg_issue(dy, [&] { fqla_wg_split<64, 1, 1, true, true>(dy, Tt, DU, 0, C, false); });
+            fqla_wg_issue(dt, [&] { fqla_wg_split<64, 0, 0, false, false>(dt, fqla_wg_tile{DU.hi, 0u, C}, Yp, 0, 64, false); });
+            fqla_wg_retire(dy);
+            fqla_reg_fence(dt);
+            fqla_bar_sync(fr_bar::side_local, 128, 0);
+            /* dv = diag(beta) dY; x . dy for dbeta (x from Y's plane) */
+            float yv[32];
+            fqla_wg_load<64>(Yp, yv, 0);
+            float db0 = 0.f, db1 = 0.f;
+            uint16_t *dvp = (uint16_t *)bp.dv + batch * bp.dv_sb + t0 * bp.dv_st + (int64_t)hv * bp.dv_sh + vb;
+#pragma unroll
+            for (int a = 0; a < 32; a += 2) {
+                const bool hi = row8_of(a);
+                const int i = row0 + row8_of(a);
+                const float bb = hi ? b1 : b0;
+                (hi ? db1 : db0) += yv[a] * dy[a] + yv[a + 1] * dy[a + 1];
+                if (bp.dv && i < nv)
+                    *reinterpret_cast<uint32_t *>(dvp + (int64_t)i * bp.dv_st + col_of(a)) =
+                        fqla_wg_bf2(bb * dy[a], bb * dy[a + 1]);
+                const float z = -(hi ? e1 * b1 : e0 * b0);
+                dy[a] *= z;
+                dy[a + 1] *= z;
+            }
+            fqla_wg_store<64>(DU, dy, 0);
+            fqla_fence_async_smem();
+            fqla_bar_arrive(fr_bar::z_ready, 384, 0); /* warpgroups 0 and 2 wait for Z */
+            db0 += __shfl_xor_sync(0xffffffffu, db0, 1);
+            db0 += __shfl_xor_sync(0xffffffffu, db0, 2);
+            db1 += __shfl_xor_sync(0xffffffffu, db1, 1);
+            db1 += __shfl_xor_sync(0xffffffffu, db1, 2);
+            if ((tid & 3) == 0) {
+                rows[s].part[row0] = db0;
+                rows[s].part[row0 + 8] = db1;
+            }
+            /* M1 = T~^T (lower dT~) for warpgroup 2 */
+            fqla_wg_store<64>(Tq, dt, 0);
+            fqla_fence_async_smem();
+            fqla_bar_sync(fr_bar::side_local, 128, 0);
+            fqla_wg_run(dt, [&] { fqla_wg_split<64, 1, 1, false, false>(dt, Th, Tq, 0, C, false); });
+            fqla_bar_sync(fr_bar::side_local, 128, 0);
+            fqla_wg_store<64>(Tq, dt, 0);
+            fqla_fence_async_smem();
+            fqla_bar_arrive(gp_bar::m1_ready, 256);
+            /* dQ = scale diag(e) dO S^T + dQ~ K (dQ~ in Y's region), stored as this CTA's part */
+            float dq[64];
+            fqla_wg_run(dq, [&] { fqla_wg_split<128, 0, 0, false, false>(dq, DO, Sp, 0, 64, false); });
+#pragma unroll
+            for (int a = 0; a < 64; a++) dq[a] *= p.scale * (row8_of(a) ? e1 : e0);
+            fqla_bar_sync(gp_bar::dqt_ready, 256);
+            fqla_wg_run(dq, [&] { fqla_wg_split<128, 0, 1, false, false>(dq, Yp, Kt, 0, C, true); });
+            if (bp.dq) {
+                uint16_t *dqp = (uint16_t *)bp.dq + batch * bp.dq_sb + t0 * bp.dq_st + (int64_t)hk * bp.dq_sh;
+#pragma unroll
+                for (int a = 0; a < 64; a += 2) {
+                    const int i = row0 + row8_of(a);
+                    if (i < nv)
+                        *reinterpret_cast<uint32_t *>(dqp + (int64_t)i * bp.dq_st + col_of(a)) = fqla_wg_bf2(dq[a], dq[a + 1]);
+                }
+            }
+        }
+    };
+    /* warpgroup 2: dU (P~^T dO first, then K dS'); df; dP~; dK = diag(f) U dS'^T
+     * + Z S^T; K K^T; dL = -M1 T~^T; M, dQ~; dK += dQ~^T Q + M K + M^T K */
+    auto proto_du_side = [&] {
+        for (int it = 0; it < chunks; it++) {
+            const int s = it & 1, c = chunk_at(it);
+            unsigned char *st = stage(s);
+            fqla_cp_async_wait_all();
+            fqla_fence_async_smem();
+            chunk_barrier();
+            const fr_rows &r = rows[s];
+            const float gC = r.gam[C - 1];
+            const float f0 = __expf(gC - r.gam[row0]), f1 = __expf(gC - r.gam[row0 + 8]);
+            const fqla_wg_tile Kt{fqla_smem_u32(st), 0u, C}, Qt{fqla_smem_u32(st + PLANE), 0u, C};
+            const fqla_wg_tile DO{fqla_smem_u32(st + 2 * PLANE), 0u, C};
+            const fqla_wg_tile Sp{fqla_smem_u32(st + 2 * PLANE + L::DOP), 0u, KD};
+            const int64_t t0 = start + (int64_t)c * C;
+            const int nv = nvalid_of(c);
+            /* dU = P~^T dO (needs no dS') + diag(f) K dS' */
+            float du[32], kds[32];
+            fqla_wg_run(du, [&] { fqla_wg_split<64, 1, 1, true, false>(du, Pt, DO, 0, C, false); });
+            fqla_bar_sync(fr_bar::ds_ready, 256, 0);
+            fqla_wg_run(kds, [&] { fqla_wg_split<64, 0, 0, false, true>(kds, Kt, DS, 0, KD, false); });
+#pragma unroll
+            for (int a = 0; a < 32; a++) du[a] += (row8_of(a) ? f1 : f0) * kds[a];
+            fqla_wg_store<64>(DU, du, 0);
+            fqla_fence_async_smem();
+            fqla_bar_arrive(fr_bar::du_ready, 256, 0);
+            /* every warp's part of the products has read P~: its refill */
+            fqla_bar_sync(fr_bar::side_local, 128, 1);
+            if (it + 1 < chunks) copy_tile(sm + L::tp + 2 * TILE, bp.Pt + tile_of(chunk_at(it + 1)) * C * C, lt);
+            fqla_cp_async_commit();
+            /* df = (K dS') . U per row */
+            fqla_bar_sync(gp_bar::u_ready, 256);
+            float uv[32];
+            fqla_wg_load<64>(Up, uv, 0);
+            float d0 = 0.f, d1 = 0.f;
+#pragma unroll
+            for (int a = 0; a < 32; a++) (row8_of(a) ? d1 : d0) += kds[a] * uv[a];
+            /* dP~ = dO U^T; dK = diag(f) U dS'^T */
+            float dp[32], dk[64];
+            fqla_wg_issue(dp, [&] { fqla_wg_split<64, 0, 0, false, false>(dp, DO, Up, 0, 64, false); });
+            fqla_wg_issue(dk, [&] { fqla_wg_split<128, 0, 1, false, false>(dk, Up, fqla_wg_tile{DS.hi, 0u, 64}, 0, 64, false); });
+            fqla_wg_retire(dk);
+            fqla_reg_fence(dp);
+            (void)0;
+            d0 += __shfl_xor_sync(0xffffffffu, d0, 1);
+            d0 += __shfl_xor_sync(0xffffffffu, d0, 2);
+            d1 += __shfl_xor_sync(0xffffffffu, d1, 1);
+            d1 += __shfl_xor_sync(0xffffffffu, d1, 2);
+#pragma unroll
+            for (int a = 0; a < 64; a++) dk[a] *= row8_of(a) ? f1 : f0;
+            /* dK += Z S^T */
+            fqla_bar_sync(fr_bar::z_ready, 384, 0);
+            fqla_wg_run(dk, [&] { fqla_wg_split<128, 0, 0, false, false>(dk, fqla_wg_tile{DU.hi, 0u, C}, Sp, 0, 64, true); });
+            /* dQ~ = scale Gamma . dP~ (lower) over Y (warpgroup 1 read Y last
+             * before m1_ready) */
+            fqla_bar_sync(gp_bar::m1_ready, 256);
+#pragma unroll
+            for (int a = 0; a < 32; a++) {
+                const int i = row0 + row8_of(a), j = col_of(a);
+                dp[a] *= j <= i ? p.scale * __expf(r.gam[i] - r.gam[j]) : 0.f;
+            }
+            fqla_wg_store<64>(Yp, dp, 0);
+            /* dL = -M1 T~^T (M1 from warpgroup 1), K K^T */
+            float dl[32];
+            fqla_wg_run(dl, [&] { fqla_wg_split<64, 0, 0, false, false>(dl, Tq, Th, 0, C, false); });
+            /* every warp's part has read T~: its refill (warpgroup 1 read it last for M1) */
+            fqla_bar_sync(fr_bar::side_local, 128, 1);
+            if (it + 1 < chunks) copy_tile(sm + L::tp, bp.Tt + tile_of(chunk_at(it + 1)) * C * C, lt);
+            fqla_cp_async_commit();
+            float kk[32];
+            fqla_wg_run(kk, [&] { fqla_wg_split<64, 0, 0, false, false>(kk, Kt, Kt, 0, KD, false); });
+            /* M = diag(beta) (Gamma . dL), dQ~ = scale Gamma . dP~ (lower), the
+             * dbeta / dg row terms (approximated) */
+            float rs0 = d0, rs1 = d1;
+#pragma unroll
+            for (int a = 0; a < 32; a++) {
+                const int i = row0 + row8_of(a), j = col_of(a);
+                const float gm = j <= i ? __expf(r.gam[i] - r.gam[j]) : 0.f;
+                const float m = r.bet[i] * gm * dl[a];
+                (row8_of(a) ? rs1 : rs0) += m * kk[a];
+                dl[a] = m;
+            }
+            fqla_wg_store<64>(Up, dl, 0); /* M over U (read last above) */
+            fqla_fence_async_smem();
+            fqla_bar_sync(fr_bar::side_local, 128, 1);
+            fqla_bar_arrive(gp_bar::dqt_ready, 256);
+            fqla_wg_run(dk, [&] {
+                fqla_wg_split<128, 1, 1, false, false>(dk, Yp, Qt, 0, C, true);
+                fqla_wg_split<128, 0, 1, false, false>(dk, Up, Kt, 0, C, true);
+                fqla_wg_split<128, 1, 1, false, false>(dk, Up, Kt, 0, C, true);
+            });
+            if ((tid & 3) == 0) {
+                rows[s].part[row0] += rs0;
+                rows[s].part[row0 + 8] += rs1;
+            }
+            if (bp.dk) {
+                uint16_t *dkp = (uint16_t *)bp.dk + batch * bp.dk_sb + t0 * bp.dk_st + (int64_t)hk * bp.dk_sh;
+#pragma unroll
+                for (int a = 0; a < 64; a += 2) {
+                    const int i = row0 + row8_of(a);
+                    if (i < nv)
+                        *reinterpret_cast<uint32_t *>(dkp + (int64_t)i * bp.dk_st + col_of(a)) = fqla_wg_bf2(dk[a], dk[a + 1]);
+                }
+            }
+        }
+    };
+    (void)proto_u_side;
+    (void)proto_du_side;
     if (wg == 0) {
         set_regs<R::STATE, R::ENTRY>();
         /* dS^T, rows 64 h + row0 (+8) of the CTA's value columns, key columns col_of(a) */
@@ -297,7 +533,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
 #pragma unroll
             for (int h = 0; h < NH; h++) {
                 scaled_do_frags(DO, r, p.scale, 64 * h, eh, el);
-                fqla_bar_sync(fr_bar::z_ready, 256, (uint32_t)h);
+                fqla_bar_sync(fr_bar::z_ready, GRAD ? 384 : 256, (uint32_t)h);
                 update_half(acc[h], eh, el, Qt, half_cols(DU, h), Kt);
             }
         }
@@ -312,6 +548,10 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
                 }
     } else if (wg == 1) {
         set_regs<R::SIDE, R::ENTRY>();
+        if constexpr (GRAD) {
+            proto_u_side();
+            return;
+        }
         for (int it = 0; it < chunks; it++) {
             const int s = it & 1;
             fqla_cp_async_wait_all();
@@ -342,6 +582,10 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
         }
     } else {
         set_regs<R::SIDE, R::ENTRY>();
+        if constexpr (GRAD) {
+            proto_du_side();
+            return;
+        }
         for (int it = 0; it < chunks; it++) {
             const int s = it & 1;
             unsigned char *st = stage(s);
@@ -376,13 +620,14 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
     }
 }
 
-template <int NH> cudaError_t launch(const fqla_bwd_params &p, int store_ds, cudaStream_t stream)
+template <int NH, bool GRAD> cudaError_t launch(const fqla_bwd_params &p, int store_ds, cudaStream_t stream)
 {
     static fqla_smem_cache cache;
-    cudaError_t e = fqla_smem_limit(cache, bwd_fused_rev_kernel<NH>, fr_layout<NH>::bytes);
+    using L = fr_layout<NH, GRAD>;
+    cudaError_t e = fqla_smem_limit(cache, bwd_fused_rev_kernel<NH, GRAD>, L::bytes);
     if (e != cudaSuccess) return e;
-    return fqla_launch(bwd_fused_rev_kernel<NH>, dim3((unsigned)fqla_bwd_chain_rows(p), (unsigned)p.f.HV, 2 / NH),
-                       dim3(THREADS), fr_layout<NH>::bytes, stream, 0, p, store_ds);
+    return fqla_launch(bwd_fused_rev_kernel<NH, GRAD>, dim3((unsigned)fqla_bwd_chain_rows(p), (unsigned)p.f.HV, 2 / NH),
+                       dim3(THREADS), L::bytes, stream, 0, p, store_ds);
 }
 
 } // namespace
@@ -396,5 +641,6 @@ bool fqla_dev_bwd_fused_rev_covers(const fqla_bwd_params &p, int io_bf16)
 cudaError_t fqla_dev_bwd_launch_fused_rev(const fqla_bwd_params &p, int mode, cudaStream_t stream)
 {
     const int store_ds = mode == 1 || mode == 3;
-    return mode >= 3 ? launch<1>(p, store_ds, stream) : launch<2>(p, store_ds, stream);
+    if (mode == 5) return launch<1, true>(p, 0, stream);
+    return mode >= 3 ? launch<1, false>(p, store_ds, stream) : launch<2, false>(p, store_ds, stream);
 }

@@ -3,19 +3,23 @@
 (src/dev/bwd_fused_rev.cu) against the reverse chain it replaces, on
 bench/bench_bwd.py's rows and inputs, in one process.
 
-Needs a developer build (make DEV=1): fqla_cuda_bwd_tune_fused_rev switches
-the pass; both run the planner's CP (the fused pass runs CP's main pass in
-place of the reverse chain's), or with --cp-off none. Per row, five calls timed by CUDA-graph replay with the L2 flushed:
+Needs a developer build (make DEV=1): fqla_cuda_bwd_tune_fused_rev(mode)
+switches the pass (0 the reverse chain; 1 the whole V a CTA, 3 a CTA per
+value half; 2, 4 the same without their dS stores; 5 the half-width pass
+with the timing-only gradient prototype in place of the gradient kernel);
+every mode runs the planner's CP (the fused pass runs CP's main pass in
+place of the reverse chain's), or with --cp-off none. Per row, timed by
+CUDA-graph replay with the L2 flushed:
   dh0   the gradient w.r.t. h0 alone: prepare + the reverse chain (or the
-        fused pass) - the two passes compared with nothing else around them
-  (and the fused pass without its stores of dS: what a pass that keeps dS'
-        in the SM saves here)
-  full  the whole backward: the chains (the state chain then the fused pass,
-        or both chains in their usual launches), the gradient kernel, finish
-and the largest relative difference of every gradient between the two
-(both are split-product bf16; ~1e-3 apart is rounding, >1e-2 is a bug).
+        pass), modes 0-5 (5: with the prototype's gradient work, S absent)
+  full  the whole backward, modes 0, 1, 3, 5: the chains (the state chain
+        then the pass, or both chains in their usual launches), the gradient
+        kernel (not in mode 5), finish
+and the largest relative difference of every gradient from mode 0's (mode
+5: dh0 alone, its other gradients are wrong by design; both are
+split-product bf16, ~1e-3 apart is rounding, >1e-2 is a bug).
 
-    python3 dev/gpu/bwd_fused_rev.py --lib build-dev/libflashqla.so [--rows hk16_hv32:32k_1seq,...]
+    python3 dev/gpu/bwd_fused_rev.py --lib build-dev/libflashqla.so [--rows hk16_hv32:32k_1seq,...] [--modes 0,1,3,5]
 """
 import argparse
 import ctypes as C
@@ -44,12 +48,12 @@ def dh0_only(call):
     return call
 
 
-def measure(lib, tune, used, what, inputs, flush, a, res):
-    """Times `what` (dh0 / full) with the reverse chain (0), the fused pass
-    (1) and for dh0 the fused pass without its dS stores (2) into res;
-    False where the fused pass does not cover the call."""
-    grads = []
-    for mode in ((0, 1, 2) if what == "dh0" else (0, 1)):
+def measure(lib, tune, used, what, inputs, flush, a, modes, res):
+    """Times `what` (dh0 / full) in each mode into res[(what, mode)], and the
+    largest difference from mode 0 into res[(what, mode, "err")]; False where
+    the fused pass does not cover the call."""
+    ref = None
+    for mode in modes:
         tune(mode)
         call = bb.FqlaBwd(lib, *inputs)
         if what == "dh0":
@@ -58,12 +62,14 @@ def measure(lib, tune, used, what, inputs, flush, a, res):
         torch.cuda.synchronize()
         if mode and used() != 1:
             return False
-        if mode < 2:
-            grads.append({n: x.clone() for n, x in call.grads.items()} if what == "full"
-                         else {"dh0": call.grads["dh0"].clone()})
+        names = ("dh0",) if what == "dh0" or mode == 5 else tuple(call.grads)
+        got = {n: call.grads[n].clone() for n in names}
+        if mode == 0:
+            ref = got
+        else:
+            res[(what, mode, "err")] = max(bb.rel(got[n], ref[n]) for n in names)
         res[(what, mode)] = bf.time_graph(call, flush, a.calls, a.replays)
         del call
-    res[(what, "err")] = max(bb.rel(grads[1][n], grads[0][n]) for n in grads[0])
     return True
 
 
@@ -75,6 +81,7 @@ def main():
     ap.add_argument("--replays", type=int, default=7)
     ap.add_argument("--out", default="bwd-fused-rev.csv")
     ap.add_argument("--cp-off", action="store_true", help="hold the chains' CP off for both")
+    ap.add_argument("--modes", default="0,1,2,3,4,5", help="modes to time (0 always: the reference)")
     a = ap.parse_args()
 
     lib = bf.Lib(a.lib, "dev")
@@ -88,31 +95,31 @@ def main():
     rows = bb.table_rows(a.rows)
     flush = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.float32, device="cuda")
     gpu = torch.cuda.get_device_name().replace(" ", "_")
+    modes = sorted({0} | {int(m) for m in a.modes.split(",") if m})
     f = open(a.out, "a", newline="")
     w = csv.writer(f)
     if f.tell() == 0:
-        w.writerow(["model", "seqlens", "what", "cp", "chain_ms", "fused_ms", "max_rel", "gpu"])
-    print("%-10s %-9s %9s %9s %7s %9s %9s %9s %7s %8s" % ("model", "seqlens", "dh0 rev", "dh0 fused", "x", "no dS st",
-                                                      "full rev", "full fus", "x", "max_rel"), flush=True)
+        w.writerow(["model", "seqlens", "what", "cp", "mode", "chain_ms", "fused_ms", "x", "max_rel", "gpu"])
+    cp = "off" if a.cp_off else "plan"
     for ri, (model, hq, hv, sl) in enumerate(rows):
         q, k, v, g, beta, h0, cu, cu_host, do, dht = bb.row_inputs(hq, hv, sl, ri)
-        res = {("full", 0): float("nan"), ("full", 1): float("nan"), ("full", "err"): float("nan")}
         for what in ("dh0", "full"):
-            if not measure(lib, tune, used, what, (q, k, v, g, beta, h0, cu, cu_host, do, dht), flush, a, res):
-                break  # not covered (the gradient kernel beside the chains): dh0 alone only
-            cp = "off" if a.cp_off else "plan"
-            w.writerow([model, sl, what, cp, "%.4f" % res[(what, 0)], "%.4f" % res[(what, 1)],
-                        "%.1e" % res[(what, "err")], gpu])
-            if what == "dh0":
-                w.writerow([model, sl, "dh0_nostore", cp, "%.4f" % res[(what, 0)], "%.4f" % res[(what, 2)], "", gpu])
+            res = {}
+            ms = modes if what == "dh0" else [m for m in modes if m in (0, 1, 3, 5)]
+            if not measure(lib, tune, used, what, (q, k, v, g, beta, h0, cu, cu_host, do, dht), flush, a, ms, res):
+                print("%-10s %-9s %s: not covered" % (model, sl, what), flush=True)
+                break  # (the gradient kernel beside the chains): dh0 alone only
+            line = []
+            for m in ms[1:]:
+                x = res[(what, m)] / res[(what, 0)]
+                err = res[(what, m, "err")]
+                w.writerow([model, sl, what, cp, m, "%.4f" % res[(what, 0)], "%.4f" % res[(what, m)], "%.3f" % x,
+                            "%.1e" % err, gpu])
+                line.append("m%d %.3f x%.3f%s" % (m, res[(what, m)], x, " DIFFERS %.1e" % err if err > 1e-2 else ""))
             f.flush()
+            print("%-10s %-9s %-4s chain %.3f | %s" % (model, sl, what, res[(what, 0)], " | ".join(line)), flush=True)
         tune(0)
         torch.cuda.empty_cache()
-        print("%-10s %-9s %9.3f %9.3f %7.3f %9.3f %9.3f %9.3f %7.3f %8.1e%s" % (
-            model, sl, res[("dh0", 0)], res[("dh0", 1)], res[("dh0", 1)] / res[("dh0", 0)], res[("dh0", 2)],
-            res[("full", 0)],
-            res[("full", 1)], res[("full", 1)] / res[("full", 0)], max(res[("full", "err")], res[("dh0", "err")]),
-            "  DIFFERS" if max(res[("full", "err")], res[("dh0", "err")]) > 1e-2 else ""), flush=True)
     tune_cp(-1)
     f.close()
 

@@ -1348,18 +1348,21 @@ static void bwd_fused_rev(void)
                   (long long)fqla_cuda_bwd_last_seg_chunks());
         }
     }
-    /* mode 5, the half-width pass with the gradient prototype (timing only:
-     * its other gradients are wrong by design): the chain in it still gives
-     * dh0, asked for alone; with CP and without */
-    for (int m = 0; m < 4; m++) {
+    /* dh0 asked for alone, with CP and without: the half-width pass, and
+     * modes 5 and 6, the half-width pass with the gradient prototype (timing
+     * only: its other gradients are wrong by design), whose chain must still
+     * give dh0 */
+    const int modes5[3] = {3, 5, 6}; /* value halves; the gradient prototype, with and without its tail */
+    const char *form5[3] = {"value halves", "gradient prototype", "gradient prototype without the tail"};
+    for (int m = 0; m < 6; m++) {
         char what5[120];
-        snprintf(what5, sizeof what5, "%s, dh0 alone, %s", m / 2 ? "gradient prototype" : "value halves",
+        snprintf(what5, sizeof what5, "%s, dh0 alone, %s", form5[m / 2],
                  m % 2 ? "CP of 2 chunks, T=300 H=1 HV=2" : "B=2 T=150 H=2 HV=4");
         spec s5 = m % 2 ? base_spec(1, 300, 1, 2, 128) : base_spec(2, 150, 2, 4, 128);
         prob p;
         prob_init(&p, &s5);
         upload_all(&p);
-        fqla_cuda_bwd_tune_fused_rev(m / 2 ? 5 : 3);
+        fqla_cuda_bwd_tune_fused_rev(modes5[m / 2]);
         fqla_cuda_bwd_tune_cp(m % 2 ? 2 : 0);
         fqla_bwd_args a;
         make_args(&p, 1, &a);

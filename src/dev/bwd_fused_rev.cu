@@ -264,6 +264,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
     const fqla_wg_tile Yp{s0 + L::yp, 0u, C}, Up{s0 + L::up, 0u, C}, Tq{s0 + L::tq, 0u, C};
     const fqla_wg_tile Th{Tt.hi, 0u, C}; /* T~'s hi plane alone */
     /* warpgroup 1: X, Y, U from S; dY, dT~ (after du_ready); Z; dv; dQ; M1 */
+    const bool tail = store_ds != 0; /* GRAD: the chunk's tail (M1, dL, M, dQ~ and their products) too */
     auto proto_u_side = [&] {
         for (int it = 0; it < chunks; it++) {
             const int s = it & 1, c = chunk_at(it);
@@ -348,18 +349,22 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
             fqla_wg_store<64>(Tq, dt, 0);
             fqla_fence_async_smem();
             fqla_bar_sync(fr_bar::side_local, 128, 0);
-            fqla_wg_run(dt, [&] { fqla_wg_split<64, 1, 1, false, false>(dt, Th, Tq, 0, C, false); });
-            fqla_bar_sync(fr_bar::side_local, 128, 0);
-            fqla_wg_store<64>(Tq, dt, 0);
-            fqla_fence_async_smem();
-            fqla_bar_arrive(gp_bar::m1_ready, 256);
+            if (tail) {
+                fqla_wg_run(dt, [&] { fqla_wg_split<64, 1, 1, false, false>(dt, Th, Tq, 0, C, false); });
+                fqla_bar_sync(fr_bar::side_local, 128, 0);
+                fqla_wg_store<64>(Tq, dt, 0);
+                fqla_fence_async_smem();
+                fqla_bar_arrive(gp_bar::m1_ready, 256);
+            }
             /* dQ = scale diag(e) dO S^T + dQ~ K (dQ~ in Y's region), stored as this CTA's part */
             float dq[64];
             fqla_wg_run(dq, [&] { fqla_wg_split<128, 0, 0, false, false>(dq, DO, Sp, 0, 64, false); });
 #pragma unroll
             for (int a = 0; a < 64; a++) dq[a] *= p.scale * (row8_of(a) ? e1 : e0);
-            fqla_bar_sync(gp_bar::dqt_ready, 256);
-            fqla_wg_run(dq, [&] { fqla_wg_split<128, 0, 1, false, false>(dq, Yp, Kt, 0, C, true); });
+            if (tail) {
+                fqla_bar_sync(gp_bar::dqt_ready, 256);
+                fqla_wg_run(dq, [&] { fqla_wg_split<128, 0, 1, false, false>(dq, Yp, Kt, 0, C, true); });
+            }
             if (bp.dq) {
                 uint16_t *dqp = (uint16_t *)bp.dq + batch * bp.dq_sb + t0 * bp.dq_st + (int64_t)hk * bp.dq_sh;
 #pragma unroll
@@ -425,44 +430,51 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
             /* dK += Z S^T */
             fqla_bar_sync(fr_bar::z_ready, 384, 0);
             fqla_wg_run(dk, [&] { fqla_wg_split<128, 0, 0, false, false>(dk, fqla_wg_tile{DU.hi, 0u, C}, Sp, 0, 64, true); });
-            /* dQ~ = scale Gamma . dP~ (lower) over Y (warpgroup 1 read Y last
-             * before m1_ready) */
-            fqla_bar_sync(gp_bar::m1_ready, 256);
-#pragma unroll
-            for (int a = 0; a < 32; a++) {
-                const int i = row0 + row8_of(a), j = col_of(a);
-                dp[a] *= j <= i ? p.scale * __expf(r.gam[i] - r.gam[j]) : 0.f;
-            }
-            fqla_wg_store<64>(Yp, dp, 0);
-            /* dL = -M1 T~^T (M1 from warpgroup 1), K K^T */
-            float dl[32];
-            fqla_wg_run(dl, [&] { fqla_wg_split<64, 0, 0, false, false>(dl, Tq, Th, 0, C, false); });
-            /* every warp's part has read T~: its refill (warpgroup 1 read it last for M1) */
-            fqla_bar_sync(fr_bar::side_local, 128, 1);
-            if (it + 1 < chunks) copy_tile(sm + L::tp, bp.Tt + tile_of(chunk_at(it + 1)) * C * C, lt);
-            fqla_cp_async_commit();
-            float kk[32];
-            fqla_wg_run(kk, [&] { fqla_wg_split<64, 0, 0, false, false>(kk, Kt, Kt, 0, KD, false); });
-            /* M = diag(beta) (Gamma . dL), dQ~ = scale Gamma . dP~ (lower), the
-             * dbeta / dg row terms (approximated) */
             float rs0 = d0, rs1 = d1;
+            if (tail) {
+                /* dQ~ = scale Gamma . dP~ (lower) over Y (warpgroup 1 read Y last
+                 * before m1_ready) */
+                fqla_bar_sync(gp_bar::m1_ready, 256);
 #pragma unroll
-            for (int a = 0; a < 32; a++) {
-                const int i = row0 + row8_of(a), j = col_of(a);
-                const float gm = j <= i ? __expf(r.gam[i] - r.gam[j]) : 0.f;
-                const float m = r.bet[i] * gm * dl[a];
-                (row8_of(a) ? rs1 : rs0) += m * kk[a];
-                dl[a] = m;
+                for (int a = 0; a < 32; a++) {
+                    const int i = row0 + row8_of(a), j = col_of(a);
+                    dp[a] *= j <= i ? p.scale * __expf(r.gam[i] - r.gam[j]) : 0.f;
+                }
+                fqla_wg_store<64>(Yp, dp, 0);
+                /* dL = -M1 T~^T (M1 from warpgroup 1), K K^T */
+                float dl[32];
+                fqla_wg_run(dl, [&] { fqla_wg_split<64, 0, 0, false, false>(dl, Tq, Th, 0, C, false); });
+                /* every warp's part has read T~: its refill (warpgroup 1 read it last for M1) */
+                fqla_bar_sync(fr_bar::side_local, 128, 1);
+                if (it + 1 < chunks) copy_tile(sm + L::tp, bp.Tt + tile_of(chunk_at(it + 1)) * C * C, lt);
+                fqla_cp_async_commit();
+                float kk[32];
+                fqla_wg_run(kk, [&] { fqla_wg_split<64, 0, 0, false, false>(kk, Kt, Kt, 0, KD, false); });
+                /* M = diag(beta) (Gamma . dL), dQ~ = scale Gamma . dP~ (lower), the
+                 * dbeta / dg row terms (approximated) */
+#pragma unroll
+                for (int a = 0; a < 32; a++) {
+                    const int i = row0 + row8_of(a), j = col_of(a);
+                    const float gm = j <= i ? __expf(r.gam[i] - r.gam[j]) : 0.f;
+                    const float m = r.bet[i] * gm * dl[a];
+                    (row8_of(a) ? rs1 : rs0) += m * kk[a];
+                    dl[a] = m;
+                }
+                fqla_wg_store<64>(Up, dl, 0); /* M over U (read last above) */
+                fqla_fence_async_smem();
+                fqla_bar_sync(fr_bar::side_local, 128, 1);
+                fqla_bar_arrive(gp_bar::dqt_ready, 256);
+                fqla_wg_run(dk, [&] {
+                    fqla_wg_split<128, 1, 1, false, false>(dk, Yp, Qt, 0, C, true);
+                    fqla_wg_split<128, 0, 1, false, false>(dk, Up, Kt, 0, C, true);
+                    fqla_wg_split<128, 1, 1, false, false>(dk, Up, Kt, 0, C, true);
+                });
+            } else {
+                /* every warp's part has read T~ (warpgroup 1 read it last for dY): its refill */
+                fqla_bar_sync(fr_bar::side_local, 128, 1);
+                if (it + 1 < chunks) copy_tile(sm + L::tp, bp.Tt + tile_of(chunk_at(it + 1)) * C * C, lt);
+                fqla_cp_async_commit();
             }
-            fqla_wg_store<64>(Up, dl, 0); /* M over U (read last above) */
-            fqla_fence_async_smem();
-            fqla_bar_sync(fr_bar::side_local, 128, 1);
-            fqla_bar_arrive(gp_bar::dqt_ready, 256);
-            fqla_wg_run(dk, [&] {
-                fqla_wg_split<128, 1, 1, false, false>(dk, Yp, Qt, 0, C, true);
-                fqla_wg_split<128, 0, 1, false, false>(dk, Up, Kt, 0, C, true);
-                fqla_wg_split<128, 1, 1, false, false>(dk, Up, Kt, 0, C, true);
-            });
             if ((tid & 3) == 0) {
                 rows[s].part[row0] += rs0;
                 rows[s].part[row0 + 8] += rs1;
@@ -641,6 +653,6 @@ bool fqla_dev_bwd_fused_rev_covers(const fqla_bwd_params &p, int io_bf16)
 cudaError_t fqla_dev_bwd_launch_fused_rev(const fqla_bwd_params &p, int mode, cudaStream_t stream)
 {
     const int store_ds = mode == 1 || mode == 3;
-    if (mode == 5) return launch<1, true>(p, 0, stream);
+    if (mode >= 5) return launch<1, true>(p, mode == 5, stream); /* 6: without the tail */
     return mode >= 3 ? launch<1, false>(p, store_ds, stream) : launch<2, false>(p, store_ds, stream);
 }

@@ -15,7 +15,8 @@ bool fqla_dev_bwd_fused_rev_covers(const fqla_bwd_params &p, int io_bf16);
  * mode (fqla_cuda_bwd_tune_fused_rev's): 1 the whole V a CTA, 3 a CTA per
  * 64-column value half; 2 and 4 the same without the dS stores (timing
  * only: the gradient kernel reads them); 5 the half-width pass with the
- * gradient prototype (timing only: the gradient kernel does not run). */
+ * gradient prototype (timing only: the gradient kernel does not run), 6
+ * the same without the chunk's tail. */
 cudaError_t fqla_dev_bwd_launch_fused_rev(const fqla_bwd_params &p, int mode, cudaStream_t stream);
 
 #endif

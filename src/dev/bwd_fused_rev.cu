@@ -264,7 +264,13 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
     const fqla_wg_tile Yp{s0 + L::yp, 0u, C}, Up{s0 + L::up, 0u, C}, Tq{s0 + L::tq, 0u, C};
     const fqla_wg_tile Th{Tt.hi, 0u, C}; /* T~'s hi plane alone */
     /* warpgroup 1: X, Y, U from S; dY, dT~ (after du_ready); Z; dv; dQ; M1 */
-    const bool tail = store_ds != 0; /* GRAD: the chunk's tail (M1, dL, M, dQ~ and their products) too */
+    /* GRAD flags (the kernel's store_ds): 1 the chunk's tail (M1, dL, M, dQ~ and
+     * their products) too; 2 dq / dk stored by one CTA of the (value head, half)
+     * CTAs of a q/k head, as a reduction in the cluster of those CTAs would
+     * (the bytes of a reduced store; the reduction itself not modelled), else
+     * by every one, each its own part */
+    const bool tail = store_ds & 1;
+    const bool qk_store = !(store_ds & 2) || (blockIdx.z == 0 && hv % p.group == 0);
     auto proto_u_side = [&] {
         for (int it = 0; it < chunks; it++) {
             const int s = it & 1, c = chunk_at(it);
@@ -365,7 +371,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
                 fqla_bar_sync(gp_bar::dqt_ready, 256);
                 fqla_wg_run(dq, [&] { fqla_wg_split<128, 0, 1, false, false>(dq, Yp, Kt, 0, C, true); });
             }
-            if (bp.dq) {
+            if (bp.dq && qk_store) {
                 uint16_t *dqp = (uint16_t *)bp.dq + batch * bp.dq_sb + t0 * bp.dq_st + (int64_t)hk * bp.dq_sh;
 #pragma unroll
                 for (int a = 0; a < 64; a += 2) {
@@ -479,7 +485,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
                 rows[s].part[row0] += rs0;
                 rows[s].part[row0 + 8] += rs1;
             }
-            if (bp.dk) {
+            if (bp.dk && qk_store) {
                 uint16_t *dkp = (uint16_t *)bp.dk + batch * bp.dk_sb + t0 * bp.dk_st + (int64_t)hk * bp.dk_sh;
 #pragma unroll
                 for (int a = 0; a < 64; a += 2) {
@@ -653,6 +659,7 @@ bool fqla_dev_bwd_fused_rev_covers(const fqla_bwd_params &p, int io_bf16)
 cudaError_t fqla_dev_bwd_launch_fused_rev(const fqla_bwd_params &p, int mode, cudaStream_t stream)
 {
     const int store_ds = mode == 1 || mode == 3;
-    if (mode >= 5) return launch<1, true>(p, mode == 5, stream); /* 6: without the tail */
+    /* 5, 6: with and without the tail, every CTA storing its dq / dk; 7, 8: the same, stored once */
+    if (mode >= 5) return launch<1, true>(p, (mode == 5 || mode == 7) | (mode >= 7 ? 2 : 0), stream);
     return mode >= 3 ? launch<1, false>(p, store_ds, stream) : launch<2, false>(p, store_ds, stream);
 }

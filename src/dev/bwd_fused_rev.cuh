@@ -16,7 +16,8 @@ bool fqla_dev_bwd_fused_rev_covers(const fqla_bwd_params &p, int io_bf16);
  * 64-column value half; 2 and 4 the same without the dS stores (timing
  * only: the gradient kernel reads them); 5 the half-width pass with the
  * gradient prototype (timing only: the gradient kernel does not run), 6
- * the same without the chunk's tail. */
+ * the same without the chunk's tail, 7 and 8 as 5 and 6 with dq / dk stored
+ * once a q/k head. */
 cudaError_t fqla_dev_bwd_launch_fused_rev(const fqla_bwd_params &p, int mode, cudaStream_t stream);
 
 #endif

@@ -65,7 +65,7 @@ constexpr int TILE = C * 64 * 2;            /* a [64][64] bf16 plane: T~, P~ */
  * warpgroup 1's / 2's own */
 enum class fr_bar : uint32_t { ds_ready = 1, du_ready = 3, z_ready = 5, side_local = 7, chunk = 9 };
 /* the gradient prototype's hand-offs between warpgroups 1 and 2 */
-enum class gp_bar : uint32_t { u_ready = 10, m1_ready = 11, dqt_ready = 12 };
+enum class gp_bar : uint32_t { u_ready = 10, qt_ready = 11, m_ready = 12, u_free = 13 };
 
 /* The CTA-wide barrier at each chunk's start: a named barrier, not
  * __syncthreads, because the three roles reach it from three places in the
@@ -91,9 +91,10 @@ template <int NH, bool GRAD> struct fr_layout {
     static constexpr int tp = 2 * STAGE;             /* T~ hi, lo; P~ hi, lo */
     static constexpr int ds = tp + 4 * TILE;         /* dS'^T hi, lo */
     static constexpr int du = ds + 2 * DSP;          /* dU (then Z) hi, lo */
-    /* GRAD: Y (then dQ~), U (then M), dT~ (then M1), hi planes */
+    /* GRAD: Y, U (then M), dT~ (then M1), dQ~, hi planes */
     static constexpr int yp = du + 2 * DUP, up = yp + (GRAD ? TILE : 0), tq = up + (GRAD ? TILE : 0);
-    static constexpr int rows = tq + (GRAD ? TILE : 0); /* fr_rows[2] */
+    static constexpr int qt = tq + (GRAD ? TILE : 0);
+    static constexpr int rows = qt + (GRAD ? TILE : 0); /* fr_rows[2] */
     static constexpr int bytes = rows + 2 * (int)sizeof(fr_rows) + 1024;
     static_assert(!GRAD || NH == 1, "the gradient prototype is of the half-width form");
     static_assert(bytes <= 227 * 1024, "over the shared memory a block may have");
@@ -261,9 +262,10 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
     /* ---- the gradient prototype (GRAD, timing only: the products, hand-offs
      * and stores of the gradient work at their shapes, the element-wise math
      * approximated; its outputs are wrong by design) ---- */
-    const fqla_wg_tile Yp{s0 + L::yp, 0u, C}, Up{s0 + L::up, 0u, C}, Tq{s0 + L::tq, 0u, C};
+    const fqla_wg_tile Yp{s0 + L::yp, 0u, C}, Up{s0 + L::up, 0u, C}, Tq{s0 + L::tq, 0u, C}, Qp{s0 + L::qt, 0u, C};
     const fqla_wg_tile Th{Tt.hi, 0u, C}; /* T~'s hi plane alone */
-    /* warpgroup 1: X, Y, U from S; dY, dT~ (after du_ready); Z; dv; dQ; M1 */
+    /* warpgroup 1: X, Y, U from S; dY, dT~ (after du_ready); Z; dv; the tail's
+     * M1, K K^T, dL, M; dQ */
     /* GRAD flags (the kernel's store_ds): 1 the chunk's tail (M1, dL, M, dQ~ and
      * their products) too; 2 dq / dk stored by one CTA of the (value head, half)
      * CTAs of a q/k head, as a reduction in the cluster of those CTAs would
@@ -351,25 +353,53 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
                 rows[s].part[row0] = db0;
                 rows[s].part[row0 + 8] = db1;
             }
-            /* M1 = T~^T (lower dT~) for warpgroup 2 */
+            /* the tail: M1 = T~^T (lower dT~) beside K K^T; dL = -M1 T~^T; M =
+             * diag(beta) (Gamma . dL) for warpgroup 2 (m_ready) */
             fqla_wg_store<64>(Tq, dt, 0);
             fqla_fence_async_smem();
             fqla_bar_sync(fr_bar::side_local, 128, 0);
             if (tail) {
-                fqla_wg_run(dt, [&] { fqla_wg_split<64, 1, 1, false, false>(dt, Th, Tq, 0, C, false); });
+                float kk[32];
+                fqla_wg_issue(dt, [&] { fqla_wg_split<64, 1, 1, false, false>(dt, Th, Tq, 0, C, false); });
+                fqla_wg_issue(kk, [&] { fqla_wg_split<64, 0, 0, false, false>(kk, Kt, Kt, 0, KD, false); });
+                fqla_wg_retire(dt);
+                fqla_reg_fence(kk);
                 fqla_bar_sync(fr_bar::side_local, 128, 0);
                 fqla_wg_store<64>(Tq, dt, 0);
                 fqla_fence_async_smem();
-                fqla_bar_arrive(gp_bar::m1_ready, 256);
+                fqla_bar_sync(fr_bar::side_local, 128, 0);
+                float dl[32];
+                fqla_wg_run(dl, [&] { fqla_wg_split<64, 0, 0, false, false>(dl, Tq, Th, 0, C, false); });
+                /* every warp's part has read T~ (this warpgroup reads it last): its refill */
+                fqla_bar_sync(fr_bar::side_local, 128, 0);
+                if (it + 1 < chunks) copy_tile(sm + L::tp, bp.Tt + tile_of(chunk_at(it + 1)) * C * C, lt);
+                fqla_cp_async_commit();
+                float rs0 = 0.f, rs1 = 0.f; /* the dbeta / dg row terms (approximated) */
+#pragma unroll
+                for (int a = 0; a < 32; a++) {
+                    const int i = row0 + row8_of(a), j = col_of(a);
+                    const float gm = j <= i ? __expf(r.gam[i] - r.gam[j]) : 0.f;
+                    const float m = r.bet[i] * gm * dl[a];
+                    (row8_of(a) ? rs1 : rs0) += m * kk[a];
+                    dl[a] = m;
+                }
+                fqla_bar_sync(gp_bar::u_free, 256); /* warpgroup 2 has read U */
+                fqla_wg_store<64>(Up, dl, 0);       /* M over U */
+                fqla_fence_async_smem();
+                fqla_bar_arrive(gp_bar::m_ready, 256);
+                if ((tid & 3) == 0) {
+                    rows[s].part[row0] += rs0;
+                    rows[s].part[row0 + 8] += rs1;
+                }
             }
-            /* dQ = scale diag(e) dO S^T + dQ~ K (dQ~ in Y's region), stored as this CTA's part */
+            /* dQ = scale diag(e) dO S^T + dQ~ K (dQ~ from warpgroup 2), stored as this CTA's part */
             float dq[64];
             fqla_wg_run(dq, [&] { fqla_wg_split<128, 0, 0, false, false>(dq, DO, Sp, 0, 64, false); });
 #pragma unroll
             for (int a = 0; a < 64; a++) dq[a] *= p.scale * (row8_of(a) ? e1 : e0);
             if (tail) {
-                fqla_bar_sync(gp_bar::dqt_ready, 256);
-                fqla_wg_run(dq, [&] { fqla_wg_split<128, 0, 1, false, false>(dq, Yp, Kt, 0, C, true); });
+                fqla_bar_sync(gp_bar::qt_ready, 256);
+                fqla_wg_run(dq, [&] { fqla_wg_split<128, 0, 1, false, false>(dq, Qp, Kt, 0, C, true); });
             }
             if (bp.dq && qk_store) {
                 uint16_t *dqp = (uint16_t *)bp.dq + batch * bp.dq_sb + t0 * bp.dq_st + (int64_t)hk * bp.dq_sh;
@@ -382,8 +412,8 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
             }
         }
     };
-    /* warpgroup 2: dU (P~^T dO first, then K dS'); df; dP~; dK = diag(f) U dS'^T
-     * + Z S^T; K K^T; dL = -M1 T~^T; M, dQ~; dK += dQ~^T Q + M K + M^T K */
+    /* warpgroup 2: dU (P~^T dO first, then K dS'); df; dP~, dQ~; dK = diag(f) U
+     * dS'^T + Z S^T + dQ~^T Q + M K + M^T K */
     auto proto_du_side = [&] {
         for (int it = 0; it < chunks; it++) {
             const int s = it & 1, c = chunk_at(it);
@@ -426,7 +456,18 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
             fqla_wg_issue(dk, [&] { fqla_wg_split<128, 0, 1, false, false>(dk, Up, fqla_wg_tile{DS.hi, 0u, 64}, 0, 64, false); });
             fqla_wg_retire(dk);
             fqla_reg_fence(dp);
-            (void)0;
+            if (tail) {
+                fqla_bar_arrive(gp_bar::u_free, 256); /* U read: warpgroup 1 may put M there */
+                /* dQ~ = scale Gamma . dP~ (lower), for warpgroup 1's dQ~ K and the dK tail */
+#pragma unroll
+                for (int a = 0; a < 32; a++) {
+                    const int i = row0 + row8_of(a), j = col_of(a);
+                    dp[a] *= j <= i ? p.scale * __expf(r.gam[i] - r.gam[j]) : 0.f;
+                }
+                fqla_wg_store<64>(Qp, dp, 0);
+                fqla_fence_async_smem();
+                fqla_bar_arrive(gp_bar::qt_ready, 256);
+            }
             d0 += __shfl_xor_sync(0xffffffffu, d0, 1);
             d0 += __shfl_xor_sync(0xffffffffu, d0, 2);
             d1 += __shfl_xor_sync(0xffffffffu, d1, 1);
@@ -436,42 +477,11 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
             /* dK += Z S^T */
             fqla_bar_sync(fr_bar::z_ready, 384, 0);
             fqla_wg_run(dk, [&] { fqla_wg_split<128, 0, 0, false, false>(dk, fqla_wg_tile{DU.hi, 0u, C}, Sp, 0, 64, true); });
-            float rs0 = d0, rs1 = d1;
             if (tail) {
-                /* dQ~ = scale Gamma . dP~ (lower) over Y (warpgroup 1 read Y last
-                 * before m1_ready) */
-                fqla_bar_sync(gp_bar::m1_ready, 256);
-#pragma unroll
-                for (int a = 0; a < 32; a++) {
-                    const int i = row0 + row8_of(a), j = col_of(a);
-                    dp[a] *= j <= i ? p.scale * __expf(r.gam[i] - r.gam[j]) : 0.f;
-                }
-                fqla_wg_store<64>(Yp, dp, 0);
-                /* dL = -M1 T~^T (M1 from warpgroup 1), K K^T */
-                float dl[32];
-                fqla_wg_run(dl, [&] { fqla_wg_split<64, 0, 0, false, false>(dl, Tq, Th, 0, C, false); });
-                /* every warp's part has read T~: its refill (warpgroup 1 read it last for M1) */
-                fqla_bar_sync(fr_bar::side_local, 128, 1);
-                if (it + 1 < chunks) copy_tile(sm + L::tp, bp.Tt + tile_of(chunk_at(it + 1)) * C * C, lt);
-                fqla_cp_async_commit();
-                float kk[32];
-                fqla_wg_run(kk, [&] { fqla_wg_split<64, 0, 0, false, false>(kk, Kt, Kt, 0, KD, false); });
-                /* M = diag(beta) (Gamma . dL), dQ~ = scale Gamma . dP~ (lower), the
-                 * dbeta / dg row terms (approximated) */
-#pragma unroll
-                for (int a = 0; a < 32; a++) {
-                    const int i = row0 + row8_of(a), j = col_of(a);
-                    const float gm = j <= i ? __expf(r.gam[i] - r.gam[j]) : 0.f;
-                    const float m = r.bet[i] * gm * dl[a];
-                    (row8_of(a) ? rs1 : rs0) += m * kk[a];
-                    dl[a] = m;
-                }
-                fqla_wg_store<64>(Up, dl, 0); /* M over U (read last above) */
-                fqla_fence_async_smem();
-                fqla_bar_sync(fr_bar::side_local, 128, 1);
-                fqla_bar_arrive(gp_bar::dqt_ready, 256);
+                /* dK += dQ~^T Q + M K + M^T K, M from warpgroup 1 */
+                fqla_bar_sync(gp_bar::m_ready, 256);
                 fqla_wg_run(dk, [&] {
-                    fqla_wg_split<128, 1, 1, false, false>(dk, Yp, Qt, 0, C, true);
+                    fqla_wg_split<128, 1, 1, false, false>(dk, Qp, Qt, 0, C, true);
                     fqla_wg_split<128, 0, 1, false, false>(dk, Up, Kt, 0, C, true);
                     fqla_wg_split<128, 1, 1, false, false>(dk, Up, Kt, 0, C, true);
                 });
@@ -482,8 +492,8 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
                 fqla_cp_async_commit();
             }
             if ((tid & 3) == 0) {
-                rows[s].part[row0] += rs0;
-                rows[s].part[row0 + 8] += rs1;
+                rows[s].part[row0] += d0;
+                rows[s].part[row0 + 8] += d1;
             }
             if (bp.dk && qk_store) {
                 uint16_t *dkp = (uint16_t *)bp.dk + batch * bp.dk_sb + t0 * bp.dk_st + (int64_t)hk * bp.dk_sh;

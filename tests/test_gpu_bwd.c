@@ -1390,6 +1390,43 @@ static void bwd_fused_rev(void)
         if (ws) cudaFree(ws);
         prob_free(&p);
     }
+    /* the prototype's dv is the real one (diag(beta) dY from the chain's dY):
+     * the whole backward in mode 7, dv and dh0 against the reference (the
+     * other gradients are not checked: wrong by design); varlen with a
+     * partial last chunk and an empty sequence, with CP and without */
+    for (int m = 0; m < 2; m++) {
+        const char *whatv = m ? "gradient prototype's dv, CP of 2 chunks, varlen [0,200,200,520]"
+                              : "gradient prototype's dv, varlen [0,64,64,200]";
+        const int64_t cuv0[] = {0, 64, 64, 200}, cuv1[] = {0, 200, 200, 520};
+        spec sv = base_spec(1, m ? 520 : 200, 2, 4, 128);
+        set_cu(&sv, m ? cuv1 : cuv0, 4);
+        prob p;
+        prob_init(&p, &sv);
+        upload_all(&p);
+        fqla_cuda_bwd_tune_fused_rev(7);
+        fqla_cuda_bwd_tune_cp(m ? 2 : 0);
+        poison(&p);
+        const fqla_status st = run_gpu(&p, NULL);
+        CHECK(st == FQLA_STATUS_SUCCESS, "%s: fqla_bwd: %s", whatv, fqla_last_error(gpu));
+        CHECK(fqla_cuda_bwd_last_fused_rev() == 1, "%s: the fused reverse pass did not run", whatv);
+        download(&p, NULL);
+        run_ref(&p);
+        double wv = 0, wh = 0;
+        for (int n = 0; n < p.N; n++) {
+            int64_t row0, len;
+            seq_range(&p, n, &row0, &len);
+            for (int h = 0; h < sv.HV; h++) {
+                const double rv = rel_block(&p.gr[G_DV], (row0 * sv.HV + h) * sv.V, len, (int64_t)sv.HV * sv.V, sv.V, 0);
+                const double rh = rel_block(&p.gr[G_DH0], ((int64_t)n * sv.HV + h) * sv.K * sv.V, 1, 0,
+                                            (int64_t)sv.K * sv.V, 0);
+                if (!(rv <= wv)) wv = rv;
+                if (!(rh <= wh)) wh = rh;
+            }
+        }
+        CHECK(wv <= 8e-3 && wh <= 8e-3, "%s: dv %.2e, dh0 %.2e (threshold 8e-3)", whatv, wv, wh);
+        printf("  %-52s dv %.2e dh0 %.2e\n", whatv, wv, wh);
+        prob_free(&p);
+    }
     fqla_cuda_bwd_tune_fused_rev(0);
     fqla_cuda_bwd_tune_cp(-1);
 }

@@ -1416,7 +1416,8 @@ static void bwd_fused_rev(void)
             int64_t row0, len;
             seq_range(&p, n, &row0, &len);
             for (int h = 0; h < sv.HV; h++) {
-                const double rv = rel_block(&p.gr[G_DV], (row0 * sv.HV + h) * sv.V, len, (int64_t)sv.HV * sv.V, sv.V, 0);
+                const double rv =
+                    rel_block(&p.gr[G_DV], (row0 * sv.HV + h) * sv.V, len, (int64_t)sv.HV * sv.V, sv.V, 0);
                 const double rh = rel_block(&p.gr[G_DH0], ((int64_t)n * sv.HV + h) * sv.K * sv.V, 1, 0,
                                             (int64_t)sv.K * sv.V, 0);
                 if (!(rv <= wv)) wv = rv;

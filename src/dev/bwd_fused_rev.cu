@@ -33,17 +33,36 @@
  * first form, one hand-off a chunk over all 128 columns with dS stored
  * before it was published: 1.28-1.55x, H100.)
  *
+ * Two forms (NH, value halves a CTA): the whole V (NH = 2, above; modes 1
+ * and 2 of fqla_cuda_bwd_tune_fused_rev) and one 64-column half a CTA
+ * (NH = 1, blockIdx.z the half; modes 3 and 4), whose planes on the value
+ * side are half as large: the room the gradient work needs
+ * (docs/history/2026-12-07d-fusedproto.md section 1). As a reverse chain
+ * alone the half form is 0.76-1.13x today's (dh0 alone, H100).
+ *
+ * The gradient prototype (GRAD, half form, modes 5-8; timing only): the
+ * products, hand-offs, copies and stores of the gradient kernel's work
+ * beside the chain (warpgroup 1: X, Y, U from S's bf16 plane, dY and dT~,
+ * dv, Z, the tail's M1 / K K^T / dL / M, dQ; warpgroup 2: dU with P~^T dO
+ * first, df, dP~ and dQ~, dK), the element-wise math approximated: dv and
+ * dh0 are the real ones (test_gpu_bwd checks both), dq / dk / dbeta / dg
+ * are not. The gradient kernel does not run in these modes. H100: the whole
+ * backward 0.80-0.94x today's on the 22 rows it covers (mode 7), 0.72-0.85x
+ * without the chunk's tail (mode 8); a half-chunk takes ~10 us against
+ * 2.8 us of tensor work, the chunk closed by the last product of the tail.
+ *
  * Covered (fqla_dev_bwd_fused_rev_covers): bf16 io, K = V = 128, no
  * in-kernel l2norm, whole sequences or CP's main pass over segments (from
  * the gradients the reverse chain's pre-pass and the scan leave), the
  * gradient kernel not beside the chains, 16-byte rows. The chunk walk is a
  * dependent chain through the three warpgroups (ds_ready -> du_ready ->
- * z_ready), one CTA barrier a chunk for the copies; the gradient work of
- * step 2 is what fills the waits.
+ * z_ready), one CTA barrier a chunk for the copies.
  *
- * Shared memory (KiB): two stages of k, q, dO (48 each); T~ and P~ hi / lo
- * (32, one set: each refilled by its only reader after its product); dS'
- * hi / lo (64); dU, then Z, hi / lo (32); the gamma / beta rows: ~226.
+ * Shared memory (KiB), whole V: two stages of k, q, dO (48 each); T~ and
+ * P~ hi / lo (32, one set: each refilled by its last reader after its
+ * product); dS' hi / lo (64); dU, then Z, hi / lo (32); the gamma / beta
+ * rows: ~226. Half form: the dO, dS' and dU planes halved (~161); with
+ * GRAD also S's plane in each stage and Y, U, dT~, dQ~ (~226).
  */
 #include "cuda/bwd_common.cuh"
 #include "cuda/ptx/cp_async.cuh"
@@ -320,7 +339,8 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
             fqla_bar_sync(fr_bar::du_ready, 256, 0);
             float dy[32], dt[32];
             fqla_wg_issue(dy, [&] { fqla_wg_split<64, 1, 1, true, true>(dy, Tt, DU, 0, C, false); });
-            fqla_wg_issue(dt, [&] { fqla_wg_split<64, 0, 0, false, false>(dt, fqla_wg_tile{DU.hi, 0u, C}, Yp, 0, 64, false); });
+            const fqla_wg_tile DUhi{DU.hi, 0u, C}; /* dU's hi plane alone */
+            fqla_wg_issue(dt, [&] { fqla_wg_split<64, 0, 0, false, false>(dt, DUhi, Yp, 0, 64, false); });
             fqla_wg_retire(dy);
             fqla_reg_fence(dt);
             fqla_bar_sync(fr_bar::side_local, 128, 0);
@@ -407,7 +427,8 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
                 for (int a = 0; a < 64; a += 2) {
                     const int i = row0 + row8_of(a);
                     if (i < nv)
-                        *reinterpret_cast<uint32_t *>(dqp + (int64_t)i * bp.dq_st + col_of(a)) = fqla_wg_bf2(dq[a], dq[a + 1]);
+                        *reinterpret_cast<uint32_t *>(dqp + (int64_t)i * bp.dq_st + col_of(a)) =
+                            fqla_wg_bf2(dq[a], dq[a + 1]);
                 }
             }
         }
@@ -453,7 +474,8 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
             /* dP~ = dO U^T; dK = diag(f) U dS'^T */
             float dp[32], dk[64];
             fqla_wg_issue(dp, [&] { fqla_wg_split<64, 0, 0, false, false>(dp, DO, Up, 0, 64, false); });
-            fqla_wg_issue(dk, [&] { fqla_wg_split<128, 0, 1, false, false>(dk, Up, fqla_wg_tile{DS.hi, 0u, 64}, 0, 64, false); });
+            const fqla_wg_tile DShi{DS.hi, 0u, 64}, Zhi{DU.hi, 0u, C}; /* hi planes alone */
+            fqla_wg_issue(dk, [&] { fqla_wg_split<128, 0, 1, false, false>(dk, Up, DShi, 0, 64, false); });
             fqla_wg_retire(dk);
             fqla_reg_fence(dp);
             if (tail) {
@@ -476,7 +498,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
             for (int a = 0; a < 64; a++) dk[a] *= row8_of(a) ? f1 : f0;
             /* dK += Z S^T */
             fqla_bar_sync(fr_bar::z_ready, 384, 0);
-            fqla_wg_run(dk, [&] { fqla_wg_split<128, 0, 0, false, false>(dk, fqla_wg_tile{DU.hi, 0u, C}, Sp, 0, 64, true); });
+            fqla_wg_run(dk, [&] { fqla_wg_split<128, 0, 0, false, false>(dk, Zhi, Sp, 0, 64, true); });
             if (tail) {
                 /* dK += dQ~^T Q + M K + M^T K, M from warpgroup 1 */
                 fqla_bar_sync(gp_bar::m_ready, 256);
@@ -501,7 +523,8 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
                 for (int a = 0; a < 64; a += 2) {
                     const int i = row0 + row8_of(a);
                     if (i < nv)
-                        *reinterpret_cast<uint32_t *>(dkp + (int64_t)i * bp.dk_st + col_of(a)) = fqla_wg_bf2(dk[a], dk[a + 1]);
+                        *reinterpret_cast<uint32_t *>(dkp + (int64_t)i * bp.dk_st + col_of(a)) =
+                            fqla_wg_bf2(dk[a], dk[a + 1]);
                 }
             }
         }
@@ -578,72 +601,72 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
         set_regs<R::SIDE, R::ENTRY>();
         if constexpr (GRAD) {
             proto_u_side();
-            return;
-        }
-        for (int it = 0; it < chunks; it++) {
-            const int s = it & 1;
-            fqla_cp_async_wait_all();
-            fqla_fence_async_smem();
-            chunk_barrier();
-            if (it + 1 < chunks) issue_inputs(chunk_at(it + 1), s ^ 1);
-            fqla_cp_async_commit();
-            const fr_rows &r = rows[s];
-            /* Z's row factors: -e_t beta_t for the thread's two rows */
-            const float z0 = -__expf(r.gam[row0]) * r.bet[row0], z1 = -__expf(r.gam[row0 + 8]) * r.bet[row0 + 8];
-#pragma unroll 1
-            for (int h = 0; h < NH; h++) {
-                const fqla_wg_tile DUh = half_cols(DU, h);
-                fqla_bar_sync(fr_bar::du_ready, 256, (uint32_t)h);
-                /* dY = T~^T dU on this value half */
-                float dy[32];
-                fqla_wg_run(dy, [&] { fqla_wg_split<64, 1, 1, true, true>(dy, Tt, DUh, 0, C, false); });
-                /* every warp's part of the product has read T~ and dU's half */
-                fqla_bar_sync(fr_bar::side_local, 128, 0);
-#pragma unroll
-                for (int a = 0; a < 32; a++) dy[a] *= row8_of(a) ? z1 : z0;
-                fqla_wg_store<64>(DUh, dy, 0);
+        } else {
+            for (int it = 0; it < chunks; it++) {
+                const int s = it & 1;
+                fqla_cp_async_wait_all();
                 fqla_fence_async_smem();
-                fqla_bar_arrive(fr_bar::z_ready, 256, (uint32_t)h);
+                chunk_barrier();
+                if (it + 1 < chunks) issue_inputs(chunk_at(it + 1), s ^ 1);
+                fqla_cp_async_commit();
+                const fr_rows &r = rows[s];
+                /* Z's row factors: -e_t beta_t for the thread's two rows */
+                const float z0 = -__expf(r.gam[row0]) * r.bet[row0], z1 = -__expf(r.gam[row0 + 8]) * r.bet[row0 + 8];
+#pragma unroll 1
+                for (int h = 0; h < NH; h++) {
+                    const fqla_wg_tile DUh = half_cols(DU, h);
+                    fqla_bar_sync(fr_bar::du_ready, 256, (uint32_t)h);
+                    /* dY = T~^T dU on this value half */
+                    float dy[32];
+                    fqla_wg_run(dy, [&] { fqla_wg_split<64, 1, 1, true, true>(dy, Tt, DUh, 0, C, false); });
+                    /* every warp's part of the product has read T~ and dU's half */
+                    fqla_bar_sync(fr_bar::side_local, 128, 0);
+#pragma unroll
+                    for (int a = 0; a < 32; a++) dy[a] *= row8_of(a) ? z1 : z0;
+                    fqla_wg_store<64>(DUh, dy, 0);
+                    fqla_fence_async_smem();
+                    fqla_bar_arrive(fr_bar::z_ready, 256, (uint32_t)h);
+                }
+                if (it + 1 < chunks) copy_tile(sm + L::tp, bp.Tt + tile_of(chunk_at(it + 1)) * C * C, lt);
+                fqla_cp_async_commit();
             }
-            if (it + 1 < chunks) copy_tile(sm + L::tp, bp.Tt + tile_of(chunk_at(it + 1)) * C * C, lt);
-            fqla_cp_async_commit();
         }
     } else {
         set_regs<R::SIDE, R::ENTRY>();
         if constexpr (GRAD) {
             proto_du_side();
-            return;
-        }
-        for (int it = 0; it < chunks; it++) {
-            const int s = it & 1;
-            unsigned char *st = stage(s);
-            fqla_cp_async_wait_all();
-            fqla_fence_async_smem();
-            chunk_barrier();
-            const fr_rows &r = rows[s];
-            const float gC = r.gam[C - 1];
-            const float f0 = __expf(gC - r.gam[row0]), f1 = __expf(gC - r.gam[row0 + 8]);
-            const fqla_wg_tile Kt{fqla_smem_u32(st), 0u, C}, DO{fqla_smem_u32(st + 2 * PLANE), 0u, C};
-#pragma unroll 1
-            for (int h = 0; h < NH; h++) {
-                fqla_bar_sync(fr_bar::ds_ready, 256, (uint32_t)h);
-                /* K dS' on this value half: token rows, its 64 value columns */
-                float du[32];
-                const fqla_wg_tile DSh = half_rows(h);
-                fqla_wg_run(du, [&] { fqla_wg_split<64, 0, 0, false, true>(du, Kt, DSh, 0, KD, false); });
-#pragma unroll
-                for (int a = 0; a < 32; a++) du[a] *= row8_of(a) ? f1 : f0;
-                /* + P~^T dO */
-                const fqla_wg_tile DOh = half_cols(DO, h);
-                fqla_wg_run(du, [&] { fqla_wg_split<64, 1, 1, true, false>(du, Pt, DOh, 0, C, true); });
-                fqla_wg_store<64>(half_cols(DU, h), du, 0);
+        } else {
+            for (int it = 0; it < chunks; it++) {
+                const int s = it & 1;
+                unsigned char *st = stage(s);
+                fqla_cp_async_wait_all();
                 fqla_fence_async_smem();
-                fqla_bar_arrive(fr_bar::du_ready, 256, (uint32_t)h);
+                chunk_barrier();
+                const fr_rows &r = rows[s];
+                const float gC = r.gam[C - 1];
+                const float f0 = __expf(gC - r.gam[row0]), f1 = __expf(gC - r.gam[row0 + 8]);
+                const fqla_wg_tile Kt{fqla_smem_u32(st), 0u, C}, DO{fqla_smem_u32(st + 2 * PLANE), 0u, C};
+#pragma unroll 1
+                for (int h = 0; h < NH; h++) {
+                    fqla_bar_sync(fr_bar::ds_ready, 256, (uint32_t)h);
+                    /* K dS' on this value half: token rows, its 64 value columns */
+                    float du[32];
+                    const fqla_wg_tile DSh = half_rows(h);
+                    fqla_wg_run(du, [&] { fqla_wg_split<64, 0, 0, false, true>(du, Kt, DSh, 0, KD, false); });
+#pragma unroll
+                    for (int a = 0; a < 32; a++) du[a] *= row8_of(a) ? f1 : f0;
+                    /* + P~^T dO */
+                    const fqla_wg_tile DOh = half_cols(DO, h);
+                    fqla_wg_run(du, [&] { fqla_wg_split<64, 1, 1, true, false>(du, Pt, DOh, 0, C, true); });
+                    fqla_wg_store<64>(half_cols(DU, h), du, 0);
+                    fqla_fence_async_smem();
+                    fqla_bar_arrive(fr_bar::du_ready, 256, (uint32_t)h);
+                }
+                /* every warp's part of the products has read P~ */
+                fqla_bar_sync(fr_bar::side_local, 128, 1);
+                if (it + 1 < chunks) copy_tile(sm + L::tp + 2 * TILE, bp.Pt + tile_of(chunk_at(it + 1)) * C * C, lt);
+                fqla_cp_async_commit();
             }
-            /* every warp's part of the products has read P~ */
-            fqla_bar_sync(fr_bar::side_local, 128, 1);
-            if (it + 1 < chunks) copy_tile(sm + L::tp + 2 * TILE, bp.Pt + tile_of(chunk_at(it + 1)) * C * C, lt);
-            fqla_cp_async_commit();
         }
     }
 }

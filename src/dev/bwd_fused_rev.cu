@@ -91,6 +91,16 @@ enum class gp_bar : uint32_t { u_ready = 10, qt_ready = 11, m_ready = 12, u_free
  * code (synccheck calls bar.sync 0 from different places divergent). */
 __device__ __forceinline__ void chunk_barrier() { fqla_bar_sync(fr_bar::chunk, THREADS); }
 
+/* Each role at a chunk's start: its own copies landed and visible to the
+ * async proxy, then the CTA barrier (every role's copies landed, the
+ * previous chunk fully read). */
+__device__ __forceinline__ void chunk_start()
+{
+    fqla_cp_async_wait_all();
+    fqla_fence_async_smem();
+    chunk_barrier();
+}
+
 struct fr_rows {
     alignas(16) float gam[C];
     alignas(16) float bet[C];
@@ -173,6 +183,25 @@ __device__ __forceinline__ void copy_tile(unsigned char *dst, const float *src, 
  * order), and its row offset (0 or 8) from the thread's first row. */
 __device__ __forceinline__ int col_of(int a) { return 8 * (a >> 2) + 2 * (threadIdx.x & 3) + (a & 1); }
 __device__ __forceinline__ int row8_of(int a) { return 8 * ((a >> 1) & 1); }
+
+/* A warpgroup's m64nN accumulator as bf16 rows (row i at dst + i * st; the
+ * thread's first row row0), rows from nvalid on left out. */
+template <int N>
+__device__ __forceinline__ void store_acc_bf16(uint16_t *dst, int64_t st, const float (&x)[N / 2], int nvalid, int row0)
+{
+#pragma unroll
+    for (int a = 0; a < N / 2; a += 2) {
+        const int i = row0 + row8_of(a);
+        if (i < nvalid) *reinterpret_cast<uint32_t *>(dst + (int64_t)i * st + col_of(a)) = fqla_wg_bf2(x[a], x[a + 1]);
+    }
+}
+
+/* The sum over the quad of lanes that hold one accumulator row. */
+__device__ __forceinline__ float quad_sum(float v)
+{
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
 
 /* (scale diag(e) dO)^T for value rows c0 .. c0 + 63 as split A fragments
  * over the chunk's tokens: dO's plane read transposed, each token's column
@@ -296,9 +325,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
         for (int it = 0; it < chunks; it++) {
             const int s = it & 1, c = chunk_at(it);
             unsigned char *st = stage(s);
-            fqla_cp_async_wait_all();
-            fqla_fence_async_smem();
-            chunk_barrier();
+            chunk_start();
             if (it + 1 < chunks) issue_inputs(chunk_at(it + 1), s ^ 1);
             fqla_cp_async_commit();
             const fr_rows &r = rows[s];
@@ -365,10 +392,8 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
             fqla_wg_store<64>(DU, dy, 0);
             fqla_fence_async_smem();
             fqla_bar_arrive(fr_bar::z_ready, 384, 0); /* warpgroups 0 and 2 wait for Z */
-            db0 += __shfl_xor_sync(0xffffffffu, db0, 1);
-            db0 += __shfl_xor_sync(0xffffffffu, db0, 2);
-            db1 += __shfl_xor_sync(0xffffffffu, db1, 1);
-            db1 += __shfl_xor_sync(0xffffffffu, db1, 2);
+            db0 = quad_sum(db0);
+            db1 = quad_sum(db1);
             if ((tid & 3) == 0) {
                 rows[s].part[row0] = db0;
                 rows[s].part[row0 + 8] = db1;
@@ -421,16 +446,9 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
                 fqla_bar_sync(gp_bar::qt_ready, 256);
                 fqla_wg_run(dq, [&] { fqla_wg_split<128, 0, 1, false, false>(dq, Qp, Kt, 0, C, true); });
             }
-            if (bp.dq && qk_store) {
-                uint16_t *dqp = (uint16_t *)bp.dq + batch * bp.dq_sb + t0 * bp.dq_st + (int64_t)hk * bp.dq_sh;
-#pragma unroll
-                for (int a = 0; a < 64; a += 2) {
-                    const int i = row0 + row8_of(a);
-                    if (i < nv)
-                        *reinterpret_cast<uint32_t *>(dqp + (int64_t)i * bp.dq_st + col_of(a)) =
-                            fqla_wg_bf2(dq[a], dq[a + 1]);
-                }
-            }
+            if (bp.dq && qk_store)
+                store_acc_bf16<128>((uint16_t *)bp.dq + batch * bp.dq_sb + t0 * bp.dq_st + (int64_t)hk * bp.dq_sh,
+                                    bp.dq_st, dq, nv, row0);
         }
     };
     /* warpgroup 2: dU (P~^T dO first, then K dS'); df; dP~, dQ~; dK = diag(f) U
@@ -439,9 +457,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
         for (int it = 0; it < chunks; it++) {
             const int s = it & 1, c = chunk_at(it);
             unsigned char *st = stage(s);
-            fqla_cp_async_wait_all();
-            fqla_fence_async_smem();
-            chunk_barrier();
+            chunk_start();
             const fr_rows &r = rows[s];
             const float gC = r.gam[C - 1];
             const float f0 = __expf(gC - r.gam[row0]), f1 = __expf(gC - r.gam[row0 + 8]);
@@ -490,10 +506,8 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
                 fqla_fence_async_smem();
                 fqla_bar_arrive(gp_bar::qt_ready, 256);
             }
-            d0 += __shfl_xor_sync(0xffffffffu, d0, 1);
-            d0 += __shfl_xor_sync(0xffffffffu, d0, 2);
-            d1 += __shfl_xor_sync(0xffffffffu, d1, 1);
-            d1 += __shfl_xor_sync(0xffffffffu, d1, 2);
+            d0 = quad_sum(d0);
+            d1 = quad_sum(d1);
 #pragma unroll
             for (int a = 0; a < 64; a++) dk[a] *= row8_of(a) ? f1 : f0;
             /* dK += Z S^T */
@@ -517,16 +531,9 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
                 rows[s].part[row0] += d0;
                 rows[s].part[row0 + 8] += d1;
             }
-            if (bp.dk && qk_store) {
-                uint16_t *dkp = (uint16_t *)bp.dk + batch * bp.dk_sb + t0 * bp.dk_st + (int64_t)hk * bp.dk_sh;
-#pragma unroll
-                for (int a = 0; a < 64; a += 2) {
-                    const int i = row0 + row8_of(a);
-                    if (i < nv)
-                        *reinterpret_cast<uint32_t *>(dkp + (int64_t)i * bp.dk_st + col_of(a)) =
-                            fqla_wg_bf2(dk[a], dk[a + 1]);
-                }
-            }
+            if (bp.dk && qk_store)
+                store_acc_bf16<128>((uint16_t *)bp.dk + batch * bp.dk_sb + t0 * bp.dk_st + (int64_t)hk * bp.dk_sh,
+                                    bp.dk_st, dk, nv, row0);
         }
     };
     (void)proto_u_side;
@@ -548,9 +555,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
         for (int it = 0; it < chunks; it++) {
             const int c = chunk_at(it), s = it & 1;
             unsigned char *st = stage(s);
-            fqla_cp_async_wait_all();
-            fqla_fence_async_smem();
-            chunk_barrier(); /* the chunk's copies landed; the previous chunk fully read */
+            chunk_start();
             /* dS (the gradient leaving chunk c) as its planes for warpgroup 2, a
              * value half at a time so that its products on half 0 start first */
 #pragma unroll
@@ -604,9 +609,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
         } else {
             for (int it = 0; it < chunks; it++) {
                 const int s = it & 1;
-                fqla_cp_async_wait_all();
-                fqla_fence_async_smem();
-                chunk_barrier();
+                chunk_start();
                 if (it + 1 < chunks) issue_inputs(chunk_at(it + 1), s ^ 1);
                 fqla_cp_async_commit();
                 const fr_rows &r = rows[s];
@@ -639,9 +642,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
             for (int it = 0; it < chunks; it++) {
                 const int s = it & 1;
                 unsigned char *st = stage(s);
-                fqla_cp_async_wait_all();
-                fqla_fence_async_smem();
-                chunk_barrier();
+                chunk_start();
                 const fr_rows &r = rows[s];
                 const float gC = r.gam[C - 1];
                 const float f0 = __expf(gC - r.gam[row0]), f1 = __expf(gC - r.gam[row0 + 8]);

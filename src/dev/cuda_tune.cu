@@ -329,7 +329,7 @@ FQLA_DEV_API int fqla_cuda_bwd_last_nwg(void) { return g_bwd_last_nwg; }
  * 3 a CTA per 64-column value half; 2 and 4 the same without its stores of
  * dS (timing only, the gradients then wrong); 5 the half-width pass with
  * the gradient prototype in place of the gradient kernel (timing only: dh0
- * right, the other gradients wrong), 6 the same without the chunk's tail,
+ * and dv right, the other gradients wrong), 6 the same without the tail,
  * 7 and 8 as 5 and 6 with dq / dk stored by one CTA of a q/k head's (the
  * bytes of a reduced store); 0 (the default) not. And whether the last
  * backward run took it. */

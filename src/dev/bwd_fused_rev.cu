@@ -86,10 +86,25 @@ enum class fr_bar : uint32_t { ds_ready = 1, du_ready = 3, z_ready = 5, side_loc
 /* the gradient prototype's hand-offs between warpgroups 1 and 2 */
 enum class gp_bar : uint32_t { u_ready = 10, qt_ready = 11, m_ready = 12, u_free = 13 };
 
+/* Named barriers (bar.sync / bar.arrive are .aligned): the warp reconverged
+ * first, since the compiler does not reconverge a warp for an asm statement
+ * after divergent code (copies past nvalid, a row's owner lanes); synccheck
+ * called the chunk barrier divergent without it. */
+template <typename E> __device__ __forceinline__ void bar_sync(E id, uint32_t n, uint32_t i = 0)
+{
+    __syncwarp();
+    fqla_bar_sync(id, n, i);
+}
+template <typename E> __device__ __forceinline__ void bar_arrive(E id, uint32_t n, uint32_t i = 0)
+{
+    __syncwarp();
+    fqla_bar_arrive(id, n, i);
+}
+
 /* The CTA-wide barrier at each chunk's start: a named barrier, not
  * __syncthreads, because the three roles reach it from three places in the
  * code (synccheck calls bar.sync 0 from different places divergent). */
-__device__ __forceinline__ void chunk_barrier() { fqla_bar_sync(fr_bar::chunk, THREADS); }
+__device__ __forceinline__ void chunk_barrier() { bar_sync(fr_bar::chunk, THREADS); }
 
 /* Each role at a chunk's start: its own copies landed and visible to the
  * async proxy, then the CTA barrier (every role's copies landed, the
@@ -355,22 +370,22 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
             }
             fqla_wg_store<64>(Yp, x, 0);
             fqla_fence_async_smem();
-            fqla_bar_sync(fr_bar::side_local, 128, 0);
+            bar_sync(fr_bar::side_local, 128, 0);
             /* U = T~ Y */
             float u[32];
             fqla_wg_run(u, [&] { fqla_wg_split<64, 0, 1, false, false>(u, Th, Yp, 0, C, false); });
             fqla_wg_store<64>(Up, u, 0);
             fqla_fence_async_smem();
-            fqla_bar_arrive(gp_bar::u_ready, 256);
+            bar_arrive(gp_bar::u_ready, 256);
             /* dY = T~^T dU, dT~ = dU Y^T */
-            fqla_bar_sync(fr_bar::du_ready, 256, 0);
+            bar_sync(fr_bar::du_ready, 256, 0);
             float dy[32], dt[32];
             fqla_wg_issue(dy, [&] { fqla_wg_split<64, 1, 1, true, true>(dy, Tt, DU, 0, C, false); });
             const fqla_wg_tile DUhi{DU.hi, 0u, C}; /* dU's hi plane alone */
             fqla_wg_issue(dt, [&] { fqla_wg_split<64, 0, 0, false, false>(dt, DUhi, Yp, 0, 64, false); });
             fqla_wg_retire(dy);
             fqla_reg_fence(dt);
-            fqla_bar_sync(fr_bar::side_local, 128, 0);
+            bar_sync(fr_bar::side_local, 128, 0);
             /* dv = diag(beta) dY; x . dy for dbeta (x from Y's plane) */
             float yv[32];
             fqla_wg_load<64>(Yp, yv, 0);
@@ -391,7 +406,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
             }
             fqla_wg_store<64>(DU, dy, 0);
             fqla_fence_async_smem();
-            fqla_bar_arrive(fr_bar::z_ready, 384, 0); /* warpgroups 0 and 2 wait for Z */
+            bar_arrive(fr_bar::z_ready, 384, 0); /* warpgroups 0 and 2 wait for Z */
             db0 = quad_sum(db0);
             db1 = quad_sum(db1);
             if ((tid & 3) == 0) {
@@ -402,21 +417,21 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
              * diag(beta) (Gamma . dL) for warpgroup 2 (m_ready) */
             fqla_wg_store<64>(Tq, dt, 0);
             fqla_fence_async_smem();
-            fqla_bar_sync(fr_bar::side_local, 128, 0);
+            bar_sync(fr_bar::side_local, 128, 0);
             if (tail) {
                 float kk[32];
                 fqla_wg_issue(dt, [&] { fqla_wg_split<64, 1, 1, false, false>(dt, Th, Tq, 0, C, false); });
                 fqla_wg_issue(kk, [&] { fqla_wg_split<64, 0, 0, false, false>(kk, Kt, Kt, 0, KD, false); });
                 fqla_wg_retire(dt);
                 fqla_reg_fence(kk);
-                fqla_bar_sync(fr_bar::side_local, 128, 0);
+                bar_sync(fr_bar::side_local, 128, 0);
                 fqla_wg_store<64>(Tq, dt, 0);
                 fqla_fence_async_smem();
-                fqla_bar_sync(fr_bar::side_local, 128, 0);
+                bar_sync(fr_bar::side_local, 128, 0);
                 float dl[32];
                 fqla_wg_run(dl, [&] { fqla_wg_split<64, 0, 0, false, false>(dl, Tq, Th, 0, C, false); });
                 /* every warp's part has read T~ (this warpgroup reads it last): its refill */
-                fqla_bar_sync(fr_bar::side_local, 128, 0);
+                bar_sync(fr_bar::side_local, 128, 0);
                 if (it + 1 < chunks) copy_tile(sm + L::tp, bp.Tt + tile_of(chunk_at(it + 1)) * C * C, lt);
                 fqla_cp_async_commit();
                 float rs0 = 0.f, rs1 = 0.f; /* the dbeta / dg row terms (approximated) */
@@ -428,10 +443,10 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
                     (row8_of(a) ? rs1 : rs0) += m * kk[a];
                     dl[a] = m;
                 }
-                fqla_bar_sync(gp_bar::u_free, 256); /* warpgroup 2 has read U */
+                bar_sync(gp_bar::u_free, 256); /* warpgroup 2 has read U */
                 fqla_wg_store<64>(Up, dl, 0);       /* M over U */
                 fqla_fence_async_smem();
-                fqla_bar_arrive(gp_bar::m_ready, 256);
+                bar_arrive(gp_bar::m_ready, 256);
                 if ((tid & 3) == 0) {
                     rows[s].part[row0] += rs0;
                     rows[s].part[row0 + 8] += rs1;
@@ -443,7 +458,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
 #pragma unroll
             for (int a = 0; a < 64; a++) dq[a] *= p.scale * (row8_of(a) ? e1 : e0);
             if (tail) {
-                fqla_bar_sync(gp_bar::qt_ready, 256);
+                bar_sync(gp_bar::qt_ready, 256);
                 fqla_wg_run(dq, [&] { fqla_wg_split<128, 0, 1, false, false>(dq, Qp, Kt, 0, C, true); });
             }
             if (bp.dq && qk_store)
@@ -469,19 +484,19 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
             /* dU = P~^T dO (needs no dS') + diag(f) K dS' */
             float du[32], kds[32];
             fqla_wg_run(du, [&] { fqla_wg_split<64, 1, 1, true, false>(du, Pt, DO, 0, C, false); });
-            fqla_bar_sync(fr_bar::ds_ready, 256, 0);
+            bar_sync(fr_bar::ds_ready, 256, 0);
             fqla_wg_run(kds, [&] { fqla_wg_split<64, 0, 0, false, true>(kds, Kt, DS, 0, KD, false); });
 #pragma unroll
             for (int a = 0; a < 32; a++) du[a] += (row8_of(a) ? f1 : f0) * kds[a];
             fqla_wg_store<64>(DU, du, 0);
             fqla_fence_async_smem();
-            fqla_bar_arrive(fr_bar::du_ready, 256, 0);
+            bar_arrive(fr_bar::du_ready, 256, 0);
             /* every warp's part of the products has read P~: its refill */
-            fqla_bar_sync(fr_bar::side_local, 128, 1);
+            bar_sync(fr_bar::side_local, 128, 1);
             if (it + 1 < chunks) copy_tile(sm + L::tp + 2 * TILE, bp.Pt + tile_of(chunk_at(it + 1)) * C * C, lt);
             fqla_cp_async_commit();
             /* df = (K dS') . U per row */
-            fqla_bar_sync(gp_bar::u_ready, 256);
+            bar_sync(gp_bar::u_ready, 256);
             float uv[32];
             fqla_wg_load<64>(Up, uv, 0);
             float d0 = 0.f, d1 = 0.f;
@@ -495,7 +510,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
             fqla_wg_retire(dk);
             fqla_reg_fence(dp);
             if (tail) {
-                fqla_bar_arrive(gp_bar::u_free, 256); /* U read: warpgroup 1 may put M there */
+                bar_arrive(gp_bar::u_free, 256); /* U read: warpgroup 1 may put M there */
                 /* dQ~ = scale Gamma . dP~ (lower), for warpgroup 1's dQ~ K and the dK tail */
 #pragma unroll
                 for (int a = 0; a < 32; a++) {
@@ -504,18 +519,18 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
                 }
                 fqla_wg_store<64>(Qp, dp, 0);
                 fqla_fence_async_smem();
-                fqla_bar_arrive(gp_bar::qt_ready, 256);
+                bar_arrive(gp_bar::qt_ready, 256);
             }
             d0 = quad_sum(d0);
             d1 = quad_sum(d1);
 #pragma unroll
             for (int a = 0; a < 64; a++) dk[a] *= row8_of(a) ? f1 : f0;
             /* dK += Z S^T */
-            fqla_bar_sync(fr_bar::z_ready, 384, 0);
+            bar_sync(fr_bar::z_ready, 384, 0);
             fqla_wg_run(dk, [&] { fqla_wg_split<128, 0, 0, false, false>(dk, Zhi, Sp, 0, 64, true); });
             if (tail) {
                 /* dK += dQ~^T Q + M K + M^T K, M from warpgroup 1 */
-                fqla_bar_sync(gp_bar::m_ready, 256);
+                bar_sync(gp_bar::m_ready, 256);
                 fqla_wg_run(dk, [&] {
                     fqla_wg_split<128, 1, 1, false, false>(dk, Qp, Qt, 0, C, true);
                     fqla_wg_split<128, 0, 1, false, false>(dk, Up, Kt, 0, C, true);
@@ -523,7 +538,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
                 });
             } else {
                 /* every warp's part has read T~ (warpgroup 1 read it last for dY): its refill */
-                fqla_bar_sync(fr_bar::side_local, 128, 1);
+                bar_sync(fr_bar::side_local, 128, 1);
                 if (it + 1 < chunks) copy_tile(sm + L::tp, bp.Tt + tile_of(chunk_at(it + 1)) * C * C, lt);
                 fqla_cp_async_commit();
             }
@@ -562,7 +577,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
             for (int h = 0; h < NH; h++) {
                 fqla_wg_store<128>(half_rows(h), acc[h], 0);
                 fqla_fence_async_smem();
-                fqla_bar_arrive(fr_bar::ds_ready, 256, (uint32_t)h);
+                bar_arrive(fr_bar::ds_ready, 256, (uint32_t)h);
             }
             /* ... and to the workspace, [k][v], while the others run (store_ds 0:
              * left out, to time the pass without it) */
@@ -589,7 +604,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
 #pragma unroll
             for (int h = 0; h < NH; h++) {
                 scaled_do_frags(DO, r, p.scale, 64 * h, eh, el);
-                fqla_bar_sync(fr_bar::z_ready, GRAD ? 384 : 256, (uint32_t)h);
+                bar_sync(fr_bar::z_ready, GRAD ? 384 : 256, (uint32_t)h);
                 update_half(acc[h], eh, el, Qt, half_cols(DU, h), Kt);
             }
         }
@@ -618,17 +633,17 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
 #pragma unroll 1
                 for (int h = 0; h < NH; h++) {
                     const fqla_wg_tile DUh = half_cols(DU, h);
-                    fqla_bar_sync(fr_bar::du_ready, 256, (uint32_t)h);
+                    bar_sync(fr_bar::du_ready, 256, (uint32_t)h);
                     /* dY = T~^T dU on this value half */
                     float dy[32];
                     fqla_wg_run(dy, [&] { fqla_wg_split<64, 1, 1, true, true>(dy, Tt, DUh, 0, C, false); });
                     /* every warp's part of the product has read T~ and dU's half */
-                    fqla_bar_sync(fr_bar::side_local, 128, 0);
+                    bar_sync(fr_bar::side_local, 128, 0);
 #pragma unroll
                     for (int a = 0; a < 32; a++) dy[a] *= row8_of(a) ? z1 : z0;
                     fqla_wg_store<64>(DUh, dy, 0);
                     fqla_fence_async_smem();
-                    fqla_bar_arrive(fr_bar::z_ready, 256, (uint32_t)h);
+                    bar_arrive(fr_bar::z_ready, 256, (uint32_t)h);
                 }
                 if (it + 1 < chunks) copy_tile(sm + L::tp, bp.Tt + tile_of(chunk_at(it + 1)) * C * C, lt);
                 fqla_cp_async_commit();
@@ -649,7 +664,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
                 const fqla_wg_tile Kt{fqla_smem_u32(st), 0u, C}, DO{fqla_smem_u32(st + 2 * PLANE), 0u, C};
 #pragma unroll 1
                 for (int h = 0; h < NH; h++) {
-                    fqla_bar_sync(fr_bar::ds_ready, 256, (uint32_t)h);
+                    bar_sync(fr_bar::ds_ready, 256, (uint32_t)h);
                     /* K dS' on this value half: token rows, its 64 value columns */
                     float du[32];
                     const fqla_wg_tile DSh = half_rows(h);
@@ -661,10 +676,10 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
                     fqla_wg_run(du, [&] { fqla_wg_split<64, 1, 1, true, false>(du, Pt, DOh, 0, C, true); });
                     fqla_wg_store<64>(half_cols(DU, h), du, 0);
                     fqla_fence_async_smem();
-                    fqla_bar_arrive(fr_bar::du_ready, 256, (uint32_t)h);
+                    bar_arrive(fr_bar::du_ready, 256, (uint32_t)h);
                 }
                 /* every warp's part of the products has read P~ */
-                fqla_bar_sync(fr_bar::side_local, 128, 1);
+                bar_sync(fr_bar::side_local, 128, 1);
                 if (it + 1 < chunks) copy_tile(sm + L::tp + 2 * TILE, bp.Pt + tile_of(chunk_at(it + 1)) * C * C, lt);
                 fqla_cp_async_commit();
             }

@@ -712,6 +712,9 @@ inline void fqla_mbar_wait(uint64_t *b, uint32_t parity)
 /* ptx/barrier.cuh */
 inline void fqla_named_sync(uint32_t id, uint32_t n) { fqla_emu::bar_wait(fqla_emu::cta().named[id & 15], (int)n); }
 inline void fqla_named_arrive(uint32_t id, uint32_t n) { fqla_emu::bar_arrive(fqla_emu::cta().named[id & 15], (int)n); }
+/* the forms without .aligned (divergent warps): the same barrier here */
+inline void fqla_named_sync_any(uint32_t id, uint32_t n) { fqla_named_sync(id, n); }
+inline void fqla_named_arrive_any(uint32_t id, uint32_t n) { fqla_named_arrive(id, n); }
 inline bool fqla_elect_one() { return fqla_emu::lane() == 0; }
 /* ptx/pdl.cuh, setmaxnreg.cuh, fence.cuh */
 inline void fqla_pdl_wait() {}

@@ -66,6 +66,7 @@
  */
 #include "cuda/bwd_common.cuh"
 #include "cuda/ptx/cp_async.cuh"
+#include "cuda/ptx/mbarrier.cuh"
 #include "cuda/kernel/named_barrier.cuh"
 #include "cuda/kernel/wg_split.cuh"
 #include "cuda/launch.cuh"
@@ -82,38 +83,36 @@ constexpr int TILE = C * 64 * 2;            /* a [64][64] bf16 plane: T~, P~ */
 
 /* per value half h: ds_ready + h, du_ready + h, z_ready + h; side_local + 0 / 1:
  * warpgroup 1's / 2's own */
-enum class fr_bar : uint32_t { ds_ready = 1, du_ready = 3, z_ready = 5, side_local = 7, chunk = 9 };
+enum class fr_bar : uint32_t { ds_ready = 1, du_ready = 3, z_ready = 5, side_local = 7 };
 /* the gradient prototype's hand-offs between warpgroups 1 and 2 */
 enum class gp_bar : uint32_t { u_ready = 10, qt_ready = 11, m_ready = 12, u_free = 13 };
 
-/* Named barriers (bar.sync / bar.arrive are .aligned): the warp reconverged
- * first, since the compiler does not reconverge a warp for an asm statement
- * after divergent code (copies past nvalid, a row's owner lanes); synccheck
- * called the chunk barrier divergent without it. */
+/* The roles' named barriers: each is reached by warps of different roles
+ * from different places in the code, so the forms without .aligned (the
+ * .aligned bar.sync wants one instruction for every thread of the barrier;
+ * synccheck called the chunk barrier divergent with it, a __syncwarp before
+ * it or not). */
 template <typename E> __device__ __forceinline__ void bar_sync(E id, uint32_t n, uint32_t i = 0)
 {
-    __syncwarp();
-    fqla_bar_sync(id, n, i);
+    fqla_named_sync_any(fqla_bar_id(id, i), n);
 }
 template <typename E> __device__ __forceinline__ void bar_arrive(E id, uint32_t n, uint32_t i = 0)
 {
-    __syncwarp();
-    fqla_bar_arrive(id, n, i);
+    fqla_named_arrive_any(fqla_bar_id(id, i), n);
 }
 
-/* The CTA-wide barrier at each chunk's start: a named barrier, not
- * __syncthreads, because the three roles reach it from three places in the
- * code (synccheck calls bar.sync 0 from different places divergent). */
-__device__ __forceinline__ void chunk_barrier() { bar_sync(fr_bar::chunk, THREADS); }
-
-/* Each role at a chunk's start: its own copies landed and visible to the
- * async proxy, then the CTA barrier (every role's copies landed, the
- * previous chunk fully read). */
-__device__ __forceinline__ void chunk_start()
+/* Each role at chunk it's start: its own copies landed and visible to the
+ * async proxy, then the CTA-wide barrier (every role's copies landed, the
+ * previous chunk fully read). The barrier is an mbarrier that every thread
+ * arrives on, phase it & 1: the three roles reach it from three places in
+ * the code, which a named barrier of the whole block (bar.sync, with or
+ * without .aligned) makes synccheck call divergent. */
+__device__ __forceinline__ void chunk_start(uint64_t *mb, int it)
 {
     fqla_cp_async_wait_all();
     fqla_fence_async_smem();
-    chunk_barrier();
+    fqla_mbar_arrive(mb);
+    fqla_mbar_wait(mb, (uint32_t)it & 1u);
 }
 
 struct fr_rows {
@@ -139,7 +138,8 @@ template <int NH, bool GRAD> struct fr_layout {
     static constexpr int yp = du + 2 * DUP, up = yp + (GRAD ? TILE : 0), tq = up + (GRAD ? TILE : 0);
     static constexpr int qt = tq + (GRAD ? TILE : 0);
     static constexpr int rows = qt + (GRAD ? TILE : 0); /* fr_rows[2] */
-    static constexpr int bytes = rows + 2 * (int)sizeof(fr_rows) + 1024;
+    static constexpr int mbar = rows + 2 * (int)sizeof(fr_rows); /* the chunk barrier */
+    static constexpr int bytes = mbar + 8 + 1024;
     static_assert(!GRAD || NH == 1, "the gradient prototype is of the half-width form");
     static_assert(bytes <= 227 * 1024, "over the shared memory a block may have");
 };
@@ -258,6 +258,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
     const fqla_fwd_params &p = bp.f;
     const uint32_t s0 = fqla_smem_u32(sm);
     fr_rows *rows = reinterpret_cast<fr_rows *>(sm + L::rows);
+    uint64_t *chunk_mb = reinterpret_cast<uint64_t *>(sm + L::mbar);
     const int tid = threadIdx.x, wg = tid >> 7, lt = tid & 127;
     const int row0 = 16 * ((tid >> 5) & 3) + ((tid & 31) >> 2); /* the thread's first accumulator row */
     const int hv = (int)blockIdx.y, hk = hv / p.group;
@@ -312,6 +313,11 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
         }
         fqla_cp_async_commit();
     }
+    if (tid == 0) {
+        fqla_mbar_init(chunk_mb, THREADS);
+        fqla_mbar_init_fence();
+    }
+    __syncthreads();
 
     /* each role's register budget set at its branch's start (ptxas sizes the
      * code after a branch join by the smaller) */
@@ -340,7 +346,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
         for (int it = 0; it < chunks; it++) {
             const int s = it & 1, c = chunk_at(it);
             unsigned char *st = stage(s);
-            chunk_start();
+            chunk_start(chunk_mb, it);
             if (it + 1 < chunks) issue_inputs(chunk_at(it + 1), s ^ 1);
             fqla_cp_async_commit();
             const fr_rows &r = rows[s];
@@ -472,7 +478,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
         for (int it = 0; it < chunks; it++) {
             const int s = it & 1, c = chunk_at(it);
             unsigned char *st = stage(s);
-            chunk_start();
+            chunk_start(chunk_mb, it);
             const fr_rows &r = rows[s];
             const float gC = r.gam[C - 1];
             const float f0 = __expf(gC - r.gam[row0]), f1 = __expf(gC - r.gam[row0 + 8]);
@@ -570,7 +576,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
         for (int it = 0; it < chunks; it++) {
             const int c = chunk_at(it), s = it & 1;
             unsigned char *st = stage(s);
-            chunk_start();
+            chunk_start(chunk_mb, it);
             /* dS (the gradient leaving chunk c) as its planes for warpgroup 2, a
              * value half at a time so that its products on half 0 start first */
 #pragma unroll
@@ -624,7 +630,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
         } else {
             for (int it = 0; it < chunks; it++) {
                 const int s = it & 1;
-                chunk_start();
+                chunk_start(chunk_mb, it);
                 if (it + 1 < chunks) issue_inputs(chunk_at(it + 1), s ^ 1);
                 fqla_cp_async_commit();
                 const fr_rows &r = rows[s];
@@ -657,7 +663,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
             for (int it = 0; it < chunks; it++) {
                 const int s = it & 1;
                 unsigned char *st = stage(s);
-                chunk_start();
+                chunk_start(chunk_mb, it);
                 const fr_rows &r = rows[s];
                 const float gC = r.gam[C - 1];
                 const float f0 = __expf(gC - r.gam[row0]), f1 = __expf(gC - r.gam[row0 + 8]);

@@ -20,6 +20,19 @@ FQLA_DEVICE_INLINE void fqla_named_arrive(uint32_t id, uint32_t n)
 {
     asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(n) : "memory");
 }
+/* barrier.sync / barrier.arrive without .aligned: the same, for warps that
+ * reach one barrier from different places in the code (warpgroups by role).
+ * The .aligned forms above require every thread of the barrier to execute
+ * the same instruction (PTX ISA), which compute-sanitizer's synccheck
+ * enforces. */
+FQLA_DEVICE_INLINE void fqla_named_sync_any(uint32_t id, uint32_t n)
+{
+    asm volatile("barrier.sync %0, %1;" ::"r"(id), "r"(n) : "memory");
+}
+FQLA_DEVICE_INLINE void fqla_named_arrive_any(uint32_t id, uint32_t n)
+{
+    asm volatile("barrier.arrive %0, %1;" ::"r"(id), "r"(n) : "memory");
+}
 /* elect.sync over the full warp: true in one lane. */
 FQLA_DEVICE_INLINE bool fqla_elect_one()
 {

@@ -586,8 +586,9 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
                 bar_arrive(fr_bar::ds_ready, 256, (uint32_t)h);
             }
             /* ... and to the workspace, [k][v], while the others run (store_ds 0:
-             * left out, to time the pass without it) */
-            if (store_ds) {
+             * left out, to time the pass without it; GRAD: never, the gradient
+             * work is here and store_ds carries its flags) */
+            if (!GRAD && store_ds) {
                 float *dst = bp.dS + tile_of(c) * KD * p.V + vb;
 #pragma unroll
                 for (int h = 0; h < NH; h++)

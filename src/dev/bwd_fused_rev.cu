@@ -47,7 +47,7 @@
  * first, df, dP~ and dQ~, dK), the element-wise math approximated: dv and
  * dh0 are the real ones (test_gpu_bwd checks both), dq / dk / dbeta / dg
  * are not. The gradient kernel does not run in these modes. H100: the whole
- * backward 0.80-0.94x today's on the 22 rows it covers (mode 7), 0.72-0.85x
+ * backward 0.80-0.94x today's on the 22 rows it covers (mode 7), 0.70-0.85x
  * without the chunk's tail (mode 8); a half-chunk takes ~10 us against
  * 2.8 us of tensor work, the chunk closed by the last product of the tail.
  *

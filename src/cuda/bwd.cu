@@ -340,8 +340,8 @@ fqla_status fqla_cuda_bwd_run(fqla_context *ctx, const fqla_problem *p, const fq
             if (st != FQLA_STATUS_SUCCESS) return st;
             continue;
         }
-        /* modes 5-8: the pass's gradient prototype stands in for the gradient kernel (timing only) */
-        if (fused_rev && fused_rev_mode >= 5 && s.launch == fqla_bwd_launch_grads) continue;
+        /* the pass's gradient prototype stands in for the gradient kernel (timing only) */
+        if (fused_rev && fqla_dev_bwd_fused_rev_grads(fused_rev_mode) && s.launch == fqla_bwd_launch_grads) continue;
 #endif
         if (s.full && p->dh0_only) continue;
         /* no chunk slots (T = 0 in a padded batch): only the reverse chain, which

@@ -87,6 +87,15 @@ enum class fr_bar : uint32_t { ds_ready = 1, du_ready = 3, z_ready = 5, side_loc
 /* the gradient prototype's hand-offs between warpgroups 1 and 2 */
 enum class gp_bar : uint32_t { u_ready = 10, qt_ready = 11, m_ready = 12, u_free = 13 };
 
+/* The kernel's flags (fqla_dev_bwd_launch_fused_rev maps the modes to them):
+ * the state warpgroup stores dS to the workspace (the gradient kernel's
+ * input); GRAD: the chunk's tail (M1, dL, M, dQ~ and their products) runs
+ * too; GRAD: dq / dk stored by one CTA of the (value head, half) CTAs of a
+ * q/k head, as a reduction in a cluster of those CTAs would (the bytes of
+ * a reduced store; the reduction itself not modelled), else by every one,
+ * each its own part. */
+enum fr_flag : int { fr_store_ds = 1, fr_tail = 2, fr_qk_once = 4 };
+
 /* The roles' named barriers: each is reached by warps of different roles
  * from different places in the code, so the forms without .aligned (the
  * .aligned bar.sync wants one instruction for every thread of the barrier;
@@ -249,7 +258,7 @@ __device__ __forceinline__ void update_half(float (&acc)[64], uint32_t (&eh)[4][
 }
 
 template <int NH, bool GRAD>
-__global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bwd_params bp, int store_ds)
+__global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bwd_params bp, int flags)
 {
     extern __shared__ unsigned char smem_raw[];
     unsigned char *sm = smem_raw + ((1024u - (fqla_smem_u32(smem_raw) & 1023u)) & 1023u);
@@ -335,13 +344,8 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
     const fqla_wg_tile Th{Tt.hi, 0u, C}; /* T~'s hi plane alone */
     /* warpgroup 1: X, Y, U from S; dY, dT~ (after du_ready); Z; dv; the tail's
      * M1, K K^T, dL, M; dQ */
-    /* GRAD flags (the kernel's store_ds): 1 the chunk's tail (M1, dL, M, dQ~ and
-     * their products) too; 2 dq / dk stored by one CTA of the (value head, half)
-     * CTAs of a q/k head, as a reduction in the cluster of those CTAs would
-     * (the bytes of a reduced store; the reduction itself not modelled), else
-     * by every one, each its own part */
-    const bool tail = store_ds & 1;
-    const bool qk_store = !(store_ds & 2) || (blockIdx.z == 0 && hv % p.group == 0);
+    const bool tail = flags & fr_tail;
+    const bool qk_store = !(flags & fr_qk_once) || (blockIdx.z == 0 && hv % p.group == 0);
     auto proto_u_side = [&] {
         for (int it = 0; it < chunks; it++) {
             const int s = it & 1, c = chunk_at(it);
@@ -585,10 +589,10 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
                 fqla_fence_async_smem();
                 bar_arrive(fr_bar::ds_ready, 256, (uint32_t)h);
             }
-            /* ... and to the workspace, [k][v], while the others run (store_ds 0:
-             * left out, to time the pass without it; GRAD: never, the gradient
-             * work is here and store_ds carries its flags) */
-            if (!GRAD && store_ds) {
+            /* ... and to the workspace, [k][v], while the others run (left out
+             * to time the pass without it; never beside the gradient prototype,
+             * which takes the gradient kernel's place) */
+            if (!GRAD && (flags & fr_store_ds)) {
                 float *dst = bp.dS + tile_of(c) * KD * p.V + vb;
 #pragma unroll
                 for (int h = 0; h < NH; h++)
@@ -694,14 +698,14 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
     }
 }
 
-template <int NH, bool GRAD> cudaError_t launch(const fqla_bwd_params &p, int store_ds, cudaStream_t stream)
+template <int NH, bool GRAD> cudaError_t launch(const fqla_bwd_params &p, int flags, cudaStream_t stream)
 {
     static fqla_smem_cache cache;
     using L = fr_layout<NH, GRAD>;
     cudaError_t e = fqla_smem_limit(cache, bwd_fused_rev_kernel<NH, GRAD>, L::bytes);
     if (e != cudaSuccess) return e;
     return fqla_launch(bwd_fused_rev_kernel<NH, GRAD>, dim3((unsigned)fqla_bwd_chain_rows(p), (unsigned)p.f.HV, 2 / NH),
-                       dim3(THREADS), L::bytes, stream, 0, p, store_ds);
+                       dim3(THREADS), L::bytes, stream, 0, p, flags);
 }
 
 } // namespace
@@ -714,8 +718,9 @@ bool fqla_dev_bwd_fused_rev_covers(const fqla_bwd_params &p, int io_bf16)
 
 cudaError_t fqla_dev_bwd_launch_fused_rev(const fqla_bwd_params &p, int mode, cudaStream_t stream)
 {
-    const int store_ds = mode == 1 || mode == 3;
     /* 5, 6: with and without the tail, every CTA storing its dq / dk; 7, 8: the same, stored once */
-    if (mode >= 5) return launch<1, true>(p, (mode == 5 || mode == 7) | (mode >= 7 ? 2 : 0), stream);
-    return mode >= 3 ? launch<1, false>(p, store_ds, stream) : launch<2, false>(p, store_ds, stream);
+    if (fqla_dev_bwd_fused_rev_grads(mode))
+        return launch<1, true>(p, (mode == 5 || mode == 7 ? fr_tail : 0) | (mode >= 7 ? fr_qk_once : 0), stream);
+    const int flags = mode == 1 || mode == 3 ? fr_store_ds : 0;
+    return mode >= 3 ? launch<1, false>(p, flags, stream) : launch<2, false>(p, flags, stream);
 }

@@ -19,5 +19,7 @@ bool fqla_dev_bwd_fused_rev_covers(const fqla_bwd_params &p, int io_bf16);
  * the same without the chunk's tail, 7 and 8 as 5 and 6 with dq / dk stored
  * once a q/k head. */
 cudaError_t fqla_dev_bwd_launch_fused_rev(const fqla_bwd_params &p, int mode, cudaStream_t stream);
+/* Whether the mode's pass stands in for the gradient kernel too (5-8). */
+static inline bool fqla_dev_bwd_fused_rev_grads(int mode) { return mode >= 5; }
 
 #endif

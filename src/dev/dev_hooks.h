@@ -31,9 +31,9 @@ int64_t fqla_dev_bwd_seg_chunks(const fqla_problem *p, int64_t planned);
  * problem p, given the planner's choice `planned` (bwd.cu's chain_nwg_of). */
 int fqla_dev_bwd_chain_nwg(const fqla_problem *p, int planned);
 
-/* The backward: the fused reverse pass under construction
+/* The backward: the mode of the fused reverse pass under construction
  * (src/dev/bwd_fused_rev.cu) in place of the reverse chain where it covers
- * the call: 0 no, 1 yes, 2 yes without its dS stores (timing only);
+ * the call, 0 for none (the modes: fqla_cuda_bwd_tune_fused_rev);
  * fqla_dev_bwd_fused_rev_used records, every run, whether it ran. */
 int fqla_dev_bwd_fused_rev(const fqla_problem *p);
 void fqla_dev_bwd_fused_rev_used(int used_it);

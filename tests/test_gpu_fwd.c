@@ -842,19 +842,20 @@ static void fwd_fp16(void)
     check_spec(&s, "fp16 T=150");
 }
 
-/* fp32 q/k/v, at docs/testing.md's fp32 threshold: the chunked fp32 kernel
- * (fwd_chunk_f32.cu) where the planner sends the call (K = 64 or 128, V a
- * multiple of 32, a sequence longer than 8 tokens), else the recurrence
- * (fwd_recurrent.cu). A padded batch at group 2 with a partial chunk;
+/* fp32 q/k/v, at docs/testing.md's fp32 threshold: the chain route (the
+ * backward's prepare kernel and state chain in their fp32 forms) or with CP
+ * the chunked fp32 kernel (fwd_chunk_f32.cu) where the planner sends the
+ * call (K = 64 or 128, V a multiple of 32, a sequence longer than 8
+ * tokens), else the recurrence (fwd_recurrent.cu). A padded batch at group 2 with a partial chunk;
  * varlen with rows after the last sequence at K = 64; K = 256 with V = 96
  * and K = 128 with V = 96 (32-column slices); the in-kernel l2norm, gate,
  * beta sigmoid with negative eigenvalues, bf16 g and beta and the [V][K]
  * state layout; no initial or final state; empty, one-token and odd
  * sequences; no tokens; GVA group 3 with bf16 states; a 5-token batch (the
  * recurrence's by the plan). Each on the planner's route, then in a
- * developer build forced on the recurrence at 16 and 32 rows a lane and on
- * the chunked kernel at 32 and 64 columns a CTA (where it covers the
- * shape). */
+ * developer build forced on the recurrence at 16 and 32 rows a lane, on
+ * the chunked kernel at 32 and 64 columns a CTA and on the chain route at
+ * one and two 64-column slices a CTA (where they cover the shape). */
 static void fwd_fp32(void)
 {
     enum { NF = 11 };
@@ -891,10 +892,12 @@ static void fwd_fp32(void)
                              "fp32 B=2 T=5", "fp32 strong decay T=200"};
     /* the planner's route, then forced: the recurrence at 16 and 32 rows a
      * lane, the chunked kernel at 32 and 64 columns */
-    static const int f32[] = {-1, 0, 0, 1, 1}, rows[] = {0, 16, 32, 0, 0}, bvs[] = {0, 0, 0, 32, 64};
-    static const char *const pass[] = {"planned", "recurrence, 16 rows a lane", "recurrence, 32 rows a lane",
-                                       "chunked, 32 columns", "chunked, 64 columns"};
-    for (int r = 0; r < 5; r++) {
+    static const int f32[] = {-1, 0, 0, 1, 1, 2, 2}, rows[] = {0, 16, 32, 0, 0, 0, 0},
+                     bvs[] = {0, 0, 0, 32, 64, 64, 128};
+    static const char *const pass[] = {"planned",          "recurrence, 16 rows a lane", "recurrence, 32 rows a lane",
+                                       "chunked, 32 columns", "chunked, 64 columns",       "chain, one slice a CTA",
+                                       "chain, two slices a CTA"};
+    for (int r = 0; r < 7; r++) {
         if (r > 0 && !dev_part(pass[r])) continue;
         fqla_cuda_fwd_tune_recurrent(rows[r]);
         fqla_cuda_fwd_tune_f32(f32[r], bvs[r]);
@@ -906,17 +909,23 @@ static void fwd_fp32(void)
             const int chunked = (s[i].K == 64 || s[i].K == 128) && s[i].V % 32 == 0;
             const int longest = s[i].ncu ? 129 : s[i].T;
             if (r == 0) {
-                /* with CP where its plan says (fwd_fp32_cp holds the plan to it) */
+                /* the chunked kernel with CP where its plan says (fwd_fp32_cp holds
+                 * the plan to it), else the chain route */
                 const int cp = planned(&s[i]).cp ? 8 : 0;
-                expect_route(&s[i], chunked && longest > 8 ? FQLA_FWD_CHUNK_F32 + cp : FQLA_FWD_RECURRENT, 0, what);
+                expect_route(&s[i],
+                             chunked && longest > 8 ? (cp ? FQLA_FWD_CHUNK_F32 + cp : FQLA_FWD_CHAIN_F32)
+                                                    : FQLA_FWD_RECURRENT,
+                             0, what);
                 continue;
             }
 #ifdef FQLA_DEV
             /* T = 0 (no chunk to run: either kernel only copies h0 to the
              * final state) is not held to a route */
-            const int want = f32[r] == 1 && chunked && s[i].T > 0 ? FQLA_FWD_CHUNK_F32 : FQLA_FWD_RECURRENT;
+            const int want = f32[r] == 1 && chunked && s[i].T > 0   ? FQLA_FWD_CHUNK_F32
+                             : f32[r] == 2 && chunked && s[i].T > 0 ? FQLA_FWD_CHAIN_F32
+                                                                    : FQLA_FWD_RECURRENT;
             const int ran = fqla_cuda_fwd_last_route() & 7; /* with or without CP */
-            CHECK(ran == want || (s[i].T == 0 && f32[r] == 1), "%s: ran route %d, %d forced", what, ran, want);
+            CHECK(ran == want || (s[i].T == 0 && f32[r] >= 1), "%s: ran route %d, %d forced", what, ran, want);
 #endif
         }
     }
@@ -924,15 +933,24 @@ static void fwd_fp32(void)
     fqla_cuda_fwd_tune_f32(-1, 0);
 }
 
-/* Context parallelism on the chunked fp32 kernel (fwd.cu run_cp_f32: its
- * pre-pass over V + K columns, fwd_cp.cu's scan, its main pass), at the
- * fp32 threshold: the plan's own choice on long sequences with few
- * heads: unit decay, moderate decay with the in-kernel l2norm (the
- * shortcut starts a segment's end state a few chunks before its end), and
- * varlen with heads from ungated to strongly decayed (and, in a developer
- * build, the same inputs without CP). */
+/* Context parallelism on the fp32 routes (fwd.cu run_chain_f32 and
+ * run_cp_f32: a pre-pass over V + K columns, fwd_cp.cu's scan, the main
+ * pass), at the fp32 threshold: the plan's own choice on long sequences
+ * with few heads (with CP, on either route: fp32_cp_route): unit decay,
+ * moderate decay with the in-kernel l2norm (the shortcut starts a
+ * segment's end state a few chunks before its end), and varlen with heads
+ * from ungated to strongly decayed (and, in a developer build, the same
+ * inputs without CP and on the chunked kernel's CP). */
 static int64_t cp_pairs(const spec *s, int L);
 static void check_final_only(prob *p, const char *what);
+
+/* The route the plan gives an fp32 call with CP (the chain route's or the
+ * chunked kernel's, + 8), or 0 where it plans no CP. */
+static int fp32_cp_route(const spec *s)
+{
+    const fqla_fwd_route r = planned(s);
+    return r.cp && (r.path == FQLA_FWD_CHAIN_F32 || r.path == FQLA_FWD_CHUNK_F32) ? r.path + 8 : 0;
+}
 
 static void fwd_fp32_cp(void)
 {
@@ -941,13 +959,22 @@ static void fwd_fp32_cp(void)
         spec s = base_spec(1, quick ? 1000 : 2000, 1, 2, 128);
         s.io = FQLA_DTYPE_F32;
         check_spec(&s, "fp32 CP plan T=2000 H=1 HV=2");
-        expect_route(&s, FQLA_FWD_CHUNK_F32 + 8, 0, "fp32 CP plan T=2000 H=1 HV=2");
+        CHECK(fp32_cp_route(&s) != 0, "fp32 CP plan T=2000 H=1 HV=2: no CP planned");
+        expect_route(&s, fp32_cp_route(&s), 0, "fp32 CP plan T=2000 H=1 HV=2");
+        if (DEV_BUILD) { /* the chunked kernel's CP on the same shape */
+            fqla_cuda_fwd_tune_f32(1, 0);
+            check_spec(&s, "fp32 CP plan T=2000 H=1 HV=2 [chunked kernel]");
+            CHECK(fqla_cuda_fwd_last_route() == FQLA_FWD_CHUNK_F32 + 8, "chunked kernel's CP: ran route %d",
+                  fqla_cuda_fwd_last_route());
+            fqla_cuda_fwd_tune_f32(-1, 0);
+        }
         s = base_spec(1, quick ? 1024 : 4096, 2, 4, 64);
         s.io = FQLA_DTYPE_F32;
         s.decay = 6;
         s.l2norm = 1;
         check_spec(&s, "fp32 CP plan K=V=64 T=4096 H=2 HV=4 g~-0.15 l2norm");
-        expect_route(&s, FQLA_FWD_CHUNK_F32 + 8, 0, "fp32 CP plan K=V=64 T=4096 H=2 HV=4 g~-0.15 l2norm");
+        CHECK(fp32_cp_route(&s) != 0, "fp32 CP plan K=V=64 T=4096: no CP planned");
+        expect_route(&s, fp32_cp_route(&s), 0, "fp32 CP plan K=V=64 T=4096 H=2 HV=4 g~-0.15 l2norm");
         /* no one-token sequence here: under a strong decay its o is scale beta
          * (q . k) v alone, and its relative error that of one dot product,
          * which a small q . k inflates (5.1e-5 in one H100 run of [0, 1500,
@@ -964,11 +991,15 @@ static void fwd_fp32_cp(void)
         upload_all(&p);
         run_ref(&p);
         check_prob(&p, "fp32 CP plan varlen [0,1500,1564,3000] decay 0..16 over heads");
-        expect_route(&s, FQLA_FWD_CHUNK_F32 + 8, 0, "fp32 CP plan varlen [0,1500,1564,3000] decay 0..16 over heads");
-        if (DEV_BUILD) { /* the same inputs without CP: CP's own part of the error */
+        CHECK(fp32_cp_route(&s) != 0, "fp32 CP plan varlen [0,1500,1564,3000]: no CP planned");
+        expect_route(&s, fp32_cp_route(&s), 0, "fp32 CP plan varlen [0,1500,1564,3000] decay 0..16 over heads");
+        if (DEV_BUILD) { /* the same inputs without CP: CP's own part of the error; the chunked kernel's CP */
             fqla_cuda_fwd_tune_cp(0);
             check_prob(&p, "fp32 varlen [0,1500,1564,3000] decay 0..16 over heads [no CP]");
             fqla_cuda_fwd_tune_cp(-1);
+            fqla_cuda_fwd_tune_f32(1, 0);
+            check_prob(&p, "fp32 varlen [0,1500,1564,3000] decay 0..16 over heads [chunked kernel]");
+            fqla_cuda_fwd_tune_f32(-1, 0);
         }
         prob_free(&p);
     }
@@ -977,8 +1008,9 @@ static void fwd_fp32_cp(void)
 /* fp32 CP in a developer build, segments forced to 1-3 chunks on
  * fwd_fp32's edge shapes (varlen with empty and one-token sequences, the
  * in-kernel options, bf16 states in the [V][K] layout, V = 96, o absent,
- * strong, moderate and per-head decays) with the shortcut on and off, at
- * 32 and 64 columns, and the final state alone. Under g = -20 a token the
+ * strong, moderate and per-head decays) with the shortcut on and off, on
+ * the chunked kernel at 32 and 64 columns and on the chain route at one and
+ * two slices a CTA, and the final state alone. Under g = -20 a token the
  * shortcut must have left out every transition the pre-pass would compute
  * (the result alone cannot tell: M is ~e^-1000 either way). Quick (the CPU
  * emulator's CI case): 2-chunk segments with the shortcut on four of the
@@ -1013,9 +1045,11 @@ static void fwd_fp32_cp_forced(void)
                              "fp32 K=V=64 GVA 3 bf16 h0/ht [V][K] B=2 T=130", "fp32 K=128 V=96 T=200",
                              "fp32 strong decay B=2 T=200", "fp32 K=V=64 g~-0.15 l2norm T=300", "fp32 B=2 T=0",
                              "fp32 K=V=64 decay 0..16 over heads B=2 T=260"};
-    /* (chunks a segment, shortcut, columns) */
-    enum { NR = 5 };
-    const int runs[NR][3] = {{1, 0, 32}, {1, 1, 64}, {2, 1, 32}, {3, 0, 64}, {3, 1, 64}};
+    /* (chunks a segment, shortcut, route: 1 the chunked kernel, 2 the chain
+     * route, its columns: 32 / 64 columns a CTA, or the chain's 64 / 128) */
+    enum { NR = 8 };
+    const int runs[NR][4] = {{1, 0, 1, 32}, {1, 1, 1, 64}, {2, 1, 1, 32}, {3, 0, 1, 64},
+                             {3, 1, 1, 64}, {1, 0, 2, 64}, {2, 1, 2, 64}, {3, 1, 2, 128}};
     for (int i = 0; i < NS; i++) {
         if (quick && i != 0 && i != 4 && i != 5 && i != 7) continue; /* edges, strong / moderate / per-head decay */
         prob p;
@@ -1024,23 +1058,25 @@ static void fwd_fp32_cp_forced(void)
         upload_all(&p);
         run_ref(&p);
         for (int r = 0; r < NR; r++) {
-            if (quick && r != 2) continue;
+            if (quick && r != 2 && r != 6) continue;
             char what[192];
-            snprintf(what, sizeof what, "%s [CP, %d-chunk segments, skip %d, %d columns]", names[i], runs[r][0],
-                     runs[r][1], runs[r][2]);
-            fqla_cuda_fwd_tune_f32(1, runs[r][2]);
+            snprintf(what, sizeof what, "%s [CP, %d-chunk segments, skip %d, %s, %d columns]", names[i], runs[r][0],
+                     runs[r][1], runs[r][2] == 2 ? "chain" : "chunked", runs[r][3]);
+            fqla_cuda_fwd_tune_f32(runs[r][2], runs[r][3]);
             fqla_cuda_fwd_tune_cp(runs[r][0]);
             fqla_cuda_fwd_tune_cp_skip(runs[r][1]);
             check_prob(&p, what);
-            if (s[i].T > 0) CHECK(fqla_cuda_fwd_last_route() == FQLA_FWD_CHUNK_F32 + 8, "%s: ran route %d", what,
-                                  fqla_cuda_fwd_last_route());
+            const int want = (runs[r][2] == 2 ? FQLA_FWD_CHAIN_F32 : FQLA_FWD_CHUNK_F32) + 8;
+            if (s[i].T > 0)
+                CHECK(fqla_cuda_fwd_last_route() == want, "%s: ran route %d", what, fqla_cuda_fwd_last_route());
             if (runs[r][1] && s[i].decay == 1) {
                 const int64_t got = fqla_cuda_fwd_debug_cp_skipped(), want = cp_pairs(&s[i], runs[r][0]);
                 CHECK(got == want, "%s: %lld transitions left out, %lld expected", what, (long long)got,
                       (long long)want);
             }
-            if (r == 2 && s[i].T > 0) {
-                snprintf(what, sizeof what, "%s [CP, 2-chunk segments, final state alone]", names[i]);
+            if ((r == 2 || r == 6) && s[i].T > 0) {
+                snprintf(what, sizeof what, "%s [CP, 2-chunk segments, %s, final state alone]", names[i],
+                         runs[r][2] == 2 ? "chain" : "chunked");
                 check_final_only(&p, what);
             }
         }

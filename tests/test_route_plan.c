@@ -61,6 +61,7 @@ static const char *path_name(int path)
     case FQLA_FWD_MMA: return "mma.sync";
     case FQLA_FWD_RECURRENT: return "fp32 recurrence";
     case FQLA_FWD_CHUNK_F32: return "fp32 chunked";
+    case FQLA_FWD_CHAIN_F32: return "fp32 chain";
     }
     return "?";
 }
@@ -119,11 +120,13 @@ static void each_path(void)
     r = plan(132, &s);
     CHECK(r.path == FQLA_FWD_MMA && r.bv == 64, "4x256 HV 32 misaligned o: %s bv %d", path_name(r.path), r.bv);
 
-    /* fp32 q/k/v: the chunked fp32 kernel where it covers the call (K = 64
-     * or 128, V % 32 = 0, aligned rows, a sequence of more than 8 tokens),
-     * with CP where few long sequences leave SMs idle (cp_plan.h
-     * fqla_cp_plan_f32; its decisions are test_cp_plan's plan_f32), else the
-     * recurrence, which has neither CP nor a workspace */
+    /* fp32 q/k/v: where the chunked fp32 kernel covers the call (K = 64 or
+     * 128, V % 32 = 0, aligned rows, a sequence of more than 8 tokens) the
+     * chain route, one slice a CTA, with CP where the backward chains' model
+     * says (cp_plan.h fqla_cp_bwd_seg_chunks at half the SMs), or the chunked
+     * kernel where the chain CTAs take more than a wave over long sequences
+     * (with CP where fqla_cp_plan_f32 says; its decisions are test_cp_plan's
+     * plan_f32); else the recurrence, which has neither CP nor a workspace */
     s = shape(1, 32768, 8, 8, 128, 128);
     s.io_f32 = 1;
     r = plan(132, &s);
@@ -132,18 +135,32 @@ static void each_path(void)
           r.rec_rows);
     s.f32_rows16 = 1;
     r = plan(132, &s);
-    CHECK(r.path == FQLA_FWD_CHUNK_F32 && r.cp && r.cp_skip && r.seg_chunks > 0 && r.bv == 64 && r.pre_bv == 64 &&
-              r.scan_cb == 8 && r.rec_rows == 0,
-          "fp32 1x32768 HV 8: %s bv %d cp %d L %lld pre_bv %d scan %d", path_name(r.path), r.bv, r.cp,
-          (long long)r.seg_chunks, r.pre_bv, r.scan_cb);
+    CHECK(r.path == FQLA_FWD_CHAIN_F32 && r.cp && r.cp_skip && r.seg_chunks > 0 && r.nwg == 1 && r.scan_cb == 8 &&
+              r.rec_rows == 0,
+          "fp32 1x32768 HV 8: %s nwg %d cp %d L %lld scan %d", path_name(r.path), r.nwg, r.cp,
+          (long long)r.seg_chunks, r.scan_cb);
+    CHECK(r.seg_chunks == fqla_cp_bwd_seg_chunks(1, 32768, 8, 128, 128, 1, 66), "fp32 1x32768 HV 8: L %lld",
+          (long long)r.seg_chunks);
     s = shape(8, 1024, 16, 32, 128, 128);
     s.io_f32 = s.f32_rows16 = 1;
     r = plan(132, &s);
-    CHECK(r.path == FQLA_FWD_CHUNK_F32 && r.bv == 64 && !r.cp && r.seg_chunks == 0 && r.pre_bv == 0,
-          "fp32 8x1024 HV 32: %s bv %d cp %d", path_name(r.path), r.bv, r.cp);
+    CHECK(r.path == FQLA_FWD_CHAIN_F32 && r.nwg == 1 && !r.cp && r.seg_chunks == 0,
+          "fp32 8x1024 HV 32: %s nwg %d cp %d", path_name(r.path), r.nwg, r.cp);
     s.V = 96;
     r = plan(132, &s);
-    CHECK(r.path == FQLA_FWD_CHUNK_F32 && r.bv == 32, "fp32 V = 96: %s bv %d", path_name(r.path), r.bv);
+    CHECK(r.path == FQLA_FWD_CHAIN_F32 && r.nwg == 1, "fp32 V = 96: %s nwg %d", path_name(r.path), r.nwg);
+    /* chain CTAs over a wave on long sequences (27B TP2 8192x4): the chunked kernel */
+    s = shape(4, 8192, 8, 24, 128, 128);
+    s.io_f32 = s.f32_rows16 = 1;
+    r = plan(132, &s);
+    CHECK(r.path == FQLA_FWD_CHUNK_F32 && r.bv == 64 && !r.cp, "fp32 4x8192 HV 24: %s bv %d cp %d",
+          path_name(r.path), r.bv, r.cp);
+    s.V = 128;
+    s.N = 8;
+    s.T = 1024; /* short ones: the chain route */
+    CHECK_PATH(plan(132, &s), FQLA_FWD_CHAIN_F32, "fp32 8x1024 HV 24");
+    s = shape(8, 1024, 16, 32, 128, 128);
+    s.io_f32 = s.f32_rows16 = 1;
     s.V = 128;
     s.K = 256;
     CHECK_PATH(plan(132, &s), FQLA_FWD_RECURRENT, "fp32 K = 256");
@@ -154,17 +171,17 @@ static void each_path(void)
     s.io_f32 = s.f32_rows16 = 1;
     CHECK_PATH(plan(132, &s), FQLA_FWD_RECURRENT, "fp32 4x8 (no sequence past 8 tokens)");
     s.T = 9;
-    CHECK_PATH(plan(132, &s), FQLA_FWD_CHUNK_F32, "fp32 4x9");
+    CHECK_PATH(plan(132, &s), FQLA_FWD_CHAIN_F32, "fp32 4x9");
     static const int64_t cu8[] = {0, 8, 16, 20}, cu9[] = {0, 8, 17, 20};
     s = packed(3, cu8, 1, 2, 4, 64, 64);
     s.io_f32 = s.f32_rows16 = 1;
     CHECK_PATH(plan(132, &s), FQLA_FWD_RECURRENT, "fp32 varlen longest 8, host copy");
     s = packed(3, cu8, 0, 2, 4, 64, 64);
     s.io_f32 = s.f32_rows16 = 1;
-    CHECK_PATH(plan(132, &s), FQLA_FWD_CHUNK_F32, "fp32 varlen longest 8, no host copy (T = 20 counts)");
+    CHECK_PATH(plan(132, &s), FQLA_FWD_CHAIN_F32, "fp32 varlen longest 8, no host copy (T = 20 counts)");
     s = packed(3, cu9, 1, 2, 4, 64, 64);
     s.io_f32 = s.f32_rows16 = 1;
-    CHECK_PATH(plan(132, &s), FQLA_FWD_CHUNK_F32, "fp32 varlen longest 9, host copy");
+    CHECK_PATH(plan(132, &s), FQLA_FWD_CHAIN_F32, "fp32 varlen longest 9, host copy");
 }
 
 /* K = 64, 128, 256 and V around multiples of 64 and 128. */

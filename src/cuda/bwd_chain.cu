@@ -96,16 +96,20 @@ struct chain_coef {
     float b[C];  /* states: beta_t; dstates: -e_t beta_t */
 };
 
-/* Shared memory (byte offsets from a 1024-aligned base). */
-template <int KD, bool REVERSE, bool CONVERT, int NWG> struct chain_layout {
+/* Shared memory (byte offsets from a 1024-aligned base). F32 (the fp32
+ * forward, fqla_fwd_launch_chain_f32): each stage holds k's and q's hi and
+ * lo planes as the prepare kernel stored them, and no value slice (v is
+ * read from global memory into registers). */
+template <int KD, bool REVERSE, bool CONVERT, int NWG, bool F32 = false> struct chain_layout {
     static constexpr int KP = C * KD * 2;                     /* a [64][KD] plane */
-    static constexpr int NQK = REVERSE ? 2 : 1;               /* k (, q) */
-    static constexpr int NTP = REVERSE ? 2 : 1;               /* T~ (, P~) */
-    static constexpr int STAGE = NQK * KP + NWG * TILE;       /* k (, q) raw / hi planes; each chain's V or dO slice */
+    static constexpr int NQK = REVERSE || F32 ? 2 : 1;        /* k (, q) */
+    static constexpr int NTP = REVERSE || F32 ? 2 : 1;        /* T~ (, P~) */
+    static constexpr int STAGE = F32 ? 2 * NQK * KP : NQK * KP + NWG * TILE; /* k (, q) raw / hi planes; each chain's V or
+                                                                                dO slice; F32: k hi, k lo, q hi, q lo */
     static constexpr int ring = 0;                            /* two stages */
     static constexpr int tp = 2 * STAGE;                      /* T~ (, P~) hi, lo planes: even chunks */
     static constexpr int lo = tp + 2 * NTP * TILE;            /* CONVERT: k (, q) lo planes */
-    static constexpr int tp1 = lo + (CONVERT ? NQK * KP : 0); /* T~ (, P~) hi, lo planes: odd chunks */
+    static constexpr int tp1 = lo + (CONVERT && !F32 ? NQK * KP : 0); /* T~ (, P~) hi, lo planes: odd chunks */
     static constexpr int rows = tp1 + 2 * NTP * TILE;         /* chain_rows[2] */
     static constexpr int coef = rows + 2 * (int)sizeof(chain_rows);
     static constexpr int bytes = coef + (int)sizeof(chain_coef) + 1024; /* + the base's alignment */
@@ -270,6 +274,32 @@ __device__ int chain_window(const fqla_fwd_params &p, int chunks, int64_t slot0,
     return win;
 }
 
+/* The fp32 forward's output of a chunk (chain_run with T = float): O^T =
+ * scale (Q S)^T diag(e) + U^T P~^T, qs holding (Q S)^T on entry, u U^T
+ * (before the state update's f scaling); stored (store) as fp32 o rows
+ * t0 .. t0 + nv, this thread's value rows from column vcol (its accumulator
+ * rows below vw). A warp's store of one accumulator element writes four
+ * tokens' 32-byte runs of eight value columns: whole sectors. */
+template <typename CF>
+__device__ __forceinline__ void chain_f32_out(const fqla_bwd_params &bp, float (&qs)[32], const float (&u)[32],
+                                              const fqla_wg_tile &Pt, const CF &cf, bool store, int64_t batch,
+                                              int64_t t0, int nv, int hv, int vcol, int vw)
+{
+    const fqla_fwd_params &p = bp.f;
+#pragma unroll
+    for (int a = 0; a < 32; a++) qs[a] *= p.scale * cf.e[col_of(a)];
+    uint32_t uh[4][4], ul[4][4];
+    fqla_wg_frags(u, uh, ul);
+    rs_run(qs, uh, ul, [&] { fqla_wg_rs_split<64, 0, true, true>(qs, uh, ul, Pt, true); });
+    if (!store || !p.o) return;
+    float *o = (float *)p.o + batch * p.o_sb + (int64_t)hv * p.o_sh + vcol;
+#pragma unroll
+    for (int a = 0; a < 32; a++) {
+        const int t = col_of(a), v = row8_of(a);
+        if (t < nv && v < vw) o[(t0 + t) * p.o_st + v] = qs[a];
+    }
+}
+
 /* CONVERT: q / k are not exact bf16 numbers as they come (fp16 io, or
  * l2norm in the kernel): converted in place, with lo planes. A template
  * parameter so that every product's number of terms is known to the
@@ -280,7 +310,11 @@ template <typename T, int KD, bool REVERSE, bool CONVERT, int NWG>
 __device__ __forceinline__ void chain_run(const fqla_bwd_params &bp, int vec, int mode, int64_t row, int hv, int zpair,
                                           unsigned char *sm)
 {
-    using L = chain_layout<KD, REVERSE, CONVERT, NWG>;
+    /* the fp32 forward (T = float, fqla_fwd_launch_chain_f32): the state
+     * chain storing o instead of the states (chain_f32_out) */
+    constexpr bool F32 = std::is_same<T, float>::value;
+    static_assert(!F32 || (!REVERSE && CONVERT), "fp32: the state chain, on split q / k planes");
+    using L = chain_layout<KD, REVERSE, CONVERT, NWG, F32>;
     constexpr int THREADS = 128 * NWG;
     const fqla_fwd_params &p = bp.f;
     const uint32_t s0 = fqla_smem_u32(sm);
@@ -329,8 +363,11 @@ __device__ __forceinline__ void chain_run(const fqla_bwd_params &bp, int vec, in
     int it0 = 0;
     if (mode == CHAIN_PREPASS && p.cp_skip && !__syncthreads_or(active && ident))
         it0 = chunks - chain_window<REVERSE>(p, chunks, slot0, hv, reinterpret_cast<int *>(sm + L::coef));
-    /* a segment's starting state is in the workspace (the scan wrote it) */
-    const bool from_ws = mode == CHAIN_MAIN && chunks > 0;
+    /* a segment's starting state is in the workspace (the scan wrote it);
+     * the fp32 forward's main pass reads it as h0 at the segment's index
+     * (fwd.cu points f.h0 at the forward scan's seg_s0) */
+    const bool from_ws = !F32 && mode == CHAIN_MAIN && chunks > 0;
+    const int64_t h0_row = F32 && mode == CHAIN_MAIN ? row : n;
 
     /* S^T element a: value row vr + row8_of(a), key column kc(a) */
     auto kc = [&](int a) { return 8 * (a >> 2) + 2 * t4 + (a & 1); };
@@ -347,7 +384,7 @@ __device__ __forceinline__ void chain_run(const fqla_bwd_params &bp, int vec, in
                 const int64_t c = REVERSE ? chunks - 1 : 0;
                 s = (REVERSE ? bp.dS : bp.S)[((size_t)(slot0 + c) * p.HV + hv) * KD * p.V + (int64_t)k * p.V + v0 + v];
             } else {
-                s = bwd_start_state<REVERSE>(bp, n, hv, k, v0 + v);
+                s = bwd_start_state<REVERSE>(bp, h0_row, hv, k, v0 + v);
             }
         }
         S[a] = s;
@@ -362,6 +399,22 @@ __device__ __forceinline__ void chain_run(const fqla_bwd_params &bp, int vec, in
         const int nv = nvalid_of(c);
         const size_t tile = (size_t)slot * p.HV + hv;
         unsigned char *st = stage(s);
+        if constexpr (F32) {
+            /* k's and q's planes as the prepare kernel stored them; P~; this CTA's
+             * value rows into L2 (read into registers at the chunk's start) */
+            const uint16_t *qk = bp.qkp + ((size_t)slot * p.H + hk) * 4 * C * KD;
+#pragma unroll 4
+            for (int n = 0; n < 4 * L::KP / 16 / THREADS; n++) {
+                const int idx = tid + n * THREADS;
+                fqla_cp_async16(st + 16 * idx, qk + 8 * idx, 16);
+            }
+            copy_tile<THREADS>(sm + tp_of(s) + 2 * TILE, bp.Pt + tile * C * C);
+            for (int idx = tid; idx < NWG * C * 2; idx += THREADS) { /* slice, row, 32-column half */
+                const int col = VS * (slice0 + idx / (2 * C)) + 32 * (idx & 1), r = (idx >> 1) % C;
+                if (col < p.V && r < nv)
+                    fqla_prefetch_l2((const float *)p.v + batch * p.v_sb + (t0 + r) * p.v_st + (int64_t)hv * p.v_sh + col);
+            }
+        } else {
         copy_plane<KD, THREADS>(st, (const uint16_t *)p.k + batch * p.k_sb + t0 * p.k_st + (int64_t)hk * p.k_sh,
                                 p.k_st, KD, nv, vec);
         if constexpr (REVERSE) {
@@ -380,12 +433,13 @@ __device__ __forceinline__ void chain_run(const fqla_bwd_params &bp, int vec, in
             copy_plane<VS, THREADS>(st + L::NQK * L::KP + w * TILE, (const uint16_t *)(REVERSE ? bp.d_o : p.v) + off,
                                     REVERSE ? bp.do_st : p.v_st, p.V - c0, nv, vec);
         }
+        }
         copy_tile<THREADS>(sm + tp_of(s), bp.Tt + tile * C * C);
         if (tid < C / 4) { /* the workspace rows: 16-byte aligned always */
             chain_rows &r = rows[s];
             fqla_cp_async16(&r.gam[4 * tid], p.gam + tile * C + 4 * tid, 16);
             fqla_cp_async16(&r.bet[4 * tid], bp.bet + tile * C + 4 * tid, 16);
-            if (p.l2norm) {
+            if (!F32 && p.l2norm) { /* fp32: the planes are normalised */
                 const size_t rrow = ((size_t)slot * p.H + hk) * C;
                 fqla_cp_async16(&r.rk[4 * tid], p.rk + rrow + 4 * tid, 16);
                 if (REVERSE) fqla_cp_async16(&r.rq[4 * tid], p.rq + rrow + 4 * tid, 16);
@@ -402,15 +456,16 @@ __device__ __forceinline__ void chain_run(const fqla_bwd_params &bp, int vec, in
         const uint32_t k_hi = fqla_smem_u32(st), q_hi = k_hi + L::KP;
         const uint32_t tp = s0 + tp_of(s);
         const fqla_wg_tile Tt{tp, tp + TILE, C}, Pt{tp + 2 * TILE, tp + 3 * TILE, C};
-        const fqla_wg_tile Kt{k_hi, CONVERT ? s0 + L::lo : 0u, C};
-        const fqla_wg_tile Qt{q_hi, CONVERT ? s0 + L::lo + L::KP : 0u, C};
+        const fqla_wg_tile Kt{k_hi, F32 ? k_hi + L::KP : CONVERT ? s0 + L::lo : 0u, C};
+        const fqla_wg_tile Qt{F32 ? k_hi + 2 * L::KP : q_hi,
+                              F32 ? k_hi + 3 * L::KP : CONVERT ? s0 + L::lo + L::KP : 0u, C};
         const fqla_wg_tile Xt{fqla_smem_u32(st + L::NQK * L::KP + wg * TILE), 0u, C};
         const chain_rows &r = rows[s];
 
         fqla_cp_async_wait_all(); /* this chunk's copies (this thread's) */
         fqla_fence_async_smem();  /* cp.async wrote through the generic proxy; wgmma reads through the async one */
         __syncthreads();          /* (a) every thread's copies; chunk it - 1 fully read */
-        if constexpr (CONVERT) {
+        if constexpr (CONVERT && !F32) {
             split_plane<T, KD, THREADS>(st, sm + L::lo, p.l2norm ? r.rk : nullptr, nv);
             if constexpr (REVERSE)
                 split_plane<T, KD, THREADS>(st + L::KP, sm + L::lo + L::KP, p.l2norm ? r.rq : nullptr, nv);
@@ -432,7 +487,7 @@ __device__ __forceinline__ void chain_run(const fqla_bwd_params &bp, int vec, in
          * its bf16 plane, staged and written by one bulk copy (below) */
         const bool s16 = !REVERSE && IO_BF16 && active && mode != CHAIN_PREPASS && bwd_state_bf16(c, nv, seq_len);
         /* store the state entering (states) / the gradient leaving (dstates) this chunk */
-        if (active && mode != CHAIN_PREPASS && !s16) {
+        if (!F32 && active && mode != CHAIN_PREPASS && !s16) {
             float *dst = (REVERSE ? bp.dS : bp.S) + tile * KD * p.V + v0;
 #pragma unroll
             for (int a = 0; a < NS; a++) {
@@ -470,19 +525,35 @@ __device__ __forceinline__ void chain_run(const fqla_bwd_params &bp, int vec, in
                 }
             }
         }
+        float x[32];       /* V^T or dO^T (identity slices, no slice: zeros) */
+        float qs[32];      /* F32: (Q S)^T, then O^T */
+        uint32_t xr[4][4]; /* the same as raw 2-byte pairs (not F32) */
+        if constexpr (F32) { /* fp32 v from global memory (in L2: issue()), in flight under K S */
+            const bool rows = active && !ident;
+#pragma unroll
+            for (int a = 0; a < 32; a++) {
+                const int t = col_of(a), v = vr + row8_of(a);
+                x[a] = rows && t < nv && v < vw
+                           ? ((const float *)p.v)[batch * p.v_sb + (start + (int64_t)c * C + t) * p.v_st +
+                                                  (int64_t)hv * p.v_sh + v0 + v]
+                           : 0.f;
+            }
+        }
         pin_a(sh, sl);
         fqla_wg_issue(ks, [&] { fqla_wg_rs_split<64, 0, true, CONVERT>(ks, sh, sl, Kt, false); });
-        uint32_t xr[4][4]; /* V^T or dO^T, raw pairs (identity slices, no slice: zeros) */
-        fqla_wg_load_t<4>(Xt, xr, 0);
-        const uint32_t keep = ident || !active ? 0u : ~0u;
+        if constexpr (F32) fqla_wg_issue(qs, [&] { fqla_wg_rs_split<64, 0, true, true>(qs, sh, sl, Qt, false); });
+        if constexpr (!F32) {
+            fqla_wg_load_t<4>(Xt, xr, 0);
+            const uint32_t keep = ident || !active ? 0u : ~0u;
 #pragma unroll
-        for (int kk = 0; kk < 4; kk++)
+            for (int kk = 0; kk < 4; kk++)
 #pragma unroll
-            for (int q = 0; q < 4; q++) xr[kk][q] &= keep;
+                for (int q = 0; q < 4; q++) xr[kk][q] &= keep;
+        }
         fqla_wg_retire(ks);
+        if constexpr (F32) fqla_reg_fence(qs);
         pin_a(sh, sl);
-        float x[32];
-        bwd_widen_frags<T>(xr, x);
+        if constexpr (!F32) bwd_widen_frags<T>(xr, x);
         if constexpr (!REVERSE) {
             /* Y^T = (V^T - (K S)^T diag(e)) diag(beta);  U^T = Y^T T~^T */
 #pragma unroll
@@ -494,6 +565,8 @@ __device__ __forceinline__ void chain_run(const fqla_bwd_params &bp, int vec, in
             fqla_wg_frags(x, yh, yl);
             float u[32];
             rs_run(u, yh, yl, [&] { fqla_wg_rs_split<64, 0, true, true>(u, yh, yl, Tt, false); });
+            if constexpr (F32) chain_f32_out(bp, qs, u, Pt, cf, mode != CHAIN_PREPASS && active && !ident, batch,
+                                             start + (int64_t)c * C, nv, hv, v0 + vr, vw - vr);
             /* S^T = e_C S^T + (f U)^T K */
 #pragma unroll
             for (int a = 0; a < 32; a++) u[a] *= cf.f[col_of(a)];
@@ -548,6 +621,18 @@ __device__ __forceinline__ void chain_run(const fqla_bwd_params &bp, int vec, in
      * memory) goes */
     if (!REVERSE && IO_BF16 && (tid & 127) == 0) fqla_bulk_wait<0>();
     if (!active) return;
+    if (F32 && mode != CHAIN_PREPASS) { /* the final state, from the sequence's last span */
+        if (p.ht && last)
+#pragma unroll
+            for (int a = 0; a < NS; a++) {
+                const int v = vr + row8_of(a);
+                if (v >= vw) continue;
+                const int64_t o = fqla_fwd_state_off(n, hv, kc(a), v0 + v, p.ht_sn, p.ht_sh, p.ht_s2, p.ht_v_first);
+                if (p.ht_bf16) ((__nv_bfloat16 *)p.ht)[o] = __float2bfloat16_rn(S[a]);
+                else ((float *)p.ht)[o] = S[a];
+            }
+        return;
+    }
     if (mode == CHAIN_PREPASS) { /* the segment's [H | M] */
         const int64_t W = p.V + KD;
         float *hm = bp.cp_hm[REVERSE] + ((size_t)row * p.HV + hv) * KD * W + v0;
@@ -715,6 +800,23 @@ cudaError_t launch_chains(const fqla_bwd_params &p, int io_bf16, int mode, cudaS
     return p.f.K == 64 ? launch_io<64>(p, io_bf16, mode, stream) : launch_io<128>(p, io_bf16, mode, stream);
 }
 
+/* The fp32 forward (bwd_common.cuh, fqla_fwd_launch_chain_f32): the state
+ * chain's fp32 instance, p.chain_nwg 64-column slices a CTA, over whole
+ * sequences or the CP pass f.cp_mode names (1 the pre-pass, 2 the main pass). */
+template <int KD, int NWG> cudaError_t launch_f32(const fqla_bwd_params &p, cudaStream_t stream)
+{
+    static fqla_smem_cache cache;
+    using L = chain_layout<KD, false, true, NWG, true>;
+    const int mode = p.f.cp_mode == 1 ? CHAIN_PREPASS : p.f.cp_mode == 2 ? CHAIN_MAIN : CHAIN_WHOLE;
+    const int64_t slices = (p.f.V + VS - 1) / VS + (mode == CHAIN_PREPASS ? KD / VS : 0);
+    const int zpairs = (int)((slices + NWG - 1) / NWG);
+    auto kernel = bwd_chain_kernel<float, KD, true, CHAIN_STATES_ONLY, NWG>;
+    cudaError_t e = fqla_smem_limit(cache, kernel, L::bytes);
+    if (e != cudaSuccess) return e;
+    return fqla_launch(kernel, dim3((unsigned)fqla_bwd_chain_rows(p), (unsigned)p.f.HV, (unsigned)zpairs),
+                       dim3(128 * NWG), L::bytes, stream, 0, p, 1, mode, zpairs);
+}
+
 #ifdef FQLA_DEV
 template <typename T, int KD, bool CONVERT, int NWG>
 cudaError_t launch_states(const fqla_bwd_params &p, cudaStream_t stream)
@@ -738,6 +840,12 @@ cudaError_t fqla_bwd_launch_chain_states(const fqla_bwd_params &p, int io_bf16, 
                             : launch_states<__nv_bfloat16, 128, false, 2>(p, stream);
 }
 #endif
+
+cudaError_t fqla_fwd_launch_chain_f32(const fqla_bwd_params &p, cudaStream_t stream)
+{
+    if (p.f.K == 64) return p.chain_nwg == 1 ? launch_f32<64, 1>(p, stream) : launch_f32<64, 2>(p, stream);
+    return p.chain_nwg == 1 ? launch_f32<128, 1>(p, stream) : launch_f32<128, 2>(p, stream);
+}
 
 cudaError_t fqla_bwd_launch_chains(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream)
 {

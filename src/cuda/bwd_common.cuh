@@ -87,6 +87,10 @@ struct fqla_bwd_params {
     float *bet;               /* [slots][HV][64] beta (f.gam: the chunk-local cumsum of the log
                                  decay, where the forward's CP test fqla_cp_m_negligible reads it) */
     float *Tt, *Pt;           /* [slots][HV] T~ and P~, each as its hi / lo bf16 planes (bwd_prepare.cu) */
+    uint16_t *qkp;            /* the fp32 forward on these kernels only (fwd_chain_f32): [slots][H] the
+                                 chunk's k and q (after the l2norm) as hi / lo bf16 planes, k hi, k lo,
+                                 q hi, q lo, each [64][K] in kernel/wg_split.cuh's layout (the prepare
+                                 kernel's group-first CTA writes them, the chain copies them) */
     float *S, *dS;            /* [slots][HV][K][V] entering state (NULL with dh0 alone), fp32, or
                                  where bwd_state_bf16 says, a bf16 plane a 64-column slice at the
                                  tile's start; gradient w.r.t. the leaving state, fp32 */
@@ -196,6 +200,15 @@ cudaError_t fqla_bwd_launch_finish(const fqla_bwd_params &p, int io_bf16, cudaSt
  * state. */
 cudaError_t fqla_bwd_launch_chains_prepass(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream);
 cudaError_t fqla_bwd_launch_chains_scan(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream);
+/* The forward of fp32 q/k/v on these kernels (fwd.cu's CHAIN_F32 route,
+ * bwd_chain.cu's fp32 instance): p.f holds the forward's inputs and
+ * outputs (o, the final state), p.bet / Tt / Pt / qkp the workspace. The
+ * prepare kernel in its fp32 form (also the q / k planes), then the state
+ * chain storing o: over whole sequences (cp_mode 0), CP's pre-pass of
+ * segments into p.cp_hm[0] (cp_mode 1), or its main pass from the scanned
+ * start states (cp_mode 2: p.f.h0 = seg_s0, indexed by segment). */
+cudaError_t fqla_fwd_launch_chain_f32_prepare(const fqla_bwd_params &p, cudaStream_t stream);
+cudaError_t fqla_fwd_launch_chain_f32(const fqla_bwd_params &p, cudaStream_t stream);
 #ifdef FQLA_DEV
 /* The state chain alone over whole sequences or CP's main pass (the developer build's fused
  * reverse pass, src/dev/bwd_fused_rev.cu, runs the reverse chain's part). */

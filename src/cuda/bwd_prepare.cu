@@ -45,15 +45,16 @@ constexpr int LDM = 65; /* 64 x 64 fp32 tiles */
  * kernel is bound by the latency of its steps, not by a pipe): q and k rows
  * as they come (2-byte io elements; the l2norm factors go into the
  * products' epilogues), then L and T~ over them once the products are in
- * registers. */
-template <int KD> struct prep_smem {
+ * registers. NPL = 2 for fp32 io: each row as its hi and lo bf16 rows
+ * (normalised first with the l2norm), ~70 KB. */
+template <int KD, int NPL = 1> struct prep_smem {
     static constexpr int LDK = KD + 8; /* 2-byte elements */
     union {
-        uint16_t q[C * LDK];
+        uint16_t q[NPL][C * LDK];
         float L[C * LDM];
     } a;
     union {
-        uint16_t k[C * LDK];
+        uint16_t k[NPL][C * LDK];
         float T[C * LDM];
     } b;
     float tmp[8 * 16 * 9]; /* invert_unit_lower's staging blocks */
@@ -80,6 +81,64 @@ __device__ void issue_rows(const T *x, int64_t sb, int64_t st, int64_t sh, int64
         const bool in = i < nvalid;
         const uint16_t *src = in ? xr + batch * sb + (t0 + i) * st + (int64_t)head * sh + c : xr;
         fqla_cp_async16(dst + i * LDK + c, src, in ? 16 : 0);
+    }
+}
+
+/* fp32 io: the chunk's rows of x, a warp a row and KD / 32 elements a lane
+ * (one 8- or 16-byte load: fp32 rows are 16-byte aligned on this route),
+ * normalised with l2norm (1 / sqrt(|x|^2 + 1e-6), zeros past nvalid),
+ * split into hi / lo bf16 rows in shared memory for the products
+ * (mma_rows: three a product, as bf16x3), and where `plane` is given also
+ * into the chain's hi and lo planes (kernel/wg_split.cuh's [64][KD] layout,
+ * plane and plane + 64 KD) in the workspace. */
+template <int KD>
+__device__ void f32_rows(const float *x, int64_t sb, int64_t st, int64_t sh, int64_t batch, int64_t t0, int nvalid,
+                         int head, bool l2norm, uint16_t *hi, uint16_t *lo, uint16_t *plane)
+{
+    constexpr int LDK = KD + 8, PER = KD / 32;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, c = PER * lane;
+    for (int i = warp; i < C; i += 8) {
+        float v[PER];
+        if (i < nvalid) {
+            const float *r = x + batch * sb + (t0 + i) * st + (int64_t)head * sh + c;
+            if constexpr (PER == 4) {
+                const float4 u = *reinterpret_cast<const float4 *>(r);
+                v[0] = u.x; v[1] = u.y; v[2] = u.z; v[3] = u.w;
+            } else {
+                const float2 u = *reinterpret_cast<const float2 *>(r);
+                v[0] = u.x; v[1] = u.y;
+            }
+        } else {
+#pragma unroll
+            for (int e = 0; e < PER; e++) v[e] = 0.f;
+        }
+        if (l2norm) {
+            float ss = 0.f;
+#pragma unroll
+            for (int e = 0; e < PER; e++) ss += v[e] * v[e];
+#pragma unroll
+            for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+            const float f = i < nvalid ? rsqrtf(ss + 1e-6f) : 0.f;
+#pragma unroll
+            for (int e = 0; e < PER; e++) v[e] *= f;
+        }
+        uint32_t h[PER / 2], l[PER / 2];
+#pragma unroll
+        for (int e = 0; e < PER / 2; e++) {
+            fqla_wg_hilo(v[2 * e], v[2 * e + 1], h[e], l[e]);
+            *reinterpret_cast<uint32_t *>(hi + i * LDK + c + 2 * e) = h[e];
+            *reinterpret_cast<uint32_t *>(lo + i * LDK + c + 2 * e) = l[e];
+        }
+        if (plane) { /* PER consecutive elements: one 8- or 4-byte piece of a 16-byte chunk */
+            unsigned char *ph = reinterpret_cast<unsigned char *>(plane) + fqla_wg_off(C, i, c);
+            if constexpr (PER == 4) {
+                *reinterpret_cast<uint2 *>(ph) = make_uint2(h[0], h[1]);
+                *reinterpret_cast<uint2 *>(ph + C * KD * 2) = make_uint2(l[0], l[1]);
+            } else {
+                *reinterpret_cast<uint32_t *>(ph) = h[0];
+                *reinterpret_cast<uint32_t *>(ph + C * KD * 2) = l[0];
+            }
+        }
     }
 }
 
@@ -122,7 +181,7 @@ __device__ void row_factors(const uint16_t *src, int nvalid, bool l2norm, float 
 template <typename T, int KD, int NT>
 __device__ __forceinline__ void mma_rows(float (&acc)[1][NT][4], const uint16_t *A, const uint16_t *B, int m0, int n0)
 {
-    constexpr int LDK = prep_smem<KD>::LDK;
+    constexpr int LDK = KD + 8; /* prep_smem's */
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     auto ld = [](const uint16_t *p) { return *reinterpret_cast<const uint32_t *>(p); };
 #pragma unroll 4
@@ -208,12 +267,37 @@ __device__ void invert_unit_lower(const float *L, float *T, float *tmp)
     }
 }
 
-template <typename T, int KD>
-__global__ void __launch_bounds__(256, 4) bwd_prepare_kernel(const fqla_bwd_params bp)
+/* The fp32 forward (varlen): block blk of 64 token rows from cu[N] of o
+ * (fp32) set to zero, as every forward route leaves the rows past the last
+ * sequence; most such blocks return at once when the sequences fill T. */
+__device__ void zero_tail_rows(const fqla_fwd_params &p, int64_t blk)
 {
+    if (!p.o) return;
+    const int64_t r0 = fqla_fwd_cu(p, p.N) + blk * C;
+    for (int64_t idx = threadIdx.x; idx < (int64_t)C * p.HV * p.V; idx += blockDim.x) {
+        const int64_t t = r0 + idx / ((int64_t)p.HV * p.V), h = idx / p.V % p.HV;
+        if (t < p.T) ((float *)p.o)[t * p.o_st + h * p.o_sh + idx % p.V] = 0.f;
+    }
+}
+
+/* T: the io dtype; float for the fp32 forward on these kernels
+ * (bwd_common.cuh, fqla_fwd_launch_chain_f32_prepare): q / k split into hi /
+ * lo rows (f32_rows) and the products three a k-step; the l2norm applied to
+ * the rows, so the factors below are 1; the group-first CTA also writes the
+ * chain's q / k planes (bp.qkp). */
+template <typename T, int KD>
+__global__ void __launch_bounds__(256, std::is_same<T, float>::value ? 2 : 4) bwd_prepare_kernel(const fqla_bwd_params bp)
+{
+    constexpr bool F32 = std::is_same<T, float>::value;
+    constexpr int NPL = F32 ? 2 : 1;
+    using IO = typename std::conditional<F32, __nv_bfloat16, T>::type; /* the products' 2-byte type */
     const fqla_fwd_params &p = bp.f;
+    if (F32 && (int64_t)blockIdx.x >= p.slots * p.HV) { /* the forward's o rows after the last sequence */
+        zero_tail_rows(p, (int64_t)blockIdx.x - p.slots * p.HV);
+        return;
+    }
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    prep_smem<KD> &sm = *reinterpret_cast<prep_smem<KD> *>(smem_raw);
+    prep_smem<KD, NPL> &sm = *reinterpret_cast<prep_smem<KD, NPL> *>(smem_raw);
     /* slot-major, a slot's value heads adjacent (the header says why) */
     const int64_t slot = blockIdx.x / (unsigned)p.HV;
     const int hv = (int)(blockIdx.x % (unsigned)p.HV), hk = hv / p.group;
@@ -222,16 +306,18 @@ __global__ void __launch_bounds__(256, 4) bwd_prepare_kernel(const fqla_bwd_para
     int64_t batch, t0;
     int nvalid;
     if (!bwd_slot_chunk(p, slot, batch, t0, nvalid)) return;
-    const bool write_r = p.l2norm && hv % p.group == 0;
+    const bool write_r = !F32 && p.l2norm && hv % p.group == 0;
     const size_t tile = (size_t)slot * p.HV + hv;
 
     const T *q = (const T *)p.q, *k = (const T *)p.k;
     float *rq = write_r ? p.rq + ((size_t)slot * p.H + hk) * C : nullptr;
     float *rk = write_r ? p.rk + ((size_t)slot * p.H + hk) * C : nullptr;
     /* in flight while warp 0 forms the gates below */
-    issue_rows<T, KD>(q, p.q_sb, p.q_st, p.q_sh, batch, t0, nvalid, hk, sm.a.q);
-    issue_rows<T, KD>(k, p.k_sb, p.k_st, p.k_sh, batch, t0, nvalid, hk, sm.b.k);
-    fqla_cp_async_commit();
+    if constexpr (!F32) {
+        issue_rows<T, KD>(q, p.q_sb, p.q_st, p.q_sh, batch, t0, nvalid, hk, sm.a.q[0]);
+        issue_rows<T, KD>(k, p.k_sb, p.k_st, p.k_sh, batch, t0, nvalid, hk, sm.b.k[0]);
+        fqla_cp_async_commit();
+    }
     if (warp == 0) {
         float g[2], b[2];
         load_gate_beta(p, batch, t0, nvalid, hv, lane, g, b);
@@ -258,10 +344,20 @@ __global__ void __launch_bounds__(256, 4) bwd_prepare_kernel(const fqla_bwd_para
             bp.bet[tile * C + lane + 32 * h] = b[h];
         }
     }
-    fqla_cp_async_wait_all();
-    __syncthreads(); /* every thread's rows landed */
-    row_factors<T, KD>(sm.a.q, nvalid, p.l2norm, sm.rq, rq);
-    row_factors<T, KD>(sm.b.k, nvalid, p.l2norm, sm.rk, rk);
+    if constexpr (F32) {
+        /* the planes: k hi, k lo, q hi, q lo of (slot, q/k head), by the group's first CTA */
+        uint16_t *pl = hv % p.group == 0 ? bp.qkp + ((size_t)slot * p.H + hk) * 4 * C * KD : nullptr;
+        f32_rows<KD>((const float *)p.k, p.k_sb, p.k_st, p.k_sh, batch, t0, nvalid, hk, p.l2norm, sm.b.k[0],
+                     sm.b.k[NPL - 1], pl);
+        f32_rows<KD>((const float *)p.q, p.q_sb, p.q_st, p.q_sh, batch, t0, nvalid, hk, p.l2norm, sm.a.q[0],
+                     sm.a.q[NPL - 1], pl ? pl + 2 * C * KD : nullptr);
+        if (tid < C) sm.rq[tid] = sm.rk[tid] = 1.f; /* normalised rows */
+    } else {
+        fqla_cp_async_wait_all();
+        __syncthreads(); /* every thread's rows landed */
+        row_factors<T, KD>(sm.a.q[0], nvalid, p.l2norm, sm.rq, rq);
+        row_factors<T, KD>(sm.b.k[0], nvalid, p.l2norm, sm.rk, rk);
+    }
     __syncthreads();
 
     int bad = 0; /* a row with beta ||k||^2 outside [0, 2] (CP's shortcut test, chunk_ok) */
@@ -270,8 +366,14 @@ __global__ void __launch_bounds__(256, 4) bwd_prepare_kernel(const fqla_bwd_para
         float kk[1][4][4], qk[1][4][4];
         bwd_zero(kk);
         bwd_zero(qk);
-        mma_rows<T, KD>(kk, sm.b.k, sm.b.k, m0, n0);
-        mma_rows<T, KD>(qk, sm.a.q, sm.b.k, m0, n0);
+        mma_rows<IO, KD>(kk, sm.b.k[0], sm.b.k[0], m0, n0);
+        mma_rows<IO, KD>(qk, sm.a.q[0], sm.b.k[0], m0, n0);
+        if constexpr (F32) { /* bf16x3: + hi lo + lo hi */
+            mma_rows<IO, KD>(kk, sm.b.k[0], sm.b.k[1], m0, n0);
+            mma_rows<IO, KD>(kk, sm.b.k[1], sm.b.k[0], m0, n0);
+            mma_rows<IO, KD>(qk, sm.a.q[0], sm.b.k[1], m0, n0);
+            mma_rows<IO, KD>(qk, sm.a.q[1], sm.b.k[0], m0, n0);
+        }
         __syncthreads(); /* q and k are read: L and T~ go over them */
         const float scale = p.scale;
         bwd_each(kk, m0, n0, [&](int i, int j, float v) {
@@ -319,15 +421,25 @@ __global__ void __launch_bounds__(256, 4) bwd_prepare_kernel(const fqla_bwd_para
 template <typename T, int KD> cudaError_t launch(const fqla_bwd_params &p, cudaStream_t stream)
 {
     static fqla_smem_cache cache;
-    const size_t smem = sizeof(prep_smem<KD>);
+    const size_t smem = sizeof(prep_smem<KD, std::is_same<T, float>::value ? 2 : 1>);
     cudaError_t e = fqla_smem_limit(cache, bwd_prepare_kernel<T, KD>, smem);
     if (e != cudaSuccess) return e;
-    /* slots x HV < 2^31 (a grid's x limit): the workspace holds two K x V fp32
-     * states per (slot, value head), so that many would be terabytes */
-    return fqla_launch(bwd_prepare_kernel<T, KD>, dim3((unsigned)(p.f.slots * p.f.HV)), dim3(256), smem, stream, 0, p);
+    /* slots x HV < 2^31 (a grid's x limit): the backward's workspace holds two
+     * K x V fp32 states per (slot, value head), so that many would be
+     * terabytes; the fp32 forward's planner checks it with the tail blocks
+     * (route_plan.h, fqla_route_f32_chain_covers) */
+    /* fp32 forward, varlen: and the blocks that zero o's rows past cu[N] (ceil(T / 64)) */
+    const int64_t tail = std::is_same<T, float>::value && p.f.varlen ? (p.f.T + C - 1) / C : 0;
+    return fqla_launch(bwd_prepare_kernel<T, KD>, dim3((unsigned)(p.f.slots * p.f.HV + tail)), dim3(256), smem, stream,
+                       0, p);
 }
 
 } // namespace
+
+cudaError_t fqla_fwd_launch_chain_f32_prepare(const fqla_bwd_params &p, cudaStream_t stream)
+{
+    return p.f.K == 64 ? launch<float, 64>(p, stream) : launch<float, 128>(p, stream);
+}
 
 cudaError_t fqla_bwd_launch_prepare(const fqla_bwd_params &p, int io_bf16, cudaStream_t stream)
 {

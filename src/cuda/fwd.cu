@@ -15,9 +15,12 @@
  *   state-only pre-pass over segments of the sequences, the scan of
  *   fwd_cp.cu, and a main pass over the segments (on the fused kernel where
  *   it covers the call);
- * - fp32 q/k/v: the chunked fp32 kernel (fwd_chunk_f32.cu: one kernel, no
- *   workspace, bf16x3 products) where K is 64 or 128, V a multiple of 32,
- *   the rows 16-byte aligned and a sequence longer than 8 tokens; else the
+ * - fp32 q/k/v where K is 64 or 128, V a multiple of 32, the rows 16-byte
+ *   aligned and a sequence longer than 8 tokens: the backward's prepare
+ *   kernel and state chain in their fp32 forms (the chain route: products on
+ *   wgmma with split bf16 operands, o stored by the chain; run_chain_f32),
+ *   or where the plan runs CP the chunked fp32 kernel (fwd_chunk_f32.cu:
+ *   one kernel, no workspace, bf16x3 products on mma.sync); else the
  *   recurrence token by token in fp32 (fwd_recurrent.cu).
  * Nothing here allocates, synchronises or reads device memory on the host
  * (the TMA maps are encoded on the host and passed as kernel parameters),
@@ -29,6 +32,7 @@
  * GVA; the in-kernel l2norm, gate and beta sigmoid. fp64 q/k/v return
  * NOT_SUPPORTED.
  */
+#include "cuda/bwd_common.cuh" /* the fp32 chain route runs the backward's prepare kernel and state chain */
 #include "cuda/cuda_backend.h"
 #include "cuda/fwd_common.cuh"
 #include "cuda/route_plan.h"
@@ -115,6 +119,8 @@ fqla_fwd_ws_layout fqla_fwd_route_ws(const fqla_fwd_shape *s, const fqla_fwd_rou
         return none;
     }
     if (r->path == FQLA_FWD_CHUNK_F32) return fqla_fwd_ws(0, 0, s->HV, 0, 4, fqla_route_segs(s, L), s->K, s->V);
+    if (r->path == FQLA_FWD_CHAIN_F32)
+        return fqla_fwd_chain_f32_ws(fqla_route_slots(s), s->H, s->HV, s->K, s->V, L > 0 ? fqla_route_segs(s, L) : 0);
     return fqla_fwd_ws(fqla_route_slots(s), s->H, s->HV, s->l2norm, 2, L > 0 ? fqla_route_segs(s, L) : 0, s->K,
                        s->V);
 }
@@ -175,6 +181,55 @@ static fqla_status run_cp_f32(fqla_context *ctx, const fqla_fwd_shape *s, const 
                          "CUDA forward: fp32 CP scan launch");
     if (st != FQLA_STATUS_SUCCESS) return st;
     return fqla_cuda_check(ctx, fqla_fwd_launch_chunk_f32(mp, r->bv, stream), "CUDA forward: fp32 CP main pass launch");
+}
+
+/* fp32 q/k/v on the backward's kernels (route_plan.h FQLA_FWD_CHAIN_F32,
+ * bwd_common.cuh): the prepare kernel in its fp32 form (gamma, beta, T~, P~
+ * and the q / k planes into the workspace; with CP also chunk_ok), then the
+ * state chain storing o and the final state, r->nwg 64-column slices a CTA.
+ * With CP the chain runs three times as the chunked fp32 kernel's CP does
+ * (cp_passes): the pre-pass of segments (H | M into seg_hm over the K
+ * identity columns, the negligible-transition shortcut), fwd_cp.cu's scan
+ * into seg_s0, the main pass from those states. */
+static fqla_status run_chain_f32(fqla_context *ctx, const fqla_fwd_shape *s, const fqla_fwd_route *r,
+                                 fqla_fwd_params k, unsigned char *ws, const fqla_fwd_ws_layout &L,
+                                 cudaStream_t stream)
+{
+    k.gam = (float *)(ws + L.gam);
+    k.rq = k.rk = NULL; /* the prepare kernel normalises the planes themselves */
+    k.pdl = 0;
+    fqla_fwd_params pre = k, mp = k;
+    if (r->cp) {
+        k.cp_skip = r->cp_skip;
+        k.chunk_ok = (int *)(ws + L.chunk_ok);
+        cp_passes(s, r, ws, L, k, pre, mp);
+    }
+    fqla_bwd_params b;
+    memset(&b, 0, sizeof b);
+    b.bet = (float *)(ws + L.bet);
+    b.Tt = (float *)(ws + L.Tt);
+    b.Pt = (float *)(ws + L.Pt);
+    b.qkp = (uint16_t *)(ws + L.qkp);
+    b.sms = r->sms;
+    b.chain_nwg = r->nwg;
+    b.f = k;
+    fqla_status st = FQLA_STATUS_SUCCESS;
+    if (k.slots > 0) /* no chunk at all (T = 0): the chain only writes the final states */
+        st = fqla_cuda_check(ctx, fqla_fwd_launch_chain_f32_prepare(b, stream),
+                             "CUDA forward: fp32 chain route's prepare kernel launch");
+    if (st != FQLA_STATUS_SUCCESS || !r->cp)
+        return st != FQLA_STATUS_SUCCESS ? st
+                                         : fqla_cuda_check(ctx, fqla_fwd_launch_chain_f32(b, stream),
+                                                           "CUDA forward: fp32 chain launch");
+    b.f = pre;
+    b.cp_hm[0] = k.seg_hm;
+    st = fqla_cuda_check(ctx, fqla_fwd_launch_chain_f32(b, stream), "CUDA forward: fp32 chain CP pre-pass launch");
+    if (st != FQLA_STATUS_SUCCESS) return st;
+    st = fqla_cuda_check(ctx, fqla_fwd_launch_cp_scan(k, r->scan_cb, (int)r->sms, stream),
+                         "CUDA forward: fp32 chain CP scan launch");
+    if (st != FQLA_STATUS_SUCCESS) return st;
+    b.f = mp;
+    return fqla_cuda_check(ctx, fqla_fwd_launch_chain_f32(b, stream), "CUDA forward: fp32 chain CP main pass launch");
 }
 
 /* Context parallelism: the prepare kernel, then the pre-pass (the TMA
@@ -409,6 +464,7 @@ fqla_status fqla_cuda_fwd_run(fqla_context *ctx, const fqla_problem *p, const fq
                                "CUDA forward: fp32 recurrent kernel launch");
     unsigned char *ws = (unsigned char *)workspace;
     if (r.path == FQLA_FWD_CHUNK_F32 && r.cp) return run_cp_f32(ctx, &s, &r, k, ws, L, stream);
+    if (r.path == FQLA_FWD_CHAIN_F32) return run_chain_f32(ctx, &s, &r, k, ws, L, stream);
     if (r.path == FQLA_FWD_CHUNK_F32)
         return fqla_cuda_check(ctx, fqla_fwd_launch_chunk_f32(k, r.bv, stream),
                                "CUDA forward: fp32 chunk kernel launch");

@@ -204,6 +204,7 @@ struct fqla_fwd_ag_maps {
 /* Workspace carve-up (bytes; every region 256-aligned). */
 struct fqla_fwd_ws_layout {
     size_t gam, rq, rk, Ag, Pg, seg_hm, seg_s0, seg_flag, chunk_ok, total;
+    size_t bet, Tt, Pt, qkp; /* the fp32 chain route's (fqla_fwd_chain_f32_ws), else 0 */
 };
 
 static inline size_t fqla_fwd_align256(size_t x) { return (x + 255) & ~(size_t)255; }
@@ -232,6 +233,31 @@ static inline fqla_fwd_ws_layout fqla_fwd_ws(int64_t slots, int64_t H, int64_t H
     L.seg_s0 = off; off += fqla_fwd_align256((size_t)segs * HV * K * V * sizeof(float));
     L.seg_flag = off; off += fqla_fwd_align256((size_t)segs * HV * sizeof(int));
     L.chunk_ok = off; off += segs > 0 ? fqla_fwd_align256((size_t)slots * HV * sizeof(int)) : 0;
+    L.total = off;
+    L.bet = L.Tt = L.Pt = L.qkp = 0;
+    return L;
+}
+
+/* The fp32 chain route's workspace (route_plan.h FQLA_FWD_CHAIN_F32; the
+ * backward's prepare kernel and state chain, bwd_common.cuh): gam, beta, T~
+ * and P~ (fp32-sized hi / lo planes) per chunk slot and value head, the q / k
+ * planes per slot and q/k head, and with segs > 0 CP's buffers as above. */
+static inline fqla_fwd_ws_layout fqla_fwd_chain_f32_ws(int64_t slots, int64_t H, int64_t HV, int64_t K, int64_t V,
+                                                       int64_t segs)
+{
+    fqla_fwd_ws_layout L;
+    size_t off = 0;
+    const size_t tiles = (size_t)slots * HV;
+    L.gam = off; off += fqla_fwd_align256(tiles * 64 * sizeof(float));
+    L.bet = off; off += fqla_fwd_align256(tiles * 64 * sizeof(float));
+    L.Tt = off;  off += fqla_fwd_align256(tiles * 64 * 64 * sizeof(float));
+    L.Pt = off;  off += fqla_fwd_align256(tiles * 64 * 64 * sizeof(float));
+    L.qkp = off; off += fqla_fwd_align256((size_t)slots * H * 4 * 64 * K * sizeof(uint16_t));
+    L.rq = L.rk = L.Ag = L.Pg = off; /* none */
+    L.seg_hm = off; off += fqla_fwd_align256((size_t)segs * HV * K * (V + K) * sizeof(float));
+    L.seg_s0 = off; off += fqla_fwd_align256((size_t)segs * HV * K * V * sizeof(float));
+    L.seg_flag = off; off += fqla_fwd_align256((size_t)segs * HV * sizeof(int));
+    L.chunk_ok = off; off += segs > 0 ? fqla_fwd_align256(tiles * sizeof(int)) : 0;
     L.total = off;
     return L;
 }

@@ -16,7 +16,10 @@
  * - RECURRENT: fp32 q/k/v, the fp32 recurrence token by token
  *   (fwd_recurrent.cu), where CHUNK_F32 does not cover the call;
  * - CHUNK_F32: fp32 q/k/v, the chunked kernel in fp32 with bf16x3
- *   products (fwd_chunk_f32.cu), bv value columns per CTA, no workspace.
+ *   products (fwd_chunk_f32.cu), bv value columns per CTA, no workspace;
+ * - CHAIN_F32: fp32 q/k/v on the backward's prepare kernel and state chain
+ *   in their fp32 forms (bwd_prepare.cu, bwd_chain.cu: products on wgmma
+ *   with split bf16 operands), nwg 64-column slices a chain CTA.
  * With cp set, FUSED or WGMMA is CP's main pass (after the state-only
  * pre-pass and the scan of fwd_cp.cu). The one decision left to the run is
  * a TMA map that cannot be encoded after all: then fwd.cu falls back to the
@@ -57,16 +60,24 @@ typedef struct fqla_fwd_shape {
     int tma_encoder;
 } fqla_fwd_shape;
 
-enum { FQLA_FWD_FUSED = 1, FQLA_FWD_WGMMA = 2, FQLA_FWD_MMA = 3, FQLA_FWD_RECURRENT = 4, FQLA_FWD_CHUNK_F32 = 5 };
+enum {
+    FQLA_FWD_FUSED = 1,
+    FQLA_FWD_WGMMA = 2,
+    FQLA_FWD_MMA = 3,
+    FQLA_FWD_RECURRENT = 4,
+    FQLA_FWD_CHUNK_F32 = 5,
+    FQLA_FWD_CHAIN_F32 = 6
+};
 
 typedef struct fqla_fwd_route {
-    int path;           /* FQLA_FWD_FUSED .. FQLA_FWD_CHUNK_F32 */
+    int path;           /* FQLA_FWD_FUSED .. FQLA_FWD_CHAIN_F32 */
     int64_t uniform;    /* > 0: packed varlen input of sequences of this one
                            length that fill the tokens, planned and run as the
                            padded batch [N][uniform] over the same memory */
     int64_t sms;        /* the SM count planned with */
     int tma;            /* the TMA kernels' shape and alignment conditions hold */
-    int nwg;            /* FUSED / WGMMA: warpgroups per CTA on the chain (1, 2; with cp, the main pass's) */
+    int nwg;            /* FUSED / WGMMA / CHAIN_F32: warpgroups per CTA on the chain (1, 2; with cp, the
+                           main pass's) */
     int bv;             /* MMA's and CHUNK_F32's value columns per CTA (32, 64); also MMA's fallback's;
                            with cp, CHUNK_F32's main pass's */
     int pre_bv;         /* CHUNK_F32 with cp: the pre-pass's value columns per CTA (32, 64) */
@@ -247,6 +258,39 @@ static inline int fqla_route_f32_chunked(const fqla_fwd_shape *s)
     return longest > 8;
 }
 
+/* The fp32 chain route (FQLA_FWD_CHAIN_F32): where the chunked fp32 kernel
+ * covers the shape, and the grids fit (the prepare kernel's slots x HV CTAs
+ * in x, the value heads in y). Its chain CTAs take one 64-column slice
+ * (fqla_route_f32_chain_nwg): the chain's shared memory (~195 KB) leaves one
+ * CTA an SM either way, and on 21 rows of bench_fwd.py --dtype fp32 (H100,
+ * bench/results/fwd-fp32-chain-h100-2026-12-07.csv) a CTA of two was
+ * 1.0-2.1x the time of one but on two rows (0.89x, 0.90x): the step of a
+ * CTA of two grew with the CTAs running beside it (8 -> 24 CTAs of two:
+ * 5.4 -> 15 us a chunk), one of one's hardly (6.1 -> 7.3), cause not yet
+ * known. */
+static inline int fqla_route_f32_chain_covers(const fqla_fwd_shape *s)
+{
+    return fqla_route_f32_covers(s) && s->HV <= 65535 &&
+           (fqla_route_slots(s) + (s->T + 63) / 64) * s->HV < ((int64_t)1 << 31) && s->N < ((int64_t)1 << 31);
+}
+static inline int fqla_route_f32_chain_nwg(const fqla_fwd_shape *s, int64_t sms)
+{
+    (void)s;
+    (void)sms;
+    return 1;
+}
+
+/* The chain route's CP plan: the backward chains' model (cp_plan.h,
+ * fqla_cp_bwd_seg_chunks, one chain), which counts two 64-column chain
+ * warpgroups an SM; the chain route runs one (one CTA of one an SM), so it
+ * is asked with half the SMs. */
+static inline int64_t fqla_route_f32_chain_cp(const fqla_fwd_shape *s, int64_t sms)
+{
+    const int64_t half = (sms + 1) / 2;
+    if (s->varlen && s->cu_host) return fqla_cp_bwd_seg_chunks_cu(s->cu_host, s->N, s->HV, s->K, s->V, 1, half);
+    return fqla_cp_bwd_seg_chunks(s->N, s->T, s->HV, s->K, s->V, 1, half);
+}
+
 /* Consumer warpgroups per CTA of the wgmma chunk kernel over `rows`
  * sequences (or CP segments). Two (one CTA per 128 value columns, sharing
  * the K, Q, Ag, Pg tiles) run a CTA ~1.4x longer than one does (measured on
@@ -413,6 +457,32 @@ static inline void fqla_route_f32_cp(const fqla_fwd_shape *s, int64_t sms, fqla_
     r->scan_cb = r->cp ? fqla_route_scan_cb(s, sms) : 0;
 }
 
+/* fp32 calls the chunked kernel covers: the chain route, with CP where its
+ * plan says, except where its chain CTAs without CP take more than one wave
+ * over long sequences (64 chunks or more): there the chain route's extra
+ * bytes (the prepare kernel's T~, P~ and q / k planes, written and read
+ * again) bound it and the chunked kernel, which keeps them on chip, was
+ * faster (27B TP2 8192x4, 1.76 against 2.21 ms in the run named above). */
+static inline void fqla_route_f32(const fqla_fwd_shape *s, int64_t sms, fqla_fwd_route *r)
+{
+    if (fqla_route_f32_chain_covers(s)) {
+        const int64_t L = fqla_route_f32_chain_cp(s, sms);
+        const int64_t longest = s->varlen ? (s->cu_host ? fqla_cp_longest(s->cu_host, s->N) : s->T) : s->T;
+        const int64_t ctas = s->N * s->HV * ((s->V + 63) / 64);
+        if (L > 0 || ctas <= sms || longest < 64 * 64) {
+            r->path = FQLA_FWD_CHAIN_F32;
+            r->nwg = fqla_route_f32_chain_nwg(s, sms);
+            r->seg_chunks = L;
+            r->cp = L > 0;
+            r->cp_skip = r->cp;
+            r->scan_cb = r->cp ? fqla_route_scan_cb(s, sms) : 0;
+            return;
+        }
+    }
+    r->path = FQLA_FWD_CHUNK_F32;
+    fqla_route_f32_cp(s, sms, r);
+}
+
 /* The plan for shape s (as validated) on device d; *ps receives the shape
  * the kernels run (the padded view where r->uniform > 0). */
 static inline void fqla_fwd_plan(const fqla_route_device *d, const fqla_fwd_shape *s, fqla_fwd_route *r,
@@ -438,8 +508,8 @@ static inline void fqla_fwd_plan(const fqla_route_device *d, const fqla_fwd_shap
     r->rec_rows = 0;
     r->pre_bv = 0;
     if (s->io_f32) {
-        r->path = fqla_route_f32_chunked(s) ? FQLA_FWD_CHUNK_F32 : FQLA_FWD_RECURRENT;
-        if (r->path == FQLA_FWD_CHUNK_F32) fqla_route_f32_cp(s, sms, r);
+        if (fqla_route_f32_chunked(s)) fqla_route_f32(s, sms, r);
+        else r->path = FQLA_FWD_RECURRENT;
         return;
     }
     r->tma = fqla_route_tma_ok(s->K, s->V, s->T, fqla_route_slots(s), s->HV, s->o_base16, s->o_sb, s->o_st, s->o_sh,

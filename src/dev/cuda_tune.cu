@@ -126,17 +126,26 @@ void fwd_retune(const fqla_fwd_shape *s, fqla_fwd_route *r)
     r->path = FQLA_FWD_MMA;
 }
 
-/* fp32 q/k/v: the recurrence's rows a lane; the chunked fp32 kernel
- * forced on (where it covers the shape, whatever the sequence lengths) or
- * off, and its slice width. */
+/* fp32 q/k/v: the recurrence's rows a lane; the chunked fp32 kernel or the
+ * chain route forced on (where it covers the shape, whatever the sequence
+ * lengths) or off, and its slice width. */
 void f32_retune(const fqla_fwd_shape *s, fqla_fwd_route *r)
 {
     if (g_f32 == 0 || (g_f32 == 1 && fqla_route_f32_covers(s))) r->path = g_f32 == 1 ? FQLA_FWD_CHUNK_F32 : FQLA_FWD_RECURRENT;
+    if (g_f32 == 2 && fqla_route_f32_chain_covers(s) && r->path != FQLA_FWD_CHAIN_F32) { /* the chain route, its plan */
+        r->path = FQLA_FWD_CHAIN_F32;
+        r->nwg = fqla_route_f32_chain_nwg(s, r->sms);
+        r->seg_chunks = fqla_route_f32_chain_cp(s, r->sms);
+        r->cp = r->cp_skip = r->seg_chunks > 0;
+        r->scan_cb = r->cp ? fqla_route_scan_cb(s, r->sms) : 0;
+        r->bv = r->pre_bv = 0;
+    }
+    /* CP forced off, or on at g_cp chunks a segment */
+    const int64_t segs = g_cp > 0 ? fqla_route_segs(s, g_cp) : 0; /* 0 for a padded batch of no tokens */
+    const bool cp_forced = g_cp == 0 || (segs > 0 && segs * s->HV <= 0x7fffffffLL);
     if (r->path == FQLA_FWD_CHUNK_F32) {
         if (!r->bv) fqla_route_f32_cp(s, r->sms, r);
-        /* CP forced off, or on at g_cp chunks a segment */
-        const int64_t segs = g_cp > 0 ? fqla_route_segs(s, g_cp) : 0; /* 0 for a padded batch of no tokens */
-        if (g_cp == 0 || (segs > 0 && segs * s->HV <= 0x7fffffffLL)) {
+        if (cp_forced) {
             r->seg_chunks = g_cp;
             r->cp = g_cp > 0;
             r->bv = fqla_route_bv(s, r->sms);
@@ -146,6 +155,14 @@ void f32_retune(const fqla_fwd_shape *s, fqla_fwd_route *r)
         r->cp_skip = r->cp && g_cp_skip;
         if (g_f32_bv == 32 || (g_f32_bv == 64 && s->V % 64 == 0)) r->bv = r->pre_bv = g_f32_bv;
         if (!r->cp) r->pre_bv = 0;
+    } else if (r->path == FQLA_FWD_CHAIN_F32) {
+        if (g_f32_bv == 64 || g_f32_bv == 128) r->nwg = g_f32_bv / 64; /* slices a CTA */
+        if (cp_forced) {
+            r->seg_chunks = g_cp;
+            r->cp = g_cp > 0;
+        }
+        r->scan_cb = r->cp ? (g_scan_cb ? g_scan_cb : fqla_route_scan_cb(s, r->sms)) : 0;
+        r->cp_skip = r->cp && g_cp_skip;
     } else {
         r->seg_chunks = 0;
         r->cp = r->cp_skip = 0;
@@ -159,7 +176,7 @@ void fqla_dev_fwd_route(const fqla_route_device *d, const fqla_fwd_shape *s, fql
                         const void *workspace)
 {
     (void)d;
-    if (r->path == FQLA_FWD_RECURRENT || r->path == FQLA_FWD_CHUNK_F32) f32_retune(s, r);
+    if (r->path == FQLA_FWD_RECURRENT || r->path == FQLA_FWD_CHUNK_F32 || r->path == FQLA_FWD_CHAIN_F32) f32_retune(s, r);
     else if (fwd_tuned()) fwd_retune(s, r);
     if (!run) return;
     g_last_route = r->path + (r->cp ? 8 : 0);
@@ -220,9 +237,12 @@ FQLA_DEV_API void fqla_cuda_fwd_tune_pdl(int on) { g_pdl = on; }
 FQLA_DEV_API void fqla_cuda_fwd_tune_recurrent(int rows) { g_rec_rows = rows == 16 || rows == 32 ? rows : 0; }
 
 /* fp32 q/k/v: chunked = 1 the chunked fp32 kernel wherever it covers the
- * shape (K = 64 or 128, V a multiple of 32, aligned rows), 0 the
- * recurrence, -1 (the default) the planner's choice; bv its value columns
- * per CTA (32, or 64 where V allows; 0 the planner's). */
+ * shape (K = 64 or 128, V a multiple of 32, aligned rows), 2 the chain route
+ * there (with its CP plan; fqla_cuda_fwd_tune_cp forces CP on either), 0 the
+ * recurrence, -1 (the default) the planner's
+ * choice; bv the chunked kernel's value columns per CTA (32, or 64 where V
+ * allows; 0 the planner's), or the chain route's (64: one slice a CTA, 128:
+ * two). */
 FQLA_DEV_API void fqla_cuda_fwd_tune_f32(int chunked, int bv)
 {
     g_f32 = chunked;

@@ -40,8 +40,9 @@ fqla_cuda_fwd_tune_pdl), and a ninth the per cent of long segments' transitions 
 plan expects the shortcut to leave out (cp_plan.h m_skipped; without it the build's default,
 75; fqla_cuda_fwd_tune_cp_mskip), and a tenth the fp32 recurrence's state rows a lane (16,
 32; 0 = by the waves; fqla_cuda_fwd_tune_recurrent), and an eleventh the fp32 path (1 the
-chunked fp32 kernel wherever it covers the shape, 0 the recurrence, -1 the plan) and a
-twelfth its value columns per CTA (32, 64; 0 = the plan's; fqla_cuda_fwd_tune_f32). Each (library,
+chunked fp32 kernel wherever it covers the shape, 2 the chain route there, 0 the recurrence,
+-1 the plan) and a twelfth its value columns per CTA (32, 64; the chain route's 64 or 128;
+0 = the plan's; fqla_cuda_fwd_tune_f32). Each (library,
 variant) is one CSV row; its commit field is the build's commit plus the
 variant, or the label of a labelled library run without variants (e.g.
 '206cbd8=old/libflashqla.so').
@@ -419,6 +420,8 @@ def main():
                 name += "-pdl%d" % var[7] if len(var) >= 8 else ""
                 name += "-ms%d" % var[8] if len(var) >= 9 else ""
                 name += "-rows%d" % var[9] if len(var) >= 10 else ""
+                name += "-f32%d" % var[10] if len(var) >= 11 else ""
+                name += "-bv%d" % var[11] if len(var) >= 12 else ""
                 configs.append((lib, var, (lib.label + ":" if lib.label else "") + name))
         else:
             configs.append((lib, None, lib.label))

@@ -936,7 +936,7 @@ static void fwd_fp32(void)
 /* Context parallelism on the fp32 routes (fwd.cu run_chain_f32 and
  * run_cp_f32: a pre-pass over V + K columns, fwd_cp.cu's scan, the main
  * pass), at the fp32 threshold: the plan's own choice on long sequences
- * with few heads (with CP, on either route: fp32_cp_route): unit decay,
+ * with few heads (with CP, on either route: fp32_cp_planned): unit decay,
  * moderate decay with the in-kernel l2norm (the shortcut starts a
  * segment's end state a few chunks before its end), and varlen with heads
  * from ungated to strongly decayed (and, in a developer build, the same
@@ -944,12 +944,18 @@ static void fwd_fp32(void)
 static int64_t cp_pairs(const spec *s, int L);
 static void check_final_only(prob *p, const char *what);
 
-/* The route the plan gives an fp32 call with CP (the chain route's or the
- * chunked kernel's, + 8), or 0 where it plans no CP. */
-static int fp32_cp_route(const spec *s)
+/* The route the plan gives an fp32 call (+ 8 with CP), and whether it is
+ * one of the two chunked routes with CP (the quick sizes of the CPU
+ * emulator are too short for the chain route's plan to cut them). */
+static int fp32_route(const spec *s)
 {
     const fqla_fwd_route r = planned(s);
-    return r.cp && (r.path == FQLA_FWD_CHAIN_F32 || r.path == FQLA_FWD_CHUNK_F32) ? r.path + 8 : 0;
+    return route_code(&r);
+}
+static int fp32_cp_planned(const spec *s)
+{
+    const int r = fp32_route(s);
+    return check_quick() || r == FQLA_FWD_CHAIN_F32 + 8 || r == FQLA_FWD_CHUNK_F32 + 8;
 }
 
 static void fwd_fp32_cp(void)
@@ -959,8 +965,8 @@ static void fwd_fp32_cp(void)
         spec s = base_spec(1, quick ? 1000 : 2000, 1, 2, 128);
         s.io = FQLA_DTYPE_F32;
         check_spec(&s, "fp32 CP plan T=2000 H=1 HV=2");
-        CHECK(fp32_cp_route(&s) != 0, "fp32 CP plan T=2000 H=1 HV=2: no CP planned");
-        expect_route(&s, fp32_cp_route(&s), 0, "fp32 CP plan T=2000 H=1 HV=2");
+        CHECK(fp32_cp_planned(&s), "fp32 CP plan T=2000 H=1 HV=2: no CP planned");
+        expect_route(&s, fp32_route(&s), 0, "fp32 CP plan T=2000 H=1 HV=2");
         if (DEV_BUILD) { /* the chunked kernel's CP on the same shape */
             fqla_cuda_fwd_tune_f32(1, 0);
             check_spec(&s, "fp32 CP plan T=2000 H=1 HV=2 [chunked kernel]");
@@ -973,15 +979,18 @@ static void fwd_fp32_cp(void)
         s.decay = 6;
         s.l2norm = 1;
         check_spec(&s, "fp32 CP plan K=V=64 T=4096 H=2 HV=4 g~-0.15 l2norm");
-        CHECK(fp32_cp_route(&s) != 0, "fp32 CP plan K=V=64 T=4096: no CP planned");
-        expect_route(&s, fp32_cp_route(&s), 0, "fp32 CP plan K=V=64 T=4096 H=2 HV=4 g~-0.15 l2norm");
+        CHECK(fp32_cp_planned(&s), "fp32 CP plan K=V=64 T=4096: no CP planned");
+        expect_route(&s, fp32_route(&s), 0, "fp32 CP plan K=V=64 T=4096 H=2 HV=4 g~-0.15 l2norm");
         /* no one-token sequence here: under a strong decay its o is scale beta
          * (q . k) v alone, and its relative error that of one dot product,
          * which a small q . k inflates (5.1e-5 in one H100 run of [0, 1500,
          * 1501, 3000]); one-token sequences are among the forced cases below
          * at normal decay */
-        const int64_t cu[] = {0, 1500, 1564, 3000};
-        s = base_spec(1, 3000, 1, 2, 128);
+        /* 12000 tokens at full size: the chain route's plan leaves [0, 1500,
+         * 1564, 3000] (the quick size) uncut */
+        const int64_t cu_quick[] = {0, 1500, 1564, 3000}, cu_full[] = {0, 6000, 6064, 12000};
+        const int64_t *cu = quick ? cu_quick : cu_full;
+        s = base_spec(1, cu[3], 1, 2, 128);
         set_cu(&s, cu, 4);
         s.io = FQLA_DTYPE_F32;
         s.decay = 4;
@@ -990,15 +999,15 @@ static void fwd_fp32_cp(void)
         prob_init(&p, &s);
         upload_all(&p);
         run_ref(&p);
-        check_prob(&p, "fp32 CP plan varlen [0,1500,1564,3000] decay 0..16 over heads");
-        CHECK(fp32_cp_route(&s) != 0, "fp32 CP plan varlen [0,1500,1564,3000]: no CP planned");
-        expect_route(&s, fp32_cp_route(&s), 0, "fp32 CP plan varlen [0,1500,1564,3000] decay 0..16 over heads");
+        check_prob(&p, "fp32 CP plan varlen [0,L,L+64,2L] decay 0..16 over heads");
+        CHECK(fp32_cp_planned(&s), "fp32 CP plan varlen [0,L,L+64,2L]: no CP planned");
+        expect_route(&s, fp32_route(&s), 0, "fp32 CP plan varlen [0,L,L+64,2L] decay 0..16 over heads");
         if (DEV_BUILD) { /* the same inputs without CP: CP's own part of the error; the chunked kernel's CP */
             fqla_cuda_fwd_tune_cp(0);
-            check_prob(&p, "fp32 varlen [0,1500,1564,3000] decay 0..16 over heads [no CP]");
+            check_prob(&p, "fp32 varlen [0,L,L+64,2L] decay 0..16 over heads [no CP]");
             fqla_cuda_fwd_tune_cp(-1);
             fqla_cuda_fwd_tune_f32(1, 0);
-            check_prob(&p, "fp32 varlen [0,1500,1564,3000] decay 0..16 over heads [chunked kernel]");
+            check_prob(&p, "fp32 varlen [0,L,L+64,2L] decay 0..16 over heads [chunked kernel]");
             fqla_cuda_fwd_tune_f32(-1, 0);
         }
         prob_free(&p);

@@ -122,11 +122,10 @@ static void each_path(void)
 
     /* fp32 q/k/v: where the chunked fp32 kernel covers the call (K = 64 or
      * 128, V % 32 = 0, aligned rows, a sequence of more than 8 tokens) the
-     * chain route, one slice a CTA, with CP where the backward chains' model
-     * says (cp_plan.h fqla_cp_bwd_seg_chunks at half the SMs), or the chunked
-     * kernel where the chain CTAs take more than a wave over long sequences
-     * (with CP where fqla_cp_plan_f32 says; its decisions are test_cp_plan's
-     * plan_f32); else the recurrence, which has neither CP nor a workspace */
+     * chain route, with CP where the backward chains' model says (cp_plan.h
+     * fqla_cp_bwd_seg_chunks at half the SMs; one slice a CTA), else one or
+     * two slices a CTA by the waves (two where they save a wave at 1.27x the
+     * step); else the recurrence, which has neither CP nor a workspace */
     s = shape(1, 32768, 8, 8, 128, 128);
     s.io_f32 = 1;
     r = plan(132, &s);
@@ -144,21 +143,23 @@ static void each_path(void)
     s = shape(8, 1024, 16, 32, 128, 128);
     s.io_f32 = s.f32_rows16 = 1;
     r = plan(132, &s);
-    CHECK(r.path == FQLA_FWD_CHAIN_F32 && r.nwg == 1 && !r.cp && r.seg_chunks == 0,
-          "fp32 8x1024 HV 32: %s nwg %d cp %d", path_name(r.path), r.nwg, r.cp);
+    CHECK(r.path == FQLA_FWD_CHAIN_F32 && r.nwg == 2 && !r.cp && r.seg_chunks == 0,
+          "fp32 8x1024 HV 32 (two waves of pairs against four): %s nwg %d cp %d", path_name(r.path), r.nwg, r.cp);
     s.V = 96;
     r = plan(132, &s);
-    CHECK(r.path == FQLA_FWD_CHAIN_F32 && r.nwg == 1, "fp32 V = 96: %s nwg %d", path_name(r.path), r.nwg);
-    /* chain CTAs over a wave on long sequences (27B TP2 8192x4): the chunked kernel */
+    CHECK(r.path == FQLA_FWD_CHAIN_F32 && r.nwg == 2, "fp32 V = 96: %s nwg %d", path_name(r.path), r.nwg);
+    /* 27B TP2 8192x4: one wave of pairs against two of single slices; 4096x2:
+     * one wave of single slices */
     s = shape(4, 8192, 8, 24, 128, 128);
     s.io_f32 = s.f32_rows16 = 1;
     r = plan(132, &s);
-    CHECK(r.path == FQLA_FWD_CHUNK_F32 && r.bv == 64 && !r.cp, "fp32 4x8192 HV 24: %s bv %d cp %d",
-          path_name(r.path), r.bv, r.cp);
-    s.V = 128;
-    s.N = 8;
-    s.T = 1024; /* short ones: the chain route */
-    CHECK_PATH(plan(132, &s), FQLA_FWD_CHAIN_F32, "fp32 8x1024 HV 24");
+    CHECK(r.path == FQLA_FWD_CHAIN_F32 && r.nwg == 2 && !r.cp, "fp32 4x8192 HV 24: %s nwg %d cp %d",
+          path_name(r.path), r.nwg, r.cp);
+    s.N = 2;
+    s.T = 4096;
+    r = plan(132, &s);
+    CHECK(r.path == FQLA_FWD_CHAIN_F32 && r.nwg == 1, "fp32 2x4096 HV 24: %s nwg %d cp %d", path_name(r.path),
+          r.nwg, r.cp);
     s = shape(8, 1024, 16, 32, 128, 128);
     s.io_f32 = s.f32_rows16 = 1;
     s.V = 128;

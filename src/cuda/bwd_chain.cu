@@ -340,12 +340,23 @@ __device__ __forceinline__ void chain_run(const fqla_bwd_params &bp, int vec, in
     /* the span: sequence `row` (CHAIN_WHOLE), or segment `row` */
     int64_t n, batch, start, len, slot0;
     bool last;
-    if (!fqla_fwd_span(p, row, n, batch, start, len, slot0, last)) return;
+    /* the fp32 forward's pre-pass defines the shortcut's flag of every segment
+     * index it leaves out (0), as the chunked fp32 kernel's does (the
+     * backward's two chains share the flags: each writes those it runs) */
+    const bool flag_cta = F32 && mode == CHAIN_PREPASS && p.cp_skip && tid == 0 && slice0 <= nreal &&
+                          nreal < slice0 + NWG;
+    if (!fqla_fwd_span(p, row, n, batch, start, len, slot0, last)) {
+        if (flag_cta) p.seg_flag[row * p.HV + hv] = 0;
+        return;
+    }
     int64_t seq_start, seq_len, seq_slot0;
     fqla_fwd_seq(p, n, batch, seq_start, seq_len, seq_slot0);
     const bool first = start == seq_start;
     /* the pre-pass of the segment that ends the chain feeds nothing */
-    if (mode == CHAIN_PREPASS && (REVERSE ? first : last)) return;
+    if (mode == CHAIN_PREPASS && (REVERSE ? first : last)) {
+        if (flag_cta) p.seg_flag[row * p.HV + hv] = 0;
+        return;
+    }
     /* the pre-pass's identity columns (M) of a segment whose transition is
      * negligible under its decay (fwd_common.cuh): left out, and flagged for
      * the scan by the CTA of the first identity slice (every CTA decides

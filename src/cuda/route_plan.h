@@ -260,14 +260,13 @@ static inline int fqla_route_f32_chunked(const fqla_fwd_shape *s)
 
 /* The fp32 chain route (FQLA_FWD_CHAIN_F32): where the chunked fp32 kernel
  * covers the shape, and the grids fit (the prepare kernel's slots x HV CTAs
- * in x, the value heads in y). Its chain CTAs take one 64-column slice
- * (fqla_route_f32_chain_nwg): the chain's shared memory (~195 KB) leaves one
- * CTA an SM either way, and on 21 rows of bench_fwd.py --dtype fp32 (H100,
- * bench/results/fwd-fp32-chain-h100-2026-12-07.csv) a CTA of two was
- * 1.0-2.1x the time of one but on two rows (0.89x, 0.90x): the step of a
- * CTA of two grew with the CTAs running beside it (8 -> 24 CTAs of two:
- * 5.4 -> 15 us a chunk), one of one's hardly (6.1 -> 7.3), cause not yet
- * known. */
+ * and its tail blocks in x, the value heads in y). Without CP its chain CTAs
+ * take one 64-column slice or two (fqla_route_f32_chain_nwg): the chain's
+ * shared memory (~195 KB) leaves one CTA an SM either way, and a CTA of two
+ * steps ~1.27x as long as one (the backward's measure, bwd.cu), so the
+ * fewer waves at that price; on the 21 rows timed with both (H100,
+ * bench/results/fwd-fp32-chain-h100-2026-12-07.csv) this picks the faster
+ * of the two on each. With CP one slice a CTA (the plan's model assumes it). */
 static inline int fqla_route_f32_chain_covers(const fqla_fwd_shape *s)
 {
     return fqla_route_f32_covers(s) && s->HV <= 65535 &&
@@ -275,9 +274,9 @@ static inline int fqla_route_f32_chain_covers(const fqla_fwd_shape *s)
 }
 static inline int fqla_route_f32_chain_nwg(const fqla_fwd_shape *s, int64_t sms)
 {
-    (void)s;
-    (void)sms;
-    return 1;
+    const int64_t pairs = s->N * s->HV * ((s->V + 127) / 128), ones = s->N * s->HV * ((s->V + 63) / 64);
+    const double two = 1.27 * (double)((pairs + sms - 1) / sms), one = (double)((ones + sms - 1) / sms);
+    return two < one ? 2 : 1;
 }
 
 /* The chain route's CP plan: the backward chains' model (cp_plan.h,
@@ -458,26 +457,20 @@ static inline void fqla_route_f32_cp(const fqla_fwd_shape *s, int64_t sms, fqla_
 }
 
 /* fp32 calls the chunked kernel covers: the chain route, with CP where its
- * plan says, except where its chain CTAs without CP take more than one wave
- * over long sequences (64 chunks or more): there the chain route's extra
- * bytes (the prepare kernel's T~, P~ and q / k planes, written and read
- * again) bound it and the chunked kernel, which keeps them on chip, was
- * faster (27B TP2 8192x4, 1.76 against 2.21 ms in the run named above). */
+ * plan says. On the 57 rows of bench_fwd.py --dtype fp32 for three models
+ * (H100, the record named above) it ran 1.10-2.95x FLA's fp32 forward,
+ * geomean 1.68, against the chunked kernel's 0.63-1.35, 0.90; the chunked
+ * kernel stays for rows the chain route's grids cannot take. */
 static inline void fqla_route_f32(const fqla_fwd_shape *s, int64_t sms, fqla_fwd_route *r)
 {
     if (fqla_route_f32_chain_covers(s)) {
-        const int64_t L = fqla_route_f32_chain_cp(s, sms);
-        const int64_t longest = s->varlen ? (s->cu_host ? fqla_cp_longest(s->cu_host, s->N) : s->T) : s->T;
-        const int64_t ctas = s->N * s->HV * ((s->V + 63) / 64);
-        if (L > 0 || ctas <= sms || longest < 64 * 64) {
-            r->path = FQLA_FWD_CHAIN_F32;
-            r->nwg = fqla_route_f32_chain_nwg(s, sms);
-            r->seg_chunks = L;
-            r->cp = L > 0;
-            r->cp_skip = r->cp;
-            r->scan_cb = r->cp ? fqla_route_scan_cb(s, sms) : 0;
-            return;
-        }
+        r->path = FQLA_FWD_CHAIN_F32;
+        r->seg_chunks = fqla_route_f32_chain_cp(s, sms);
+        r->cp = r->seg_chunks > 0;
+        r->cp_skip = r->cp;
+        r->nwg = r->cp ? 1 : fqla_route_f32_chain_nwg(s, sms);
+        r->scan_cb = r->cp ? fqla_route_scan_cb(s, sms) : 0;
+        return;
     }
     r->path = FQLA_FWD_CHUNK_F32;
     fqla_route_f32_cp(s, sms, r);

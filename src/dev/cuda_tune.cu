@@ -134,9 +134,9 @@ void f32_retune(const fqla_fwd_shape *s, fqla_fwd_route *r)
     if (g_f32 == 0 || (g_f32 == 1 && fqla_route_f32_covers(s))) r->path = g_f32 == 1 ? FQLA_FWD_CHUNK_F32 : FQLA_FWD_RECURRENT;
     if (g_f32 == 2 && fqla_route_f32_chain_covers(s) && r->path != FQLA_FWD_CHAIN_F32) { /* the chain route, its plan */
         r->path = FQLA_FWD_CHAIN_F32;
-        r->nwg = fqla_route_f32_chain_nwg(s, r->sms);
         r->seg_chunks = fqla_route_f32_chain_cp(s, r->sms);
         r->cp = r->cp_skip = r->seg_chunks > 0;
+        r->nwg = r->cp ? 1 : fqla_route_f32_chain_nwg(s, r->sms);
         r->scan_cb = r->cp ? fqla_route_scan_cb(s, r->sms) : 0;
         r->bv = r->pre_bv = 0;
     }

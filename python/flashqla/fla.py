@@ -11,10 +11,11 @@ earlier; FLA's own FlashQLA/TileLang backend has 3). The verifier accepts a
 call only when flashqla's library says it can run it (fqla_fwd_supported,
 and fqla_bwd_supported when an input requires grad, both answered without
 launching anything), the call uses nothing flashqla lacks (deprecated
-arguments; initial_state or output_final_state together with cp_context)
-and flashqla's path is not the slower one (fp32 CUDA tensors:
-slower_than_fla); everything else falls back to the next backend
-and finally to FLA's Triton code. Set FLA_FLASHQLA=0 to switch it off without
+arguments; initial_state or output_final_state together with cp_context);
+everything else falls back to the next backend and finally to FLA's Triton
+code. (fp32 CUDA tensors were declined while flashqla's fp32 forward was
+the slower one; since its chain route it is 1.10-2.95x FLA's fp32 forward
+on the 57 rows measured, docs/python.md.) Set FLA_FLASHQLA=0 to switch it off without
 code changes. A call with FLA's cp_context (fla.ops.cp.build_cp_context:
 one sequence split across the ranks of a process group) runs on
 flashqla.distributed with the rank layout that context describes.
@@ -112,19 +113,6 @@ def _prepared(bound):
         bound.get("cu_seqlens"), bound.get("cu_seqlens_cpu"), bound.get("cp_context"), None)
 
 
-def slower_than_fla(dtype, device_type):
-    """Why FLA should keep a call flashqla could run, or None: fp32 CUDA
-    tensors run flashqla's chunked fp32 kernel (bf16x3 products, with
-    context parallelism for few long sequences), still slower than FLA's
-    own fp32 chunked kernels on most rows (0.89x geomean over 57 rows on an
-    H100, 0.58-1.35x; faster only on one or two long sequences with few
-    heads). FLA's are tf32-accurate (~1e-3), flashqla's fp32-class (~1e-5):
-    a caller who needs the latter calls flashqla directly."""
-    if device_type == "cuda" and dtype == torch.float32:
-        return "flashqla: fp32 on CUDA is slower than FLA's chunked fp32 kernels"
-    return None
-
-
 def verify_call(*args, **kwargs):
     """(True, None) when flashqla runs this FLA call, else (False, reason)."""
     try:
@@ -146,9 +134,6 @@ def verify_call(*args, **kwargs):
     q = bound["q"]
     if not isinstance(q, torch.Tensor) or q.device.type not in ("cpu", "cuda"):
         return False, "flashqla runs CPU and CUDA tensors only"
-    slower = slower_than_fla(q.dtype, q.device.type)
-    if slower:
-        return False, slower
     try:
         prepared = _prepared(bound)
         err = ops.fwd_supported(*prepared, backward=_needs_backward(bound))

@@ -169,7 +169,7 @@ def _segments(name, rank, world, cu):
 def _dtype(name, device):
     opt = CASES[name][2]
     if device.type == "cuda" and opt.get("fla"):
-        return torch.bfloat16   # FLA keeps fp32 CUDA calls (flashqla.fla.slower_than_fla)
+        return torch.bfloat16   # the CUDA backward takes bf16 / fp16: fp32 training calls stay with FLA
     return getattr(torch, opt.get("dtype", "float32"))
 
 

@@ -45,6 +45,13 @@
  * do not damp it), and the gradients of a one-token sequence are single
  * cancelling sums (dev/models/bwd_chunked.py).
  *
+ * The state chain also serves the fp32 forward (T = float,
+ * fqla_fwd_launch_chain_f32; fwd.cu's chain route): its q / k arrive as the
+ * hi / lo planes the prepare kernel wrote, v is read into registers, and
+ * each chunk forms O^T = scale (Q S)^T diag(e) + U^T P~^T beside the update
+ * and stores o instead of the state (chain_f32_out), the final state at the
+ * end; with CP its pre-pass and main pass run around the forward's scan.
+ *
  * Inputs arrive a chunk ahead by cp.async: the raw q / k rows and the V or
  * dO slice into a two-stage ring, T~ (and P~) as the hi / lo planes
  * bwd_prepare.cu stores, into a set of planes for even and one for odd
@@ -426,24 +433,24 @@ __device__ __forceinline__ void chain_run(const fqla_bwd_params &bp, int vec, in
                     fqla_prefetch_l2((const float *)p.v + batch * p.v_sb + (t0 + r) * p.v_st + (int64_t)hv * p.v_sh + col);
             }
         } else {
-        copy_plane<KD, THREADS>(st, (const uint16_t *)p.k + batch * p.k_sb + t0 * p.k_st + (int64_t)hk * p.k_sh,
-                                p.k_st, KD, nv, vec);
-        if constexpr (REVERSE) {
-            copy_plane<KD, THREADS>(st + L::KP,
-                                    (const uint16_t *)p.q + batch * p.q_sb + t0 * p.q_st + (int64_t)hk * p.q_sh,
-                                    p.q_st, KD, nv, vec);
-            copy_tile<THREADS>(sm + tp_of(s) + 2 * TILE, bp.Pt + tile * C * C);
-        }
-        /* each real slice's V or dO columns (identity slices have zero input, never read) */
+            copy_plane<KD, THREADS>(st, (const uint16_t *)p.k + batch * p.k_sb + t0 * p.k_st + (int64_t)hk * p.k_sh,
+                                    p.k_st, KD, nv, vec);
+            if constexpr (REVERSE) {
+                copy_plane<KD, THREADS>(st + L::KP,
+                                        (const uint16_t *)p.q + batch * p.q_sb + t0 * p.q_st + (int64_t)hk * p.q_sh,
+                                        p.q_st, KD, nv, vec);
+                copy_tile<THREADS>(sm + tp_of(s) + 2 * TILE, bp.Pt + tile * C * C);
+            }
+            /* each real slice's V or dO columns (identity slices have zero input, never read) */
 #pragma unroll
-        for (int w = 0; w < NWG; w++) {
-            const int c0 = VS * (slice0 + w);
-            if (c0 >= p.V) break;
-            const int64_t off = REVERSE ? batch * bp.do_sb + t0 * bp.do_st + (int64_t)hv * bp.do_sh + c0
-                                        : batch * p.v_sb + t0 * p.v_st + (int64_t)hv * p.v_sh + c0;
-            copy_plane<VS, THREADS>(st + L::NQK * L::KP + w * TILE, (const uint16_t *)(REVERSE ? bp.d_o : p.v) + off,
-                                    REVERSE ? bp.do_st : p.v_st, p.V - c0, nv, vec);
-        }
+            for (int w = 0; w < NWG; w++) {
+                const int c0 = VS * (slice0 + w);
+                if (c0 >= p.V) break;
+                const int64_t off = REVERSE ? batch * bp.do_sb + t0 * bp.do_st + (int64_t)hv * bp.do_sh + c0
+                                            : batch * p.v_sb + t0 * p.v_st + (int64_t)hv * p.v_sh + c0;
+                copy_plane<VS, THREADS>(st + L::NQK * L::KP + w * TILE, (const uint16_t *)(REVERSE ? bp.d_o : p.v) + off,
+                                        REVERSE ? bp.do_st : p.v_st, p.V - c0, nv, vec);
+            }
         }
         copy_tile<THREADS>(sm + tp_of(s), bp.Tt + tile * C * C);
         if (tid < C / 4) { /* the workspace rows: 16-byte aligned always */

@@ -18,6 +18,12 @@
  *         (fqla_cp_m_negligible).
  * Rows past a sequence's end are zeros (beta 0, g 0), so they drop out.
  *
+ * Its fp32 instance serves the fp32 forward (fqla_fwd_launch_chain_f32_prepare,
+ * fwd.cu's chain route): q / k rows through registers, normalised there with
+ * the l2norm (so the factors are 1), split into hi / lo rows for the products
+ * (three a k-step) and written by the group's first CTA as the state chain's
+ * planes (bp.qkp); its tail blocks zero o's rows past cu[N].
+ *
  * Grid: slots x HV CTAs, a chunk slot's value heads next to each other (a
  * GVA group's CTAs then read the same q / k rows while they are in L2);
  * 256 threads. q and k rows by cp.async, every copy of the CTA in one

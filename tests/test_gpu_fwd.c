@@ -49,8 +49,10 @@ extern void fqla_cuda_fwd_tune_cp_scan(int columns);
 extern void fqla_cuda_fwd_tune_cp_skip(int on);
 extern int64_t fqla_cuda_fwd_debug_cp_skipped(void);
 extern void fqla_cuda_fwd_tune_recurrent(int rows); /* fp32 recurrence: 16 / 32 rows a lane, 0 by waves */
-extern void fqla_cuda_fwd_tune_f32(int chunked, int bv); /* fp32: 1 chunked, 0 recurrence, -1 plan; bv 32 / 64 */
-extern int fqla_cuda_fwd_last_route(void); /* 1 fused, 2 wgmma, 3 mma.sync, 4 fp32 recurrent, 5 fp32 chunked; + 8 with CP */
+extern void fqla_cuda_fwd_tune_f32(int chunked, int bv); /* fp32: 1 chunked, 2 chain, 0 recurrence, -1 plan;
+                                                          bv 32 / 64 (chain: 64 / 128) */
+extern int fqla_cuda_fwd_last_route(void); /* 1 fused, 2 wgmma, 3 mma.sync, 4 fp32 recurrent, 5 fp32 chunked,
+                                              6 fp32 chain; + 8 with CP */
 #define DEV_BUILD 1
 #else
 /* the product build has no hooks: the parts that force a path or a
@@ -967,13 +969,13 @@ static void fwd_fp32_cp(void)
         check_spec(&s, "fp32 CP plan T=2000 H=1 HV=2");
         CHECK(fp32_cp_planned(&s), "fp32 CP plan T=2000 H=1 HV=2: no CP planned");
         expect_route(&s, fp32_route(&s), 0, "fp32 CP plan T=2000 H=1 HV=2");
-        if (DEV_BUILD) { /* the chunked kernel's CP on the same shape */
-            fqla_cuda_fwd_tune_f32(1, 0);
-            check_spec(&s, "fp32 CP plan T=2000 H=1 HV=2 [chunked kernel]");
-            CHECK(fqla_cuda_fwd_last_route() == FQLA_FWD_CHUNK_F32 + 8, "chunked kernel's CP: ran route %d",
-                  fqla_cuda_fwd_last_route());
-            fqla_cuda_fwd_tune_f32(-1, 0);
-        }
+#ifdef FQLA_DEV /* the chunked kernel's CP on the same shape */
+        fqla_cuda_fwd_tune_f32(1, 0);
+        check_spec(&s, "fp32 CP plan T=2000 H=1 HV=2 [chunked kernel]");
+        CHECK(fqla_cuda_fwd_last_route() == FQLA_FWD_CHUNK_F32 + 8, "chunked kernel's CP: ran route %d",
+              fqla_cuda_fwd_last_route());
+        fqla_cuda_fwd_tune_f32(-1, 0);
+#endif
         s = base_spec(1, quick ? 1024 : 4096, 2, 4, 64);
         s.io = FQLA_DTYPE_F32;
         s.decay = 6;
@@ -1661,7 +1663,9 @@ static void fwd_graph_replay(void)
  * warpgroups, with a split last wave, at K = 256 (one warpgroup); the two
  * kernels on wgmma (K = 64 and 128) and on mma.sync (V not a multiple of
  * 64); context parallelism (its main pass on the fused kernel); fp32 on
- * the chunked fp32 kernel and (K = 256) the recurrence. The planner's choice is asserted, and in the developer build
+ * the chain route (one slice a CTA) and (K = 256) the recurrence (the
+ * chunked fp32 kernel, planned only where the chain route's grids do not
+ * fit, is forced in fwd_fp32 and fwd_fp32_cp*). The planner's choice is asserted, and in the developer build
  * that the call ran it. */
 static void fwd_routes(void)
 {
@@ -1684,12 +1688,12 @@ static void fwd_routes(void)
     s[10].io = FQLA_DTYPE_F32;
     const int route[NR][2] = {{FQLA_FWD_FUSED, 1}, {FQLA_FWD_FUSED, 2}, {FQLA_FWD_FUSED, 2}, {FQLA_FWD_FUSED, 1},
                               {FQLA_FWD_WGMMA, 1}, {FQLA_FWD_WGMMA, 1}, {FQLA_FWD_MMA, 0}, {FQLA_FWD_FUSED + 8, 0},
-                              {FQLA_FWD_CHUNK_F32, 0}, {FQLA_FWD_MMA, 0}, {FQLA_FWD_RECURRENT, 0}};
+                              {FQLA_FWD_CHAIN_F32, 1}, {FQLA_FWD_MMA, 0}, {FQLA_FWD_RECURRENT, 0}};
     const char *names[NR] = {"route fused nwg=1 T=200 H=HV=16", "route fused nwg=2 B=3 T=100 H=8 HV=32",
                              "route fused nwg=2 split last wave B=6 T=130 H=16 HV=32", "route fused K=V=256 H=1 HV=2",
                              "route wgmma T=200 H=2 HV=4", "route wgmma K=V=64 B=2 T=300 H=2 HV=4",
                              "route mma.sync K=128 V=96 T=200", "route CP T=8192 H=2 HV=4",
-                             "route fp32 chunked B=2 T=300", "route mma.sync K=256 V=96 T=200",
+                             "route fp32 chain B=2 T=300", "route mma.sync K=256 V=96 T=200",
                              "route fp32 recurrence K=V=256 T=200"};
     for (int i = 0; i < NR; i++) {
         check_spec(&s[i], names[i]);

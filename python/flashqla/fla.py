@@ -14,8 +14,8 @@ launching anything), the call uses nothing flashqla lacks (deprecated
 arguments; initial_state or output_final_state together with cp_context);
 everything else falls back to the next backend and finally to FLA's Triton
 code. (fp32 CUDA tensors were declined while flashqla's fp32 forward was
-the slower one; since its chain route it is 1.10-2.95x FLA's fp32 forward
-on the 57 rows measured, docs/python.md.) Set FLA_FLASHQLA=0 to switch it off without
+the slower one; since its chain route it is 1.07-3.09x FLA's fp32 forward
+on the 152 rows measured, docs/python.md.) Set FLA_FLASHQLA=0 to switch it off without
 code changes. A call with FLA's cp_context (fla.ops.cp.build_cp_context:
 one sequence split across the ranks of a process group) runs on
 flashqla.distributed with the rank layout that context describes.

@@ -457,10 +457,11 @@ static inline void fqla_route_f32_cp(const fqla_fwd_shape *s, int64_t sms, fqla_
 }
 
 /* fp32 calls the chunked kernel covers: the chain route, with CP where its
- * plan says. On the 57 rows of bench_fwd.py --dtype fp32 for three models
- * (H100, the record named above) it ran 1.10-2.95x FLA's fp32 forward,
- * geomean 1.68, against the chunked kernel's 0.63-1.35, 0.90; the chunked
- * kernel stays for rows the chain route's grids cannot take. */
+ * plan says. On 57 rows of bench_fwd.py --dtype fp32 for three models (H100,
+ * bench/results/fwd-fp32-chain-h100-2026-12-07.csv) it ran 1.10-2.95x FLA's
+ * fp32 forward, geomean 1.68, against the chunked kernel's 0.63-1.35, 0.90;
+ * planned this way, 1.07-3.09x on 152 of the table's 171 rows. The chunked
+ * kernel stays for calls the chain route's grids cannot take. */
 static inline void fqla_route_f32(const fqla_fwd_shape *s, int64_t sms, fqla_fwd_route *r)
 {
     if (fqla_route_f32_chain_covers(s)) {

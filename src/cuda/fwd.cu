@@ -19,8 +19,9 @@
  *   aligned and a sequence longer than 8 tokens: the backward's prepare
  *   kernel and state chain in their fp32 forms (the chain route: products on
  *   wgmma with split bf16 operands, o stored by the chain; run_chain_f32),
- *   or where the plan runs CP the chunked fp32 kernel (fwd_chunk_f32.cu:
- *   one kernel, no workspace, bf16x3 products on mma.sync); else the
+ *   with CP where its plan says, or where the chain route's grids cannot
+ *   take the call the chunked fp32 kernel (fwd_chunk_f32.cu: one kernel, no
+ *   workspace, bf16x3 products on mma.sync); else the
  *   recurrence token by token in fp32 (fwd_recurrent.cu).
  * Nothing here allocates, synchronises or reads device memory on the host
  * (the TMA maps are encoded on the host and passed as kernel parameters),

@@ -17,7 +17,7 @@ FlashQLA / FlashInfer anchors (bench/anchors_h200.csv).
     python3 bench/bench_fwd.py [--models 'TP8,TP1'] [--seqlens '1x32768,8192x4'] [--lib build/libflashqla.so]
     python3 bench/bench_fwd.py --rows '397B/122B TP1:1x32768,35B/9B/4B TP1:1x8192'
     python3 bench/bench_fwd.py --head-dim 256  (K = V = 256: the same rows against FLA only)
-    python3 bench/bench_fwd.py --dtype fp32    (fp32 q/k/v: the chunked fp32 kernel or the recurrence against FLA's fp32; FLA only)
+    python3 bench/bench_fwd.py --dtype fp32    (fp32 q/k/v: the chain route or the recurrence against FLA's fp32; FLA only)
     python3 bench/bench_fwd.py --l2norm        (raw q/k normalised in the kernels: use_qk_l2norm
                                                 and FLA's use_qk_l2norm_in_kernel; FLA only)
 

@@ -1500,7 +1500,8 @@ static void check_final_only(prob *p, const char *what)
 }
 
 /* The final state alone: the state-only chunk kernel over whole sequences
- * (the edge shapes, fp32 on the recurrence), after CP's pre-pass and scan
+ * (the edge shapes; fp32 on the chain route, and in a developer build on the
+ * chunked fp32 kernel and the recurrence), after CP's pre-pass and scan
  * (forced segments in a developer build; the plan's own CP on a long
  * sequence), and NOT_SUPPORTED naming it where the kernel does not reach. */
 static void fwd_final_only(void)
@@ -1530,7 +1531,12 @@ static void fwd_final_only(void)
     prob_init(&p, &s);
     upload_all(&p);
     run_ref(&p);
-    check_final_only(&p, "fp32 K=V=64 B=2 T=300 [final state alone, chunked]");
+    check_final_only(&p, "fp32 K=V=64 B=2 T=300 [final state alone, chain route]");
+    if (dev_part("fp32 K=V=64 B=2 T=300 [final state alone, chunked]")) {
+        fqla_cuda_fwd_tune_f32(1, 0);
+        check_final_only(&p, "fp32 K=V=64 B=2 T=300 [final state alone, chunked]");
+        fqla_cuda_fwd_tune_f32(-1, 0);
+    }
     if (dev_part("fp32 K=V=64 B=2 T=300 [final state alone, recurrence]")) {
         fqla_cuda_fwd_tune_f32(0, 0);
         check_final_only(&p, "fp32 K=V=64 B=2 T=300 [final state alone, recurrence]");

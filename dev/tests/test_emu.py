@@ -1,7 +1,7 @@
 """dev/emu: the library built with its CUDA kernels on the CPU emulator (dev/emu/build.sh),
 and a few of the GPU tests' cases run under it against the fp64 reference: the backward's
 kernels (wgmma, mbarriers, named barriers, cp.async; its chains' CP), the forward's routes (TMA,
-wgmma, mma.sync) and CP on the chunked fp32 kernel. Needs a C++ compiler and the CUDA toolkit's headers (no GPU); a few minutes on
+wgmma, mma.sync) and CP on the fp32 chain route and the chunked fp32 kernel. Needs a C++ compiler and the CUDA toolkit's headers (no GPU); a few minutes on
 two cores."""
 
 import os
@@ -66,13 +66,14 @@ def test_forward_under_emulator(built):
 
 def test_forward_final_state_alone_under_emulator(built):
     # o absent: the state-only chunk kernel over whole sequences, after forced and planned CP, fp32 on the
-    # chunked fp32 kernel and (forced) the recurrence; o's buffer must stay unwritten
+    # chain route and (forced) the chunked fp32 kernel and the recurrence; o's buffer must stay unwritten
     out = run(built, "test_gpu_fwd", "fwd_final_only")
     assert "ok   fwd_final_only" in out
 
 
 def test_forward_fp32_cp_under_emulator(built):
-    # CP on the chunked fp32 kernel, 2-chunk segments forced with the shortcut on: varlen edges, g = -20
+    # CP on the fp32 chain route and the chunked fp32 kernel, 2-chunk segments forced with the shortcut on:
+    # varlen edges, g = -20
     # (every transition left out), moderate decay (the end state started late), per-head decay;
     # the final state alone after each
     out = run(built, "test_gpu_fwd", "fwd_fp32_cp_forced")

@@ -273,19 +273,6 @@ __device__ void invert_unit_lower(const float *L, float *T, float *tmp)
     }
 }
 
-/* The fp32 forward (varlen): block blk of 64 token rows from cu[N] of o
- * (fp32) set to zero, as every forward route leaves the rows past the last
- * sequence; most such blocks return at once when the sequences fill T. */
-__device__ void zero_tail_rows(const fqla_fwd_params &p, int64_t blk)
-{
-    if (!p.o) return;
-    const int64_t r0 = fqla_fwd_cu(p, p.N) + blk * C;
-    for (int64_t idx = threadIdx.x; idx < (int64_t)C * p.HV * p.V; idx += blockDim.x) {
-        const int64_t t = r0 + idx / ((int64_t)p.HV * p.V), h = idx / p.V % p.HV;
-        if (t < p.T) ((float *)p.o)[t * p.o_st + h * p.o_sh + idx % p.V] = 0.f;
-    }
-}
-
 /* T: the io dtype; float for the fp32 forward on these kernels
  * (bwd_common.cuh, fqla_fwd_launch_chain_f32_prepare): q / k split into hi /
  * lo rows (f32_rows) and the products three a k-step; the l2norm applied to
@@ -299,7 +286,7 @@ __global__ void __launch_bounds__(256, std::is_same<T, float>::value ? 2 : 4) bw
     using IO = typename std::conditional<F32, __nv_bfloat16, T>::type; /* the products' 2-byte type */
     const fqla_fwd_params &p = bp.f;
     if (F32 && (int64_t)blockIdx.x >= p.slots * p.HV) { /* the forward's o rows after the last sequence */
-        zero_tail_rows(p, (int64_t)blockIdx.x - p.slots * p.HV);
+        zero_tail<float>(p, (int64_t)blockIdx.x - p.slots * p.HV);
         return;
     }
     extern __shared__ __align__(16) unsigned char smem_raw[];

@@ -218,10 +218,8 @@ static fqla_status run_chain_f32(fqla_context *ctx, const fqla_fwd_shape *s, con
     if (k.slots > 0) /* no chunk at all (T = 0): the chain only writes the final states */
         st = fqla_cuda_check(ctx, fqla_fwd_launch_chain_f32_prepare(b, stream),
                              "CUDA forward: fp32 chain route's prepare kernel launch");
-    if (st != FQLA_STATUS_SUCCESS || !r->cp)
-        return st != FQLA_STATUS_SUCCESS ? st
-                                         : fqla_cuda_check(ctx, fqla_fwd_launch_chain_f32(b, stream),
-                                                           "CUDA forward: fp32 chain launch");
+    if (st != FQLA_STATUS_SUCCESS) return st;
+    if (!r->cp) return fqla_cuda_check(ctx, fqla_fwd_launch_chain_f32(b, stream), "CUDA forward: fp32 chain launch");
     b.f = pre;
     b.cp_hm[0] = k.seg_hm;
     st = fqla_cuda_check(ctx, fqla_fwd_launch_chain_f32(b, stream), "CUDA forward: fp32 chain CP pre-pass launch");

@@ -217,8 +217,20 @@ __device__ __forceinline__ int64_t fqla_fwd_state_off(int64_t n, int hv, int k, 
     return n * sn + hv * sh + (v_first ? (int64_t)v * s2 + k : (int64_t)k * s2 + v);
 }
 
-/* segs > 0: the CP buffers seg_hm, seg_s0, seg_flag for that many segment
- * indices (K x V states), and chunk_ok for every chunk slot. */
+/* CP's buffers from offset off (segs > 0: seg_hm, seg_s0, seg_flag for that
+ * many segment indices of K x V states, chunk_ok for every chunk slot), and
+ * the total. */
+static inline void fqla_fwd_ws_cp(fqla_fwd_ws_layout &L, size_t off, int64_t slots, int64_t HV, int64_t segs,
+                                  int64_t K, int64_t V)
+{
+    L.seg_hm = off; off += fqla_fwd_align256((size_t)segs * HV * K * (V + K) * sizeof(float));
+    L.seg_s0 = off; off += fqla_fwd_align256((size_t)segs * HV * K * V * sizeof(float));
+    L.seg_flag = off; off += fqla_fwd_align256((size_t)segs * HV * sizeof(int));
+    L.chunk_ok = off; off += segs > 0 ? fqla_fwd_align256((size_t)slots * HV * sizeof(int)) : 0;
+    L.total = off;
+}
+
+/* segs > 0: the CP buffers (fqla_fwd_ws_cp). */
 static inline fqla_fwd_ws_layout fqla_fwd_ws(int64_t slots, int64_t H, int64_t HV, int l2norm, size_t io_size,
                                              int64_t segs = 0, int64_t K = 0, int64_t V = 0)
 {
@@ -229,11 +241,7 @@ static inline fqla_fwd_ws_layout fqla_fwd_ws(int64_t slots, int64_t H, int64_t H
     L.rk = off;  off += l2norm ? fqla_fwd_align256((size_t)slots * H * 64 * sizeof(float)) : 0;
     L.Ag = off;  off += fqla_fwd_align256((size_t)slots * HV * FQLA_FWD_AG_ELEMS * io_size);
     L.Pg = off;  off += fqla_fwd_align256((size_t)slots * HV * 64 * 64 * io_size);
-    L.seg_hm = off; off += fqla_fwd_align256((size_t)segs * HV * K * (V + K) * sizeof(float));
-    L.seg_s0 = off; off += fqla_fwd_align256((size_t)segs * HV * K * V * sizeof(float));
-    L.seg_flag = off; off += fqla_fwd_align256((size_t)segs * HV * sizeof(int));
-    L.chunk_ok = off; off += segs > 0 ? fqla_fwd_align256((size_t)slots * HV * sizeof(int)) : 0;
-    L.total = off;
+    fqla_fwd_ws_cp(L, off, slots, HV, segs, K, V);
     L.bet = L.Tt = L.Pt = L.qkp = 0;
     return L;
 }
@@ -254,11 +262,7 @@ static inline fqla_fwd_ws_layout fqla_fwd_chain_f32_ws(int64_t slots, int64_t H,
     L.Pt = off;  off += fqla_fwd_align256(tiles * 64 * 64 * sizeof(float));
     L.qkp = off; off += fqla_fwd_align256((size_t)slots * H * 4 * 64 * K * sizeof(uint16_t));
     L.rq = L.rk = L.Ag = L.Pg = off; /* none */
-    L.seg_hm = off; off += fqla_fwd_align256((size_t)segs * HV * K * (V + K) * sizeof(float));
-    L.seg_s0 = off; off += fqla_fwd_align256((size_t)segs * HV * K * V * sizeof(float));
-    L.seg_flag = off; off += fqla_fwd_align256((size_t)segs * HV * sizeof(int));
-    L.chunk_ok = off; off += segs > 0 ? fqla_fwd_align256(tiles * sizeof(int)) : 0;
-    L.total = off;
+    fqla_fwd_ws_cp(L, off, slots, HV, segs, K, V);
     return L;
 }
 

@@ -109,22 +109,27 @@ __device__ int find_slot(const fqla_fwd_params &p, int64_t s, int64_t &c_out, in
     return 1;
 }
 
-/* Zeroes o rows [64 tb, 64 tb + 64) past cu[N]. */
+/* Zeroes o rows [64 tb, 64 tb + 64) past cu[N]: 2-byte o by 16-byte stores
+ * (its rows 16-byte aligned on the routes that call this with them), fp32 o
+ * (the fp32 chain route's prepare kernel, bwd_prepare.cu) element by
+ * element, its rows' alignment not required there. */
 template <typename T>
 __device__ __forceinline__ void zero_tail(const fqla_fwd_params &p, int64_t tb)
 {
     if (!p.o) return; /* the final state alone: no o */
     const int64_t end = fqla_fwd_cu(p, p.N);
     if ((tb + 1) * FQLA_FWD_CHUNK <= end) return; /* every row of the block is in a sequence */
-    const int vec_per_head = p.V / 8;
+    constexpr int VEC = sizeof(T) == 2 ? 8 : 1; /* elements a store */
+    const int vec_per_head = p.V / VEC;
     const int per_row = p.HV * vec_per_head;
     for (int idx = threadIdx.x; idx < FQLA_FWD_CHUNK * per_row; idx += blockDim.x) {
         int64_t t = tb * FQLA_FWD_CHUNK + idx / per_row;
         if (t < end || t >= p.T) continue;
         int r = idx % per_row;
         int h = r / vec_per_head, cv = r % vec_per_head;
-        T *dst = (T *)p.o + t * p.o_st + h * p.o_sh + cv * 8;
-        *reinterpret_cast<uint4 *>(dst) = make_uint4(0, 0, 0, 0);
+        T *dst = (T *)p.o + t * p.o_st + h * p.o_sh + cv * VEC;
+        if constexpr (VEC == 8) *reinterpret_cast<uint4 *>(dst) = make_uint4(0, 0, 0, 0);
+        else *dst = T(0);
     }
 }
 /* tf32 operand: round to nearest (ties away), the 13 low bits cleared. */

@@ -462,15 +462,20 @@ static inline void fqla_route_f32_cp(const fqla_fwd_shape *s, int64_t sms, fqla_
  * fp32 forward, geomean 1.68, against the chunked kernel's 0.63-1.35, 0.90;
  * planned this way, 1.07-3.09x on 152 of the table's 171 rows. The chunked
  * kernel stays for calls the chain route's grids cannot take. */
+static inline void fqla_route_f32_chain(const fqla_fwd_shape *s, int64_t sms, fqla_fwd_route *r)
+{
+    r->path = FQLA_FWD_CHAIN_F32;
+    r->seg_chunks = fqla_route_f32_chain_cp(s, sms);
+    r->cp = r->seg_chunks > 0;
+    r->cp_skip = r->cp;
+    r->nwg = r->cp ? 1 : fqla_route_f32_chain_nwg(s, sms);
+    r->scan_cb = r->cp ? fqla_route_scan_cb(s, sms) : 0;
+    r->bv = r->pre_bv = 0;
+}
 static inline void fqla_route_f32(const fqla_fwd_shape *s, int64_t sms, fqla_fwd_route *r)
 {
     if (fqla_route_f32_chain_covers(s)) {
-        r->path = FQLA_FWD_CHAIN_F32;
-        r->seg_chunks = fqla_route_f32_chain_cp(s, sms);
-        r->cp = r->seg_chunks > 0;
-        r->cp_skip = r->cp;
-        r->nwg = r->cp ? 1 : fqla_route_f32_chain_nwg(s, sms);
-        r->scan_cb = r->cp ? fqla_route_scan_cb(s, sms) : 0;
+        fqla_route_f32_chain(s, sms, r);
         return;
     }
     r->path = FQLA_FWD_CHUNK_F32;

@@ -132,14 +132,8 @@ void fwd_retune(const fqla_fwd_shape *s, fqla_fwd_route *r)
 void f32_retune(const fqla_fwd_shape *s, fqla_fwd_route *r)
 {
     if (g_f32 == 0 || (g_f32 == 1 && fqla_route_f32_covers(s))) r->path = g_f32 == 1 ? FQLA_FWD_CHUNK_F32 : FQLA_FWD_RECURRENT;
-    if (g_f32 == 2 && fqla_route_f32_chain_covers(s) && r->path != FQLA_FWD_CHAIN_F32) { /* the chain route, its plan */
-        r->path = FQLA_FWD_CHAIN_F32;
-        r->seg_chunks = fqla_route_f32_chain_cp(s, r->sms);
-        r->cp = r->cp_skip = r->seg_chunks > 0;
-        r->nwg = r->cp ? 1 : fqla_route_f32_chain_nwg(s, r->sms);
-        r->scan_cb = r->cp ? fqla_route_scan_cb(s, r->sms) : 0;
-        r->bv = r->pre_bv = 0;
-    }
+    if (g_f32 == 2 && fqla_route_f32_chain_covers(s) && r->path != FQLA_FWD_CHAIN_F32)
+        fqla_route_f32_chain(s, r->sms, r); /* the chain route, its plan */
     /* CP forced off, or on at g_cp chunks a segment */
     const int64_t segs = g_cp > 0 ? fqla_route_segs(s, g_cp) : 0; /* 0 for a padded batch of no tokens */
     const bool cp_forced = g_cp == 0 || (segs > 0 && segs * s->HV <= 0x7fffffffLL);

@@ -1400,23 +1400,44 @@ static void bwd_fused_rev(void)
     /* the prototype's dv is the real one (diag(beta) dY from the chain's dY):
      * the whole backward in mode 7, dv and dh0 against the reference (the
      * other gradients are not checked: wrong by design); varlen with a
-     * partial last chunk and an empty sequence, with CP and without */
-    for (int m = 0; m < 2; m++) {
-        const char *whatv = m ? "gradient prototype's dv, CP of 2 chunks, varlen [0,200,200,520]"
-                              : "gradient prototype's dv, varlen [0,64,64,200]";
+     * partial last chunk and an empty sequence, with CP and without. Mode
+     * 10 (dq / dk summed over a q/k head's CTAs in L2, in a fixed order) the
+     * same, run twice: its dq and dk bit-identical (the parts are the
+     * prototype's, so only the order of the sum is checked) */
+    for (int m = 0; m < 4; m++) {
+        const int mode = m < 2 ? 7 : 10;
+        char whatv[160];
+        snprintf(whatv, sizeof whatv, "gradient prototype's dv (mode %d), %s", mode,
+                 m % 2 ? "CP of 2 chunks, varlen [0,200,200,520]" : "varlen [0,64,64,200]");
         const int64_t cuv0[] = {0, 64, 64, 200}, cuv1[] = {0, 200, 200, 520};
-        spec sv = base_spec(1, m ? 520 : 200, 2, 4, 128);
-        set_cu(&sv, m ? cuv1 : cuv0, 4);
+        spec sv = base_spec(1, m % 2 ? 520 : 200, 2, 4, 128);
+        set_cu(&sv, m % 2 ? cuv1 : cuv0, 4);
         prob p;
         prob_init(&p, &sv);
         upload_all(&p);
-        fqla_cuda_bwd_tune_fused_rev(7);
-        fqla_cuda_bwd_tune_cp(m ? 2 : 0);
-        poison(&p);
-        const fqla_status st = run_gpu(&p, NULL);
-        CHECK(st == FQLA_STATUS_SUCCESS, "%s: fqla_bwd: %s", whatv, fqla_last_error(gpu));
-        CHECK(fqla_cuda_bwd_last_fused_rev() == 1, "%s: the fused reverse pass did not run", whatv);
-        download(&p, NULL);
+        fqla_cuda_bwd_tune_fused_rev(mode);
+        fqla_cuda_bwd_tune_cp(m % 2 ? 2 : 0);
+        unsigned char *first[NGRAD] = {0};
+        for (int rep = 0; rep < (mode == 10 ? 2 : 1); rep++) {
+            poison(&p);
+            const fqla_status st = run_gpu(&p, NULL);
+            CHECK(st == FQLA_STATUS_SUCCESS, "%s: fqla_bwd: %s", whatv, fqla_last_error(gpu));
+            CHECK(fqla_cuda_bwd_last_fused_rev() == 1, "%s: the fused reverse pass did not run", whatv);
+            if (mode == 10 && rep == 0) {
+                download(&p, first);
+                continue;
+            }
+            if (mode == 10) {
+                unsigned char *again[NGRAD] = {0};
+                download(&p, again);
+                for (int i = G_DQ; i <= G_DK; i++)
+                    CHECK(memcmp(first[i], again[i], grad_bytes(&p.gr[i]) + 2 * GUARD) == 0,
+                          "%s: %s differs between two runs", whatv, p.gr[i].name);
+                free_bytes(first);
+                free_bytes(again);
+            }
+        }
+        if (mode != 10) download(&p, NULL);
         run_ref(&p);
         double wv = 0;
         const double wh = worst_dh0(&p);

@@ -727,6 +727,12 @@ inline void fqla_fence_async_global() {}
  * take: one CTA runs at a time, so plain accesses (a spin that never ends
  * yields, as the mbarrier waits do) */
 inline int fqla_ld_acquire_gpu(const int *p) { return *(const volatile int *)p; }
+inline void fqla_st_release_gpu(int *p, int v) { *(volatile int *)p = v; }
+inline void fqla_red_add_v2(float *p, float a, float b)
+{
+    p[0] += a;
+    p[1] += b;
+}
 inline void __threadfence() {}
 inline void __nanosleep(unsigned) { fqla_emu::yield(); }
 inline int atomicAdd(int *p, int v)

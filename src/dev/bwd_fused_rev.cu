@@ -94,7 +94,24 @@ enum class gp_bar : uint32_t { u_ready = 10, qt_ready = 11, m_ready = 12, u_free
  * q/k head, as a reduction in a cluster of those CTAs would (the bytes of
  * a reduced store; the reduction itself not modelled), else by every one,
  * each its own part. */
-enum fr_flag : int { fr_store_ds = 1, fr_tail = 2, fr_qk_once = 4 };
+enum fr_flag : int { fr_store_ds = 1, fr_tail = 2, fr_qk_once = 4, fr_adjacent = 8, fr_reduce = 16, fr_parts_store = 32,
+                     fr_parts_red = 64 };
+
+/* fr_adjacent (modes 9, 10): the grid's x is (span row, part) with the
+ * 2 x group parts of a q/k head (its value heads' halves) next to each
+ * other, so that they are dispatched together; y the q/k head. Part p =
+ * (hv % group) + group x half: the parts in launch order.
+ * fr_reduce (mode 10): dq / dk summed over the parts in that order, in L2
+ * (reduce_parts): part 0 stores its fp32 rows into a buffer, the middle
+ * parts add theirs with red.global.add, the last one loads the sum, adds
+ * its own and stores the bf16 rows; each waits for the part before it on a
+ * flag per (chunk, q/k head, dq or dk), so the sum has one order
+ * (bit-identical reruns). A part waits only for parts earlier in launch
+ * order, which the GPU dispatches first, so the waits end.
+ * fr_parts_store (mode 11, timing only): each part stores its fp32 rows in
+ * a slot of its own, nothing waits (the bytes of the parts alone);
+ * fr_parts_red (mode 12, timing only): each part red-adds its rows into one
+ * buffer, nothing waits (the L2 reductions' throughput alone). */
 
 /* The roles' named barriers: each is reached by warps of different roles
  * from different places in the code, so the forms without .aligned (the
@@ -257,8 +274,57 @@ __device__ __forceinline__ void update_half(float (&acc)[64], uint32_t (&eh)[4][
     fqla_reg_fence_u(el);
 }
 
-template <int NH, bool GRAD>
-__global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bwd_params bp, int flags)
+
+/* The part-ordered sum of dq or dk (fr_reduce): acc this warpgroup's part
+ * (m64n128, rows row0 (+8), columns col_of), buf the chunk's fp32 [64][128]
+ * rows in the workspace, flag its counter (0 before part 0; the last part
+ * sets it back to 0 for the next call), lt the thread's index in the
+ * warpgroup, bar_id its own named barrier. */
+__device__ __forceinline__ void reduce_parts(const float (&acc)[64], float *buf, int *flag, int part, int parts,
+                                             uint16_t *dst, int64_t st, int nvalid, int row0, int lt, uint32_t bar_id,
+                                             int kind)
+{
+    if (kind == fr_parts_store) {
+        float *own = buf + (size_t)part * 64 * 128;
+#pragma unroll
+        for (int a = 0; a < 64; a += 2)
+            *reinterpret_cast<float2 *>(own + (row0 + row8_of(a)) * 128 + col_of(a)) = make_float2(acc[a], acc[a + 1]);
+        return;
+    }
+    if (kind == fr_parts_red) {
+#pragma unroll
+        for (int a = 0; a < 64; a += 2) fqla_red_add_v2(buf + (row0 + row8_of(a)) * 128 + col_of(a), acc[a], acc[a + 1]);
+        return;
+    }
+    if (part > 0) {
+        if (lt == 0)
+            while (fqla_ld_acquire_gpu(flag) < part) __nanosleep(64);
+        fqla_named_sync_any(bar_id, 128);
+    }
+    if (part == parts - 1) {
+#pragma unroll
+        for (int a = 0; a < 64; a += 2) {
+            const int i = row0 + row8_of(a);
+            const float2 s = *reinterpret_cast<const float2 *>(buf + i * 128 + col_of(a));
+            if (i < nvalid)
+                *reinterpret_cast<uint32_t *>(dst + (int64_t)i * st + col_of(a)) =
+                    fqla_wg_bf2(s.x + acc[a], s.y + acc[a + 1]);
+        }
+    } else if (part == 0) {
+#pragma unroll
+        for (int a = 0; a < 64; a += 2)
+            *reinterpret_cast<float2 *>(buf + (row0 + row8_of(a)) * 128 + col_of(a)) = make_float2(acc[a], acc[a + 1]);
+    } else {
+#pragma unroll
+        for (int a = 0; a < 64; a += 2) fqla_red_add_v2(buf + (row0 + row8_of(a)) * 128 + col_of(a), acc[a], acc[a + 1]);
+    }
+    /* every thread's rows written (or read) before the flag moves on */
+    fqla_named_sync_any(bar_id, 128);
+    if (lt == 0) fqla_st_release_gpu(flag, part == parts - 1 ? 0 : part + 1);
+}
+
+template <int NH, bool GRAD, int RED = 0>
+__global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bwd_params bp, int flags, float *scratch)
 {
     extern __shared__ unsigned char smem_raw[];
     unsigned char *sm = smem_raw + ((1024u - (fqla_smem_u32(smem_raw) & 1023u)) & 1023u);
@@ -270,11 +336,16 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
     uint64_t *chunk_mb = reinterpret_cast<uint64_t *>(sm + L::mbar);
     const int tid = threadIdx.x, wg = tid >> 7, lt = tid & 127;
     const int row0 = 16 * ((tid >> 5) & 3) + ((tid & 31) >> 2); /* the thread's first accumulator row */
-    const int hv = (int)blockIdx.y, hk = hv / p.group;
-    const int vb = 64 * (NH == 2 ? 0 : (int)blockIdx.z); /* the CTA's first value column */
+    /* fr_adjacent: x = (span row, part), y = q/k head; else x = span row, y = value head, z = half */
+    const bool adjacent = GRAD && RED != 0; /* compile-time: the other instances' registers as before */
+    const int parts = 2 * p.group, part = adjacent ? (int)(blockIdx.x % parts) : 0;
+    const int hv = adjacent ? (int)blockIdx.y * p.group + part % p.group : (int)blockIdx.y, hk = hv / p.group;
+    const int half = adjacent ? part / p.group : (NH == 2 ? 0 : (int)blockIdx.z);
+    const int vb = 64 * half; /* the CTA's first value column */
+    const int64_t span_row = adjacent ? (int64_t)(blockIdx.x / parts) : (int64_t)blockIdx.x;
     int64_t n, batch, start, len, slot0;
     bool last;
-    if (!fqla_fwd_span(p, blockIdx.x, n, batch, start, len, slot0, last)) return;
+    if (!fqla_fwd_span(p, span_row, n, batch, start, len, slot0, last)) return;
     (void)last;
     int64_t seq_batch, seq_start, seq_len, seq_slot0;
     fqla_fwd_seq(p, n, seq_batch, seq_start, seq_len, seq_slot0);
@@ -345,7 +416,20 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
     /* warpgroup 1: X, Y, U from S; dY, dT~ (after du_ready); Z; dv; the tail's
      * M1, K K^T, dL, M; dQ */
     const bool tail = flags & fr_tail;
-    const bool qk_store = !(flags & fr_qk_once) || (blockIdx.z == 0 && hv % p.group == 0);
+    const bool qk_store = !(flags & fr_qk_once) || (half == 0 && hv % p.group == 0);
+    /* fr_reduce: the parts' buffers and flags in the dS workspace, which
+     * these modes do not store (fqla_dev_bwd_launch_fused_rev zeroes the flags) */
+    /* RED: fr_reduce, fr_parts_store, fr_parts_red; fr_adjacent alone (mode 9); 0 none (a
+     * template argument, so that the other modes' instance keeps its registers) */
+    constexpr int red_kind = RED & (fr_reduce | fr_parts_store | fr_parts_red);
+    const bool reduce = GRAD && red_kind && bp.dq && bp.dk;
+    /* scratch: [slots][H][dq, dk][parts][64][128] fp32, then [slots][H][2] flags */
+    int *red_flag = reinterpret_cast<int *>(scratch + (size_t)p.slots * p.H * 2 * parts * C * KD);
+    auto red_at = [&](int c, int which, float *&buf, int *&flag) {
+        const size_t i = ((size_t)(slot0 + c) * p.H + hk) * 2 + which;
+        buf = scratch + i * parts * C * KD;
+        flag = red_flag + i;
+    };
     auto proto_u_side = [&] {
         for (int it = 0; it < chunks; it++) {
             const int s = it & 1, c = chunk_at(it);
@@ -471,9 +555,18 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
                 bar_sync(gp_bar::qt_ready, 256);
                 fqla_wg_run(dq, [&] { fqla_wg_split<128, 0, 1, false, false>(dq, Qp, Kt, 0, C, true); });
             }
-            if (bp.dq && qk_store)
-                store_acc_bf16<128>((uint16_t *)bp.dq + batch * bp.dq_sb + t0 * bp.dq_st + (int64_t)hk * bp.dq_sh,
-                                    bp.dq_st, dq, nv, row0);
+            uint16_t *dqp = (uint16_t *)bp.dq + batch * bp.dq_sb + t0 * bp.dq_st + (int64_t)hk * bp.dq_sh;
+            bool summed = false; /* the parts' sum stored dq / dk (fr_reduce) */
+            if constexpr (red_kind != 0)
+                if (reduce) {
+                    float *buf;
+                    int *flag;
+                    red_at(c, 0, buf, flag);
+                    reduce_parts(dq, buf, flag, part, parts, dqp, bp.dq_st, nv, row0, lt,
+                                 fqla_bar_id(fr_bar::side_local, 0), red_kind);
+                    summed = red_kind == fr_reduce;
+                }
+            if (!summed && bp.dq && qk_store) store_acc_bf16<128>(dqp, bp.dq_st, dq, nv, row0);
         }
     };
     /* warpgroup 2: dU (P~^T dO first, then K dS'); df; dP~, dQ~; dK = diag(f) U
@@ -556,9 +649,18 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
                 rows[s].part[row0] += d0;
                 rows[s].part[row0 + 8] += d1;
             }
-            if (bp.dk && qk_store)
-                store_acc_bf16<128>((uint16_t *)bp.dk + batch * bp.dk_sb + t0 * bp.dk_st + (int64_t)hk * bp.dk_sh,
-                                    bp.dk_st, dk, nv, row0);
+            uint16_t *dkp = (uint16_t *)bp.dk + batch * bp.dk_sb + t0 * bp.dk_st + (int64_t)hk * bp.dk_sh;
+            bool summed = false; /* the parts' sum stored dq / dk (fr_reduce) */
+            if constexpr (red_kind != 0)
+                if (reduce) {
+                    float *buf;
+                    int *flag;
+                    red_at(c, 1, buf, flag);
+                    reduce_parts(dk, buf, flag, part, parts, dkp, bp.dk_st, nv, row0, lt,
+                                 fqla_bar_id(fr_bar::side_local, 1), red_kind);
+                    summed = red_kind == fr_reduce;
+                }
+            if (!summed && bp.dk && qk_store) store_acc_bf16<128>(dkp, bp.dk_st, dk, nv, row0);
         }
     };
     (void)proto_u_side;
@@ -698,14 +800,32 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
     }
 }
 
-template <int NH, bool GRAD> cudaError_t launch(const fqla_bwd_params &p, int flags, cudaStream_t stream)
+template <int NH, bool GRAD, int RED = 0> cudaError_t launch(const fqla_bwd_params &p, int flags, cudaStream_t stream)
 {
     static fqla_smem_cache cache;
     using L = fr_layout<NH, GRAD>;
-    cudaError_t e = fqla_smem_limit(cache, bwd_fused_rev_kernel<NH, GRAD>, L::bytes);
+    cudaError_t e = fqla_smem_limit(cache, bwd_fused_rev_kernel<NH, GRAD, RED>, L::bytes);
     if (e != cudaSuccess) return e;
-    return fqla_launch(bwd_fused_rev_kernel<NH, GRAD>, dim3((unsigned)fqla_bwd_chain_rows(p), (unsigned)p.f.HV, 2 / NH),
-                       dim3(THREADS), L::bytes, stream, 0, p, flags);
+    const unsigned rows = (unsigned)fqla_bwd_chain_rows(p);
+    /* the parts' buffers and flags (modes 10-12): a developer-build scratch
+     * allocation kept across calls (made by the first, uncaptured call) */
+    static float *scratch = nullptr;
+    static size_t scratch_bytes = 0;
+    const size_t nbuf = (size_t)p.f.slots * p.f.H * 2 * 2 * p.f.group * C * KD;
+    const size_t need = nbuf * sizeof(float) + (size_t)p.f.slots * p.f.H * 2 * sizeof(int);
+    if ((RED & (fr_reduce | fr_parts_store | fr_parts_red)) && p.dq && p.dk) {
+        if (need > scratch_bytes) {
+            if (scratch) cudaFree(scratch);
+            e = cudaMalloc((void **)&scratch, need);
+            if (e != cudaSuccess) return e;
+            scratch_bytes = need;
+        }
+        e = cudaMemsetAsync(scratch + nbuf, 0, (size_t)p.f.slots * p.f.H * 2 * sizeof(int), stream);
+        if (e != cudaSuccess) return e;
+    }
+    const dim3 grid = RED ? dim3(rows * 2 * (unsigned)p.f.group, (unsigned)p.f.H, 1)
+                                            : dim3(rows, (unsigned)p.f.HV, 2 / NH);
+    return fqla_launch(bwd_fused_rev_kernel<NH, GRAD, RED>, grid, dim3(THREADS), L::bytes, stream, 0, p, flags, scratch);
 }
 
 } // namespace
@@ -718,7 +838,14 @@ bool fqla_dev_bwd_fused_rev_covers(const fqla_bwd_params &p, int io_bf16)
 
 cudaError_t fqla_dev_bwd_launch_fused_rev(const fqla_bwd_params &p, int mode, cudaStream_t stream)
 {
-    /* 5, 6: with and without the tail, every CTA storing its dq / dk; 7, 8: the same, stored once */
+    /* 5, 6: with and without the tail, every CTA storing its dq / dk; 7, 8: the same, stored once;
+     * 9: 7 with a q/k head's parts adjacent in the grid; 10: 9 with the parts summed in L2; 11, 12:
+     * 9 with each part's fp32 rows stored to its own slot, or red-added into one, nothing waiting */
+    const int f9 = fr_tail | fr_qk_once | fr_adjacent;
+    if (mode == 9) return launch<1, true, fr_adjacent>(p, f9, stream);
+    if (mode == 10) return launch<1, true, fr_reduce>(p, f9, stream);
+    if (mode == 11) return launch<1, true, fr_parts_store>(p, f9, stream);
+    if (mode == 12) return launch<1, true, fr_parts_red>(p, f9, stream);
     if (fqla_dev_bwd_fused_rev_grads(mode))
         return launch<1, true>(p, (mode == 5 || mode == 7 ? fr_tail : 0) | (mode >= 7 ? fr_qk_once : 0), stream);
     const int flags = mode == 1 || mode == 3 ? fr_store_ds : 0;

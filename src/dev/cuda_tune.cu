@@ -345,9 +345,14 @@ FQLA_DEV_API int fqla_cuda_bwd_last_nwg(void) { return g_bwd_last_nwg; }
  * the gradient prototype in place of the gradient kernel (timing only: dh0
  * and dv right, the other gradients wrong), 6 the same without the tail,
  * 7 and 8 as 5 and 6 with dq / dk stored by one CTA of a q/k head's (the
- * bytes of a reduced store); 0 (the default) not. And whether the last
- * backward run took it. */
-FQLA_DEV_API void fqla_cuda_bwd_tune_fused_rev(int mode) { g_bwd_fused_rev = mode >= 1 && mode <= 8 ? mode : 0; }
+ * bytes of a reduced store); 9 as 7 with a q/k head's CTAs next to each
+ * other in the grid, 10 as 9 with dq / dk summed over those CTAs in L2 in a
+ * fixed order (the real reduction's cost; the parts themselves are still
+ * the prototype's), 11 and 12 as 9 with each CTA's fp32 dq / dk rows
+ * stored to a slot of its own or red-added into one buffer, nothing
+ * waiting (timing only); 0 (the default) not. And whether the last backward run
+ * took it. */
+FQLA_DEV_API void fqla_cuda_bwd_tune_fused_rev(int mode) { g_bwd_fused_rev = mode >= 1 && mode <= 12 ? mode : 0; }
 FQLA_DEV_API int fqla_cuda_bwd_last_fused_rev(void) { return g_bwd_last_fused_rev; }
 
 /* A fixed V-slice width per warp (0: the default choice) and the streaming

@@ -1400,12 +1400,12 @@ static void bwd_fused_rev(void)
     /* the prototype's dv is the real one (diag(beta) dY from the chain's dY):
      * the whole backward in mode 7, dv and dh0 against the reference (the
      * other gradients are not checked: wrong by design); varlen with a
-     * partial last chunk and an empty sequence, with CP and without. Mode
-     * 10 (dq / dk summed over a q/k head's CTAs in L2, in a fixed order) the
-     * same, run twice: its dq and dk bit-identical (the parts are the
-     * prototype's, so only the order of the sum is checked) */
-    for (int m = 0; m < 4; m++) {
-        const int mode = m < 2 ? 7 : 10;
+     * partial last chunk and an empty sequence, with CP and without. Modes
+     * 10 and 13 (dq / dk summed over a q/k head's CTAs in L2, in a fixed
+     * order) the same, run twice: their dq and dk bit-identical (the parts
+     * are the prototype's, so only the order of the sum is checked) */
+    for (int m = 0; m < 6; m++) {
+        const int mode = m < 2 ? 7 : m < 4 ? 10 : 13;
         char whatv[160];
         snprintf(whatv, sizeof whatv, "gradient prototype's dv (mode %d), %s", mode,
                  m % 2 ? "CP of 2 chunks, varlen [0,200,200,520]" : "varlen [0,64,64,200]");
@@ -1418,16 +1418,17 @@ static void bwd_fused_rev(void)
         fqla_cuda_bwd_tune_fused_rev(mode);
         fqla_cuda_bwd_tune_cp(m % 2 ? 2 : 0);
         unsigned char *first[NGRAD] = {0};
-        for (int rep = 0; rep < (mode == 10 ? 2 : 1); rep++) {
+        const int twice = mode != 7; /* the parts summed in a fixed order: bit-identical reruns */
+        for (int rep = 0; rep < (twice ? 2 : 1); rep++) {
             poison(&p);
             const fqla_status st = run_gpu(&p, NULL);
             CHECK(st == FQLA_STATUS_SUCCESS, "%s: fqla_bwd: %s", whatv, fqla_last_error(gpu));
             CHECK(fqla_cuda_bwd_last_fused_rev() == 1, "%s: the fused reverse pass did not run", whatv);
-            if (mode == 10 && rep == 0) {
+            if (twice && rep == 0) {
                 download(&p, first);
                 continue;
             }
-            if (mode == 10) {
+            if (twice) {
                 unsigned char *again[NGRAD] = {0};
                 download(&p, again);
                 for (int i = G_DQ; i <= G_DK; i++)
@@ -1437,7 +1438,7 @@ static void bwd_fused_rev(void)
                 free_bytes(again);
             }
         }
-        if (mode != 10) download(&p, NULL);
+        if (!twice) download(&p, NULL);
         run_ref(&p);
         double wv = 0;
         const double wh = worst_dh0(&p);

@@ -728,6 +728,13 @@ inline void fqla_fence_async_global() {}
  * yields, as the mbarrier waits do) */
 inline int fqla_ld_acquire_gpu(const int *p) { return *(const volatile int *)p; }
 inline void fqla_st_release_gpu(int *p, int v) { *(volatile int *)p = v; }
+inline int fqla_atom_add_acq_rel_gpu(int *p, int v)
+{
+    const int old = *p;
+    *p = old + v;
+    return old;
+}
+inline void fqla_discard_l2(void *p) { memset(p, 0xFF, 128); /* undefined bytes: NaN, so a later read shows */ }
 inline void fqla_red_add_v2(float *p, float a, float b)
 {
     p[0] += a;

@@ -95,7 +95,7 @@ enum class gp_bar : uint32_t { u_ready = 10, qt_ready = 11, m_ready = 12, u_free
  * a reduced store; the reduction itself not modelled), else by every one,
  * each its own part. */
 enum fr_flag : int { fr_store_ds = 1, fr_tail = 2, fr_qk_once = 4, fr_adjacent = 8, fr_reduce = 16, fr_parts_store = 32,
-                     fr_parts_red = 64 };
+                     fr_parts_red = 64, fr_last_sums = 128 };
 
 /* fr_adjacent (modes 9, 10): the grid's x is (span row, part) with the
  * 2 x group parts of a q/k head (its value heads' halves) next to each
@@ -111,7 +111,12 @@ enum fr_flag : int { fr_store_ds = 1, fr_tail = 2, fr_qk_once = 4, fr_adjacent =
  * fr_parts_store (mode 11, timing only): each part stores its fp32 rows in
  * a slot of its own, nothing waits (the bytes of the parts alone);
  * fr_parts_red (mode 12, timing only): each part red-adds its rows into one
- * buffer, nothing waits (the L2 reductions' throughput alone). */
+ * buffer, nothing waits (the L2 reductions' throughput alone).
+ * fr_last_sums (mode 13): each part stores its fp32 rows in its own slot
+ * and counts itself in with an acq_rel atomic; the part that arrives last
+ * sums the slots in part order (its own from registers: the same values),
+ * stores the bf16 rows, drops the slots' lines from L2 (discard) and resets
+ * the counter. Nothing waits, and the sum has one order. */
 
 /* The roles' named barriers: each is reached by warps of different roles
  * from different places in the code, so the forms without .aligned (the
@@ -165,7 +170,8 @@ template <int NH, bool GRAD> struct fr_layout {
     static constexpr int qt = tq + (GRAD ? TILE : 0);
     static constexpr int rows = qt + (GRAD ? TILE : 0); /* fr_rows[2] */
     static constexpr int mbar = rows + 2 * (int)sizeof(fr_rows); /* the chunk barrier */
-    static constexpr int bytes = mbar + 8 + 1024;
+    static constexpr int last = mbar + 8;            /* two ints: reduce_parts' "this part is last" */
+    static constexpr int bytes = last + 8 + 1024;
     static_assert(!GRAD || NH == 1, "the gradient prototype is of the half-width form");
     static_assert(bytes <= 227 * 1024, "over the shared memory a block may have");
 };
@@ -282,13 +288,41 @@ __device__ __forceinline__ void update_half(float (&acc)[64], uint32_t (&eh)[4][
  * warpgroup, bar_id its own named barrier. */
 __device__ __forceinline__ void reduce_parts(const float (&acc)[64], float *buf, int *flag, int part, int parts,
                                              uint16_t *dst, int64_t st, int nvalid, int row0, int lt, uint32_t bar_id,
-                                             int kind)
+                                             int kind, int *lastp)
 {
     if (kind == fr_parts_store) {
         float *own = buf + (size_t)part * 64 * 128;
 #pragma unroll
         for (int a = 0; a < 64; a += 2)
             *reinterpret_cast<float2 *>(own + (row0 + row8_of(a)) * 128 + col_of(a)) = make_float2(acc[a], acc[a + 1]);
+        return;
+    }
+    if (kind == fr_last_sums) {
+        float *own = buf + (size_t)part * 64 * 128;
+#pragma unroll
+        for (int a = 0; a < 64; a += 2)
+            *reinterpret_cast<float2 *>(own + (row0 + row8_of(a)) * 128 + col_of(a)) = make_float2(acc[a], acc[a + 1]);
+        /* every thread's rows stored, then one add: is this part the last? */
+        fqla_named_sync_any(bar_id, 128);
+        if (lt == 0) *lastp = fqla_atom_add_acq_rel_gpu(flag, 1) == parts - 1;
+        fqla_named_sync_any(bar_id, 128);
+        if (!*lastp) return;
+#pragma unroll 4
+        for (int a = 0; a < 64; a += 2) {
+            const int i = row0 + row8_of(a), j = col_of(a);
+            float2 sum = make_float2(0.f, 0.f);
+            for (int q = 0; q < parts; q++) {
+                const float2 x = q == part ? make_float2(acc[a], acc[a + 1])
+                                           : *reinterpret_cast<const float2 *>(buf + (size_t)q * 64 * 128 + i * 128 + j);
+                sum.x += x.x;
+                sum.y += x.y;
+            }
+            if (i < nvalid) *reinterpret_cast<uint32_t *>(dst + (int64_t)i * st + j) = fqla_wg_bf2(sum.x, sum.y);
+        }
+        /* every thread's loads done: the slots' lines dropped, the counter reset */
+        fqla_named_sync_any(bar_id, 128);
+        for (int l = lt; l < parts * 64 * 128 / 32; l += 128) fqla_discard_l2(buf + 32 * l);
+        if (lt == 0) *flag = 0;
         return;
     }
     if (kind == fr_parts_red) {
@@ -421,7 +455,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
      * these modes do not store (fqla_dev_bwd_launch_fused_rev zeroes the flags) */
     /* RED: fr_reduce, fr_parts_store, fr_parts_red; fr_adjacent alone (mode 9); 0 none (a
      * template argument, so that the other modes' instance keeps its registers) */
-    constexpr int red_kind = RED & (fr_reduce | fr_parts_store | fr_parts_red);
+    constexpr int red_kind = RED & (fr_reduce | fr_parts_store | fr_parts_red | fr_last_sums);
     const bool reduce = GRAD && red_kind && bp.dq && bp.dk;
     /* scratch: [slots][H][dq, dk][parts][64][128] fp32, then [slots][H][2] flags */
     int *red_flag = reinterpret_cast<int *>(scratch + (size_t)p.slots * p.H * 2 * parts * C * KD);
@@ -563,8 +597,9 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
                     int *flag;
                     red_at(c, 0, buf, flag);
                     reduce_parts(dq, buf, flag, part, parts, dqp, bp.dq_st, nv, row0, lt,
-                                 fqla_bar_id(fr_bar::side_local, 0), red_kind);
-                    summed = red_kind == fr_reduce;
+                                 fqla_bar_id(fr_bar::side_local, 0), red_kind,
+                                 reinterpret_cast<int *>(sm + L::last));
+                    summed = red_kind == fr_reduce || red_kind == fr_last_sums;
                 }
             if (!summed && bp.dq && qk_store) store_acc_bf16<128>(dqp, bp.dq_st, dq, nv, row0);
         }
@@ -657,8 +692,9 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
                     int *flag;
                     red_at(c, 1, buf, flag);
                     reduce_parts(dk, buf, flag, part, parts, dkp, bp.dk_st, nv, row0, lt,
-                                 fqla_bar_id(fr_bar::side_local, 1), red_kind);
-                    summed = red_kind == fr_reduce;
+                                 fqla_bar_id(fr_bar::side_local, 1), red_kind,
+                                 reinterpret_cast<int *>(sm + L::last) + 1);
+                    summed = red_kind == fr_reduce || red_kind == fr_last_sums;
                 }
             if (!summed && bp.dk && qk_store) store_acc_bf16<128>(dkp, bp.dk_st, dk, nv, row0);
         }
@@ -813,7 +849,7 @@ template <int NH, bool GRAD, int RED = 0> cudaError_t launch(const fqla_bwd_para
     static size_t scratch_bytes = 0;
     const size_t nbuf = (size_t)p.f.slots * p.f.H * 2 * 2 * p.f.group * C * KD;
     const size_t need = nbuf * sizeof(float) + (size_t)p.f.slots * p.f.H * 2 * sizeof(int);
-    if ((RED & (fr_reduce | fr_parts_store | fr_parts_red)) && p.dq && p.dk) {
+    if ((RED & (fr_reduce | fr_parts_store | fr_parts_red | fr_last_sums)) && p.dq && p.dk) {
         if (need > scratch_bytes) {
             if (scratch) cudaFree(scratch);
             e = cudaMalloc((void **)&scratch, need);
@@ -840,12 +876,14 @@ cudaError_t fqla_dev_bwd_launch_fused_rev(const fqla_bwd_params &p, int mode, cu
 {
     /* 5, 6: with and without the tail, every CTA storing its dq / dk; 7, 8: the same, stored once;
      * 9: 7 with a q/k head's parts adjacent in the grid; 10: 9 with the parts summed in L2; 11, 12:
-     * 9 with each part's fp32 rows stored to its own slot, or red-added into one, nothing waiting */
+     * 9 with each part's fp32 rows stored to its own slot, or red-added into one, nothing waiting;
+     * 13: 9 with the parts' slots summed by the last part to arrive */
     const int f9 = fr_tail | fr_qk_once | fr_adjacent;
     if (mode == 9) return launch<1, true, fr_adjacent>(p, f9, stream);
     if (mode == 10) return launch<1, true, fr_reduce>(p, f9, stream);
     if (mode == 11) return launch<1, true, fr_parts_store>(p, f9, stream);
     if (mode == 12) return launch<1, true, fr_parts_red>(p, f9, stream);
+    if (mode == 13) return launch<1, true, fr_last_sums>(p, f9, stream);
     if (fqla_dev_bwd_fused_rev_grads(mode))
         return launch<1, true>(p, (mode == 5 || mode == 7 ? fr_tail : 0) | (mode >= 7 ? fr_qk_once : 0), stream);
     const int flags = mode == 1 || mode == 3 ? fr_store_ds : 0;

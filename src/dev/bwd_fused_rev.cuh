@@ -18,8 +18,9 @@ bool fqla_dev_bwd_fused_rev_covers(const fqla_bwd_params &p, int io_bf16);
  * gradient prototype (timing only: the gradient kernel does not run), 6
  * the same without the chunk's tail, 7 and 8 as 5 and 6 with dq / dk stored
  * once a q/k head; 9 as 7 with a q/k head's CTAs adjacent in the grid, 10
- * as 9 with dq / dk summed over them in L2 in a fixed order (at GVA group 1,
- * 9). */
+ * as 9 with dq / dk summed over them in L2 in a fixed order, 11 and 12 (timing
+ * only) each CTA's fp32 rows stored to its own slot or red-added into one,
+ * 13 the slots of 11 summed in part order by the CTA that arrives last. */
 cudaError_t fqla_dev_bwd_launch_fused_rev(const fqla_bwd_params &p, int mode, cudaStream_t stream);
 /* Whether the mode's pass stands in for the gradient kernel too (5-8). */
 static inline bool fqla_dev_bwd_fused_rev_grads(int mode) { return mode >= 5; }

@@ -1,7 +1,8 @@
 /*
  * ptx/misc.cuh - single instructions of no larger family: ex2.approx,
  * cvt.rna.tf32, prefetch.global.L2, st.shared.v4, ld.acquire.gpu,
- * st.release.gpu and red.global.add.v2.f32.
+ * st.release.gpu, red.global.add.v2.f32, atom.acq_rel.gpu.add and
+ * discard.global.L2.
  */
 #ifndef FQLA_CUDA_PTX_MISC_CUH
 #define FQLA_CUDA_PTX_MISC_CUH
@@ -54,6 +55,27 @@ FQLA_DEVICE_INLINE void fqla_st_release_gpu(int *p, int v)
 FQLA_DEVICE_INLINE void fqla_red_add_v2(float *p, float a, float b)
 {
     asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(__cvta_generic_to_global(p)), "f"(a), "f"(b) : "memory");
+}
+
+/* atom.acq_rel.gpu.global.add.u32: returns the old value; the writes this
+ * thread published before it (and those a barrier ordered before it) are
+ * visible to the thread whose add comes after it, which also sees theirs. */
+FQLA_DEVICE_INLINE int fqla_atom_add_acq_rel_gpu(int *p, int v)
+{
+    int old;
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;"
+                 : "=r"(old)
+                 : "l"(__cvta_generic_to_global(p)), "r"(v)
+                 : "memory");
+    return old;
+}
+
+/* discard.global.L2: drops the 128-byte L2 line at p (128-aligned) without
+ * writing it back; its bytes are undefined afterwards. For scratch that no
+ * one reads again, so that it never reaches DRAM. */
+FQLA_DEVICE_INLINE void fqla_discard_l2(void *p)
+{
+    asm volatile("discard.global.L2 [%0], 128;" ::"l"(__cvta_generic_to_global(p)) : "memory");
 }
 
 /* st.shared.v4.b32 by shared-window address. Volatile (it keeps its order

@@ -1346,18 +1346,37 @@ static void bwd_fused_rev(void)
     const int64_t cu5[] = {0, 200, 200, 520};
     cases[5] = base_spec(1, 520, 2, 4, 128);
     set_cu(&cases[5], cu5, 4);
-    const int modes[2] = {1, 3}; /* fqla_cuda_bwd_tune_fused_rev: the whole V a CTA; a value half */
-    for (int m = 0; m < 2; m++) {
+    /* fqla_cuda_bwd_tune_fused_rev: the whole V a CTA; a value half; the real
+     * gradient work (14: every gradient of the chunks past a span's first, in
+     * sequences over four chunks; the gradient kernel the others) */
+    const int modes[3] = {1, 3, 14};
+    for (int m = 0; m < 3; m++) {
         fqla_cuda_bwd_tune_fused_rev(modes[m]);
         for (int i = 0; i < NCASE; i++) {
             char name[160];
-            snprintf(name, sizeof name, "%s (%s)", what[i], modes[m] == 1 ? "whole V" : "value halves");
+            snprintf(name, sizeof name, "%s (%s)", what[i],
+                     modes[m] == 1 ? "whole V" : modes[m] == 3 ? "value halves" : "gradients in the pass");
             fqla_cuda_bwd_tune_cp(cp[i]);
             check_spec(&cases[i], name);
             CHECK(fqla_cuda_bwd_last_fused_rev() == 1, "%s: the fused reverse pass did not run", name);
             CHECK(fqla_cuda_bwd_last_seg_chunks() == cp[i], "%s: ran with CP segments of %lld chunks", name,
                   (long long)fqla_cuda_bwd_last_seg_chunks());
         }
+    }
+    {
+        /* the real gradient work under strong decay with beta near 2 (dg from
+         * per-term products), and at GVA group 4 (eight parts to a q/k head's dq / dk) */
+        fqla_cuda_bwd_tune_fused_rev(14);
+        fqla_cuda_bwd_tune_cp(0);
+        spec sd = base_spec(1, 700, 2, 4, 128);
+        sd.decay = 1;
+        sd.beta_sig = sd.neg_eig = sd.beta_high = 1;
+        check_spec(&sd, "gradients in the pass, strong decay, beta near 2, T=700 H=2 HV=4");
+        CHECK(fqla_cuda_bwd_last_fused_rev() == 1, "gradients in the pass, strong decay: the pass did not run");
+        spec s4 = base_spec(2, 400, 1, 4, 128);
+        check_spec(&s4, "gradients in the pass, GVA group 4, B=2 T=400");
+        CHECK(fqla_cuda_bwd_last_fused_rev() == 1, "gradients in the pass, group 4: the pass did not run");
+        fqla_cuda_bwd_tune_cp(-1);
     }
     /* dh0 asked for alone, with CP and without: the half-width pass, and
      * modes 5 and 6, the half-width pass with the gradient prototype (timing

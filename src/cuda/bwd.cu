@@ -324,8 +324,9 @@ fqla_status fqla_cuda_bwd_run(fqla_context *ctx, const fqla_problem *p, const fq
 #ifdef FQLA_DEV
     /* the fused reverse pass under construction in place of the reverse chain */
     const int fused_rev_mode = fqla_dev_bwd_fused_rev(p);
-    const bool fused_rev = fused_rev_mode && fqla_dev_bwd_fused_rev_covers(b, io_bf16);
+    const bool fused_rev = fused_rev_mode && fqla_dev_bwd_fused_rev_covers(b, io_bf16, fused_rev_mode);
     fqla_dev_bwd_fused_rev_used(fused_rev);
+    b.fused_grads = fused_rev && fqla_dev_bwd_fused_rev_real(fused_rev_mode);
 #endif
     for (const auto &s : steps) {
         if (s.cp && !k.cp_mode) continue;

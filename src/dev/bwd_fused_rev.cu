@@ -65,6 +65,7 @@
  * GRAD also S's plane in each stage and Y, U, dT~, dQ~ (~226).
  */
 #include "cuda/bwd_common.cuh"
+#include "cuda/fwd_prepare_common.cuh"
 #include "cuda/ptx/cp_async.cuh"
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/kernel/named_barrier.cuh"
@@ -85,7 +86,7 @@ constexpr int TILE = C * 64 * 2;            /* a [64][64] bf16 plane: T~, P~ */
  * warpgroup 1's / 2's own */
 enum class fr_bar : uint32_t { ds_ready = 1, du_ready = 3, z_ready = 5, side_local = 7 };
 /* the gradient prototype's hand-offs between warpgroups 1 and 2 */
-enum class gp_bar : uint32_t { u_ready = 10, qt_ready = 11, m_ready = 12, u_free = 13 };
+enum class gp_bar : uint32_t { u_ready = 10, qt_ready = 11, m_ready = 12, u_free = 13, rows_ready = 14 };
 
 /* The kernel's flags (fqla_dev_bwd_launch_fused_rev maps the modes to them):
  * the state warpgroup stores dS to the workspace (the gradient kernel's
@@ -149,7 +150,17 @@ __device__ __forceinline__ void chunk_start(uint64_t *mb, int it)
 struct fr_rows {
     alignas(16) float gam[C];
     alignas(16) float bet[C];
-    float part[C]; /* the gradient prototype's row sums (timing only) */
+};
+
+/* The chunk's per-token gradient terms of this value half (one set: a
+ * chunk's are read before any role passes the next chunk's start): de, df,
+ * db by row, the two lower sums of R (dgr: warpgroup 1's beta dL K K^T part,
+ * warpgroup 2's dP~ P~ part), and the state warpgroup's <S, dS'> by warp.
+ * The timing prototypes (modes 5-13) put their approximate row sums in db. */
+struct fr_grow {
+    float de[C], df[C], db[C];
+    float dgr[2][C];
+    float deC[4];
 };
 
 /* NH value halves a CTA (2: the whole V = 128; 1: one 64-column half, a
@@ -169,9 +180,15 @@ template <int NH, bool GRAD> struct fr_layout {
     static constexpr int yp = du + 2 * DUP, up = yp + (GRAD ? TILE : 0), tq = up + (GRAD ? TILE : 0);
     static constexpr int qt = tq + (GRAD ? TILE : 0);
     static constexpr int rows = qt + (GRAD ? TILE : 0); /* fr_rows[2] */
-    static constexpr int mbar = rows + 2 * (int)sizeof(fr_rows); /* the chunk barrier */
-    static constexpr int last = mbar + 8;            /* two ints: reduce_parts' "this part is last" */
-    static constexpr int bytes = last + 8 + 1024;
+    static constexpr int grow = rows + 2 * (int)sizeof(fr_rows); /* fr_grow (GRAD) */
+    static constexpr int mbar = grow + (GRAD ? (int)sizeof(fr_grow) : 0); /* the chunk barrier */
+    static constexpr int last = mbar + 8;            /* four ints: "this part is last" (reduce_parts, dg) */
+    static constexpr int used = last + 16;
+    /* 1024 bytes of slack to align the base where they fit; else the base
+     * must come aligned (it does: the block's dynamic shared memory starts
+     * after the 1 KiB the system reserves) and the kernel checks it */
+    static constexpr int slack = used + 1024 <= 227 * 1024 ? 1024 : 0;
+    static constexpr int bytes = used + slack;
     static_assert(!GRAD || NH == 1, "the gradient prototype is of the half-width form");
     static_assert(bytes <= 227 * 1024, "over the shared memory a block may have");
 };
@@ -307,17 +324,26 @@ __device__ __forceinline__ void reduce_parts(const float (&acc)[64], float *buf,
         if (lt == 0) *lastp = fqla_atom_add_acq_rel_gpu(flag, 1) == parts - 1;
         fqla_named_sync_any(bar_id, 128);
         if (!*lastp) return;
-#pragma unroll 4
-        for (int a = 0; a < 64; a += 2) {
-            const int i = row0 + row8_of(a), j = col_of(a);
-            float2 sum = make_float2(0.f, 0.f);
-            for (int q = 0; q < parts; q++) {
-                const float2 x = q == part ? make_float2(acc[a], acc[a + 1])
-                                           : *reinterpret_cast<const float2 *>(buf + (size_t)q * 64 * 128 + i * 128 + j);
-                sum.x += x.x;
-                sum.y += x.y;
+        /* part by part, each part's 32 loads a thread independent of one
+         * another (one L2 round trip a part, not one a load); its own part
+         * too from its slot, so that acc is dead after the stores (registers) */
+        float sum[64];
+#pragma unroll
+        for (int a = 0; a < 64; a++) sum[a] = 0.f;
+        for (int q = 0; q < parts; q++) {
+            const float *src = buf + (size_t)q * 64 * 128;
+#pragma unroll
+            for (int a = 0; a < 64; a += 2) {
+                const float2 x = *reinterpret_cast<const float2 *>(src + (row0 + row8_of(a)) * 128 + col_of(a));
+                sum[a] += x.x;
+                sum[a + 1] += x.y;
             }
-            if (i < nvalid) *reinterpret_cast<uint32_t *>(dst + (int64_t)i * st + j) = fqla_wg_bf2(sum.x, sum.y);
+        }
+#pragma unroll
+        for (int a = 0; a < 64; a += 2) {
+            const int i = row0 + row8_of(a);
+            if (i < nvalid)
+                *reinterpret_cast<uint32_t *>(dst + (int64_t)i * st + col_of(a)) = fqla_wg_bf2(sum[a], sum[a + 1]);
         }
         /* every thread's loads done: the slots' lines dropped, the counter reset */
         fqla_named_sync_any(bar_id, 128);
@@ -357,7 +383,92 @@ __device__ __forceinline__ void reduce_parts(const float (&acc)[64], float *buf,
     if (lt == 0) fqla_st_release_gpu(flag, part == parts - 1 ? 0 : part + 1);
 }
 
-template <int NH, bool GRAD, int RED = 0>
+
+/* For R, a warpgroup's m64n64 accumulator of a strictly lower 64 x 64 matrix
+ * (zeros on and above the diagonal; rows row0 (+8), columns col_of), out[t]
+ * = sum_{i >= t > j} R_ij for every t (dg's R term, bwd_grads.cu), in a fixed
+ * order: each row's prefix sums over j by the quad's shuffles (W_it = sum_{j
+ * < t} R_ij), each column's sum over i >= t by the warp's shuffles, then the
+ * four warps' sums through tmp (256 floats of shared memory no one else
+ * reads meanwhile). bar_id: the warpgroup's own barrier; lt its thread. */
+__device__ __forceinline__ void lower_sums(const float (&R)[32], float *out, float *tmp, uint32_t bar_id, int lt,
+                                           int row0)
+{
+    const int lane = lt & 31, t4 = lane & 3, warp = lt >> 5;
+    const int up1 = (lane & ~3) | (t4 > 0 ? t4 - 1 : 0), up2 = (lane & ~3) | (t4 > 1 ? t4 - 2 : 0);
+    float carry[2] = {0.f, 0.f}; /* the row's sum over the blocks before */
+#pragma unroll
+    for (int jb = 0; jb < 8; jb++) {
+        const int c0 = 8 * jb + 2 * t4;
+        float col0 = 0.f, col1 = 0.f; /* columns c0, c0 + 1: the thread's rows with i >= t */
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            const int i = row0 + 8 * hh, a0 = 4 * jb + 2 * hh;
+            const float pr = R[a0] + R[a0 + 1];
+            /* inclusive scan of the pair sums over the quad, then its exclusive part */
+            float x = pr;
+            float y = __shfl_sync(0xffffffffu, x, up1);
+            if (t4 >= 1) x += y;
+            y = __shfl_sync(0xffffffffu, x, up2);
+            if (t4 >= 2) x += y;
+            const float prev = __shfl_sync(0xffffffffu, x, up1);
+            const float total = __shfl_sync(0xffffffffu, x, lane | 3);
+            const float w0 = carry[hh] + (t4 ? prev : 0.f), w1 = w0 + R[a0]; /* W at columns c0, c0 + 1 */
+            if (i >= c0) col0 += w0;
+            if (i >= c0 + 1) col1 += w1;
+            carry[hh] += total;
+        }
+        /* over the warp's rows (the lanes of one t4) */
+#pragma unroll
+        for (int o = 4; o < 32; o <<= 1) {
+            col0 += __shfl_xor_sync(0xffffffffu, col0, o);
+            col1 += __shfl_xor_sync(0xffffffffu, col1, o);
+        }
+        if (lane < 4) {
+            tmp[warp * 64 + c0] = col0;
+            tmp[warp * 64 + c0 + 1] = col1;
+        }
+    }
+    /* the warpgroup's four warps, in warp order */
+    fqla_named_sync_any(bar_id, 128);
+    if (lt < 64) out[lt] = ((tmp[lt] + tmp[64 + lt]) + tmp[128 + lt]) + tmp[192 + lt];
+}
+
+/* The (value head, chunk)'s dg and dbeta rows of this value half (64 each,
+ * threads lt < 64) summed over the two halves in half order by the CTA that
+ * arrives last (an acq_rel count), then stored with beta's sigmoid factor;
+ * buf: [2 halves][2][64] fp32 scratch, cnt its counter; lastp a word of
+ * shared memory; bar_id the calling warpgroup's own barrier. */
+__device__ __forceinline__ void sum_halves(const fqla_bwd_params &bp, float dgv, float dbv, float *buf, int *cnt,
+                                           int half, int *lastp, uint32_t bar_id, int lt, int64_t batch, int64_t t0,
+                                           int nvalid, int hv)
+{
+    const fqla_fwd_params &p = bp.f;
+    if (lt < 64) {
+        buf[(2 * half) * 64 + lt] = dgv;
+        buf[(2 * half + 1) * 64 + lt] = dbv;
+    }
+    fqla_named_sync_any(bar_id, 128);
+    if (lt == 0) *lastp = fqla_atom_add_acq_rel_gpu(cnt, 1) == 1;
+    fqla_named_sync_any(bar_id, 128);
+    if (!*lastp) return;
+    if (lt < 64) {
+        const float g = half == 0 ? dgv + buf[2 * 64 + lt] : buf[lt] + dgv;
+        float b = half == 0 ? dbv + buf[3 * 64 + lt] : buf[64 + lt] + dbv;
+        if (lt < nvalid) {
+            const int64_t tt = t0 + lt;
+            if (p.beta_sigmoid) {
+                const float x = load_gate(p.beta, p.beta_bf16, batch * p.b_sb + tt * p.b_st + hv * p.b_sh);
+                b *= (p.neg_eig ? 2.f : 1.f) * sigmoid_f(x) * sigmoid_f(-x);
+            }
+            bp.dg[batch * bp.dg_sb + tt * bp.dg_st + (int64_t)hv * bp.dg_sh] = g;
+            bp.dbeta[batch * bp.db_sb + tt * bp.db_st + (int64_t)hv * bp.db_sh] = b;
+        }
+    }
+    if (lt == 0) *cnt = 0;
+}
+
+template <int NH, bool GRAD, int RED = 0, bool REAL = false>
 __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bwd_params bp, int flags, float *scratch)
 {
     extern __shared__ unsigned char smem_raw[];
@@ -366,8 +477,12 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
     using R = fr_regs<NH, GRAD>;
     const fqla_fwd_params &p = bp.f;
     const uint32_t s0 = fqla_smem_u32(sm);
+    if constexpr (L::slack == 0)
+        if (fqla_smem_u32(smem_raw) & 1023u) __trap(); /* the swizzle's alignment (fr_layout::slack) */
     fr_rows *rows = reinterpret_cast<fr_rows *>(sm + L::rows);
+    fr_grow &grow = *reinterpret_cast<fr_grow *>(sm + L::grow);
     uint64_t *chunk_mb = reinterpret_cast<uint64_t *>(sm + L::mbar);
+    int *last_word = reinterpret_cast<int *>(sm + L::last); /* [0], [1]: dq, dk; [2]: dg / dbeta */
     const int tid = threadIdx.x, wg = tid >> 7, lt = tid & 127;
     const int row0 = 16 * ((tid >> 5) & 3) + ((tid & 31) >> 2); /* the thread's first accumulator row */
     /* fr_adjacent: x = (span row, part), y = q/k head; else x = span row, y = value head, z = half */
@@ -464,6 +579,289 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
         buf = scratch + i * parts * C * KD;
         flag = red_flag + i;
     };
+    /* ---- the gradient work made real (REAL, mode 14): every gradient of the
+     * chunks whose state entering them the state chain stored as its bf16
+     * plane (bwd_state_bf16: past a span's first chunk, full, in a sequence
+     * longer than FQLA_BWD_SHORT_CHUNKS chunks), with the lean products of
+     * bwd_grads.cu; the other chunks' dS goes to the workspace for the
+     * gradient kernel, which skips the chunks done here (bp.fused_grads).
+     * dq / dk: the parts of the q/k head's CTAs summed by the last to arrive
+     * (fr_last_sums); dg / dbeta: this half's rows summed with the other
+     * half's the same way (sum_halves). ---- */
+    float *dg_buf = reinterpret_cast<float *>(red_flag + (size_t)p.slots * p.H * 2); /* [slots][HV][2][2][64] */
+    int *dg_cnt = reinterpret_cast<int *>(dg_buf + (size_t)p.slots * p.HV * 4 * C);   /* [slots][HV] */
+    auto gw_of = [&](int c) { return bwd_state_bf16(c, nvalid_of(c), seq_len); };
+    /* warpgroup 1: X, Y, U; dY, dT~, dv, the x . dy and KS . dy row terms; Z;
+     * the tail's M1, K K^T, dL, M, R's beta dL K K^T part and db's tail term;
+     * dQ = scale diag(e) dO S^T + dQ~ K and de's q term */
+    auto real_u_side = [&] {
+        for (int it = 0; it < chunks; it++) {
+            const int s = it & 1, c = chunk_at(it);
+            unsigned char *st = stage(s);
+            chunk_start(chunk_mb, it);
+            if (it + 1 < chunks) issue_inputs(chunk_at(it + 1), s ^ 1);
+            fqla_cp_async_commit();
+            const fr_rows &r = rows[s];
+            const fqla_wg_tile Kt{fqla_smem_u32(st), 0u, C}, Qt{fqla_smem_u32(st + PLANE), 0u, C};
+            const fqla_wg_tile DO{fqla_smem_u32(st + 2 * PLANE), 0u, C};
+            const fqla_wg_tile Sp{fqla_smem_u32(st + 2 * PLANE + L::DOP), 0u, KD};
+            const int64_t t0 = start + (int64_t)c * C;
+            const int nv = nvalid_of(c);
+            const bool gw = gw_of(c);
+            const float e0 = __expf(r.gam[row0]), e1 = __expf(r.gam[row0 + 8]);
+            const float b0 = r.bet[row0], b1 = r.bet[row0 + 8];
+            float ks[32];
+            uint32_t vr[16];
+            if (gw) {
+                const uint16_t *vsrc =
+                    (const uint16_t *)p.v + batch * p.v_sb + t0 * p.v_st + (int64_t)hv * p.v_sh + vb;
+#pragma unroll
+                for (int a = 0; a < 32; a += 2)
+                    vr[a / 2] = *reinterpret_cast<const uint32_t *>(vsrc + (int64_t)(row0 + row8_of(a)) * p.v_st +
+                                                                    col_of(a));
+                fqla_wg_run(ks, [&] { fqla_wg_split<64, 0, 1, false, false>(ks, Kt, Sp, 0, KD, false); });
+                float y[32];
+#pragma unroll
+                for (int a = 0; a < 32; a += 2) {
+                    const float2 v2 = fqla_wg_unbf2(vr[a / 2]);
+                    const bool hi = row8_of(a);
+                    y[a] = (hi ? b1 : b0) * (v2.x - (hi ? e1 : e0) * ks[a]);
+                    y[a + 1] = (hi ? b1 : b0) * (v2.y - (hi ? e1 : e0) * ks[a + 1]);
+                }
+                fqla_wg_store<64>(Yp, y, 0);
+                fqla_fence_async_smem();
+                bar_sync(fr_bar::side_local, 128, 0);
+                fqla_wg_run(y, [&] { fqla_wg_split<64, 0, 1, false, false>(y, Th, Yp, 0, C, false); });
+                fqla_wg_store<64>(Up, y, 0);
+                fqla_fence_async_smem();
+                bar_arrive(gp_bar::u_ready, 256);
+            }
+            /* dY = T~^T dU (split); dT~ = dU Y^T */
+            bar_sync(fr_bar::du_ready, 256, 0);
+            float dy[32], dt[32];
+            fqla_wg_run(dy, [&] { fqla_wg_split<64, 1, 1, true, true>(dy, Tt, DU, 0, C, false); });
+            if (gw) {
+                const fqla_wg_tile DUhi{DU.hi, 0u, C};
+                fqla_wg_run(dt, [&] { fqla_wg_split<64, 0, 0, false, false>(dt, DUhi, Yp, 0, 64, false); });
+            }
+            bar_sync(fr_bar::side_local, 128, 0); /* every warp's products read T~, dU, Y */
+            float de0 = 0.f, de1 = 0.f, db0 = 0.f, db1 = 0.f;
+            if (gw) {
+                /* dv = diag(beta) dY; db_i = x_i . dy_i; de_i = -beta_i (K S)_i . dy_i */
+                uint16_t *dvp = (uint16_t *)bp.dv + batch * bp.dv_sb + t0 * bp.dv_st + (int64_t)hv * bp.dv_sh + vb;
+#pragma unroll
+                for (int a = 0; a < 32; a += 2) {
+                    const bool hi = row8_of(a);
+                    const int i = row0 + row8_of(a);
+                    const float bb = hi ? b1 : b0, ee = hi ? e1 : e0;
+                    const float2 v2 = fqla_wg_unbf2(vr[a / 2]);
+                    const float x0 = v2.x - ee * ks[a], x1 = v2.y - ee * ks[a + 1];
+                    (hi ? db1 : db0) += x0 * dy[a] + x1 * dy[a + 1];
+                    (hi ? de1 : de0) += ks[a] * dy[a] + ks[a + 1] * dy[a + 1];
+                    *reinterpret_cast<uint32_t *>(dvp + (int64_t)i * bp.dv_st + col_of(a)) =
+                        fqla_wg_bf2(bb * dy[a], bb * dy[a + 1]);
+                }
+                de0 = -b0 * quad_sum(de0);
+                de1 = -b1 * quad_sum(de1);
+                db0 = quad_sum(db0);
+                db1 = quad_sum(db1);
+            }
+            /* Z = -diag(e beta) dY over dU's planes */
+#pragma unroll
+            for (int a = 0; a < 32; a++) dy[a] *= -(row8_of(a) ? e1 * b1 : e0 * b0);
+            fqla_wg_store<64>(DU, dy, 0);
+            fqla_fence_async_smem();
+            bar_arrive(fr_bar::z_ready, 384, 0);
+            if (!gw) { /* T~ read for the last time in this chunk: its refill */
+                if (it + 1 < chunks) copy_tile(sm + L::tp, bp.Tt + tile_of(chunk_at(it + 1)) * C * C, lt);
+                fqla_cp_async_commit();
+                continue;
+            }
+            /* the tail: M1 = T~^T (strict lower dT~) beside K K^T; dL = -M1 T~^T */
+#pragma unroll
+            for (int a = 0; a < 32; a++)
+                if (col_of(a) >= row0 + row8_of(a)) dt[a] = 0.f;
+            fqla_wg_store<64>(Tq, dt, 0);
+            fqla_fence_async_smem();
+            bar_sync(fr_bar::side_local, 128, 0);
+            float kk[32];
+            fqla_wg_issue(dt, [&] { fqla_wg_split<64, 1, 1, false, false>(dt, Th, Tq, 0, C, false); });
+            fqla_wg_issue(kk, [&] { fqla_wg_split<64, 0, 0, false, false>(kk, Kt, Kt, 0, KD, false); });
+            fqla_wg_retire(dt);
+            fqla_reg_fence(kk);
+            bar_sync(fr_bar::side_local, 128, 0);
+            fqla_wg_store<64>(Tq, dt, 0);
+            fqla_fence_async_smem();
+            bar_sync(fr_bar::side_local, 128, 0);
+            float dl[32];
+            fqla_wg_run(dl, [&] { fqla_wg_split<64, 0, 0, false, false>(dl, Tq, Th, 0, C, false); });
+            bar_sync(fr_bar::side_local, 128, 0); /* T~ and Tq read for the last time */
+            if (it + 1 < chunks) copy_tile(sm + L::tp, bp.Tt + tile_of(chunk_at(it + 1)) * C * C, lt);
+            fqla_cp_async_commit();
+            /* gdl = -Gamma . dL (strict lower); db_i += sum_j gdl kk; M = diag(beta) gdl;
+             * R_ij's part beta_i gdl kk_ij (in kk) */
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++) {
+                const int i = row0 + 8 * hh;
+                const float gi = r.gam[i], bi = r.bet[i];
+                float sdb = 0.f;
+#pragma unroll
+                for (int jb = 0; jb < 8; jb++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        const int a = 4 * jb + 2 * hh + e, jj = col_of(a);
+                        const float gdl = jj < i ? -dl[a] * __expf(gi - r.gam[jj]) : 0.f;
+                        sdb += gdl * kk[a];
+                        kk[a] = bi * gdl * kk[a];
+                        dl[a] = bi * gdl;
+                    }
+                sdb = quad_sum(sdb);
+                (hh ? db1 : db0) += sdb;
+            }
+            bar_sync(gp_bar::u_free, 256); /* warpgroup 2 has read U */
+            fqla_wg_store<64>(Up, dl, 0);  /* M over U */
+            fqla_fence_async_smem();
+            bar_arrive(gp_bar::m_ready, 256);
+            lower_sums(kk, grow.dgr[0], reinterpret_cast<float *>(sm + L::tq), fqla_bar_id(fr_bar::side_local, 0), lt,
+                       row0);
+            /* dQ = scale diag(e) dO S^T + dQ~ K; de_i += scale q_i . (dO S^T)_i */
+            float dq[64];
+            fqla_wg_run(dq, [&] { fqla_wg_split<128, 0, 0, false, false>(dq, DO, Sp, 0, 64, false); });
+            float sq0 = 0.f, sq1 = 0.f;
+#pragma unroll
+            for (int c0 = 0; c0 < KD; c0 += 64) {
+                float qh[32];
+                fqla_wg_load<64>(Qt, qh, c0);
+#pragma unroll
+                for (int a = 0; a < 32; a++) (row8_of(a) ? sq1 : sq0) += qh[a] * dq[c0 / 2 + a];
+            }
+            de0 += p.scale * quad_sum(sq0);
+            de1 += p.scale * quad_sum(sq1);
+            if ((lt & 3) == 0) {
+                grow.de[row0] = de0;
+                grow.de[row0 + 8] = de1;
+                grow.db[row0] = db0;
+                grow.db[row0 + 8] = db1;
+            }
+            bar_arrive(gp_bar::rows_ready, 256); /* warpgroup 2 forms dg */
+#pragma unroll
+            for (int a = 0; a < 64; a++) dq[a] *= p.scale * (row8_of(a) ? e1 : e0);
+            bar_sync(gp_bar::qt_ready, 256);
+            fqla_wg_run(dq, [&] { fqla_wg_split<128, 0, 1, false, false>(dq, Qp, Kt, 0, C, true); });
+            float *buf;
+            int *flag;
+            red_at(c, 0, buf, flag);
+            reduce_parts(dq, buf, flag, part, parts,
+                         (uint16_t *)bp.dq + batch * bp.dq_sb + t0 * bp.dq_st + (int64_t)hk * bp.dq_sh, bp.dq_st, nv,
+                         row0, lt, fqla_bar_id(fr_bar::side_local, 0), fr_last_sums, last_word);
+        }
+    };
+    /* warpgroup 2: dU (P~^T dO, then K dS'); U (its own fp32 copy) for df; dP~
+     * = dO U^T, dQ~ and R's dP~ P~ part; dK = diag(f) U dS'^T + Z S^T + dQ~^T Q
+     * + M K + M^T K; then the chunk's dg and dbeta rows */
+    auto real_du_side = [&] {
+        for (int it = 0; it < chunks; it++) {
+            const int s = it & 1, c = chunk_at(it);
+            unsigned char *st = stage(s);
+            chunk_start(chunk_mb, it);
+            const fr_rows &r = rows[s];
+            const float gC = r.gam[C - 1];
+            const float f0 = __expf(gC - r.gam[row0]), f1 = __expf(gC - r.gam[row0 + 8]);
+            const fqla_wg_tile Kt{fqla_smem_u32(st), 0u, C}, Qt{fqla_smem_u32(st + PLANE), 0u, C};
+            const fqla_wg_tile DO{fqla_smem_u32(st + 2 * PLANE), 0u, C};
+            const fqla_wg_tile Sp{fqla_smem_u32(st + 2 * PLANE + L::DOP), 0u, KD};
+            const int64_t t0 = start + (int64_t)c * C;
+            const int nv = nvalid_of(c);
+            const bool gw = gw_of(c);
+            float du[32], kds[32];
+            fqla_wg_run(du, [&] { fqla_wg_split<64, 1, 1, true, false>(du, Pt, DO, 0, C, false); });
+            bar_sync(fr_bar::ds_ready, 256, 0);
+            fqla_wg_run(kds, [&] { fqla_wg_split<64, 0, 0, false, true>(kds, Kt, DS, 0, KD, false); });
+#pragma unroll
+            for (int a = 0; a < 32; a++) du[a] += (row8_of(a) ? f1 : f0) * kds[a];
+            fqla_wg_store<64>(DU, du, 0);
+            fqla_fence_async_smem();
+            bar_arrive(fr_bar::du_ready, 256, 0);
+            /* P~'s refill once every warp has read it: here, or with the
+             * gradient work after R's dP~ P~ part (P~'s values read then) */
+            auto refill_pt = [&] {
+                bar_sync(fr_bar::side_local, 128, 1);
+                if (it + 1 < chunks) copy_tile(sm + L::tp + 2 * TILE, bp.Pt + tile_of(chunk_at(it + 1)) * C * C, lt);
+                fqla_cp_async_commit();
+            };
+            if (!gw) refill_pt();
+            float dk[64], pg[32], d0 = 0.f, d1 = 0.f;
+            if (gw) {
+                /* df_i = (K dS')_i . u_i, with U formed again here in fp32 (warpgroup 1's plane is bf16) */
+                bar_sync(gp_bar::u_ready, 256);
+                fqla_wg_run(du, [&] { fqla_wg_split<64, 0, 1, false, false>(du, Th, Yp, 0, C, false); });
+#pragma unroll
+                for (int a = 0; a < 32; a++) (row8_of(a) ? d1 : d0) += kds[a] * du[a];
+                d0 = quad_sum(d0);
+                d1 = quad_sum(d1);
+                /* dP~ = dO U^T; dK = diag(f) U dS'^T */
+                float dp[32];
+                const fqla_wg_tile DShi{DS.hi, 0u, 64};
+                fqla_wg_issue(dp, [&] { fqla_wg_split<64, 0, 0, false, false>(dp, DO, Up, 0, 64, false); });
+                fqla_wg_issue(dk, [&] { fqla_wg_split<128, 0, 1, false, false>(dk, Up, DShi, 0, 64, false); });
+                fqla_wg_retire(dk);
+                fqla_reg_fence(dp);
+                bar_arrive(gp_bar::u_free, 256); /* U read: warpgroup 1 may put M there */
+                /* R's part dP~ P~ (strict lower, into pg; P~ hi + lo); dQ~ = scale Gamma . dP~ (lower) */
+                fqla_wg_load<64>(Pt, pg, 0);
+                refill_pt();
+#pragma unroll
+                for (int a = 0; a < 32; a++) {
+                    const int i = row0 + row8_of(a), j = col_of(a);
+                    pg[a] = j < i ? dp[a] * pg[a] : 0.f;
+                    dp[a] *= j <= i ? p.scale * __expf(r.gam[i] - r.gam[j]) : 0.f;
+                }
+                fqla_wg_store<64>(Qp, dp, 0);
+                fqla_fence_async_smem();
+                bar_arrive(gp_bar::qt_ready, 256);
+#pragma unroll
+                for (int a = 0; a < 64; a++) dk[a] *= row8_of(a) ? f1 : f0;
+            }
+            bar_sync(fr_bar::z_ready, 384, 0);
+            if (!gw) continue;
+            /* Y read by every warp (z_ready comes after warpgroup 1's last read): Y's plane as the scratch */
+            lower_sums(pg, grow.dgr[1], reinterpret_cast<float *>(sm + L::yp), fqla_bar_id(fr_bar::side_local, 1), lt,
+                       row0);
+            const fqla_wg_tile Zhi{DU.hi, 0u, C};
+            fqla_wg_run(dk, [&] { fqla_wg_split<128, 0, 0, false, false>(dk, Zhi, Sp, 0, 64, true); });
+            bar_sync(gp_bar::m_ready, 256);
+            fqla_wg_run(dk, [&] {
+                fqla_wg_split<128, 1, 1, false, false>(dk, Qp, Qt, 0, C, true);
+                fqla_wg_split<128, 0, 1, false, false>(dk, Up, Kt, 0, C, true);
+                fqla_wg_split<128, 1, 1, false, false>(dk, Up, Kt, 0, C, true);
+            });
+            if ((lt & 3) == 0) {
+                grow.df[row0] = d0;
+                grow.df[row0 + 8] = d1;
+            }
+            float *buf;
+            int *flag;
+            red_at(c, 1, buf, flag);
+            reduce_parts(dk, buf, flag, part, parts,
+                         (uint16_t *)bp.dk + batch * bp.dk_sb + t0 * bp.dk_st + (int64_t)hk * bp.dk_sh, bp.dk_st, nv,
+                         row0, lt, fqla_bar_id(fr_bar::side_local, 1), fr_last_sums, last_word + 1);
+            /* dg_t = sum_{i >= t} de_i e_i + sum_{j < t} df_j f_j + <S, dS'> e_C + R's sums */
+            bar_sync(gp_bar::rows_ready, 256);
+            float dgv = 0.f, dbv = 0.f;
+            if (lt < 64) {
+                const int t = lt;
+                float sde = 0.f, sdf = 0.f;
+                for (int i = C - 1; i >= t; i--) sde += grow.de[i] * __expf(r.gam[i]);
+                for (int j = 0; j < t; j++) sdf += grow.df[j] * __expf(gC - r.gam[j]);
+                const float deC = ((grow.deC[0] + grow.deC[1]) + grow.deC[2]) + grow.deC[3];
+                dgv = (((sde + sdf) + deC * __expf(gC)) + grow.dgr[0][t]) + grow.dgr[1][t];
+                dbv = grow.db[t];
+            }
+            const size_t hvt = (size_t)(slot0 + c) * p.HV + hv;
+            sum_halves(bp, dgv, dbv, dg_buf + hvt * 4 * C, dg_cnt + hvt, half, last_word + 2,
+                       fqla_bar_id(fr_bar::side_local, 1), lt, batch, t0, nv, hv);
+        }
+    };
     auto proto_u_side = [&] {
         for (int it = 0; it < chunks; it++) {
             const int s = it & 1, c = chunk_at(it);
@@ -538,8 +936,8 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
             db0 = quad_sum(db0);
             db1 = quad_sum(db1);
             if ((tid & 3) == 0) {
-                rows[s].part[row0] = db0;
-                rows[s].part[row0 + 8] = db1;
+                grow.db[row0] = db0;
+                grow.db[row0 + 8] = db1;
             }
             /* the tail: M1 = T~^T (lower dT~) beside K K^T; dL = -M1 T~^T; M =
              * diag(beta) (Gamma . dL) for warpgroup 2 (m_ready) */
@@ -576,8 +974,8 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
                 fqla_fence_async_smem();
                 bar_arrive(gp_bar::m_ready, 256);
                 if ((tid & 3) == 0) {
-                    rows[s].part[row0] += rs0;
-                    rows[s].part[row0 + 8] += rs1;
+                    grow.db[row0] += rs0;
+                    grow.db[row0 + 8] += rs1;
                 }
             }
             /* dQ = scale diag(e) dO S^T + dQ~ K (dQ~ from warpgroup 2), stored as this CTA's part */
@@ -598,7 +996,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
                     red_at(c, 0, buf, flag);
                     reduce_parts(dq, buf, flag, part, parts, dqp, bp.dq_st, nv, row0, lt,
                                  fqla_bar_id(fr_bar::side_local, 0), red_kind,
-                                 reinterpret_cast<int *>(sm + L::last));
+                                 last_word);
                     summed = red_kind == fr_reduce || red_kind == fr_last_sums;
                 }
             if (!summed && bp.dq && qk_store) store_acc_bf16<128>(dqp, bp.dq_st, dq, nv, row0);
@@ -681,8 +1079,8 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
                 fqla_cp_async_commit();
             }
             if ((tid & 3) == 0) {
-                rows[s].part[row0] += d0;
-                rows[s].part[row0 + 8] += d1;
+                grow.db[row0] += d0;
+                grow.db[row0 + 8] += d1;
             }
             uint16_t *dkp = (uint16_t *)bp.dk + batch * bp.dk_sb + t0 * bp.dk_st + (int64_t)hk * bp.dk_sh;
             bool summed = false; /* the parts' sum stored dq / dk (fr_reduce) */
@@ -693,7 +1091,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
                     red_at(c, 1, buf, flag);
                     reduce_parts(dk, buf, flag, part, parts, dkp, bp.dk_st, nv, row0, lt,
                                  fqla_bar_id(fr_bar::side_local, 1), red_kind,
-                                 reinterpret_cast<int *>(sm + L::last) + 1);
+                                 last_word + 1);
                     summed = red_kind == fr_reduce || red_kind == fr_last_sums;
                 }
             if (!summed && bp.dk && qk_store) store_acc_bf16<128>(dkp, bp.dk_st, dk, nv, row0);
@@ -701,6 +1099,8 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
     };
     (void)proto_u_side;
     (void)proto_du_side;
+    (void)real_u_side;
+    (void)real_du_side;
     if (wg == 0) {
         set_regs<R::STATE, R::ENTRY>();
         /* dS^T, rows 64 h + row0 (+8) of the CTA's value columns, key columns col_of(a) */
@@ -727,10 +1127,34 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
                 fqla_fence_async_smem();
                 bar_arrive(fr_bar::ds_ready, 256, (uint32_t)h);
             }
+            /* REAL: the chunk's <S, dS'> share of this half (its gradient work
+             * here), or its dS for the gradient kernel (below) */
+            const bool gw_c = REAL && gw_of(c);
+            if (gw_c) {
+                /* S (k, v) at dS^T's accumulator places: k = 8 (a / 4) + 2 t4 + (a & 1), v = row0
+                 * (+ 8); in the plane's swizzle the four (a & 1, v) bases step by 1024 bytes in a / 4 */
+                const unsigned char *sp = st + 2 * PLANE + L::DOP;
+                const int t4 = lt & 3;
+                float d = 0.f;
+#pragma unroll
+                for (int q = 0; q < 4; q++) { /* q = (a & 1) + 2 (v is row0 + 8) */
+                    const int k0 = 2 * t4 + (q & 1), v = row0 + 8 * (q >> 1);
+                    const unsigned char *b = sp + k0 * 128 + ((((v & 63) >> 3) ^ (k0 & 7)) << 4) + ((v & 7) << 1);
+#pragma unroll
+                    for (int j = 0; j < 16; j++) {
+                        const int a = 4 * j + 2 * (q >> 1) + (q & 1);
+                        d += acc[0][a] * __uint_as_float((uint32_t)(*reinterpret_cast<const uint16_t *>(b + 1024 * j)) << 16);
+                    }
+                }
+#pragma unroll
+                for (int o = 16; o; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+                if ((lt & 31) == 0) grow.deC[lt >> 5] = d;
+            }
             /* ... and to the workspace, [k][v], while the others run (left out
              * to time the pass without it; never beside the gradient prototype,
-             * which takes the gradient kernel's place) */
-            if (!GRAD && (flags & fr_store_ds)) {
+             * which takes the gradient kernel's place, unless REAL leaves the
+             * chunk to it) */
+            if ((!GRAD && (flags & fr_store_ds)) || (REAL && !gw_c)) {
                 float *dst = bp.dS + tile_of(c) * KD * p.V + vb;
 #pragma unroll
                 for (int h = 0; h < NH; h++)
@@ -768,7 +1192,9 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
                 }
     } else if (wg == 1) {
         set_regs<R::SIDE, R::ENTRY>();
-        if constexpr (GRAD) {
+        if constexpr (REAL) {
+            real_u_side();
+        } else if constexpr (GRAD) {
             proto_u_side();
         } else {
             for (int it = 0; it < chunks; it++) {
@@ -800,7 +1226,9 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
         }
     } else {
         set_regs<R::SIDE, R::ENTRY>();
-        if constexpr (GRAD) {
+        if constexpr (REAL) {
+            real_du_side();
+        } else if constexpr (GRAD) {
             proto_du_side();
         } else {
             for (int it = 0; it < chunks; it++) {
@@ -836,11 +1264,12 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
     }
 }
 
-template <int NH, bool GRAD, int RED = 0> cudaError_t launch(const fqla_bwd_params &p, int flags, cudaStream_t stream)
+template <int NH, bool GRAD, int RED = 0, bool REAL = false>
+cudaError_t launch(const fqla_bwd_params &p, int flags, cudaStream_t stream)
 {
     static fqla_smem_cache cache;
     using L = fr_layout<NH, GRAD>;
-    cudaError_t e = fqla_smem_limit(cache, bwd_fused_rev_kernel<NH, GRAD, RED>, L::bytes);
+    cudaError_t e = fqla_smem_limit(cache, bwd_fused_rev_kernel<NH, GRAD, RED, REAL>, L::bytes);
     if (e != cudaSuccess) return e;
     const unsigned rows = (unsigned)fqla_bwd_chain_rows(p);
     /* the parts' buffers and flags (modes 10-12): a developer-build scratch
@@ -848,7 +1277,8 @@ template <int NH, bool GRAD, int RED = 0> cudaError_t launch(const fqla_bwd_para
     static float *scratch = nullptr;
     static size_t scratch_bytes = 0;
     const size_t nbuf = (size_t)p.f.slots * p.f.H * 2 * 2 * p.f.group * C * KD;
-    const size_t need = nbuf * sizeof(float) + (size_t)p.f.slots * p.f.H * 2 * sizeof(int);
+    const size_t nflag = (size_t)p.f.slots * p.f.H * 2, ndg = (size_t)p.f.slots * p.f.HV; /* REAL: dg / dbeta */
+    const size_t need = nbuf * sizeof(float) + nflag * sizeof(int) + ndg * (4 * C * sizeof(float) + sizeof(int));
     if ((RED & (fr_reduce | fr_parts_store | fr_parts_red | fr_last_sums)) && p.dq && p.dk) {
         if (need > scratch_bytes) {
             if (scratch) cudaFree(scratch);
@@ -856,18 +1286,24 @@ template <int NH, bool GRAD, int RED = 0> cudaError_t launch(const fqla_bwd_para
             if (e != cudaSuccess) return e;
             scratch_bytes = need;
         }
-        e = cudaMemsetAsync(scratch + nbuf, 0, (size_t)p.f.slots * p.f.H * 2 * sizeof(int), stream);
+        e = cudaMemsetAsync(scratch + nbuf, 0, nflag * sizeof(int), stream);
+        if (e == cudaSuccess && REAL)
+            e = cudaMemsetAsync(reinterpret_cast<int *>(scratch + nbuf + nflag + ndg * 4 * C), 0, ndg * sizeof(int),
+                                stream);
         if (e != cudaSuccess) return e;
     }
     const dim3 grid = RED ? dim3(rows * 2 * (unsigned)p.f.group, (unsigned)p.f.H, 1)
                                             : dim3(rows, (unsigned)p.f.HV, 2 / NH);
-    return fqla_launch(bwd_fused_rev_kernel<NH, GRAD, RED>, grid, dim3(THREADS), L::bytes, stream, 0, p, flags, scratch);
+    return fqla_launch(bwd_fused_rev_kernel<NH, GRAD, RED, REAL>, grid, dim3(THREADS), L::bytes, stream, 0, p, flags,
+                       scratch);
 }
 
 } // namespace
 
-bool fqla_dev_bwd_fused_rev_covers(const fqla_bwd_params &p, int io_bf16)
+bool fqla_dev_bwd_fused_rev_covers(const fqla_bwd_params &p, int io_bf16, int mode)
 {
+    /* 14: the in-kernel gate's dA_log / ddt_bias parts are the gradient kernel's (not here) */
+    if (fqla_dev_bwd_fused_rev_real(mode) && (p.f.gate_in_kernel || !p.S)) return false;
     return io_bf16 && p.f.K == KD && p.f.V == VD && !p.f.l2norm && !p.chain_done &&
            fqla_bwd_rows16(p, FQLA_BWD_ROWS_Q | FQLA_BWD_ROWS_K | FQLA_BWD_ROWS_DO);
 }
@@ -877,13 +1313,15 @@ cudaError_t fqla_dev_bwd_launch_fused_rev(const fqla_bwd_params &p, int mode, cu
     /* 5, 6: with and without the tail, every CTA storing its dq / dk; 7, 8: the same, stored once;
      * 9: 7 with a q/k head's parts adjacent in the grid; 10: 9 with the parts summed in L2; 11, 12:
      * 9 with each part's fp32 rows stored to its own slot, or red-added into one, nothing waiting;
-     * 13: 9 with the parts' slots summed by the last part to arrive */
+     * 13: 9 with the parts' slots summed by the last part to arrive; 14: the real gradient work
+     * (the chunks with bf16-plane states), 13's sums, the gradient kernel for the other chunks */
     const int f9 = fr_tail | fr_qk_once | fr_adjacent;
     if (mode == 9) return launch<1, true, fr_adjacent>(p, f9, stream);
     if (mode == 10) return launch<1, true, fr_reduce>(p, f9, stream);
     if (mode == 11) return launch<1, true, fr_parts_store>(p, f9, stream);
     if (mode == 12) return launch<1, true, fr_parts_red>(p, f9, stream);
     if (mode == 13) return launch<1, true, fr_last_sums>(p, f9, stream);
+    if (mode == 14) return launch<1, true, fr_last_sums, true>(p, f9, stream);
     if (fqla_dev_bwd_fused_rev_grads(mode))
         return launch<1, true>(p, (mode == 5 || mode == 7 ? fr_tail : 0) | (mode >= 7 ? fr_qk_once : 0), stream);
     const int flags = mode == 1 || mode == 3 ? fr_store_ds : 0;

@@ -351,9 +351,11 @@ FQLA_DEV_API int fqla_cuda_bwd_last_nwg(void) { return g_bwd_last_nwg; }
  * the prototype's), 11 and 12 as 9 with each CTA's fp32 dq / dk rows
  * stored to a slot of its own or red-added into one buffer, nothing
  * waiting (timing only), 13 as 9 with the slots of 11 summed in part
- * order by the CTA that arrives last (deterministic); 0 (the default) not. And whether the last backward run
+ * order by the CTA that arrives last (deterministic), 14 the real gradient
+ * work of the chunks with bf16-plane states beside the gradient kernel for
+ * the others; 0 (the default) not. And whether the last backward run
  * took it. */
-FQLA_DEV_API void fqla_cuda_bwd_tune_fused_rev(int mode) { g_bwd_fused_rev = mode >= 1 && mode <= 13 ? mode : 0; }
+FQLA_DEV_API void fqla_cuda_bwd_tune_fused_rev(int mode) { g_bwd_fused_rev = mode >= 1 && mode <= 14 ? mode : 0; }
 FQLA_DEV_API int fqla_cuda_bwd_last_fused_rev(void) { return g_bwd_last_fused_rev; }
 
 /* A fixed V-slice width per warp (0: the default choice) and the streaming

@@ -140,8 +140,11 @@ $(BUILD)/obj/%.o: %.cu $(wildcard include/*.h src/*.h src/cuda/*.h src/cuda/*.cu
 	@# ptxas's C7511 / C7512 (wgmma serialised, for the wgmma pipeline or the
 	@# whole function) are hard regressions for these kernels: a build whose
 	@# chain kernels had C7511 ran x1.13 slower (x1.05-1.34) over the 36
-	@# uniform rows on the H200, so the object is rejected
-	@cat $@.log >&2; if grep -qE 'C751[12]' $@.log; then echo "$<: ptxas serialised wgmma (C7511 / C7512)" >&2; rm -f $@; exit 1; fi
+	@# uniform rows on the H200, so the object is rejected; the developer
+	@# build's experiments (src/dev/) are kept with the message, and timed as such
+	@cat $@.log >&2; if grep -qE 'C751[12]' $@.log; then case $< in \
+	  src/dev/*) echo "$<: ptxas serialised wgmma (C7511 / C7512): kept, a developer-build experiment" >&2 ;; \
+	  *) echo "$<: ptxas serialised wgmma (C7511 / C7512)" >&2; rm -f $@; exit 1 ;; esac; fi
 
 $(LIB_A): $(OBJ) $(LINK_STAMP)
 	@mkdir -p $(dir $@)

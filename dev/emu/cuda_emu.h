@@ -727,7 +727,6 @@ inline void fqla_fence_async_global() {}
  * take: one CTA runs at a time, so plain accesses (a spin that never ends
  * yields, as the mbarrier waits do) */
 inline int fqla_ld_acquire_gpu(const int *p) { return *(const volatile int *)p; }
-inline void fqla_st_release_gpu(int *p, int v) { *(volatile int *)p = v; }
 inline int fqla_atom_add_acq_rel_gpu(int *p, int v)
 {
     const int old = *p;
@@ -735,11 +734,6 @@ inline int fqla_atom_add_acq_rel_gpu(int *p, int v)
     return old;
 }
 inline void fqla_discard_l2(void *p) { memset(p, 0xFF, 128); /* undefined bytes: NaN, so a later read shows */ }
-inline void fqla_red_add_v2(float *p, float a, float b)
-{
-    p[0] += a;
-    p[1] += b;
-}
 inline void __threadfence() {}
 inline void __nanosleep(unsigned) { fqla_emu::yield(); }
 inline int atomicAdd(int *p, int v)

@@ -1,25 +1,24 @@
 #!/usr/bin/env python3
 """bwd_fused_rev.py - the fused reverse pass under construction
-(src/dev/bwd_fused_rev.cu) against the reverse chain it replaces, on
-bench/bench_bwd.py's rows and inputs, in one process.
+(src/dev/bwd_fused_rev.cu) against the reverse chain and gradient kernel it
+replaces, on bench/bench_bwd.py's rows and inputs, in one process.
 
 Needs a developer build (make DEV=1): fqla_cuda_bwd_tune_fused_rev(mode)
 switches the pass (0 the reverse chain; 1 the whole V a CTA, 3 a CTA per
-value half; 2, 4 the same without their dS stores; 5 the half-width pass
-with the timing-only gradient prototype in place of the gradient kernel, 6
-the same without the chunk's tail, 7 and 8 as 5 and 6 with dq / dk stored
-once a q/k head);
-every mode runs the planner's CP (the fused pass runs CP's main pass in
-place of the reverse chain's), or with --cp-off none. Per row, timed by
-CUDA-graph replay with the L2 flushed:
+value half; 2, 4 the same without their dS stores; 5 the half-width pass with
+the gradient work of the chunks whose states are bf16 planes, the gradient
+kernel for the others); every mode runs the planner's CP (the fused pass runs
+CP's main pass in place of the reverse chain's), or with --cp-off none. Per
+row, timed by CUDA-graph replay with the L2 flushed:
   dh0   the gradient w.r.t. h0 alone: prepare + the reverse chain (or the
-        pass), modes 0-5 (5: with the prototype's gradient work, S absent)
-  full  the whole backward, modes 0, 1, 3, 5-8: the chains (the state chain
+        pass), modes 0-4 (5 leaves dh0 alone to the reverse chain)
+  full  the whole backward, modes 0, 1, 3, 5: the chains (the state chain
         then the pass, or both chains in their usual launches), the gradient
-        kernel (not in modes 5-8), finish
-and the largest relative difference of every gradient from mode 0's (modes
-5-8: dh0 alone, its other gradients are wrong by design; both are
-split-product bf16, ~1e-3 apart is rounding, >1e-2 is a bug).
+        kernel, finish
+and the largest relative difference of every gradient from mode 0's (both
+are split-product bf16, ~1e-3 apart is rounding, >1e-2 is a bug). The
+timing prototypes and dq / dk sums of earlier builds (modes 5-14 of 2452c75)
+are in docs/history/2026-12-07d-fusedproto.md and 2026-12-07f-fusedred.md.
 
     python3 dev/gpu/bwd_fused_rev.py --lib build-dev/libflashqla.so [--rows hk16_hv32:32k_1seq,...] [--modes 0,1,3,5]
 """
@@ -64,7 +63,7 @@ def measure(lib, tune, used, what, inputs, flush, a, modes, res):
         torch.cuda.synchronize()
         if mode and used() != 1:
             return False
-        names = ("dh0",) if what == "dh0" or 5 <= mode <= 13 else tuple(call.grads)
+        names = ("dh0",) if what == "dh0" else tuple(call.grads)
         got = {n: call.grads[n].clone() for n in names}
         if mode == 0:
             ref = got
@@ -107,7 +106,7 @@ def main():
         q, k, v, g, beta, h0, cu, cu_host, do, dht = bb.row_inputs(hq, hv, sl, ri)
         for what in ("dh0", "full"):
             res = {}
-            ms = modes if what == "dh0" else [m for m in modes if m not in (2, 4)]
+            ms = [m for m in modes if m != 5] if what == "dh0" else [m for m in modes if m not in (2, 4)]
             if not measure(lib, tune, used, what, (q, k, v, g, beta, h0, cu, cu_host, do, dht), flush, a, ms, res):
                 print("%-10s %-9s %s: not covered" % (model, sl, what), flush=True)
                 break  # (the gradient kernel beside the chains): dh0 alone only

@@ -326,7 +326,7 @@ fqla_status fqla_cuda_bwd_run(fqla_context *ctx, const fqla_problem *p, const fq
     const int fused_rev_mode = fqla_dev_bwd_fused_rev(p);
     const bool fused_rev = fused_rev_mode && fqla_dev_bwd_fused_rev_covers(b, io_bf16, fused_rev_mode);
     fqla_dev_bwd_fused_rev_used(fused_rev);
-    b.fused_grads = fused_rev && fqla_dev_bwd_fused_rev_real(fused_rev_mode);
+    b.fused_grads = fused_rev && fqla_dev_bwd_fused_rev_grads(fused_rev_mode);
 #endif
     for (const auto &s : steps) {
         if (s.cp && !k.cp_mode) continue;
@@ -341,8 +341,6 @@ fqla_status fqla_cuda_bwd_run(fqla_context *ctx, const fqla_problem *p, const fq
             if (st != FQLA_STATUS_SUCCESS) return st;
             continue;
         }
-        /* the pass's gradient prototype stands in for the gradient kernel (timing only) */
-        if (fused_rev && fqla_dev_bwd_fused_rev_grads(fused_rev_mode) && s.launch == fqla_bwd_launch_grads) continue;
 #endif
         if (s.full && p->dh0_only) continue;
         /* no chunk slots (T = 0 in a padded batch): only the reverse chain, which

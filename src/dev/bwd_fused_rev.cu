@@ -40,16 +40,27 @@
  * (docs/history/2026-12-07d-fusedproto.md section 1). As a reverse chain
  * alone the half form is 0.76-1.13x today's (dh0 alone, H100).
  *
- * The gradient prototype (GRAD, half form, modes 5-8; timing only): the
- * products, hand-offs, copies and stores of the gradient kernel's work
- * beside the chain (warpgroup 1: X, Y, U from S's bf16 plane, dY and dT~,
- * dv, Z, the tail's M1 / K K^T / dL / M, dQ; warpgroup 2: dU with P~^T dO
- * first, df, dP~ and dQ~, dK), the element-wise math approximated: dv and
- * dh0 are the real ones (test_gpu_bwd checks both), dq / dk / dbeta / dg
- * are not. The gradient kernel does not run in these modes. H100: the whole
- * backward 0.80-0.94x today's on the 22 rows it covers (mode 7), 0.70-0.85x
- * without the chunk's tail (mode 8); a half-chunk takes ~10 us against
- * 2.8 us of tensor work, the chunk closed by the last product of the tail.
+ * The gradient work (GRAD, half form, mode 5): every gradient of the
+ * chunks whose entering state the state chain stored as its bf16 plane
+ * (bwd_state_bf16), in the lean route's precision of bwd_grads.cu (only
+ * K dS' and dY split), beside the chain: warpgroup 1 K S, X, Y, U, dY, dT~,
+ * dv, Z, the tail's M1 / K K^T / dL / M, dQ; warpgroup 2 dU, df (U formed
+ * again in fp32), dP~ and dQ~, dK, the chunk's dg / dbeta rows; the state
+ * warpgroup <S, dS'>. R's lower sums for dg by shuffles (lower_sums). The
+ * grid puts a q/k head's 2 x group CTAs (its value heads' halves) next to
+ * each other; the last of them to arrive sums dq / dk in part order
+ * (sum_parts), and the last of a value head's two halves its dg / dbeta
+ * (sum_halves), both through fp32 slots in a developer-build scratch. The
+ * gradient kernel forms the other chunks' gradients (a span's first chunk,
+ * partial chunks, sequences of at most four chunks: fqla_bwd_params.
+ * fused_grads), from the dS the pass stores for them. Correct under the
+ * emulator on test_gpu_bwd's bwd_fused_rev (GVA 1-4, CP, strong decay with
+ * beta near 2). Its forerunner, a timing prototype with the element-wise
+ * math approximated, ran the whole backward at 0.80-0.94x today's (H100,
+ * docs/history/2026-12-07d-fusedproto.md); the sums of dq / dk in L2 cost
+ * +0.08 to +0.55 of it (2026-12-07f-fusedred.md). ptxas serialises this
+ * instance's wgmma (C7512; the region not found), kept in the developer
+ * build with the Makefile's message.
  *
  * Covered (fqla_dev_bwd_fused_rev_covers): bf16 io, K = V = 128, no
  * in-kernel l2norm, whole sequences or CP's main pass over segments (from
@@ -62,7 +73,8 @@
  * P~ hi / lo (32, one set: each refilled by its last reader after its
  * product); dS' hi / lo (64); dU, then Z, hi / lo (32); the gamma / beta
  * rows: ~226. Half form: the dO, dS' and dU planes halved (~161); with
- * GRAD also S's plane in each stage and Y, U, dT~, dQ~ (~226).
+ * GRAD also S's plane in each stage, Y, U, dT~, dQ~ and the row terms
+ * (~226.3: no room left for the 1 KiB of alignment slack, fr_layout).
  */
 #include "cuda/bwd_common.cuh"
 #include "cuda/fwd_prepare_common.cuh"
@@ -85,39 +97,12 @@ constexpr int TILE = C * 64 * 2;            /* a [64][64] bf16 plane: T~, P~ */
 /* per value half h: ds_ready + h, du_ready + h, z_ready + h; side_local + 0 / 1:
  * warpgroup 1's / 2's own */
 enum class fr_bar : uint32_t { ds_ready = 1, du_ready = 3, z_ready = 5, side_local = 7 };
-/* the gradient prototype's hand-offs between warpgroups 1 and 2 */
+/* the gradient work's hand-offs between warpgroups 1 and 2 */
 enum class gp_bar : uint32_t { u_ready = 10, qt_ready = 11, m_ready = 12, u_free = 13, rows_ready = 14 };
 
-/* The kernel's flags (fqla_dev_bwd_launch_fused_rev maps the modes to them):
- * the state warpgroup stores dS to the workspace (the gradient kernel's
- * input); GRAD: the chunk's tail (M1, dL, M, dQ~ and their products) runs
- * too; GRAD: dq / dk stored by one CTA of the (value head, half) CTAs of a
- * q/k head, as a reduction in a cluster of those CTAs would (the bytes of
- * a reduced store; the reduction itself not modelled), else by every one,
- * each its own part. */
-enum fr_flag : int { fr_store_ds = 1, fr_tail = 2, fr_qk_once = 4, fr_adjacent = 8, fr_reduce = 16, fr_parts_store = 32,
-                     fr_parts_red = 64, fr_last_sums = 128 };
-
-/* fr_adjacent (modes 9, 10): the grid's x is (span row, part) with the
- * 2 x group parts of a q/k head (its value heads' halves) next to each
- * other, so that they are dispatched together; y the q/k head. Part p =
- * (hv % group) + group x half: the parts in launch order.
- * fr_reduce (mode 10): dq / dk summed over the parts in that order, in L2
- * (reduce_parts): part 0 stores its fp32 rows into a buffer, the middle
- * parts add theirs with red.global.add, the last one loads the sum, adds
- * its own and stores the bf16 rows; each waits for the part before it on a
- * flag per (chunk, q/k head, dq or dk), so the sum has one order
- * (bit-identical reruns). A part waits only for parts earlier in launch
- * order, which the GPU dispatches first, so the waits end.
- * fr_parts_store (mode 11, timing only): each part stores its fp32 rows in
- * a slot of its own, nothing waits (the bytes of the parts alone);
- * fr_parts_red (mode 12, timing only): each part red-adds its rows into one
- * buffer, nothing waits (the L2 reductions' throughput alone).
- * fr_last_sums (mode 13): each part stores its fp32 rows in its own slot
- * and counts itself in with an acq_rel atomic; the part that arrives last
- * sums the slots in part order (its own from registers: the same values),
- * stores the bf16 rows, drops the slots' lines from L2 (discard) and resets
- * the counter. Nothing waits, and the sum has one order. */
+/* The kernel's flag: the state warpgroup stores dS to the workspace (the
+ * gradient kernel's input; modes 1 and 3). */
+enum fr_flag : int { fr_store_ds = 1 };
 
 /* The roles' named barriers: each is reached by warps of different roles
  * from different places in the code, so the forms without .aligned (the
@@ -156,7 +141,7 @@ struct fr_rows {
  * chunk's are read before any role passes the next chunk's start): de, df,
  * db by row, the two lower sums of R (dgr: warpgroup 1's beta dL K K^T part,
  * warpgroup 2's dP~ P~ part), and the state warpgroup's <S, dS'> by warp.
- * The timing prototypes (modes 5-13) put their approximate row sums in db. */
+ */
 struct fr_grow {
     float de[C], df[C], db[C];
     float dgr[2][C];
@@ -182,14 +167,14 @@ template <int NH, bool GRAD> struct fr_layout {
     static constexpr int rows = qt + (GRAD ? TILE : 0); /* fr_rows[2] */
     static constexpr int grow = rows + 2 * (int)sizeof(fr_rows); /* fr_grow (GRAD) */
     static constexpr int mbar = grow + (GRAD ? (int)sizeof(fr_grow) : 0); /* the chunk barrier */
-    static constexpr int last = mbar + 8;            /* four ints: "this part is last" (reduce_parts, dg) */
+    static constexpr int last = mbar + 8;            /* four ints: "this part is last" (sum_parts, sum_halves) */
     static constexpr int used = last + 16;
     /* 1024 bytes of slack to align the base where they fit; else the base
      * must come aligned (it does: the block's dynamic shared memory starts
      * after the 1 KiB the system reserves) and the kernel checks it */
     static constexpr int slack = used + 1024 <= 227 * 1024 ? 1024 : 0;
     static constexpr int bytes = used + slack;
-    static_assert(!GRAD || NH == 1, "the gradient prototype is of the half-width form");
+    static_assert(!GRAD || NH == 1, "the gradient work is of the half-width form");
     static_assert(bytes <= 227 * 1024, "over the shared memory a block may have");
 };
 
@@ -298,91 +283,56 @@ __device__ __forceinline__ void update_half(float (&acc)[64], uint32_t (&eh)[4][
 }
 
 
-/* The part-ordered sum of dq or dk (fr_reduce): acc this warpgroup's part
- * (m64n128, rows row0 (+8), columns col_of), buf the chunk's fp32 [64][128]
- * rows in the workspace, flag its counter (0 before part 0; the last part
- * sets it back to 0 for the next call), lt the thread's index in the
- * warpgroup, bar_id its own named barrier. */
-__device__ __forceinline__ void reduce_parts(const float (&acc)[64], float *buf, int *flag, int part, int parts,
-                                             uint16_t *dst, int64_t st, int nvalid, int row0, int lt, uint32_t bar_id,
-                                             int kind, int *lastp)
+/* The sum of a chunk's dq or dk over the 2 x group parts of a q/k head (its
+ * value heads' halves, one CTA each), in part order, by the part that
+ * arrives last: acc this warpgroup's part (m64n128, rows row0 (+8), columns
+ * col_of), buf the chunk's [parts][64][128] fp32 slots in the scratch, cnt
+ * their counter (0 before; the last part sets it back). Every part stores
+ * its slot and counts itself in with an acq_rel add; the last sums the slots
+ * one part at a time (each part's 32 loads a thread independent: one L2
+ * round trip a part), stores the bf16 rows (dst, row stride st, rows past
+ * nvalid left out) and drops the slots' lines from L2 unwritten. Nothing
+ * waits, and reruns are bit-identical. lt: the thread's index in the
+ * warpgroup, bar_id its own named barrier, lastp a word of shared memory.
+ * (In L2 a sum costs the parts' bytes at least: docs/history/
+ * 2026-12-07f-fusedred.md measured this and three other forms.) */
+__device__ __forceinline__ void sum_parts(const float (&acc)[64], float *buf, int *cnt, int part, int parts,
+                                          uint16_t *dst, int64_t st, int nvalid, int row0, int lt, uint32_t bar_id,
+                                          int *lastp)
 {
-    if (kind == fr_parts_store) {
-        float *own = buf + (size_t)part * 64 * 128;
+    float *own = buf + (size_t)part * 64 * 128;
 #pragma unroll
-        for (int a = 0; a < 64; a += 2)
-            *reinterpret_cast<float2 *>(own + (row0 + row8_of(a)) * 128 + col_of(a)) = make_float2(acc[a], acc[a + 1]);
-        return;
-    }
-    if (kind == fr_last_sums) {
-        float *own = buf + (size_t)part * 64 * 128;
-#pragma unroll
-        for (int a = 0; a < 64; a += 2)
-            *reinterpret_cast<float2 *>(own + (row0 + row8_of(a)) * 128 + col_of(a)) = make_float2(acc[a], acc[a + 1]);
-        /* every thread's rows stored, then one add: is this part the last? */
-        fqla_named_sync_any(bar_id, 128);
-        if (lt == 0) *lastp = fqla_atom_add_acq_rel_gpu(flag, 1) == parts - 1;
-        fqla_named_sync_any(bar_id, 128);
-        if (!*lastp) return;
-        /* part by part, each part's 32 loads a thread independent of one
-         * another (one L2 round trip a part, not one a load); its own part
-         * too from its slot, so that acc is dead after the stores (registers) */
-        float sum[64];
-#pragma unroll
-        for (int a = 0; a < 64; a++) sum[a] = 0.f;
-        for (int q = 0; q < parts; q++) {
-            const float *src = buf + (size_t)q * 64 * 128;
-#pragma unroll
-            for (int a = 0; a < 64; a += 2) {
-                const float2 x = *reinterpret_cast<const float2 *>(src + (row0 + row8_of(a)) * 128 + col_of(a));
-                sum[a] += x.x;
-                sum[a + 1] += x.y;
-            }
-        }
-#pragma unroll
-        for (int a = 0; a < 64; a += 2) {
-            const int i = row0 + row8_of(a);
-            if (i < nvalid)
-                *reinterpret_cast<uint32_t *>(dst + (int64_t)i * st + col_of(a)) = fqla_wg_bf2(sum[a], sum[a + 1]);
-        }
-        /* every thread's loads done: the slots' lines dropped, the counter reset */
-        fqla_named_sync_any(bar_id, 128);
-        for (int l = lt; l < parts * 64 * 128 / 32; l += 128) fqla_discard_l2(buf + 32 * l);
-        if (lt == 0) *flag = 0;
-        return;
-    }
-    if (kind == fr_parts_red) {
-#pragma unroll
-        for (int a = 0; a < 64; a += 2) fqla_red_add_v2(buf + (row0 + row8_of(a)) * 128 + col_of(a), acc[a], acc[a + 1]);
-        return;
-    }
-    if (part > 0) {
-        if (lt == 0)
-            while (fqla_ld_acquire_gpu(flag) < part) __nanosleep(64);
-        fqla_named_sync_any(bar_id, 128);
-    }
-    if (part == parts - 1) {
-#pragma unroll
-        for (int a = 0; a < 64; a += 2) {
-            const int i = row0 + row8_of(a);
-            const float2 s = *reinterpret_cast<const float2 *>(buf + i * 128 + col_of(a));
-            if (i < nvalid)
-                *reinterpret_cast<uint32_t *>(dst + (int64_t)i * st + col_of(a)) =
-                    fqla_wg_bf2(s.x + acc[a], s.y + acc[a + 1]);
-        }
-    } else if (part == 0) {
-#pragma unroll
-        for (int a = 0; a < 64; a += 2)
-            *reinterpret_cast<float2 *>(buf + (row0 + row8_of(a)) * 128 + col_of(a)) = make_float2(acc[a], acc[a + 1]);
-    } else {
-#pragma unroll
-        for (int a = 0; a < 64; a += 2) fqla_red_add_v2(buf + (row0 + row8_of(a)) * 128 + col_of(a), acc[a], acc[a + 1]);
-    }
-    /* every thread's rows written (or read) before the flag moves on */
+    for (int a = 0; a < 64; a += 2)
+        *reinterpret_cast<float2 *>(own + (row0 + row8_of(a)) * 128 + col_of(a)) = make_float2(acc[a], acc[a + 1]);
+    /* every thread's rows stored, then one add: is this part the last? */
     fqla_named_sync_any(bar_id, 128);
-    if (lt == 0) fqla_st_release_gpu(flag, part == parts - 1 ? 0 : part + 1);
+    if (lt == 0) *lastp = fqla_atom_add_acq_rel_gpu(cnt, 1) == parts - 1;
+    fqla_named_sync_any(bar_id, 128);
+    if (!*lastp) return;
+    /* its own part too from its slot, so that acc is dead after the stores (registers) */
+    float sum[64];
+#pragma unroll
+    for (int a = 0; a < 64; a++) sum[a] = 0.f;
+    for (int q = 0; q < parts; q++) {
+        const float *src = buf + (size_t)q * 64 * 128;
+#pragma unroll
+        for (int a = 0; a < 64; a += 2) {
+            const float2 x = *reinterpret_cast<const float2 *>(src + (row0 + row8_of(a)) * 128 + col_of(a));
+            sum[a] += x.x;
+            sum[a + 1] += x.y;
+        }
+    }
+#pragma unroll
+    for (int a = 0; a < 64; a += 2) {
+        const int i = row0 + row8_of(a);
+        if (i < nvalid)
+            *reinterpret_cast<uint32_t *>(dst + (int64_t)i * st + col_of(a)) = fqla_wg_bf2(sum[a], sum[a + 1]);
+    }
+    /* every thread's loads done: the slots' lines dropped, the counter reset */
+    fqla_named_sync_any(bar_id, 128);
+    for (int l = lt; l < parts * 64 * 128 / 32; l += 128) fqla_discard_l2(buf + 32 * l);
+    if (lt == 0) *cnt = 0;
 }
-
 
 /* For R, a warpgroup's m64n64 accumulator of a strictly lower 64 x 64 matrix
  * (zeros on and above the diagonal; rows row0 (+8), columns col_of), out[t]
@@ -468,7 +418,7 @@ __device__ __forceinline__ void sum_halves(const fqla_bwd_params &bp, float dgv,
     if (lt == 0) *cnt = 0;
 }
 
-template <int NH, bool GRAD, int RED = 0, bool REAL = false>
+template <int NH, bool GRAD>
 __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bwd_params bp, int flags, float *scratch)
 {
     extern __shared__ unsigned char smem_raw[];
@@ -485,8 +435,10 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
     int *last_word = reinterpret_cast<int *>(sm + L::last); /* [0], [1]: dq, dk; [2]: dg / dbeta */
     const int tid = threadIdx.x, wg = tid >> 7, lt = tid & 127;
     const int row0 = 16 * ((tid >> 5) & 3) + ((tid & 31) >> 2); /* the thread's first accumulator row */
-    /* fr_adjacent: x = (span row, part), y = q/k head; else x = span row, y = value head, z = half */
-    const bool adjacent = GRAD && RED != 0; /* compile-time: the other instances' registers as before */
+    /* GRAD: x = (span row, part) with the 2 x group parts of a q/k head (its
+     * value heads' halves, part = hv % group + group x half) next to each
+     * other, y = the q/k head; else x = span row, y = value head, z = half */
+    constexpr bool adjacent = GRAD;
     const int parts = 2 * p.group, part = adjacent ? (int)(blockIdx.x % parts) : 0;
     const int hv = adjacent ? (int)blockIdx.y * p.group + part % p.group : (int)blockIdx.y, hk = hv / p.group;
     const int half = adjacent ? part / p.group : (NH == 2 ? 0 : (int)blockIdx.z);
@@ -557,36 +509,25 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
     };
     /* value half h of the dS'^T planes (its 64 rows) */
     auto half_rows = [&](int h) { return fqla_wg_tile{DS.hi + h * 64 * 128, DS.lo + h * 64 * 128, 64 * NH}; };
-    /* ---- the gradient prototype (GRAD, timing only: the products, hand-offs
-     * and stores of the gradient work at their shapes, the element-wise math
-     * approximated; its outputs are wrong by design) ---- */
+    /* the gradient work's planes (GRAD): Y, U (then M), dT~ (then M1), dQ~ */
     const fqla_wg_tile Yp{s0 + L::yp, 0u, C}, Up{s0 + L::up, 0u, C}, Tq{s0 + L::tq, 0u, C}, Qp{s0 + L::qt, 0u, C};
     const fqla_wg_tile Th{Tt.hi, 0u, C}; /* T~'s hi plane alone */
-    /* warpgroup 1: X, Y, U from S; dY, dT~ (after du_ready); Z; dv; the tail's
-     * M1, K K^T, dL, M; dQ */
-    const bool tail = flags & fr_tail;
-    const bool qk_store = !(flags & fr_qk_once) || (half == 0 && hv % p.group == 0);
-    /* fr_reduce: the parts' buffers and flags in the dS workspace, which
-     * these modes do not store (fqla_dev_bwd_launch_fused_rev zeroes the flags) */
-    /* RED: fr_reduce, fr_parts_store, fr_parts_red; fr_adjacent alone (mode 9); 0 none (a
-     * template argument, so that the other modes' instance keeps its registers) */
-    constexpr int red_kind = RED & (fr_reduce | fr_parts_store | fr_parts_red | fr_last_sums);
-    const bool reduce = GRAD && red_kind && bp.dq && bp.dk;
-    /* scratch: [slots][H][dq, dk][parts][64][128] fp32, then [slots][H][2] flags */
+    /* scratch (fqla_dev_bwd_launch_fused_rev): [slots][H][dq, dk][parts][64][128]
+     * fp32, [slots][H][2] counters, [slots][HV][2][2][64] fp32, [slots][HV] counters */
     int *red_flag = reinterpret_cast<int *>(scratch + (size_t)p.slots * p.H * 2 * parts * C * KD);
     auto red_at = [&](int c, int which, float *&buf, int *&flag) {
         const size_t i = ((size_t)(slot0 + c) * p.H + hk) * 2 + which;
         buf = scratch + i * parts * C * KD;
         flag = red_flag + i;
     };
-    /* ---- the gradient work made real (REAL, mode 14): every gradient of the
+    /* ---- the gradient work (GRAD, mode 5): every gradient of the
      * chunks whose state entering them the state chain stored as its bf16
      * plane (bwd_state_bf16: past a span's first chunk, full, in a sequence
      * longer than FQLA_BWD_SHORT_CHUNKS chunks), with the lean products of
      * bwd_grads.cu; the other chunks' dS goes to the workspace for the
      * gradient kernel, which skips the chunks done here (bp.fused_grads).
      * dq / dk: the parts of the q/k head's CTAs summed by the last to arrive
-     * (fr_last_sums); dg / dbeta: this half's rows summed with the other
+     * (sum_parts); dg / dbeta: this half's rows summed with the other
      * half's the same way (sum_halves). ---- */
     float *dg_buf = reinterpret_cast<float *>(red_flag + (size_t)p.slots * p.H * 2); /* [slots][HV][2][2][64] */
     int *dg_cnt = reinterpret_cast<int *>(dg_buf + (size_t)p.slots * p.HV * 4 * C);   /* [slots][HV] */
@@ -751,9 +692,9 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
             float *buf;
             int *flag;
             red_at(c, 0, buf, flag);
-            reduce_parts(dq, buf, flag, part, parts,
+            sum_parts(dq, buf, flag, part, parts,
                          (uint16_t *)bp.dq + batch * bp.dq_sb + t0 * bp.dq_st + (int64_t)hk * bp.dq_sh, bp.dq_st, nv,
-                         row0, lt, fqla_bar_id(fr_bar::side_local, 0), fr_last_sums, last_word);
+                         row0, lt, fqla_bar_id(fr_bar::side_local, 0), last_word);
         }
     };
     /* warpgroup 2: dU (P~^T dO, then K dS'); U (its own fp32 copy) for df; dP~
@@ -842,9 +783,9 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
             float *buf;
             int *flag;
             red_at(c, 1, buf, flag);
-            reduce_parts(dk, buf, flag, part, parts,
+            sum_parts(dk, buf, flag, part, parts,
                          (uint16_t *)bp.dk + batch * bp.dk_sb + t0 * bp.dk_st + (int64_t)hk * bp.dk_sh, bp.dk_st, nv,
-                         row0, lt, fqla_bar_id(fr_bar::side_local, 1), fr_last_sums, last_word + 1);
+                         row0, lt, fqla_bar_id(fr_bar::side_local, 1), last_word + 1);
             /* dg_t = sum_{i >= t} de_i e_i + sum_{j < t} df_j f_j + <S, dS'> e_C + R's sums */
             bar_sync(gp_bar::rows_ready, 256);
             float dgv = 0.f, dbv = 0.f;
@@ -862,243 +803,6 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
                        fqla_bar_id(fr_bar::side_local, 1), lt, batch, t0, nv, hv);
         }
     };
-    auto proto_u_side = [&] {
-        for (int it = 0; it < chunks; it++) {
-            const int s = it & 1, c = chunk_at(it);
-            unsigned char *st = stage(s);
-            chunk_start(chunk_mb, it);
-            if (it + 1 < chunks) issue_inputs(chunk_at(it + 1), s ^ 1);
-            fqla_cp_async_commit();
-            const fr_rows &r = rows[s];
-            const fqla_wg_tile Kt{fqla_smem_u32(st), 0u, C}, DO{fqla_smem_u32(st + 2 * PLANE), 0u, C};
-            const fqla_wg_tile Sp{fqla_smem_u32(st + 2 * PLANE + L::DOP), 0u, KD};
-            const int64_t t0 = start + (int64_t)c * C;
-            const int nv = nvalid_of(c);
-            const float e0 = __expf(r.gam[row0]), e1 = __expf(r.gam[row0 + 8]);
-            const float b0 = r.bet[row0], b1 = r.bet[row0 + 8];
-            /* the value rows at the accumulator's places, from global memory */
-            uint32_t vr[16];
-            const uint16_t *vsrc = (const uint16_t *)p.v + batch * p.v_sb + t0 * p.v_st + (int64_t)hv * p.v_sh + vb;
-#pragma unroll
-            for (int a = 0; a < 32; a += 2) {
-                const int i = row0 + row8_of(a);
-                vr[a / 2] = i < nv ? *reinterpret_cast<const uint32_t *>(vsrc + (int64_t)i * p.v_st + col_of(a)) : 0u;
-            }
-            /* X = V - diag(e) K S, Y = diag(beta) X */
-            float x[32];
-            fqla_wg_run(x, [&] { fqla_wg_split<64, 0, 1, false, false>(x, Kt, Sp, 0, KD, false); });
-#pragma unroll
-            for (int a = 0; a < 32; a += 2) {
-                const float2 v2 = fqla_wg_unbf2(vr[a / 2]);
-                const bool hi = row8_of(a);
-                x[a] = (hi ? b1 : b0) * (v2.x - (hi ? e1 : e0) * x[a]);
-                x[a + 1] = (hi ? b1 : b0) * (v2.y - (hi ? e1 : e0) * x[a + 1]);
-            }
-            fqla_wg_store<64>(Yp, x, 0);
-            fqla_fence_async_smem();
-            bar_sync(fr_bar::side_local, 128, 0);
-            /* U = T~ Y */
-            float u[32];
-            fqla_wg_run(u, [&] { fqla_wg_split<64, 0, 1, false, false>(u, Th, Yp, 0, C, false); });
-            fqla_wg_store<64>(Up, u, 0);
-            fqla_fence_async_smem();
-            bar_arrive(gp_bar::u_ready, 256);
-            /* dY = T~^T dU, dT~ = dU Y^T */
-            bar_sync(fr_bar::du_ready, 256, 0);
-            float dy[32], dt[32];
-            fqla_wg_issue(dy, [&] { fqla_wg_split<64, 1, 1, true, true>(dy, Tt, DU, 0, C, false); });
-            const fqla_wg_tile DUhi{DU.hi, 0u, C}; /* dU's hi plane alone */
-            fqla_wg_issue(dt, [&] { fqla_wg_split<64, 0, 0, false, false>(dt, DUhi, Yp, 0, 64, false); });
-            fqla_wg_retire(dy);
-            fqla_reg_fence(dt);
-            bar_sync(fr_bar::side_local, 128, 0);
-            /* dv = diag(beta) dY; x . dy for dbeta (x from Y's plane) */
-            float yv[32];
-            fqla_wg_load<64>(Yp, yv, 0);
-            float db0 = 0.f, db1 = 0.f;
-            uint16_t *dvp = (uint16_t *)bp.dv + batch * bp.dv_sb + t0 * bp.dv_st + (int64_t)hv * bp.dv_sh + vb;
-#pragma unroll
-            for (int a = 0; a < 32; a += 2) {
-                const bool hi = row8_of(a);
-                const int i = row0 + row8_of(a);
-                const float bb = hi ? b1 : b0;
-                (hi ? db1 : db0) += yv[a] * dy[a] + yv[a + 1] * dy[a + 1];
-                if (bp.dv && i < nv)
-                    *reinterpret_cast<uint32_t *>(dvp + (int64_t)i * bp.dv_st + col_of(a)) =
-                        fqla_wg_bf2(bb * dy[a], bb * dy[a + 1]);
-                const float z = -(hi ? e1 * b1 : e0 * b0);
-                dy[a] *= z;
-                dy[a + 1] *= z;
-            }
-            fqla_wg_store<64>(DU, dy, 0);
-            fqla_fence_async_smem();
-            bar_arrive(fr_bar::z_ready, 384, 0); /* warpgroups 0 and 2 wait for Z */
-            db0 = quad_sum(db0);
-            db1 = quad_sum(db1);
-            if ((tid & 3) == 0) {
-                grow.db[row0] = db0;
-                grow.db[row0 + 8] = db1;
-            }
-            /* the tail: M1 = T~^T (lower dT~) beside K K^T; dL = -M1 T~^T; M =
-             * diag(beta) (Gamma . dL) for warpgroup 2 (m_ready) */
-            fqla_wg_store<64>(Tq, dt, 0);
-            fqla_fence_async_smem();
-            bar_sync(fr_bar::side_local, 128, 0);
-            if (tail) {
-                float kk[32];
-                fqla_wg_issue(dt, [&] { fqla_wg_split<64, 1, 1, false, false>(dt, Th, Tq, 0, C, false); });
-                fqla_wg_issue(kk, [&] { fqla_wg_split<64, 0, 0, false, false>(kk, Kt, Kt, 0, KD, false); });
-                fqla_wg_retire(dt);
-                fqla_reg_fence(kk);
-                bar_sync(fr_bar::side_local, 128, 0);
-                fqla_wg_store<64>(Tq, dt, 0);
-                fqla_fence_async_smem();
-                bar_sync(fr_bar::side_local, 128, 0);
-                float dl[32];
-                fqla_wg_run(dl, [&] { fqla_wg_split<64, 0, 0, false, false>(dl, Tq, Th, 0, C, false); });
-                /* every warp's part has read T~ (this warpgroup reads it last): its refill */
-                bar_sync(fr_bar::side_local, 128, 0);
-                if (it + 1 < chunks) copy_tile(sm + L::tp, bp.Tt + tile_of(chunk_at(it + 1)) * C * C, lt);
-                fqla_cp_async_commit();
-                float rs0 = 0.f, rs1 = 0.f; /* the dbeta / dg row terms (approximated) */
-#pragma unroll
-                for (int a = 0; a < 32; a++) {
-                    const int i = row0 + row8_of(a), j = col_of(a);
-                    const float gm = j <= i ? __expf(r.gam[i] - r.gam[j]) : 0.f;
-                    const float m = r.bet[i] * gm * dl[a];
-                    (row8_of(a) ? rs1 : rs0) += m * kk[a];
-                    dl[a] = m;
-                }
-                bar_sync(gp_bar::u_free, 256); /* warpgroup 2 has read U */
-                fqla_wg_store<64>(Up, dl, 0);       /* M over U */
-                fqla_fence_async_smem();
-                bar_arrive(gp_bar::m_ready, 256);
-                if ((tid & 3) == 0) {
-                    grow.db[row0] += rs0;
-                    grow.db[row0 + 8] += rs1;
-                }
-            }
-            /* dQ = scale diag(e) dO S^T + dQ~ K (dQ~ from warpgroup 2), stored as this CTA's part */
-            float dq[64];
-            fqla_wg_run(dq, [&] { fqla_wg_split<128, 0, 0, false, false>(dq, DO, Sp, 0, 64, false); });
-#pragma unroll
-            for (int a = 0; a < 64; a++) dq[a] *= p.scale * (row8_of(a) ? e1 : e0);
-            if (tail) {
-                bar_sync(gp_bar::qt_ready, 256);
-                fqla_wg_run(dq, [&] { fqla_wg_split<128, 0, 1, false, false>(dq, Qp, Kt, 0, C, true); });
-            }
-            uint16_t *dqp = (uint16_t *)bp.dq + batch * bp.dq_sb + t0 * bp.dq_st + (int64_t)hk * bp.dq_sh;
-            bool summed = false; /* the parts' sum stored dq / dk (fr_reduce) */
-            if constexpr (red_kind != 0)
-                if (reduce) {
-                    float *buf;
-                    int *flag;
-                    red_at(c, 0, buf, flag);
-                    reduce_parts(dq, buf, flag, part, parts, dqp, bp.dq_st, nv, row0, lt,
-                                 fqla_bar_id(fr_bar::side_local, 0), red_kind,
-                                 last_word);
-                    summed = red_kind == fr_reduce || red_kind == fr_last_sums;
-                }
-            if (!summed && bp.dq && qk_store) store_acc_bf16<128>(dqp, bp.dq_st, dq, nv, row0);
-        }
-    };
-    /* warpgroup 2: dU (P~^T dO first, then K dS'); df; dP~, dQ~; dK = diag(f) U
-     * dS'^T + Z S^T + dQ~^T Q + M K + M^T K */
-    auto proto_du_side = [&] {
-        for (int it = 0; it < chunks; it++) {
-            const int s = it & 1, c = chunk_at(it);
-            unsigned char *st = stage(s);
-            chunk_start(chunk_mb, it);
-            const fr_rows &r = rows[s];
-            const float gC = r.gam[C - 1];
-            const float f0 = __expf(gC - r.gam[row0]), f1 = __expf(gC - r.gam[row0 + 8]);
-            const fqla_wg_tile Kt{fqla_smem_u32(st), 0u, C}, Qt{fqla_smem_u32(st + PLANE), 0u, C};
-            const fqla_wg_tile DO{fqla_smem_u32(st + 2 * PLANE), 0u, C};
-            const fqla_wg_tile Sp{fqla_smem_u32(st + 2 * PLANE + L::DOP), 0u, KD};
-            const int64_t t0 = start + (int64_t)c * C;
-            const int nv = nvalid_of(c);
-            /* dU = P~^T dO (needs no dS') + diag(f) K dS' */
-            float du[32], kds[32];
-            fqla_wg_run(du, [&] { fqla_wg_split<64, 1, 1, true, false>(du, Pt, DO, 0, C, false); });
-            bar_sync(fr_bar::ds_ready, 256, 0);
-            fqla_wg_run(kds, [&] { fqla_wg_split<64, 0, 0, false, true>(kds, Kt, DS, 0, KD, false); });
-#pragma unroll
-            for (int a = 0; a < 32; a++) du[a] += (row8_of(a) ? f1 : f0) * kds[a];
-            fqla_wg_store<64>(DU, du, 0);
-            fqla_fence_async_smem();
-            bar_arrive(fr_bar::du_ready, 256, 0);
-            /* every warp's part of the products has read P~: its refill */
-            bar_sync(fr_bar::side_local, 128, 1);
-            if (it + 1 < chunks) copy_tile(sm + L::tp + 2 * TILE, bp.Pt + tile_of(chunk_at(it + 1)) * C * C, lt);
-            fqla_cp_async_commit();
-            /* df = (K dS') . U per row */
-            bar_sync(gp_bar::u_ready, 256);
-            float uv[32];
-            fqla_wg_load<64>(Up, uv, 0);
-            float d0 = 0.f, d1 = 0.f;
-#pragma unroll
-            for (int a = 0; a < 32; a++) (row8_of(a) ? d1 : d0) += kds[a] * uv[a];
-            /* dP~ = dO U^T; dK = diag(f) U dS'^T */
-            float dp[32], dk[64];
-            fqla_wg_issue(dp, [&] { fqla_wg_split<64, 0, 0, false, false>(dp, DO, Up, 0, 64, false); });
-            const fqla_wg_tile DShi{DS.hi, 0u, 64}, Zhi{DU.hi, 0u, C}; /* hi planes alone */
-            fqla_wg_issue(dk, [&] { fqla_wg_split<128, 0, 1, false, false>(dk, Up, DShi, 0, 64, false); });
-            fqla_wg_retire(dk);
-            fqla_reg_fence(dp);
-            if (tail) {
-                bar_arrive(gp_bar::u_free, 256); /* U read: warpgroup 1 may put M there */
-                /* dQ~ = scale Gamma . dP~ (lower), for warpgroup 1's dQ~ K and the dK tail */
-#pragma unroll
-                for (int a = 0; a < 32; a++) {
-                    const int i = row0 + row8_of(a), j = col_of(a);
-                    dp[a] *= j <= i ? p.scale * __expf(r.gam[i] - r.gam[j]) : 0.f;
-                }
-                fqla_wg_store<64>(Qp, dp, 0);
-                fqla_fence_async_smem();
-                bar_arrive(gp_bar::qt_ready, 256);
-            }
-            d0 = quad_sum(d0);
-            d1 = quad_sum(d1);
-#pragma unroll
-            for (int a = 0; a < 64; a++) dk[a] *= row8_of(a) ? f1 : f0;
-            /* dK += Z S^T */
-            bar_sync(fr_bar::z_ready, 384, 0);
-            fqla_wg_run(dk, [&] { fqla_wg_split<128, 0, 0, false, false>(dk, Zhi, Sp, 0, 64, true); });
-            if (tail) {
-                /* dK += dQ~^T Q + M K + M^T K, M from warpgroup 1 */
-                bar_sync(gp_bar::m_ready, 256);
-                fqla_wg_run(dk, [&] {
-                    fqla_wg_split<128, 1, 1, false, false>(dk, Qp, Qt, 0, C, true);
-                    fqla_wg_split<128, 0, 1, false, false>(dk, Up, Kt, 0, C, true);
-                    fqla_wg_split<128, 1, 1, false, false>(dk, Up, Kt, 0, C, true);
-                });
-            } else {
-                /* every warp's part has read T~ (warpgroup 1 read it last for dY): its refill */
-                bar_sync(fr_bar::side_local, 128, 1);
-                if (it + 1 < chunks) copy_tile(sm + L::tp, bp.Tt + tile_of(chunk_at(it + 1)) * C * C, lt);
-                fqla_cp_async_commit();
-            }
-            if ((tid & 3) == 0) {
-                grow.db[row0] += d0;
-                grow.db[row0 + 8] += d1;
-            }
-            uint16_t *dkp = (uint16_t *)bp.dk + batch * bp.dk_sb + t0 * bp.dk_st + (int64_t)hk * bp.dk_sh;
-            bool summed = false; /* the parts' sum stored dq / dk (fr_reduce) */
-            if constexpr (red_kind != 0)
-                if (reduce) {
-                    float *buf;
-                    int *flag;
-                    red_at(c, 1, buf, flag);
-                    reduce_parts(dk, buf, flag, part, parts, dkp, bp.dk_st, nv, row0, lt,
-                                 fqla_bar_id(fr_bar::side_local, 1), red_kind,
-                                 last_word + 1);
-                    summed = red_kind == fr_reduce || red_kind == fr_last_sums;
-                }
-            if (!summed && bp.dk && qk_store) store_acc_bf16<128>(dkp, bp.dk_st, dk, nv, row0);
-        }
-    };
-    (void)proto_u_side;
-    (void)proto_du_side;
     (void)real_u_side;
     (void)real_du_side;
     if (wg == 0) {
@@ -1127,9 +831,9 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
                 fqla_fence_async_smem();
                 bar_arrive(fr_bar::ds_ready, 256, (uint32_t)h);
             }
-            /* REAL: the chunk's <S, dS'> share of this half (its gradient work
+            /* GRAD: the chunk's <S, dS'> share of this half (its gradient work
              * here), or its dS for the gradient kernel (below) */
-            const bool gw_c = REAL && gw_of(c);
+            const bool gw_c = GRAD && gw_of(c);
             if (gw_c) {
                 /* S (k, v) at dS^T's accumulator places: k = 8 (a / 4) + 2 t4 + (a & 1), v = row0
                  * (+ 8); in the plane's swizzle the four (a & 1, v) bases step by 1024 bytes in a / 4 */
@@ -1151,10 +855,9 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
                 if ((lt & 31) == 0) grow.deC[lt >> 5] = d;
             }
             /* ... and to the workspace, [k][v], while the others run (left out
-             * to time the pass without it; never beside the gradient prototype,
-             * which takes the gradient kernel's place, unless REAL leaves the
-             * chunk to it) */
-            if ((!GRAD && (flags & fr_store_ds)) || (REAL && !gw_c)) {
+             * to time the pass without it; with the gradient work, only the
+             * chunks it leaves to the gradient kernel) */
+            if ((!GRAD && (flags & fr_store_ds)) || (GRAD && !gw_c)) {
                 float *dst = bp.dS + tile_of(c) * KD * p.V + vb;
 #pragma unroll
                 for (int h = 0; h < NH; h++)
@@ -1192,10 +895,8 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
                 }
     } else if (wg == 1) {
         set_regs<R::SIDE, R::ENTRY>();
-        if constexpr (REAL) {
+        if constexpr (GRAD) {
             real_u_side();
-        } else if constexpr (GRAD) {
-            proto_u_side();
         } else {
             for (int it = 0; it < chunks; it++) {
                 const int s = it & 1;
@@ -1226,10 +927,8 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
         }
     } else {
         set_regs<R::SIDE, R::ENTRY>();
-        if constexpr (REAL) {
+        if constexpr (GRAD) {
             real_du_side();
-        } else if constexpr (GRAD) {
-            proto_du_side();
         } else {
             for (int it = 0; it < chunks; it++) {
                 const int s = it & 1;
@@ -1264,12 +963,12 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
     }
 }
 
-template <int NH, bool GRAD, int RED = 0, bool REAL = false>
+template <int NH, bool GRAD>
 cudaError_t launch(const fqla_bwd_params &p, int flags, cudaStream_t stream)
 {
     static fqla_smem_cache cache;
     using L = fr_layout<NH, GRAD>;
-    cudaError_t e = fqla_smem_limit(cache, bwd_fused_rev_kernel<NH, GRAD, RED, REAL>, L::bytes);
+    cudaError_t e = fqla_smem_limit(cache, bwd_fused_rev_kernel<NH, GRAD>, L::bytes);
     if (e != cudaSuccess) return e;
     const unsigned rows = (unsigned)fqla_bwd_chain_rows(p);
     /* the parts' buffers and flags (modes 10-12): a developer-build scratch
@@ -1277,9 +976,9 @@ cudaError_t launch(const fqla_bwd_params &p, int flags, cudaStream_t stream)
     static float *scratch = nullptr;
     static size_t scratch_bytes = 0;
     const size_t nbuf = (size_t)p.f.slots * p.f.H * 2 * 2 * p.f.group * C * KD;
-    const size_t nflag = (size_t)p.f.slots * p.f.H * 2, ndg = (size_t)p.f.slots * p.f.HV; /* REAL: dg / dbeta */
+    const size_t nflag = (size_t)p.f.slots * p.f.H * 2, ndg = (size_t)p.f.slots * p.f.HV; /* dg / dbeta */
     const size_t need = nbuf * sizeof(float) + nflag * sizeof(int) + ndg * (4 * C * sizeof(float) + sizeof(int));
-    if ((RED & (fr_reduce | fr_parts_store | fr_parts_red | fr_last_sums)) && p.dq && p.dk) {
+    if (GRAD) {
         if (need > scratch_bytes) {
             if (scratch) cudaFree(scratch);
             e = cudaMalloc((void **)&scratch, need);
@@ -1287,14 +986,14 @@ cudaError_t launch(const fqla_bwd_params &p, int flags, cudaStream_t stream)
             scratch_bytes = need;
         }
         e = cudaMemsetAsync(scratch + nbuf, 0, nflag * sizeof(int), stream);
-        if (e == cudaSuccess && REAL)
+        if (e == cudaSuccess)
             e = cudaMemsetAsync(reinterpret_cast<int *>(scratch + nbuf + nflag + ndg * 4 * C), 0, ndg * sizeof(int),
                                 stream);
         if (e != cudaSuccess) return e;
     }
-    const dim3 grid = RED ? dim3(rows * 2 * (unsigned)p.f.group, (unsigned)p.f.H, 1)
+    const dim3 grid = GRAD ? dim3(rows * 2 * (unsigned)p.f.group, (unsigned)p.f.H, 1)
                                             : dim3(rows, (unsigned)p.f.HV, 2 / NH);
-    return fqla_launch(bwd_fused_rev_kernel<NH, GRAD, RED, REAL>, grid, dim3(THREADS), L::bytes, stream, 0, p, flags,
+    return fqla_launch(bwd_fused_rev_kernel<NH, GRAD>, grid, dim3(THREADS), L::bytes, stream, 0, p, flags,
                        scratch);
 }
 
@@ -1302,28 +1001,18 @@ cudaError_t launch(const fqla_bwd_params &p, int flags, cudaStream_t stream)
 
 bool fqla_dev_bwd_fused_rev_covers(const fqla_bwd_params &p, int io_bf16, int mode)
 {
-    /* 14: the in-kernel gate's dA_log / ddt_bias parts are the gradient kernel's (not here) */
-    if (fqla_dev_bwd_fused_rev_real(mode) && (p.f.gate_in_kernel || !p.S)) return false;
+    /* 5: the in-kernel gate's dA_log / ddt_bias parts are the gradient kernel's (not here);
+     * dh0 alone (no S) takes the reverse chain */
+    if (fqla_dev_bwd_fused_rev_grads(mode) && (p.f.gate_in_kernel || !p.S)) return false;
     return io_bf16 && p.f.K == KD && p.f.V == VD && !p.f.l2norm && !p.chain_done &&
            fqla_bwd_rows16(p, FQLA_BWD_ROWS_Q | FQLA_BWD_ROWS_K | FQLA_BWD_ROWS_DO);
 }
 
 cudaError_t fqla_dev_bwd_launch_fused_rev(const fqla_bwd_params &p, int mode, cudaStream_t stream)
 {
-    /* 5, 6: with and without the tail, every CTA storing its dq / dk; 7, 8: the same, stored once;
-     * 9: 7 with a q/k head's parts adjacent in the grid; 10: 9 with the parts summed in L2; 11, 12:
-     * 9 with each part's fp32 rows stored to its own slot, or red-added into one, nothing waiting;
-     * 13: 9 with the parts' slots summed by the last part to arrive; 14: the real gradient work
-     * (the chunks with bf16-plane states), 13's sums, the gradient kernel for the other chunks */
-    const int f9 = fr_tail | fr_qk_once | fr_adjacent;
-    if (mode == 9) return launch<1, true, fr_adjacent>(p, f9, stream);
-    if (mode == 10) return launch<1, true, fr_reduce>(p, f9, stream);
-    if (mode == 11) return launch<1, true, fr_parts_store>(p, f9, stream);
-    if (mode == 12) return launch<1, true, fr_parts_red>(p, f9, stream);
-    if (mode == 13) return launch<1, true, fr_last_sums>(p, f9, stream);
-    if (mode == 14) return launch<1, true, fr_last_sums, true>(p, f9, stream);
-    if (fqla_dev_bwd_fused_rev_grads(mode))
-        return launch<1, true>(p, (mode == 5 || mode == 7 ? fr_tail : 0) | (mode >= 7 ? fr_qk_once : 0), stream);
+    /* 1, 2: the whole V a CTA, with and without the dS stores; 3, 4: a value half a CTA; 5: a
+     * value half a CTA with the gradient work of the chunks whose states are bf16 planes */
+    if (fqla_dev_bwd_fused_rev_grads(mode)) return launch<1, true>(p, 0, stream);
     const int flags = mode == 1 || mode == 3 ? fr_store_ds : 0;
     return mode >= 3 ? launch<1, false>(p, flags, stream) : launch<2, false>(p, flags, stream);
 }

@@ -341,21 +341,13 @@ FQLA_DEV_API int fqla_cuda_bwd_last_nwg(void) { return g_bwd_last_nwg; }
 /* The fused reverse pass under construction (src/dev/bwd_fused_rev.cu) in
  * place of the reverse chain where it covers the call: 1 the whole V a CTA,
  * 3 a CTA per 64-column value half; 2 and 4 the same without its stores of
- * dS (timing only, the gradients then wrong); 5 the half-width pass with
- * the gradient prototype in place of the gradient kernel (timing only: dh0
- * and dv right, the other gradients wrong), 6 the same without the tail,
- * 7 and 8 as 5 and 6 with dq / dk stored by one CTA of a q/k head's (the
- * bytes of a reduced store); 9 as 7 with a q/k head's CTAs next to each
- * other in the grid, 10 as 9 with dq / dk summed over those CTAs in L2 in a
- * fixed order (the real reduction's cost; the parts themselves are still
- * the prototype's), 11 and 12 as 9 with each CTA's fp32 dq / dk rows
- * stored to a slot of its own or red-added into one buffer, nothing
- * waiting (timing only), 13 as 9 with the slots of 11 summed in part
- * order by the CTA that arrives last (deterministic), 14 the real gradient
- * work of the chunks with bf16-plane states beside the gradient kernel for
- * the others; 0 (the default) not. And whether the last backward run
- * took it. */
-FQLA_DEV_API void fqla_cuda_bwd_tune_fused_rev(int mode) { g_bwd_fused_rev = mode >= 1 && mode <= 14 ? mode : 0; }
+ * dS (timing only, the gradients then wrong); 5 the half-width pass with the
+ * gradient work of the chunks whose states are bf16 planes (the gradient
+ * kernel forms the others'); 0 (the default) not. And whether the last
+ * backward run took it. (Modes 5-14 of 2452c75 were the timing prototypes
+ * and the forms of the dq / dk sum: docs/history/2026-12-07d-fusedproto.md,
+ * 2026-12-07f-fusedred.md.) */
+FQLA_DEV_API void fqla_cuda_bwd_tune_fused_rev(int mode) { g_bwd_fused_rev = mode >= 1 && mode <= 5 ? mode : 0; }
 FQLA_DEV_API int fqla_cuda_bwd_last_fused_rev(void) { return g_bwd_last_fused_rev; }
 
 /* A fixed V-slice width per warp (0: the default choice) and the streaming

@@ -1,8 +1,7 @@
 /*
  * ptx/misc.cuh - single instructions of no larger family: ex2.approx,
  * cvt.rna.tf32, prefetch.global.L2, st.shared.v4, ld.acquire.gpu,
- * st.release.gpu, red.global.add.v2.f32, atom.acq_rel.gpu.add and
- * discard.global.L2.
+ * atom.acq_rel.gpu.add and discard.global.L2.
  */
 #ifndef FQLA_CUDA_PTX_MISC_CUH
 #define FQLA_CUDA_PTX_MISC_CUH
@@ -39,22 +38,6 @@ FQLA_DEVICE_INLINE int fqla_ld_acquire_gpu(const int *p)
     int v;
     asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(__cvta_generic_to_global(p)) : "memory");
     return v;
-}
-
-/* st.release.gpu.b32: publishes a flag that an ld.acquire.gpu of another
- * CTA reads; the writes this thread made, and those of the threads a
- * barrier ordered before it, are visible to the acquirer. */
-FQLA_DEVICE_INLINE void fqla_st_release_gpu(int *p, int v)
-{
-    asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(__cvta_generic_to_global(p)), "r"(v) : "memory");
-}
-
-/* red.global.add.v2.f32: p[0] += a, p[1] += b in L2 (relaxed, gpu scope;
- * p 8-byte aligned). Fire and forget: nothing waits for it but a later
- * release of this thread. */
-FQLA_DEVICE_INLINE void fqla_red_add_v2(float *p, float a, float b)
-{
-    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(__cvta_generic_to_global(p)), "f"(a), "f"(b) : "memory");
 }
 
 /* atom.acq_rel.gpu.global.add.u32: returns the old value; the writes this

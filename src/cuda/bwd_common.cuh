@@ -123,9 +123,11 @@ struct fqla_bwd_params {
     int n_chain_ctas;
     int no_tails; /* 1: no chunk for the gradient kernel's tails launch (every sequence empty, or whole
                      chunks and longer than bwd_seq_short), from the host cu_seqlens */
+#ifdef FQLA_DEV
     int fused_grads; /* developer build (src/dev/bwd_fused_rev.cu, mode 5): the fused pass formed the
                         gradients of the chunks whose states are bf16 planes (bwd_state_bf16), and the
-                        gradient kernel's full-chunk launch leaves them out; 0 in the product */
+                        gradient kernel's full-chunk launch leaves them out */
+#endif
     int32_t done_cum[FQLA_BWD_ORDER_MAX + 1];
 };
 

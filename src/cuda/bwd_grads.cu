@@ -487,7 +487,9 @@ __device__ __forceinline__ void grads_cta(const fqla_bwd_params &bp, int vec)
     /* S of this chunk as the state chain stored it: bf16 planes (the lean
      * products' hi plane), or fp32 (split here) */
     const bool s16 = LEAN && IO_BF16 && bwd_state_bf16(p.cp_mode ? cseq % p.seg_chunks : cseq, nvalid, seq_len);
+#ifdef FQLA_DEV
     if (LEAN && s16 && bp.fused_grads) return; /* formed by the fused pass (developer build) */
+#endif
     const size_t rrow = ((size_t)slot * p.H + hk) * C;
     static_assert(IO_BF16 || QK_LO, "fp16 q / k always carry lo planes");
     const fqla_wg_tile Kt{s0 + L::k, QK_LO ? s0 + L::k + L::KP : 0u, C};

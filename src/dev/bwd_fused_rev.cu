@@ -971,8 +971,9 @@ cudaError_t launch(const fqla_bwd_params &p, int flags, cudaStream_t stream)
     cudaError_t e = fqla_smem_limit(cache, bwd_fused_rev_kernel<NH, GRAD>, L::bytes);
     if (e != cudaSuccess) return e;
     const unsigned rows = (unsigned)fqla_bwd_chain_rows(p);
-    /* the parts' buffers and flags (modes 10-12): a developer-build scratch
-     * allocation kept across calls (made by the first, uncaptured call) */
+    /* GRAD: the parts' slots and counters (sum_parts, sum_halves) in a
+     * developer-build scratch allocation kept across calls (made by the
+     * first, uncaptured call; the counters zeroed every call) */
     static float *scratch = nullptr;
     static size_t scratch_bytes = 0;
     const size_t nbuf = (size_t)p.f.slots * p.f.H * 2 * 2 * p.f.group * C * KD;
@@ -991,8 +992,8 @@ cudaError_t launch(const fqla_bwd_params &p, int flags, cudaStream_t stream)
                                 stream);
         if (e != cudaSuccess) return e;
     }
-    const dim3 grid = GRAD ? dim3(rows * 2 * (unsigned)p.f.group, (unsigned)p.f.H, 1)
-                                            : dim3(rows, (unsigned)p.f.HV, 2 / NH);
+    const dim3 grid =
+        GRAD ? dim3(rows * 2 * (unsigned)p.f.group, (unsigned)p.f.H, 1) : dim3(rows, (unsigned)p.f.HV, 2 / NH);
     return fqla_launch(bwd_fused_rev_kernel<NH, GRAD>, grid, dim3(THREADS), L::bytes, stream, 0, p, flags,
                        scratch);
 }

@@ -58,9 +58,9 @@
  * beta near 2). Its forerunner, a timing prototype with the element-wise
  * math approximated, ran the whole backward at 0.80-0.94x today's (H100,
  * docs/history/2026-12-07d-fusedproto.md); the sums of dq / dk in L2 cost
- * +0.08 to +0.55 of it (2026-12-07f-fusedred.md). ptxas serialises this
- * instance's wgmma (C7512; the region not found), kept in the developer
- * build with the Makefile's message.
+ * +0.08 to +0.55 of it (2026-12-07f-fusedred.md). Warpgroup 2 forms R's
+ * sums before dK's accumulator is live: with both at once ptxas serialised
+ * the kernel's wgmma (C7512); now 408 / 880 bytes of spills.
  *
  * Covered (fqla_dev_bwd_fused_rev_covers): bf16 io, K = V = 128, no
  * in-kernel l2norm, whole sequences or CP's main pass over segments (from
@@ -740,15 +740,10 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
                 for (int a = 0; a < 32; a++) (row8_of(a) ? d1 : d0) += kds[a] * du[a];
                 d0 = quad_sum(d0);
                 d1 = quad_sum(d1);
-                /* dP~ = dO U^T; dK = diag(f) U dS'^T */
+                /* dP~ = dO U^T; R's part dP~ P~ (strict lower, into pg; P~ hi + lo);
+                 * dQ~ = scale Gamma . dP~ (lower) */
                 float dp[32];
-                const fqla_wg_tile DShi{DS.hi, 0u, 64};
-                fqla_wg_issue(dp, [&] { fqla_wg_split<64, 0, 0, false, false>(dp, DO, Up, 0, 64, false); });
-                fqla_wg_issue(dk, [&] { fqla_wg_split<128, 0, 1, false, false>(dk, Up, DShi, 0, 64, false); });
-                fqla_wg_retire(dk);
-                fqla_reg_fence(dp);
-                bar_arrive(gp_bar::u_free, 256); /* U read: warpgroup 1 may put M there */
-                /* R's part dP~ P~ (strict lower, into pg; P~ hi + lo); dQ~ = scale Gamma . dP~ (lower) */
+                fqla_wg_run(dp, [&] { fqla_wg_split<64, 0, 0, false, false>(dp, DO, Up, 0, 64, false); });
                 fqla_wg_load<64>(Pt, pg, 0);
                 refill_pt();
 #pragma unroll
@@ -760,14 +755,20 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
                 fqla_wg_store<64>(Qp, dp, 0);
                 fqla_fence_async_smem();
                 bar_arrive(gp_bar::qt_ready, 256);
-#pragma unroll
-                for (int a = 0; a < 64; a++) dk[a] *= row8_of(a) ? f1 : f0;
             }
             bar_sync(fr_bar::z_ready, 384, 0);
             if (!gw) continue;
-            /* Y read by every warp (z_ready comes after warpgroup 1's last read): Y's plane as the scratch */
+            /* R's sums before dK's accumulator is live (with both, ptxas serialised
+             * the kernel's wgmma); Y read by every warp (z_ready comes after
+             * warpgroup 1's last read): Y's plane as the scratch */
             lower_sums(pg, grow.dgr[1], reinterpret_cast<float *>(sm + L::yp), fqla_bar_id(fr_bar::side_local, 1), lt,
                        row0);
+            /* dK = diag(f) U dS'^T + ... */
+            const fqla_wg_tile DShi{DS.hi, 0u, 64};
+            fqla_wg_run(dk, [&] { fqla_wg_split<128, 0, 1, false, false>(dk, Up, DShi, 0, 64, false); });
+            bar_arrive(gp_bar::u_free, 256); /* U read: warpgroup 1 may put M there */
+#pragma unroll
+            for (int a = 0; a < 64; a++) dk[a] *= row8_of(a) ? f1 : f0;
             const fqla_wg_tile Zhi{DU.hi, 0u, C};
             fqla_wg_run(dk, [&] { fqla_wg_split<128, 0, 0, false, false>(dk, Zhi, Sp, 0, 64, true); });
             bar_sync(gp_bar::m_ready, 256);

@@ -60,7 +60,7 @@
  * docs/history/2026-12-07d-fusedproto.md); the sums of dq / dk in L2 cost
  * +0.08 to +0.55 of it (2026-12-07f-fusedred.md). Warpgroup 2 forms R's
  * sums before dK's accumulator is live: with both at once ptxas serialised
- * the kernel's wgmma (C7512); now 408 / 880 bytes of spills.
+ * the kernel's wgmma (C7512); now 404 / 940 bytes of spills.
  *
  * Covered (fqla_dev_bwd_fused_rev_covers): bf16 io, K = V = 128, no
  * in-kernel l2norm, whole sequences or CP's main pass over segments (from
@@ -233,18 +233,6 @@ __device__ __forceinline__ void copy_tile(unsigned char *dst, const float *src, 
 __device__ __forceinline__ int col_of(int a) { return 8 * (a >> 2) + 2 * (threadIdx.x & 3) + (a & 1); }
 __device__ __forceinline__ int row8_of(int a) { return 8 * ((a >> 1) & 1); }
 
-/* A warpgroup's m64nN accumulator as bf16 rows (row i at dst + i * st; the
- * thread's first row row0), rows from nvalid on left out. */
-template <int N>
-__device__ __forceinline__ void store_acc_bf16(uint16_t *dst, int64_t st, const float (&x)[N / 2], int nvalid, int row0)
-{
-#pragma unroll
-    for (int a = 0; a < N / 2; a += 2) {
-        const int i = row0 + row8_of(a);
-        if (i < nvalid) *reinterpret_cast<uint32_t *>(dst + (int64_t)i * st + col_of(a)) = fqla_wg_bf2(x[a], x[a + 1]);
-    }
-}
-
 /* The sum over the quad of lanes that hold one accumulator row. */
 __device__ __forceinline__ float quad_sum(float v)
 {
@@ -283,6 +271,19 @@ __device__ __forceinline__ void update_half(float (&acc)[64], uint32_t (&eh)[4][
 }
 
 
+/* The count a group of CTAs makes of its parts, each after storing its own:
+ * every thread of the calling warpgroup has stored (the barrier), one adds 1
+ * to cnt (acq_rel: the parts stored before are visible to the one that sees
+ * the last count), and all learn whether theirs was the last of `parts`.
+ * bar_id: the warpgroup's own barrier; lastp a word of shared memory. */
+__device__ __forceinline__ bool arrived_last(int *cnt, int parts, int *lastp, uint32_t bar_id, int lt)
+{
+    fqla_named_sync_any(bar_id, 128);
+    if (lt == 0) *lastp = fqla_atom_add_acq_rel_gpu(cnt, 1) == parts - 1;
+    fqla_named_sync_any(bar_id, 128);
+    return *lastp;
+}
+
 /* The sum of a chunk's dq or dk over the 2 x group parts of a q/k head (its
  * value heads' halves, one CTA each), in part order, by the part that
  * arrives last: acc this warpgroup's part (m64n128, rows row0 (+8), columns
@@ -304,11 +305,7 @@ __device__ __forceinline__ void sum_parts(const float (&acc)[64], float *buf, in
 #pragma unroll
     for (int a = 0; a < 64; a += 2)
         *reinterpret_cast<float2 *>(own + (row0 + row8_of(a)) * 128 + col_of(a)) = make_float2(acc[a], acc[a + 1]);
-    /* every thread's rows stored, then one add: is this part the last? */
-    fqla_named_sync_any(bar_id, 128);
-    if (lt == 0) *lastp = fqla_atom_add_acq_rel_gpu(cnt, 1) == parts - 1;
-    fqla_named_sync_any(bar_id, 128);
-    if (!*lastp) return;
+    if (!arrived_last(cnt, parts, lastp, bar_id, lt)) return;
     /* its own part too from its slot, so that acc is dead after the stores (registers) */
     float sum[64];
 #pragma unroll
@@ -398,10 +395,7 @@ __device__ __forceinline__ void sum_halves(const fqla_bwd_params &bp, float dgv,
         buf[(2 * half) * 64 + lt] = dgv;
         buf[(2 * half + 1) * 64 + lt] = dbv;
     }
-    fqla_named_sync_any(bar_id, 128);
-    if (lt == 0) *lastp = fqla_atom_add_acq_rel_gpu(cnt, 1) == 1;
-    fqla_named_sync_any(bar_id, 128);
-    if (!*lastp) return;
+    if (!arrived_last(cnt, 2, lastp, bar_id, lt)) return;
     if (lt < 64) {
         const float g = half == 0 ? dgv + buf[2 * 64 + lt] : buf[lt] + dgv;
         float b = half == 0 ? dbv + buf[3 * 64 + lt] : buf[64 + lt] + dbv;
@@ -475,8 +469,10 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
             fqla_cp_async16(&rows[s].gam[4 * lt], p.gam + tile * C + 4 * lt, 16);
             fqla_cp_async16(&rows[s].bet[4 * lt], bp.bet + tile * C + 4 * lt, 16);
         }
-        if constexpr (GRAD) { /* S's bf16 plane as the state chain stored it (not on every chunk: timing only) */
-            const unsigned char *src = bp.S ? bwd_state_plane<KD>(bp.S, tile, p.V, vb) : nullptr;
+        if constexpr (GRAD) { /* S's bf16 plane as the state chain stored it, on the chunks that have one
+                               * (bwd_state_bf16: the gradient work's; zeros elsewhere, never read) */
+            const unsigned char *src =
+                bp.S && bwd_state_bf16(c, nv, seq_len) ? bwd_state_plane<KD>(bp.S, tile, p.V, vb) : nullptr;
 #pragma unroll
             for (int n = 0; n < L::SP / 16 / 128; n++)
                 fqla_cp_async16(st + 2 * PLANE + L::DOP + 16 * (lt + 128 * n), src ? src + 16 * (lt + 128 * n) : st,

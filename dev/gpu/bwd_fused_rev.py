@@ -7,12 +7,13 @@ Needs a developer build (make DEV=1): fqla_cuda_bwd_tune_fused_rev(mode)
 switches the pass (0 the reverse chain; 1 the whole V a CTA, 3 a CTA per
 value half; 2, 4 the same without their dS stores; 5 the half-width pass with
 the gradient work of the chunks whose states are bf16 planes, the gradient
-kernel for the others); every mode runs the planner's CP (the fused pass runs
+kernel for the others; 6 mode 5 with dq / dk unsummed, timing only, dq / dk
+wrong by design); every mode runs the planner's CP (the fused pass runs
 CP's main pass in place of the reverse chain's), or with --cp-off none. Per
 row, timed by CUDA-graph replay with the L2 flushed:
   dh0   the gradient w.r.t. h0 alone: prepare + the reverse chain (or the
-        pass), modes 0-4 (5 leaves dh0 alone to the reverse chain)
-  full  the whole backward, modes 0, 1, 3, 5: the chains (the state chain
+        pass), modes 0-4 (5 and 6 leave dh0 alone to the reverse chain)
+  full  the whole backward, modes 0, 1, 3, 5, 6: the chains (the state chain
         then the pass, or both chains in their usual launches), the gradient
         kernel, finish
 and the largest relative difference of every gradient from mode 0's (both
@@ -106,7 +107,7 @@ def main():
         q, k, v, g, beta, h0, cu, cu_host, do, dht = bb.row_inputs(hq, hv, sl, ri)
         for what in ("dh0", "full"):
             res = {}
-            ms = [m for m in modes if m != 5] if what == "dh0" else [m for m in modes if m not in (2, 4)]
+            ms = [m for m in modes if m not in (5, 6)] if what == "dh0" else [m for m in modes if m not in (2, 4)]
             if not measure(lib, tune, used, what, (q, k, v, g, beta, h0, cu, cu_host, do, dht), flush, a, ms, res):
                 print("%-10s %-9s %s: not covered" % (model, sl, what), flush=True)
                 break  # (the gradient kernel beside the chains): dh0 alone only

@@ -102,7 +102,9 @@ enum class gp_bar : uint32_t { u_ready = 10, qt_ready = 11, m_ready = 12, u_free
 
 /* The kernel's flag: the state warpgroup stores dS to the workspace (the
  * gradient kernel's input; modes 1 and 3). */
-enum fr_flag : int { fr_store_ds = 1 };
+/* fr_no_sum (mode 6, timing only): each chunk's dq / dk stored by part 0
+ * alone, from its own part, unsummed: the pass as if the sum were free */
+enum fr_flag : int { fr_store_ds = 1, fr_no_sum = 2 };
 
 /* The roles' named barriers: each is reached by warps of different roles
  * from different places in the code, so the forms without .aligned (the
@@ -299,8 +301,18 @@ __device__ __forceinline__ bool arrived_last(int *cnt, int parts, int *lastp, ui
  * 2026-12-07f-fusedred.md measured this and three other forms.) */
 __device__ __forceinline__ void sum_parts(const float (&acc)[64], float *buf, int *cnt, int part, int parts,
                                           uint16_t *dst, int64_t st, int nvalid, int row0, int lt, uint32_t bar_id,
-                                          int *lastp)
+                                          int *lastp, bool no_sum)
 {
+    if (no_sum) {
+        if (part == 0)
+#pragma unroll
+            for (int a = 0; a < 64; a += 2) {
+                const int i = row0 + row8_of(a);
+                if (i < nvalid)
+                    *reinterpret_cast<uint32_t *>(dst + (int64_t)i * st + col_of(a)) = fqla_wg_bf2(acc[a], acc[a + 1]);
+            }
+        return;
+    }
     float *own = buf + (size_t)part * 64 * 128;
 #pragma unroll
     for (int a = 0; a < 64; a += 2)
@@ -690,7 +702,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
             red_at(c, 0, buf, flag);
             sum_parts(dq, buf, flag, part, parts,
                          (uint16_t *)bp.dq + batch * bp.dq_sb + t0 * bp.dq_st + (int64_t)hk * bp.dq_sh, bp.dq_st, nv,
-                         row0, lt, fqla_bar_id(fr_bar::side_local, 0), last_word);
+                         row0, lt, fqla_bar_id(fr_bar::side_local, 0), last_word, flags & fr_no_sum);
         }
     };
     /* warpgroup 2: dU (P~^T dO, then K dS'); U (its own fp32 copy) for df; dP~
@@ -782,7 +794,7 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
             red_at(c, 1, buf, flag);
             sum_parts(dk, buf, flag, part, parts,
                          (uint16_t *)bp.dk + batch * bp.dk_sb + t0 * bp.dk_st + (int64_t)hk * bp.dk_sh, bp.dk_st, nv,
-                         row0, lt, fqla_bar_id(fr_bar::side_local, 1), last_word + 1);
+                         row0, lt, fqla_bar_id(fr_bar::side_local, 1), last_word + 1, flags & fr_no_sum);
             /* dg_t = sum_{i >= t} de_i e_i + sum_{j < t} df_j f_j + <S, dS'> e_C + R's sums */
             bar_sync(gp_bar::rows_ready, 256);
             float dgv = 0.f, dbv = 0.f;
@@ -1009,8 +1021,9 @@ bool fqla_dev_bwd_fused_rev_covers(const fqla_bwd_params &p, int io_bf16, int mo
 cudaError_t fqla_dev_bwd_launch_fused_rev(const fqla_bwd_params &p, int mode, cudaStream_t stream)
 {
     /* 1, 2: the whole V a CTA, with and without the dS stores; 3, 4: a value half a CTA; 5: a
-     * value half a CTA with the gradient work of the chunks whose states are bf16 planes */
-    if (fqla_dev_bwd_fused_rev_grads(mode)) return launch<1, true>(p, 0, stream);
+     * value half a CTA with the gradient work of the chunks whose states are bf16 planes;
+     * 6: 5 with dq / dk unsummed (timing only, wrong dq / dk by design) */
+    if (fqla_dev_bwd_fused_rev_grads(mode)) return launch<1, true>(p, mode == 6 ? fr_no_sum : 0, stream);
     const int flags = mode == 1 || mode == 3 ? fr_store_ds : 0;
     return mode >= 3 ? launch<1, false>(p, flags, stream) : launch<2, false>(p, flags, stream);
 }

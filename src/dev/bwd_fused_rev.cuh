@@ -17,10 +17,11 @@ bool fqla_dev_bwd_fused_rev_covers(const fqla_bwd_params &p, int io_bf16, int mo
  * only: the gradient kernel reads them); 5 the half-width pass with the
  * gradient work: every gradient of the chunks whose states are bf16 planes
  * (dq / dk summed over a q/k head's CTAs, dg / dbeta over the two halves,
- * by the last CTA to arrive), the gradient kernel for the other chunks. */
+ * by the last CTA to arrive), the gradient kernel for the other chunks; 6
+ * mode 5 with dq / dk unsummed (timing only). */
 cudaError_t fqla_dev_bwd_launch_fused_rev(const fqla_bwd_params &p, int mode, cudaStream_t stream);
-/* Whether the mode's pass forms gradients (5): the gradient kernel then
+/* Whether the mode's pass forms gradients (5, 6): the gradient kernel then
  * leaves its chunks out (fqla_bwd_params.fused_grads). */
-static inline bool fqla_dev_bwd_fused_rev_grads(int mode) { return mode == 5; }
+static inline bool fqla_dev_bwd_fused_rev_grads(int mode) { return mode == 5 || mode == 6; }
 
 #endif

@@ -343,11 +343,12 @@ FQLA_DEV_API int fqla_cuda_bwd_last_nwg(void) { return g_bwd_last_nwg; }
  * 3 a CTA per 64-column value half; 2 and 4 the same without its stores of
  * dS (timing only, the gradients then wrong); 5 the half-width pass with the
  * gradient work of the chunks whose states are bf16 planes (the gradient
- * kernel forms the others'); 0 (the default) not. And whether the last
+ * kernel forms the others'); 6 mode 5 with dq / dk unsummed (timing only:
+ * the pass as if their sum were free); 0 (the default) not. And whether the last
  * backward run took it. (Modes 5-14 of 2452c75 were the timing prototypes
  * and the forms of the dq / dk sum: docs/history/2026-12-07d-fusedproto.md,
  * 2026-12-07f-fusedred.md.) */
-FQLA_DEV_API void fqla_cuda_bwd_tune_fused_rev(int mode) { g_bwd_fused_rev = mode >= 1 && mode <= 5 ? mode : 0; }
+FQLA_DEV_API void fqla_cuda_bwd_tune_fused_rev(int mode) { g_bwd_fused_rev = mode >= 1 && mode <= 6 ? mode : 0; }
 FQLA_DEV_API int fqla_cuda_bwd_last_fused_rev(void) { return g_bwd_last_fused_rev; }
 
 /* A fixed V-slice width per warp (0: the default choice) and the streaming

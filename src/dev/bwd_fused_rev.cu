@@ -393,6 +393,38 @@ __device__ __forceinline__ void lower_sums(const float (&R)[32], float *out, flo
     if (lt < 64) out[lt] = ((tmp[lt] + tmp[64 + lt]) + tmp[128 + lt]) + tmp[192 + lt];
 }
 
+/* dg's two gate sums at token t (threads lt < 64, whole warps: t = lt):
+ * sde = sum_{i >= t} de_i e^{gam_i} and sdf = sum_{j < t} df_j e^{gC - gam_j},
+ * by each warp's shuffles over all 64 tokens (two a lane: 2 l, 2 l + 1), a
+ * fixed order, instead of a serial walk of up to 64 dependent adds a sum. */
+__device__ __forceinline__ void gate_scans(const float *de, const float *df, const float *gam, float gC, int t,
+                                           float &sde, float &sdf)
+{
+    const int lane = t & 31;
+    const float x0 = de[2 * lane] * __expf(gam[2 * lane]), x1 = de[2 * lane + 1] * __expf(gam[2 * lane + 1]);
+    const float y0 = df[2 * lane] * __expf(gC - gam[2 * lane]), y1 = df[2 * lane + 1] * __expf(gC - gam[2 * lane + 1]);
+    float sx = x0 + x1, py = y0 + y1; /* inclusive suffix over lanes >= lane, prefix over lanes <= lane */
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const float a = __shfl_down_sync(0xffffffffu, sx, o), b = __shfl_up_sync(0xffffffffu, py, o);
+        if (lane + o < 32) sx += a;
+        if (lane >= o) py += b;
+    }
+    /* the exclusive sums by a shift, never by subtracting a term (under a
+     * strong decay one term can be ~e^20 times the rest) */
+    float nx = __shfl_down_sync(0xffffffffu, sx, 1), ey = __shfl_up_sync(0xffffffffu, py, 1);
+    if (lane == 31) nx = 0.f;
+    if (lane == 0) ey = 0.f;
+    const float s1 = x1 + nx, s0 = x0 + s1; /* sums from tokens 2 lane + 1 and 2 lane */
+    const float p1 = ey + y0;               /* sum before token 2 lane + 1 (ey: before 2 lane) */
+    /* token t's pair lives in lane t / 2 */
+    const int src = t >> 1;
+    const float a0 = __shfl_sync(0xffffffffu, s0, src), a1 = __shfl_sync(0xffffffffu, s1, src);
+    const float b0 = __shfl_sync(0xffffffffu, ey, src), b1 = __shfl_sync(0xffffffffu, p1, src);
+    sde = (t & 1) ? a1 : a0;
+    sdf = (t & 1) ? b1 : b0;
+}
+
 /* The (value head, chunk)'s dg and dbeta rows of this value half (64 each,
  * threads lt < 64) summed over the two halves in half order by the CTA that
  * arrives last (an acq_rel count), then stored with beta's sigmoid factor;
@@ -800,9 +832,8 @@ __global__ void __launch_bounds__(THREADS, 1) bwd_fused_rev_kernel(const fqla_bw
             float dgv = 0.f, dbv = 0.f;
             if (lt < 64) {
                 const int t = lt;
-                float sde = 0.f, sdf = 0.f;
-                for (int i = C - 1; i >= t; i--) sde += grow.de[i] * __expf(r.gam[i]);
-                for (int j = 0; j < t; j++) sdf += grow.df[j] * __expf(gC - r.gam[j]);
+                float sde, sdf;
+                gate_scans(grow.de, grow.df, r.gam, gC, t, sde, sdf);
                 const float deC = ((grow.deC[0] + grow.deC[1]) + grow.deC[2]) + grow.deC[3];
                 dgv = (((sde + sdf) + deC * __expf(gC)) + grow.dgr[0][t]) + grow.dgr[1][t];
                 dbv = grow.db[t];

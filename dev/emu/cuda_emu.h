@@ -30,7 +30,12 @@
  * - fqla_launch runs every CTA of the grid in turn, on the calling thread,
  *   with the dynamic shared memory filled with 0xFF bytes (NaN) first;
  *   FQLA_EMU_CTA_ORDER=1 runs them last first, so a CTA that depends on
- *   another of the same launch shows.
+ *   another of the same launch shows;
+ * - fqla_launch_cluster runs each cluster's CTAs together, round robin over
+ *   all their threads; the CTA whose threads run has its dynamic shared
+ *   memory in the array, the others theirs in buffers of their own (copied
+ *   in and out when the turn passes), and a shared::cluster address
+ *   (fqla_mapa: the rank above bit 24) reaches whichever holds it.
  * Shared-window addresses are offsets into the dynamic shared-memory array
  * (1024-aligned), so the 128-byte swizzle sees the same address bits as on
  * the GPU.
@@ -66,6 +71,7 @@
 #define FQLA_CUDA_PTX_SETMAXNREG_CUH
 #define FQLA_CUDA_PTX_FENCE_CUH
 #define FQLA_CUDA_PTX_WGMMA_CUH
+#define FQLA_CUDA_PTX_CLUSTER_CUH
 #define FQLA_CUDA_LAUNCH_CUH
 #define FQLA_SHARED static /* one CTA at a time: a static is the CTA's */
 #define FQLA_EMU 1         /* device helpers that nvcc alone would see (bwd_common.cuh) */
@@ -113,8 +119,30 @@ inline uint32_t u32_of(const void *p)
     fprintf(stderr, "cuda_emu: a shared-window address of %p, which is in no dynamic shared-memory array\n", p);
     abort();
 }
+/* The CTAs of the cluster that runs (fqla_launch_cluster; n = 1 for a
+ * plain launch): `cur` has its dynamic shared memory in the window, every
+ * other rank in backing[rank]. */
+struct cluster_ctx {
+    int n, cur;
+    char *backing[8];
+};
+inline cluster_ctx &cluster()
+{
+    static cluster_ctx c = {1, 0, {}};
+    return c;
+}
 inline char *ptr_of(uint32_t a)
 {
+    if (a >> 24) { /* a shared::cluster address (fqla_mapa): rank + 1 above bit 24 */
+        const int rank = (int)(a >> 24) - 1;
+        const uint32_t off = a & 0xFFFFFFu;
+        cluster_ctx &c = cluster();
+        if (rank >= c.n || off >= SMEM_BYTES || !win().cur) {
+            fprintf(stderr, "cuda_emu: shared::cluster address %#x: rank %d of %d\n", a, rank, c.n);
+            abort();
+        }
+        return rank == c.cur ? win().cur + off : c.backing[rank] + off;
+    }
     if (!win().cur || a >= SMEM_BYTES) {
         fprintf(stderr, "cuda_emu: shared-window address %u outside the window\n", a);
         abort();
@@ -166,13 +194,17 @@ struct cta_state {
         uint32_t a[128][4];
         group_bar bar;
     } wg[MAX_THREADS / 128];
+    int rank;                            /* in its cluster */
+    unsigned cluster_gen[MAX_THREADS];   /* the cluster barrier's phase each thread arrived in */
 };
 
-inline cta_state &cta()
+/* the CTA whose threads run now (the cluster scheduler switches it) */
+inline cta_state *&cta_ptr()
 {
     static cta_state *s = new cta_state();
-    return *s;
+    return s;
 }
+inline cta_state &cta() { return *cta_ptr(); }
 
 inline int tid_linear() { return cta().cur; }
 inline int lane() { return cta().cur & 31; }
@@ -214,6 +246,37 @@ inline void wg_wait()
 {
     cta_state &s = cta();
     bar_wait(s.wg[s.cur / 128].bar, 128);
+}
+
+/* the cluster barrier (barrier.cluster): every thread of every CTA of the
+ * cluster arrives once a phase (a thread that exits before its last phase
+ * leaves the others waiting for good here); a wait ends once the phase the
+ * thread arrived in has completed */
+struct cluster_barrier {
+    int count;
+    unsigned gen;
+    int n;
+};
+inline cluster_barrier &cluster_bar()
+{
+    static cluster_barrier b;
+    return b;
+}
+inline void cluster_arrive()
+{
+    cta_state &s = cta();
+    cluster_barrier &b = cluster_bar();
+    s.progress++;
+    s.cluster_gen[s.cur] = b.gen;
+    if (++b.count >= b.n) {
+        b.count = 0;
+        b.gen++;
+    }
+}
+inline void cluster_wait()
+{
+    cta_state &s = cta();
+    while (cluster_bar().gen == s.cluster_gen[s.cur]) yield();
 }
 
 /* every lane's x (up to 64 bytes), then each lane reads what it needs */
@@ -489,7 +552,9 @@ inline int64_t tma_box(const CUtensorMap *map, uint32_t s, const int *c, bool st
     return (int64_t)(n * t.esize);
 }
 
-template <class F> void run_cta(F &fn, dim3 grid, dim3 block_dim, uint3 block, int order);
+template <class F, class P>
+void run_cluster(F &fn, dim3 grid, dim3 block_dim, const uint3 *blocks, int n, int order, size_t smem, P poison,
+                 unsigned char *window);
 
 } // namespace fqla_emu
 
@@ -742,6 +807,32 @@ inline int atomicAdd(int *p, int v)
     *p = old + v;
     return old;
 }
+/* ptx/cluster.cuh: ranks, the cluster barrier, and shared::cluster
+ * addresses (rank + 1 above bit 24, fqla_emu::ptr_of) */
+inline uint32_t fqla_cluster_ctarank() { return (uint32_t)fqla_emu::cta().rank; }
+inline uint32_t fqla_cluster_nctarank() { return (uint32_t)fqla_emu::cluster().n; }
+inline void fqla_cluster_arrive() { fqla_emu::cluster_arrive(); }
+inline void fqla_cluster_arrive_relaxed() { fqla_emu::cluster_arrive(); }
+inline void fqla_cluster_wait() { fqla_emu::cluster_wait(); }
+inline void fqla_cluster_sync()
+{
+    fqla_cluster_arrive();
+    fqla_cluster_wait();
+}
+inline uint32_t fqla_mapa(uint32_t a, uint32_t rank) { return ((rank + 1) << 24) | (a & 0xFFFFFFu); }
+inline void fqla_st_cluster_f32x2(uint32_t a, float x, float y)
+{
+    const float v[2] = {x, y};
+    memcpy(fqla_emu::ptr_of(a), v, 8);
+}
+inline float2 fqla_ld_cluster_f32x2(uint32_t a)
+{
+    float2 v;
+    memcpy(&v, fqla_emu::ptr_of(a), 8);
+    return v;
+}
+inline void fqla_mbar_arrive_cluster(uint32_t a) { fqla_emu::mbar_arrive(a); }
+inline uint32_t fqla_mbar_try_wait_cluster(uint32_t a, uint32_t parity) { return fqla_mbar_try_wait(a, parity); }
 /* ptx/tma.cuh: every copy completes at its issue */
 inline void fqla_tma_prefetch(const CUtensorMap *) {}
 inline void fqla_tma_load_4d(void *dst, const CUtensorMap *m, uint64_t *bar, int c0, int c1, int c2, int c3)
@@ -870,40 +961,65 @@ inline void emu_poison_smem(size_t bytes)
 }
 } // namespace
 template <typename... Params, typename... Args>
-static cudaError_t fqla_launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t, int,
-                               Args &&...args)
+static cudaError_t fqla_launch_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t,
+                                       unsigned cluster_x, Args &&...args)
 {
-    if (smem > fqla_emu::SMEM_BYTES || block.x * block.y * block.z > (unsigned)fqla_emu::MAX_THREADS)
+    if (smem > fqla_emu::SMEM_BYTES || block.x * block.y * block.z > (unsigned)fqla_emu::MAX_THREADS ||
+        cluster_x == 0 || cluster_x > 8 || grid.x % cluster_x)
         return cudaErrorInvalidValue;
     fqla_emu::launches()++;
     if (getenv("FQLA_EMU_TRACE"))
-        fprintf(stderr, "cuda_emu: launch %ld (kernel %p): grid (%u, %u, %u) block (%u, %u, %u) smem %zu\n",
-                fqla_emu::launches(), (void *)kernel, grid.x, grid.y, grid.z, block.x, block.y, block.z, smem);
-    const unsigned n = grid.x * grid.y * grid.z;
+        fprintf(stderr, "cuda_emu: launch %ld (kernel %p): grid (%u, %u, %u) block (%u, %u, %u) smem %zu cluster %u\n",
+                fqla_emu::launches(), (void *)kernel, grid.x, grid.y, grid.z, block.x, block.y, block.z, smem,
+                cluster_x);
+    const unsigned n = grid.x * grid.y * grid.z / cluster_x;
     for (unsigned j = 0; j < n; j++) {
-        const unsigned i = fqla_emu::cta_order() ? n - 1 - j : j; /* x fastest, then y, then z */
-        emu_poison_smem(smem);
+        /* clusters x fastest, then y, then z; FQLA_EMU_CTA_ORDER=1 last first */
+        const unsigned c = fqla_emu::cta_order() ? n - 1 - j : j, nx = grid.x / cluster_x;
+        uint3 blocks[8];
+        for (unsigned r = 0; r < cluster_x; r++)
+            blocks[r] = make_uint3(c % nx * cluster_x + r, c / nx % grid.y, c / (nx * grid.y));
         auto body = [&] { kernel(args...); };
-        fqla_emu::run_cta(body, grid, block, make_uint3(i % grid.x, i / grid.x % grid.y, i / (grid.x * grid.y)),
-                          fqla_emu::order());
+        /* the CTAs' shared memory: the array for the one that runs, 0xFF bytes for all at the start */
+        fqla_emu::run_cluster(body, grid, block, blocks, (int)cluster_x, fqla_emu::order(), smem,
+                              [&] { emu_poison_smem(smem); }, smem_raw);
     }
     return cudaSuccess;
 }
+template <typename... Params, typename... Args>
+static cudaError_t fqla_launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                               int, Args &&...args)
+{
+    return fqla_launch_cluster(kernel, grid, block, smem, stream, 1u, args...);
+}
 
 namespace fqla_emu {
-/* Runs fn() as every thread of one CTA; order 1: the threads in reverse. */
-template <class F> void run_cta(F &fn, dim3 grid, dim3 block_dim, uint3 block, int order)
+/* Runs fn() as every thread of the n CTAs of one cluster (blocks), round
+ * robin over the CTAs and, in each, over its threads (order 1: in reverse).
+ * poison() fills the shared-memory array for a CTA's start; for n > 1 the
+ * array (the first smem bytes of `window`) holds the running CTA's, the
+ * others' wait in backing buffers. */
+template <class F, class P>
+void run_cluster(F &fn, dim3 grid, dim3 block_dim, const uint3 *blocks, int n, int order, size_t smem, P poison,
+                 unsigned char *window)
 {
-    cta_state &s = cta();
-    s.nthreads = (int)(block_dim.x * block_dim.y * block_dim.z);
-    if (s.nthreads > MAX_THREADS) abort();
-    s.block = block;
-    s.block_dim = block_dim;
-    s.grid_dim = grid;
-    for (auto &b : s.named) b = group_bar{0, 0};
-    s.bar_or = 0;
-    for (auto &w : s.warp) w.bar = group_bar{0, 0};
-    for (auto &w : s.wg) w.bar = group_bar{0, 0};
+    static cta_state *states[8];
+    static std::vector<char> backing[8];
+    if (n > 8) abort();
+    cluster_ctx &cl = cluster();
+    cl.n = n;
+    cl.cur = 0;
+    for (int r = 0; r < n; r++) {
+        if (!states[r]) states[r] = r == 0 ? cta_ptr() : new cta_state();
+        if (n > 1) {
+            backing[r].resize(SMEM_BYTES);
+            poison();
+            memcpy(backing[r].data(), window, smem);
+            cl.backing[r] = backing[r].data();
+        } else {
+            poison();
+        }
+    }
     static F *body;
     body = &fn;
     struct tramp {
@@ -926,36 +1042,71 @@ template <class F> void run_cta(F &fn, dim3 grid, dim3 block_dim, uint3 block, i
             swapcontext(&s.th[s.cur].ctx, &s.sched);
         }
     };
-    s.live = s.nthreads;
-    for (int i = 0; i < s.nthreads; i++) {
-        thread_state &t = s.th[i];
-        t.tid = make_uint3((unsigned)i % block_dim.x, (unsigned)i / block_dim.x % block_dim.y,
-                           (unsigned)i / (block_dim.x * block_dim.y));
-        t.done = false;
-        t.copies.clear();
-        t.groups.clear();
-        t.stack.resize(256 * 1024);
-        getcontext(&t.ctx);
-        t.ctx.uc_stack.ss_sp = t.stack.data();
-        t.ctx.uc_stack.ss_size = t.stack.size();
-        t.ctx.uc_link = nullptr;
-        makecontext(&t.ctx, (void (*)())tramp::go, 0);
-    }
-    while (s.live > 0) {
-        s.progress = 0;
-        for (int j = 0; j < s.nthreads; j++) {
-            const int i = order ? s.nthreads - 1 - j : j;
-            if (s.th[i].done) continue;
-            s.cur = i;
-            swapcontext(&s.sched, &s.th[i].ctx);
+    int live = 0;
+    for (int r = 0; r < n; r++) {
+        cta_state &s = *states[r];
+        s.nthreads = (int)(block_dim.x * block_dim.y * block_dim.z);
+        if (s.nthreads > MAX_THREADS) abort();
+        s.block = blocks[r];
+        s.block_dim = block_dim;
+        s.grid_dim = grid;
+        s.rank = r;
+        for (auto &b : s.named) b = group_bar{0, 0};
+        s.bar_or = 0;
+        for (auto &w : s.warp) w.bar = group_bar{0, 0};
+        for (auto &w : s.wg) w.bar = group_bar{0, 0};
+        s.live = s.nthreads;
+        live += s.live;
+        for (int i = 0; i < s.nthreads; i++) {
+            thread_state &t = s.th[i];
+            t.tid = make_uint3((unsigned)i % block_dim.x, (unsigned)i / block_dim.x % block_dim.y,
+                               (unsigned)i / (block_dim.x * block_dim.y));
+            t.done = false;
+            t.copies.clear();
+            t.groups.clear();
+            t.stack.resize(256 * 1024);
+            getcontext(&t.ctx);
+            t.ctx.uc_stack.ss_sp = t.stack.data();
+            t.ctx.uc_stack.ss_size = t.stack.size();
+            t.ctx.uc_link = nullptr;
+            makecontext(&t.ctx, (void (*)())tramp::go, 0);
         }
-        if (s.progress == 0 && s.live > 0) {
-            fprintf(stderr, "cuda_emu: block (%u, %u, %u): %d threads wait for good (a barrier, collective or "
+    }
+    cluster_bar() = cluster_barrier{0, 0, n * states[0]->nthreads};
+    /* the array holds rank 0's shared memory first */
+    if (n > 1) memcpy(window, backing[0].data(), smem);
+    while (live > 0) {
+        long progress = 0;
+        for (int r = 0; r < n; r++) {
+            cta_state &s = *states[r];
+            if (s.live == 0) continue;
+            if (n > 1 && cl.cur != r) { /* the turn passes: the array to its owner's buffer, r's in */
+                memcpy(backing[cl.cur].data(), window, smem);
+                memcpy(window, backing[r].data(), smem);
+                cl.cur = r;
+            }
+            cta_ptr() = &s;
+            s.progress = 0;
+            for (int j = 0; j < s.nthreads; j++) {
+                const int i = order ? s.nthreads - 1 - j : j;
+                if (s.th[i].done) continue;
+                s.cur = i;
+                swapcontext(&s.sched, &s.th[i].ctx);
+            }
+            progress += s.progress;
+        }
+        live = 0;
+        for (int r = 0; r < n; r++) live += states[r]->live;
+        if (progress == 0 && live > 0) {
+            fprintf(stderr, "cuda_emu: block (%u, %u, %u)%s: %d threads wait for good (a barrier, collective or "
                             "mbarrier phase that never completes)\n",
-                    block.x, block.y, block.z, s.live);
+                    blocks[0].x, blocks[0].y, blocks[0].z, n > 1 ? " and its cluster" : "", live);
             abort();
         }
     }
+    cta_ptr() = states[0];
+    cl.n = 1;
+    cl.cur = 0;
 }
 } // namespace fqla_emu
 

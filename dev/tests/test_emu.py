@@ -1,7 +1,8 @@
 """dev/emu: the library built with its CUDA kernels on the CPU emulator (dev/emu/build.sh),
 and a few of the GPU tests' cases run under it against the fp64 reference: the backward's
 kernels (wgmma, mbarriers, named barriers, cp.async; its chains' CP), the forward's routes (TMA,
-wgmma, mma.sync) and CP on the fp32 chain route and the chunked fp32 kernel. Needs a C++ compiler and the CUDA toolkit's headers (no GPU); a few minutes on
+wgmma, mma.sync) and CP on the fp32 chain route and the chunked fp32 kernel; and the ptx
+layer's cluster wrappers on a probe kernel (dev/gpu/cluster_probe.cu). Needs a C++ compiler and the CUDA toolkit's headers (no GPU); a few minutes on
 two cores."""
 
 import os
@@ -78,3 +79,25 @@ def test_forward_fp32_cp_under_emulator(built):
     # the final state alone after each
     out = run(built, "test_gpu_fwd", "fwd_fp32_cp_forced")
     assert "ok   fwd_fp32_cp_forced" in out
+
+
+@pytest.mark.parametrize("order", [0, 1])
+def test_cluster_probe_under_emulator(tmp_path, order):
+    # clusters of 2, 4 and 8 CTAs: the next rank's row through mapa + ld.shared::cluster, rows
+    # stored into every rank's inbox with st.shared::cluster and remote mbarrier arrivals; the
+    # emulator keeps each CTA's shared memory apart (order 1: threads and clusters in reverse)
+    emu = os.path.join(ROOT, "dev", "emu")
+    cudart = tmp_path / "cudart_emu.o"
+    obj = tmp_path / "cluster_probe.o"
+    exe = tmp_path / "cluster_probe"
+    cxx = os.environ.get("CXX", "g++")
+    for cmd in ([cxx, "-std=c++17", "-O1", "-c", "-I.", "-I" + os.path.join(CUDA, "include"),
+                 os.path.join(emu, "cudart_emu.cpp"), "-o", str(cudart)],
+                [os.path.join(emu, "nvcc_emu.sh"), "-Isrc", "-c", "dev/gpu/cluster_probe.cu", "-o", str(obj)],
+                [cxx, str(obj), str(cudart), "-o", str(exe), "-lstdc++"]):
+        r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stdout + r.stderr
+    env = dict(os.environ, FQLA_EMU_ORDER=str(order), FQLA_EMU_CTA_ORDER=str(order))
+    r = subprocess.run([str(exe)], cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.count(": ok (0 wrong)") == 3, r.stdout

@@ -8,6 +8,8 @@
  * - fqla_launch: one launch, with programmatic dependent launch (PDL) when
  *   pdl is set (the kernel then keeps ptx/pdl.cuh's rule), plainly otherwise or
  *   when the stream or driver refuses the attribute.
+ * - fqla_launch_cluster: one launch in clusters of cluster_x CTAs along x
+ *   (ptx/cluster.cuh); grid.x a multiple of cluster_x.
  */
 #ifndef FQLA_CUDA_LAUNCH_CUH
 #define FQLA_CUDA_LAUNCH_CUH
@@ -71,6 +73,31 @@ static cudaError_t fqla_launch(void (*kernel)(Params...), dim3 grid, dim3 block,
         cfg.numAttrs = 0;
         e = cudaLaunchKernelEx(&cfg, kernel, args...);
     }
+    if (e != cudaSuccess) return e;
+    return cudaGetLastError();
+}
+
+/* Launches kernel over grid in clusters of cluster_x consecutive CTAs along
+ * x (cluster_x <= 8, the portable size; grid.x a multiple of it); returns
+ * the launch error (cudaErrorInvalidValue for a grid it cannot divide). */
+template <typename... Params, typename... Args>
+static cudaError_t fqla_launch_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                                       cudaStream_t stream, unsigned cluster_x, Args &&...args)
+{
+    if (cluster_x == 0 || cluster_x > 8 || grid.x % cluster_x) return cudaErrorInvalidValue;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = cluster_x;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, args...);
     if (e != cudaSuccess) return e;
     return cudaGetLastError();
 }

@@ -6,6 +6,7 @@
 #define FQLA_CUDA_PTX_PTX_CUH
 
 #include "cuda/ptx/barrier.cuh"
+#include "cuda/ptx/cluster.cuh"
 #include "cuda/ptx/common.cuh"
 #include "cuda/ptx/cp_async.cuh"
 #include "cuda/ptx/fence.cuh"

@@ -51,17 +51,24 @@ static cudaError_t fqla_smem_limit(fqla_smem_cache &cache, void (*kernel)(Params
     return cudaSuccess;
 }
 
-/* Launches kernel<<<grid, block, smem, stream>>>(args...), with programmatic
- * stream serialization when pdl is set; returns the launch error. */
-template <typename... Params, typename... Args>
-static cudaError_t fqla_launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                               int pdl, Args &&...args)
+/* A launch's shape, without attributes. */
+static inline cudaLaunchConfig_t fqla_launch_config(dim3 grid, dim3 block, size_t smem, cudaStream_t stream)
 {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
+    return cfg;
+}
+
+/* Launches kernel<<<grid, block, smem, stream>>>(args...), with programmatic
+ * stream serialization when pdl is set; returns the launch error. */
+template <typename... Params, typename... Args>
+static cudaError_t fqla_launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                               int pdl, Args &&...args)
+{
+    cudaLaunchConfig_t cfg = fqla_launch_config(grid, block, smem, stream);
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;
@@ -85,11 +92,7 @@ static cudaError_t fqla_launch_cluster(void (*kernel)(Params...), dim3 grid, dim
                                        cudaStream_t stream, unsigned cluster_x, Args &&...args)
 {
     if (cluster_x == 0 || cluster_x > 8 || grid.x % cluster_x) return cudaErrorInvalidValue;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
+    cudaLaunchConfig_t cfg = fqla_launch_config(grid, block, smem, stream);
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeClusterDimension;
     attr[0].val.clusterDim.x = cluster_x;

@@ -35,7 +35,9 @@
  *   all their threads; the CTA whose threads run has its dynamic shared
  *   memory in the array, the others theirs in buffers of their own (copied
  *   in and out when the turn passes), and a shared::cluster address
- *   (fqla_mapa: the rank above bit 24) reaches whichever holds it.
+ *   (fqla_mapa: the rank above bit 24) reaches whichever holds it (only
+ *   smem_raw is kept apart: a cluster kernel's FQLA_SHARED arrays, statics
+ *   here, would be common to its CTAs).
  * Shared-window addresses are offsets into the dynamic shared-memory array
  * (1024-aligned), so the 128-byte swizzle sees the same address bits as on
  * the GPU.

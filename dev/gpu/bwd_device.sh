@@ -101,7 +101,16 @@ mkdir -p "$TILELANG_CACHE_DIR"
     echo "tilelang cache did not unpack; starting cold" >> "$OUT/summary.txt"; }
 
 . "$(dirname "$0")/unpack.sh" # $BIN packed by dev/gpu/pack.sh
-export FQLA_COMMIT=${FQLA_COMMIT:-$(cat "$BIN/COMMIT" 2>/dev/null || git rev-parse --short HEAD 2>/dev/null)}
+# the commit the records name: $BIN/COMMIT, else HEAD, marked -dirty where the tree differs
+# from it (the device's copy of a tree may carry a git directory older than its files: pass
+# FQLA_COMMIT=... when building there)
+head_of_tree() {
+  local c
+  c=$(git rev-parse --short HEAD 2>/dev/null) || return 0
+  git diff --quiet HEAD -- 2>/dev/null || c=$c-dirty
+  echo "$c"
+}
+export FQLA_COMMIT=${FQLA_COMMIT:-$(cat "$BIN/COMMIT" 2>/dev/null || head_of_tree)}
 tests_rc=0
 for s in $steps; do
   case $s in

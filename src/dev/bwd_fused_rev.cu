@@ -46,7 +46,8 @@
  * K dS' and dY split), beside the chain: warpgroup 1 K S, X, Y, U, dY, dT~,
  * dv, Z, the tail's M1 / K K^T / dL / M, dQ; warpgroup 2 dU, df (U formed
  * again in fp32), dP~ and dQ~, dK, the chunk's dg / dbeta rows; the state
- * warpgroup <S, dS'>. R's lower sums for dg by shuffles (lower_sums). The
+ * warpgroup <S, dS'>. R's lower sums and the gate sums for dg by shuffles
+ * (lower_sums, gate_scans). The
  * grid puts a q/k head's 2 x group CTAs (its value heads' halves) next to
  * each other; the last of them to arrive sums dq / dk in part order
  * (sum_parts), and the last of a value head's two halves its dg / dbeta
@@ -54,13 +55,15 @@
  * gradient kernel forms the other chunks' gradients (a span's first chunk,
  * partial chunks, sequences of at most four chunks: fqla_bwd_params.
  * fused_grads), from the dS the pass stores for them. Correct under the
- * emulator on test_gpu_bwd's bwd_fused_rev (GVA 1-4, CP, strong decay with
- * beta near 2). Its forerunner, a timing prototype with the element-wise
+ * emulator and on the H100 on test_gpu_bwd's bwd_fused_rev (GVA 1-4, CP,
+ * strong decay with beta near 2), but slow: the whole backward 1.42-1.75x
+ * today's, 1.10-1.18x with dq / dk unsummed (mode 6;
+ * docs/history/2026-12-07g-mode5gpu.md). Its forerunner, a timing prototype with the element-wise
  * math approximated, ran the whole backward at 0.80-0.94x today's (H100,
  * docs/history/2026-12-07d-fusedproto.md); the sums of dq / dk in L2 cost
  * +0.08 to +0.55 of it (2026-12-07f-fusedred.md). Warpgroup 2 forms R's
  * sums before dK's accumulator is live: with both at once ptxas serialised
- * the kernel's wgmma (C7512); now 404 / 940 bytes of spills.
+ * the kernel's wgmma (C7512); now 240 / 244 bytes of spills.
  *
  * Covered (fqla_dev_bwd_fused_rev_covers): bf16 io, K = V = 128, no
  * in-kernel l2norm, whole sequences or CP's main pass over segments (from

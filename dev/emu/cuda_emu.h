@@ -803,6 +803,12 @@ inline int fqla_atom_add_acq_rel_gpu(int *p, int v)
 inline void fqla_discard_l2(void *p) { memset(p, 0xFF, 128); /* undefined bytes: NaN, so a later read shows */ }
 inline void __threadfence() {}
 inline void __nanosleep(unsigned) { fqla_emu::yield(); }
+/* a count, not a time: one more each call (speed is not emulated) */
+inline long long clock64()
+{
+    static long long c = 0;
+    return ++c;
+}
 inline int atomicAdd(int *p, int v)
 {
     const int old = *p;

@@ -62,6 +62,9 @@
 #include "cuda/kernel/named_barrier.cuh"
 #include "cuda/kernel/pipeline.cuh"
 #include "cuda/ptx/ptx.cuh"
+#ifdef FQLA_DEV
+#include "dev/fwd_fused_exp.cuh" /* issue 42's timing experiment */
+#endif
 
 #include <stddef.h>
 
@@ -680,6 +683,9 @@ int fqla_fwd_fused_usable(const fqla_fwd_params &p, int nwg)
 cudaError_t fqla_fwd_launch_fused(const fqla_fwd_params &k, int io_bf16, int hb, int nwg, int parts,
                                   cudaStream_t stream, int *used)
 {
+#ifdef FQLA_DEV
+    if (fqla_dev_fwd_fused_exp_mode(hb)) return fqla_dev_fwd_launch_fused_exp(k, io_bf16, hb, nwg, parts, stream, used);
+#endif
     *used = 0;
     fqla_fwd_params p = k;
     p.Pg = NULL; /* this path has none: the prepare kernel runs without Q */

@@ -1,0 +1,22 @@
+/*
+ * fwd_fused_exp.cuh - (developer build) issue 42's first timing experiment,
+ * the whole forward in one kernel (fwd_fused_exp.cu), launched in place of
+ * the fused route's two kernels when fqla_cuda_fwd_tune's prep_variant is
+ * 10 (the products warpgroup alone) or 11 (and the inverse warps). Timing
+ * only: its outputs are wrong by design.
+ */
+#ifndef FQLA_DEV_FWD_FUSED_EXP_CUH
+#define FQLA_DEV_FWD_FUSED_EXP_CUH
+
+#include "cuda/fwd_common.cuh"
+
+/* prep_variant values that select the experiment */
+static inline bool fqla_dev_fwd_fused_exp_mode(int prep_variant) { return prep_variant == 10 || prep_variant == 11; }
+
+/* Like fqla_fwd_launch_fused (parts: FQLA_FUSED_PREPARE launches nothing,
+ * FQLA_FUSED_CHAIN the kernel); *used = 0 where it does not cover the call
+ * (CP, l2norm, K = 256, V not a multiple of 64 nwg, no TMA maps). */
+cudaError_t fqla_dev_fwd_launch_fused_exp(const fqla_fwd_params &k, int io_bf16, int mode, int nwg, int parts,
+                                          cudaStream_t stream, int *used);
+
+#endif

@@ -24,7 +24,10 @@
  *     into the Ag slot. They read the L slot without waiting for the
  *     products warpgroup, and the chain reads the Ag slot without waiting
  *     for them ("a stale slot"): the data races are the experiment's.
- *     Mode 10 leaves the three warps idle;
+ *     Mode 10 leaves the three warps idle. Mode 12 is mode 11 with the
+ *     hand-offs a correct kernel needs: the L slot (products -> inverse
+ *     warps: lready / lfree) and the Ag slot (inverse warps -> the chain's
+ *     G1 / G4: aready / afree), both single slots;
  *   - the chain unchanged but for reading Ag from the Ag slot.
  * The question it answers (issue 42): does the kernel alone reach x0.85 of
  * today's two kernels (prepare + fused) on the nine rows timed for the last
@@ -75,13 +78,15 @@ struct ex_smem {
     float L[C * LDF];        /* diag(beta) StrictLower(K K^T), inverted in place */
     float colf[C];           /* beta_j e^-gamma_j */
     uint64_t full[3], empty[3], pready[2], pfree[2], aim[2];
+    uint64_t lready, lfree, aready, afree; /* mode 12: the L and Ag slots' hand-offs */
 };
 
 template <int KD, int NWG_, int MODE>
 struct ex_cfg {
     static constexpr int KB = KD / 64, NWG = NWG_, QST = 3, ASL = 2;
     static constexpr int THREADS = 128 * (NWG + 2);
-    static constexpr bool INV = MODE == 11;
+    static constexpr bool INV = MODE >= 11;
+    static constexpr bool DEP = MODE == 12;
     typedef ex_stage<KD, NWG> stage_t;
     typedef ex_smem<KD, NWG> smem_t;
     static constexpr uint32_t stage = sizeof(stage_t);
@@ -101,6 +106,7 @@ struct ex_cfg {
 
 struct ex_bars {
     uint64_t *full, *empty, *pready, *pfree, *aim;
+    uint64_t *lready, *lfree, *aready, *afree;
 };
 struct ex_work {
     int64_t ns, n, batch, slot0;
@@ -209,8 +215,10 @@ __device__ __forceinline__ void ex_products(const fqla_fwd_params &p, unsigned c
         fqla_mbar_arrive(&b.empty[s]);
         fqla_fence_async_smem();
         fqla_mbar_arrive(&b.pready[a]);
-        /* L = diag(beta) StrictLower(K K^T), fp32 (gamma stands in for beta) */
+        /* L = diag(beta) StrictLower(K K^T), fp32 (gamma stands in for beta);
+         * mode 12: once the inverse warps are done with the previous one */
         const float b0 = gam[r0], b1 = gam[r0 + 8];
+        if constexpr (cfg::DEP) fqla_mbar_wait(b.lfree, fqla_pipe<1>::at(c).empty_parity());
 #pragma unroll
         for (int j = 0; j < 8; j++) {
             const int col = 8 * j + 2 * tq;
@@ -223,6 +231,7 @@ __device__ __forceinline__ void ex_products(const fqla_fwd_params &p, unsigned c
                 *reinterpret_cast<float2 *>(L + row * LDF + col) = v;
             }
         }
+        if constexpr (cfg::DEP) fqla_mbar_arrive(b.lready);
     }
 }
 
@@ -273,6 +282,7 @@ __device__ __forceinline__ void ex_inverse(unsigned char *sm, const ex_bars &b, 
         const unsigned char *st = sm + ps.stage * cfg::stage;
         fqla_mbar_wait(&b.full[ps.stage], ps.phase);
         const float *gam = reinterpret_cast<const float *>(st + cfg::oGam);
+        if constexpr (cfg::DEP) fqla_mbar_wait(b.lready, fqla_pipe<1>::at(c).phase);
         /* a. the diagonal blocks by forward substitution: warps 0 and 1, a
          * block per half warp, a column per lane; warp 2 the column factors */
         if (iw < 2) {
@@ -355,6 +365,7 @@ __device__ __forceinline__ void ex_inverse(unsigned char *sm, const ex_bars &b, 
             }
         }
         fqla_bar_sync(ex_bar::inv, 96);
+        if constexpr (cfg::DEP) fqla_mbar_wait(b.afree, fqla_pipe<1>::at(c).empty_parity());
         /* c. Ag' = X diag(colf) -> bf16 [64][64] in the 128-byte swizzle;
          * 512 16-byte chunks over the 96 threads */
         for (int q = it; q < C * 8; q += 96) {
@@ -376,7 +387,12 @@ __device__ __forceinline__ void ex_inverse(unsigned char *sm, const ex_bars &b, 
         }
         fqla_fence_async_smem();
         fqla_mbar_arrive(&b.empty[ps.stage]);
-        fqla_bar_sync(ex_bar::inv, 96); /* the next chunk's substitution overwrites X */
+        if constexpr (cfg::DEP) {
+            fqla_mbar_arrive(b.aready);
+            fqla_mbar_arrive(b.lfree);
+        } else {
+            fqla_bar_sync(ex_bar::inv, 96); /* the next chunk's substitution overwrites X */
+        }
     }
 }
 
@@ -425,6 +441,7 @@ __device__ __forceinline__ void ex_chain(const fqla_fwd_params &p, const CUtenso
         const float gC = gm[C - 1];
         fqla_wg_wait<0>();
         fqla_reg_fence(accUQ);
+        if constexpr (cfg::DEP) fqla_mbar_wait(b.aready, fqla_pipe<1>::at(c).phase);
         fqla_chain::g14_issue<T>(accVd, accUQ, ud, tq, st + cfg::oV + cw * TILE, dAg);
         {
             const float eC = __expf(gC);
@@ -433,6 +450,7 @@ __device__ __forceinline__ void ex_chain(const fqla_fwd_params &p, const CUtenso
         }
         fqla_wg_wait<0>();
         fqla_reg_fence(accVd);
+        if constexpr (cfg::DEP) fqla_mbar_arrive(b.afree);
         uint32_t vd[4][4], vp[4][4];
         fqla_chain::g56_ready<T>(vd, vp, accVd, ud, tq, S);
         fqla_chain::g5_issue<T, KD>(S, vp, fqla_desc_mnmajor(st + cfg::oK, cfg::KQ));
@@ -467,7 +485,8 @@ __global__ void __launch_bounds__(ex_cfg<KD, NWG, MODE>::THREADS, 1)
     unsigned char *sm = smem_raw + ((1024u - (fqla_smem_u32(smem_raw) & 1023u)) & 1023u);
     uint64_t *full = reinterpret_cast<uint64_t *>(sm + cfg::oBar), *empty = full + cfg::QST;
     uint64_t *pready = empty + cfg::QST, *pfree = pready + cfg::ASL, *aim = pfree + cfg::ASL;
-    const ex_bars bars = {full, empty, pready, pfree, aim};
+    uint64_t *hand = aim + cfg::ASL;
+    const ex_bars bars = {full, empty, pready, pfree, aim, hand, hand + 1, hand + 2, hand + 3};
     const int wg = threadIdx.x >> 7;
     const int64_t ns = (int64_t)blockIdx.x / p.HV;
     const int hv = (int)((int64_t)blockIdx.x % p.HV);
@@ -491,6 +510,10 @@ __global__ void __launch_bounds__(ex_cfg<KD, NWG, MODE>::THREADS, 1)
             fqla_mbar_init(&pfree[a], 128 * NWG);
             fqla_mbar_init(&aim[a], NWG);
         }
+        fqla_mbar_init(bars.lready, 128);
+        fqla_mbar_init(bars.lfree, 96);
+        fqla_mbar_init(bars.aready, 96);
+        fqla_mbar_init(bars.afree, 128 * NWG);
         fqla_mbar_init_fence();
     }
     __syncthreads();
@@ -549,6 +572,7 @@ cudaError_t fqla_dev_fwd_launch_fused_exp(const fqla_fwd_params &k, int io_bf16,
     *used = 1;
     /* no prepare kernel: the chain launch is the whole forward */
     if (!(parts & FQLA_FUSED_CHAIN) || p.N * p.HV == 0) return cudaSuccess;
+    if (mode == 12) return nwg == 1 ? launch_io<1, 12>(io_bf16, p, maps, stream) : launch_io<2, 12>(io_bf16, p, maps, stream);
     if (mode == 11) return nwg == 1 ? launch_io<1, 11>(io_bf16, p, maps, stream) : launch_io<2, 11>(io_bf16, p, maps, stream);
     return nwg == 1 ? launch_io<1, 10>(io_bf16, p, maps, stream) : launch_io<2, 10>(io_bf16, p, maps, stream);
 }

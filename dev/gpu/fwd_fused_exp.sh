@@ -11,7 +11,8 @@
 #
 # Variants (bench_fwd.py --variants 'hb,late,wg,nwg,cp'): 0 today's route,
 # 10 the one kernel with the products warpgroup alone, 11 with the inverse
-# warps too, 12 with their hand-offs (lready / lfree, aready / afree); all on the fused kernel (wg 2) with the planner's nwg, no CP.
+# warps too, 12 with their hand-offs (lready / lfree, aready / afree),
+# 13 / 14 mode 12 without the merges / and the substitution (EXP_MODES='0 12 13 14'); all on the fused kernel (wg 2) with the planner's nwg, no CP.
 # Each mode first runs one row under `timeout` (a hang in the experiment's
 # barriers ends the call there, not at the device's limit).
 set -u
@@ -24,7 +25,7 @@ export FQLA_COMMIT=$(cat "$BIN/COMMIT" 2>/dev/null || echo unknown)
 ROWS=${EXP_ROWS:-'Sym h32:8192x4,35B/9B/4B TP1:8192x4,27B TP1:8192x4,397B/122B TP1:8192x4,397B/122B TP2:4096x8,35B/9B/4B TP1:1024x8,Sym h32:1024x8,Sym h32:2048x4,2B/0.8B TP1:1024x8'}
 nvidia-smi -L > "$OUT/gpu.txt" 2>&1
 ok=""
-for v in 0 10 11 12; do
+for v in ${EXP_MODES:-0 10 11 12}; do
   if timeout 90 python3 bench/bench_fwd.py --lib "$LIB" --no-fla --rows 'Sym h32:1024x8' --replays 2 \
        --variants "$v,-1,2,0,0" --out "$OUT/smoke.csv" > "$OUT/smoke-$v.txt" 2>&1; then
     ok="$ok${ok:+;}$v,-1,2,0,0"

@@ -27,7 +27,9 @@
  *     Mode 10 leaves the three warps idle. Mode 12 is mode 11 with the
  *     hand-offs a correct kernel needs: the L slot (products -> inverse
  *     warps: lready / lfree) and the Ag slot (inverse warps -> the chain's
- *     G1 / G4: aready / afree), both single slots;
+ *     G1 / G4: aready / afree), both single slots; modes 13 and 14 are mode
+ *     12 without the merges, and without the substitution too (what the
+ *     inverse's parts cost);
  *   - the chain unchanged but for reading Ag from the Ag slot.
  * The question it answers (issue 42): does the kernel alone reach x0.85 of
  * today's two kernels (prepare + fused) on the nine rows timed for the last
@@ -86,7 +88,9 @@ struct ex_cfg {
     static constexpr int KB = KD / 64, NWG = NWG_, QST = 3, ASL = 2;
     static constexpr int THREADS = 128 * (NWG + 2);
     static constexpr bool INV = MODE >= 11;
-    static constexpr bool DEP = MODE == 12;
+    static constexpr bool DEP = MODE >= 12;
+    static constexpr bool MERGES = MODE <= 12; /* 13, 14: without the off-diagonal blocks' merges */
+    static constexpr bool SUBST = MODE <= 13;  /* 14: without the diagonal blocks' substitution either */
     typedef ex_stage<KD, NWG> stage_t;
     typedef ex_smem<KD, NWG> smem_t;
     static constexpr uint32_t stage = sizeof(stage_t);
@@ -286,23 +290,26 @@ __device__ __forceinline__ void ex_inverse(unsigned char *sm, const ex_bars &b, 
         /* a. the diagonal blocks by forward substitution: warps 0 and 1, a
          * block per half warp, a column per lane; warp 2 the column factors */
         if (iw < 2) {
-            const int bb = 2 * iw + (lane >> 4), j = lane & 15;
-            float *D = blk(X, bb, bb);
-            float x[16];
+            if constexpr (cfg::SUBST) {
+                const int bb = 2 * iw + (lane >> 4), j = lane & 15;
+                float *D = blk(X, bb, bb);
+                float x[16];
 #pragma unroll
-            for (int i = 0; i < 16; i++) {
-                float s = i == j ? 1.f : 0.f;
+                for (int i = 0; i < 16; i++) {
+                    float s = i == j ? 1.f : 0.f;
 #pragma unroll
-                for (int m = 0; m < i; m++) s -= D[i * LDF + m] * x[m];
-                x[i] = i < j ? 0.f : s;
+                    for (int m = 0; m < i; m++) s -= D[i * LDF + m] * x[m];
+                    x[i] = i < j ? 0.f : s;
+                }
+                __syncwarp();
+#pragma unroll
+                for (int i = 0; i < 16; i++) D[i * LDF + j] = x[i];
             }
-            __syncwarp();
-#pragma unroll
-            for (int i = 0; i < 16; i++) D[i * LDF + j] = x[i];
         } else {
             for (int t = lane; t < C; t += 32) colf[t] = gam[t] * __expf(-gam[t]);
         }
         fqla_bar_sync(ex_bar::inv, 96);
+        if constexpr (cfg::MERGES) {
         /* b1. X_10 = -X_11 L_10 X_00 and X_32 = -X_33 L_32 X_22 (warps 0, 1) */
         if (iw < 2) {
             const int i = 2 * iw + 1, j = 2 * iw;
@@ -364,6 +371,7 @@ __device__ __forceinline__ void ex_inverse(unsigned char *sm, const ex_bars &b, 
                 ex_store(blk(X, 3, 1), t1, lane, 1.f);
             }
         }
+        } /* MERGES */
         fqla_bar_sync(ex_bar::inv, 96);
         if constexpr (cfg::DEP) fqla_mbar_wait(b.afree, fqla_pipe<1>::at(c).empty_parity());
         /* c. Ag' = X diag(colf) -> bf16 [64][64] in the 128-byte swizzle;
@@ -572,6 +580,8 @@ cudaError_t fqla_dev_fwd_launch_fused_exp(const fqla_fwd_params &k, int io_bf16,
     *used = 1;
     /* no prepare kernel: the chain launch is the whole forward */
     if (!(parts & FQLA_FUSED_CHAIN) || p.N * p.HV == 0) return cudaSuccess;
+    if (mode == 13) return nwg == 1 ? launch_io<1, 13>(io_bf16, p, maps, stream) : launch_io<2, 13>(io_bf16, p, maps, stream);
+    if (mode == 14) return nwg == 1 ? launch_io<1, 14>(io_bf16, p, maps, stream) : launch_io<2, 14>(io_bf16, p, maps, stream);
     if (mode == 12) return nwg == 1 ? launch_io<1, 12>(io_bf16, p, maps, stream) : launch_io<2, 12>(io_bf16, p, maps, stream);
     if (mode == 11) return nwg == 1 ? launch_io<1, 11>(io_bf16, p, maps, stream) : launch_io<2, 11>(io_bf16, p, maps, stream);
     return nwg == 1 ? launch_io<1, 10>(io_bf16, p, maps, stream) : launch_io<2, 10>(io_bf16, p, maps, stream);

@@ -29,7 +29,8 @@
  *     warps: lready / lfree) and the Ag slot (inverse warps -> the chain's
  *     G1 / G4: aready / afree), both single slots; modes 13 and 14 are mode
  *     12 without the merges, and without the substitution too (what the
- *     inverse's parts cost);
+ *     inverse's parts cost); mode 15 is mode 12 with the merges in fp32
+ *     FMAs on the CUDA cores instead of mma.sync;
  *   - the chain unchanged but for reading Ag from the Ag slot.
  * The question it answers (issue 42): does the kernel alone reach x0.85 of
  * today's two kernels (prepare + fused) on the nine rows timed for the last
@@ -89,8 +90,9 @@ struct ex_cfg {
     static constexpr int THREADS = 128 * (NWG + 2);
     static constexpr bool INV = MODE >= 11;
     static constexpr bool DEP = MODE >= 12;
-    static constexpr bool MERGES = MODE <= 12; /* 13, 14: without the off-diagonal blocks' merges */
-    static constexpr bool SUBST = MODE <= 13;  /* 14: without the diagonal blocks' substitution either */
+    static constexpr bool MERGES = MODE <= 12 || MODE == 15; /* 13, 14: without the off-diagonal blocks' merges */
+    static constexpr bool SUBST = MODE != 14;  /* 14: without the diagonal blocks' substitution either */
+    static constexpr bool FF = MODE == 15;     /* the merges in fp32 FMAs on the CUDA cores, not mma.sync */
     typedef ex_stage<KD, NWG> stage_t;
     typedef ex_smem<KD, NWG> smem_t;
     static constexpr uint32_t stage = sizeof(stage_t);
@@ -239,9 +241,35 @@ __device__ __forceinline__ void ex_products(const fqla_fwd_params &p, unsigned c
     }
 }
 
-/* acc += A B on 16 x 16 fp32 blocks (row stride LDF), 3xTF32 */
+/* acc += A B on 16 x 16 fp32 blocks (row stride LDF): 3xTF32 mma.sync in
+ * the m16n8k8 accumulator layout, or (FF, mode 15) fp32 FMAs on the CUDA
+ * cores, lane -> row lane / 2, columns 8 (lane % 2) .. + 7 as acc[n][e] =
+ * column + 4 n + e */
+template <bool FF>
 __device__ __forceinline__ void ex_mm16(float (&acc)[2][4], const float *a, const float *b, int lane)
 {
+    if constexpr (FF) {
+        const int r = lane >> 1, c0 = 8 * (lane & 1);
+#pragma unroll
+        for (int k0 = 0; k0 < 16; k0 += 4) {
+            const float4 a4 = *reinterpret_cast<const float4 *>(a + r * LDF + k0);
+            const float av[4] = {a4.x, a4.y, a4.z, a4.w};
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const float4 b0 = *reinterpret_cast<const float4 *>(b + (k0 + k) * LDF + c0);
+                const float4 b1 = *reinterpret_cast<const float4 *>(b + (k0 + k) * LDF + c0 + 4);
+                acc[0][0] = fmaf(av[k], b0.x, acc[0][0]);
+                acc[0][1] = fmaf(av[k], b0.y, acc[0][1]);
+                acc[0][2] = fmaf(av[k], b0.z, acc[0][2]);
+                acc[0][3] = fmaf(av[k], b0.w, acc[0][3]);
+                acc[1][0] = fmaf(av[k], b1.x, acc[1][0]);
+                acc[1][1] = fmaf(av[k], b1.y, acc[1][1]);
+                acc[1][2] = fmaf(av[k], b1.z, acc[1][2]);
+                acc[1][3] = fmaf(av[k], b1.w, acc[1][3]);
+            }
+        }
+        return;
+    }
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int ks = 0; ks < 2; ks++) {
@@ -258,9 +286,18 @@ __device__ __forceinline__ void ex_zero(float (&acc)[2][4])
 #pragma unroll
         for (int e = 0; e < 4; e++) acc[n][e] = 0.f;
 }
-/* m = sgn acc (a 16 x 16 block, row stride LDF) */
+/* m = sgn acc (a 16 x 16 block, row stride LDF; FF: ex_mm16's FMA layout) */
+template <bool FF>
 __device__ __forceinline__ void ex_store(float *m, const float (&acc)[2][4], int lane, float sgn)
 {
+    if constexpr (FF) {
+        float *row = m + (lane >> 1) * LDF + 8 * (lane & 1);
+        *reinterpret_cast<float4 *>(row) =
+            make_float4(sgn * acc[0][0], sgn * acc[0][1], sgn * acc[0][2], sgn * acc[0][3]);
+        *reinterpret_cast<float4 *>(row + 4) =
+            make_float4(sgn * acc[1][0], sgn * acc[1][1], sgn * acc[1][2], sgn * acc[1][3]);
+        return;
+    }
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int nt = 0; nt < 2; nt++) {
@@ -315,15 +352,15 @@ __device__ __forceinline__ void ex_inverse(unsigned char *sm, const ex_bars &b, 
             const int i = 2 * iw + 1, j = 2 * iw;
             float t1[2][4], t2[2][4];
             ex_zero(t1);
-            ex_mm16(t1, blk(X, i, j), blk(X, j, j), lane);
+            ex_mm16<cfg::FF>(t1, blk(X, i, j), blk(X, j, j), lane);
             /* t1 to the block's place (its L is read only here), then X_ii t1 */
             __syncwarp();
-            ex_store(blk(X, i, j), t1, lane, 1.f);
+            ex_store<cfg::FF>(blk(X, i, j), t1, lane, 1.f);
             __syncwarp();
             ex_zero(t2);
-            ex_mm16(t2, blk(X, i, i), blk(X, i, j), lane);
+            ex_mm16<cfg::FF>(t2, blk(X, i, i), blk(X, i, j), lane);
             __syncwarp();
-            ex_store(blk(X, i, j), t2, lane, -1.f);
+            ex_store<cfg::FF>(blk(X, i, j), t2, lane, -1.f);
         }
         fqla_bar_sync(ex_bar::inv, 96);
         /* b2. T = B X_A (B = rows 2-3 x columns 0-1 of L), then X_LL = -X_D T */
@@ -332,43 +369,43 @@ __device__ __forceinline__ void ex_inverse(unsigned char *sm, const ex_bars &b, 
             ex_zero(t1);
             ex_zero(t2);
             if (iw == 0) { /* T_20 = L_20 X_00 + L_21 X_10 */
-                ex_mm16(t1, blk(X, 2, 0), blk(X, 0, 0), lane);
-                ex_mm16(t1, blk(X, 2, 1), blk(X, 1, 0), lane);
+                ex_mm16<cfg::FF>(t1, blk(X, 2, 0), blk(X, 0, 0), lane);
+                ex_mm16<cfg::FF>(t1, blk(X, 2, 1), blk(X, 1, 0), lane);
             } else if (iw == 1) { /* T_30 = L_30 X_00 + L_31 X_10 */
-                ex_mm16(t1, blk(X, 3, 0), blk(X, 0, 0), lane);
-                ex_mm16(t1, blk(X, 3, 1), blk(X, 1, 0), lane);
+                ex_mm16<cfg::FF>(t1, blk(X, 3, 0), blk(X, 0, 0), lane);
+                ex_mm16<cfg::FF>(t1, blk(X, 3, 1), blk(X, 1, 0), lane);
             } else { /* T_21 = L_21 X_11, T_31 = L_31 X_11 */
-                ex_mm16(t1, blk(X, 2, 1), blk(X, 1, 1), lane);
-                ex_mm16(t2, blk(X, 3, 1), blk(X, 1, 1), lane);
+                ex_mm16<cfg::FF>(t1, blk(X, 2, 1), blk(X, 1, 1), lane);
+                ex_mm16<cfg::FF>(t2, blk(X, 3, 1), blk(X, 1, 1), lane);
             }
             fqla_bar_sync(ex_bar::inv, 96);
-            if (iw == 0) ex_store(blk(X, 2, 0), t1, lane, -1.f); /* -T, so X_LL = X_D (-T) */
-            else if (iw == 1) ex_store(blk(X, 3, 0), t1, lane, -1.f);
+            if (iw == 0) ex_store<cfg::FF>(blk(X, 2, 0), t1, lane, -1.f); /* -T, so X_LL = X_D (-T) */
+            else if (iw == 1) ex_store<cfg::FF>(blk(X, 3, 0), t1, lane, -1.f);
             else {
-                ex_store(blk(X, 2, 1), t1, lane, -1.f);
-                ex_store(blk(X, 3, 1), t2, lane, -1.f);
+                ex_store<cfg::FF>(blk(X, 2, 1), t1, lane, -1.f);
+                ex_store<cfg::FF>(blk(X, 3, 1), t2, lane, -1.f);
             }
             fqla_bar_sync(ex_bar::inv, 96);
             ex_zero(t1);
             ex_zero(t2);
             if (iw == 0) { /* X_20 = X_22 (-T_20), X_21 = X_22 (-T_21) */
-                ex_mm16(t1, blk(X, 2, 2), blk(X, 2, 0), lane);
-                ex_mm16(t2, blk(X, 2, 2), blk(X, 2, 1), lane);
+                ex_mm16<cfg::FF>(t1, blk(X, 2, 2), blk(X, 2, 0), lane);
+                ex_mm16<cfg::FF>(t2, blk(X, 2, 2), blk(X, 2, 1), lane);
             } else if (iw == 1) { /* X_30 = X_32 (-T_20) + X_33 (-T_30) */
-                ex_mm16(t1, blk(X, 3, 2), blk(X, 2, 0), lane);
-                ex_mm16(t1, blk(X, 3, 3), blk(X, 3, 0), lane);
+                ex_mm16<cfg::FF>(t1, blk(X, 3, 2), blk(X, 2, 0), lane);
+                ex_mm16<cfg::FF>(t1, blk(X, 3, 3), blk(X, 3, 0), lane);
             } else { /* X_31 = X_32 (-T_21) + X_33 (-T_31) */
-                ex_mm16(t1, blk(X, 3, 2), blk(X, 2, 1), lane);
-                ex_mm16(t1, blk(X, 3, 3), blk(X, 3, 1), lane);
+                ex_mm16<cfg::FF>(t1, blk(X, 3, 2), blk(X, 2, 1), lane);
+                ex_mm16<cfg::FF>(t1, blk(X, 3, 3), blk(X, 3, 1), lane);
             }
             fqla_bar_sync(ex_bar::inv, 96);
             if (iw == 0) {
-                ex_store(blk(X, 2, 0), t1, lane, 1.f);
-                ex_store(blk(X, 2, 1), t2, lane, 1.f);
+                ex_store<cfg::FF>(blk(X, 2, 0), t1, lane, 1.f);
+                ex_store<cfg::FF>(blk(X, 2, 1), t2, lane, 1.f);
             } else if (iw == 1) {
-                ex_store(blk(X, 3, 0), t1, lane, 1.f);
+                ex_store<cfg::FF>(blk(X, 3, 0), t1, lane, 1.f);
             } else {
-                ex_store(blk(X, 3, 1), t1, lane, 1.f);
+                ex_store<cfg::FF>(blk(X, 3, 1), t1, lane, 1.f);
             }
         }
         } /* MERGES */
@@ -580,6 +617,7 @@ cudaError_t fqla_dev_fwd_launch_fused_exp(const fqla_fwd_params &k, int io_bf16,
     *used = 1;
     /* no prepare kernel: the chain launch is the whole forward */
     if (!(parts & FQLA_FUSED_CHAIN) || p.N * p.HV == 0) return cudaSuccess;
+    if (mode == 15) return nwg == 1 ? launch_io<1, 15>(io_bf16, p, maps, stream) : launch_io<2, 15>(io_bf16, p, maps, stream);
     if (mode == 13) return nwg == 1 ? launch_io<1, 13>(io_bf16, p, maps, stream) : launch_io<2, 13>(io_bf16, p, maps, stream);
     if (mode == 14) return nwg == 1 ? launch_io<1, 14>(io_bf16, p, maps, stream) : launch_io<2, 14>(io_bf16, p, maps, stream);
     if (mode == 12) return nwg == 1 ? launch_io<1, 12>(io_bf16, p, maps, stream) : launch_io<2, 12>(io_bf16, p, maps, stream);

@@ -30,7 +30,10 @@
  *     G1 / G4: aready / afree), both single slots; modes 13 and 14 are mode
  *     12 without the merges, and without the substitution too (what the
  *     inverse's parts cost); mode 15 is mode 12 with the merges in fp32
- *     FMAs on the CUDA cores instead of mma.sync;
+ *     FMAs on the CUDA cores instead of mma.sync, mode 16 with plain tf32
+ *     merges (one mma a product: the numerics model,
+ *     bench/results/inverse-precision.md, has o and the state unchanged
+ *     end to end with plain tf32 or an fp16 inverse, as Ag is rounded to bf16);
  *   - the chain unchanged but for reading Ag from the Ag slot.
  * The question it answers (issue 42): does the kernel alone reach x0.85 of
  * today's two kernels (prepare + fused) on the nine rows timed for the last
@@ -90,9 +93,10 @@ struct ex_cfg {
     static constexpr int THREADS = 128 * (NWG + 2);
     static constexpr bool INV = MODE >= 11;
     static constexpr bool DEP = MODE >= 12;
-    static constexpr bool MERGES = MODE <= 12 || MODE == 15; /* 13, 14: without the off-diagonal blocks' merges */
+    static constexpr bool MERGES = MODE <= 12 || MODE >= 15; /* 13, 14: without the off-diagonal blocks' merges */
     static constexpr bool SUBST = MODE != 14;  /* 14: without the diagonal blocks' substitution either */
     static constexpr bool FF = MODE == 15;     /* the merges in fp32 FMAs on the CUDA cores, not mma.sync */
+    static constexpr int PREC = MODE == 16 ? 1 : 3; /* 16: plain tf32 merges, one mma a product */
     typedef ex_stage<KD, NWG> stage_t;
     typedef ex_smem<KD, NWG> smem_t;
     static constexpr uint32_t stage = sizeof(stage_t);
@@ -241,11 +245,12 @@ __device__ __forceinline__ void ex_products(const fqla_fwd_params &p, unsigned c
     }
 }
 
-/* acc += A B on 16 x 16 fp32 blocks (row stride LDF): 3xTF32 mma.sync in
+/* acc += A B on 16 x 16 fp32 blocks (row stride LDF): tf32 mma.sync (PREC 3:
+ * 3xTF32, 1: plain tf32) in
  * the m16n8k8 accumulator layout, or (FF, mode 15) fp32 FMAs on the CUDA
  * cores, lane -> row lane / 2, columns 8 (lane % 2) .. + 7 as acc[n][e] =
  * column + 4 n + e */
-template <bool FF>
+template <bool FF, int PREC>
 __device__ __forceinline__ void ex_mm16(float (&acc)[2][4], const float *a, const float *b, int lane)
 {
     if constexpr (FF) {
@@ -274,9 +279,10 @@ __device__ __forceinline__ void ex_mm16(float (&acc)[2][4], const float *a, cons
 #pragma unroll
     for (int ks = 0; ks < 2; ks++) {
         const float *ak = a + 8 * ks, *bk = b + 8 * ks * LDF;
-        const tf32_a<3> af(ak[g * LDF + t], ak[(g + 8) * LDF + t], ak[g * LDF + t + 4], ak[(g + 8) * LDF + t + 4]);
+        const tf32_a<PREC> af(ak[g * LDF + t], ak[(g + 8) * LDF + t], ak[g * LDF + t + 4], ak[(g + 8) * LDF + t + 4]);
 #pragma unroll
-        for (int nt = 0; nt < 2; nt++) mma_f32<3>(acc[nt], af, bk[t * LDF + 8 * nt + g], bk[(t + 4) * LDF + 8 * nt + g]);
+        for (int nt = 0; nt < 2; nt++)
+            mma_f32<PREC>(acc[nt], af, bk[t * LDF + 8 * nt + g], bk[(t + 4) * LDF + 8 * nt + g]);
     }
 }
 __device__ __forceinline__ void ex_zero(float (&acc)[2][4])
@@ -352,13 +358,13 @@ __device__ __forceinline__ void ex_inverse(unsigned char *sm, const ex_bars &b, 
             const int i = 2 * iw + 1, j = 2 * iw;
             float t1[2][4], t2[2][4];
             ex_zero(t1);
-            ex_mm16<cfg::FF>(t1, blk(X, i, j), blk(X, j, j), lane);
+            ex_mm16<cfg::FF, cfg::PREC>(t1, blk(X, i, j), blk(X, j, j), lane);
             /* t1 to the block's place (its L is read only here), then X_ii t1 */
             __syncwarp();
             ex_store<cfg::FF>(blk(X, i, j), t1, lane, 1.f);
             __syncwarp();
             ex_zero(t2);
-            ex_mm16<cfg::FF>(t2, blk(X, i, i), blk(X, i, j), lane);
+            ex_mm16<cfg::FF, cfg::PREC>(t2, blk(X, i, i), blk(X, i, j), lane);
             __syncwarp();
             ex_store<cfg::FF>(blk(X, i, j), t2, lane, -1.f);
         }
@@ -369,14 +375,14 @@ __device__ __forceinline__ void ex_inverse(unsigned char *sm, const ex_bars &b, 
             ex_zero(t1);
             ex_zero(t2);
             if (iw == 0) { /* T_20 = L_20 X_00 + L_21 X_10 */
-                ex_mm16<cfg::FF>(t1, blk(X, 2, 0), blk(X, 0, 0), lane);
-                ex_mm16<cfg::FF>(t1, blk(X, 2, 1), blk(X, 1, 0), lane);
+                ex_mm16<cfg::FF, cfg::PREC>(t1, blk(X, 2, 0), blk(X, 0, 0), lane);
+                ex_mm16<cfg::FF, cfg::PREC>(t1, blk(X, 2, 1), blk(X, 1, 0), lane);
             } else if (iw == 1) { /* T_30 = L_30 X_00 + L_31 X_10 */
-                ex_mm16<cfg::FF>(t1, blk(X, 3, 0), blk(X, 0, 0), lane);
-                ex_mm16<cfg::FF>(t1, blk(X, 3, 1), blk(X, 1, 0), lane);
+                ex_mm16<cfg::FF, cfg::PREC>(t1, blk(X, 3, 0), blk(X, 0, 0), lane);
+                ex_mm16<cfg::FF, cfg::PREC>(t1, blk(X, 3, 1), blk(X, 1, 0), lane);
             } else { /* T_21 = L_21 X_11, T_31 = L_31 X_11 */
-                ex_mm16<cfg::FF>(t1, blk(X, 2, 1), blk(X, 1, 1), lane);
-                ex_mm16<cfg::FF>(t2, blk(X, 3, 1), blk(X, 1, 1), lane);
+                ex_mm16<cfg::FF, cfg::PREC>(t1, blk(X, 2, 1), blk(X, 1, 1), lane);
+                ex_mm16<cfg::FF, cfg::PREC>(t2, blk(X, 3, 1), blk(X, 1, 1), lane);
             }
             fqla_bar_sync(ex_bar::inv, 96);
             if (iw == 0) ex_store<cfg::FF>(blk(X, 2, 0), t1, lane, -1.f); /* -T, so X_LL = X_D (-T) */
@@ -389,14 +395,14 @@ __device__ __forceinline__ void ex_inverse(unsigned char *sm, const ex_bars &b, 
             ex_zero(t1);
             ex_zero(t2);
             if (iw == 0) { /* X_20 = X_22 (-T_20), X_21 = X_22 (-T_21) */
-                ex_mm16<cfg::FF>(t1, blk(X, 2, 2), blk(X, 2, 0), lane);
-                ex_mm16<cfg::FF>(t2, blk(X, 2, 2), blk(X, 2, 1), lane);
+                ex_mm16<cfg::FF, cfg::PREC>(t1, blk(X, 2, 2), blk(X, 2, 0), lane);
+                ex_mm16<cfg::FF, cfg::PREC>(t2, blk(X, 2, 2), blk(X, 2, 1), lane);
             } else if (iw == 1) { /* X_30 = X_32 (-T_20) + X_33 (-T_30) */
-                ex_mm16<cfg::FF>(t1, blk(X, 3, 2), blk(X, 2, 0), lane);
-                ex_mm16<cfg::FF>(t1, blk(X, 3, 3), blk(X, 3, 0), lane);
+                ex_mm16<cfg::FF, cfg::PREC>(t1, blk(X, 3, 2), blk(X, 2, 0), lane);
+                ex_mm16<cfg::FF, cfg::PREC>(t1, blk(X, 3, 3), blk(X, 3, 0), lane);
             } else { /* X_31 = X_32 (-T_21) + X_33 (-T_31) */
-                ex_mm16<cfg::FF>(t1, blk(X, 3, 2), blk(X, 2, 1), lane);
-                ex_mm16<cfg::FF>(t1, blk(X, 3, 3), blk(X, 3, 1), lane);
+                ex_mm16<cfg::FF, cfg::PREC>(t1, blk(X, 3, 2), blk(X, 2, 1), lane);
+                ex_mm16<cfg::FF, cfg::PREC>(t1, blk(X, 3, 3), blk(X, 3, 1), lane);
             }
             fqla_bar_sync(ex_bar::inv, 96);
             if (iw == 0) {
@@ -617,6 +623,7 @@ cudaError_t fqla_dev_fwd_launch_fused_exp(const fqla_fwd_params &k, int io_bf16,
     *used = 1;
     /* no prepare kernel: the chain launch is the whole forward */
     if (!(parts & FQLA_FUSED_CHAIN) || p.N * p.HV == 0) return cudaSuccess;
+    if (mode == 16) return nwg == 1 ? launch_io<1, 16>(io_bf16, p, maps, stream) : launch_io<2, 16>(io_bf16, p, maps, stream);
     if (mode == 15) return nwg == 1 ? launch_io<1, 15>(io_bf16, p, maps, stream) : launch_io<2, 15>(io_bf16, p, maps, stream);
     if (mode == 13) return nwg == 1 ? launch_io<1, 13>(io_bf16, p, maps, stream) : launch_io<2, 13>(io_bf16, p, maps, stream);
     if (mode == 14) return nwg == 1 ? launch_io<1, 14>(io_bf16, p, maps, stream) : launch_io<2, 14>(io_bf16, p, maps, stream);

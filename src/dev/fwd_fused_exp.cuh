@@ -4,7 +4,8 @@
  * the fused route's two kernels when fqla_cuda_fwd_tune's prep_variant is
  * 10 (the products warpgroup alone), 11 (and the inverse warps) or 12 (and
  * the hand-offs between them), 13 / 14 (12 without the inverse's merges /
- * and its substitution), 15 (12 with the merges on the CUDA cores). Timing only: its outputs are wrong by design.
+ * and its substitution), 15 (12 with the merges on the CUDA cores),
+ * 16 (12 with plain tf32 merges). Timing only: its outputs are wrong by design.
  */
 #ifndef FQLA_DEV_FWD_FUSED_EXP_CUH
 #define FQLA_DEV_FWD_FUSED_EXP_CUH
@@ -12,7 +13,7 @@
 #include "cuda/fwd_common.cuh"
 
 /* prep_variant values that select the experiment */
-static inline bool fqla_dev_fwd_fused_exp_mode(int prep_variant) { return prep_variant >= 10 && prep_variant <= 15; }
+static inline bool fqla_dev_fwd_fused_exp_mode(int prep_variant) { return prep_variant >= 10 && prep_variant <= 16; }
 
 /* Like fqla_fwd_launch_fused (parts: FQLA_FUSED_PREPARE launches nothing,
  * FQLA_FUSED_CHAIN the kernel); *used = 0 where it does not cover the call

@@ -2,42 +2,45 @@
  * fwd_fused_exp.cu - (developer build, timing only) issue 42's first
  * experiment: the whole forward in one kernel, the preparation split over
  * warps as pipeline stages instead of one auxiliary warpgroup. Its results
- * are WRONG by design; it prices the layout before the rest is built.
+ * are WRONG by design; it prices the layout before the rest is built
+ * (docs/history/2026-12-07h-fusedfwd-exp.md has the measurements).
  *
- * fwd_fused.cu's kernel with these changes (K = 64 / 128, bf16 / fp16, no
- * l2norm, no CP; fqla_cuda_fwd_tune's prep_variant 10 or 11 asks for it):
- *   - no prepare kernel runs. The producer copies K, Q, V and gamma (from
- *     whatever the workspace holds: a stand-in for the gate scan the real
- *     kernel's producer warp would do, same bytes), no Ag;
- *   - the products warpgroup (64 registers, was 104): per chunk Q K^T, its
- *     epilogue in ungated coordinates (P = scale tril(Q K^T): no Gamma, no
- *     exponentials) into the Pg slot as today, then K K^T by the same SS
- *     wgmma into one accumulator and its epilogue, L = diag(beta)
- *     StrictLower(K K^T) in fp32, into the L slot (gamma stands in for
- *     beta);
- *   - mode 11 (prep_variant 11) also: warps 1-3 of the producer's warpgroup
- *     (64 registers) invert I + L a chunk at a time, paced by the stage ring
- *     like every consumer: the 16 x 16 diagonal blocks by forward
- *     substitution, the off-diagonal blocks by doubling in 3xTF32 mma.sync
- *     (level 1: (1,0), (3,2); level 2: the lower-left 32 x 32 block), then
- *     Ag' = X diag(beta e^-gamma) as a bf16 tile in the 128-byte swizzle
- *     into the Ag slot. They read the L slot without waiting for the
- *     products warpgroup, and the chain reads the Ag slot without waiting
- *     for them ("a stale slot"): the data races are the experiment's.
- *     Mode 10 leaves the three warps idle. Mode 12 is mode 11 with the
- *     hand-offs a correct kernel needs: the L slot (products -> inverse
- *     warps: lready / lfree) and the Ag slot (inverse warps -> the chain's
- *     G1 / G4: aready / afree), both single slots; modes 13 and 14 are mode
- *     12 without the merges, and without the substitution too (what the
- *     inverse's parts cost); mode 15 is mode 12 with the merges in fp32
- *     FMAs on the CUDA cores instead of mma.sync, mode 16 with plain tf32
- *     merges (one mma a product: the numerics model,
- *     bench/results/inverse-precision.md, has o and the state unchanged
- *     end to end with plain tf32 or an fp16 inverse, as Ag is rounded to bf16);
+ * fwd_fused.cu's kernel (K = 64 / 128, bf16 / fp16, no l2norm, no CP) with
+ * four warpgroups at 64 / 192 / 192 / 64 registers:
+ *   - no prepare kernel runs. The producer warp copies K, Q, V and gamma
+ *     (from whatever the workspace holds: a stand-in for the gate scan the
+ *     real kernel's producer would do, same bytes), no Ag;
+ *   - the products warpgroup (64 registers; fwd_fused.cu's Pg warpgroup has
+ *     104): per chunk Q K^T, its epilogue in ungated coordinates (P = scale
+ *     tril(Q K^T): no Gamma, no exponentials) into the Pg slot as today,
+ *     then K K^T by the same SS wgmma into the same accumulator and its
+ *     epilogue, L = diag(beta) StrictLower(K K^T) in fp32, into the L slot
+ *     (gamma stands in for beta);
+ *   - the inverse warps, warps 1-3 of the producer's warpgroup: X = (I +
+ *     L)^-1 in place a chunk at a time, paced by the stage ring like every
+ *     consumer: a. the 16 x 16 diagonal blocks by forward substitution,
+ *     b. the off-diagonal blocks by doubling (level 1: (1,0), (3,2); level
+ *     2: the lower-left 32 x 32 block), c. Ag' = X diag(beta e^-gamma) as a
+ *     bf16 tile in the 128-byte swizzle into the Ag slot;
  *   - the chain unchanged but for reading Ag from the Ag slot.
- * The question it answers (issue 42): does the kernel alone reach x0.85 of
- * today's two kernels (prepare + fused) on the nine rows timed for the last
- * fused attempts? dev/gpu/fwd_fused_exp.sh times it.
+ *
+ * Modes (fqla_cuda_fwd_tune's prep_variant; dev/gpu/fwd_fused_exp.sh):
+ *   10  the products warpgroup; the inverse warps idle, the chain reads a
+ *       stale Ag slot;
+ *   11  + the inverse warps (3xTF32 mma.sync merges) on a stale L slot, the
+ *       chain not waiting for them (the issue's first experiment; the data
+ *       races are the experiment's);
+ *   12  11 with the hand-offs a correct kernel needs: the L slot (products
+ *       -> inverse warps: lready / lfree) and the Ag slot (inverse warps ->
+ *       the chain's G1 / G4: aready / afree), single slots;
+ *   13  12 without the merges (b); 14 without the substitution (a) too;
+ *   15  12 with the merges in fp32 FMAs on the CUDA cores;
+ *   16  12 with plain tf32 merges, one mma a product (the numerics model,
+ *       bench/results/inverse-precision.md, has o and the state unchanged
+ *       end to end with a plain-tf32 or fp16 inverse: Ag is rounded to bf16).
+ * The question (issue 42): does the kernel alone reach x0.85 of today's two
+ * kernels (prepare + fused) on the nine rows of the earlier fused attempts?
+ * On the H100: mode 10 x0.73, 12 x1.36, 16 x1.19.
  */
 #include "cuda/fwd_chain.cuh"
 #include "cuda/fwd_common.cuh"

@@ -225,12 +225,13 @@ __device__ __forceinline__ void ex_products(const fqla_fwd_params &p, unsigned c
         fqla_wg_commit();
         fqla_wg_wait<0>();
         fqla_reg_fence(acc);
+        /* beta's stand-in read before the stage is released */
+        const float b0 = gam[r0], b1 = gam[r0 + 8];
         fqla_mbar_arrive(&b.empty[s]);
         fqla_fence_async_smem();
         fqla_mbar_arrive(&b.pready[a]);
         /* L = diag(beta) StrictLower(K K^T), fp32 (gamma stands in for beta);
-         * mode 12: once the inverse warps are done with the previous one */
-        const float b0 = gam[r0], b1 = gam[r0 + 8];
+         * mode 12 on: once the inverse warps are done with the previous one */
         if constexpr (cfg::DEP) fqla_mbar_wait(b.lfree, fqla_pipe<1>::at(c).empty_parity());
 #pragma unroll
         for (int j = 0; j < 8; j++) {

@@ -37,7 +37,7 @@ are round-to-nearest-even):
     l2norm      rq, rk = fp32(1 / sqrt(fp32(sum x^2) + 1e-6)) from the stored bf16 rows (the
                 reference normalises the same bf16 rows in fp64).
 
-Inverse variants (only Ar changes; the chain above is the same for 1-6):
+Inverse variants (only Ar changes; the chain above is the same for 1-6 and 8):
     1 exact      Ar in float64 (forward substitution), then the bf16 Ag rounding: the
                  chain's own error floor.
     1b           diagnostic, not a kernel: variant 1 with Ag left in fp32 (no bf16 rounding
@@ -72,6 +72,10 @@ Inverse variants (only Ar changes; the chain above is the same for 1-6):
                  o = bf16(scale (e^gamma (.) fp32(Q h) + fp32(bf16(Gamma (.) tril(Q K^T)) v_new)));
                  S = fp32(e^gamma_C S + K^T bf16(diag(e^(gamma_C - gamma)) v_new_fp32)) (FLA
                  updates the state from the fp32 v_new, the output reads the bf16 copy).
+    8 fp16       issue 42's next split: the 16x16 diagonal blocks as in 2, then the merges as
+      block-     four 64x64x64 fp16 products (wgmma, fp32 accumulate per k-step of 16):
+      Neumann    N = D StrictBlockLower(M), X = (I - N + N^2 - N^3) D, with N, N^2, N^3 and
+                 the sum stored fp16 (inverse_neumann_fp16).
 
 Reported per case and variant (worst over sequences x value heads x seeds): rel(o),
 rel(final state), the ratio of each to variant 7's, the inverse's own error (worst over
@@ -515,6 +519,33 @@ def ag_from_gate_free(prep, X, R):
     return R.bf16(G), G
 
 
+def product_fp16_k16(A, B):
+    """A B as wgmma m64nNk16 in fp16: fp16 operands, fp32 accumulate, rounded per k-step of 16."""
+    acc = np.zeros(A.shape[:-1] + (B.shape[-1],))
+    for s in range(A.shape[-1] // 16):
+        acc = mma_acc(acc, A[..., :, 16 * s:16 * s + 16], B[..., 16 * s:16 * s + 16, :])
+    return acc
+
+
+def inverse_neumann_fp16(KK, beta, M):
+    """Issue 42's next split (docs/history/2026-12-07h-fusedfwd-exp.md section 4): the 16 x 16
+    diagonal blocks' inverses D in fp32 (step 4a's substitution), then the merges as four
+    64 x 64 x 64 fp16 products on tensor cores: with N = D StrictBlockLower(M) (N^4 = 0 on
+    16-blocks), (I + M)^-1 = (I - N + N^2 - N^3) D. Every product's operands fp16, fp32
+    accumulate; N, N^2, N^3 and the sum I - N + N^2 - N^3 stored fp16 as the next operand."""
+    D = diagonal_blocks_fp32(KK, beta)
+    off = M.copy()
+    for b in range(4):
+        block(off, b, b, 16)[...] = 0.0
+    D16 = to_fp16(D)
+    N = to_fp16(product_fp16_k16(D16, to_fp16(off)))
+    N2 = to_fp16(product_fp16_k16(N, N))
+    N3 = to_fp16(product_fp16_k16(N2, N))
+    with np.errstate(over="ignore", invalid="ignore"):
+        S = to_fp16(to_f32(to_f32(to_f32(np.eye(C) - N) + N2) - N3))
+    return product_fp16_k16(S, D16)
+
+
 def inverse_variant(name, prep, R=KernelRounding):
     """Returns (Ag, G before the bf16 rounding, the stored inverse X)."""
     KK, beta, Gamma = prep["KK"], prep["beta"], prep["Gamma"]
@@ -529,6 +560,8 @@ def inverse_variant(name, prep, R=KernelRounding):
         X = inverse_ours(KK, beta, product_3xbf16)
     elif name == "fp16_free":
         X = inverse_fp16_flashinfer(to_f32(M))
+    elif name == "neumann_fp16":
+        X = inverse_neumann_fp16(KK, beta, to_f32(M))
     elif name == "fp16_gated":
         Lg = strict_lower(to_f32(to_f32(beta[..., :, None] * Gamma) * KK))
         X = inverse_fp16_flashinfer(Lg)
@@ -687,6 +720,7 @@ VARIANTS = [
     ("fp16_gated", "5 fp16 gated"),
     ("3xbf16", "6 3xBF16"),
     ("fla", "7 FLA bf16 baseline"),
+    ("neumann_fp16", "8 fp16 block-Neumann"),
 ]
 
 

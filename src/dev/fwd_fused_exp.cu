@@ -612,6 +612,13 @@ cudaError_t launch_io(int io_bf16, const fqla_fwd_params &p, const CUtensorMap *
                    : launch<__half, 128, NWG, MODE>(p, maps, stream);
 }
 
+/* ... and with one or two chain warpgroups a CTA */
+template <int MODE>
+cudaError_t launch_nwg(int nwg, int io_bf16, const fqla_fwd_params &p, const CUtensorMap *maps, cudaStream_t stream)
+{
+    return nwg == 1 ? launch_io<1, MODE>(io_bf16, p, maps, stream) : launch_io<2, MODE>(io_bf16, p, maps, stream);
+}
+
 } // namespace
 
 cudaError_t fqla_dev_fwd_launch_fused_exp(const fqla_fwd_params &k, int io_bf16, int mode, int nwg, int parts,
@@ -622,16 +629,18 @@ cudaError_t fqla_dev_fwd_launch_fused_exp(const fqla_fwd_params &k, int io_bf16,
     p.Pg = NULL;
     if (p.cp_mode || p.l2norm || (p.K != 64 && p.K != 128) || p.V % (64 * nwg) != 0) return cudaSuccess;
     CUtensorMap maps[FQLA_FWD_MAPS];
-    fqla_fwd_ag_maps ag;
+    fqla_fwd_ag_maps ag; /* encoded with the others, unused: no Ag is copied here */
     if (!fqla_fwd_tma_maps(p, io_bf16, maps, &ag)) return cudaSuccess;
     *used = 1;
     /* no prepare kernel: the chain launch is the whole forward */
     if (!(parts & FQLA_FUSED_CHAIN) || p.N * p.HV == 0) return cudaSuccess;
-    if (mode == 16) return nwg == 1 ? launch_io<1, 16>(io_bf16, p, maps, stream) : launch_io<2, 16>(io_bf16, p, maps, stream);
-    if (mode == 15) return nwg == 1 ? launch_io<1, 15>(io_bf16, p, maps, stream) : launch_io<2, 15>(io_bf16, p, maps, stream);
-    if (mode == 13) return nwg == 1 ? launch_io<1, 13>(io_bf16, p, maps, stream) : launch_io<2, 13>(io_bf16, p, maps, stream);
-    if (mode == 14) return nwg == 1 ? launch_io<1, 14>(io_bf16, p, maps, stream) : launch_io<2, 14>(io_bf16, p, maps, stream);
-    if (mode == 12) return nwg == 1 ? launch_io<1, 12>(io_bf16, p, maps, stream) : launch_io<2, 12>(io_bf16, p, maps, stream);
-    if (mode == 11) return nwg == 1 ? launch_io<1, 11>(io_bf16, p, maps, stream) : launch_io<2, 11>(io_bf16, p, maps, stream);
-    return nwg == 1 ? launch_io<1, 10>(io_bf16, p, maps, stream) : launch_io<2, 10>(io_bf16, p, maps, stream);
+    switch (mode) {
+    case 11: return launch_nwg<11>(nwg, io_bf16, p, maps, stream);
+    case 12: return launch_nwg<12>(nwg, io_bf16, p, maps, stream);
+    case 13: return launch_nwg<13>(nwg, io_bf16, p, maps, stream);
+    case 14: return launch_nwg<14>(nwg, io_bf16, p, maps, stream);
+    case 15: return launch_nwg<15>(nwg, io_bf16, p, maps, stream);
+    case 16: return launch_nwg<16>(nwg, io_bf16, p, maps, stream);
+    default: return launch_nwg<10>(nwg, io_bf16, p, maps, stream);
+    }
 }

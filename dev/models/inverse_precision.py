@@ -546,6 +546,50 @@ def inverse_neumann_fp16(KK, beta, M):
     return product_fp16_k16(S, D16)
 
 
+def inverse_wgmma_fp16(M, r16=to_fp16, r32=to_f32):
+    """Issue 42's mode 17 (src/dev/fwd_fused_exp.cu): the whole inverse on the products
+    warpgroup's tensor cores in fp16, fp32 accumulate.
+    Diagonal blocks, one warp a block, mma.sync m16n8k16 (one k-step a product): X = I - L2
+    (L2 the entries of L whose row and column differ in bit 0 only); then for bit b = 1, 2, 3,
+    with Lo the entries whose highest differing bit is b: N = X Lo, X <- X + (-N) X, the
+    last onto X's fp32 accumulator. Then, with D the four blocks and Lo the block-strictly-
+    lower part of L (N^4 = 0): N = D Lo, T = I + N^2, S = T + (-T) N = (I + N^2)(I - N),
+    X = S D, each a 64 x 64 x 64 wgmma (four k-steps), its operands rounded by r16.
+    r16 = r32 = identity gives the algebra in float64 (the self-check)."""
+    n = M.shape[-1]
+    idx = np.arange(16)
+    hb = np.full((16, 16), -1)
+    for i in range(16):
+        for j in range(i):
+            hb[i, j] = (i ^ j).bit_length() - 1
+    mma = (lambda acc, a, b: r32(acc + mm(a, b)))
+    D = np.zeros(M.shape)
+    for blk_i in range(n // 16):
+        L = block(M, blk_i, blk_i, 16)
+        Lr = r16(L)
+        X = np.eye(16) - np.where(hb == 0, L, 0.0)       # exact in fp32: one product each
+        Xr = r16(X)
+        for b in (1, 2, 3):
+            N = mma(np.zeros(L.shape), Xr, np.where(hb == b, Lr, 0.0))
+            X = mma(X, r16(-N), Xr)
+            Xr = r16(X)
+        block(D, blk_i, blk_i, 16)[...] = Xr
+    Lo = M.copy()
+    for b in range(n // 16):
+        block(Lo, b, b, 16)[...] = 0.0
+    Lo = r16(Lo)
+
+    def wg(acc, A, B):
+        for s in range(n // 16):
+            acc = mma(acc, A[..., :, 16 * s:16 * s + 16], B[..., 16 * s:16 * s + 16, :])
+        return acc
+    z = np.zeros(M.shape)
+    N = r16(wg(z, D, Lo))
+    T = wg(z, N, N) + np.eye(n)
+    S = wg(T, r16(-T), N)
+    return wg(z, r16(S), D)
+
+
 def inverse_variant(name, prep, R=KernelRounding):
     """Returns (Ag, G before the bf16 rounding, the stored inverse X)."""
     KK, beta, Gamma = prep["KK"], prep["beta"], prep["Gamma"]
@@ -562,6 +606,8 @@ def inverse_variant(name, prep, R=KernelRounding):
         X = inverse_fp16_flashinfer(to_f32(M))
     elif name == "neumann_fp16":
         X = inverse_neumann_fp16(KK, beta, to_f32(M))
+    elif name == "wgmma_fp16":
+        X = inverse_wgmma_fp16(to_f32(M))
     elif name == "fp16_gated":
         Lg = strict_lower(to_f32(to_f32(beta[..., :, None] * Gamma) * KK))
         X = inverse_fp16_flashinfer(Lg)
@@ -703,7 +749,12 @@ def self_check(rng):
     ro2, rs2 = unrounded_errors(Case("check2", "self-check 2", [130], 1, 2, gate="strong"), rng)
     print(f"self-check (chunked fp64, no rounding, vs recurrence): rel(o) {ro:.2e} rel(S) {rs:.2e}; "
           f"strong decay: rel(o) {ro2:.2e} rel(S) {rs2:.2e}", flush=True)
-    worst = max(ro, rs, ro2, rs2)
+    # variant 9's algebra in float64 (no rounding) must be the inverse
+    Mt = strict_lower(rng.uniform(-1.0, 1.0, (3, C, C)))
+    ident = lambda x: x
+    alg = float(np.max(np.abs(inverse_wgmma_fp16(Mt, ident, ident) - inverse_exact(Mt))) / np.max(np.abs(inverse_exact(Mt))))
+    print(f"self-check: variant 9's algebra in fp64 vs forward substitution: {alg:.2e}", flush=True)
+    worst = max(ro, rs, ro2, rs2, alg)
     if not worst <= 1e-10:
         print(f"SELF-CHECK FAILED: the float64 chunked emulation differs from the recurrence by {worst:.3e} "
               "(expected ~1e-12)", file=sys.stderr, flush=True)
@@ -721,6 +772,7 @@ VARIANTS = [
     ("3xbf16", "6 3xBF16"),
     ("fla", "7 FLA bf16 baseline"),
     ("neumann_fp16", "8 fp16 block-Neumann"),
+    ("wgmma_fp16", "9 fp16 on tensor cores (mode 17)"),
 ]
 
 

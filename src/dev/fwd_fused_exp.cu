@@ -37,7 +37,17 @@
  *   15  12 with the merges in fp32 FMAs on the CUDA cores;
  *   16  12 with plain tf32 merges, one mma a product (the numerics model,
  *       bench/results/inverse-precision.md, has o and the state unchanged
- *       end to end with a plain-tf32 or fp16 inverse: Ag is rounded to bf16).
+ *       end to end with a plain-tf32 or fp16 inverse: Ag is rounded to bf16);
+ *   17  the whole inverse on the products warpgroup's tensor cores in fp16
+ *       (ex_pinv; the inverse warps idle): each warp inverts its 16 x 16
+ *       diagonal block of I + L by doubling on mma.sync (bit levels 1, 2, 3),
+ *       then with D those blocks and N = D Lo (Lo the block-strictly-lower
+ *       part of L, N^4 = 0) X = (I + N^2)(I - N) D as four 64 x 64 x 64
+ *       RS wgmma, and the warpgroup writes Ag' itself (numerics model:
+ *       variant 9 of dev/models/inverse_precision.py);
+ *   18  17 without the diagonal blocks' doubling (D = their K K^T);
+ *   19  17 without the inverse: the products warpgroup writes Ag' from
+ *       K K^T (its hand-offs and epilogue alone).
  * The question (issue 42): does the kernel alone reach x0.85 of today's two
  * kernels (prepare + fused) on the nine rows of the earlier fused attempts?
  * On the H100: mode 10 x0.73, 12 x1.36, 16 x1.19.
@@ -58,12 +68,10 @@ namespace {
 constexpr int C = FQLA_FWD_CHUNK;
 constexpr uint32_t TILE = C * 128;
 constexpr int LDF = C + 8; /* fp32 L / X rows (fwd_prepare.cu's stride) */
-constexpr int SIDE_REGS = 64;  /* the producer's warpgroup (producer warp + inverse warps) */
-constexpr int PROD_REGS = 64;  /* the products warpgroup */
 constexpr int CHAIN_REGS = 192;
 constexpr int PG_AIM = 2;
 /* the inverse warps' named barrier (96 threads); the chain's are fqla_chain_bar's */
-enum class ex_bar : uint32_t { inv = 8 };
+enum class ex_bar : uint32_t { inv = 8, prod = 9 /* the products warpgroup (128), modes 17-19 */ };
 
 template <int KD, int NWG>
 struct ex_stage {
@@ -84,8 +92,11 @@ struct ex_smem {
     ex_slot slot[2];
     unsigned char out[NWG][2][TILE];
     unsigned char ag[TILE];  /* Ag' (the inverse warps), read by the chain's G1 / G4 */
-    float L[C * LDF];        /* diag(beta) StrictLower(K K^T), inverted in place */
-    float colf[C];           /* beta_j e^-gamma_j */
+    union {
+        float L[C * LDF];             /* diag(beta) StrictLower(K K^T), inverted in place */
+        unsigned char pt[2][TILE];    /* modes 17-19: fp16 Lo, then N; D (block diagonal) */
+    };
+    float colf[2][C];        /* beta_j e^-gamma_j (modes 17-19: by chunk parity) */
     uint64_t full[3], empty[3], pready[2], pfree[2], aim[2];
     uint64_t lready, lfree, aready, afree; /* mode 12: the L and Ag slots' hand-offs */
 };
@@ -94,7 +105,13 @@ template <int KD, int NWG_, int MODE>
 struct ex_cfg {
     static constexpr int KB = KD / 64, NWG = NWG_, QST = 3, ASL = 2;
     static constexpr int THREADS = 128 * (NWG + 2);
-    static constexpr bool INV = MODE >= 11;
+    static constexpr bool INV = MODE >= 11 && MODE <= 16; /* the inverse warps */
+    static constexpr bool PINV = MODE >= 17;              /* the inverse on the products warpgroup */
+    static constexpr bool PDIAG = MODE == 17;             /* its diagonal blocks' doubling */
+    static constexpr bool PMERGE = MODE <= 18;            /* its four wgmma products */
+    /* registers a thread: the producer's warpgroup (producer warp + inverse
+     * warps; from mode 17 the producer warp alone) and the products warpgroup */
+    static constexpr int SIDE_REGS = PINV ? 24 : 64, PROD_REGS = PINV ? 104 : 64;
     static constexpr bool DEP = MODE >= 12;
     static constexpr bool MERGES = MODE <= 12 || MODE >= 15; /* 13, 14: without the off-diagonal blocks' merges */
     static constexpr bool SUBST = MODE != 14;  /* 14: without the diagonal blocks' substitution either */
@@ -111,10 +128,12 @@ struct ex_cfg {
     static constexpr uint32_t oAg = offsetof(smem_t, ag), oL = offsetof(smem_t, L), oColf = offsetof(smem_t, colf);
     static constexpr uint32_t oBar = offsetof(smem_t, full);
     static constexpr uint32_t bytes = sizeof(smem_t) + 1024;
-    static_assert(stage % 1024 == 0 && oV % 1024 == 0 && oSlots % 1024 == 0 && oO % 1024 == 0 && oAg % 1024 == 0,
+    static_assert(stage % 1024 == 0 && oV % 1024 == 0 && oSlots % 1024 == 0 && oO % 1024 == 0 && oAg % 1024 == 0 &&
+                      oL % 1024 == 0,
                   "tiles 1024-aligned");
     static_assert(bytes <= 232448, "shared memory of one CTA");
     static_assert(SIDE_REGS + PROD_REGS + NWG * CHAIN_REGS <= 512, "registers");
+    static_assert(SIDE_REGS % 8 == 0 && PROD_REGS % 8 == 0, "setmaxnreg takes multiples of 8");
 };
 
 struct ex_bars {
@@ -154,6 +173,209 @@ __device__ __forceinline__ void ex_load(const fqla_fwd_params &p, const CUtensor
     }
 }
 
+/* ---- modes 17-19: the inverse on the products warpgroup ---------------- */
+
+/* A 64 x 64 accumulator (wgmma m64n64 layout: warp w rows 16 w + g, + 8;
+ * acc[4 j + 2 h + e] column 8 j + 2 tq + e of row 16 w + g + 8 h) as a U
+ * tile in the 128-byte swizzle, element f(value, row, column); rows hold the
+ * wgmma operand's K-major A rows or MN-major B rows. */
+template <typename U, typename F>
+__device__ __forceinline__ void ex_tile_store(unsigned char *tile, const float (&acc)[32], int warp, int lane, F f)
+{
+    const int g = lane >> 2, tq = lane & 3, r0 = 16 * warp + g;
+#pragma unroll
+    for (int j2 = 0; j2 < 4; j2++) {
+        uint32_t r[4];
+#pragma unroll
+        for (int m = 0; m < 4; m++) {
+            const int h = m & 1, j = 2 * j2 + (m >> 1), col = 8 * j + 2 * tq, row = r0 + 8 * h;
+            r[m] = fqla_io<U>::pack(f(acc[4 * j + 2 * h], row, col), f(acc[4 * j + 2 * h + 1], row, col + 1));
+        }
+        const int mi = lane >> 3, row = 16 * warp + 8 * (mi & 1) + (lane & 7), ch = 2 * j2 + (mi >> 1);
+        fqla_stsm_x4(tile + row * 128 + 16 * (ch ^ (row & 7)), r[0], r[1], r[2], r[3]);
+    }
+}
+/* An RS wgmma A operand (fp16) of k-step kk from the accumulator: columns
+ * 16 kk .. 16 kk + 15 in pairs, each value times sgn */
+__device__ __forceinline__ void ex_afrag(uint32_t (&a)[4], const float (&acc)[32], int kk, float sgn)
+{
+#pragma unroll
+    for (int i = 0; i < 4; i++) a[i] = fqla_io<__half>::pack(sgn * acc[8 * kk + 2 * i], sgn * acc[8 * kk + 2 * i + 1]);
+}
+
+/* 16 x 16 blocks held by one warp in the m16n8 accumulator layout:
+ * c[nt][2 h + e] is row g + 8 h, column 8 nt + 2 tq + e. As an m16n8k16 A
+ * fragment (fp16) a = {c[0][0..1], c[0][2..3], c[1][0..1], c[1][2..3]}; the
+ * B operand of M for n-tile nt is then (a_t[nt], a_t[nt + 2]) with a_t the A
+ * fragment of M^T, so a product A B needs A and B^T as A fragments. */
+__device__ __forceinline__ void ex_pack16(uint32_t (&a)[4], const float (&c)[2][4], float sgn)
+{
+    typedef fqla_io<__half> h;
+    a[0] = h::pack(sgn * c[0][0], sgn * c[0][1]);
+    a[1] = h::pack(sgn * c[0][2], sgn * c[0][3]);
+    a[2] = h::pack(sgn * c[1][0], sgn * c[1][1]);
+    a[3] = h::pack(sgn * c[1][2], sgn * c[1][3]);
+}
+/* d += A B, 16 x 16 x 16 in fp16 (a: A's fragment, bt: B^T's) */
+__device__ __forceinline__ void ex_mm16h(float (&d)[2][4], const uint32_t (&a)[4], const uint32_t (&bt)[4])
+{
+    fqla_mma_m16n8k16_f16(d[0], a, bt[0], bt[2]);
+    fqla_mma_m16n8k16_f16(d[1], a, bt[1], bt[3]);
+}
+
+/* (I + L)^-1 of a warp's 16 x 16 diagonal block, L = diag(beta)
+ * StrictLower(K K^T), in fp16 on mma.sync: X = I - L2 (the entries whose row
+ * and column differ in bit 0 only), then for the bits b = 1, 2, 3, Lo the
+ * entries whose highest differing bit is b (the lower-left quarter of each
+ * 2^(b+1) block): N = X Lo, X <- X + (-N) X (X is block diagonal, so
+ * (X Lo)^2 = 0 and (I + X Lo)^-1 = I - X Lo). X^T is carried beside X as the
+ * next product's B operand; K K^T is symmetric, so L^T comes from the same
+ * values. kd: the block of K K^T (ex_pack16's layout); br: beta of rows g,
+ * g + 8; bc: of columns 2 tq, 2 tq + 1, 8 + 2 tq, 9 + 2 tq. */
+__device__ __forceinline__ void ex_diag_inverse(uint32_t (&aD)[4], const float (&kd)[2][4], float br0, float br1,
+                                                const float (&bc)[4], int lane)
+{
+    const int g = lane >> 2, tq = lane & 3;
+    /* the highest bit in which an element's row and column differ (-1 on the diagonal) */
+    auto hbit = [&](int nt, int i) {
+        const int d = (g + 8 * (i >> 1)) ^ (8 * nt + 2 * tq + (i & 1));
+        return d ? 31 - __clz(d) : -1;
+    };
+    float X[2][4], Xt[2][4], Lt[2][4];
+#pragma unroll
+    for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int row = g + 8 * (i >> 1), col = 8 * nt + 2 * tq + (i & 1);
+            const float l = row > col ? ((i >> 1) ? br1 : br0) * kd[nt][i] : 0.f;
+            Lt[nt][i] = col > row ? bc[2 * nt + (i & 1)] * kd[nt][i] : 0.f;
+            const float id = row == col ? 1.f : 0.f;
+            const bool b0 = hbit(nt, i) == 0;
+            X[nt][i] = id - (b0 ? l : 0.f);
+            Xt[nt][i] = id - (b0 ? Lt[nt][i] : 0.f);
+        }
+    uint32_t aX[4], aXt[4];
+    ex_pack16(aX, X, 1.f);
+    ex_pack16(aXt, Xt, 1.f);
+#pragma unroll
+    for (int b = 1; b <= 3; b++) {
+        float lo[2][4], N[2][4];
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                lo[nt][i] = hbit(nt, i) == b ? Lt[nt][i] : 0.f;
+                N[nt][i] = 0.f;
+            }
+        uint32_t aLot[4], aNn[4];
+        ex_pack16(aLot, lo, 1.f);
+        ex_mm16h(N, aX, aLot);   /* N = X Lo */
+        ex_pack16(aNn, N, -1.f);
+        ex_mm16h(X, aNn, aXt);   /* X += (-N) X */
+        if (b < 3) {
+            ex_mm16h(Xt, aXt, aNn); /* X^T += X^T (-N^T) */
+            ex_pack16(aXt, Xt, 1.f);
+        }
+        ex_pack16(aX, X, 1.f);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++) aD[i] = aX[i];
+}
+
+/* The rest of mode 17 after K K^T: acc holds K K^T; Ag' into the Ag slot.
+ * pt[0]: Lo, then N (fp16, MN-major B rows); pt[1]: D, block diagonal (its
+ * off-diagonal blocks zeroed once at the start). */
+template <typename T, int KD, int NWG, int MODE>
+__device__ __forceinline__ void ex_pinv(float (&acc)[32], const float (&kd)[2][4], float br0, float br1,
+                                        const float (&bc)[4], unsigned char *sm, const ex_bars &b, int c)
+{
+    typedef ex_cfg<KD, NWG, MODE> cfg;
+    typedef fqla_wg<__half> wgh;
+    const int tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
+    unsigned char *t0 = sm + cfg::oL, *t1 = sm + cfg::oL + TILE;
+    const float *colf = reinterpret_cast<const float *>(sm + cfg::oColf) + (c & 1) * C;
+    const uint64_t d0 = fqla_desc_mnmajor(t0, TILE), d1 = fqla_desc_mnmajor(t1, TILE);
+    if constexpr (cfg::PMERGE) {
+        /* Lo = diag(beta) times K K^T's blocks below the diagonal blocks */
+        ex_tile_store<__half>(t0, acc, warp, lane, [&](float v, int row, int col) {
+            return (col >> 4) < (row >> 4) ? ((row & 8) ? br1 : br0) * v : 0.f;
+        });
+        uint32_t aD[4];
+        if constexpr (cfg::PDIAG) {
+            ex_diag_inverse(aD, kd, br0, br1, bc, lane);
+        } else {
+            ex_pack16(aD, kd, 1.f);
+        }
+        {
+            const int mi = lane >> 3, row = 16 * warp + 8 * (mi & 1) + (lane & 7), ch = 2 * warp + (mi >> 1);
+            fqla_stsm_x4(t1 + row * 128 + 16 * (ch ^ (row & 7)), aD[0], aD[1], aD[2], aD[3]);
+        }
+        fqla_fence_async_smem();
+        fqla_bar_sync(ex_bar::prod, 128);
+        /* N = D Lo: warp w's A rows are D's block w at k-step w, zeros elsewhere */
+        uint32_t aK[4][4];
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) aK[kk][i] = kk == warp ? aD[i] : 0u;
+        fqla_reg_fence_u(aK);
+        fqla_wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) wgh::rs64<1>(acc, aK[kk], d0 + kk * FQLA_DESC_K16_MNMAJOR, kk > 0);
+        fqla_wg_commit();
+        fqla_wg_wait<0>();
+        fqla_reg_fence(acc);
+        uint32_t aN[4][4];
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) ex_afrag(aN[kk], acc, kk, 1.f);
+        fqla_bar_sync(ex_bar::prod, 128); /* every warp's N is formed: Lo's tile is free */
+        ex_tile_store<__half>(t0, acc, warp, lane, [](float v, int, int) { return v; });
+        fqla_fence_async_smem();
+        fqla_bar_sync(ex_bar::prod, 128);
+        /* T = I + N N */
+        fqla_wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) wgh::rs64<1>(acc, aN[kk], d0 + kk * FQLA_DESC_K16_MNMAJOR, kk > 0);
+        fqla_wg_commit();
+        fqla_wg_wait<0>();
+        fqla_reg_fence(acc);
+        {
+            const int g = lane >> 2, tq = lane & 3, r0 = 16 * warp + g;
+#pragma unroll
+            for (int i = 0; i < 32; i++)
+                if (8 * (i >> 2) + 2 * tq + (i & 1) == r0 + 8 * ((i >> 1) & 1)) acc[i] += 1.f;
+        }
+        /* S = T + (-T) N = (I + N^2)(I - N) */
+        uint32_t aT[4][4];
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) ex_afrag(aT[kk], acc, kk, -1.f);
+        fqla_wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) wgh::rs64<1>(acc, aT[kk], d0 + kk * FQLA_DESC_K16_MNMAJOR, 1);
+        fqla_wg_commit();
+        fqla_wg_wait<0>();
+        fqla_reg_fence(acc);
+        /* X = S D */
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) ex_afrag(aT[kk], acc, kk, 1.f);
+        fqla_wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) wgh::rs64<1>(acc, aT[kk], d1 + kk * FQLA_DESC_K16_MNMAJOR, kk > 0);
+        fqla_wg_commit();
+        fqla_wg_wait<0>();
+        fqla_reg_fence(acc);
+        fqla_bar_sync(ex_bar::prod, 128); /* the tiles are free for the next chunk */
+    } else {
+        fqla_bar_sync(ex_bar::prod, 128); /* colf */
+    }
+    /* Ag' = X diag(beta e^-gamma) (tril) into the Ag slot once the chain is done with the last one */
+    fqla_mbar_wait(b.afree, fqla_pipe<1>::at(c).empty_parity());
+    ex_tile_store<T>(sm + cfg::oAg, acc, warp, lane,
+                     [&](float v, int row, int col) { return col <= row ? v * colf[col] : 0.f; });
+    fqla_fence_async_smem();
+    fqla_mbar_arrive(b.aready);
+}
+
 /* The products warpgroup: Q K^T -> P (ungated) and the token factors into
  * the Pg slot, then K K^T -> L into the L slot. */
 template <typename T, int KD, int NWG, int MODE>
@@ -166,6 +388,10 @@ __device__ __forceinline__ void ex_products(const fqla_fwd_params &p, unsigned c
     const int tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, tq = lane & 3;
     float *L = reinterpret_cast<float *>(sm + cfg::oL);
+    if constexpr (cfg::PINV) {
+        uint4 *d = reinterpret_cast<uint4 *>(sm + cfg::oL + TILE);
+        for (int i = tid; i < (int)(TILE / 16); i += 128) d[i] = make_uint4(0u, 0u, 0u, 0u);
+    }
     for (int c = 0; c < w.nch; c++) {
         const fqla_pipe<cfg::QST> ps = fqla_pipe<cfg::QST>::at(c);
         const fqla_pipe<cfg::ASL> pa = fqla_pipe<cfg::ASL>::at(c);
@@ -227,6 +453,24 @@ __device__ __forceinline__ void ex_products(const fqla_fwd_params &p, unsigned c
         fqla_reg_fence(acc);
         /* beta's stand-in read before the stage is released */
         const float b0 = gam[r0], b1 = gam[r0 + 8];
+        if constexpr (cfg::PINV) {
+            float kd[2][4], bc[4];
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                float v = acc[i];
+#pragma unroll
+                for (int ww = 1; ww < 4; ww++) v = warp == ww ? acc[8 * ww + i] : v;
+                kd[i >> 2][i & 3] = v;
+            }
+#pragma unroll
+            for (int i = 0; i < 4; i++) bc[i] = gam[16 * warp + 8 * (i >> 1) + 2 * tq + (i & 1)];
+            if (tid < C) reinterpret_cast<float *>(sm + cfg::oColf)[(c & 1) * C + tid] = gam[tid] * __expf(-gam[tid]);
+            fqla_mbar_arrive(&b.empty[s]);
+            fqla_fence_async_smem();
+            fqla_mbar_arrive(&b.pready[a]);
+            ex_pinv<T, KD, NWG, MODE>(acc, kd, b0, b1, bc, sm, b, c);
+            continue;
+        }
         fqla_mbar_arrive(&b.empty[s]);
         fqla_fence_async_smem();
         fqla_mbar_arrive(&b.pready[a]);
@@ -567,13 +811,13 @@ __global__ void __launch_bounds__(ex_cfg<KD, NWG, MODE>::THREADS, 1)
         }
         fqla_mbar_init(bars.lready, 128);
         fqla_mbar_init(bars.lfree, 96);
-        fqla_mbar_init(bars.aready, 96);
+        fqla_mbar_init(bars.aready, cfg::PINV ? 128 : 96);
         fqla_mbar_init(bars.afree, 128 * NWG);
         fqla_mbar_init_fence();
     }
     __syncthreads();
     if (wg == 0) {
-        fqla_setmaxnreg_dec<SIDE_REGS>();
+        fqla_setmaxnreg_dec<cfg::SIDE_REGS>();
         if (threadIdx.x < 32) {
             if (fqla_elect_one()) ex_load<KD, NWG, MODE>(p, tmQ, tmK, tmV, sm, bars, w);
         } else if constexpr (cfg::INV) {
@@ -585,7 +829,7 @@ __global__ void __launch_bounds__(ex_cfg<KD, NWG, MODE>::THREADS, 1)
         fqla_setmaxnreg_inc<CHAIN_REGS>();
         ex_chain<T, KD, NWG, MODE>(p, tmO, sm, bars, w, wg - 1);
     } else {
-        fqla_setmaxnreg_dec<PROD_REGS>();
+        fqla_setmaxnreg_dec<cfg::PROD_REGS>();
         ex_products<T, KD, NWG, MODE>(p, sm, bars, w);
     }
 }
@@ -641,6 +885,9 @@ cudaError_t fqla_dev_fwd_launch_fused_exp(const fqla_fwd_params &k, int io_bf16,
     case 14: return launch_nwg<14>(nwg, io_bf16, p, maps, stream);
     case 15: return launch_nwg<15>(nwg, io_bf16, p, maps, stream);
     case 16: return launch_nwg<16>(nwg, io_bf16, p, maps, stream);
+    case 17: return launch_nwg<17>(nwg, io_bf16, p, maps, stream);
+    case 18: return launch_nwg<18>(nwg, io_bf16, p, maps, stream);
+    case 19: return launch_nwg<19>(nwg, io_bf16, p, maps, stream);
     default: return launch_nwg<10>(nwg, io_bf16, p, maps, stream);
     }
 }

@@ -5,7 +5,9 @@
  * 10 (the products warpgroup alone), 11 (and the inverse warps) or 12 (and
  * the hand-offs between them), 13 / 14 (12 without the inverse's merges /
  * and its substitution), 15 (12 with the merges on the CUDA cores),
- * 16 (12 with plain tf32 merges). Timing only: its outputs are wrong by design.
+ * 16 (12 with plain tf32 merges), 17 (the inverse on the products warpgroup's
+ * tensor cores in fp16) and 18 / 19 (17 without its diagonal blocks / without
+ * the inverse). Timing only: its outputs are wrong by design.
  */
 #ifndef FQLA_DEV_FWD_FUSED_EXP_CUH
 #define FQLA_DEV_FWD_FUSED_EXP_CUH
@@ -13,7 +15,7 @@
 #include "cuda/fwd_common.cuh"
 
 /* prep_variant values that select the experiment */
-static inline bool fqla_dev_fwd_fused_exp_mode(int prep_variant) { return prep_variant >= 10 && prep_variant <= 16; }
+static inline bool fqla_dev_fwd_fused_exp_mode(int prep_variant) { return prep_variant >= 10 && prep_variant <= 19; }
 
 /* Like fqla_fwd_launch_fused (parts: FQLA_FUSED_PREPARE launches nothing,
  * FQLA_FUSED_CHAIN the kernel); *used = 0 where it does not cover the call

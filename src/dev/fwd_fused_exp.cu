@@ -47,7 +47,11 @@
  *       variant 9 of dev/models/inverse_precision.py);
  *   18  17 without the diagonal blocks' doubling (D = their K K^T);
  *   19  17 without the inverse: the products warpgroup writes Ag' from
- *       K K^T (its hand-offs and epilogue alone).
+ *       K K^T (its hand-offs and epilogue alone);
+ *   20  17 with the diagonal blocks on the three idle warps (ex_diag_warps):
+ *       the products warpgroup forms K K^T first, hands them its diagonal
+ *       blocks (kdready), forms Q K^T and P while they invert them, then
+ *       waits for D (dready) and runs the four wgmma products.
  * The question (issue 42): does the kernel alone reach x0.85 of today's two
  * kernels (prepare + fused) on the nine rows of the earlier fused attempts?
  * On the H100: mode 10 x0.73, 12 x1.36, 16 x1.19.
@@ -94,7 +98,10 @@ struct ex_smem {
     unsigned char ag[TILE];  /* Ag' (the inverse warps), read by the chain's G1 / G4 */
     union {
         float L[C * LDF];             /* diag(beta) StrictLower(K K^T), inverted in place */
-        unsigned char pt[2][TILE];    /* modes 17-19: fp16 Lo, then N; D (block diagonal) */
+        struct {
+            unsigned char pt[2][TILE]; /* modes 17-20: fp16 Lo, then N; D (block diagonal) */
+            float kdb[4][256];         /* mode 20: diag(beta) K K^T's diagonal blocks (ex_diag_warps) */
+        };
     };
     float colf[2][C];        /* beta_j e^-gamma_j (modes 17-19: by chunk parity) */
     uint64_t full[3], empty[3], pready[2], pfree[2], aim[2];
@@ -108,10 +115,11 @@ struct ex_cfg {
     static constexpr bool INV = MODE >= 11 && MODE <= 16; /* the inverse warps */
     static constexpr bool PINV = MODE >= 17;              /* the inverse on the products warpgroup */
     static constexpr bool PDIAG = MODE == 17;             /* its diagonal blocks' doubling */
-    static constexpr bool PMERGE = MODE <= 18;            /* its four wgmma products */
+    static constexpr bool PMERGE = MODE <= 18 || MODE == 20; /* its four wgmma products */
+    static constexpr bool DWARPS = MODE == 20;            /* the diagonal blocks on the idle warps */
     /* registers a thread: the producer's warpgroup (producer warp + inverse
      * warps; from mode 17 the producer warp alone) and the products warpgroup */
-    static constexpr int SIDE_REGS = PINV ? 24 : 64, PROD_REGS = PINV ? 104 : 64;
+    static constexpr int SIDE_REGS = DWARPS ? 40 : PINV ? 24 : 64, PROD_REGS = DWARPS ? 88 : PINV ? 104 : 64;
     static constexpr bool DEP = MODE >= 12;
     static constexpr bool MERGES = MODE <= 12 || MODE >= 15; /* 13, 14: without the off-diagonal blocks' merges */
     static constexpr bool SUBST = MODE != 14;  /* 14: without the diagonal blocks' substitution either */
@@ -282,6 +290,39 @@ __device__ __forceinline__ void ex_diag_inverse(uint32_t (&aD)[4], const float (
     for (int i = 0; i < 4; i++) aD[i] = aX[i];
 }
 
+/* Mode 20: the three idle warps of the producer's warpgroup invert the four
+ * diagonal blocks (warp 0 blocks 0 and 3, warps 1 and 2 blocks 1 and 2) from
+ * kdb (lower: beta_i K K^T, upper: beta_j K K^T, the products warpgroup's)
+ * into D's tile, a chunk at a time: kdready -> dready (the L slot's
+ * mbarriers). */
+template <int KD, int NWG, int MODE>
+__device__ __forceinline__ void ex_diag_warps(unsigned char *sm, const ex_bars &b, const ex_work &w)
+{
+    typedef ex_cfg<KD, NWG, MODE> cfg;
+    const int iw = (threadIdx.x - 32) >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+    const float *kdb = reinterpret_cast<const float *>(sm + cfg::oL + 2 * TILE);
+    unsigned char *t1 = sm + cfg::oL + TILE;
+    for (int c = 0; c < w.nch; c++) {
+        fqla_mbar_wait(b.lready, fqla_pipe<1>::at(c).phase);
+#pragma unroll 1
+        for (int r = 0; r < (iw == 0 ? 2 : 1); r++) {
+            const int blk = iw == 0 ? 3 * r : iw;
+            const float *m = kdb + 256 * blk;
+            float kd[2][4];
+#pragma unroll
+            for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) kd[nt][i] = m[16 * (g + 8 * (i >> 1)) + 8 * nt + 2 * tq + (i & 1)];
+            uint32_t aD[4];
+            ex_diag_inverse(aD, kd, 1.f, 1.f, {1.f, 1.f, 1.f, 1.f}, lane);
+            const int mi = lane >> 3, row = 16 * blk + 8 * (mi & 1) + (lane & 7), ch = 2 * blk + (mi >> 1);
+            fqla_stsm_x4(t1 + row * 128 + 16 * (ch ^ (row & 7)), aD[0], aD[1], aD[2], aD[3]);
+        }
+        fqla_fence_async_smem();
+        fqla_mbar_arrive(b.lfree);
+    }
+}
+
 /* The rest of mode 17 after K K^T: acc holds K K^T; Ag' into the Ag slot.
  * pt[0]: Lo, then N (fp16, MN-major B rows); pt[1]: D, block diagonal (its
  * off-diagonal blocks zeroed once at the start). */
@@ -295,7 +336,20 @@ __device__ __forceinline__ void ex_pinv(float (&acc)[32], const float (&kd)[2][4
     unsigned char *t0 = sm + cfg::oL, *t1 = sm + cfg::oL + TILE;
     const float *colf = reinterpret_cast<const float *>(sm + cfg::oColf) + (c & 1) * C;
     const uint64_t d0 = fqla_desc_mnmajor(t0, TILE), d1 = fqla_desc_mnmajor(t1, TILE);
+    if constexpr (cfg::DWARPS) {
+        /* Lo is stored and D's tile written by the idle warps (dready) */
+        fqla_mbar_wait(b.lfree, fqla_pipe<1>::at(c).phase);
+        fqla_wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++)
+            fqla_wg<__half>::ss64<0, 1>(acc, fqla_desc_kmajor(t1) + kk * FQLA_DESC_K16_KMAJOR,
+                                       d0 + kk * FQLA_DESC_K16_MNMAJOR, kk > 0);
+        fqla_wg_commit();
+        fqla_wg_wait<0>();
+        fqla_reg_fence(acc);
+    }
     if constexpr (cfg::PMERGE) {
+        if constexpr (!cfg::DWARPS) {
         /* Lo = diag(beta) times K K^T's blocks below the diagonal blocks */
         ex_tile_store<__half>(t0, acc, warp, lane, [&](float v, int row, int col) {
             return (col >> 4) < (row >> 4) ? ((row & 8) ? br1 : br0) * v : 0.f;
@@ -325,6 +379,7 @@ __device__ __forceinline__ void ex_pinv(float (&acc)[32], const float (&kd)[2][4
         fqla_wg_commit();
         fqla_wg_wait<0>();
         fqla_reg_fence(acc);
+        } /* !DWARPS */
         uint32_t aN[4][4];
 #pragma unroll
         for (int kk = 0; kk < 4; kk++) ex_afrag(aN[kk], acc, kk, 1.f);
@@ -404,6 +459,37 @@ __device__ __forceinline__ void ex_products(const fqla_fwd_params &p, unsigned c
             const fqla_pipe<cfg::ASL> pm = fqla_pipe<cfg::ASL>::at(c - PG_AIM);
             fqla_mbar_wait(&b.aim[pm.stage], pm.phase);
         }
+        if constexpr (cfg::DWARPS) {
+            /* mode 20: K K^T first; Lo into its tile and the diagonal blocks
+             * (lower beta_i K K^T, upper beta_j K K^T) to the idle warps */
+            const float *gm = reinterpret_cast<const float *>(st + cfg::oGam);
+            float acck[32];
+            fqla_wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < KD / 16; kk++) {
+                const uint64_t dK =
+                    fqla_desc_kmajor(st + cfg::oK + (kk >> 2) * cfg::KQ) + (kk & 3) * FQLA_DESC_K16_KMAJOR;
+                mma::template ss64<0, 0>(acck, dK, dK, kk > 0);
+            }
+            fqla_wg_commit();
+            fqla_wg_wait<0>();
+            fqla_reg_fence(acck);
+            const float b0 = gm[16 * warp + g], b1 = gm[16 * warp + g + 8];
+            ex_tile_store<__half>(sm + cfg::oL, acck, warp, lane, [&](float v, int row, int col) {
+                return (col >> 4) < (row >> 4) ? ((row & 8) ? b1 : b0) * v : 0.f;
+            });
+            float *kdb = reinterpret_cast<float *>(sm + cfg::oL + 2 * TILE) + 256 * warp;
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                float v = acck[i];
+#pragma unroll
+                for (int ww = 1; ww < 4; ww++) v = warp == ww ? acck[8 * ww + i] : v;
+                const int row = g + 8 * ((i >> 1) & 1), col = 8 * (i >> 2) + 2 * tq + (i & 1);
+                kdb[16 * row + col] = row > col ? (row & 8 ? b1 : b0) * v : row < col ? gm[16 * warp + col] * v : 0.f;
+            }
+            fqla_fence_async_smem();
+            fqla_mbar_arrive(b.lready);
+        }
         float acc[32];
         fqla_wg_fence();
 #pragma unroll
@@ -441,29 +527,34 @@ __device__ __forceinline__ void ex_products(const fqla_fwd_params &p, unsigned c
             const int mi = lane >> 3, row = 16 * warp + 8 * (mi & 1) + (lane & 7), ch = 2 * j2 + (mi >> 1);
             fqla_stsm_x4(sl + cfg::sPg + row * 128 + 16 * (ch ^ (row & 7)), r[0], r[1], r[2], r[3]);
         }
-        /* K K^T into the same accumulators */
-        fqla_wg_fence();
+        /* K K^T into the same accumulators (mode 20: formed above) */
+        if constexpr (!cfg::DWARPS) {
+            fqla_wg_fence();
 #pragma unroll
-        for (int kk = 0; kk < KD / 16; kk++) {
-            const uint64_t dK = fqla_desc_kmajor(st + cfg::oK + (kk >> 2) * cfg::KQ) + (kk & 3) * FQLA_DESC_K16_KMAJOR;
-            mma::template ss64<0, 0>(acc, dK, dK, kk > 0);
+            for (int kk = 0; kk < KD / 16; kk++) {
+                const uint64_t dK =
+                    fqla_desc_kmajor(st + cfg::oK + (kk >> 2) * cfg::KQ) + (kk & 3) * FQLA_DESC_K16_KMAJOR;
+                mma::template ss64<0, 0>(acc, dK, dK, kk > 0);
+            }
+            fqla_wg_commit();
+            fqla_wg_wait<0>();
+            fqla_reg_fence(acc);
         }
-        fqla_wg_commit();
-        fqla_wg_wait<0>();
-        fqla_reg_fence(acc);
         /* beta's stand-in read before the stage is released */
         const float b0 = gam[r0], b1 = gam[r0 + 8];
         if constexpr (cfg::PINV) {
-            float kd[2][4], bc[4];
+            float kd[2][4] = {}, bc[4] = {};
+            if constexpr (!cfg::DWARPS) {
 #pragma unroll
-            for (int i = 0; i < 8; i++) {
-                float v = acc[i];
+                for (int i = 0; i < 8; i++) {
+                    float v = acc[i];
 #pragma unroll
-                for (int ww = 1; ww < 4; ww++) v = warp == ww ? acc[8 * ww + i] : v;
-                kd[i >> 2][i & 3] = v;
+                    for (int ww = 1; ww < 4; ww++) v = warp == ww ? acc[8 * ww + i] : v;
+                    kd[i >> 2][i & 3] = v;
+                }
+#pragma unroll
+                for (int i = 0; i < 4; i++) bc[i] = gam[16 * warp + 8 * (i >> 1) + 2 * tq + (i & 1)];
             }
-#pragma unroll
-            for (int i = 0; i < 4; i++) bc[i] = gam[16 * warp + 8 * (i >> 1) + 2 * tq + (i & 1)];
             if (tid < C) reinterpret_cast<float *>(sm + cfg::oColf)[(c & 1) * C + tid] = gam[tid] * __expf(-gam[tid]);
             fqla_mbar_arrive(&b.empty[s]);
             fqla_fence_async_smem();
@@ -822,6 +913,8 @@ __global__ void __launch_bounds__(ex_cfg<KD, NWG, MODE>::THREADS, 1)
             if (fqla_elect_one()) ex_load<KD, NWG, MODE>(p, tmQ, tmK, tmV, sm, bars, w);
         } else if constexpr (cfg::INV) {
             ex_inverse<KD, NWG, MODE>(sm, bars, w);
+        } else if constexpr (cfg::DWARPS) {
+            ex_diag_warps<KD, NWG, MODE>(sm, bars, w);
         }
         return;
     }
@@ -888,6 +981,7 @@ cudaError_t fqla_dev_fwd_launch_fused_exp(const fqla_fwd_params &k, int io_bf16,
     case 17: return launch_nwg<17>(nwg, io_bf16, p, maps, stream);
     case 18: return launch_nwg<18>(nwg, io_bf16, p, maps, stream);
     case 19: return launch_nwg<19>(nwg, io_bf16, p, maps, stream);
+    case 20: return launch_nwg<20>(nwg, io_bf16, p, maps, stream);
     default: return launch_nwg<10>(nwg, io_bf16, p, maps, stream);
     }
 }

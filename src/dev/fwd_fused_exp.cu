@@ -51,7 +51,10 @@
  *   20  17 with the diagonal blocks on the three idle warps (ex_diag_warps):
  *       the products warpgroup forms K K^T first, hands them its diagonal
  *       blocks (kdready), forms Q K^T and P while they invert them, then
- *       waits for D (dready) and runs the four wgmma products.
+ *       waits for D (dready) and runs the four wgmma products;
+ *   21  20 with K K^T and the hand-off of chunk c + 1 right after chunk c's
+ *       Ag': the warps invert while the products warpgroup waits for the
+ *       chain's slots and forms Q K^T.
  * The question (issue 42): does the kernel alone reach x0.85 of today's two
  * kernels (prepare + fused) on the nine rows of the earlier fused attempts?
  * On the H100: mode 10 x0.73, 12 x1.36, 16 x1.19.
@@ -115,8 +118,9 @@ struct ex_cfg {
     static constexpr bool INV = MODE >= 11 && MODE <= 16; /* the inverse warps */
     static constexpr bool PINV = MODE >= 17;              /* the inverse on the products warpgroup */
     static constexpr bool PDIAG = MODE == 17;             /* its diagonal blocks' doubling */
-    static constexpr bool PMERGE = MODE <= 18 || MODE == 20; /* its four wgmma products */
-    static constexpr bool DWARPS = MODE == 20;            /* the diagonal blocks on the idle warps */
+    static constexpr bool PMERGE = MODE <= 18 || MODE >= 20; /* its four wgmma products */
+    static constexpr bool DWARPS = MODE >= 20;            /* the diagonal blocks on the idle warps */
+    static constexpr bool LOOKAHEAD = MODE == 21;         /* ... a chunk ahead of the merges */
     /* registers a thread: the producer's warpgroup (producer warp + inverse
      * warps; from mode 17 the producer warp alone) and the products warpgroup */
     static constexpr int SIDE_REGS = DWARPS ? 40 : PINV ? 24 : 64, PROD_REGS = DWARPS ? 88 : PINV ? 104 : 64;
@@ -447,6 +451,43 @@ __device__ __forceinline__ void ex_products(const fqla_fwd_params &p, unsigned c
         uint4 *d = reinterpret_cast<uint4 *>(sm + cfg::oL + TILE);
         for (int i = tid; i < (int)(TILE / 16); i += 128) d[i] = make_uint4(0u, 0u, 0u, 0u);
     }
+    /* modes 20 / 21: chunk cc's K K^T; Lo into its tile and the diagonal
+     * blocks (lower beta_i K K^T, upper beta_j K K^T) to the idle warps */
+    auto handoff = [&](int cc) {
+        const fqla_pipe<cfg::QST> pc = fqla_pipe<cfg::QST>::at(cc);
+        const unsigned char *st = sm + pc.stage * cfg::stage;
+        fqla_mbar_wait(&b.full[pc.stage], pc.phase);
+        const float *gm = reinterpret_cast<const float *>(st + cfg::oGam);
+        float acck[32];
+        fqla_wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < KD / 16; kk++) {
+            const uint64_t dK =
+                fqla_desc_kmajor(st + cfg::oK + (kk >> 2) * cfg::KQ) + (kk & 3) * FQLA_DESC_K16_KMAJOR;
+            mma::template ss64<0, 0>(acck, dK, dK, kk > 0);
+        }
+        fqla_wg_commit();
+        fqla_wg_wait<0>();
+        fqla_reg_fence(acck);
+        const float b0 = gm[16 * warp + g], b1 = gm[16 * warp + g + 8];
+        ex_tile_store<__half>(sm + cfg::oL, acck, warp, lane, [&](float v, int row, int col) {
+            return (col >> 4) < (row >> 4) ? ((row & 8) ? b1 : b0) * v : 0.f;
+        });
+        float *kdb = reinterpret_cast<float *>(sm + cfg::oL + 2 * TILE) + 256 * warp;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            float v = acck[i];
+#pragma unroll
+            for (int ww = 1; ww < 4; ww++) v = warp == ww ? acck[8 * ww + i] : v;
+            const int row = g + 8 * ((i >> 1) & 1), col = 8 * (i >> 2) + 2 * tq + (i & 1);
+            kdb[16 * row + col] = row > col ? (row & 8 ? b1 : b0) * v : row < col ? gm[16 * warp + col] * v : 0.f;
+        }
+        fqla_fence_async_smem();
+        fqla_mbar_arrive(b.lready);
+    };
+    if constexpr (cfg::LOOKAHEAD) {
+        if (w.nch > 0) handoff(0);
+    }
     for (int c = 0; c < w.nch; c++) {
         const fqla_pipe<cfg::QST> ps = fqla_pipe<cfg::QST>::at(c);
         const fqla_pipe<cfg::ASL> pa = fqla_pipe<cfg::ASL>::at(c);
@@ -459,37 +500,7 @@ __device__ __forceinline__ void ex_products(const fqla_fwd_params &p, unsigned c
             const fqla_pipe<cfg::ASL> pm = fqla_pipe<cfg::ASL>::at(c - PG_AIM);
             fqla_mbar_wait(&b.aim[pm.stage], pm.phase);
         }
-        if constexpr (cfg::DWARPS) {
-            /* mode 20: K K^T first; Lo into its tile and the diagonal blocks
-             * (lower beta_i K K^T, upper beta_j K K^T) to the idle warps */
-            const float *gm = reinterpret_cast<const float *>(st + cfg::oGam);
-            float acck[32];
-            fqla_wg_fence();
-#pragma unroll
-            for (int kk = 0; kk < KD / 16; kk++) {
-                const uint64_t dK =
-                    fqla_desc_kmajor(st + cfg::oK + (kk >> 2) * cfg::KQ) + (kk & 3) * FQLA_DESC_K16_KMAJOR;
-                mma::template ss64<0, 0>(acck, dK, dK, kk > 0);
-            }
-            fqla_wg_commit();
-            fqla_wg_wait<0>();
-            fqla_reg_fence(acck);
-            const float b0 = gm[16 * warp + g], b1 = gm[16 * warp + g + 8];
-            ex_tile_store<__half>(sm + cfg::oL, acck, warp, lane, [&](float v, int row, int col) {
-                return (col >> 4) < (row >> 4) ? ((row & 8) ? b1 : b0) * v : 0.f;
-            });
-            float *kdb = reinterpret_cast<float *>(sm + cfg::oL + 2 * TILE) + 256 * warp;
-#pragma unroll
-            for (int i = 0; i < 8; i++) {
-                float v = acck[i];
-#pragma unroll
-                for (int ww = 1; ww < 4; ww++) v = warp == ww ? acck[8 * ww + i] : v;
-                const int row = g + 8 * ((i >> 1) & 1), col = 8 * (i >> 2) + 2 * tq + (i & 1);
-                kdb[16 * row + col] = row > col ? (row & 8 ? b1 : b0) * v : row < col ? gm[16 * warp + col] * v : 0.f;
-            }
-            fqla_fence_async_smem();
-            fqla_mbar_arrive(b.lready);
-        }
+        if constexpr (cfg::DWARPS && !cfg::LOOKAHEAD) handoff(c);
         float acc[32];
         fqla_wg_fence();
 #pragma unroll
@@ -560,6 +571,11 @@ __device__ __forceinline__ void ex_products(const fqla_fwd_params &p, unsigned c
             fqla_fence_async_smem();
             fqla_mbar_arrive(&b.pready[a]);
             ex_pinv<T, KD, NWG, MODE>(acc, kd, b0, b1, bc, sm, b, c);
+            /* mode 21: the next chunk's K K^T now, so its diagonal blocks are
+             * inverted while this warpgroup waits for the chain and forms Q K^T */
+            if constexpr (cfg::LOOKAHEAD) {
+                if (c + 1 < w.nch) handoff(c + 1);
+            }
             continue;
         }
         fqla_mbar_arrive(&b.empty[s]);
@@ -982,6 +998,7 @@ cudaError_t fqla_dev_fwd_launch_fused_exp(const fqla_fwd_params &k, int io_bf16,
     case 18: return launch_nwg<18>(nwg, io_bf16, p, maps, stream);
     case 19: return launch_nwg<19>(nwg, io_bf16, p, maps, stream);
     case 20: return launch_nwg<20>(nwg, io_bf16, p, maps, stream);
+    case 21: return launch_nwg<21>(nwg, io_bf16, p, maps, stream);
     default: return launch_nwg<10>(nwg, io_bf16, p, maps, stream);
     }
 }

@@ -435,6 +435,22 @@ __device__ __forceinline__ void ex_pinv(float (&acc)[32], const float (&kd)[2][4
     fqla_mbar_arrive(b.aready);
 }
 
+/* acc = K K^T of the stage at st, by SS wgmma, retired */
+template <typename T, int KD, int NWG, int MODE>
+__device__ __forceinline__ void ex_kkt(float (&acc)[32], const unsigned char *st)
+{
+    typedef ex_cfg<KD, NWG, MODE> cfg;
+    fqla_wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < KD / 16; kk++) {
+        const uint64_t dK = fqla_desc_kmajor(st + cfg::oK + (kk >> 2) * cfg::KQ) + (kk & 3) * FQLA_DESC_K16_KMAJOR;
+        fqla_wg<T>::template ss64<0, 0>(acc, dK, dK, kk > 0);
+    }
+    fqla_wg_commit();
+    fqla_wg_wait<0>();
+    fqla_reg_fence(acc);
+}
+
 /* The products warpgroup: Q K^T -> P (ungated) and the token factors into
  * the Pg slot, then K K^T -> L into the L slot. */
 template <typename T, int KD, int NWG, int MODE>
@@ -442,7 +458,6 @@ __device__ __forceinline__ void ex_products(const fqla_fwd_params &p, unsigned c
                                             const ex_work &w)
 {
     typedef ex_cfg<KD, NWG, MODE> cfg;
-    typedef fqla_io<T> io;
     typedef fqla_wg<T> mma;
     const int tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, tq = lane & 3;
@@ -459,16 +474,7 @@ __device__ __forceinline__ void ex_products(const fqla_fwd_params &p, unsigned c
         fqla_mbar_wait(&b.full[pc.stage], pc.phase);
         const float *gm = reinterpret_cast<const float *>(st + cfg::oGam);
         float acck[32];
-        fqla_wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < KD / 16; kk++) {
-            const uint64_t dK =
-                fqla_desc_kmajor(st + cfg::oK + (kk >> 2) * cfg::KQ) + (kk & 3) * FQLA_DESC_K16_KMAJOR;
-            mma::template ss64<0, 0>(acck, dK, dK, kk > 0);
-        }
-        fqla_wg_commit();
-        fqla_wg_wait<0>();
-        fqla_reg_fence(acck);
+        ex_kkt<T, KD, NWG, MODE>(acck, st);
         const float b0 = gm[16 * warp + g], b1 = gm[16 * warp + g + 8];
         ex_tile_store<__half>(sm + cfg::oL, acck, warp, lane, [&](float v, int row, int col) {
             return (col >> 4) < (row >> 4) ? ((row & 8) ? b1 : b0) * v : 0.f;
@@ -523,34 +529,11 @@ __device__ __forceinline__ void ex_products(const fqla_fwd_params &p, unsigned c
         fqla_reg_fence(acc);
         const int r0 = 16 * warp + g;
         /* P = scale tril(Q K^T): masks and the scale only */
-#pragma unroll
-        for (int j2 = 0; j2 < 4; j2++) {
-            uint32_t r[4];
-#pragma unroll
-            for (int m = 0; m < 4; m++) {
-                const int h = m & 1, j = 2 * j2 + (m >> 1), col = 8 * j + 2 * tq, row = r0 + 8 * h;
-                const bool rok = row < nvalid;
-                float v0 = p.scale * acc[4 * j + 2 * h], v1 = p.scale * acc[4 * j + 2 * h + 1];
-                v0 = rok && col <= row && col < nvalid ? v0 : 0.f;
-                v1 = rok && col + 1 <= row && col + 1 < nvalid ? v1 : 0.f;
-                r[m] = io::pack(v0, v1);
-            }
-            const int mi = lane >> 3, row = 16 * warp + 8 * (mi & 1) + (lane & 7), ch = 2 * j2 + (mi >> 1);
-            fqla_stsm_x4(sl + cfg::sPg + row * 128 + 16 * (ch ^ (row & 7)), r[0], r[1], r[2], r[3]);
-        }
+        ex_tile_store<T>(sl + cfg::sPg, acc, warp, lane, [&](float v, int row, int col) {
+            return row < nvalid && col <= row && col < nvalid ? p.scale * v : 0.f;
+        });
         /* K K^T into the same accumulators (mode 20: formed above) */
-        if constexpr (!cfg::DWARPS) {
-            fqla_wg_fence();
-#pragma unroll
-            for (int kk = 0; kk < KD / 16; kk++) {
-                const uint64_t dK =
-                    fqla_desc_kmajor(st + cfg::oK + (kk >> 2) * cfg::KQ) + (kk & 3) * FQLA_DESC_K16_KMAJOR;
-                mma::template ss64<0, 0>(acc, dK, dK, kk > 0);
-            }
-            fqla_wg_commit();
-            fqla_wg_wait<0>();
-            fqla_reg_fence(acc);
-        }
+        if constexpr (!cfg::DWARPS) ex_kkt<T, KD, NWG, MODE>(acc, st);
         /* beta's stand-in read before the stage is released */
         const float b0 = gam[r0], b1 = gam[r0 + 8];
         if constexpr (cfg::PINV) {

@@ -57,7 +57,8 @@
  *       chain's slots and forms Q K^T.
  * The question (issue 42): does the kernel alone reach x0.85 of today's two
  * kernels (prepare + fused) on the nine rows of the earlier fused attempts?
- * On the H100: mode 10 x0.73, 12 x1.36, 16 x1.19.
+ * On the H100: mode 10 x0.73, 12 x1.36, 16 x1.19; 17 x1.06, 18 x0.86,
+ * 19 x0.71, 20 x1.11, 21 x1.14 (docs/history/2026-12-07i-fusedfwd-pinv.md).
  */
 #include "cuda/fwd_chain.cuh"
 #include "cuda/fwd_common.cuh"
@@ -78,7 +79,7 @@ constexpr int LDF = C + 8; /* fp32 L / X rows (fwd_prepare.cu's stride) */
 constexpr int CHAIN_REGS = 192;
 constexpr int PG_AIM = 2;
 /* the inverse warps' named barrier (96 threads); the chain's are fqla_chain_bar's */
-enum class ex_bar : uint32_t { inv = 8, prod = 9 /* the products warpgroup (128), modes 17-19 */ };
+enum class ex_bar : uint32_t { inv = 8, prod = 9 /* the products warpgroup (128), modes 17-21 */ };
 
 template <int KD, int NWG>
 struct ex_stage {
@@ -102,13 +103,13 @@ struct ex_smem {
     union {
         float L[C * LDF];             /* diag(beta) StrictLower(K K^T), inverted in place */
         struct {
-            unsigned char pt[2][TILE]; /* modes 17-20: fp16 Lo, then N; D (block diagonal) */
-            float kdb[4][256];         /* mode 20: diag(beta) K K^T's diagonal blocks (ex_diag_warps) */
+            unsigned char pt[2][TILE]; /* modes 17-21: fp16 Lo, then N; D (block diagonal) */
+            float kdb[4][256];         /* modes 20 / 21: the diagonal blocks for ex_diag_warps */
         };
     };
-    float colf[2][C];        /* beta_j e^-gamma_j (modes 17-19: by chunk parity) */
+    float colf[2][C];        /* beta_j e^-gamma_j (modes 17-21: by chunk parity) */
     uint64_t full[3], empty[3], pready[2], pfree[2], aim[2];
-    uint64_t lready, lfree, aready, afree; /* mode 12: the L and Ag slots' hand-offs */
+    uint64_t lready, lfree, aready, afree; /* from mode 12: the L and Ag slots' hand-offs (20 / 21: kdready, dready) */
 };
 
 template <int KD, int NWG_, int MODE>
@@ -122,7 +123,9 @@ struct ex_cfg {
     static constexpr bool DWARPS = MODE >= 20;            /* the diagonal blocks on the idle warps */
     static constexpr bool LOOKAHEAD = MODE == 21;         /* ... a chunk ahead of the merges */
     /* registers a thread: the producer's warpgroup (producer warp + inverse
-     * warps; from mode 17 the producer warp alone) and the products warpgroup */
+     * warps; 17-19 the producer warp alone, 20 / 21 it and the diagonal
+     * blocks' warps) and the products warpgroup (at 64 / 64, modes 17 and 20
+     * had every wgmma of the kernel serialised by ptxas, C7512) */
     static constexpr int SIDE_REGS = DWARPS ? 40 : PINV ? 24 : 64, PROD_REGS = DWARPS ? 88 : PINV ? 104 : 64;
     static constexpr bool DEP = MODE >= 12;
     static constexpr bool MERGES = MODE <= 12 || MODE >= 15; /* 13, 14: without the off-diagonal blocks' merges */
@@ -185,7 +188,10 @@ __device__ __forceinline__ void ex_load(const fqla_fwd_params &p, const CUtensor
     }
 }
 
-/* ---- modes 17-19: the inverse on the products warpgroup ---------------- */
+/* ---- modes 17-21: the inverse on the products warpgroup (20 / 21: its
+ * diagonal blocks on the idle warps). Timing only like the rest: the
+ * fragment code below has run on no reference; variant 9 of
+ * dev/models/inverse_precision.py checks the algebra. ---------------------- */
 
 /* A 64 x 64 accumulator (wgmma m64n64 layout: warp w rows 16 w + g, + 8;
  * acc[4 j + 2 h + e] column 8 j + 2 tq + e of row 16 w + g + 8 h) as a U

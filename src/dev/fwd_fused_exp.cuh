@@ -8,8 +8,7 @@
  * 16 (12 with plain tf32 merges), 17 (the inverse on the products warpgroup's
  * tensor cores in fp16) and 18 / 19 (17 without its diagonal blocks / without
  * the inverse), 20 / 21 (17 with the diagonal blocks on the idle warps, a
- * chunk ahead in 21). Timing
- * only: its outputs are wrong by design.
+ * chunk ahead in 21). Timing only: its outputs are wrong by design.
  */
 #ifndef FQLA_DEV_FWD_FUSED_EXP_CUH
 #define FQLA_DEV_FWD_FUSED_EXP_CUH

@@ -54,7 +54,10 @@
  *       waits for D (dready) and runs the four wgmma products;
  *   21  20 with K K^T and the hand-off of chunk c + 1 right after chunk c's
  *       Ag': the warps invert while the products warpgroup waits for the
- *       chain's slots and forms Q K^T.
+ *       chain's slots and forms Q K^T;
+ *   22  21 with the diagonal blocks in fp32 on the CUDA cores, in registers:
+ *       a block a half warp, a column a lane, right-looking substitution
+ *       (no tensor instruction to queue behind the chain's wgmma).
  * The question (issue 42): does the kernel alone reach x0.85 of today's two
  * kernels (prepare + fused) on the nine rows of the earlier fused attempts?
  * On the H100: mode 10 x0.73, 12 x1.36, 16 x1.19; 17 x1.06, 18 x0.86,
@@ -121,7 +124,8 @@ struct ex_cfg {
     static constexpr bool PDIAG = MODE == 17;             /* its diagonal blocks' doubling */
     static constexpr bool PMERGE = MODE <= 18 || MODE >= 20; /* its four wgmma products */
     static constexpr bool DWARPS = MODE >= 20;            /* the diagonal blocks on the idle warps */
-    static constexpr bool LOOKAHEAD = MODE == 21;         /* ... a chunk ahead of the merges */
+    static constexpr bool LOOKAHEAD = MODE >= 21;         /* ... a chunk ahead of the merges */
+    static constexpr bool FDIAG = MODE == 22;             /* ... in fp32 on the CUDA cores */
     /* registers a thread: the producer's warpgroup (producer warp + inverse
      * warps; 17-19 the producer warp alone, 20 / 21 it and the diagonal
      * blocks' warps) and the products warpgroup (at 64 / 64, modes 17 and 20
@@ -314,6 +318,38 @@ __device__ __forceinline__ void ex_diag_warps(unsigned char *sm, const ex_bars &
     unsigned char *t1 = sm + cfg::oL + TILE;
     for (int c = 0; c < w.nch; c++) {
         fqla_mbar_wait(b.lready, fqla_pipe<1>::at(c).phase);
+        if constexpr (cfg::FDIAG) {
+            /* mode 22: warps 0 and 1, a block a half warp, column j a lane:
+             * x = (I + L)^-1 e_j by x_i = acc_i, acc_r -= L_ri x_i (r > i);
+             * L_ri (r > i) is row i's upper part of kdb (beta_r K K^T_ir) */
+            if (iw < 2) {
+                const int blk = 2 * iw + (lane >> 4), j = lane & 15;
+                const float *m = kdb + 256 * blk;
+                float x[16];
+#pragma unroll
+                for (int r = 0; r < 16; r++) x[r] = r == j ? 1.f : 0.f;
+#pragma unroll
+                for (int i = 0; i < 15; i++) {
+                    float row[16];
+#pragma unroll
+                    for (int q = 0; q < 4; q++) {
+                        const float4 v = reinterpret_cast<const float4 *>(m + 16 * i)[q];
+                        row[4 * q] = v.x, row[4 * q + 1] = v.y, row[4 * q + 2] = v.z, row[4 * q + 3] = v.w;
+                    }
+#pragma unroll
+                    for (int r = i + 1; r < 16; r++) x[r] = fmaf(-row[r], x[i], x[r]);
+                }
+#pragma unroll
+                for (int r = 0; r < 16; r++) {
+                    const int rr = 16 * blk + r, cc = 16 * blk + j;
+                    *reinterpret_cast<__half *>(t1 + rr * 128 + 16 * ((cc >> 3) ^ (rr & 7)) + 2 * (cc & 7)) =
+                        __float2half_rn(x[r]);
+                }
+            }
+            fqla_fence_async_smem();
+            fqla_mbar_arrive(b.lfree);
+            continue;
+        }
 #pragma unroll 1
         for (int r = 0; r < (iw == 0 ? 2 : 1); r++) {
             const int blk = iw == 0 ? 3 * r : iw;
@@ -988,6 +1024,7 @@ cudaError_t fqla_dev_fwd_launch_fused_exp(const fqla_fwd_params &k, int io_bf16,
     case 19: return launch_nwg<19>(nwg, io_bf16, p, maps, stream);
     case 20: return launch_nwg<20>(nwg, io_bf16, p, maps, stream);
     case 21: return launch_nwg<21>(nwg, io_bf16, p, maps, stream);
+    case 22: return launch_nwg<22>(nwg, io_bf16, p, maps, stream);
     default: return launch_nwg<10>(nwg, io_bf16, p, maps, stream);
     }
 }

@@ -8,7 +8,8 @@
  * 16 (12 with plain tf32 merges), 17 (the inverse on the products warpgroup's
  * tensor cores in fp16) and 18 / 19 (17 without its diagonal blocks / without
  * the inverse), 20 / 21 (17 with the diagonal blocks on the idle warps, a
- * chunk ahead in 21). Timing only: its outputs are wrong by design.
+ * chunk ahead in 21, in fp32 on the CUDA cores in 22). Timing only: its
+ * outputs are wrong by design.
  */
 #ifndef FQLA_DEV_FWD_FUSED_EXP_CUH
 #define FQLA_DEV_FWD_FUSED_EXP_CUH
@@ -16,7 +17,7 @@
 #include "cuda/fwd_common.cuh"
 
 /* prep_variant values that select the experiment */
-static inline bool fqla_dev_fwd_fused_exp_mode(int prep_variant) { return prep_variant >= 10 && prep_variant <= 21; }
+static inline bool fqla_dev_fwd_fused_exp_mode(int prep_variant) { return prep_variant >= 10 && prep_variant <= 22; }
 
 /* Like fqla_fwd_launch_fused (parts: FQLA_FUSED_PREPARE launches nothing,
  * FQLA_FUSED_CHAIN the kernel); *used = 0 where it does not cover the call

@@ -557,7 +557,6 @@ def inverse_wgmma_fp16(M, r16=to_fp16, r32=to_f32):
     X = S D, each a 64 x 64 x 64 wgmma (four k-steps), its operands rounded by r16.
     r16 = r32 = identity gives the algebra in float64 (the self-check)."""
     n = M.shape[-1]
-    idx = np.arange(16)
     hb = np.full((16, 16), -1)
     for i in range(16):
         for j in range(i):

@@ -990,10 +990,15 @@ cudaError_t launch_io(int io_bf16, const fqla_fwd_params &p, const CUtensorMap *
                    : launch<__half, 128, NWG, MODE>(p, maps, stream);
 }
 
-/* ... and with one or two chain warpgroups a CTA */
+/* ... with one or two chain warpgroups a CTA, for the run-time mode (one of
+ * the modes from MODE up) */
 template <int MODE>
-cudaError_t launch_nwg(int nwg, int io_bf16, const fqla_fwd_params &p, const CUtensorMap *maps, cudaStream_t stream)
+cudaError_t launch_mode(int mode, int nwg, int io_bf16, const fqla_fwd_params &p, const CUtensorMap *maps,
+                        cudaStream_t stream)
 {
+    if constexpr (MODE < FQLA_DEV_FWD_EXP_LAST) {
+        if (mode != MODE) return launch_mode<MODE + 1>(mode, nwg, io_bf16, p, maps, stream);
+    }
     return nwg == 1 ? launch_io<1, MODE>(io_bf16, p, maps, stream) : launch_io<2, MODE>(io_bf16, p, maps, stream);
 }
 
@@ -1012,19 +1017,6 @@ cudaError_t fqla_dev_fwd_launch_fused_exp(const fqla_fwd_params &k, int io_bf16,
     *used = 1;
     /* no prepare kernel: the chain launch is the whole forward */
     if (!(parts & FQLA_FUSED_CHAIN) || p.N * p.HV == 0) return cudaSuccess;
-    switch (mode) {
-    case 11: return launch_nwg<11>(nwg, io_bf16, p, maps, stream);
-    case 12: return launch_nwg<12>(nwg, io_bf16, p, maps, stream);
-    case 13: return launch_nwg<13>(nwg, io_bf16, p, maps, stream);
-    case 14: return launch_nwg<14>(nwg, io_bf16, p, maps, stream);
-    case 15: return launch_nwg<15>(nwg, io_bf16, p, maps, stream);
-    case 16: return launch_nwg<16>(nwg, io_bf16, p, maps, stream);
-    case 17: return launch_nwg<17>(nwg, io_bf16, p, maps, stream);
-    case 18: return launch_nwg<18>(nwg, io_bf16, p, maps, stream);
-    case 19: return launch_nwg<19>(nwg, io_bf16, p, maps, stream);
-    case 20: return launch_nwg<20>(nwg, io_bf16, p, maps, stream);
-    case 21: return launch_nwg<21>(nwg, io_bf16, p, maps, stream);
-    case 22: return launch_nwg<22>(nwg, io_bf16, p, maps, stream);
-    default: return launch_nwg<10>(nwg, io_bf16, p, maps, stream);
-    }
+    if (!fqla_dev_fwd_fused_exp_mode(mode)) mode = FQLA_DEV_FWD_EXP_FIRST;
+    return launch_mode<FQLA_DEV_FWD_EXP_FIRST>(mode, nwg, io_bf16, p, maps, stream);
 }

@@ -16,8 +16,12 @@
 
 #include "cuda/fwd_common.cuh"
 
-/* prep_variant values that select the experiment */
-static inline bool fqla_dev_fwd_fused_exp_mode(int prep_variant) { return prep_variant >= 10 && prep_variant <= 22; }
+/* prep_variant values that select the experiment: its modes, first to last */
+enum { FQLA_DEV_FWD_EXP_FIRST = 10, FQLA_DEV_FWD_EXP_LAST = 22 };
+static inline bool fqla_dev_fwd_fused_exp_mode(int prep_variant)
+{
+    return prep_variant >= FQLA_DEV_FWD_EXP_FIRST && prep_variant <= FQLA_DEV_FWD_EXP_LAST;
+}
 
 /* Like fqla_fwd_launch_fused (parts: FQLA_FUSED_PREPARE launches nothing,
  * FQLA_FUSED_CHAIN the kernel); *used = 0 where it does not cover the call

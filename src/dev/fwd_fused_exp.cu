@@ -107,12 +107,19 @@ struct ex_smem {
         float L[C * LDF];             /* diag(beta) StrictLower(K K^T), inverted in place */
         struct {
             unsigned char pt[2][TILE]; /* modes 17-21: fp16 Lo, then N; D (block diagonal) */
-            float kdb[4][256];         /* modes 20 / 21: the diagonal blocks for ex_diag_warps */
+            union {
+                float kdb[4][256];         /* modes 20 / 21: the diagonal blocks for ex_diag_warps */
+                struct {
+                    float kdw[2][256];     /* mode 25: a diagonal block of each of its two warps */
+                    uint32_t dc[4][32][4]; /* mode 25: D's blocks as the products warps' A fragments */
+                };
+            };
         };
     };
     float colf[2][C];        /* beta_j e^-gamma_j (modes 17-21: by chunk parity) */
     uint64_t full[3], empty[3], pready[2], pfree[2], aim[2];
     uint64_t lready, lfree, aready, afree; /* from mode 12: the L and Ag slots' hand-offs (20 / 21: kdready, dready) */
+    uint64_t dready[2], dfree[2];          /* mode 25: dc's hand-offs ([0]) */
 };
 
 template <int KD, int NWG_, int MODE>
@@ -123,14 +130,23 @@ struct ex_cfg {
     static constexpr bool PINV = MODE >= 17;              /* the inverse on the products warpgroup */
     static constexpr bool PDIAG = MODE == 17;             /* its diagonal blocks' doubling */
     static constexpr bool PMERGE = MODE <= 18 || MODE >= 20; /* its four wgmma products */
-    static constexpr bool DWARPS = MODE >= 20;            /* the diagonal blocks on the idle warps */
-    static constexpr bool LOOKAHEAD = MODE >= 21;         /* ... a chunk ahead of the merges */
-    static constexpr bool FDIAG = MODE == 22;             /* ... in fp32 on the CUDA cores */
+    static constexpr bool DWARPS = MODE >= 20 && MODE != 23; /* the diagonal blocks on the idle warps */
+    static constexpr bool LOOKAHEAD = DWARPS && MODE >= 21;  /* ... a chunk ahead of the merges */
+    static constexpr bool FDIAG = MODE == 22 || MODE == 24;  /* ... in fp32 on the CUDA cores */
+    /* 25: the diagonal blocks on two idle warps that form their K K^T
+     * themselves (mma.sync from the stage's K tile) as soon as the stage
+     * lands, a chunk or more before the products warpgroup's merges; the
+     * products warpgroup runs mode 18's code with D from them (dc) */
+    static constexpr bool SDIAG = MODE == 25;
     /* registers a thread: the producer's warpgroup (producer warp + inverse
      * warps; 17-19 the producer warp alone, 20 / 21 it and the diagonal
      * blocks' warps) and the products warpgroup (at 64 / 64, modes 17 and 20
      * had every wgmma of the kernel serialised by ptxas, C7512) */
-    static constexpr int SIDE_REGS = DWARPS ? 40 : PINV ? 24 : 64, PROD_REGS = DWARPS ? 88 : PINV ? 104 : 64;
+    static constexpr int SIDE_REGS = MODE == 23 || SDIAG ? 40 : MODE == 24 ? 32 : DWARPS ? 40 : PINV ? 24 : 64;
+    static constexpr int PROD_REGS = MODE == 23 || SDIAG ? 88 : MODE == 24 ? 96 : DWARPS ? 88 : PINV ? 104 : 64;
+    /* 23: mode 18 at 20-22's register split (does 88 a products thread cost
+     * the +0.15-0.2 of 20-22?); 24: 22 at 32 / 96, its substitution reading
+     * a 16-byte word at a time (the products warpgroup spills 36 bytes at 88) */
     static constexpr bool DEP = MODE >= 12;
     static constexpr bool MERGES = MODE <= 12 || MODE >= 15; /* 13, 14: without the off-diagonal blocks' merges */
     static constexpr bool SUBST = MODE != 14;  /* 14: without the diagonal blocks' substitution either */
@@ -145,7 +161,7 @@ struct ex_cfg {
     static constexpr uint32_t slot = sizeof(ex_slot), sPg = offsetof(ex_slot, pg), sFac = offsetof(ex_slot, ud);
     static constexpr uint32_t oSlots = offsetof(smem_t, slot), oO = offsetof(smem_t, out);
     static constexpr uint32_t oAg = offsetof(smem_t, ag), oL = offsetof(smem_t, L), oColf = offsetof(smem_t, colf);
-    static constexpr uint32_t oBar = offsetof(smem_t, full);
+    static constexpr uint32_t oBar = offsetof(smem_t, full), oDc = offsetof(smem_t, dc), oKdw = offsetof(smem_t, kdw);
     static constexpr uint32_t bytes = sizeof(smem_t) + 1024;
     static_assert(stage % 1024 == 0 && oV % 1024 == 0 && oSlots % 1024 == 0 && oO % 1024 == 0 && oAg % 1024 == 0 &&
                       oL % 1024 == 0,
@@ -158,6 +174,7 @@ struct ex_cfg {
 struct ex_bars {
     uint64_t *full, *empty, *pready, *pfree, *aim;
     uint64_t *lready, *lfree, *aready, *afree;
+    uint64_t *dready, *dfree; /* mode 25 */
 };
 struct ex_work {
     int64_t ns, n, batch, slot0;
@@ -330,6 +347,17 @@ __device__ __forceinline__ void ex_diag_warps(unsigned char *sm, const ex_bars &
                 for (int r = 0; r < 16; r++) x[r] = r == j ? 1.f : 0.f;
 #pragma unroll
                 for (int i = 0; i < 15; i++) {
+                    if constexpr (MODE == 24) {
+#pragma unroll
+                        for (int q = (i + 1) >> 2; q < 4; q++) {
+                            const float4 v = reinterpret_cast<const float4 *>(m + 16 * i)[q];
+                            const float e[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+                            for (int u = 0; u < 4; u++)
+                                if (4 * q + u > i) x[4 * q + u] = fmaf(-e[u], x[i], x[4 * q + u]);
+                        }
+                        continue;
+                    }
                     float row[16];
 #pragma unroll
                     for (int q = 0; q < 4; q++) {
@@ -366,6 +394,78 @@ __device__ __forceinline__ void ex_diag_warps(unsigned char *sm, const ex_bars &
         }
         fqla_fence_async_smem();
         fqla_mbar_arrive(b.lfree);
+    }
+}
+
+/* Mode 25: warps 1 and 2 of the producer's warpgroup, blocks 2 iw and
+ * 2 iw + 1 of each chunk: the block's K K^T by mma.sync from the stage's K
+ * tile (one ldmatrix.x4 a k-step is both operands: the block's rows are A's
+ * rows and B^T's), into kdb, then mode 22's substitution, a block a half
+ * warp and a column a lane, and D written to dc as the products warp's A
+ * fragment (fp16). */
+template <typename T, int KD, int NWG, int MODE>
+__device__ __forceinline__ void ex_diag_self(unsigned char *sm, const ex_bars &b, const ex_work &w)
+{
+    typedef ex_cfg<KD, NWG, MODE> cfg;
+    const int iw = (threadIdx.x - 32) >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+    float *m = reinterpret_cast<float *>(sm + cfg::oKdw) + 256 * iw;
+    for (int c = 0; c < w.nch; c++) {
+        const fqla_pipe<cfg::QST> ps = fqla_pipe<cfg::QST>::at(c);
+        const unsigned char *st = sm + ps.stage * cfg::stage;
+        const float *gm = reinterpret_cast<const float *>(st + cfg::oGam);
+        fqla_mbar_wait(&b.full[ps.stage], ps.phase);
+#pragma unroll 1
+        for (int r = 0; r < 2; r++) {
+            const int blk = 2 * iw + r;
+            float d[2][4] = {};
+#pragma unroll
+            for (int kk = 0; kk < KD / 16; kk++) {
+                /* rows 16 blk + (lane & 15), 16-byte chunk 2 (kk % 4) + lane / 16 of box kk / 4 */
+                const int row = 16 * blk + (lane & 15), ch = 2 * (kk & 3) + (lane >> 4);
+                uint32_t a[4];
+                fqla_ldsm_x4(a, st + cfg::oK + (kk >> 2) * cfg::KQ + row * 128 + 16 * (ch ^ (row & 7)));
+                /* ldmatrix order: (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15) */
+                fqla_io<T>::mma(d[0], a, a[0], a[2]);
+                fqla_io<T>::mma(d[1], a, a[1], a[3]);
+            }
+            /* m: lower beta_q K K^T_qi at [16 i + q] (row i's upper part), as mode 22 reads it */
+#pragma unroll
+            for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const int row = g + 8 * (i >> 1), col = 8 * nt + 2 * tq + (i & 1);
+                    if (col > row) m[16 * row + col] = gm[16 * blk + col] * d[nt][i];
+                }
+            if (r == 1) fqla_mbar_arrive(&b.empty[ps.stage]);
+            __syncwarp();
+            /* dc: the products warpgroup has read chunk c - 1's */
+            if (r == 0) fqla_mbar_wait(b.dfree, fqla_pipe<1>::at(c).empty_parity());
+            if (lane < 16) {
+                const int j = lane;
+                float x[16];
+#pragma unroll
+                for (int q = 0; q < 16; q++) x[q] = q == j ? 1.f : 0.f;
+#pragma unroll
+                for (int i = 0; i < 15; i++) {
+#pragma unroll
+                    for (int q = (i + 1) >> 2; q < 4; q++) {
+                        const float4 v = reinterpret_cast<const float4 *>(m + 16 * i)[q];
+                        const float e[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+                        for (int u = 0; u < 4; u++)
+                            if (4 * q + u > i) x[4 * q + u] = fmaf(-e[u], x[i], x[4 * q + u]);
+                    }
+                }
+                /* element (q, j): lane 4 (q % 8) + (j % 8) / 2 of warp blk, word (q / 8) + 2 (j / 8), half j % 2 */
+                __half *dc = reinterpret_cast<__half *>(sm + cfg::oDc) + blk * 256;
+#pragma unroll
+                for (int q = 0; q < 16; q++)
+                    dc[8 * (4 * (q & 7) + ((j & 7) >> 1)) + 2 * ((q >> 3) + 2 * (j >> 3)) + (j & 1)] =
+                        __float2half_rn(x[q]);
+            }
+            __syncwarp();
+        }
+        fqla_mbar_arrive(b.dready);
     }
 }
 
@@ -580,7 +680,17 @@ __device__ __forceinline__ void ex_products(const fqla_fwd_params &p, unsigned c
         const float b0 = gam[r0], b1 = gam[r0 + 8];
         if constexpr (cfg::PINV) {
             float kd[2][4] = {}, bc[4] = {};
-            if constexpr (!cfg::DWARPS) {
+            if constexpr (cfg::SDIAG) {
+                fqla_mbar_wait(b.dready, fqla_pipe<1>::at(c).phase);
+                const uint4 f = reinterpret_cast<const uint4 *>(sm + cfg::oDc)[warp * 32 + lane];
+                fqla_mbar_arrive(b.dfree);
+                const uint32_t fw[4] = {f.x, f.y, f.z, f.w};
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const float2 v = fqla_io<__half>::unpack(fw[i]);
+                    kd[i >> 1][2 * (i & 1)] = v.x, kd[i >> 1][2 * (i & 1) + 1] = v.y;
+                }
+            } else if constexpr (!cfg::DWARPS) {
 #pragma unroll
                 for (int i = 0; i < 8; i++) {
                     float v = acc[i];
@@ -917,7 +1027,7 @@ __global__ void __launch_bounds__(ex_cfg<KD, NWG, MODE>::THREADS, 1)
     uint64_t *full = reinterpret_cast<uint64_t *>(sm + cfg::oBar), *empty = full + cfg::QST;
     uint64_t *pready = empty + cfg::QST, *pfree = pready + cfg::ASL, *aim = pfree + cfg::ASL;
     uint64_t *hand = aim + cfg::ASL;
-    const ex_bars bars = {full, empty, pready, pfree, aim, hand, hand + 1, hand + 2, hand + 3};
+    const ex_bars bars = {full, empty, pready, pfree, aim, hand, hand + 1, hand + 2, hand + 3, hand + 4, hand + 6};
     const int wg = threadIdx.x >> 7;
     const int64_t ns = (int64_t)blockIdx.x / p.HV;
     const int hv = (int)((int64_t)blockIdx.x % p.HV);
@@ -934,7 +1044,7 @@ __global__ void __launch_bounds__(ex_cfg<KD, NWG, MODE>::THREADS, 1)
         fqla_tma_prefetch(&tmO);
         for (int s = 0; s < cfg::QST; s++) {
             fqla_mbar_init(&full[s], 1);
-            fqla_mbar_init(&empty[s], 128 * (NWG + 1) + (cfg::INV ? 96 : 0));
+            fqla_mbar_init(&empty[s], 128 * (NWG + 1) + (cfg::INV ? 96 : 0) + (cfg::SDIAG ? 64 : 0));
         }
         for (int a = 0; a < cfg::ASL; a++) {
             fqla_mbar_init(&pready[a], 128);
@@ -945,6 +1055,10 @@ __global__ void __launch_bounds__(ex_cfg<KD, NWG, MODE>::THREADS, 1)
         fqla_mbar_init(bars.lfree, 96);
         fqla_mbar_init(bars.aready, cfg::PINV ? 128 : 96);
         fqla_mbar_init(bars.afree, 128 * NWG);
+        for (int i = 0; i < 2; i++) {
+            fqla_mbar_init(&bars.dready[i], 64);
+            fqla_mbar_init(&bars.dfree[i], 128);
+        }
         fqla_mbar_init_fence();
     }
     __syncthreads();
@@ -956,6 +1070,8 @@ __global__ void __launch_bounds__(ex_cfg<KD, NWG, MODE>::THREADS, 1)
             ex_inverse<KD, NWG, MODE>(sm, bars, w);
         } else if constexpr (cfg::DWARPS) {
             ex_diag_warps<KD, NWG, MODE>(sm, bars, w);
+        } else if constexpr (cfg::SDIAG) {
+            if (threadIdx.x < 96) ex_diag_self<T, KD, NWG, MODE>(sm, bars, w);
         }
         return;
     }

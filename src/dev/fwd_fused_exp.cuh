@@ -8,7 +8,10 @@
  * 16 (12 with plain tf32 merges), 17 (the inverse on the products warpgroup's
  * tensor cores in fp16) and 18 / 19 (17 without its diagonal blocks / without
  * the inverse), 20 / 21 (17 with the diagonal blocks on the idle warps, a
- * chunk ahead in 21, in fp32 on the CUDA cores in 22). Timing only: its
+ * chunk ahead in 21, in fp32 on the CUDA cores in 22), 23 (18 at 22's
+ * register split), 24 (22 at 32 / 96 registers), 25 (18 with its diagonal
+ * blocks from two warps that form them from the stage's K tile). Timing
+ * only: its
  * outputs are wrong by design.
  */
 #ifndef FQLA_DEV_FWD_FUSED_EXP_CUH
@@ -17,7 +20,7 @@
 #include "cuda/fwd_common.cuh"
 
 /* prep_variant values that select the experiment: its modes, first to last */
-enum { FQLA_DEV_FWD_EXP_FIRST = 10, FQLA_DEV_FWD_EXP_LAST = 22 };
+enum { FQLA_DEV_FWD_EXP_FIRST = 10, FQLA_DEV_FWD_EXP_LAST = 25 };
 static inline bool fqla_dev_fwd_fused_exp_mode(int prep_variant)
 {
     return prep_variant >= FQLA_DEV_FWD_EXP_FIRST && prep_variant <= FQLA_DEV_FWD_EXP_LAST;

@@ -130,14 +130,14 @@ struct ex_cfg {
     static constexpr bool PINV = MODE >= 17;              /* the inverse on the products warpgroup */
     static constexpr bool PDIAG = MODE == 17;             /* its diagonal blocks' doubling */
     static constexpr bool PMERGE = MODE <= 18 || MODE >= 20; /* its four wgmma products */
-    static constexpr bool DWARPS = MODE >= 20 && MODE != 23; /* the diagonal blocks on the idle warps */
-    static constexpr bool LOOKAHEAD = DWARPS && MODE >= 21;  /* ... a chunk ahead of the merges */
-    static constexpr bool FDIAG = MODE == 22 || MODE == 24;  /* ... in fp32 on the CUDA cores */
     /* 25: the diagonal blocks on two idle warps that form their K K^T
      * themselves (mma.sync from the stage's K tile) as soon as the stage
      * lands, a chunk or more before the products warpgroup's merges; the
      * products warpgroup runs mode 18's code with D from them (dc) */
     static constexpr bool SDIAG = MODE == 25;
+    static constexpr bool DWARPS = MODE >= 20 && MODE <= 24 && MODE != 23; /* the diagonal blocks on the idle warps */
+    static constexpr bool LOOKAHEAD = DWARPS && MODE >= 21;  /* ... a chunk ahead of the merges */
+    static constexpr bool FDIAG = MODE == 22 || MODE == 24;  /* ... in fp32 on the CUDA cores */
     /* registers a thread: the producer's warpgroup (producer warp + inverse
      * warps; 17-19 the producer warp alone, 20 / 21 it and the diagonal
      * blocks' warps) and the products warpgroup (at 64 / 64, modes 17 and 20

@@ -29,7 +29,7 @@
 #define CASES(X)                                                                                 \
     X(fwd_lengths) X(fwd_varlen) X(fwd_varlen_i64_zero_len) X(fwd_fused_waves) X(fwd_fused_l2norm) X(fwd_trailing_rows) X(fwd_gva)       \
     X(fwd_many_heads) X(fwd_many_sequences) X(fwd_head_dims) X(fwd_fp16) X(fwd_fp32) X(fwd_fp32_cp) X(fwd_fp32_cp_forced) X(fwd_tail_nonfinite) X(fwd_options) X(fwd_v_first_bf16_state) X(fwd_decay_extremes) X(fwd_raw_keys_strong_decay) \
-    X(fwd_variants) X(fwd_chunk_kernels) X(fwd_context_parallel) X(fwd_final_only) X(fwd_robustness) X(fwd_graph_replay) X(fwd_routes) X(fwd_not_supported)
+    X(fwd_variants) X(fwd_chunk_kernels) X(fwd_context_parallel) X(fwd_final_only) X(fwd_robustness) X(fwd_graph_replay) X(fwd_routes) X(fwd_not_supported) X(fwd_one_kernel)
 
 #ifdef FQLA_HAVE_CUDA
 
@@ -51,6 +51,7 @@ extern int64_t fqla_cuda_fwd_debug_cp_skipped(void);
 extern void fqla_cuda_fwd_tune_recurrent(int rows); /* fp32 recurrence: 16 / 32 rows a lane, 0 by waves */
 extern void fqla_cuda_fwd_tune_f32(int chunked, int bv); /* fp32: 1 chunked, 2 chain, 0 recurrence, -1 plan;
                                                           bv 32 / 64 (chain: 64 / 128) */
+extern int64_t fqla_cuda_fwd_debug_exp_launches(void); /* issue 42's experiment kernel's launches */
 extern int fqla_cuda_fwd_last_route(void); /* 1 fused, 2 wgmma, 3 mma.sync, 4 fp32 recurrent, 5 fp32 chunked,
                                               6 fp32 chain; + 8 with CP */
 #define DEV_BUILD 1
@@ -66,6 +67,7 @@ extern int fqla_cuda_fwd_last_route(void); /* 1 fused, 2 wgmma, 3 mma.sync, 4 fp
 #define fqla_cuda_fwd_tune_recurrent(rows) ((void)(rows))
 #define fqla_cuda_fwd_tune_f32(chunked, bv) ((void)(chunked), (void)(bv))
 #define fqla_cuda_fwd_debug_cp_skipped() ((int64_t)-1)
+#define fqla_cuda_fwd_debug_exp_launches() ((int64_t)0)
 #define DEV_BUILD 0
 #endif
 #define H2D CUDART_MEMCPY_H2D
@@ -1356,6 +1358,60 @@ static void fwd_raw_keys_strong_decay(void)
             check_prob(&p, "raw keys g=-6 group 2 T=300 [CP, 2-chunk segments]");
             fqla_cuda_fwd_tune_cp(-1);
         }
+        prob_free(&p);
+    }
+}
+
+/* Issue 42's one-kernel forward, in the developer build only (mode 26 of
+ * src/dev/fwd_fused_exp.cu, forced as prep variant 26 on the fused route):
+ * no prepare kernel; a gate warp forms gamma and beta, two warps the
+ * diagonal blocks' inverses, the products warpgroup Pg, Lo and the merges,
+ * all in the chain's CTA. With one and two chain warpgroups a CTA, against
+ * the reference on group 1 and GVA, partial chunks, varlen, K = 64 in fp16,
+ * the in-kernel gate and beta sigmoid, and raw keys under g = -20 and -6
+ * (the gated inverse on every chunk). It leaves o's rows past cu[N] as they
+ * are (the other routes' prepare kernel zeroes them): no shape here has any. */
+static void fwd_one_kernel(void)
+{
+    enum { NS = 7 };
+    static const int64_t cu[4] = {0, 70, 75, 333};
+    spec specs[NS] = {base_spec(2, 300, 2, 2, 128), base_spec(1, 200, 2, 4, 128), base_spec(1, 333, 2, 2, 128),
+                      base_spec(2, 150, 2, 2, 64),  base_spec(1, 260, 2, 2, 128), base_spec(2, 200, 2, 2, 128),
+                      base_spec(1, 256, 1, 2, 128)};
+    const char *names[NS] = {"group 1 B=2 T=300",
+                             "group 2 T=200",
+                             "group 1 varlen [0,70,75,333]",
+                             "K=V=64 fp16 B=2 T=150",
+                             "gate + beta sigmoid group 1 T=260",
+                             "raw keys g=-20 group 1 B=2 T=200",
+                             "raw keys g=-6 mixed beta group 2 T=256"};
+    set_cu(&specs[2], cu, 4);
+    specs[3].io = FQLA_DTYPE_F16;
+    specs[4].gate_in = specs[4].beta_sig = 1;
+    specs[5].raw_keys = specs[6].raw_keys = 1;
+    specs[5].decay = 1;
+    specs[6].decay = 5;
+    specs[6].beta_mode = 2;
+    if (!dev_part("the one-kernel forward (issue 42's mode 26)")) return;
+    for (int i = 0; i < NS; i++) {
+        if (check_quick() && i > 2) break;
+        prob p;
+        prob_init(&p, &specs[i]);
+        upload_all(&p);
+        run_ref(&p);
+        for (int nwg = 1; nwg <= (specs[i].V % 128 == 0 ? 2 : 1); nwg++) { /* two: 64 value columns each */
+            char what[96];
+            snprintf(what, sizeof what, "%s [one kernel, nwg=%d]", names[i], nwg);
+            fqla_cuda_fwd_tune(26, -1);
+            fqla_cuda_fwd_tune_chunk(2, nwg);
+            fqla_cuda_fwd_tune_cp(0);
+            const int64_t launched = fqla_cuda_fwd_debug_exp_launches();
+            check_prob(&p, what);
+            CHECK(fqla_cuda_fwd_debug_exp_launches() == launched + 1, "%s: the one kernel did not run", what);
+        }
+        fqla_cuda_fwd_tune(0, -1);
+        fqla_cuda_fwd_tune_chunk(-1, 0);
+        fqla_cuda_fwd_tune_cp(-1);
         prob_free(&p);
     }
 }

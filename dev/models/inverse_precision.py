@@ -76,6 +76,12 @@ Inverse variants (only Ar changes; the chain above is the same for 1-6 and 8):
       block-     four 64x64x64 fp16 products (wgmma, fp32 accumulate per k-step of 16):
       Neumann    N = D StrictBlockLower(M), X = (I - N + N^2 - N^3) D, with N, N^2, N^3 and
                  the sum stored fp16 (inverse_neumann_fp16).
+    9 fp16 on    issue 42's mode 17: the whole gate-free inverse on tensor cores in fp16
+      tensor     (inverse_wgmma_fp16).
+      cores
+    10 gated,    issue 42's mode 25 on the gated system (the form a one-kernel forward runs
+       mode 25   on every chunk): fp32 diagonal blocks by substitution, fp16 merges as in 9,
+                 Ag = bf16(X diag(beta)) (inverse_mode25).
 
 Reported per case and variant (worst over sequences x value heads x seeds): rel(o),
 rel(final state), the ratio of each to variant 7's, the inverse's own error (worst over
@@ -377,6 +383,7 @@ CASES = [
     Case("corr", "correlated unit keys (0.7), no decay, beta in {0, 1, 1.99}", [4096], 2, 4, gate="none",
          beta="set", corr=0.7),
     Case("raw_strong", "raw N(0,1) keys (unnormalised), strong decay", [1000], 2, 4, keys="raw", gate="strong"),
+    Case("raw_g6", "raw N(0,1) keys (unnormalised), decay g=-6", [1000], 2, 4, keys="raw", gate="g6"),
 ]
 
 
@@ -412,6 +419,8 @@ def draw_inputs(case, rng):
         g = np.zeros_like(x)
     elif case.gate == "strong":
         g = -20.0 + 0.5 * rng.uniform(size=x.shape)
+    elif case.gate == "g6":  # tests/test_gpu_fwd.c's "raw keys g=-6"
+        g = -6.0 + 0.5 * rng.uniform(size=x.shape)
     elif case.gate == "spread":  # tests/cpu_fast_util.h GATE_SPREAD
         g = -(16.0 * hv / max(HV - 1, 1)) * rng.uniform(size=x.shape)
     elif case.gate == "in_kernel":  # g = -exp(A_log) softplus(a + dt_bias), a = x
@@ -589,6 +598,40 @@ def inverse_wgmma_fp16(M, r16=to_fp16, r32=to_f32):
     return wg(z, r16(S), D)
 
 
+def inverse_mode25(Lg):
+    """Issue 42's mode 25 (src/dev/fwd_fused_exp.cu) on the gated system, the form its correct
+    kernel would use on every chunk: Lg = StrictLower(diag(beta) (Gamma (.) KK)) in fp32; the
+    16 x 16 diagonal blocks' inverses D by right-looking substitution in fp32 (one FMA a step,
+    a column a lane, as two side warps run it), stored fp16; then mode 17's merges on the
+    products warpgroup: N = D Lo, T = I + N^2, S = (I + N^2)(I - N), X = S D, each a
+    64 x 64 x 64 fp16 wgmma (fp32 accumulate per k-step), Lo = fp16 of Lg's block-strictly-lower
+    part. The result is Gamma (.) Ar, so Ag = X diag(beta) needs no exponential."""
+    n = Lg.shape[-1]
+    D = np.zeros(Lg.shape)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for b in range(n // 16):
+            L = block(Lg, b, b, 16)
+            X = np.broadcast_to(np.eye(16), L.shape).copy()
+            for i in range(15):
+                X[..., i + 1:, :] = to_f32(X[..., i + 1:, :] - L[..., i + 1:, i, None] * X[..., i, None, :])
+            block(D, b, b, 16)[...] = X
+        D16 = to_fp16(D)
+        Lo = Lg.copy()
+        for b in range(n // 16):
+            block(Lo, b, b, 16)[...] = 0.0
+        Lo = to_fp16(Lo)
+
+        def wg(acc, A, B):
+            for s in range(n // 16):
+                acc = to_f32(acc + mm(A[..., :, 16 * s:16 * s + 16], B[..., 16 * s:16 * s + 16, :]))
+            return acc
+        z = np.zeros(Lg.shape)
+        N = to_fp16(wg(z, D16, Lo))
+        T = wg(z, N, N) + np.eye(n)
+        S = wg(T, to_fp16(-T), N)
+        return wg(z, to_fp16(S), D16)
+
+
 def inverse_variant(name, prep, R=KernelRounding):
     """Returns (Ag, G before the bf16 rounding, the stored inverse X)."""
     KK, beta, Gamma = prep["KK"], prep["beta"], prep["Gamma"]
@@ -607,9 +650,9 @@ def inverse_variant(name, prep, R=KernelRounding):
         X = inverse_neumann_fp16(KK, beta, to_f32(M))
     elif name == "wgmma_fp16":
         X = inverse_wgmma_fp16(to_f32(M))
-    elif name == "fp16_gated":
+    elif name in ("fp16_gated", "mode25_gated"):
         Lg = strict_lower(to_f32(to_f32(beta[..., :, None] * Gamma) * KK))
-        X = inverse_fp16_flashinfer(Lg)
+        X = inverse_fp16_flashinfer(Lg) if name == "fp16_gated" else inverse_mode25(Lg)
         with np.errstate(over="ignore", invalid="ignore"):
             G = to_f32(X * beta[..., None, :])
         return to_bf16(G), G, X
@@ -772,6 +815,7 @@ VARIANTS = [
     ("fla", "7 FLA bf16 baseline"),
     ("neumann_fp16", "8 fp16 block-Neumann"),
     ("wgmma_fp16", "9 fp16 on tensor cores (mode 17)"),
+    ("mode25_gated", "10 gated: fp32 diagonal blocks, fp16 merges (mode 25)"),
 ]
 
 

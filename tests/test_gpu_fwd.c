@@ -1369,32 +1369,35 @@ static void fwd_raw_keys_strong_decay(void)
  * all in the chain's CTA. With one and two chain warpgroups a CTA, against
  * the reference on group 1 and GVA, partial chunks, varlen, K = 64 in fp16,
  * the in-kernel gate and beta sigmoid, and raw keys under g = -20 and -6
- * (the gated inverse on every chunk). It leaves o's rows past cu[N] as they
- * are (the other routes' prepare kernel zeroes them): no shape here has any. */
+ * (the gated inverse on every chunk); varlen with NaN rows past cu[N] < T,
+ * whose o rows the kernel zeroes. */
 static void fwd_one_kernel(void)
 {
-    enum { NS = 7 };
-    static const int64_t cu[4] = {0, 70, 75, 333};
+    enum { NS = 8 };
+    static const int64_t cu[4] = {0, 70, 75, 333}, cu_tail[3] = {0, 100, 230};
     spec specs[NS] = {base_spec(2, 300, 2, 2, 128), base_spec(1, 200, 2, 4, 128), base_spec(1, 333, 2, 2, 128),
-                      base_spec(2, 150, 2, 2, 64),  base_spec(1, 260, 2, 2, 128), base_spec(2, 200, 2, 2, 128),
-                      base_spec(1, 256, 1, 2, 128)};
+                      base_spec(1, 300, 2, 2, 128), base_spec(2, 150, 2, 2, 64),  base_spec(1, 260, 2, 2, 128),
+                      base_spec(2, 200, 2, 2, 128), base_spec(1, 256, 1, 2, 128)};
     const char *names[NS] = {"group 1 B=2 T=300",
                              "group 2 T=200",
                              "group 1 varlen [0,70,75,333]",
+                             "NaN past cu[N] = 230, T=300, group 1",
                              "K=V=64 fp16 B=2 T=150",
                              "gate + beta sigmoid group 1 T=260",
                              "raw keys g=-20 group 1 B=2 T=200",
                              "raw keys g=-6 mixed beta group 2 T=256"};
     set_cu(&specs[2], cu, 4);
-    specs[3].io = FQLA_DTYPE_F16;
-    specs[4].gate_in = specs[4].beta_sig = 1;
-    specs[5].raw_keys = specs[6].raw_keys = 1;
-    specs[5].decay = 1;
-    specs[6].decay = 5;
-    specs[6].beta_mode = 2;
+    set_cu(&specs[3], cu_tail, 3);
+    specs[3].cu_host = specs[3].poison_tail = 1;
+    specs[4].io = FQLA_DTYPE_F16;
+    specs[5].gate_in = specs[5].beta_sig = 1;
+    specs[6].raw_keys = specs[7].raw_keys = 1;
+    specs[6].decay = 1;
+    specs[7].decay = 5;
+    specs[7].beta_mode = 2;
     if (!dev_part("the one-kernel forward (issue 42's mode 26)")) return;
     for (int i = 0; i < NS; i++) {
-        if (check_quick() && i > 2) break;
+        if (check_quick() && i > 3) break;
         prob p;
         prob_init(&p, &specs[i]);
         upload_all(&p);

@@ -65,6 +65,15 @@ def test_forward_under_emulator(built):
     assert "ok   fwd_varlen" in out
 
 
+def test_one_kernel_forward_under_emulator(built):
+    # issue 42's one-kernel forward (the experiment's mode 26): group 1 / 2, varlen with NaN rows past cu[N],
+    # one and two chain warpgroups; the test asserts the experiment's kernel ran, not the two-kernel fallback
+    out = run(built, "test_gpu_fwd", "fwd_one_kernel")
+    assert "ok   fwd_one_kernel" in out
+    out = run(built, "test_gpu_fwd", "fwd_one_kernel", order=1)
+    assert "ok   fwd_one_kernel" in out
+
+
 def test_forward_final_state_alone_under_emulator(built):
     # o absent: the state-only chunk kernel over whole sequences, after forced and planned CP, fp32 on the
     # chain route and (forced) the chunked fp32 kernel and the recurrence; o's buffer must stay unwritten

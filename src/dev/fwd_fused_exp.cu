@@ -68,8 +68,8 @@
  *       and beta in the stage (ex_gates), P, Lo and the diagonal blocks
  *       carry Gamma (the gated system on every chunk, variant 10 of
  *       dev/models/inverse_precision.py), Ag = X diag(beta); checked against
- *       the reference by test_gpu_fwd's fwd_one_kernel (not yet: o's rows
- *       past cu[N], which the prepare kernel zeroes on the other routes).
+ *       the reference by test_gpu_fwd's fwd_one_kernel; the gate warp of the
+ *       last sequence's CTAs also zeroes o's rows past cu[N].
  * The question (issue 42): does the kernel alone reach x0.85 of today's two
  * kernels (prepare + fused) on the nine rows of the earlier fused attempts?
  * On the H100: mode 10 x0.73, 12 x1.36, 16 x1.19; 17 x1.06, 18 x0.86,
@@ -452,6 +452,17 @@ __device__ __forceinline__ void ex_gates(const fqla_fwd_params &p, unsigned char
         gm[lane] = s0, gm[lane + 32] = s1;
         bt[lane] = be[0], bt[lane + 32] = be[1];
         fqla_mbar_arrive(&b.full[ps.stage]);
+    }
+    /* varlen: o's rows past cu[N] are zeroed by the last sequence's CTAs,
+     * each its head's value columns (the prepare kernel's job elsewhere) */
+    if (p.varlen && p.o && w.n == p.N - 1) {
+        typedef unsigned short b16;
+        const int64_t end = fqla_fwd_cu(p, p.N);
+        const int per_row = 8 * NWG; /* 16-byte words of the CTA's 64 NWG columns */
+        for (int64_t i = lane; i < (p.T - end) * per_row; i += 32) {
+            b16 *dst = (b16 *)p.o + (end + i / per_row) * p.o_st + w.hv * p.o_sh + w.vbase + 8 * (i % per_row);
+            *reinterpret_cast<uint4 *>(dst) = make_uint4(0u, 0u, 0u, 0u);
+        }
     }
 }
 

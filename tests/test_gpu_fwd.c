@@ -1362,8 +1362,8 @@ static void fwd_raw_keys_strong_decay(void)
     }
 }
 
-/* Issue 42's one-kernel forward, in the developer build only (modes 26 and
- * 27 of src/dev/fwd_fused_exp.cu, forced as prep variants on the fused route):
+/* Issue 42's one-kernel forward, in the developer build only (mode 26 of
+ * src/dev/fwd_fused_exp.cu, forced as prep variant 26 on the fused route):
  * no prepare kernel; a gate warp forms gamma and beta, two warps the
  * diagonal blocks' inverses, the products warpgroup Pg, Lo and the merges,
  * all in the chain's CTA. With one and two chain warpgroups a CTA, against
@@ -1402,12 +1402,10 @@ static void fwd_one_kernel(void)
         prob_init(&p, &specs[i]);
         upload_all(&p);
         run_ref(&p);
-        for (int v = 0; v < 2 * (specs[i].V % 128 == 0 ? 2 : 1); v++) { /* nwg = 2: 64 value columns each */
-            const int mode = 26 + v % 2, nwg = 1 + v / 2;
-            char what[112];
-            snprintf(what, sizeof what, "%s [one kernel%s, nwg=%d]", names[i], mode == 27 ? ", Gamma factored" : "",
-                     nwg);
-            fqla_cuda_fwd_tune(mode, -1);
+        for (int nwg = 1; nwg <= (specs[i].V % 128 == 0 ? 2 : 1); nwg++) { /* two: 64 value columns each */
+            char what[96];
+            snprintf(what, sizeof what, "%s [one kernel, nwg=%d]", names[i], nwg);
+            fqla_cuda_fwd_tune(26, -1);
             fqla_cuda_fwd_tune_chunk(2, nwg);
             fqla_cuda_fwd_tune_cp(0);
             const int64_t launched = fqla_cuda_fwd_debug_exp_launches();

@@ -10,12 +10,14 @@
 #   (device) EXP_BIN=.devN dev/gpu/fwd_fused_exp.sh      # logs under $OUT
 #
 # Variants (bench_fwd.py --variants 'hb,late,wg,nwg,cp'), EXP_MODES (default
-# '0 10 11 12'): 0 today's route; 10-21 the experiment's modes (the table
+# '0 10 11 12'): 0 today's route; 10-26 the experiment's modes (the table
 # in src/dev/fwd_fused_exp.cu: 10 the products warpgroup alone, 11 with the
 # inverse warps, 12 with their hand-offs, 13 / 14 / 15 / 16 its parts and
 # forms, 17 the inverse on the products warpgroup's tensor cores, 18 / 19 its
-# parts, 20 / 21 its diagonal blocks on the idle warps); all on the fused
-# kernel (wg 2) with the planner's nwg, no CP.
+# parts, 20 / 21 its diagonal blocks on the idle warps, 22-25 their forms
+# and places, 26 the one-kernel forward, correct; the bench checks no
+# outputs: test_gpu_fwd's fwd_one_kernel does for 26); all on the
+# fused kernel (wg 2) with the planner's nwg, no CP.
 # EXP_ROWS replaces the nine rows (bench_fwd.py --rows).
 # Each mode first runs one row under `timeout` (a hang in the experiment's
 # barriers ends the call there, not at the device's limit).

@@ -155,14 +155,7 @@ struct ex_cfg {
      * Lo and the diagonal blocks carry Gamma (the gated system, inverted in
      * fp16 on every chunk: variant 10 of dev/models/inverse_precision.py),
      * and Ag = X diag(beta) */
-    static constexpr bool REAL = MODE >= 26;
-    /* 27: 26 with Gamma off the diagonal blocks as two factors, each <= 1
-     * (g <= 0): Gamma_ij = e^(gamma_i - gamma_e) e^(gamma_e - gamma_j), gamma_e
-     * gamma at the end of j's 16-token block; per lane at most 6 row and 12
-     * column factors a chunk, shared by P and Lo, and per-element
-     * exponentials only in P's diagonal block: ~26 ex2 a lane a chunk
-     * against 26's 64 */
-    static constexpr bool FACT = MODE == 27;
+    static constexpr bool REAL = MODE == 26;
     static constexpr bool DWARPS = MODE >= 20 && MODE <= 24 && MODE != 23; /* the diagonal blocks on the idle warps */
     static constexpr bool LOOKAHEAD = DWARPS && MODE >= 21;  /* ... a chunk ahead of the merges */
     static constexpr bool FDIAG = MODE == 22 || MODE == 24;  /* ... in fp32 on the CUDA cores */
@@ -760,36 +753,7 @@ __device__ __forceinline__ void ex_products(const fqla_fwd_params &p, unsigned c
         const int r0 = 16 * warp + g;
         constexpr float L2E = 1.4426950408889634f;
         const float gl[2] = {gam[r0] * L2E, gam[r0 + 8] * L2E}; /* REAL: rows r0, r0 + 8 (row bit 3) */
-        /* FACT: the row and column factors of the blocks left of this warp's
-         * diagonal block (b < warp: a warp-uniform test) */
-        float rf[2][3] = {}, cf[16] = {};
-        if constexpr (cfg::FACT) {
-#pragma unroll
-            for (int bb = 0; bb < 3; bb++)
-                if (bb < warp) {
-                    const float ge = gam[16 * bb + 15] * L2E;
-                    rf[0][bb] = fqla_ex2(gl[0] - ge), rf[1][bb] = fqla_ex2(gl[1] - ge);
-#pragma unroll
-                    for (int k = 0; k < 4; k++) /* columns 8 j + 2 tq + e of block bb: j = 2 bb + k / 2, e = k % 2 */
-                        cf[4 * bb + k] = fqla_ex2(ge - gam[16 * bb + 8 * (k >> 1) + 2 * tq + (k & 1)] * L2E);
-                }
-        }
-        /* FACT: acc times Gamma in registers: acc[4 j + 2 h + e] is row r0 + 8 h,
-         * column 8 j + 2 tq + e of block j / 2 */
-        auto gamma_scale = [&](bool diag) {
-#pragma unroll
-            for (int i = 0; i < 32; i++) {
-                const int j = i >> 2, h = (i >> 1) & 1, e = i & 1, bb = j >> 1;
-                if (bb < 3 && bb < warp) acc[i] *= rf[h][bb < 3 ? bb : 0] * cf[(4 * bb + 2 * (j & 1) + e) & 15];
-                else if (diag && bb == warp) acc[i] *= fqla_ex2(gl[h] - gam[8 * j + 2 * tq + e] * L2E);
-            }
-        };
-        if constexpr (cfg::FACT) {
-            gamma_scale(true);
-            ex_tile_store<T>(sl + cfg::sPg, acc, warp, lane, [&](float v, int row, int col) {
-                return row < nvalid && col <= row && col < nvalid ? p.scale * v : 0.f;
-            });
-        } else if constexpr (cfg::REAL) {
+        if constexpr (cfg::REAL) {
             /* Pg = scale Gamma (.) tril(Q K^T), as fwd_fused.cu's fu_pg */
             ex_tile_store<T>(sl + cfg::sPg, acc, warp, lane, [&](float v, int row, int col) {
                 return row < nvalid && col <= row && col < nvalid
@@ -810,18 +774,11 @@ __device__ __forceinline__ void ex_products(const fqla_fwd_params &p, unsigned c
              * (the last chunk's merges ended at a warpgroup barrier) */
             const float *bt = reinterpret_cast<const float *>(st + cfg::oBeta);
             const float br[2] = {bt[r0], bt[r0 + 8]};
-            if constexpr (cfg::FACT) {
-                gamma_scale(false);
-                ex_tile_store<__half>(sm + cfg::oL, acc, warp, lane, [&](float v, int row, int col) {
-                    return (col >> 4) < (row >> 4) && row < nvalid ? br[(row >> 3) & 1] * v : 0.f;
-                });
-            } else {
-                ex_tile_store<__half>(sm + cfg::oL, acc, warp, lane, [&](float v, int row, int col) {
-                    return (col >> 4) < (row >> 4) && row < nvalid
-                               ? br[(row >> 3) & 1] * v * fqla_ex2(gl[(row >> 3) & 1] - gam[col] * L2E)
-                               : 0.f;
-                });
-            }
+            ex_tile_store<__half>(sm + cfg::oL, acc, warp, lane, [&](float v, int row, int col) {
+                return (col >> 4) < (row >> 4) && row < nvalid
+                           ? br[(row >> 3) & 1] * v * fqla_ex2(gl[(row >> 3) & 1] - gam[col] * L2E)
+                           : 0.f;
+            });
         }
         /* beta's stand-in read before the stage is released */
         const float b0 = gam[r0], b1 = gam[r0 + 8];

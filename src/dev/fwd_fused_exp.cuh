@@ -12,8 +12,7 @@
  * register split), 24 (22 at 32 / 96 registers), 25 (18 with its diagonal
  * blocks from two warps that form them from the stage's K tile) and 26
  * (25 made correct: the one-kernel forward, checked against the reference
- * by test_gpu_fwd's fwd_one_kernel), 27 (26 with Gamma off the diagonal
- * blocks as two factors). Modes 10-25 are timing only: their
+ * by test_gpu_fwd's fwd_one_kernel). Modes 10-25 are timing only: their
  * outputs are wrong by design.
  */
 #ifndef FQLA_DEV_FWD_FUSED_EXP_CUH
@@ -22,7 +21,7 @@
 #include "cuda/fwd_common.cuh"
 
 /* prep_variant values that select the experiment: its modes, first to last */
-enum { FQLA_DEV_FWD_EXP_FIRST = 10, FQLA_DEV_FWD_EXP_LAST = 27 };
+enum { FQLA_DEV_FWD_EXP_FIRST = 10, FQLA_DEV_FWD_EXP_LAST = 26 };
 static inline bool fqla_dev_fwd_fused_exp_mode(int prep_variant)
 {
     return prep_variant >= FQLA_DEV_FWD_EXP_FIRST && prep_variant <= FQLA_DEV_FWD_EXP_LAST;

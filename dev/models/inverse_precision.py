@@ -582,6 +582,15 @@ def inverse_wgmma_fp16(M, r16=to_fp16, r32=to_f32):
             X = mma(X, r16(-N), Xr)
             Xr = r16(X)
         block(D, blk_i, blk_i, 16)[...] = Xr
+    return merges_fp16(D, M, r16, mma)
+
+
+def merges_fp16(D, M, r16, mma):
+    """Mode 17's merges on the products warpgroup: with D the diagonal blocks' inverses (as
+    stored, fp16) and Lo = r16 of M's block-strictly-lower part (N^4 = 0 on 16-blocks):
+    N = D Lo, T = I + N^2, S = T + (-T) N = (I + N^2)(I - N), X = S D, each a 64 x 64 x 64
+    wgmma of four k-steps accumulated by mma."""
+    n = M.shape[-1]
     Lo = M.copy()
     for b in range(n // 16):
         block(Lo, b, b, 16)[...] = 0.0
@@ -615,21 +624,7 @@ def inverse_mode25(Lg):
             for i in range(15):
                 X[..., i + 1:, :] = to_f32(X[..., i + 1:, :] - L[..., i + 1:, i, None] * X[..., i, None, :])
             block(D, b, b, 16)[...] = X
-        D16 = to_fp16(D)
-        Lo = Lg.copy()
-        for b in range(n // 16):
-            block(Lo, b, b, 16)[...] = 0.0
-        Lo = to_fp16(Lo)
-
-        def wg(acc, A, B):
-            for s in range(n // 16):
-                acc = to_f32(acc + mm(A[..., :, 16 * s:16 * s + 16], B[..., 16 * s:16 * s + 16, :]))
-            return acc
-        z = np.zeros(Lg.shape)
-        N = to_fp16(wg(z, D16, Lo))
-        T = wg(z, N, N) + np.eye(n)
-        S = wg(T, to_fp16(-T), N)
-        return wg(z, to_fp16(S), D16)
+        return merges_fp16(to_fp16(D), Lg, to_fp16, lambda acc, a, b: to_f32(acc + mm(a, b)))
 
 
 def inverse_variant(name, prep, R=KernelRounding):

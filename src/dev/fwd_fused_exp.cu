@@ -343,6 +343,27 @@ __device__ __forceinline__ void ex_diag_inverse(uint32_t (&aD)[4], const float (
     for (int i = 0; i < 4; i++) aD[i] = aX[i];
 }
 
+/* Column j of (I + L)^-1 for a 16 x 16 strictly lower L in fp32 registers,
+ * right-looking: x = e_j, then for i = 0 .. 14, x_r -= L_ri x_i for r > i.
+ * m holds L_ri (r > i) at [16 i + r], row i's upper part (K K^T's symmetry),
+ * read a 16-byte word at a time (modes 24 - 26). */
+__device__ __forceinline__ void ex_col_inverse(float (&x)[16], const float *m, int j)
+{
+#pragma unroll
+    for (int q = 0; q < 16; q++) x[q] = q == j ? 1.f : 0.f;
+#pragma unroll
+    for (int i = 0; i < 15; i++) {
+#pragma unroll
+        for (int q = (i + 1) >> 2; q < 4; q++) {
+            const float4 v = reinterpret_cast<const float4 *>(m + 16 * i)[q];
+            const float e[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (int u = 0; u < 4; u++)
+                if (4 * q + u > i) x[4 * q + u] = fmaf(-e[u], x[i], x[4 * q + u]);
+        }
+    }
+}
+
 /* Mode 20: the three idle warps of the producer's warpgroup invert the four
  * diagonal blocks (warp 0 blocks 0 and 3, warps 1 and 2 blocks 1 and 2) from
  * kdb (lower: beta_i K K^T, upper: beta_j K K^T, the products warpgroup's)
@@ -365,29 +386,22 @@ __device__ __forceinline__ void ex_diag_warps(unsigned char *sm, const ex_bars &
                 const int blk = 2 * iw + (lane >> 4), j = lane & 15;
                 const float *m = kdb + 256 * blk;
                 float x[16];
+                if constexpr (MODE == 24) {
+                    ex_col_inverse(x, m, j);
+                } else { /* mode 22: a row of L in registers a step */
 #pragma unroll
-                for (int r = 0; r < 16; r++) x[r] = r == j ? 1.f : 0.f;
+                    for (int r = 0; r < 16; r++) x[r] = r == j ? 1.f : 0.f;
 #pragma unroll
-                for (int i = 0; i < 15; i++) {
-                    if constexpr (MODE == 24) {
+                    for (int i = 0; i < 15; i++) {
+                        float row[16];
 #pragma unroll
-                        for (int q = (i + 1) >> 2; q < 4; q++) {
+                        for (int q = 0; q < 4; q++) {
                             const float4 v = reinterpret_cast<const float4 *>(m + 16 * i)[q];
-                            const float e[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-                            for (int u = 0; u < 4; u++)
-                                if (4 * q + u > i) x[4 * q + u] = fmaf(-e[u], x[i], x[4 * q + u]);
+                            row[4 * q] = v.x, row[4 * q + 1] = v.y, row[4 * q + 2] = v.z, row[4 * q + 3] = v.w;
                         }
-                        continue;
-                    }
-                    float row[16];
 #pragma unroll
-                    for (int q = 0; q < 4; q++) {
-                        const float4 v = reinterpret_cast<const float4 *>(m + 16 * i)[q];
-                        row[4 * q] = v.x, row[4 * q + 1] = v.y, row[4 * q + 2] = v.z, row[4 * q + 3] = v.w;
+                        for (int r = i + 1; r < 16; r++) x[r] = fmaf(-row[r], x[i], x[r]);
                     }
-#pragma unroll
-                    for (int r = i + 1; r < 16; r++) x[r] = fmaf(-row[r], x[i], x[r]);
                 }
 #pragma unroll
                 for (int r = 0; r < 16; r++) {
@@ -523,19 +537,7 @@ __device__ __forceinline__ void ex_diag_self(unsigned char *sm, const ex_bars &b
             if (lane < 16) {
                 const int j = lane;
                 float x[16];
-#pragma unroll
-                for (int q = 0; q < 16; q++) x[q] = q == j ? 1.f : 0.f;
-#pragma unroll
-                for (int i = 0; i < 15; i++) {
-#pragma unroll
-                    for (int q = (i + 1) >> 2; q < 4; q++) {
-                        const float4 v = reinterpret_cast<const float4 *>(m + 16 * i)[q];
-                        const float e[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-                        for (int u = 0; u < 4; u++)
-                            if (4 * q + u > i) x[4 * q + u] = fmaf(-e[u], x[i], x[4 * q + u]);
-                    }
-                }
+                ex_col_inverse(x, m, j);
                 /* element (q, j): lane 4 (q % 8) + (j % 8) / 2 of warp blk, word (q / 8) + 2 (j / 8), half j % 2 */
                 __half *dc = reinterpret_cast<__half *>(sm + cfg::oDc) + blk * 256;
 #pragma unroll

@@ -124,8 +124,8 @@ struct ex_smem {
             union {
                 float kdb[4][256];         /* modes 20 / 21: the diagonal blocks for ex_diag_warps */
                 struct {
-                    float kdw[2][256];     /* mode 25: a diagonal block of each of its two warps */
-                    uint32_t dc[4][32][4]; /* mode 25: D's blocks as the products warps' A fragments */
+                    float kdw[2][256];     /* modes 25 / 26: a diagonal block of each of their two warps */
+                    uint32_t dc[4][32][4]; /* modes 25 / 26: D's blocks as the products warps' A fragments */
                 };
             };
         };
@@ -133,7 +133,7 @@ struct ex_smem {
     float colf[2][C];        /* beta_j e^-gamma_j (modes 17-21: by chunk parity) */
     uint64_t full[3], empty[3], pready[2], pfree[2], aim[2];
     uint64_t lready, lfree, aready, afree; /* from mode 12: the L and Ag slots' hand-offs (20 / 21: kdready, dready) */
-    uint64_t dready[2], dfree[2];          /* mode 25: dc's hand-offs ([0]) */
+    uint64_t dready, dfree;                /* modes 25 / 26: dc's hand-offs */
 };
 
 template <int KD, int NWG_, int MODE>
@@ -196,7 +196,7 @@ struct ex_cfg {
 struct ex_bars {
     uint64_t *full, *empty, *pready, *pfree, *aim;
     uint64_t *lready, *lfree, *aready, *afree;
-    uint64_t *dready, *dfree; /* mode 25 */
+    uint64_t *dready, *dfree; /* modes 25 / 26 */
 };
 struct ex_work {
     int64_t ns, n, batch, slot0;
@@ -480,12 +480,13 @@ __device__ __forceinline__ void ex_gates(const fqla_fwd_params &p, unsigned char
     }
 }
 
-/* Mode 25: warps 1 and 2 of the producer's warpgroup, blocks 2 iw and
- * 2 iw + 1 of each chunk: the block's K K^T by mma.sync from the stage's K
- * tile (one ldmatrix.x4 a k-step is both operands: the block's rows are A's
- * rows and B^T's), into kdb, then mode 22's substitution, a block a half
- * warp and a column a lane, and D written to dc as the products warp's A
- * fragment (fp16). */
+/* Modes 25 / 26: warps 1 and 2 of the producer's warpgroup, blocks 2 iw
+ * and 2 iw + 1 of each chunk, one after the other: the block's K K^T by
+ * mma.sync from the stage's K tile (one ldmatrix.x4 a k-step is both
+ * operands: the block's rows are A's rows and B^T's) into the warp's kdw,
+ * then ex_col_inverse on lanes 0-15 (a column a lane), and D written to dc
+ * as the products warp's A fragment (fp16). dc is single: the warps write
+ * chunk c's once the products warpgroup has read chunk c - 1's (dfree). */
 template <typename T, int KD, int NWG, int MODE>
 __device__ __forceinline__ void ex_diag_self(unsigned char *sm, const ex_bars &b, const ex_work &w)
 {
@@ -1135,7 +1136,7 @@ __global__ void __launch_bounds__(ex_cfg<KD, NWG, MODE>::THREADS, 1)
     uint64_t *full = reinterpret_cast<uint64_t *>(sm + cfg::oBar), *empty = full + cfg::QST;
     uint64_t *pready = empty + cfg::QST, *pfree = pready + cfg::ASL, *aim = pfree + cfg::ASL;
     uint64_t *hand = aim + cfg::ASL;
-    const ex_bars bars = {full, empty, pready, pfree, aim, hand, hand + 1, hand + 2, hand + 3, hand + 4, hand + 6};
+    const ex_bars bars = {full, empty, pready, pfree, aim, hand, hand + 1, hand + 2, hand + 3, hand + 4, hand + 5};
     const int wg = threadIdx.x >> 7;
     const int64_t ns = (int64_t)blockIdx.x / p.HV;
     const int hv = (int)((int64_t)blockIdx.x % p.HV);
@@ -1163,10 +1164,8 @@ __global__ void __launch_bounds__(ex_cfg<KD, NWG, MODE>::THREADS, 1)
         fqla_mbar_init(bars.lfree, 96);
         fqla_mbar_init(bars.aready, cfg::PINV ? 128 : 96);
         fqla_mbar_init(bars.afree, 128 * NWG);
-        for (int i = 0; i < 2; i++) {
-            fqla_mbar_init(&bars.dready[i], 64);
-            fqla_mbar_init(&bars.dfree[i], 128);
-        }
+        fqla_mbar_init(bars.dready, 64); /* the diagonal blocks' two warps */
+        fqla_mbar_init(bars.dfree, 128); /* the products warpgroup */
         fqla_mbar_init_fence();
     }
     __syncthreads();

@@ -1370,14 +1370,15 @@ static void fwd_raw_keys_strong_decay(void)
  * the reference on group 1 and GVA, partial chunks, varlen, K = 64 in fp16,
  * the in-kernel gate and beta sigmoid, and raw keys under g = -20 and -6
  * (the gated inverse on every chunk); varlen with NaN rows past cu[N] < T,
- * whose o rows the kernel zeroes. */
+ * whose o rows the kernel zeroes; the state [V][K] in bf16, and none. */
 static void fwd_one_kernel(void)
 {
-    enum { NS = 8 };
+    enum { NS = 10 };
     static const int64_t cu[4] = {0, 70, 75, 333}, cu_tail[3] = {0, 100, 230};
     spec specs[NS] = {base_spec(2, 300, 2, 2, 128), base_spec(1, 200, 2, 4, 128), base_spec(1, 333, 2, 2, 128),
                       base_spec(1, 300, 2, 2, 128), base_spec(2, 150, 2, 2, 64),  base_spec(1, 260, 2, 2, 128),
-                      base_spec(2, 200, 2, 2, 128), base_spec(1, 256, 1, 2, 128)};
+                      base_spec(2, 200, 2, 2, 128), base_spec(1, 256, 1, 2, 128), base_spec(2, 100, 2, 2, 128),
+                      base_spec(2, 130, 2, 2, 128)};
     const char *names[NS] = {"group 1 B=2 T=300",
                              "group 2 T=200",
                              "group 1 varlen [0,70,75,333]",
@@ -1385,7 +1386,9 @@ static void fwd_one_kernel(void)
                              "K=V=64 fp16 B=2 T=150",
                              "gate + beta sigmoid group 1 T=260",
                              "raw keys g=-20 group 1 B=2 T=200",
-                             "raw keys g=-6 mixed beta group 2 T=256"};
+                             "raw keys g=-6 mixed beta group 2 T=256",
+                             "state_v_first, bf16 h0 and final state B=2 T=100",
+                             "no h0, no final state B=2 T=130"};
     set_cu(&specs[2], cu, 4);
     set_cu(&specs[3], cu_tail, 3);
     specs[3].cu_host = specs[3].poison_tail = 1;
@@ -1395,6 +1398,9 @@ static void fwd_one_kernel(void)
     specs[6].decay = 1;
     specs[7].decay = 5;
     specs[7].beta_mode = 2;
+    specs[8].v_first = 1;
+    specs[8].h0_dtype = specs[8].ht_dtype = FQLA_DTYPE_BF16;
+    specs[9].h0 = specs[9].ht = 0;
     if (!dev_part("the one-kernel forward (issue 42's mode 26)")) return;
     for (int i = 0; i < NS; i++) {
         if (check_quick() && i > 3) break;

@@ -183,9 +183,10 @@ void fqla_dev_fwd_route(const fqla_route_device *d, const fqla_fwd_shape *s, fql
 }
 
 /* The prepare kernel's variant (2: plain tf32 merges instead of 3xTF32; 0
- * the default; 10-22 (fwd_fused_exp.cuh's FQLA_DEV_FWD_EXP_FIRST..LAST): on the fused
- * route, issue 42's timing experiment in place of both kernels,
- * src/dev/fwd_fused_exp.cu, wrong results by design)
+ * the default; fwd_fused_exp.cuh's FQLA_DEV_FWD_EXP_FIRST..LAST: on the fused
+ * route, issue 42's experiment in place of both kernels,
+ * src/dev/fwd_fused_exp.cu, its timing modes wrong by design, mode 26 the
+ * correct one-kernel forward)
  * and whether the mma.sync chunk kernel issues the next chunk's copies late
  * (0 / 1; -1 the default). */
 FQLA_DEV_API void fqla_cuda_fwd_tune(int prep_variant, int late_loads)

@@ -92,6 +92,7 @@ namespace {
 constexpr int C = FQLA_FWD_CHUNK;
 constexpr uint32_t TILE = C * 128;
 constexpr int LDF = C + 8; /* fp32 L / X rows (fwd_prepare.cu's stride) */
+constexpr float L2E = 1.4426950408889634f; /* log2(e): Gamma_ij = 2^((gamma_i - gamma_j) L2E), one ex2 */
 constexpr int CHAIN_REGS = 192;
 constexpr int PG_AIM = 2;
 /* the inverse warps' named barrier (96 threads); the chain's are fqla_chain_bar's */
@@ -525,7 +526,7 @@ __device__ __forceinline__ void ex_diag_self(unsigned char *sm, const ex_bars &b
                         const int tqk = 16 * blk + col, tik = 16 * blk + row;
                         const float *bt = reinterpret_cast<const float *>(st + cfg::oBeta);
                         m[16 * row + col] =
-                            tqk < nvalid ? bt[tqk] * d[nt][i] * fqla_ex2((gm[tqk] - gm[tik]) * 1.4426950408889634f)
+                            tqk < nvalid ? bt[tqk] * d[nt][i] * fqla_ex2((gm[tqk] - gm[tik]) * L2E)
                                          : 0.f;
                     } else {
                         m[16 * row + col] = gm[16 * blk + col] * d[nt][i];
@@ -754,7 +755,6 @@ __device__ __forceinline__ void ex_products(const fqla_fwd_params &p, unsigned c
         fqla_wg_wait<0>();
         fqla_reg_fence(acc);
         const int r0 = 16 * warp + g;
-        constexpr float L2E = 1.4426950408889634f;
         const float gl[2] = {gam[r0] * L2E, gam[r0 + 8] * L2E}; /* REAL: rows r0, r0 + 8 (row bit 3) */
         if constexpr (cfg::REAL) {
             /* Pg = scale Gamma (.) tril(Q K^T), as fwd_fused.cu's fu_pg */
